@@ -76,6 +76,9 @@ class _Checker:
         self.template_dirs = template_dirs
         self.used: set[str] = set()
         self.by_name = {a.name.name: a for a in program.agents}
+        self.tool_names = [t.name.name for t in program.tools]
+        self.acted: set[str] = set()  # agents that may have acted before the step being checked
+        self.acted_log: list[str] = []  # the order they were added in, to undo a branch
 
     def error(self, code: str, message: str, span: Span, hint: str | None = None) -> None:
         self.out.diagnostics.append(Diagnostic(code, message, span, hint))
@@ -254,15 +257,33 @@ class _Checker:
         a = self.by_name.get(ident.name)
         return a.replicas if a else 0
 
-    def steps(self, steps: tuple[n.Step, ...], acted: set[str], in_loop: bool) -> set[str]:
-        """Check a block; `acted` holds the agents that may have acted before it. Returns the new set."""
-        routed_here: set[str] = set()
-        acted_before = set(acted)
-        for step in steps:
-            acted = self.step(step, acted, in_loop, routed_here, acted_before)
-        return acted
+    def act(self, agent: str) -> None:
+        """Record that `agent` may have acted by now (undoable: see `branches`)."""
+        if agent not in self.acted:
+            self.acted.add(agent)
+            self.acted_log.append(agent)
 
-    def step(self, s: n.Step, acted: set[str], in_loop: bool, routed: set[str], acted_before: set[str]) -> set[str]:
+    def steps(self, steps: tuple[n.Step, ...], in_loop: bool) -> None:
+        """Check a block; `self.acted` holds the agents that may have acted before each step."""
+        routed_here: set[str] = set()
+        for step in steps:
+            self.step(step, in_loop, routed_here)
+
+    def branches(self, then: tuple[n.Step, ...], orelse: tuple[n.Step, ...], in_loop: bool) -> None:
+        """Both branches start from the same `acted`; afterwards it holds what either may have added.
+
+        Undoing the first branch's additions (instead of copying the set) keeps the checker linear.
+        """
+        mark = len(self.acted_log)
+        self.steps(then, in_loop)
+        from_then = self.acted_log[mark:]
+        del self.acted_log[mark:]
+        self.acted.difference_update(from_then)
+        self.steps(orelse, in_loop)
+        for agent in from_then:
+            self.act(agent)
+
+    def step(self, s: n.Step, in_loop: bool, routed: set[str]) -> None:
         if isinstance(s, n.Repeat):
             if s.bound is None:
                 self.error("E050", "loop has no bound: an episode could run forever", s.span,
@@ -271,38 +292,40 @@ class _Checker:
                 self.error("E051", "loop bound must be at least 1", s.span)
             if not s.body:
                 self.error("E052", "empty loop", s.span)
-            # from the second round on, every agent of the body may already have acted
-            again = {x.agent.name for x in n.walk_steps(s.body) if isinstance(x, n.EVENT_STEPS)} \
-                if s.bound and s.bound > 1 else set()
-            after = self.steps(s.body, acted | again, True)
+            if s.bound and s.bound > 1:  # from the second round on, every agent of the body may have acted
+                for x in n.walk_steps(s.body):
+                    if isinstance(x, n.EVENT_STEPS):
+                        self.act(x.agent.name)
+            self.steps(s.body, True)
             if s.until:
-                self.cond(s.until, after)
-            return after
+                self.cond(s.until)
+            return
         if isinstance(s, n.If):
-            self.cond(s.cond, acted)
-            return self.steps(s.then, acted, in_loop) | self.steps(s.orelse, acted, in_loop)
+            self.cond(s.cond)
+            self.branches(s.then, s.orelse, in_loop)
+            return
         if isinstance(s, n.Break):
             if not in_loop:
                 self.error("E053", "`break` outside a loop", s.span)
-            self.cond(s.cond, acted)
-            return acted
+            self.cond(s.cond)
+            return
         if isinstance(s, n.CallTool):
-            if s.tool.name not in {t.name.name for t in self.p.tools}:
+            if s.tool.name not in self.tool_names:
                 self.error("E013", f"undefined tool `{s.tool.name}`", s.tool.span,
-                           did_you_mean(s.tool.name, [t.name.name for t in self.p.tools]))
+                           did_you_mean(s.tool.name, self.tool_names))
             self.used.add(s.tool.name)
             if self.known_agent(s.agent):
                 contract = self.contract_of(s.agent)
                 if contract and contract[0] != "search":
                     self.error("E046", f"`call` runs a tool on search queries, but `{s.agent.name}` emits "
                                f"`{contract[0]}`", s.agent.span)
-                elif s.agent.name not in acted:
+                elif s.agent.name not in self.acted:
                     self.error("E062", f"unreachable: `{s.agent.name}` has no queries before this call",
                                s.span, f"put a step of `{s.agent.name}` before it")
-            return acted
+            return
         assert isinstance(s, n.EVENT_STEPS)
         if not self.known_agent(s.agent):
-            return acted
+            return
         contract, args = self.contract_of(s.agent) or ("", ())
         kind = type(s).__name__.lower()
         if isinstance(s, n.Route) and contract != "route":
@@ -322,7 +345,7 @@ class _Checker:
         if isinstance(s, n.Revise) and not 1 <= s.replica <= self.pool_of(s.agent):
             self.error("E041", f"replica {s.replica} is out of range: `{s.agent.name}` has "
                        f"{self.pool_of(s.agent)} replica(s)", s.span)
-        return acted | {s.agent.name}
+        self.act(s.agent.name)
 
     def parallel(self, s: n.Parallel, routed: set[str]) -> None:
         size = self.pool_of(s.agent)
@@ -345,7 +368,7 @@ class _Checker:
             self.error("E044", f"`parallel {s.agent.name} by {s.by.name}` needs a `route {s.by.name}` step "
                        "before it in the same block", s.span)
 
-    def cond(self, c: n.Cond, acted: set[str]) -> None:
+    def cond(self, c: n.Cond) -> None:
         if not self.known_agent(c.agent):
             return
         contract, words = self.contract_of(c.agent) or ("", ())
@@ -354,7 +377,7 @@ class _Checker:
         elif c.word.name not in words:
             self.error("E061", f"`{c.agent.name}` never emits `{c.word.name}` (its words: {', '.join(words)})",
                        c.word.span, did_you_mean(c.word.name, words))
-        elif c.agent.name not in acted:
+        elif c.agent.name not in self.acted:
             self.error("E062", f"unreachable: `{c.agent.name}` has not given a verdict before this condition",
                        c.span, f"put `verify {c.agent.name}` before it")
 
@@ -367,7 +390,7 @@ class _Checker:
         self.declarations()
         if not self.p.steps:
             self.error("E054", "the workflow has no steps", self.p.name.span, "add e.g. `aggregate answerer`")
-        self.steps(self.p.steps, set(), False)
+        self.steps(self.p.steps, False)
         if self.out.reward and self.out.reward.agent not in {
                 s.agent.name for s in n.walk_steps(self.p.steps) if isinstance(s, n.EVENT_STEPS)}:
             r = self.p.rewards[0]

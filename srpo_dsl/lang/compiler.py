@@ -1,8 +1,9 @@
 """Checked program -> event graph (`networkx.DiGraph`), with static cost bounds and a stable hash.
 
-Control flow is first built with `junction` helper nodes (loop heads and exits, branch joins),
-then every junction is contracted away: each predecessor is wired to each successor with the
-conjunction of both guards, so the graph holds only the node kinds of the contract.
+Control flow is first built on plain dicts in networkx's own layout, with `junction` helper nodes
+(loop heads and exits, branch joins); then every junction is contracted away: each predecessor is
+wired to each successor with the conjunction of both guards, so the graph holds only the node kinds
+of the contract. The `DiGraph` is filled with the result in one go.
 Edge guards are in disjunctive normal form: a list of conjunctions of atoms, where an atom is
 `{"var": AGENT, "op": "==" | "!=", "value": WORD}` (the agent's last verdict or route) or
 `{"loop": ID, "op": "<" | ">=", "value": N}` (the loop's 1-based iteration). Taking an edge
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -56,6 +58,9 @@ def _contradicts(conj: list[Atom]) -> bool:
 
 
 def _and(g1: Guard, g2: Guard) -> Guard:
+    # Guards never hold contradictory or repeated conjunctions, so `always` is the identity.
+    if g1 == [[]] or g2 == [[]]:
+        return [list(c) for c in (g2 if g1 == [[]] else g1)]
     out: Guard = []
     for c1 in g1:
         for c2 in g2:
@@ -90,76 +95,86 @@ class Cost:
                     max(self.tokens, o.tokens))
 
 
+Edge = dict  # {"guard": Guard, "reset": [loop id], "increment": [loop id]}, then "when": str
+
+
 class _Compiler:
     def __init__(self, checked: Checked):
         self.c = checked
-        self.g = nx.DiGraph()
+        # The graph in networkx's dict-of-dict layout, junctions included until they are contracted:
+        # nodes[v] = attributes, succ[u][v] = pred[v][u] = the edge's attributes, in order of creation.
+        self.nodes: dict[str, dict] = {}
+        self.succ: dict[str, dict[str, Edge]] = {}
+        self.pred: dict[str, dict[str, Edge]] = {}
+        self.junctions: list[str] = []
+        self.inside: dict[str, frozenset[str]] = {}  # node -> the loops enclosing it
         self.count = {"n": 0, "j": 0, "L": 0}
         self.event_types: dict[str, int] = {}
         self.loop_names: dict[str, int] = {}
-        self.open_loops: list[str] = []  # loops enclosing the node being built
-        self.inside: dict[str, frozenset[str]] = {}
+        self.open_loops: list[str] = []  # loops enclosing the node being built, innermost last
+        self.enclosing: frozenset[str] = frozenset()  # the same, as a set
 
-    # ---- graph building ------------------------------------------------------
+    # ---- control flow ----------------------------------------------------------
     def _new(self, prefix: str) -> str:
         self.count[prefix] += 1
         return f"{prefix}{self.count[prefix]}"
 
-    def node(self, kind: str, span: n.Span | None = None, **attrs) -> str:
-        nid = kind if kind in ("start", "end") else self._new("n")
-        pos = {"span": str(span), "line": span.line, "col": span.col} if span else {}
-        loop = {"loop": self.open_loops[-1] if self.open_loops else None} if kind not in ("start", "end") else {}
-        self.g.add_node(nid, kind=kind, **pos, **loop, **attrs)
-        self.inside[nid] = frozenset(self.open_loops)
+    def _add(self, nid: str, attrs: dict | None) -> str:
+        """Node `nid` with `attrs`, or a junction when `attrs` is None."""
+        if attrs is None:
+            self.junctions.append(nid)
+        else:
+            self.nodes[nid] = attrs
+        self.succ[nid], self.pred[nid] = {}, {}
+        self.inside[nid] = self.enclosing
         return nid
 
-    def junction(self) -> str:
-        jid = self._new("j")
-        self.g.add_node(jid, kind="junction")
-        self.inside[jid] = frozenset(self.open_loops)
-        return jid
+    def node(self, kind: str, span: n.Span, attrs: dict) -> str:
+        loop = self.open_loops[-1] if self.open_loops else None
+        return self._add(self._new("n"), {"kind": kind, "span": str(span), "line": span.line, "col": span.col,
+                                          "loop": loop, **attrs})
 
-    def edge(self, u: str, v: str, guard: Guard | None = None, reset: tuple[str, ...] = (),
-             increment: tuple[str, ...] = ()) -> None:
+    def junction(self) -> str:
+        return self._add(self._new("j"), None)
+
+    def edge(self, u: str, v: str, guard: Guard | None = None, reset: Sequence[str] = (),
+             increment: Sequence[str] = ()) -> None:
         guard = [[]] if guard is None else guard
         # A counter only matters inside its loop; re-entry resets it. Dropping dead effects lets
         # a `break` path and a loop-exit path to the same target merge into one edge.
-        reset = tuple(x for x in reset if x in self.inside[v])
-        increment = tuple(x for x in increment if x in self.inside[v])
-        if self.g.has_edge(u, v):
-            data = self.g.edges[u, v]
-            if (tuple(data["reset"]), tuple(data["increment"])) != (reset, increment):
-                raise AssertionError(f"edges {u}->{v} merge with different loop effects")
-            data["guard"] = _or(data["guard"], guard)
+        inside = self.inside[v]
+        reset = [x for x in reset if x in inside] if reset else []
+        increment = [x for x in increment if x in inside] if increment else []
+        data = self.succ[u].get(v)
+        if data is None:
+            self.succ[u][v] = self.pred[v][u] = {"guard": guard, "reset": reset, "increment": increment}
+        elif (data["reset"], data["increment"]) != (reset, increment):
+            raise AssertionError(f"edges {u}->{v} merge with different loop effects")
         else:
-            self.g.add_edge(u, v, guard=guard, reset=list(reset), increment=list(increment))
+            data["guard"] = _or(data["guard"], guard)
 
     # ---- steps ---------------------------------------------------------------
     def event_node(self, s: n.Step, kind: str) -> str:
-        agent = self.c.agents[s.agent.name]  # type: ignore[union-attr]
-        base = f"{kind}:{agent.name}"
-        self.event_types[base] = self.event_types.get(base, 0) + 1
-        etype = base if self.event_types[base] == 1 else f"{base}#{self.event_types[base]}"
-        if isinstance(s, n.Parallel) and s.by is None:
-            reps = list(s.replicas) if s.replicas else list(range(1, agent.replicas + 1))
-            card = {"min": len(reps), "max": len(reps)}
-        elif isinstance(s, n.Parallel):
-            reps = list(range(1, agent.replicas + 1))
-            card = {"min": 1, "max": agent.replicas}
+        name = s.agent.name  # type: ignore[union-attr]
+        agent = self.c.agents[name]
+        base = f"{kind}:{name}"
+        seen = self.event_types[base] = self.event_types.get(base, 0) + 1
+        by = s.by.name if isinstance(s, n.Parallel) and s.by else None
+        if isinstance(s, n.Parallel):
+            reps = list(s.replicas) if s.replicas and not by else list(range(1, agent.replicas + 1))
+            card = {"min": 1 if by else len(reps), "max": len(reps)}
+            label = f"parallel {name} by {by}" if by else f"parallel {name} K={len(reps)}"
         else:
             reps = [s.replica if isinstance(s, n.Revise) else 1]
             card = {"min": 1, "max": 1}
-        label = {"parallel": f"parallel {agent.name}" + (f" by {s.by.name}" if isinstance(s, n.Parallel) and s.by
-                                                          else f" K={card['max']}"),
-                 }.get(kind, f"{kind} {agent.name}")
-        return self.node(
-            kind, s.span, label=label, agent=agent.name, event_type=etype, roles=[agent.name] * len(reps),
-            replicas=reps, policy=[agent.policy] * len(reps), cardinality=card,
-            routed_by=s.by.name if isinstance(s, n.Parallel) and s.by else None,
-            contract=agent.contract, contract_args=list(agent.contract_args), template=agent.prompt,
-            max_tokens=agent.max_tokens, temperature=agent.temperature, top_p=agent.top_p,
-            pool_size=agent.replicas,
-        )
+            label = f"{kind} {name}"
+        return self.node(kind, s.span, {
+            "label": label, "agent": name, "event_type": base if seen == 1 else f"{base}#{seen}",
+            "roles": [name] * len(reps), "replicas": reps, "policy": [agent.policy] * len(reps),
+            "cardinality": card, "routed_by": by, "contract": agent.contract,
+            "contract_args": list(agent.contract_args), "template": agent.prompt, "max_tokens": agent.max_tokens,
+            "temperature": agent.temperature, "top_p": agent.top_p, "pool_size": agent.replicas,
+        })
 
     def block(self, steps: tuple[n.Step, ...], src: str, loops: list[tuple[str, str]]) -> str:
         stops: dict[str, str] = {}  # router -> junction its STOP jumps to (outside loops)
@@ -175,10 +190,12 @@ class _Compiler:
             self.loop_names[lid] = s.bound or 0
             out = self.junction()
             self.open_loops.append(lid)
+            self.enclosing = frozenset(self.open_loops)
             head = self.junction()
             self.edge(src, head, reset=(lid,))
             tail = self.block(s.body, head, loops + [(lid, out)])
             self.open_loops.pop()
+            self.enclosing = frozenset(self.open_loops)
             more: Guard = [[{"loop": lid, "op": "<", "value": s.bound}]]
             if s.until:
                 hit = {"var": s.until.agent.name, "op": "==", "value": s.until.word.name}
@@ -205,8 +222,9 @@ class _Compiler:
         if isinstance(s, n.CallTool):
             kind, opts = self.c.tools[s.tool.name]
             pool = self.c.agents[s.agent.name].replicas
-            t = self.node("tool", s.span, label=f"call {s.tool.name} on {s.agent.name}", tool=s.tool.name,
-                          tool_kind=kind, on=s.agent.name, top_k=opts["top_k"], max_calls=pool)
+            t = self.node("tool", s.span, {"label": f"call {s.tool.name} on {s.agent.name}", "tool": s.tool.name,
+                                           "tool_kind": kind, "on": s.agent.name, "top_k": opts["top_k"],
+                                           "max_calls": pool})
             self.edge(src, t)
             return t
         kind = type(s).__name__.lower()
@@ -228,65 +246,70 @@ class _Compiler:
 
     # ---- junction contraction -----------------------------------------------
     def contract_junctions(self) -> None:
-        for j in [x for x, k in self.g.nodes(data="kind") if k == "junction"]:
-            ins = [(u, d) for u, _, d in self.g.in_edges(j, data=True)]
-            outs = [(v, d) for _, v, d in self.g.out_edges(j, data=True)]
-            if any(v == j for v, _ in outs):
+        for j in self.junctions:
+            ins, outs = self.pred.pop(j), self.succ.pop(j)
+            if j in outs:
                 raise AssertionError("junction loops onto itself")
-            self.g.remove_node(j)
-            for u, d1 in ins:
-                touched = set(d1["reset"]) | set(d1["increment"])
-                for v, d2 in outs:
-                    if any(a.get("loop") in touched for conj in d2["guard"] for a in conj):
+            for u in ins:
+                del self.succ[u][j]
+            for v in outs:
+                del self.pred[v][j]
+            for u, d1 in ins.items():
+                touched = d1["reset"] + d1["increment"]
+                for v, d2 in outs.items():
+                    if touched and any(a.get("loop") in touched for conj in d2["guard"] for a in conj):
                         raise AssertionError("a guard would read a loop counter its edge just changed")
                     guard = _and(d1["guard"], d2["guard"])
                     if guard:
-                        self.edge(u, v, guard, tuple(d1["reset"] + d2["reset"]),
-                                  tuple(d1["increment"] + d2["increment"]))
+                        self.edge(u, v, guard, d1["reset"] + d2["reset"], d1["increment"] + d2["increment"])
 
-    def render_guards(self) -> None:
-        single = len(self.loop_names) == 1
+    def atom_text(self, a: Atom) -> str:
+        if "loop" in a:
+            name = "loop" if len(self.loop_names) == 1 else f"loop{a['loop'][1:]}"
+            return f"{name} {a['op']} {a['value']}"
+        return f"{a['var']} {a['op']} {a['value']}"
 
-        def atom(a: Atom) -> str:
-            if "loop" in a:
-                name = "loop" if single else f"loop{a['loop'][1:]}"
-                return f"{name} {a['op']} {a['value']}"
-            return f"{a['var']} {a['op']} {a['value']}"
-
-        for _, _, d in self.g.edges(data=True):
-            conj = [" and ".join(atom(a) for a in c) for c in d["guard"]]
-            if conj == [""]:
-                d["when"] = "always"
-            else:
-                d["when"] = " or ".join(f"({c})" if " and " in c and len(conj) > 1 else c for c in conj)
+    def when(self, guard: Guard) -> str:
+        """The guard as text: `always`, `a == x`, `(a == x and loop < 3) or b != y`, ..."""
+        if guard == [[]]:
+            return "always"
+        conj = [" and ".join([self.atom_text(a) for a in c]) for c in guard]
+        return conj[0] if len(conj) == 1 else " or ".join([f"({c})" if " and " in c else c for c in conj])
 
     # ---- bounds --------------------------------------------------------------
     def cost(self, steps: tuple[n.Step, ...]) -> Cost:
         total = Cost()
         for s in steps:
-            if isinstance(s, n.Repeat):
+            if isinstance(s, n.EVENT_STEPS):
+                a = self.c.agents[s.agent.name]
+                k = (len(s.replicas) if s.replicas else a.replicas) if isinstance(s, n.Parallel) else 1
+                total.events += 1
+                total.calls += k
+                total.tokens += k * a.max_tokens
+            elif isinstance(s, n.CallTool):
+                total.tool_calls += self.c.agents[s.agent.name].replicas
+            elif isinstance(s, n.Repeat):
                 total += self.cost(s.body) * (s.bound or 0)
             elif isinstance(s, n.If):
                 total += self.cost(s.then).max(self.cost(s.orelse))
-            elif isinstance(s, n.CallTool):
-                total += Cost(tool_calls=self.c.agents[s.agent.name].replicas)
-            elif isinstance(s, n.EVENT_STEPS):
-                a = self.c.agents[s.agent.name]
-                k = (len(s.replicas) if s.replicas else a.replicas) if isinstance(s, n.Parallel) else 1
-                total += Cost(1, k, 0, k * a.max_tokens)
         return total
 
     def run(self) -> nx.DiGraph:
         p = self.c.program
-        start = self.node("start", label="start")
+        start = self._add("start", {"kind": "start", "label": "start"})
         tail = self.block(p.steps, start, [])
-        end = self.node("end", label="end")
+        end = self._add("end", {"kind": "end", "label": "end"})
         self.edge(tail, end)
         self.contract_junctions()
-        self.render_guards()
+        for out in self.succ.values():
+            for data in out.values():
+                data["when"] = self.when(data["guard"])
+        g = nx.DiGraph()
+        g.add_nodes_from(self.nodes.items())
+        g.add_edges_from((u, v, data) for u, out in self.succ.items() for v, data in out.items())
         bounds = self.cost(p.steps)
         c = self.c
-        self.g.graph.update(
+        g.graph.update(
             schema=GRAPH_SCHEMA, name=p.name.name, source=p.file, hash=program_hash(p),
             max_events=bounds.events, max_calls=bounds.calls, max_tool_calls=bounds.tool_calls,
             max_tokens=bounds.tokens,
@@ -302,26 +325,29 @@ class _Compiler:
                     "penalty": c.reward.penalty} if c.reward else None,
             train=c.train.model_dump(),
         )
-        return self.g
+        return g
 
 
 def reward_path_errors(graph: nx.DiGraph, checked: Checked) -> list[Diagnostic]:
     """A trainable action with no path to the rewarded agent can never be credited."""
     if checked.reward is None:
         return []
-    rewarded = {v for v, a in graph.nodes(data="agent") if a == checked.reward.agent}
-    reach = set(rewarded)
-    for v in rewarded:
-        reach |= nx.ancestors(graph, v)
-    diags = []
-    spans = {str(s.span): s for s in n.walk_steps(checked.program.steps) if isinstance(s, n.EVENT_STEPS)}
-    for v, d in graph.nodes(data=True):
-        if d["kind"] in EVENT_KINDS and v not in reach and graph.graph["policies"][d["policy"][0]]["trainable"]:
-            step = spans[d["span"]]
-            diags.append(Diagnostic("E070", f"`{d['agent']}` acts after the last reward point: its trainable "
-                                    f"actions never reach the reward of `{checked.reward.agent}`", step.span,
-                                    "move the step before the rewarded agent, or freeze its policy"))
-    return diags
+    reach = {v for v, a in graph.nodes(data="agent") if a == checked.reward.agent}
+    todo = list(reach)  # one backward walk from all rewarded nodes: linear, however often the agent acts
+    while todo:
+        for u in graph.pred[todo.pop()]:
+            if u not in reach:
+                reach.add(u)
+                todo.append(u)
+    policies = graph.graph["policies"]
+    late = [d for v, d in graph.nodes(data=True)
+            if d["kind"] in EVENT_KINDS and v not in reach and policies[d["policy"][0]]["trainable"]]
+    if not late:
+        return []
+    spans = {str(s.span): s.span for s in n.walk_steps(checked.program.steps) if isinstance(s, n.EVENT_STEPS)}
+    return [Diagnostic("E070", f"`{d['agent']}` acts after the last reward point: its trainable actions never "
+                       f"reach the reward of `{checked.reward.agent}`", spans[d["span"]],
+                       "move the step before the rewarded agent, or freeze its policy") for d in late]
 
 
 def compile_checked(checked: Checked) -> nx.DiGraph:

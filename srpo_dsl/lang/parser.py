@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from importlib import resources
 from pathlib import Path
+from typing import Any, NamedTuple
 
-from lark import Lark, Token, Transformer, Tree, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark import Lark, Token
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.errors import Diagnostic, Span, SrpoError
+from srpo_dsl.lang.lexer import ScanLexer
 
 MAX_PARSE_ERRORS = 10
 
@@ -57,191 +60,193 @@ def grammar_text() -> str:
 
 @functools.lru_cache(maxsize=2)
 def lark_parser(strict: bool = False) -> Lark:
+    """Lark's own pipeline (basic lexer, parse tree): what syntax errors are found and explained with."""
     # `cache=True` stores the LALR tables in the temp folder, keyed by the grammar's hash.
-    return Lark(grammar_text(), parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True,
-                strict=strict, cache=not strict)
+    return Lark(grammar_text(), parser="lalr", lexer="basic", maybe_placeholders=True, strict=strict,
+                cache=not strict)
 
 
-def _span(file: str, meta) -> Span:
-    return Span(file, meta.line, meta.column, meta.end_line, meta.end_column)
+_UNESCAPE = re.compile(r"\\(.)")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_WHOLE = re.compile(r"[0-9]+")
+
+
+class _Part(NamedTuple):
+    """A piece of a rule that is not a node (a block, a selector, a `[N]`), with its closing token."""
+
+    value: Any
+    last: Token
 
 
 def _tok_span(file: str, tok: Token) -> Span:
-    return Span(file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + len(tok))
+    return Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
 
 
-class _Build(Transformer):
-    """Lark tree -> `nodes` objects."""
+class _Build:
+    """Lark's inline callbacks, one per rule: the rule's tokens and sub-results -> `nodes` objects.
 
-    def __init__(self, file: str, source: str):
-        super().__init__()
-        self.file, self.source = file, source
+    The parser keeps every token (`keep_all_tokens`), so a node's span runs from its first token
+    to its last, as written; `[x]` that is absent arrives as None (`maybe_placeholders`).
+    """
+
+    file = "<string>"
+    source = ""
+
+    def _span(self, first: Token, items: list) -> Span:
+        last = next(x for x in reversed(items) if x is not None)
+        if isinstance(last, _Part):
+            last = last.last
+        end = (last.end_line, last.end_column) if isinstance(last, Token) else (last.span.end_line,
+                                                                                last.span.end_col)
+        return Span(self.file, first.line, first.column, *end)
 
     def _id(self, tok: Token) -> n.Ident:
         return n.Ident(str(tok), _tok_span(self.file, tok))
 
-    # values
-    def string(self, items):
-        raw = str(items[0])[1:-1]
-        return re.sub(r"\\(.)", r"\1", raw)
-
-    def signed(self, items):
-        text = str(items[0])
-        return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else float(text)
-
-    def true(self, _):
-        return True
-
-    def false(self, _):
-        return False
-
-    def symbol(self, items):
-        return n.Symbol(str(items[0]))
-
-    @v_args(meta=True)
-    def kwarg(self, meta, items):
-        return n.Option(str(items[0]), items[1], _span(self.file, meta))
-
-    @v_args(meta=True)
-    def arg(self, meta, items):
-        item = items[0]
-        return item if isinstance(item, n.Option) else n.Option(None, item, _span(self.file, meta))
-
-    @v_args(meta=True)
-    def call(self, meta, items):
-        return n.Call(self._id(items[0]), tuple(a for a in items[1:] if a is not None), _span(self.file, meta))
-
-    def options(self, items):
-        return tuple(o for o in items if o is not None)
-
-    def dotted(self, items):
-        first, last = items[0], items[-1]
-        span = Span(self.file, first.line, first.column, last.end_line, last.end_column)
-        return span, tuple(str(t) for t in items)
-
-    # declarations
-    def workflow_decl(self, items):
-        return self._id(items[0])
-
-    def lora(self, items):
-        return tuple(o for o in items if o is not None)
-
-    @v_args(meta=True)
-    def policy_decl(self, meta, items):
-        name, call, frozen, lora, options = items
-        return n.Policy(self._id(name), call, frozen is not None, lora, options or (), _span(self.file, meta))
-
-    @v_args(meta=True)
-    def task_decl(self, meta, items):
-        return n.Task(items[-1], _span(self.file, meta))
-
-    @v_args(meta=True)
-    def tool_decl(self, meta, items):
-        return n.Tool(self._id(items[0]), items[1], _span(self.file, meta))
+    def _number(self, tok: Token) -> int | float:
+        try:
+            return int(tok) if _INTEGER.fullmatch(tok) else float(tok)
+        except ValueError:  # e.g. more digits than Python converts
+            raise SrpoError([Diagnostic("E001", f"invalid number `{tok[:16]}...`", _tok_span(self.file, tok))]) \
+                from None
 
     def _count(self, tok: Token) -> int:
         """A count or index: a whole number, else an error at the token."""
-        if not re.fullmatch(r"[0-9]+", str(tok)):
+        if not _WHOLE.fullmatch(tok):
             raise SrpoError([Diagnostic("E001", f"expected a whole number, found `{tok}`", _tok_span(self.file, tok))])
-        return int(tok)
+        return int(self._number(tok))
 
-    def pool(self, items):
-        return self._count(items[0])
+    # values
+    def string(self, items: list) -> _Part:
+        return _Part(_UNESCAPE.sub(r"\1", items[0][1:-1]), items[0])
 
-    @v_args(meta=True)
-    def contract(self, meta, items):
-        return n.Contract(self._id(items[0]), tuple(self._id(t) for t in items[1:] if t is not None),
-                          _span(self.file, meta))
+    def signed(self, items: list) -> _Part:
+        return _Part(self._number(items[0]), items[0])
 
-    @v_args(meta=True)
-    def agent_decl(self, meta, items):
-        name, pool, policy, prompt, contract, options = items
-        return n.Agent(self._id(name), pool if pool is not None else 1, pool is not None, self._id(policy),
-                       re.sub(r"\\(.)", r"\1", str(prompt)[1:-1]), _tok_span(self.file, prompt), contract,
-                       options or (), _span(self.file, meta))
+    def true(self, items: list) -> _Part:
+        return _Part(True, items[0])
 
-    def penalty(self, items):
-        return float(items[0])
+    def false(self, items: list) -> _Part:
+        return _Part(False, items[0])
 
-    @v_args(meta=True)
-    def reward_decl(self, meta, items):
-        fn, agent, field, penalty = items
-        return n.Reward(self._id(fn), self._id(agent), field[1], field[0],
-                        0.0 if penalty is None else penalty, _span(self.file, meta))
+    def symbol(self, items: list) -> _Part:
+        return _Part(n.Symbol(str(items[0])), items[0])
 
-    @v_args(meta=True)
-    def train_decl(self, meta, items):
-        return n.Train(items[0], _span(self.file, meta))
+    def kwarg(self, items: list) -> n.Option:  # NAME "=" value
+        return n.Option(str(items[0]), items[2].value, self._span(items[0], items))
+
+    def arg(self, items: list) -> n.Option:  # value | kwarg
+        item = items[0]
+        return item if isinstance(item, n.Option) else n.Option(None, item.value, self._span(item.last, items))
+
+    def call(self, items: list) -> n.Call:  # NAME "(" [arg ("," arg)*] ")"
+        return n.Call(self._id(items[0]), tuple(a for a in items if isinstance(a, n.Option)),
+                      self._span(items[0], items))
+
+    def options(self, items: list) -> _Part:  # "with" "(" [kwarg ("," kwarg)*] ")", also `lora(...)`
+        return _Part(tuple(o for o in items if isinstance(o, n.Option)), items[-1])
+
+    lora = options
+
+    def dotted(self, items: list) -> tuple[Span, tuple[str, ...]]:  # (NAME | TASK) ("." NAME)*
+        return self._span(items[0], items), tuple(str(t) for t in items if t.type != "DOT")
+
+    # declarations
+    def workflow_decl(self, items: list) -> n.Ident:
+        return self._id(items[1])
+
+    def policy_decl(self, items: list) -> n.Policy:  # "policy" NAME "=" call [FROZEN] [lora] [options]
+        _, name, _, call, frozen, lora, options = items
+        return n.Policy(self._id(name), call, frozen is not None, lora.value if lora else None,
+                        options.value if options else (), self._span(items[0], items))
+
+    def task_decl(self, items: list) -> n.Task:  # TASK call
+        return n.Task(items[1], self._span(items[0], items))
+
+    def tool_decl(self, items: list) -> n.Tool:  # "tool" NAME "=" call
+        return n.Tool(self._id(items[1]), items[3], self._span(items[0], items))
+
+    def pool(self, items: list) -> _Part:  # "[" NUMBER "]"
+        return _Part(self._count(items[1]), items[2])
+
+    def contract(self, items: list) -> n.Contract:  # (NAME | ROUTE) ("(" [NAME ("," NAME)*] ")")?
+        args = tuple(self._id(t) for t in items[1:] if t is not None and t.type == "NAME")
+        return n.Contract(self._id(items[0]), args, self._span(items[0], items))
+
+    def agent_decl(self, items: list) -> n.Agent:
+        # "agent" NAME [pool] "uses" NAME "prompt" STRING "emits" contract [options]
+        _, name, pool, _, policy, _, prompt, _, contract, options = items
+        return n.Agent(self._id(name), pool.value if pool else 1, pool is not None, self._id(policy),
+                       _UNESCAPE.sub(r"\1", prompt[1:-1]), _tok_span(self.file, prompt), contract,
+                       options.value if options else (), self._span(items[0], items))
+
+    def penalty(self, items: list) -> _Part:  # "invalid" signed
+        return _Part(float(items[1].value), items[1].last)
+
+    def reward_decl(self, items: list) -> n.Reward:  # "reward" NAME "(" NAME "," dotted ")" [penalty]
+        _, fn, _, agent, _, (field_span, field), _, penalty = items
+        return n.Reward(self._id(fn), self._id(agent), field, field_span, penalty.value if penalty else 0.0,
+                        self._span(items[0], items))
+
+    def train_decl(self, items: list) -> n.Train:  # "train" options
+        return n.Train(items[1].value, self._span(items[0], items))
 
     # steps
-    @v_args(meta=True)
-    def cond(self, meta, items):
-        return n.Cond(self._id(items[0]), str(items[1]), self._id(items[2]), _span(self.file, meta))
+    def cond(self, items: list) -> n.Cond:  # NAME COMPARE NAME
+        return n.Cond(self._id(items[0]), str(items[1]), self._id(items[2]), self._span(items[0], items))
 
-    @v_args(meta=True)
-    def route_step(self, meta, items):
-        return n.Route(self._id(items[-1]), _span(self.file, meta))
+    def route_step(self, items: list) -> n.Route:
+        return n.Route(self._id(items[1]), self._span(items[0], items))
 
-    def by_router(self, items):
-        return ("by", self._id(items[0]))
+    def by_router(self, items: list) -> _Part:  # "by" NAME
+        return _Part(("by", self._id(items[1])), items[1])
 
-    def replicas(self, items):
-        return ("replicas", tuple(self._count(t) for t in items))
+    def replicas(self, items: list) -> _Part:  # "[" NUMBER ("," NUMBER)* "]"
+        return _Part(("replicas", tuple(self._count(t) for t in items if t.type == "NUMBER")), items[-1])
 
-    @v_args(meta=True)
-    def parallel_step(self, meta, items):
-        agent, sel = items
-        by = sel[1] if sel and sel[0] == "by" else None
-        reps = sel[1] if sel and sel[0] == "replicas" else None
-        return n.Parallel(self._id(agent), by, reps, _span(self.file, meta))
+    def parallel_step(self, items: list) -> n.Parallel:  # "parallel" NAME [selector]
+        kind, sel = items[2].value if items[2] else (None, None)
+        return n.Parallel(self._id(items[1]), sel if kind == "by" else None, sel if kind == "replicas" else None,
+                          self._span(items[0], items))
 
-    @v_args(meta=True)
-    def verify_step(self, meta, items):
-        return n.Verify(self._id(items[0]), _span(self.file, meta))
+    def verify_step(self, items: list) -> n.Verify:
+        return n.Verify(self._id(items[1]), self._span(items[0], items))
 
-    def replica(self, items):
-        return self._count(items[0])
+    replica = pool  # "[" NUMBER "]"
 
-    @v_args(meta=True)
-    def revise_step(self, meta, items):
-        return n.Revise(self._id(items[0]), 1 if items[1] is None else items[1], _span(self.file, meta))
+    def revise_step(self, items: list) -> n.Revise:  # "revise" NAME [replica]
+        return n.Revise(self._id(items[1]), items[2].value if items[2] else 1, self._span(items[0], items))
 
-    @v_args(meta=True)
-    def aggregate_step(self, meta, items):
-        return n.Aggregate(self._id(items[0]), _span(self.file, meta))
+    def aggregate_step(self, items: list) -> n.Aggregate:
+        return n.Aggregate(self._id(items[1]), self._span(items[0], items))
 
-    @v_args(meta=True)
-    def call_step(self, meta, items):
-        return n.CallTool(self._id(items[0]), self._id(items[1]), _span(self.file, meta))
+    def call_step(self, items: list) -> n.CallTool:  # "call" NAME "on" NAME
+        return n.CallTool(self._id(items[1]), self._id(items[3]), self._span(items[0], items))
 
-    def bound(self, items):
-        return self._count(items[0])
+    def bound(self, items: list) -> _Part:  # "at" "most" NUMBER
+        return _Part(self._count(items[2]), items[2])
 
-    def until(self, items):
-        return items[0]
+    def until(self, items: list) -> n.Cond:
+        return items[1]
 
-    def block(self, items):
-        return tuple(items)
+    def block(self, items: list) -> _Part:  # "{" step* "}"
+        return _Part(tuple(items[1:-1]), items[-1])
 
-    def else_block(self, items):
-        return items[0]
+    def else_block(self, items: list) -> _Part:
+        return items[1]
 
-    @v_args(meta=True)
-    def repeat_step(self, meta, items):
-        bound, body, until = items
-        return n.Repeat(bound, body, until, _span(self.file, meta))
+    def repeat_step(self, items: list) -> n.Repeat:  # "repeat" [bound] block [until]
+        _, bound, block, until = items
+        return n.Repeat(bound.value if bound else None, block.value, until, self._span(items[0], items))
 
-    @v_args(meta=True)
-    def if_step(self, meta, items):
-        cond, then, orelse = items
-        return n.If(cond, then, orelse or (), _span(self.file, meta))
+    def if_step(self, items: list) -> n.If:  # "if" cond block [else_block]
+        _, cond, then, orelse = items
+        return n.If(cond, then.value, orelse.value if orelse else (), self._span(items[0], items))
 
-    @v_args(meta=True)
-    def break_step(self, meta, items):
-        return n.Break(items[0], _span(self.file, meta))
+    def break_step(self, items: list) -> n.Break:  # "break" "if" cond
+        return n.Break(items[2], self._span(items[0], items))
 
-
-    def start(self, items):
+    def start(self, items: list) -> n.Program:
         name, *decls = items
         by_type: dict[type, list] = {}
         steps: list = []
@@ -253,6 +258,17 @@ class _Build(Transformer):
         get = lambda t: tuple(by_type.get(t, ()))  # noqa: E731
         return n.Program(name, get(n.Policy), get(n.Task), get(n.Tool), get(n.Agent), get(n.Reward),
                          get(n.Train), tuple(steps), self.file, self.source)
+
+
+_BUILDER = _Build()
+_BUILDING = threading.Lock()  # the builder holds the file being parsed
+
+
+@functools.lru_cache(maxsize=1)
+def _build_parser() -> Lark:
+    """The fast pipeline: one-regex lexer, LALR parser, nodes built as rules reduce (no parse tree)."""
+    return Lark(grammar_text(), parser="lalr", lexer=ScanLexer, keep_all_tokens=True, maybe_placeholders=True,
+                transformer=_BUILDER, cache=True)
 
 
 _STEP_WORDS = {f"`{w}`" for w in ("route", "parallel", "verify", "revise", "aggregate", "call", "repeat", "if", "break")}
@@ -354,15 +370,14 @@ def _blank_from(text: str, line: int) -> str:
     return "\n".join(lines)
 
 
-def parse(text: str, file: str = "<string>") -> n.Program:
-    """Parse a workflow; raise `SrpoError` with every syntax error found (up to a limit)."""
+def syntax_errors(text: str, file: str = "<string>") -> list[Diagnostic]:
+    """Every syntax error found (up to a limit), resuming after each at the next statement when safe."""
     parser = lark_parser()
     diags: list[Diagnostic] = []
     work = text
-    tree: Tree | None = None
     while len(diags) < MAX_PARSE_ERRORS:
         try:
-            tree = parser.parse(work)
+            parser.parse(work)
             break
         except UnexpectedInput as err:
             diag = _diagnostic(err, file, text, parser)
@@ -375,15 +390,28 @@ def parse(text: str, file: str = "<string>") -> n.Program:
             if recovered == work or recovered.count("{") != work.count("{"):
                 break  # blanking would unbalance the braces: later errors would be noise
             work = recovered
+    return diags
+
+
+def parse(text: str, file: str = "<string>") -> n.Program:
+    """Parse a workflow; raise `SrpoError` with every syntax error found (up to a limit).
+
+    Well-formed text takes the fast pipeline; text it rejects is parsed again by Lark's own
+    pipeline, which finds and explains the syntax errors.
+    """
+    try:
+        with _BUILDING:
+            _BUILDER.file, _BUILDER.source = file, text
+            return _build_parser().parse(text)
+    except UnexpectedInput:
+        literal_error = None
+    except SrpoError as err:  # a malformed literal: report it unless there are syntax errors
+        literal_error = err
+    diags = syntax_errors(text, file)
     if diags:
         raise SrpoError(diags)
-    assert tree is not None
-    try:
-        return _Build(file, text).transform(tree)
-    except VisitError as err:
-        if isinstance(err.orig_exc, SrpoError):
-            raise err.orig_exc from None
-        raise SrpoError([Diagnostic("E001", f"invalid literal: {err.orig_exc}", Span(file, 1, 1, 1, 2))]) from None
+    assert literal_error is not None, "the two pipelines disagree on the syntax"
+    raise literal_error
 
 
 def parse_file(path: str | Path) -> n.Program:
