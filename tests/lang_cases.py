@@ -58,6 +58,7 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "E052": ("aggregate agg\n", "repeat at most 2 { }\naggregate agg\n"),
     "E053": ("aggregate agg\n", "break if verifier == approve\naggregate agg\n"),
     "E054": (BASE[BASE.index("repeat"):BASE.index("reward")], ""),
+    "E055": ("aggregate agg\n", "repeat at most 3 { if verifier == reject { revise solver[2] } }\naggregate agg\n"),
     "E060": ("until verifier == approve", "until agg == approve"),
     "E061": ("until verifier == approve", "until verifier == approved"),
     "E062": ("repeat at most 2 {", "if verifier == reject { verify verifier }\nrepeat at most 2 {"),

@@ -156,3 +156,46 @@ def test_invalid_verdict_state_is_recorded():
     assert _shape(ep)[2] == ("revise:solver", 1)
     assert ep.invalid_actions == 1
     assert INVALID == "INVALID"
+
+
+NESTED = """workflow nested
+policy lm = hf("m")
+task math(data = "d.jsonl")
+agent solver[2] uses lm prompt "math/solver.j2" emits boxed
+agent verifier uses lm prompt "math/verifier.j2" emits verdict(approve, reject)
+agent aggregator uses lm prompt "math/aggregator.j2" emits final_boxed
+repeat at most 2 {
+  repeat at most 3 {
+    parallel solver
+    verify verifier
+  } until verifier == approve
+}
+aggregate aggregator
+reward math_equiv(aggregator, task.answer)
+"""
+
+
+@pytest.mark.parametrize("verdicts,rounds", [
+    (["reject"] * 6, 6),                                  # 3 inner rounds, twice
+    (["approve", "approve"], 2),                          # each inner loop stops after one round
+    (["reject", "approve", "reject", "reject", "reject"], 5),  # 2 rounds, then 3 (inner counter reset)
+])
+def test_nested_loops_count_each_loop_on_its_own(tmp_path, verdicts, rounds):
+    """The inner loop's last step leads back to its first both as its own next round and as the outer
+    loop's next round: one edge, two ways with different loop effects."""
+    (tmp_path / "nested.srpo").write_text(NESTED)
+    (tmp_path / "math").symlink_to(ROOT / "workflows/math")
+    wf = load_workflow(tmp_path / "nested.srpo")
+    g = wf.graph
+    solver = next(v for v, d in g.nodes(data=True) if d.get("agent") == "solver")
+    verify = next(v for v, d in g.nodes(data=True) if d.get("agent") == "verifier")
+    back = g.edges[verify, solver]
+    inner, outer = {"reset": [], "increment": ["L2"]}, {"reset": ["L2"], "increment": ["L1"]}
+    assert back["effects"] == [inner, outer, outer]
+    assert back["when"] == "(verifier != approve and loop2 < 3) or " \
+        "(verifier == approve and loop1 < 2) or (loop2 >= 3 and loop1 < 2)"
+    script = {"solver": ["\\boxed{1}"] * 2 * rounds, "verifier": [f"<verify>{v}</verify>" for v in verdicts],
+              "aggregator": ["FINAL: \\boxed{1}"]}
+    task = {"id": "t", "question": "1?", "answer": "1", "answers": ["1"]}
+    (ep,) = _executor(wf, script).run([task])
+    assert _shape(ep) == [("parallel:solver", 2), ("verify:verifier", 1)] * rounds + [("aggregate:aggregator", 1)]

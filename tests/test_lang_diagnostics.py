@@ -45,6 +45,7 @@ GOLDEN = [
     ('E052', 17, 1, 'empty loop'),
     ('E053', 17, 1, '`break` outside a loop'),
     ('E054', 1, 10, 'the workflow has no steps'),
+    ('E055', 17, 1, 'a round of this loop can take no step: it would repeat unchanged'),
     ('E060', 16, 9, 'conditions test a verdict, but `agg` emits `final_boxed`'),
     ('E061', 16, 21, '`verifier` never emits `approved` (its words: approve, reject)'),
     ('E062', 10, 4, 'unreachable: `verifier` has not given a verdict before this condition'),
@@ -119,3 +120,21 @@ def test_keywords_are_reserved():
     text = BASE.replace("agent agg uses", "agent verify uses")
     diags = analyze(text, "t.srpo").diagnostics
     assert diags[0].code == "E001" and diags[0].message.startswith("unexpected `verify`")
+
+
+@pytest.mark.parametrize("loop,idle", [
+    ("repeat at most 2 { break if verifier == approve }", True),
+    ("repeat at most 3 { if verifier == reject { revise solver[2] } }", True),
+    ("repeat at most 2 { repeat at most 2 { break if verifier == approve verify verifier } }", True),
+    ("repeat at most 2 { if verifier == reject { verify verifier } else { break if verifier == approve } }", True),
+    ("repeat at most 2 { break if verifier == approve verify verifier }", False),
+    ("repeat at most 2 { if verifier == reject { verify verifier } else { revise solver } }", False),
+    ("repeat at most 2 { repeat at most 2 { verify verifier break if verifier == approve } }", False),
+])
+def test_a_loop_round_that_can_take_no_step_is_e055(template_dir, loop, idle):
+    """Such a round would come back to where it started with nothing changed (and leave the graph a
+    cycle without events); a `break` inside an inner loop leaves only the inner loop."""
+    text = BASE.replace("aggregate agg\n", f"verify verifier\n{loop}\naggregate agg\n")
+    codes = [(d.code, d.span.line) for d in analyze(text, "t.srpo", [template_dir]).diagnostics]
+    assert (("E055", 18) in codes) == idle, codes
+    assert ("E055", 18) in codes or analyze(text, "t.srpo", [template_dir]).graph is not None

@@ -50,9 +50,9 @@ def test_math_routed_by_hand():
     assert g.edges[node["route"], node["aggregate"]]["when"] == "router == STOP"
     assert g.edges[node["route"], node["parallel"]]["when"] == "router != STOP"
     assert g.edges[node["verify"], node["route"]]["when"] == "verifier != approve and loop < 4"
-    assert g.edges[node["verify"], node["route"]]["increment"] == ["L1"]
+    assert g.edges[node["verify"], node["route"]]["effects"] == [{"reset": [], "increment": ["L1"]}]
     assert g.edges[node["verify"], node["aggregate"]]["when"] == "verifier == approve or loop >= 4"
-    assert g.edges["start", node["route"]]["reset"] == ["L1"]
+    assert g.edges["start", node["route"]]["effects"] == [{"reset": ["L1"], "increment": []}]
 
 
 def test_search_routed_by_hand():
@@ -100,31 +100,54 @@ def test_quickstart_and_single_agent():
     assert (s.graph["max_events"], s.graph["max_calls"]) == (1, 1)
 
 
-def test_every_edge_guard_set_is_exhaustive_and_exclusive():
-    """At every node, for every assignment of the atoms, exactly one outgoing edge is taken."""
+def _assert_one_way_out(g):
+    """At every node, for every assignment of the atoms, the conjunctions that hold lead one way:
+    one target, one set of loop effects."""
     import itertools
 
-    for path in ALL:
-        g = load_graph(path)
-        for v in g.nodes:
-            outs = list(g.out_edges(v, data=True))
-            if not outs:
-                assert v == "end"
-                continue
-            atoms = {(a.get("var") or a["loop"], a["value"]) for _, _, d in outs for c in d["guard"] for a in c}
-            keys = sorted(atoms, key=str)
-            for values in itertools.product([True, False], repeat=len(keys)):
-                truth = dict(zip(keys, values))
+    for v in g.nodes:
+        outs = list(g.out_edges(v, data=True))
+        if not outs:
+            assert v == "end"
+            continue
+        atoms = {(a.get("var") or a["loop"], a["value"]) for _, _, d in outs for c in d["guard"] for a in c}
+        keys = sorted(atoms, key=str)
+        for values in itertools.product([True, False], repeat=len(keys)):
+            truth = dict(zip(keys, values))
 
-                def holds(a):
-                    t = truth[(a.get("var") or a["loop"], a["value"])]
-                    return t if a["op"] in ("==", "<") else not t
+            def holds(a):
+                t = truth[(a.get("var") or a["loop"], a["value"])]
+                return t if a["op"] in ("==", "<") else not t
 
-                taken = [d for _, _, d in outs if any(all(holds(a) for a in c) for c in d["guard"])]
-                consistent = all(sum(truth[k] for k in keys if k[0] == var and k in truth) <= 1
-                                 for var in {k[0] for k in keys if not str(k[0]).startswith("L")})
-                if consistent:
-                    assert len(taken) == 1, (path.name, v, truth)
+            ways = {(target, str(e)) for _, target, d in outs for c, e in zip(d["guard"], d["effects"])
+                    if all(holds(a) for a in c)}
+            consistent = all(sum(truth[k] for k in keys if k[0] == var and k in truth) <= 1
+                             for var in {k[0] for k in keys if not str(k[0]).startswith("L")})
+            if consistent:
+                assert len(ways) == 1, (g.graph["name"], v, truth, ways)
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_every_node_has_exactly_one_way_out(path):
+    _assert_one_way_out(load_graph(path))
+
+
+NESTED_BODIES = [
+    "repeat at most 2 { repeat at most 3 { verify verifier } }",
+    "repeat at most 2 { repeat at most 3 { verify verifier } until verifier == approve }",
+    "repeat at most 2 { break if verifier == approve repeat at most 2 { verify verifier } }",
+    "repeat at most 3 { repeat at most 2 { verify verifier } if verifier == reject { verify verifier } }",
+]
+
+
+@pytest.mark.parametrize("body", NESTED_BODIES)
+def test_nested_loops_compile_with_one_way_out(body):
+    text = WORKFLOWS.joinpath("math_fixed.srpo").read_text()
+    start, end = text.index("parallel solver"), text.index("aggregate aggregator")
+    text = text[:start] + "verify verifier\n" + body + "\n" + text[end:]
+    result = analyze(text, str(WORKFLOWS / "nested.srpo"))
+    assert result.graph is not None, result.diagnostics
+    _assert_one_way_out(result.graph)
 
 
 def test_hash_ignores_comments_and_whitespace_but_not_content():

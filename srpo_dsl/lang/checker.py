@@ -69,6 +69,26 @@ def _value(v: n.Value) -> object:
     return v.name if isinstance(v, n.Symbol) else v
 
 
+def _idle_ways(steps: tuple[n.Step, ...]) -> tuple[bool, bool]:
+    """Whether `steps` can be passed through, and whether a `break` can be taken, without a step that
+    acts (an event or a tool call)."""
+    idle, breaks = True, False
+    for s in steps:
+        if isinstance(s, n.Break):
+            breaks = True
+        elif isinstance(s, n.If):
+            (then_end, then_break), (else_end, else_break) = _idle_ways(s.then), _idle_ways(s.orelse)
+            idle, breaks = then_end or else_end, breaks or then_break or else_break
+        elif isinstance(s, n.Repeat):
+            body_end, body_break = _idle_ways(s.body)
+            idle = body_end or body_break  # a `break` inside leaves the inner loop only
+        else:
+            idle = False
+        if not idle:
+            break
+    return idle, breaks
+
+
 class _Checker:
     def __init__(self, program: n.Program, template_dirs: list[Path]):
         self.p = program
@@ -292,6 +312,9 @@ class _Checker:
                 self.error("E051", "loop bound must be at least 1", s.span)
             if not s.body:
                 self.error("E052", "empty loop", s.span)
+            elif _idle_ways(s.body)[0]:
+                self.error("E055", "a round of this loop can take no step: it would repeat unchanged", s.span,
+                           "make every round act, or leave the loop with `until` or `break if`")
             if s.bound and s.bound > 1:  # from the second round on, every agent of the body may have acted
                 for x in n.walk_steps(s.body):
                     if isinstance(x, n.EVENT_STEPS):

@@ -1,13 +1,16 @@
 """Checked program -> event graph (`networkx.DiGraph`), with static cost bounds and a stable hash.
 
-Control flow is first built on plain dicts in networkx's own layout, with `junction` helper nodes
-(loop heads and exits, branch joins); then every junction is contracted away: each predecessor is
-wired to each successor with the conjunction of both guards, so the graph holds only the node kinds
-of the contract. The `DiGraph` is filled with the result in one go.
-Edge guards are in disjunctive normal form: a list of conjunctions of atoms, where an atom is
-`{"var": AGENT, "op": "==" | "!=", "value": WORD}` (the agent's last verdict or route) or
-`{"loop": ID, "op": "<" | ">=", "value": N}` (the loop's 1-based iteration). Taking an edge
-applies `reset` (loop entered: iteration 1) and then `increment` (next iteration).
+Control flow is first built on plain dicts, with `junction` helper nodes (loop heads and exits,
+branch joins); then every junction is contracted away: each way into it is chained with each way
+out, so the graph holds only the node kinds of the contract. The `DiGraph` is filled in one go.
+
+An edge is taken along one of its *paths*: a conjunction of atoms that must all hold, and the loop
+effects of taking it: `reset` (the loop is entered: iteration 1), then `increment` (next iteration).
+An atom is `{"var": AGENT, "op": "==" | "!=", "value": WORD}` (the agent's last verdict or route)
+or `{"loop": ID, "op": "<" | ">=", "value": N}` (the loop's 1-based iteration). On the graph, the
+edge's `guard` lists the paths' conjunctions (disjunctive normal form) and `effects` their loop
+effects, in the same order: two ways between the same two nodes may change different counters
+(a nested loop's own round, or a round of the loop around it).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import networkx as nx
 
@@ -26,8 +30,34 @@ from srpo_dsl.lang.errors import Diagnostic, SrpoError
 GRAPH_SCHEMA = "srpo-graph/1"
 EVENT_KINDS = ("route", "parallel", "verify", "revise", "aggregate")
 
-Atom = dict
-Guard = list  # list[list[Atom]]: OR of ANDs; [[]] is "always"
+
+class Atom(NamedTuple):
+    """`name op value`: an agent's last verdict or route (`kind` "var"), or a loop's iteration ("loop")."""
+
+    kind: str
+    name: str
+    op: str
+    value: str | int
+
+    def negated(self) -> Atom:
+        return self._replace(op=_FLIP[self.op])
+
+    def to_dict(self) -> dict:
+        return {self.kind: self.name, "op": self.op, "value": self.value}
+
+
+_FLIP = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
+Conj = tuple[Atom, ...]  # all must hold; () always holds
+Guard = list[Conj]  # any may hold
+ALWAYS: Guard = [()]
+
+
+class Path(NamedTuple):
+    """One way along an edge: when every atom of `conj` holds; taking it applies `reset`, then `increment`."""
+
+    conj: Conj
+    reset: tuple[str, ...] = ()
+    increment: tuple[str, ...] = ()
 
 
 _TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|[A-Za-z0-9_.+-]+|[^\sA-Za-z0-9_.+-]')
@@ -39,41 +69,44 @@ def program_hash(program: n.Program) -> str:
     return hashlib.sha256("\x00".join(tokens).encode()).hexdigest()[:16]
 
 
-def _negate(atom: Atom) -> Atom:
-    flip = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
-    return {**atom, "op": flip[atom["op"]]}
-
-
-def _contradicts(conj: list[Atom]) -> bool:
+def _contradicts(conj: Conj) -> bool:
     for a in conj:
         for b in conj:
-            if a is b or a.get("var", a.get("loop")) != b.get("var", b.get("loop")):
+            if a is b or a.name != b.name or a.kind != b.kind:
                 continue
-            if "var" in a and ((a["op"] == "==" and b["op"] == "==" and a["value"] != b["value"])
-                               or (a["value"] == b["value"] and a["op"] != b["op"])):
+            if a.kind == "var" and ((a.op == "==" and b.op == "==" and a.value != b.value)
+                                    or (a.value == b.value and a.op != b.op)):
                 return True
-            if "loop" in a and a["value"] == b["value"] and a["op"] != b["op"]:
+            if a.kind == "loop" and a.value == b.value and a.op != b.op:
                 return True
     return False
 
 
-def _and(g1: Guard, g2: Guard) -> Guard:
-    # Guards never hold contradictory or repeated conjunctions, so `always` is the identity.
-    if g1 == [[]] or g2 == [[]]:
-        return [list(c) for c in (g2 if g1 == [[]] else g1)]
-    out: Guard = []
-    for c1 in g1:
-        for c2 in g2:
-            conj = list(c1) + [a for a in c2 if a not in c1]
-            if not _contradicts(conj) and conj not in out:
-                out.append(conj)
-    return out
+def _conj_and(c1: Conj, c2: Conj) -> Conj | None:
+    """Both conjunctions, or None when they cannot hold together."""
+    conj = c1 + tuple(a for a in c2 if a not in c1)
+    return None if _contradicts(conj) else conj
 
 
-def _or(g1: Guard, g2: Guard) -> Guard:
-    if [] in g1 or [] in g2:
-        return [[]]
-    return g1 + [c for c in g2 if c not in g1]
+def _chain(p1: Path, p2: Path) -> Path | None:
+    """`p1` into a junction, then `p2` out of it; None when both cannot hold."""
+    changed = p1.reset + p1.increment
+    if changed and any(a.kind == "loop" and a.name in changed for a in p2.conj):
+        raise AssertionError("a guard would read a loop counter its edge just changed")  # the checker's E055
+    conj = _conj_and(p1.conj, p2.conj)
+    return None if conj is None else Path(conj, p1.reset + p2.reset, p1.increment + p2.increment)
+
+
+def _add_path(paths: list[Path], p: Path) -> None:
+    """Add a way along an edge: ways with the same effects merge by `or` (`always` absorbs the others)."""
+    same = [q for q in paths if (q.reset, q.increment) == (p.reset, p.increment)]
+    if p in same or any(not q.conj for q in same):
+        return
+    if not p.conj:
+        paths[:] = [q for q in paths if q not in same]
+    elif any(q.conj == p.conj for q in paths):
+        raise AssertionError("one condition with two different loop effects")
+    paths.append(p)
 
 
 @dataclass
@@ -95,17 +128,14 @@ class Cost:
                     max(self.tokens, o.tokens))
 
 
-Edge = dict  # {"guard": Guard, "reset": [loop id], "increment": [loop id]}, then "when": str
-
-
 class _Compiler:
     def __init__(self, checked: Checked):
         self.c = checked
-        # The graph in networkx's dict-of-dict layout, junctions included until they are contracted:
-        # nodes[v] = attributes, succ[u][v] = pred[v][u] = the edge's attributes, in order of creation.
+        # The graph, junctions included until they are contracted: nodes[v] = attributes,
+        # succ[u][v] = pred[v][u] = the edge's paths, in order of creation.
         self.nodes: dict[str, dict] = {}
-        self.succ: dict[str, dict[str, Edge]] = {}
-        self.pred: dict[str, dict[str, Edge]] = {}
+        self.succ: dict[str, dict[str, list[Path]]] = {}
+        self.pred: dict[str, dict[str, list[Path]]] = {}
         self.junctions: list[str] = []
         self.inside: dict[str, frozenset[str]] = {}  # node -> the loops enclosing it
         self.count = {"n": 0, "j": 0, "L": 0}
@@ -137,21 +167,23 @@ class _Compiler:
     def junction(self) -> str:
         return self._add(self._new("j"), None)
 
-    def edge(self, u: str, v: str, guard: Guard | None = None, reset: Sequence[str] = (),
+    def edge(self, u: str, v: str, guard: Guard = ALWAYS, reset: Sequence[str] = (),
              increment: Sequence[str] = ()) -> None:
-        guard = [[]] if guard is None else guard
-        # A counter only matters inside its loop; re-entry resets it. Dropping dead effects lets
-        # a `break` path and a loop-exit path to the same target merge into one edge.
+        self.paths(u, v, [Path(conj, tuple(reset), tuple(increment)) for conj in guard])
+
+    def paths(self, u: str, v: str, new: list[Path]) -> None:
+        """Add ways from `u` to `v` (one edge holds them all)."""
+        paths = self.succ[u].get(v)
+        if paths is None:
+            paths = self.succ[u][v] = self.pred[v][u] = []
         inside = self.inside[v]
-        reset = [x for x in reset if x in inside] if reset else []
-        increment = [x for x in increment if x in inside] if increment else []
-        data = self.succ[u].get(v)
-        if data is None:
-            self.succ[u][v] = self.pred[v][u] = {"guard": guard, "reset": reset, "increment": increment}
-        elif (data["reset"], data["increment"]) != (reset, increment):
-            raise AssertionError(f"edges {u}->{v} merge with different loop effects")
-        else:
-            data["guard"] = _or(data["guard"], guard)
+        for p in new:
+            # A counter only matters inside its loop; re-entry resets it. Dropping dead effects lets
+            # a `break` path and a loop-exit path to the same target merge into one.
+            if (p.reset or p.increment) and not set(p.reset + p.increment) <= inside:
+                p = p._replace(reset=tuple(x for x in p.reset if x in inside),
+                               increment=tuple(x for x in p.increment if x in inside))
+            _add_path(paths, p)
 
     # ---- steps ---------------------------------------------------------------
     def event_node(self, s: n.Step, kind: str) -> str:
@@ -196,28 +228,28 @@ class _Compiler:
             tail = self.block(s.body, head, loops + [(lid, out)])
             self.open_loops.pop()
             self.enclosing = frozenset(self.open_loops)
-            more: Guard = [[{"loop": lid, "op": "<", "value": s.bound}]]
+            more = Atom("loop", lid, "<", s.bound)
             if s.until:
-                hit = {"var": s.until.agent.name, "op": "==", "value": s.until.word.name}
-                self.edge(tail, head, _and([[_negate(hit)]], more), increment=(lid,))
-                self.edge(tail, out, _or([[hit]], [[_negate(more[0][0])]]))
+                hit = Atom("var", s.until.agent.name, "==", s.until.word.name)
+                self.edge(tail, head, [(hit.negated(), more)], increment=(lid,))
+                self.edge(tail, out, [(hit,), (more.negated(),)])
             else:
-                self.edge(tail, head, more, increment=(lid,))
-                self.edge(tail, out, [[_negate(more[0][0])]])
+                self.edge(tail, head, [(more,)], increment=(lid,))
+                self.edge(tail, out, [(more.negated(),)])
             return out
         if isinstance(s, n.If):
-            hit = {"var": s.cond.agent.name, "op": s.cond.op, "value": s.cond.word.name}
+            hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
             then_j, else_j, join = self.junction(), self.junction(), self.junction()
-            self.edge(src, then_j, [[hit]])
-            self.edge(src, else_j, [[_negate(hit)]])
+            self.edge(src, then_j, [(hit,)])
+            self.edge(src, else_j, [(hit.negated(),)])
             self.edge(self.block(s.then, then_j, loops), join)
             self.edge(self.block(s.orelse, else_j, loops), join)
             return join
         if isinstance(s, n.Break):
-            hit = {"var": s.cond.agent.name, "op": s.cond.op, "value": s.cond.word.name}
+            hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
             cont = self.junction()
-            self.edge(src, loops[-1][1], [[hit]])
-            self.edge(src, cont, [[_negate(hit)]])
+            self.edge(src, loops[-1][1], [(hit,)])
+            self.edge(src, cont, [(hit.negated(),)])
             return cont
         if isinstance(s, n.CallTool):
             kind, opts = self.c.tools[s.tool.name]
@@ -231,11 +263,11 @@ class _Compiler:
         v = self.event_node(s, kind)
         self.edge(src, v)
         if isinstance(s, n.Route):
-            stop = {"var": s.agent.name, "op": "==", "value": "STOP"}
+            stop = Atom("var", s.agent.name, "==", "STOP")
             target = loops[-1][1] if loops else stops.setdefault(s.agent.name, self.junction())
             cont = self.junction()
-            self.edge(v, target, [[stop]])
-            self.edge(v, cont, [[_negate(stop)]])
+            self.edge(v, target, [(stop,)])
+            self.edge(v, cont, [(stop.negated(),)])
             return cont
         if isinstance(s, n.Parallel) and s.by is not None and s.by.name in stops:
             join = self.junction()
@@ -254,27 +286,28 @@ class _Compiler:
                 del self.succ[u][j]
             for v in outs:
                 del self.pred[v][j]
-            for u, d1 in ins.items():
-                touched = d1["reset"] + d1["increment"]
-                for v, d2 in outs.items():
-                    if touched and any(a.get("loop") in touched for conj in d2["guard"] for a in conj):
-                        raise AssertionError("a guard would read a loop counter its edge just changed")
-                    guard = _and(d1["guard"], d2["guard"])
-                    if guard:
-                        self.edge(u, v, guard, d1["reset"] + d2["reset"], d1["increment"] + d2["increment"])
+            for u, into in ins.items():
+                for v, out_of in outs.items():
+                    chained = [p for p in (_chain(p1, p2) for p1 in into for p2 in out_of) if p is not None]
+                    if chained:
+                        self.paths(u, v, chained)
 
     def atom_text(self, a: Atom) -> str:
-        if "loop" in a:
-            name = "loop" if len(self.loop_names) == 1 else f"loop{a['loop'][1:]}"
-            return f"{name} {a['op']} {a['value']}"
-        return f"{a['var']} {a['op']} {a['value']}"
+        if a.kind == "loop":
+            return f"{'loop' if len(self.loop_names) == 1 else 'loop' + a.name[1:]} {a.op} {a.value}"
+        return f"{a.name} {a.op} {a.value}"
 
-    def when(self, guard: Guard) -> str:
+    def when(self, paths: list[Path]) -> str:
         """The guard as text: `always`, `a == x`, `(a == x and loop < 3) or b != y`, ..."""
-        if guard == [[]]:
+        conj = [" and ".join([self.atom_text(a) for a in p.conj]) for p in paths]
+        if conj == [""]:
             return "always"
-        conj = [" and ".join([self.atom_text(a) for a in c]) for c in guard]
         return conj[0] if len(conj) == 1 else " or ".join([f"({c})" if " and " in c else c for c in conj])
+
+    def edge_attrs(self, paths: list[Path]) -> dict:
+        return {"guard": [[a.to_dict() for a in p.conj] for p in paths],
+                "effects": [{"reset": list(p.reset), "increment": list(p.increment)} for p in paths],
+                "when": self.when(paths)}
 
     # ---- bounds --------------------------------------------------------------
     def cost(self, steps: tuple[n.Step, ...]) -> Cost:
@@ -301,12 +334,9 @@ class _Compiler:
         end = self._add("end", {"kind": "end", "label": "end"})
         self.edge(tail, end)
         self.contract_junctions()
-        for out in self.succ.values():
-            for data in out.values():
-                data["when"] = self.when(data["guard"])
         g = nx.DiGraph()
         g.add_nodes_from(self.nodes.items())
-        g.add_edges_from((u, v, data) for u, out in self.succ.items() for v, data in out.items())
+        g.add_edges_from((u, v, self.edge_attrs(paths)) for u, out in self.succ.items() for v, paths in out.items())
         bounds = self.cost(p.steps)
         c = self.c
         g.graph.update(

@@ -78,15 +78,16 @@ class Executor:
         return same if atom["op"] == "==" else not same
 
     def _follow(self, ep: Episode) -> None:
-        """Take the one outgoing edge whose guard holds; apply its loop effects."""
+        """Take the one way out whose conjunction holds; apply its loop effects."""
         for _, target, data in self.g.out_edges(ep.node, data=True):
-            if any(all(self._holds(ep, a) for a in conj) for conj in data["guard"]):
-                for loop in data["reset"]:
-                    ep.loops[loop] = 1
-                for loop in data["increment"]:
-                    ep.loops[loop] = ep.loops.get(loop, 1) + 1
-                ep.node = target
-                return
+            for conj, effects in zip(data["guard"], data["effects"]):
+                if all(self._holds(ep, a) for a in conj):
+                    for loop in effects["reset"]:
+                        ep.loops[loop] = 1
+                    for loop in effects["increment"]:
+                        ep.loops[loop] = ep.loops.get(loop, 1) + 1
+                    ep.node = target
+                    return
         raise RuntimeError(f"no edge out of {ep.node} holds in state {ep.state}")  # the compiler prevents it
 
     def _advance(self, ep: Episode, on_done: Callable[[Episode], None] | None) -> None:
