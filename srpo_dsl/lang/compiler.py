@@ -1,8 +1,10 @@
 """Checked program -> event graph (`networkx.DiGraph`), with static cost bounds and a stable hash.
 
-Control flow is first built on plain dicts, with `junction` helper nodes (loop heads and exits,
-branch joins); then every junction is contracted away: each way into it is chained with each way
-out, so the graph holds only the node kinds of the contract. The `DiGraph` is filled in one go.
+Control flow is compiled as a *frontier*: the ways that leave the steps compiled so far and wait
+for the next node (a branch adds its condition to them, a `break` or a router's STOP sends them to
+the loop's exit). A loop's head is not a node: the ways into the loop, and the ways back from the
+end of its body, are each chained with the ways from the head to the body's first nodes. So the
+graph holds only the node kinds of the contract.
 
 An edge is taken along one of its *paths*: a conjunction of atoms that must all hold, and the loop
 effects of taking it: `reset` (the loop is entered: iteration 1), then `increment` (next iteration).
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,8 +49,6 @@ class Atom(NamedTuple):
 
 _FLIP = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
 Conj = tuple[Atom, ...]  # all must hold; () always holds
-Guard = list[Conj]  # any may hold
-ALWAYS: Guard = [()]
 
 
 class Path(NamedTuple):
@@ -89,7 +88,7 @@ def _conj_and(c1: Conj, c2: Conj) -> Conj | None:
 
 
 def _chain(p1: Path, p2: Path) -> Path | None:
-    """`p1` into a junction, then `p2` out of it; None when both cannot hold."""
+    """`p1`, then `p2` (through a loop's head); None when both cannot hold."""
     changed = p1.reset + p1.increment
     if changed and any(a.kind == "loop" and a.name in changed for a in p2.conj):
         raise AssertionError("a guard would read a loop counter its edge just changed")  # the checker's E055
@@ -128,17 +127,28 @@ class Cost:
                     max(self.tokens, o.tokens))
 
 
+Way = tuple[str, Path]  # a way from a node (or a loop's head: its id) still waiting for its target
+Frontier = list[Way]
+
+
+def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
+    """The ways on which `atom` also holds."""
+    out = []
+    for u, p in frontier:
+        conj = _conj_and(p.conj, (atom,))
+        if conj is not None:
+            out.append((u, Path(conj, p.reset, p.increment)))
+    return out
+
+
 class _Compiler:
     def __init__(self, checked: Checked):
         self.c = checked
-        # The graph, junctions included until they are contracted: nodes[v] = attributes,
-        # succ[u][v] = pred[v][u] = the edge's paths, in order of creation.
-        self.nodes: dict[str, dict] = {}
-        self.succ: dict[str, dict[str, list[Path]]] = {}
-        self.pred: dict[str, dict[str, list[Path]]] = {}
-        self.junctions: list[str] = []
+        self.nodes: dict[str, dict] = {}  # node -> attributes
+        self.succ: dict[str, dict[str, list[Path]]] = {}  # u -> v -> the paths of edge u->v
         self.inside: dict[str, frozenset[str]] = {}  # node -> the loops enclosing it
-        self.count = {"n": 0, "j": 0, "L": 0}
+        self.heads: dict[str, Frontier] = {}  # loop -> the ways from its head to the first nodes of its body
+        self.count = {"n": 0, "L": 0}
         self.event_types: dict[str, int] = {}
         self.loop_names: dict[str, int] = {}
         self.open_loops: list[str] = []  # loops enclosing the node being built, innermost last
@@ -149,13 +159,9 @@ class _Compiler:
         self.count[prefix] += 1
         return f"{prefix}{self.count[prefix]}"
 
-    def _add(self, nid: str, attrs: dict | None) -> str:
-        """Node `nid` with `attrs`, or a junction when `attrs` is None."""
-        if attrs is None:
-            self.junctions.append(nid)
-        else:
-            self.nodes[nid] = attrs
-        self.succ[nid], self.pred[nid] = {}, {}
+    def _add(self, nid: str, attrs: dict) -> str:
+        self.nodes[nid] = attrs
+        self.succ[nid] = {}
         self.inside[nid] = self.enclosing
         return nid
 
@@ -164,28 +170,34 @@ class _Compiler:
         return self._add(self._new("n"), {"kind": kind, "span": str(span), "line": span.line, "col": span.col,
                                           "loop": loop, **attrs})
 
-    def junction(self) -> str:
-        return self._add(self._new("j"), None)
-
-    def edge(self, u: str, v: str, guard: Guard = ALWAYS, reset: Sequence[str] = (),
-             increment: Sequence[str] = ()) -> None:
-        self.paths(u, v, [Path(conj, tuple(reset), tuple(increment)) for conj in guard])
-
-    def paths(self, u: str, v: str, new: list[Path]) -> None:
-        """Add ways from `u` to `v` (one edge holds them all)."""
-        paths = self.succ[u].get(v)
-        if paths is None:
-            paths = self.succ[u][v] = self.pred[v][u] = []
+    def connect(self, frontier: Frontier, v: str) -> None:
+        """Lead every waiting way to node `v`."""
         inside = self.inside[v]
-        for p in new:
+        for u, p in frontier:
+            if u in self.heads:  # from a loop's head: the loop's entry and rounds are chained with it later
+                self.heads[u].append((v, p))
+                continue
             # A counter only matters inside its loop; re-entry resets it. Dropping dead effects lets
             # a `break` path and a loop-exit path to the same target merge into one.
             if (p.reset or p.increment) and not set(p.reset + p.increment) <= inside:
                 p = p._replace(reset=tuple(x for x in p.reset if x in inside),
                                increment=tuple(x for x in p.increment if x in inside))
-            _add_path(paths, p)
+            paths = self.succ[u].get(v)
+            if paths is None:
+                self.succ[u][v] = [p]
+            else:
+                _add_path(paths, p)
 
-    # ---- steps ---------------------------------------------------------------
+    def through(self, frontier: Frontier, loop: str) -> None:
+        """Lead `frontier` (into the loop, or back from the end of its body) through the loop's head."""
+        for u, p in frontier:
+            if u == loop:
+                raise AssertionError("a loop round without a step")  # the checker's E055
+            for v, q in self.heads[loop]:
+                chained = _chain(p, q)
+                if chained is not None:
+                    self.connect([(u, chained)], v)
+
     def event_node(self, s: n.Step, kind: str) -> str:
         name = s.agent.name  # type: ignore[union-attr]
         agent = self.c.agents[name]
@@ -208,89 +220,69 @@ class _Compiler:
             "temperature": agent.temperature, "top_p": agent.top_p, "pool_size": agent.replicas,
         })
 
-    def block(self, steps: tuple[n.Step, ...], src: str, loops: list[tuple[str, str]]) -> str:
-        stops: dict[str, str] = {}  # router -> junction its STOP jumps to (outside loops)
-        for s in steps:
-            src = self.step(s, src, loops, stops)
-        for j in stops.values():  # a STOP with no routed step after it continues here
-            self.edge(j, src) if j != src else None
-        return src
+    def block(self, steps: tuple[n.Step, ...], frontier: Frontier, exits: list[Frontier]) -> Frontier:
+        """Compile `steps` after `frontier`; `exits` collects the ways out of each enclosing loop.
 
-    def step(self, s: n.Step, src: str, loops: list[tuple[str, str]], stops: dict[str, str]) -> str:
+        A router's STOP leaves the innermost loop; outside loops it skips past the router's next routed
+        step in this block (and skips nothing when there is none).
+        """
+        last_routed = {s.by.name: i for i, s in enumerate(steps) if isinstance(s, n.Parallel) and s.by}
+        stops: dict[str, Frontier] = {}  # router -> its STOP ways, waiting to skip past its routed step
+        for i, s in enumerate(steps):
+            frontier = self.step(s, frontier, exits)
+            if isinstance(s, n.Route) and (exits or last_routed.get(s.agent.name, -1) > i):
+                stop = Atom("var", s.agent.name, "==", "STOP")
+                (exits[-1] if exits else stops.setdefault(s.agent.name, [])).extend(_restrict(frontier, stop))
+                frontier = _restrict(frontier, stop.negated())
+            elif isinstance(s, n.Parallel) and s.by is not None and s.by.name in stops:
+                frontier = frontier + stops.pop(s.by.name)
+        return frontier
+
+    def step(self, s: n.Step, frontier: Frontier, exits: list[Frontier]) -> Frontier:
         if isinstance(s, n.Repeat):
             lid = self._new("L")
             self.loop_names[lid] = s.bound or 0
-            out = self.junction()
+            self.heads[lid] = []
             self.open_loops.append(lid)
             self.enclosing = frozenset(self.open_loops)
-            head = self.junction()
-            self.edge(src, head, reset=(lid,))
-            tail = self.block(s.body, head, loops + [(lid, out)])
+            out: Frontier = []
+            tail = self.block(s.body, [(lid, Path(()))], exits + [out])
             self.open_loops.pop()
             self.enclosing = frozenset(self.open_loops)
             more = Atom("loop", lid, "<", s.bound)
             if s.until:
                 hit = Atom("var", s.until.agent.name, "==", s.until.word.name)
-                self.edge(tail, head, [(hit.negated(), more)], increment=(lid,))
-                self.edge(tail, out, [(hit,), (more.negated(),)])
+                back = _restrict(_restrict(tail, hit.negated()), more)
+                out += _restrict(tail, hit) + _restrict(tail, more.negated())
             else:
-                self.edge(tail, head, [(more,)], increment=(lid,))
-                self.edge(tail, out, [(more.negated(),)])
-            return out
+                back = _restrict(tail, more)
+                out += _restrict(tail, more.negated())
+            into = [(u, Path(p.conj, p.reset + (lid,), p.increment)) for u, p in frontier]
+            into += [(u, Path(p.conj, p.reset, p.increment + (lid,))) for u, p in back]
+            self.through(into, lid)
+            # a `break` before any step leaves from wherever the loop was entered or went round
+            direct = [q for u, q in out if u == lid]
+            return [w for w in out if w[0] != lid] + [(u, c) for u, p in into for q in direct
+                                                     if (c := _chain(p, q)) is not None]
         if isinstance(s, n.If):
             hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
-            then_j, else_j, join = self.junction(), self.junction(), self.junction()
-            self.edge(src, then_j, [(hit,)])
-            self.edge(src, else_j, [(hit.negated(),)])
-            self.edge(self.block(s.then, then_j, loops), join)
-            self.edge(self.block(s.orelse, else_j, loops), join)
-            return join
+            return (self.block(s.then, _restrict(frontier, hit), exits)
+                    + self.block(s.orelse, _restrict(frontier, hit.negated()), exits))
         if isinstance(s, n.Break):
             hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
-            cont = self.junction()
-            self.edge(src, loops[-1][1], [(hit,)])
-            self.edge(src, cont, [(hit.negated(),)])
-            return cont
+            exits[-1] += _restrict(frontier, hit)
+            return _restrict(frontier, hit.negated())
         if isinstance(s, n.CallTool):
             kind, opts = self.c.tools[s.tool.name]
             pool = self.c.agents[s.agent.name].replicas
-            t = self.node("tool", s.span, {"label": f"call {s.tool.name} on {s.agent.name}", "tool": s.tool.name,
+            v = self.node("tool", s.span, {"label": f"call {s.tool.name} on {s.agent.name}", "tool": s.tool.name,
                                            "tool_kind": kind, "on": s.agent.name, "top_k": opts["top_k"],
                                            "max_calls": pool})
-            self.edge(src, t)
-            return t
-        kind = type(s).__name__.lower()
-        v = self.event_node(s, kind)
-        self.edge(src, v)
-        if isinstance(s, n.Route):
-            stop = Atom("var", s.agent.name, "==", "STOP")
-            target = loops[-1][1] if loops else stops.setdefault(s.agent.name, self.junction())
-            cont = self.junction()
-            self.edge(v, target, [(stop,)])
-            self.edge(v, cont, [(stop.negated(),)])
-            return cont
-        if isinstance(s, n.Parallel) and s.by is not None and s.by.name in stops:
-            join = self.junction()
-            self.edge(v, join)
-            self.edge(stops.pop(s.by.name), join)
-            return join
-        return v
-
-    # ---- junction contraction -----------------------------------------------
-    def contract_junctions(self) -> None:
-        for j in self.junctions:
-            ins, outs = self.pred.pop(j), self.succ.pop(j)
-            if j in outs:
-                raise AssertionError("junction loops onto itself")
-            for u in ins:
-                del self.succ[u][j]
-            for v in outs:
-                del self.pred[v][j]
-            for u, into in ins.items():
-                for v, out_of in outs.items():
-                    chained = [p for p in (_chain(p1, p2) for p1 in into for p2 in out_of) if p is not None]
-                    if chained:
-                        self.paths(u, v, chained)
+            self.connect(frontier, v)
+            return [(v, Path(()))]
+        v = self.event_node(s, type(s).__name__.lower())
+        self.connect(frontier, v)
+        return [(v, Path(()))]
 
     def atom_text(self, a: Atom) -> str:
         if a.kind == "loop":
@@ -330,10 +322,8 @@ class _Compiler:
     def run(self) -> nx.DiGraph:
         p = self.c.program
         start = self._add("start", {"kind": "start", "label": "start"})
-        tail = self.block(p.steps, start, [])
-        end = self._add("end", {"kind": "end", "label": "end"})
-        self.edge(tail, end)
-        self.contract_junctions()
+        tail = self.block(p.steps, [(start, Path(()))], [])
+        self.connect(tail, self._add("end", {"kind": "end", "label": "end"}))
         g = nx.DiGraph()
         g.add_nodes_from(self.nodes.items())
         g.add_edges_from((u, v, self.edge_attrs(paths)) for u, out in self.succ.items() for v, paths in out.items())
