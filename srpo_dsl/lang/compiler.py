@@ -82,7 +82,9 @@ def _contradicts(conj: Conj) -> bool:
 
 
 def _conj_and(c1: Conj, c2: Conj) -> Conj | None:
-    """Both conjunctions, or None when they cannot hold together."""
+    """Both conjunctions, or None when they cannot hold together (each alone can)."""
+    if not c1 or not c2:
+        return c1 or c2
     conj = c1 + tuple(a for a in c2 if a not in c1)
     return None if _contradicts(conj) else conj
 
@@ -127,6 +129,7 @@ class Cost:
                     max(self.tokens, o.tokens))
 
 
+_ALWAYS = [Path(())]
 Way = tuple[str, Path]  # a way from a node (or a loop's head: its id) still waiting for its target
 Frontier = list[Way]
 
@@ -239,6 +242,10 @@ class _Compiler:
         return frontier
 
     def step(self, s: n.Step, frontier: Frontier, exits: list[Frontier]) -> Frontier:
+        if isinstance(s, n.EVENT_STEPS):
+            v = self.event_node(s, type(s).__name__.lower())
+            self.connect(frontier, v)
+            return [(v, Path(()))]
         if isinstance(s, n.Repeat):
             lid = self._new("L")
             self.loop_names[lid] = s.bound or 0
@@ -272,15 +279,12 @@ class _Compiler:
             hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
             exits[-1] += _restrict(frontier, hit)
             return _restrict(frontier, hit.negated())
-        if isinstance(s, n.CallTool):
-            kind, opts = self.c.tools[s.tool.name]
-            pool = self.c.agents[s.agent.name].replicas
-            v = self.node("tool", s.span, {"label": f"call {s.tool.name} on {s.agent.name}", "tool": s.tool.name,
-                                           "tool_kind": kind, "on": s.agent.name, "top_k": opts["top_k"],
-                                           "max_calls": pool})
-            self.connect(frontier, v)
-            return [(v, Path(()))]
-        v = self.event_node(s, type(s).__name__.lower())
+        assert isinstance(s, n.CallTool)
+        kind, opts = self.c.tools[s.tool.name]
+        pool = self.c.agents[s.agent.name].replicas
+        v = self.node("tool", s.span, {"label": f"call {s.tool.name} on {s.agent.name}", "tool": s.tool.name,
+                                       "tool_kind": kind, "on": s.agent.name, "top_k": opts["top_k"],
+                                       "max_calls": pool})
         self.connect(frontier, v)
         return [(v, Path(()))]
 
@@ -297,6 +301,8 @@ class _Compiler:
         return conj[0] if len(conj) == 1 else " or ".join([f"({c})" if " and " in c else c for c in conj])
 
     def edge_attrs(self, paths: list[Path]) -> dict:
+        if paths == _ALWAYS:  # most edges
+            return {"guard": [[]], "effects": [{"reset": [], "increment": []}], "when": "always"}
         return {"guard": [[a.to_dict() for a in p.conj] for p in paths],
                 "effects": [{"reset": list(p.reset), "increment": list(p.increment)} for p in paths],
                 "when": self.when(paths)}

@@ -38,28 +38,37 @@ class ScanLexer(Lexer):
             else:
                 self.keywords[owner.name, t.pattern.value] = t.name
         self.keyword_owners = frozenset(owner for owner, _ in self.keywords)
-        self.ignore = frozenset(conf.ignore)
-        self.allowed = frozenset(t.name for t in terminals) - self.ignore
-        self.scanner = re.compile("|".join(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in scanned),
-                                  conf.g_regex_flags)
+        ignore = frozenset(conf.ignore)
+        self.allowed = frozenset(t.name for t in terminals) - ignore
+        # Ignored text (spaces, comments) is skipped by the same match as the token after it, greedily
+        # and without giving back (a lookahead is atomic): `#0` stays a comment, as in Lark.
+        skip = "(?:" + "|".join(t.pattern.to_regexp() for t in scanned if t.name in ignore) + ")*"
+        self.skip = re.compile(skip, conf.g_regex_flags)
+        self.scanner = re.compile(f"(?=(?P<_skipped>{skip}))(?P=_skipped)(?:" + "|".join(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in scanned
+                                                          if t.name not in ignore) + ")", conf.g_regex_flags)
 
     def lex(self, lexer_state: LexerState, parser_state: Any) -> Iterator[Token]:
         text = lexer_state.text.text
         pos, line, line_start = 0, 1, 0  # line_start: offset of the current line's first character
-        keywords, owners, ignore, new = self.keywords, self.keyword_owners, self.ignore, Token._future_new
+        keywords, owners, new = self.keywords, self.keyword_owners, str.__new__
         for m in self.scanner.finditer(text):
-            start = m.start()
-            if start != pos:
+            if m.start() != pos:
                 break
-            kind, value = m.lastgroup, m.group()
-            first, col, pos = line, start - line_start + 1, m.end()
+            kind = m.lastgroup
+            start, end = m.span(kind)
+            if text.count("\n", pos, start):  # in the skipped text
+                line, line_start = line + text.count("\n", pos, start), text.rindex("\n", pos, start) + 1
+            value, first, col, pos = m.group(kind), line, start - line_start + 1, end
             if "\n" in value:
                 line, line_start = line + value.count("\n"), start + value.rindex("\n") + 1
-            if kind in ignore:
-                continue
             if kind in owners:
                 kind = keywords.get((kind, value), kind)
-            yield new(kind, value, start, first, col, line, pos - line_start + 1, pos)
-        if pos != len(text):
-            raise UnexpectedCharacters(text, pos, line, pos - line_start + 1, allowed=self.allowed,
+            tok = new(Token, value)  # what `Token(...)` does, without its argument handling
+            tok.type, tok.value, tok.start_pos, tok.end_pos = kind, value, start, pos
+            tok.line, tok.column, tok.end_line, tok.end_column = first, col, line, pos - line_start + 1
+            yield tok
+        stop = self.skip.match(text, pos).end()  # trailing spaces and comments, or where nothing matches
+        if stop != len(text):
+            line, line_start = line + text.count("\n", pos, stop), text.rfind("\n", 0, stop) + 1
+            raise UnexpectedCharacters(text, stop, line, stop - line_start + 1, allowed=self.allowed,
                                        state=parser_state)
