@@ -191,15 +191,20 @@ class _Compiler:
             else:
                 _add_path(paths, p)
 
-    def through(self, frontier: Frontier, loop: str) -> None:
-        """Lead `frontier` (into the loop, or back from the end of its body) through the loop's head."""
+    def through(self, frontier: Frontier, loop: str, exits: Frontier) -> Frontier:
+        """Lead `frontier` (into the loop, or back from the end of its body) through the loop's head to
+        the body's first nodes. Return the loop's `exits`, where those that leave straight from its
+        head (a `break` before any step) are chained likewise."""
+        if any(u == loop for u, _ in frontier):
+            raise AssertionError("a loop round without a step")  # the checker's E055
+        out = [w for w in exits if w[0] != loop]
+        leave = [q for u, q in exits if u == loop]
         for u, p in frontier:
-            if u == loop:
-                raise AssertionError("a loop round without a step")  # the checker's E055
             for v, q in self.heads[loop]:
-                chained = _chain(p, q)
-                if chained is not None:
+                if (chained := _chain(p, q)) is not None:
                     self.connect([(u, chained)], v)
+            out += [(u, chained) for q in leave if (chained := _chain(p, q)) is not None]
+        return out
 
     def event_node(self, s: n.Step, kind: str) -> str:
         name = s.agent.name  # type: ignore[union-attr]
@@ -266,11 +271,7 @@ class _Compiler:
                 out += _restrict(tail, more.negated())
             into = [(u, Path(p.conj, p.reset + (lid,), p.increment)) for u, p in frontier]
             into += [(u, Path(p.conj, p.reset, p.increment + (lid,))) for u, p in back]
-            self.through(into, lid)
-            # a `break` before any step leaves from wherever the loop was entered or went round
-            direct = [q for u, q in out if u == lid]
-            return [w for w in out if w[0] != lid] + [(u, c) for u, p in into for q in direct
-                                                     if (c := _chain(p, q)) is not None]
+            return self.through(into, lid, out)
         if isinstance(s, n.If):
             hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
             return (self.block(s.then, _restrict(frontier, hit), exits)
