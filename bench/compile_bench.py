@@ -46,17 +46,30 @@ def generate(n_agents: int, n_steps: int) -> str:
 
 
 def measure(text: str, folder: Path, repeats: int) -> tuple[float, float, float, int]:
-    times = []
+    """Time each compile alone: the previous result is dropped first, as a one-file process would."""
+    times, nodes = [], 0
     for _ in range(repeats):
         t0 = time.perf_counter()
         result = analyze(text, str(folder / "gen.srpo"))
         times.append(time.perf_counter() - t0)
-    assert result.graph is not None, result.diagnostics[:3]
+        assert result.graph is not None, result.diagnostics[:3]
+        nodes = result.graph.number_of_nodes()
+        del result
     tracemalloc.start()
     analyze(text, str(folder / "gen.srpo"))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return statistics.median(times), min(times), peak / 2**20, result.graph.number_of_nodes()
+    return statistics.median(times), min(times), peak / 2**20, nodes
+
+
+def reference_ms() -> float:
+    """Median time of a fixed pure-Python loop, to compare runs taken while the machine ran at other speeds."""
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        sum(i * i for i in range(1_000_000))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
 
 
 def main() -> None:
@@ -69,7 +82,8 @@ def main() -> None:
         (folder / "p.j2").write_text("{{ task.question }}{% for o in team_context %}{{ o.text }}{% endfor %}")
         analyze(generate(5, 10), str(folder / "warm.srpo"))  # build the parser tables once
         print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}, "
-              f"Python {platform.python_version()}")
+              f"Python {platform.python_version()}; reference loop {reference_ms():.0f} ms "
+              "(a fixed pure-Python workload: how fast the machine is right now)")
         print("| agents | steps | lines | graph nodes | median (s) | best (s) | µs / line (median) | peak memory (MiB) |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for agents, steps in sizes:

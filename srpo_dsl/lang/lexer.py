@@ -56,8 +56,9 @@ class ScanLexer(Lexer):
                 break
             kind = m.lastgroup
             start, end = m.span(kind)
-            if text.count("\n", pos, start):  # in the skipped text
-                line, line_start = line + text.count("\n", pos, start), text.rindex("\n", pos, start) + 1
+            skipped_lines = text.count("\n", pos, start)
+            if skipped_lines:
+                line, line_start = line + skipped_lines, text.rindex("\n", pos, start) + 1
             value, first, col, pos = m.group(kind), line, start - line_start + 1, end
             if "\n" in value:
                 line, line_start = line + value.count("\n"), start + value.rindex("\n") + 1

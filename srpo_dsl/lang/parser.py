@@ -93,7 +93,9 @@ class _Build:
     source = ""
 
     def _span(self, first: Token, items: list) -> Span:
-        last = next(x for x in reversed(items) if x is not None)
+        last = items[-1]
+        if last is None:  # an absent `[x]` at the end
+            last = next(x for x in reversed(items) if x is not None)
         if isinstance(last, _Part):
             last = last.last
         end = (last.end_line, last.end_column) if isinstance(last, Token) else (last.span.end_line,
