@@ -33,9 +33,14 @@ def generate(n_agents: int, n_steps: int) -> str:
     steps, k = 0, 0
     while steps < n_steps:
         c, w = k % n_ctrl, k % n_agents
-        out += [f"repeat at most 3 {{", f"  route r{c}", f"  parallel w{c} by r{c}", f"  verify v{c}",
-                f"  if v{c} == reject {{ parallel w{w} }} else {{ revise w{w}[2] }}",
-                f"}} until v{c} == approve"]
+        out += [
+            "repeat at most 3 {",
+            f"  route r{c}",
+            f"  parallel w{c} by r{c}",
+            f"  verify v{c}",
+            f"  if v{c} == reject {{ parallel w{w} }} else {{ revise w{w}[2] }}",
+            f"}} until v{c} == approve",
+        ]
         steps += 6
         k += 1
     for i in range(n_agents):  # every pool acts at least once
@@ -81,17 +86,23 @@ def main() -> None:
         folder = Path(tmp)
         (folder / "p.j2").write_text("{{ task.question }}{% for o in team_context %}{{ o.text }}{% endfor %}")
         analyze(generate(5, 10), str(folder / "warm.srpo"))  # build the parser tables once
-        print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}, "
-              f"Python {platform.python_version()}; reference loop {reference_ms():.0f} ms "
-              "(a fixed pure-Python workload: how fast the machine is right now)")
-        print("| agents | steps | lines | graph nodes | median (s) | best (s) | µs / line (median) | peak memory (MiB) |")
+        print(
+            f"machine: {platform.processor() or platform.machine()}, {platform.system()}, "
+            f"Python {platform.python_version()}; reference loop {reference_ms():.0f} ms "
+            "(a fixed pure-Python workload: how fast the machine is right now)"
+        )
+        print(
+            "| agents | steps | lines | graph nodes | median (s) | best (s) | µs / line (median) | peak memory (MiB) |"
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for agents, steps in sizes:
             text = generate(agents, steps)
             lines = text.count("\n")
             secs, best, mib, nodes = measure(text, folder, args.repeats)
-            print(f"| {agents:,} | {steps:,} | {lines:,} | {nodes:,} | {secs:.3f} | {best:.3f} "
-                  f"| {secs / lines * 1e6:.1f} | {mib:.1f} |")
+            print(
+                f"| {agents:,} | {steps:,} | {lines:,} | {nodes:,} | {secs:.3f} | {best:.3f} "
+                f"| {secs / lines * 1e6:.1f} | {mib:.1f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import argparse
 import platform
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -66,21 +66,29 @@ def main() -> None:
         logprobs.grad = None
         loss.backward()
 
-    print(f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
-          f"python {platform.python_version()} | torch {torch.__version__} | device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-          + f" | threads {torch.get_num_threads()}")
-    print(f"rows {args.rows} x tokens {args.tokens}, {int(mask.sum())} generated tokens, "
-          f"median of {args.repeats}, forward + backward\n")
+    print(
+        f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
+        f"python {platform.python_version()} | torch {torch.__version__} | device {device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+        + f" | threads {torch.get_num_threads()}"
+    )
+    print(
+        f"rows {args.rows} x tokens {args.tokens}, {int(mask.sum())} generated tokens, "
+        f"median of {args.repeats}, forward + backward\n"
+    )
     print("| K | srpo ms | grpo ms | ratio |")
     print("|---:|---:|---:|---:|")
     for k in (1, 2, 4, 8):
         event_ids = torch.arange(args.rows, device=device) // k
         advantages = torch.randn(args.rows // k + 1, generator=g).to(device)[event_ids]
-        srpo, grpo = time_ms([
-            lambda: backward(setwise_loss(logprobs, old, mask, event_ids, advantages)[0]),
-            lambda: backward(grpo_token_mean(logprobs, old, mask_f, advantages)),
-        ], device, args.repeats)
+        srpo, grpo = time_ms(
+            [
+                lambda e=event_ids, a=advantages: backward(setwise_loss(logprobs, old, mask, e, a)[0]),
+                lambda a=advantages: backward(grpo_token_mean(logprobs, old, mask_f, a)),
+            ],
+            device,
+            args.repeats,
+        )
         print(f"| {k} | {srpo:.1f} | {grpo:.1f} | {srpo / grpo:.2f} |")
 
 

@@ -54,8 +54,8 @@ def main() -> None:
     from srpo_dsl.envs.arith import make_arith_tasks
 
     tasks = [{**t, "question": f"What is {t['question']}?"} for t in make_arith_tasks(args.prompts, seed=1)]
-    backends = build_backends(wf, "hf", {p: args.model for p in wf.graph.graph["policies"]})
-    (policy, backend), = backends.items()
+    backends = build_backends(wf, "hf", dict.fromkeys(wf.graph.graph["policies"], args.model))
+    ((policy, backend),) = backends.items()
     tools = build_tools(wf)
 
     exec_times, raw_times, tokens, episodes = [], [], 0, 0
@@ -76,10 +76,14 @@ def main() -> None:
             episodes = len(eps)
             calls = len(rec.calls)
     te, tr = statistics.median(exec_times), statistics.median(raw_times)
-    print(f"machine: {platform.machine()} {platform.system()}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, device {'cuda' if torch.cuda.is_available() else 'cpu'}")
-    print(f"workflow {wf.name}, {episodes} episodes ({args.prompts} prompts x {args.samples}), "
-          f"{calls} backend batches, {tokens} generated tokens, median of {args.repeats}")
+    print(
+        f"machine: {platform.machine()} {platform.system()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, device {'cuda' if torch.cuda.is_available() else 'cpu'}"
+    )
+    print(
+        f"workflow {wf.name}, {episodes} episodes ({args.prompts} prompts x {args.samples}), "
+        f"{calls} backend batches, {tokens} generated tokens, median of {args.repeats}"
+    )
     print("| | seconds | episodes/s | generated tokens/s |")
     print("|---|---:|---:|---:|")
     print(f"| executor | {te:.2f} | {episodes / te:.1f} | {tokens / te:.0f} |")

@@ -37,6 +37,7 @@ over throughput (goal: >= 1.0).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -48,8 +49,17 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTEXT = {"step": 1, "turn": 1, "max_turns": 1, "replica": 1, "pool_size": 1, "team_context": [], "feedback": [],
-           "documents": [], "memory": {"accepted": [], "feedback": [], "documents": []}}  # fmt: skip
+CONTEXT = {
+    "step": 1,
+    "turn": 1,
+    "max_turns": 1,
+    "replica": 1,
+    "pool_size": 1,
+    "team_context": [],
+    "feedback": [],
+    "documents": [],
+    "memory": {"accepted": [], "feedback": [], "documents": []},
+}
 
 
 def cpu_name() -> str:
@@ -76,7 +86,9 @@ class Setup:
         self.group = group or self.train["group"]
         nodes = [d for _, d in wf.graph.nodes(data=True) if d.get("event_type")]
         if len(nodes) != 1 or len(wf.graph.graph["policies"]) != 1:
-            raise SystemExit(f"{workflow}: this bench compares a single-agent workflow (one node, one policy)")
+            raise SystemExit(
+                f"{workflow}: this bench compares a single-agent workflow (one node, one policy)"
+            )
         self.node = nodes[0]
         self.policy = next(iter(wf.graph.graph["policies"]))
         self.max_tokens, self.temperature = self.node["max_tokens"], self.node["temperature"]
@@ -88,7 +100,9 @@ class Setup:
         for step in range(1, steps + 1):
             rows = [tasks[i] for i in step_prompts(len(tasks), self.batch, step, self.train["seed"])]
             ctx = {**CONTEXT, "role": self.node["agent"]}
-            self.steps.append([(renderer.render(self.node["template"], {**ctx, "task": t}), t["answer"]) for t in rows])
+            self.steps.append(
+                [(renderer.render(self.node["template"], {**ctx, "task": t}), t["answer"]) for t in rows]
+            )
 
 
 # --- srpo-dsl --------------------------------------------------------------------------------
@@ -98,19 +112,38 @@ def run_srpo(setup: Setup, model: str, steps: int, scratch: Path, extra: dict | 
     from srpo_dsl.rl.trainer import train
 
     out = Path(tempfile.mkdtemp(dir=scratch, prefix="srpo-"))
-    overrides = {"steps": steps, "batch": setup.batch, "group": setup.group,
-                 # evaluation is outside the step timer; shrink it (it still runs at step 0 and the last step)
-                 "eval_every": steps + 1, "eval_size": 1, "eval_k": 1, "save_every": steps + 1,
-                 **(extra or {})}  # fmt: skip
+    overrides = {
+        "steps": steps,
+        "batch": setup.batch,
+        "group": setup.group,
+        # evaluation is outside the step timer; shrink it (it still runs at step 0 and the last step)
+        "eval_every": steps + 1,
+        "eval_size": 1,
+        "eval_k": 1,
+        "save_every": steps + 1,
+        **(extra or {}),
+    }
     t0 = time.perf_counter()
-    history = train(setup.workflow, out / "run", overrides, False, models={setup.policy: model}, device="cpu",
-                    progress=False)  # fmt: skip
+    history = train(
+        setup.workflow,
+        out / "run",
+        overrides,
+        False,
+        models={setup.policy: model},
+        device="cpu",
+        progress=False,
+    )
     wall = time.perf_counter() - t0
     times = [row["time"] for row in history]
     # response_length is the mean over the step's rows; rows = events x mean set size
     tokens = [row["response_length"] * row["num_events"] * row["mean_set_size"] for row in history]
-    return {"step_times": times, "tokens": tokens, "wall": wall, "score": [row["score"] for row in history],
-            "out": out / "run"}  # fmt: skip
+    return {
+        "step_times": times,
+        "tokens": tokens,
+        "wall": wall,
+        "score": [row["score"] for row in history],
+        "out": out / "run",
+    }
 
 
 # --- TRL --------------------------------------------------------------------------------------
@@ -133,7 +166,10 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
     bos = tokenizer.bos_token if tokenizer.bos_token_id is not None and not tokenizer.chat_template else ""
     rows = [(bos + p, a) for step in setup.steps[:steps] for p, a in step]
     sample = setup.steps[0][0][0]
-    if tokenizer(bos + sample)["input_ids"] != encode_prompts(tokenizer, [sample], use_chat_template=False)[0]:
+    if (
+        tokenizer(bos + sample)["input_ids"]
+        != encode_prompts(tokenizer, [sample], use_chat_template=False)[0]
+    ):
         raise SystemExit("TRL and srpo-dsl would tokenize the prompts differently")
     dataset = Dataset.from_dict({"prompt": [p for p, _ in rows], "answer": [a for _, a in rows]})
 
@@ -159,18 +195,44 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
 
     config = GRPOConfig(
         output_dir=str(Path(tempfile.mkdtemp(dir=scratch, prefix="trl-"))),
-        per_device_train_batch_size=setup.batch * setup.group, num_generations=setup.group,
-        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, max_steps=steps,
-        max_completion_length=setup.max_tokens, temperature=setup.temperature, top_p=1.0, top_k=0,
-        learning_rate=setup.train["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=setup.train["grad_clip"], epsilon=setup.train["clip"], beta=0.0,
-        use_cpu=True, bf16=False, fp16=False, activation_checkpointing=False, shuffle_dataset=False,
-        seed=setup.train["seed"], report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+        per_device_train_batch_size=setup.batch * setup.group,
+        num_generations=setup.group,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        max_steps=steps,
+        max_completion_length=setup.max_tokens,
+        temperature=setup.temperature,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=setup.train["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=setup.train["grad_clip"],
+        epsilon=setup.train["clip"],
+        beta=0.0,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        activation_checkpointing=False,
+        shuffle_dataset=False,
+        seed=setup.train["seed"],
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
         dataloader_num_workers=0,
-    )  # fmt: skip
+    )
     timer = Timer()
-    trainer = GRPOTrainer(model=model, reward_funcs=exact_match, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[timer])  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=exact_match,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
     for noisy in (PrinterCallback, ProgressCallback):  # the end-of-training summary print
         trainer.remove_callback(noisy)
     torch.set_num_threads(threads)  # (accelerate may touch it on init)
@@ -178,8 +240,10 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
     trainer.train()
     wall = time.perf_counter() - t0
     if len(timer.times) != steps or len(generated) != steps:
-        raise SystemExit(f"TRL ran {len(timer.times)} optimizer steps and {len(generated)} generation batches, "
-                         f"expected {steps} of each")  # fmt: skip
+        raise SystemExit(
+            f"TRL ran {len(timer.times)} optimizer steps and {len(generated)} generation batches, "
+            f"expected {steps} of each"
+        )
     return {"step_times": timer.times, "tokens": [float(n) for n in generated], "wall": wall}
 
 
@@ -189,12 +253,15 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
 def summary(runs: list[dict]) -> dict:
     secs = [sum(r["step_times"]) for r in runs]
     steps = len(runs[0]["step_times"])
-    return {"steps": steps, "seconds": statistics.median(secs),
-            "steps_per_s": statistics.median(steps / s for s in secs),
-            "tokens_per_s": statistics.median(sum(r["tokens"]) / s for r, s in zip(runs, secs)),
-            "tokens_per_step": statistics.median(sum(r["tokens"]) / steps for r in runs),
-            "step_ms": statistics.median(1000 * statistics.median(r["step_times"]) for r in runs),
-            "wall": statistics.median(r["wall"] for r in runs)}  # fmt: skip
+    return {
+        "steps": steps,
+        "seconds": statistics.median(secs),
+        "steps_per_s": statistics.median(steps / s for s in secs),
+        "tokens_per_s": statistics.median(sum(r["tokens"]) / s for r, s in zip(runs, secs)),
+        "tokens_per_step": statistics.median(sum(r["tokens"]) / steps for r in runs),
+        "step_ms": statistics.median(1000 * statistics.median(r["step_times"]) for r in runs),
+        "wall": statistics.median(r["wall"] for r in runs),
+    }
 
 
 def default_threads() -> tuple[int, str]:
@@ -247,16 +314,29 @@ def worker(side: str, conn, options: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workflow", default=str(ROOT / "workflows/single_agent.srpo"))
-    ap.add_argument("--model", default="builtin:tiny", help="builtin:tiny (built on first use) or a local model path")
+    ap.add_argument(
+        "--model", default="builtin:tiny", help="builtin:tiny (built on first use) or a local model path"
+    )
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps per run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per side (medians reported)")
     ap.add_argument("--warmup-steps", type=int, default=2, help="steps of the untimed warm-up run per side")
     ap.add_argument("--batch", type=int, default=None, help="prompts per step (default: the workflow's)")
-    ap.add_argument("--group", type=int, default=None, help="completions per prompt (default: the workflow's)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads on both sides (default: all cores, or 1 when the machine is busy)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="an extra srpo-dsl training option (e.g. old_logprobs=rollout), departing from the workflow")
+    ap.add_argument(
+        "--group", type=int, default=None, help="completions per prompt (default: the workflow's)"
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads on both sides (default: all cores, or 1 when the machine is busy)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra srpo-dsl training option (e.g. old_logprobs=rollout), departing from the workflow",
+    )
     ap.add_argument("--only", choices=["srpo", "trl"], default=None, help="run one side only")
     ap.add_argument("--json", default=None, help="also write the raw per-step times here")
     args = ap.parse_args()
@@ -284,9 +364,15 @@ def main() -> None:
             srpo_set[key] = json.loads(value)
         except json.JSONDecodeError:
             srpo_set[key] = value
-    options = {"srpo_set": srpo_set, "workflow": args.workflow, "model": model,
-               "steps": max(args.steps, args.warmup_steps),
-               "batch": args.batch, "group": args.group, "threads": threads}  # fmt: skip
+    options = {
+        "srpo_set": srpo_set,
+        "workflow": args.workflow,
+        "model": model,
+        "steps": max(args.steps, args.warmup_steps),
+        "batch": args.batch,
+        "group": args.group,
+        "threads": threads,
+    }
     sides = [s for s in ("srpo", "trl") if args.only in (None, s)]
     ctx = mp.get_context("spawn")
     conns, procs = {}, {}
@@ -315,46 +401,60 @@ def main() -> None:
                 run = once(side, args.steps)
                 runs[side].append(run)
                 load.append(os.getloadavg()[0])
-                print(f"round {rep + 1}/{args.repeats} {side}: {sum(run['step_times']):.2f}s for {args.steps} steps",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"round {rep + 1}/{args.repeats} {side}: {sum(run['step_times']):.2f}s for {args.steps} steps",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         for side in sides:
-            try:
+            with contextlib.suppress(OSError):
                 conns[side].send(None)
-            except OSError:
-                pass
             procs[side].join(timeout=30)
     stats = {s: summary(r) for s, r in runs.items()}
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "threads": threads, "runs": runs, "load": load},
-                                              indent=1))  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "threads": threads, "runs": runs, "load": load}, indent=1)
+        )
 
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"machine: {cpu_name()}, {ncpu} cores visible, {threads} torch thread(s) per side ({why}), load average "
-          f"(1 min) {min(load):.1f}-{max(load):.1f} during the run; python {platform.python_version()}, torch "
-          f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; device cpu (fp32)")
-    print(f"workflow {Path(args.workflow).name}, model {args.model}: {setup.batch} prompts x {setup.group} completions "
-          f"per optimizer step, max {setup.max_tokens} new tokens, temperature {setup.temperature}, lr "
-          f"{setup.train['lr']}; {args.steps} timed steps per run, median of {args.repeats} run(s) per side after a "
-          f"{args.warmup_steps}-step warm-up; each side in its own process"
-          + (f"; srpo-dsl options set: {srpo_set}" if srpo_set else ""))  # fmt: skip
+    print(
+        f"machine: {cpu_name()}, {ncpu} cores visible, {threads} torch thread(s) per side ({why}), load average "
+        f"(1 min) {min(load):.1f}-{max(load):.1f} during the run; python {platform.python_version()}, torch "
+        f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; device cpu (fp32)"
+    )
+    print(
+        f"workflow {Path(args.workflow).name}, model {args.model}: {setup.batch} prompts x {setup.group} completions "
+        f"per optimizer step, max {setup.max_tokens} new tokens, temperature {setup.temperature}, lr "
+        f"{setup.train['lr']}; {args.steps} timed steps per run, median of {args.repeats} run(s) per side after a "
+        f"{args.warmup_steps}-step warm-up; each side in its own process"
+        + (f"; srpo-dsl options set: {srpo_set}" if srpo_set else "")
+    )
     print()
-    print("| system | steps | seconds | optimizer steps/s | generated tokens/s | tokens/step | ratio srpo-dsl/TRL |")
+    print(
+        "| system | steps | seconds | optimizer steps/s | generated tokens/s | tokens/step | ratio srpo-dsl/TRL |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     names = {"srpo": "srpo-dsl train", "trl": f"TRL GRPOTrainer {trl.__version__}"}
     for side, st in stats.items():
         ratio = ""
         if side == "srpo" and "trl" in stats:
             t = stats["trl"]
-            ratio = (f"{st['steps_per_s'] / t['steps_per_s']:.2f} (steps/s), "
-                     f"{st['tokens_per_s'] / t['tokens_per_s']:.2f} (tokens/s)")  # fmt: skip
-        print(f"| {names[side]} | {st['steps']} | {st['seconds']:.2f} | {st['steps_per_s']:.2f} | "
-              f"{st['tokens_per_s']:.0f} | {st['tokens_per_step']:.0f} | {ratio} |")  # fmt: skip
+            ratio = (
+                f"{st['steps_per_s'] / t['steps_per_s']:.2f} (steps/s), "
+                f"{st['tokens_per_s'] / t['tokens_per_s']:.2f} (tokens/s)"
+            )
+        print(
+            f"| {names[side]} | {st['steps']} | {st['seconds']:.2f} | {st['steps_per_s']:.2f} | "
+            f"{st['tokens_per_s']:.0f} | {st['tokens_per_step']:.0f} | {ratio} |"
+        )
     print()
-    print("seconds: sum of the per-step times (rollout + update) of one run, median over runs; median step: "
-          + ", ".join(f"{names[s]} {st['step_ms']:.0f} ms" for s, st in stats.items())
-          + "; wall-clock of a whole run incl. model load, engine setup, eval and checkpoint: "
-          + ", ".join(f"{names[s]} {st['wall']:.1f}s" for s, st in stats.items()))
+    print(
+        "seconds: sum of the per-step times (rollout + update) of one run, median over runs; median step: "
+        + ", ".join(f"{names[s]} {st['step_ms']:.0f} ms" for s, st in stats.items())
+        + "; wall-clock of a whole run incl. model load, engine setup, eval and checkpoint: "
+        + ", ".join(f"{names[s]} {st['wall']:.1f}s" for s, st in stats.items())
+    )
 
 
 if __name__ == "__main__":

@@ -144,7 +144,10 @@ def test_vllm_import_guard(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
     with pytest.raises(BackendError) as err:
         make_backend("vllm", "some/model")
-    assert str(err.value) == "the vllm backend needs the optional extra: pip install 'srpo-dsl[vllm]' (CUDA GPU required)"
+    assert (
+        str(err.value)
+        == "the vllm backend needs the optional extra: pip install 'srpo-dsl[vllm]' (CUDA GPU required)"
+    )
 
 
 def test_factory(tiny_random_model: Path) -> None:
@@ -159,15 +162,27 @@ def test_factory(tiny_random_model: Path) -> None:
 
 def _context(team: list[dict]) -> dict:
     task = {"id": "t1", "question": "17+25", "answer": "42", "answers": ["42"]}
-    return {"task": task, "step": 1, "turn": 1, "max_turns": 1, "role": "solver", "replica": 1, "pool_size": 2,
-            "team_context": team, "feedback": [], "documents": [],
-            "memory": {"accepted": [], "feedback": [], "documents": []}}  # fmt: skip
+    return {
+        "task": task,
+        "step": 1,
+        "turn": 1,
+        "max_turns": 1,
+        "role": "solver",
+        "replica": 1,
+        "pool_size": 2,
+        "team_context": team,
+        "feedback": [],
+        "documents": [],
+        "memory": {"accepted": [], "feedback": [], "documents": []},
+    }
 
 
 def test_prompt_renderer_renders_the_quickstart_templates() -> None:
     renderer = PromptRenderer([WORKFLOWS])
-    team = [{"role": "solver", "replica": 1, "text": "\\boxed{42}", "valid": True, "value": "42"},
-            {"role": "solver", "replica": 2, "text": "\\boxed{4", "valid": False, "value": None}]  # fmt: skip
+    team = [
+        {"role": "solver", "replica": 1, "text": "\\boxed{42}", "valid": True, "value": "42"},
+        {"role": "solver", "replica": 2, "text": "\\boxed{4", "valid": False, "value": None},
+    ]
     assert renderer.render("quickstart/solver.j2", _context([])) == "S 17+25="
     assert renderer.render("quickstart/verifier.j2", _context(team)) == "V 17+25= 42 ?"
     assert renderer.render("quickstart/aggregator.j2", _context(team)) == "A 17+25= 42 ?"
@@ -179,9 +194,9 @@ def test_prompt_errors_name_template_and_variable(tmp_path: Path) -> None:
     renderer = PromptRenderer([tmp_path])
     with pytest.raises(PromptError, match=r"template `bad.j2`: 'hint' is undefined"):
         renderer.render("bad.j2", _context([]))
-    with pytest.raises(PromptError, match="template `nope.j2` not found"):
+    with pytest.raises(PromptError, match=r"template `nope\.j2` not found"):
         renderer.render("nope.j2", _context([]))
-    assert CONTEXT_VARIABLES == set(_context([]))
+    assert set(_context([])) == CONTEXT_VARIABLES
 
 
 def test_prompt_sandbox_blocks_unsafe_access(tmp_path: Path) -> None:

@@ -83,8 +83,12 @@ def test_bad_arguments_raise() -> None:
 )
 def test_plan_property(events: list[int], world_size: int, micro_batches: int, data: st.DataObject) -> None:
     tokens = data.draw(st.lists(st.integers(0, 100), min_size=len(events), max_size=len(events)))
-    check_plan(plan_batches(events, tokens, world_size=world_size, micro_batches=micro_batches), events, world_size,
-               micro_batches)
+    check_plan(
+        plan_batches(events, tokens, world_size=world_size, micro_batches=micro_batches),
+        events,
+        world_size,
+        micro_batches,
+    )
 
 
 def test_balance_largest_first() -> None:
@@ -107,7 +111,9 @@ def test_layout_does_not_change_the_update() -> None:
     for rank in plan_batches(events, tokens, world_size=3, micro_batches=2):
         for micro in rank:
             rows = torch.tensor(micro, dtype=torch.long)
-            loss, _ = setwise_loss(lp[rows], old[rows], mask[rows], event_ids[rows], adv[rows], num_events=len(ids))
+            loss, _ = setwise_loss(
+                lp[rows], old[rows], mask[rows], event_ids[rows], adv[rows], num_events=len(ids)
+            )
             grad += torch.autograd.grad(loss, lp)[0]
     torch.testing.assert_close(grad, full_grad, atol=1e-12, rtol=0)
 

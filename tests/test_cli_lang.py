@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from lang_cases import BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,8 +13,13 @@ WORKFLOWS = ROOT / "workflows"
 
 
 def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "srpo_dsl", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def test_validate_all_shipped_workflows():
@@ -41,8 +45,13 @@ def test_validate_json_format(tmp_path):
     assert r.returncode == 1
     diags = json.loads(r.stdout)
     assert diags[0] | {} == diags[0]
-    assert {k: diags[0][k] for k in ("file", "line", "col", "code", "severity")} == \
-        {"file": str(bad), "line": 2, "col": 8, "code": "E001", "severity": "error"}
+    assert {k: diags[0][k] for k in ("file", "line", "col", "code", "severity")} == {
+        "file": str(bad),
+        "line": 2,
+        "col": 8,
+        "code": "E001",
+        "severity": "error",
+    }
     assert diags[0]["message"] == "unexpected `3` (expected a name)"
 
 
@@ -96,15 +105,25 @@ def test_help_has_examples(cmd):
 
 
 def test_validate_does_not_import_heavy_libraries():
-    code = ("import sys; from srpo_dsl.cli.main import main\n"
-            "try:\n    main(['validate', 'workflows/quickstart.srpo'])\nexcept SystemExit: pass\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules))")
+    code = (
+        "import sys; from srpo_dsl.cli.main import main\n"
+        "try:\n    main(['validate', 'workflows/quickstart.srpo'])\nexcept SystemExit: pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_grammar_is_found_outside_the_repository(tmp_path):
     """Installed non-editable, the grammar comes from package data; from a foreign folder it must load."""
-    r = subprocess.run([sys.executable, "-c", "from srpo_dsl.lang.parser import grammar_text; "
-                        "print(grammar_text().splitlines()[0])"], capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from srpo_dsl.lang.parser import grammar_text; print(grammar_text().splitlines()[0])",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0 and r.stdout.startswith("// srpo-dsl")

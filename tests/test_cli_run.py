@@ -14,8 +14,13 @@ SCRIPT = {
 
 
 def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "srpo_dsl", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def _script(tmp_path, script=SCRIPT):
@@ -26,8 +31,20 @@ def _script(tmp_path, script=SCRIPT):
 
 def test_run_then_audit(tmp_path):
     out = tmp_path / "r1"
-    r = cli("run", "workflows/math_fixed.srpo", "--backend", "scripted", "--model", _script(tmp_path),
-            "--limit", "2", "--samples", "2", "--out", out)
+    r = cli(
+        "run",
+        "workflows/math_fixed.srpo",
+        "--backend",
+        "scripted",
+        "--model",
+        _script(tmp_path),
+        "--limit",
+        "2",
+        "--samples",
+        "2",
+        "--out",
+        out,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("4 episodes, 12 events (0 incomplete)")
     lines = (out / "traces.jsonl").read_text().splitlines()
@@ -37,7 +54,11 @@ def test_run_then_audit(tmp_path):
     a = cli("audit", out / "traces.jsonl", "-n", "1")
     assert a.returncode == 0, a.stderr
     rows = [line for line in a.stdout.splitlines() if line.startswith("| e") and "| type |" not in line]
-    assert [row.split(" | ")[1] for row in rows] == ["parallel:solver", "verify:verifier", "aggregate:aggregator"]
+    assert [row.split(" | ")[1] for row in rows] == [
+        "parallel:solver",
+        "verify:verifier",
+        "aggregate:aggregator",
+    ]
     assert rows[0].split(" | ")[3] == "3" and rows[0].endswith("-> verify:verifier |")
     assert "4 episodes, 12 events, 0 incomplete" in a.stdout
 
@@ -45,9 +66,23 @@ def test_run_then_audit(tmp_path):
 def test_eval_reports_avg_and_pass(tmp_path):
     out = tmp_path / "e1"
     data = tmp_path / "two.jsonl"
-    data.write_text('{"id": "a", "problem": "2+2", "answer": "4"}\n{"id": "b", "problem": "2+3", "answer": "5"}\n')
-    r = cli("eval", "workflows/math_fixed.srpo", "--backend", "scripted", "--model", _script(tmp_path),
-            "--data", data, "-k", "2", "--out", out)
+    data.write_text(
+        '{"id": "a", "problem": "2+2", "answer": "4"}\n{"id": "b", "problem": "2+3", "answer": "5"}\n'
+    )
+    r = cli(
+        "eval",
+        "workflows/math_fixed.srpo",
+        "--backend",
+        "scripted",
+        "--model",
+        _script(tmp_path),
+        "--data",
+        data,
+        "-k",
+        "2",
+        "--out",
+        out,
+    )
     assert r.returncode == 0, r.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     (row,) = metrics["datasets"]
@@ -65,13 +100,28 @@ def test_render_shows_a_role_prompt():
 def test_one_line_errors(tmp_path):
     cases = [
         (["run", "nope.srpo"], 2, "error: cannot read nope.srpo: no such file"),
-        (["run", "workflows/math_fixed.srpo", "--backend", "scripted"], 2,
-         "error: --backend scripted needs the reply script: --model replies.json"),
+        (
+            ["run", "workflows/math_fixed.srpo", "--backend", "scripted"],
+            2,
+            "error: --backend scripted needs the reply script: --model replies.json",
+        ),
         (["run", "workflows/math_fixed.srpo", "--backend", "scripted", "--model", "missing.json"], 2, None),
         (["audit", "missing.jsonl"], 2, "error: cannot read missing.jsonl: no such file"),
         (["render", "workflows/math_fixed.srpo", "--role", "nobody"], 2, None),
-        (["run", "workflows/math_fixed.srpo", "--data", "none.jsonl", "--backend", "scripted", "--model",
-          str(_script(tmp_path))], 2, "error: cannot read none.jsonl: no such file"),
+        (
+            [
+                "run",
+                "workflows/math_fixed.srpo",
+                "--data",
+                "none.jsonl",
+                "--backend",
+                "scripted",
+                "--model",
+                str(_script(tmp_path)),
+            ],
+            2,
+            "error: cannot read none.jsonl: no such file",
+        ),
     ]
     for args, code, line in cases:
         r = cli(*args)
@@ -92,7 +142,17 @@ def test_bad_trace_line_is_named(tmp_path):
 def test_failed_run_leaves_no_output_folder(tmp_path):
     out = tmp_path / "never"
     bad = _script(tmp_path, {"solver": ["\\boxed{1}"]})  # no reply for the verifier: the run fails
-    r = cli("run", "workflows/math_fixed.srpo", "--backend", "scripted", "--model", bad, "--limit", "1",
-            "--out", out)
+    r = cli(
+        "run",
+        "workflows/math_fixed.srpo",
+        "--backend",
+        "scripted",
+        "--model",
+        bad,
+        "--limit",
+        "1",
+        "--out",
+        out,
+    )
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert not out.exists() and not list(tmp_path.glob(".never*"))

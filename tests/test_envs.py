@@ -60,24 +60,57 @@ def test_arith_is_deterministic_and_well_formed():
 
 
 # ---- math equivalence ----------------------------------------------------------------------
-@pytest.mark.parametrize("pred, gold", [
-    ("0.5", r"\frac{1}{2}"), (r"\dfrac12", r"\frac{1}{2}"), ("1/2", r"\frac12"),
-    ("(1,2)", "(1, 2)"), ("[1,2)", r"\left[ 1, 2 \right)"), (r"(-\infty, 2]", r"(-\infty,2]"),
-    (r"(3,\pi/2)", r"\left( 3, \frac{\pi}{2} \right)"), ("1,2,3", "3,2,1"),
-    ("30", r"30^\circ"), (r"30^{\circ}", r"30^\circ"), ("B", r"\text{(B)}"), (r"\textbf{(B)}", "B"),
-    (r"\text{Monday}", "Monday"), (r"2\sqrt{2}", r"\sqrt{8}"), ("x^2+2x+1", "(x+1)^2"), ("073", "73"),
-    (r"\textbf{(073)}", "073"), ("104.", "104"), (r"\$18.90", "18.90"), (r"10\%", "10"), ("$5$", "5"),
-    ("x=5", "5"), ("2^{100}", "1267650600228229401496703205376"), (r"\binom{5}{2}", "10"), ("5!", "120"),
-])
+@pytest.mark.parametrize(
+    "pred, gold",
+    [
+        ("0.5", r"\frac{1}{2}"),
+        (r"\dfrac12", r"\frac{1}{2}"),
+        ("1/2", r"\frac12"),
+        ("(1,2)", "(1, 2)"),
+        ("[1,2)", r"\left[ 1, 2 \right)"),
+        (r"(-\infty, 2]", r"(-\infty,2]"),
+        (r"(3,\pi/2)", r"\left( 3, \frac{\pi}{2} \right)"),
+        ("1,2,3", "3,2,1"),
+        ("30", r"30^\circ"),
+        (r"30^{\circ}", r"30^\circ"),
+        ("B", r"\text{(B)}"),
+        (r"\textbf{(B)}", "B"),
+        (r"\text{Monday}", "Monday"),
+        (r"2\sqrt{2}", r"\sqrt{8}"),
+        ("x^2+2x+1", "(x+1)^2"),
+        ("073", "73"),
+        (r"\textbf{(073)}", "073"),
+        ("104.", "104"),
+        (r"\$18.90", "18.90"),
+        (r"10\%", "10"),
+        ("$5$", "5"),
+        ("x=5", "5"),
+        ("2^{100}", "1267650600228229401496703205376"),
+        (r"\binom{5}{2}", "10"),
+        ("5!", "120"),
+    ],
+)
 def test_math_equiv_accepts(pred, gold):
     assert math_equiv(pred, gold)
 
 
-@pytest.mark.parametrize("pred, gold", [
-    ("5", "6"), ("(1,2)", "[1,2]"), ("(1,2)", "(2,1)"), ("C", r"\text{(B)}"), (r"\frac{1}{3}", "0.3"),
-    (r"\pi", "3.14159"), ("", "1"), ("  ", "1"), (r"\frac{1}{2", r"\frac{1}{2}"), (None, "1"),
-    ("x+1", "x-1"), ("-7", "7"),
-])
+@pytest.mark.parametrize(
+    "pred, gold",
+    [
+        ("5", "6"),
+        ("(1,2)", "[1,2]"),
+        ("(1,2)", "(2,1)"),
+        ("C", r"\text{(B)}"),
+        (r"\frac{1}{3}", "0.3"),
+        (r"\pi", "3.14159"),
+        ("", "1"),
+        ("  ", "1"),
+        (r"\frac{1}{2", r"\frac{1}{2}"),
+        (None, "1"),
+        ("x+1", "x-1"),
+        ("-7", "7"),
+    ],
+)
 def test_math_equiv_rejects(pred, gold):
     assert not math_equiv(pred, gold)
 
@@ -87,8 +120,14 @@ def test_math_equiv_in_a_thread_and_on_runaway_expressions():
     results: list[bool] = []
 
     def check() -> None:
-        results.extend([math_equiv("0.5", r"\frac{1}{2}"), math_equiv(r"9^{9^{9^{9}}}", "5"),
-                        math_equiv(r"(10^{100})!", "3"), math_equiv(r"10^{10^{10}}", "1")])
+        results.extend(
+            [
+                math_equiv("0.5", r"\frac{1}{2}"),
+                math_equiv(r"9^{9^{9^{9}}}", "5"),
+                math_equiv(r"(10^{100})!", "3"),
+                math_equiv(r"10^{10^{10}}", "1"),
+            ]
+        )
 
     worker = threading.Thread(target=check, daemon=True)
     start = time.monotonic()
@@ -100,9 +139,15 @@ def test_math_equiv_in_a_thread_and_on_runaway_expressions():
 
 def _shared_rows() -> list[dict]:
     if not SHARED_MATH.is_dir():
-        pytest.skip(f"shared benchmark data not found at {SHARED_MATH} (outside the project; see data/README.md)")
-    return [json.loads(line) for name in ("math500.jsonl", "aime2024.jsonl")
-            for line in (SHARED_MATH / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+        pytest.skip(
+            f"shared benchmark data not found at {SHARED_MATH} (outside the project; see data/README.md)"
+        )
+    return [
+        json.loads(line)
+        for name in ("math500.jsonl", "aime2024.jsonl")
+        for line in (SHARED_MATH / name).read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 # AIME 2024 I problem 1 (id 60): its solution ends "$180 + 24 = 204$" with no \boxed{} at all.
@@ -114,9 +159,14 @@ GENUINELY_EQUAL = {("x=5", "5")}
 def test_gold_solutions_box_their_answers():
     rows = _shared_rows()
     assert len(rows) == 530
-    disagree = [(i, last_boxed(r["solution"]), str(r["answer"])) for i, r in enumerate(rows)
-                if not math_equiv(last_boxed(r["solution"]), str(r["answer"]))]
-    assert [(i, gold) for i, box, gold in disagree if box is None and gold in NO_BOX_IN_SOLUTION] == [(500, "204")]
+    disagree = [
+        (i, last_boxed(r["solution"]), str(r["answer"]))
+        for i, r in enumerate(rows)
+        if not math_equiv(last_boxed(r["solution"]), str(r["answer"]))
+    ]
+    assert [(i, gold) for i, box, gold in disagree if box is None and gold in NO_BOX_IN_SOLUTION] == [
+        (500, "204")
+    ]
     assert len(disagree) == 1, disagree  # 529/530 = 99.8%; every solution that boxes its answer agrees
 
 
@@ -152,13 +202,28 @@ def bm25() -> Bm25Retriever:
 
 
 def test_bm25_finds_the_right_document(bm25):
-    queries = ["who wrote pride and prejudice", "capital city of australia", "which planet is the red planet",
-               "chemical symbol of gold", "longest river in south america"]
+    queries = [
+        "who wrote pride and prejudice",
+        "capital city of australia",
+        "which planet is the red planet",
+        "chemical symbol of gold",
+        "longest river in south america",
+    ]
     results = bm25.search(queries, top_k=3)
-    assert [docs[0].title for docs in results] == ["Pride and Prejudice", "Canberra", "Mars", "Gold", "Amazon River"]
+    assert [docs[0].title for docs in results] == [
+        "Pride and Prejudice",
+        "Canberra",
+        "Mars",
+        "Gold",
+        "Amazon River",
+    ]
     assert all(len(docs) == 3 for docs in results)
-    assert results[1][0] == Document("3", "Canberra", "Canberra is the capital city of Australia, located at the "
-                                                      "northern end of the Australian Capital Territory.")
+    assert results[1][0] == Document(
+        "3",
+        "Canberra",
+        "Canberra is the capital city of Australia, located at the "
+        "northern end of the Australian Capital Territory.",
+    )
     assert bm25.search([], 3) == [] and [len(docs) for docs in bm25.search(["xyzzy", "the"], 3)] == [3, 3]
     assert len(bm25.search(["planet"], 100)[0]) == 40  # top_k larger than the corpus
 
@@ -166,27 +231,39 @@ def test_bm25_finds_the_right_document(bm25):
 def test_sample_corpus_answers_every_sample_question(bm25):
     tasks = load_tasks(DATA / "qa_sample.jsonl", kind="qa")
     for task, docs in zip(tasks, bm25.search([t["question"] for t in tasks], 3)):
-        assert any(normalize_answer(g) in normalize_answer(f"{d.title} {d.text}")
-                   for g in task["answers"] for d in docs), task
+        assert any(
+            normalize_answer(g) in normalize_answer(f"{d.title} {d.text}")
+            for g in task["answers"]
+            for d in docs
+        ), task
 
 
 def test_make_retriever(tmp_path):
     first = make_retriever("bm25", corpus=WIKI)
     assert make_retriever("bm25", corpus=str(WIKI)) is first  # indexed once per process
     assert isinstance(make_retriever("http", url="http://127.0.0.1:1/retrieve", timeout=2.0), HttpRetriever)
-    for kind, options, message in [("faiss", {}, "unknown retriever"), ("bm25", {"top_k": 3}, "no option top_k"),
-                                   ("bm25", {}, "needs `corpus`"), ("http", {}, "needs `url`"),
-                                   ("bm25", {"corpus": tmp_path / "none.jsonl"}, "no such file")]:
+    for kind, options, message in [
+        ("faiss", {}, "unknown retriever"),
+        ("bm25", {"top_k": 3}, "no option top_k"),
+        ("bm25", {}, "needs `corpus`"),
+        ("http", {}, "needs `url`"),
+        ("bm25", {"corpus": tmp_path / "none.jsonl"}, "no such file"),
+    ]:
         with pytest.raises(RetrieverError, match=message):
             make_retriever(kind, **options)
 
 
 def test_corpus_layouts_and_errors(tmp_path):
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"id": 7, "title": "Oslo", "text": "Oslo is the capital of Norway."}\n\n'
-                      '{"contents": "no title line here"}\n')
+    corpus.write_text(
+        '{"id": 7, "title": "Oslo", "text": "Oslo is the capital of Norway."}\n\n'
+        '{"contents": "no title line here"}\n'
+    )
     docs = Bm25Retriever(corpus).docs
-    assert docs == [Document("7", "Oslo", "Oslo is the capital of Norway."), Document("2", "", "no title line here")]
+    assert docs == [
+        Document("7", "Oslo", "Oslo is the capital of Norway."),
+        Document("2", "", "no title line here"),
+    ]
     for text, message in [("", "is empty"), ('{"id": 1}\n', ":1: not a JSON object"), ("{oops\n", ":1:")]:
         corpus.write_text(text)
         with pytest.raises(RetrieverError, match=message):
@@ -196,7 +273,9 @@ def test_corpus_layouts_and_errors(tmp_path):
 class _Server:
     """A Search-R1 retrieval server on 127.0.0.1 (free port) answering from a Bm25Retriever."""
 
-    def __init__(self, retriever: Bm25Retriever, fail_first: int = 0, status: int = 503, reply: bytes | None = None):
+    def __init__(
+        self, retriever: Bm25Retriever, fail_first: int = 0, status: int = 503, reply: bytes | None = None
+    ):
         self.requests: list[dict] = []
         outer = self
 
@@ -208,9 +287,24 @@ class _Server:
                     self.send_error(status)
                     return
                 found = retriever.search(body["queries"], body["topk"])
-                payload = reply if reply is not None else json.dumps({"result": [
-                    [{"document": {"id": d.id, "contents": f'"{d.title}"\n{d.text}'}, "score": 1.0} for d in docs]
-                    for docs in found]}).encode()
+                payload = (
+                    reply
+                    if reply is not None
+                    else json.dumps(
+                        {
+                            "result": [
+                                [
+                                    {
+                                        "document": {"id": d.id, "contents": f'"{d.title}"\n{d.text}'},
+                                        "score": 1.0,
+                                    }
+                                    for d in docs
+                                ]
+                                for docs in found
+                            ]
+                        }
+                    ).encode()
+                )
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -222,7 +316,9 @@ class _Server:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/retrieve"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     def __enter__(self) -> "_Server":
         self.thread.start()
@@ -237,22 +333,29 @@ def test_http_retriever_speaks_the_search_r1_protocol(bm25):
     with _Server(bm25) as server:
         client = HttpRetriever(server.url, timeout=5)
         results = client.search(["capital city of australia", "red planet"], top_k=2)
-        assert server.requests == [{"queries": ["capital city of australia", "red planet"], "topk": 2,
-                                    "return_scores": True}]
+        assert server.requests == [
+            {"queries": ["capital city of australia", "red planet"], "topk": 2, "return_scores": True}
+        ]
     assert results == bm25.search(["capital city of australia", "red planet"], 2)
     assert results[0][0].title == "Canberra" and client.search([], 2) == []
 
 
 def test_http_retriever_retries_server_errors(bm25):
     with _Server(bm25, fail_first=1) as server:
-        assert HttpRetriever(server.url, timeout=5, retries=1, backoff=0.01).search(["mars"], 1)[0][0].title == "Mars"
+        assert (
+            HttpRetriever(server.url, timeout=5, retries=1, backoff=0.01).search(["mars"], 1)[0][0].title
+            == "Mars"
+        )
     with _Server(bm25, fail_first=9) as server, pytest.raises(RetrieverError, match="HTTP 503"):
         HttpRetriever(server.url, timeout=5, retries=2, backoff=0.01).search(["mars"], 1)
     assert len(server.requests) == 3
     with _Server(bm25, fail_first=9, status=404) as server, pytest.raises(RetrieverError, match="HTTP 404"):
         HttpRetriever(server.url, timeout=5, retries=2, backoff=0.01).search(["mars"], 1)
     assert len(server.requests) == 1  # a client error is not retried
-    with _Server(bm25, reply=b'{"result": []}') as server, pytest.raises(RetrieverError, match="unexpected reply"):
+    with (
+        _Server(bm25, reply=b'{"result": []}') as server,
+        pytest.raises(RetrieverError, match="unexpected reply"),
+    ):
         HttpRetriever(server.url, timeout=5).search(["mars"], 1)
     with _Server(bm25, reply=b"<html>") as server, pytest.raises(RetrieverError, match="not JSON"):
         HttpRetriever(server.url, timeout=5).search(["mars"], 1)
@@ -276,7 +379,9 @@ def test_sample_files_load_and_agree():
     assert all(math_equiv(last_boxed(t["solution"]), t["answer"]) for t in math_tasks)
     qa = load_tasks(DATA / "qa_sample.jsonl", kind="qa", limit=3)
     assert [t["id"] for t in qa] == ["qa-sample-0", "qa-sample-1", "qa-sample-2"]
-    assert qa[0]["question"] == "who wrote the novel pride and prejudice" and qa[0]["answers"] == ["Jane Austen"]
+    assert qa[0]["question"] == "who wrote the novel pride and prejudice" and qa[0]["answers"] == [
+        "Jane Austen"
+    ]
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:
@@ -284,22 +389,37 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-DAPO_PROMPT = ("Solve the following math problem step by step. The last line of your response should be of the "
-               "form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
-               "What is $1+1$?\n\nRemember to put your answer on its own line after \"Answer:\".")
+DAPO_PROMPT = (
+    "Solve the following math problem step by step. The last line of your response should be of the "
+    "form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+    'What is $1+1$?\n\nRemember to put your answer on its own line after "Answer:".'
+)
 
 
 def test_dataset_layouts_are_detected(tmp_path):
     rows = [
-        {"data_source": "math_dapo", "prompt": [{"role": "user", "content": DAPO_PROMPT}], "ability": "MATH",
-         "reward_model": {"ground_truth": "2", "style": "rule"}, "extra_info": {"index": "dapo-1"}},
-        {"id": "train_0", "question": "who wrote emma?", "golden_answers": ["Jane Austen", "Austen"],
-         "prompt": [{"role": "user", "content": "Answer the given question... who wrote emma?"}],
-         "reward_model": {"ground_truth": {"target": ["Jane Austen"]}}},
-        {"id": "train_0", "question": "capital of peru?", "golden_answers": ["Lima"]},  # merged sets repeat ids
+        {
+            "data_source": "math_dapo",
+            "prompt": [{"role": "user", "content": DAPO_PROMPT}],
+            "ability": "MATH",
+            "reward_model": {"ground_truth": "2", "style": "rule"},
+            "extra_info": {"index": "dapo-1"},
+        },
+        {
+            "id": "train_0",
+            "question": "who wrote emma?",
+            "golden_answers": ["Jane Austen", "Austen"],
+            "prompt": [{"role": "user", "content": "Answer the given question... who wrote emma?"}],
+            "reward_model": {"ground_truth": {"target": ["Jane Austen"]}},
+        },
+        {
+            "id": "train_0",
+            "question": "capital of peru?",
+            "golden_answers": ["Lima"],
+        },  # merged sets repeat ids
         {"problem": "AMC", "answer": 142.0, "id": 3},
         {"id": 9, "question": "Olympiad", "final_answer": ["$\\frac{1}{2}$"]},
-        {"question": "PopQA", "possible_answers": "[\"George Rankin\", \"G. Rankin\"]"},
+        {"question": "PopQA", "possible_answers": '["George Rankin", "G. Rankin"]'},
         {"question": "HotpotQA", "answer": "yes"},
         {"ID": "2024-I-1", "Problem": "AIME", "Answer": 204},
         {"question": "TriviaQA", "answer": {"value": "Paris", "aliases": ["Paris", "Paree"]}},
@@ -323,21 +443,29 @@ def test_dataset_layouts_are_detected(tmp_path):
 
 
 def test_field_overrides_and_limit(tmp_path):
-    path = _jsonl(tmp_path / "custom.jsonl", [{"q": f"Q{i}", "meta": {"gold": i}, "answer": "ignored"}
-                                              for i in range(5)])
+    path = _jsonl(
+        tmp_path / "custom.jsonl",
+        [{"q": f"Q{i}", "meta": {"gold": i}, "answer": "ignored"} for i in range(5)],
+    )
     tasks = load_tasks(path, kind="math", fields={"question": "q", "answer": "meta.gold"}, limit=2)
-    assert [(t["id"], t["question"], t["answer"]) for t in tasks] == [("custom-0", "Q0", "0"), ("custom-1", "Q1", "1")]
+    assert [(t["id"], t["question"], t["answer"]) for t in tasks] == [
+        ("custom-0", "Q0", "0"),
+        ("custom-1", "Q1", "1"),
+    ]
 
 
 def test_parquet_and_json(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"id": f"nq-{i}", "question": f"question {i}", "golden_answers": [f"a{i}", f"b{i}"]} for i in range(4)]
+    rows = [
+        {"id": f"nq-{i}", "question": f"question {i}", "golden_answers": [f"a{i}", f"b{i}"]} for i in range(4)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "nq.parquet")
     tasks = load_tasks(tmp_path / "nq.parquet", kind="qa", limit=3)
-    assert [(t["id"], t["answer"], t["answers"]) for t in tasks] == [(f"nq-{i}", f"a{i}", [f"a{i}", f"b{i}"])
-                                                                    for i in range(3)]
+    assert [(t["id"], t["answer"], t["answers"]) for t in tasks] == [
+        (f"nq-{i}", f"a{i}", [f"a{i}", f"b{i}"]) for i in range(3)
+    ]
     (tmp_path / "list.json").write_text(json.dumps([{"problem": "p", "answer": "1"}]))
     assert load_tasks(tmp_path / "list.json", kind="math")[0]["question"] == "p"
     (tmp_path / "lines.json").write_text('{"problem": "p", "answer": "1"}\n{"problem": "q", "answer": "2"}\n')
@@ -347,7 +475,9 @@ def test_parquet_and_json(tmp_path):
 def test_loader_errors(tmp_path):
     with pytest.raises(FileNotFoundError) as missing:
         load_tasks(tmp_path / "missing.jsonl", kind="math")
-    assert str(missing.value) == f"cannot read {tmp_path / 'missing.jsonl'}: no such file"  # the CLI's wording
+    assert (
+        str(missing.value) == f"cannot read {tmp_path / 'missing.jsonl'}: no such file"
+    )  # the CLI's wording
     path = _jsonl(tmp_path / "bad.jsonl", [{"problem": "ok", "answer": "1"}, {"problem": "no answer here"}])
     with pytest.raises(ValueError, match=r"bad.jsonl:2: no answer field .*problem"):
         load_tasks(path, kind="math")
@@ -372,14 +502,20 @@ def test_arith_without_a_file_is_generated():
     assert load_tasks(None, kind="arith", limit=5) == make_arith_tasks(5)
 
 
-@pytest.mark.parametrize("pred", [
-    r"\int_0^1 e^{x^{x^x}} dx",  # 43 s to compare before the guard
-    "x^" * 40 + "2", "{x^" * 12 + "2" + "}" * 12,  # power towers: parsing is exponential in the height
-    r"\binom{100^{\pi}^{10^{100^{\pi}}}}{100^{\int_0^{9} 9 dx^{100}}}",  # > 100 s to parse before the guard
-    r"\sqrt{\binom{\pi}{(\binom{9+(100)!}{\int_0^{0.5} (e)! dx})!}}",
-    r"\frac{2\cdot 10}{\binom{100}{n}}", r"\binom{\binom{e}{\pi^{n}\cdot 10+100}}{10}",  # 46 s; > 5 min
-    "x" * 5000, "(" * 300 + "1" + ")" * 300,
-])
+@pytest.mark.parametrize(
+    "pred",
+    [
+        r"\int_0^1 e^{x^{x^x}} dx",  # 43 s to compare before the guard
+        "x^" * 40 + "2",
+        "{x^" * 12 + "2" + "}" * 12,  # power towers: parsing is exponential in the height
+        r"\binom{100^{\pi}^{10^{100^{\pi}}}}{100^{\int_0^{9} 9 dx^{100}}}",  # > 100 s to parse before the guard
+        r"\sqrt{\binom{\pi}{(\binom{9+(100)!}{\int_0^{0.5} (e)! dx})!}}",
+        r"\frac{2\cdot 10}{\binom{100}{n}}",
+        r"\binom{\binom{e}{\pi^{n}\cdot 10+100}}{10}",  # 46 s; > 5 min
+        "x" * 5000,
+        "(" * 300 + "1" + ")" * 300,
+    ],
+)
 def test_runaway_answers_are_bounded_off_the_main_thread(pred):
     """No signal time-out in a worker thread: such answers are compared as strings only."""
     results: list[bool] = []
@@ -393,13 +529,21 @@ def test_runaway_answers_are_bounded_off_the_main_thread(pred):
 def test_dapo_parquet_written_by_datasets(tmp_path):
     """A DAPO-Math-17k-like Parquet file (chat `prompt`, nested `reward_model`), as `datasets` writes it."""
     datasets = pytest.importorskip("datasets")
-    rows = [{"data_source": "math_dapo", "prompt": [{"role": "user", "content": DAPO_PROMPT.replace("1+1", f"{i}+1")}],
-             "ability": "MATH", "reward_model": {"ground_truth": str(i + 1), "style": "rule"},
-             "extra_info": {"index": f"dapo-{i}"}} for i in range(5)]
+    rows = [
+        {
+            "data_source": "math_dapo",
+            "prompt": [{"role": "user", "content": DAPO_PROMPT.replace("1+1", f"{i}+1")}],
+            "ability": "MATH",
+            "reward_model": {"ground_truth": str(i + 1), "style": "rule"},
+            "extra_info": {"index": f"dapo-{i}"},
+        }
+        for i in range(5)
+    ]
     datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "dapo.parquet"))
     tasks = load_tasks(tmp_path / "dapo.parquet", kind="math", limit=3)
     assert [(t["id"], t["question"], t["answers"]) for t in tasks] == [
-        (f"dapo-{i}", f"What is ${i}+1$?", [str(i + 1)]) for i in range(3)]
+        (f"dapo-{i}", f"What is ${i}+1$?", [str(i + 1)]) for i in range(3)
+    ]
     assert tasks[0]["reward_model"] == {"ground_truth": "1", "style": "rule"}
     (tmp_path / "broken.parquet").write_bytes(b"not a parquet file")
     with pytest.raises(ValueError, match=r"broken.parquet: cannot read Parquet \(.*\)$"):

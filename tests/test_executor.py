@@ -25,23 +25,40 @@ def _shape(ep):
 def test_search_case_1(tmp_path):
     """Two parallel queries (K=2, three documents come back, still K=2), then one query, then the answer."""
     wf = load_workflow(ROOT / "workflows/search_routed.srpo")
-    task = {"id": "q1", "question": "Who wrote the novel?", "answer": "Jane Austen", "answers": ["Jane Austen"]}
+    task = {
+        "id": "q1",
+        "question": "Who wrote the novel?",
+        "answer": "Jane Austen",
+        "answers": ["Jane Austen"],
+    }
     script = {
         "verifier": ["<think>no</think><verify>no</verify>"] * 2 + ["<think>ok</think><verify>yes</verify>"],
         "router": ["<route>1,2</route>", "<route>3</route>"],
-        "searcher": [f"{THINK}<search>novel author</search>", f"{THINK}<search>Pride and Prejudice</search>",
-                     f"{THINK}<search>Jane Austen</search>"],
+        "searcher": [
+            f"{THINK}<search>novel author</search>",
+            f"{THINK}<search>Pride and Prejudice</search>",
+            f"{THINK}<search>Jane Austen</search>",
+        ],
         "answerer": ["<think>found</think><answer>Jane Austen</answer>"],
     }
     (ep,) = _executor(wf, script).run([task])
-    assert _shape(ep) == [("verify:verifier", 1), ("route:router", 1), ("parallel:searcher", 2),
-                          ("verify:verifier", 1), ("route:router", 1), ("parallel:searcher", 1),
-                          ("verify:verifier", 1), ("aggregate:answerer", 1)]
+    assert _shape(ep) == [
+        ("verify:verifier", 1),
+        ("route:router", 1),
+        ("parallel:searcher", 2),
+        ("verify:verifier", 1),
+        ("route:router", 1),
+        ("parallel:searcher", 1),
+        ("verify:verifier", 1),
+        ("aggregate:answerer", 1),
+    ]
     first = ep.events[2]
     assert [m.replica for m in first.members] == [1, 2]
     assert first.cardinality == 2 and first.complete
     docs = [d for o in first.observations for d in o["documents"]]
-    assert len(first.observations) == 2 and len(docs) == 2 * 3  # top_k = 3 per query: observations, not members
+    assert (
+        len(first.observations) == 2 and len(docs) == 2 * 3
+    )  # top_k = 3 per query: observations, not members
     assert ep.tool_calls == 3
     assert ep.answer == "Jane Austen" and ep.score == 1.0 and ep.reward == 1.0
     assert ep.cost["calls"] == 9
@@ -57,8 +74,11 @@ def test_members_share_the_pre_action_state_and_do_not_see_each_other(tmp_path):
             seen.extend(r.prompt for r in requests)
             return super().generate(requests, seed=seed)
 
-    script = {"solver": ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}"], "verifier": ["<verify>approve</verify>"],
-              "aggregator": ["FINAL: \\boxed{4}"]}
+    script = {
+        "solver": ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}"],
+        "verifier": ["<verify>approve</verify>"],
+        "aggregator": ["FINAL: \\boxed{4}"],
+    }
     ex = Executor(wf.graph, {"lm": Spy(script)}, wf.renderer(), {})
     (ep,) = ex.run([task])
     assert _shape(ep) == [("parallel:solver", 3), ("verify:verifier", 1), ("aggregate:aggregator", 1)]
@@ -73,13 +93,19 @@ def test_math_case_2_revision_after_rejection():
     """Three parallel derivations (K=3) -> verification -> revision (K=1) -> verification -> aggregate."""
     wf = load_workflow(ROOT / "workflows/math_fixed.srpo")
     task = {"id": "m2", "question": "Last three digits of 7^2024?", "answer": "401", "answers": ["401"]}
-    script = {"solver": ["\\boxed{401}", "\\boxed{201}", "\\boxed{401}", "revised: \\boxed{401}"],
-              "verifier": ["<verify>reject</verify>", "<verify>approve</verify>"],
-              "aggregator": ["FINAL: \\boxed{401}"]}
+    script = {
+        "solver": ["\\boxed{401}", "\\boxed{201}", "\\boxed{401}", "revised: \\boxed{401}"],
+        "verifier": ["<verify>reject</verify>", "<verify>approve</verify>"],
+        "aggregator": ["FINAL: \\boxed{401}"],
+    }
     (ep,) = _executor(wf, script).run([task])
-    assert [(t, k) for t, k in _shape(ep)] == [("parallel:solver", 3), ("verify:verifier", 1),
-                                               ("revise:solver", 1), ("verify:verifier#2", 1),
-                                               ("aggregate:aggregator", 1)]
+    assert [(t, k) for t, k in _shape(ep)] == [
+        ("parallel:solver", 3),
+        ("verify:verifier", 1),
+        ("revise:solver", 1),
+        ("verify:verifier#2", 1),
+        ("aggregate:aggregator", 1),
+    ]
     assert ep.events[2].members[0].text == "revised: \\boxed{401}"
     assert ep.score == 1.0
 
@@ -87,12 +113,20 @@ def test_math_case_2_revision_after_rejection():
 def test_invalid_route_is_recorded_and_selects_nobody():
     wf = load_workflow(ROOT / "workflows/math_routed.srpo")
     task = {"id": "m3", "question": "1+1?", "answer": "2", "answers": ["2"]}
-    script = {"router": ["<route>1,9</route>", "<route>STOP</route>"], "solver": ["\\boxed{2}"],
-              "verifier": ["<verify>reject</verify>"], "aggregator": ["FINAL: \\boxed{2}"]}
+    script = {
+        "router": ["<route>1,9</route>", "<route>STOP</route>"],
+        "solver": ["\\boxed{2}"],
+        "verifier": ["<verify>reject</verify>"],
+        "aggregator": ["FINAL: \\boxed{2}"],
+    }
     (ep,) = _executor(wf, script).run([task])
     # round 1: invalid route (9 is out of range): no solver event, the verifier still reviews; round 2: STOP
-    assert _shape(ep) == [("route:router", 1), ("verify:verifier", 1), ("route:router", 1),
-                          ("aggregate:aggregator", 1)]
+    assert _shape(ep) == [
+        ("route:router", 1),
+        ("verify:verifier", 1),
+        ("route:router", 1),
+        ("aggregate:aggregator", 1),
+    ]
     assert ep.events[0].members[0].valid is False
     assert ep.invalid_actions == 1
     assert ep.reward == pytest.approx(1.0 - 0.1)
@@ -101,8 +135,12 @@ def test_invalid_route_is_recorded_and_selects_nobody():
 def test_loop_bound_ends_the_episode():
     wf = load_workflow(ROOT / "workflows/math_routed.srpo")
     task = {"id": "m4", "question": "1+1?", "answer": "2", "answers": ["2"]}
-    script = {"router": ["<route>2</route>"], "solver": ["\\boxed{3}"], "verifier": ["<verify>reject</verify>"],
-              "aggregator": ["no final answer"]}
+    script = {
+        "router": ["<route>2</route>"],
+        "solver": ["\\boxed{3}"],
+        "verifier": ["<verify>reject</verify>"],
+        "aggregator": ["no final answer"],
+    }
     (ep,) = _executor(wf, script).run([task])
     assert [t for t, _ in _shape(ep)].count("route:router") == 4  # repeat at most 4
     assert ep.answer is None and ep.score == 0.0 and ep.invalid_actions == 1
@@ -115,9 +153,15 @@ def test_missing_member_marks_event_incomplete(tmp_path):
     class Lossy(ScriptedBackend):
         def generate(self, requests, *, seed=None):
             out = super().generate(requests, seed=seed)
-            return [None if r.role == "solver" and i == 1 else x for i, (r, x) in enumerate(zip(requests, out))]
+            return [
+                None if r.role == "solver" and i == 1 else x for i, (r, x) in enumerate(zip(requests, out))
+            ]
 
-    script = {"solver": ["\\boxed{3}"], "verifier": ["<verify>approve</verify>"], "aggregator": ["FINAL: \\boxed{3}"]}
+    script = {
+        "solver": ["\\boxed{3}"],
+        "verifier": ["<verify>approve</verify>"],
+        "aggregator": ["FINAL: \\boxed{3}"],
+    }
     (ep,) = Executor(wf.graph, {"lm": Lossy(script)}, wf.renderer(), {}).run([task])
     first = ep.events[0]
     assert first.cardinality == 2 and len(first.members) == 1 and first.complete is False
@@ -130,8 +174,11 @@ def test_missing_member_marks_event_incomplete(tmp_path):
 def test_groups_and_trace_round_trip(tmp_path):
     wf = load_workflow(ROOT / "workflows/quickstart.srpo")
     tasks = task_data(wf, limit=3)
-    script = {"solver": ["\\boxed{1}", "oops"], "verifier": ["<verify>approve</verify>"],
-              "aggregator": ["FINAL: \\boxed{1}"]}
+    script = {
+        "solver": ["\\boxed{1}", "oops"],
+        "verifier": ["<verify>approve</verify>"],
+        "aggregator": ["FINAL: \\boxed{1}"],
+    }
     episodes = _executor(wf, script).run(tasks, samples=2)
     assert [(e.prompt_id, e.sample) for e in episodes] == [(str(t["id"]), s) for t in tasks for s in (0, 1)]
     traces = [to_trace(ep, wf.graph.graph["hash"]) for ep in episodes]
@@ -140,16 +187,23 @@ def test_groups_and_trace_round_trip(tmp_path):
     back = read_traces(path)
     assert back == traces
     assert len({e.event_id for t in back for e in t.events}) == sum(len(t.events) for t in back)
-    assert all(len(m.behavior_logprobs) == len(m.response_token_ids) for t in back for e in t.events
-               for m in e.members)
+    assert all(
+        len(m.behavior_logprobs) == len(m.response_token_ids)
+        for t in back
+        for e in t.events
+        for m in e.members
+    )
     assert back[0].events[0].members[1].valid is False  # "oops" breaks the boxed contract
 
 
 def test_invalid_verdict_state_is_recorded():
     wf = load_workflow(ROOT / "workflows/math_fixed.srpo")
     task = {"id": "m5", "question": "1+1?", "answer": "2", "answers": ["2"]}
-    script = {"solver": ["\\boxed{2}"], "verifier": ["<verify>maybe</verify>", "<verify>approve</verify>"],
-              "aggregator": ["FINAL: \\boxed{2}"]}
+    script = {
+        "solver": ["\\boxed{2}"],
+        "verifier": ["<verify>maybe</verify>", "<verify>approve</verify>"],
+        "aggregator": ["FINAL: \\boxed{2}"],
+    }
     ex = _executor(wf, script)
     (ep,) = ex.run([task])
     # an invalid verdict is not `approve`: the revision loop runs, it does not default either way
@@ -175,11 +229,14 @@ reward math_equiv(aggregator, task.answer)
 """
 
 
-@pytest.mark.parametrize("verdicts,rounds", [
-    (["reject"] * 6, 6),                                  # 3 inner rounds, twice
-    (["approve", "approve"], 2),                          # each inner loop stops after one round
-    (["reject", "approve", "reject", "reject", "reject"], 5),  # 2 rounds, then 3 (inner counter reset)
-])
+@pytest.mark.parametrize(
+    "verdicts,rounds",
+    [
+        (["reject"] * 6, 6),  # 3 inner rounds, twice
+        (["approve", "approve"], 2),  # each inner loop stops after one round
+        (["reject", "approve", "reject", "reject", "reject"], 5),  # 2 rounds, then 3 (inner counter reset)
+    ],
+)
 def test_nested_loops_count_each_loop_on_its_own(tmp_path, verdicts, rounds):
     """The inner loop's last step leads back to its first both as its own next round and as the outer
     loop's next round: one edge, two ways with different loop effects."""
@@ -192,10 +249,17 @@ def test_nested_loops_count_each_loop_on_its_own(tmp_path, verdicts, rounds):
     back = g.edges[verify, solver]
     inner, outer = {"reset": [], "increment": ["L2"]}, {"reset": ["L2"], "increment": ["L1"]}
     assert back["effects"] == [inner, outer, outer]
-    assert back["when"] == "(verifier != approve and loop2 < 3) or " \
+    assert (
+        back["when"] == "(verifier != approve and loop2 < 3) or "
         "(verifier == approve and loop1 < 2) or (loop2 >= 3 and loop1 < 2)"
-    script = {"solver": ["\\boxed{1}"] * 2 * rounds, "verifier": [f"<verify>{v}</verify>" for v in verdicts],
-              "aggregator": ["FINAL: \\boxed{1}"]}
+    )
+    script = {
+        "solver": ["\\boxed{1}"] * 2 * rounds,
+        "verifier": [f"<verify>{v}</verify>" for v in verdicts],
+        "aggregator": ["FINAL: \\boxed{1}"],
+    }
     task = {"id": "t", "question": "1?", "answer": "1", "answers": ["1"]}
     (ep,) = _executor(wf, script).run([task])
-    assert _shape(ep) == [("parallel:solver", 2), ("verify:verifier", 1)] * rounds + [("aggregate:aggregator", 1)]
+    assert _shape(ep) == [("parallel:solver", 2), ("verify:verifier", 1)] * rounds + [
+        ("aggregate:aggregator", 1)
+    ]

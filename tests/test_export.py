@@ -44,8 +44,10 @@ def test_graphml_flattens_nested_attributes():
     text = to_graphml(g)
     ET.fromstring(text)  # well-formed XML
     import io
+
     back = nx.read_graphml(io.StringIO(text))
     import json
+
     card = json.loads(back.nodes["n3"]["cardinality"])
     assert card == {"min": 1, "max": 5}
     assert back.graph["name"] == "search_routed"

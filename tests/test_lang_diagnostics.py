@@ -3,59 +3,64 @@
 from pathlib import Path
 
 import pytest
-
 from lang_cases import BASE, MUTATIONS, TEMPLATES, mutate
+
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.errors import render_github, render_pretty
 
 GOLDEN = [
-    ('E001', 13, 10, 'unexpected `3` (expected a name)'),
-    ('E002', 6, 32, 'unterminated string'),
-    ('E003', 17, 10, 'unexpected end of file (expected a name)'),
-    ('E004', 9, 19, 'unexpected `emits` (expected `prompt`)'),
-    ('E005', 10, 8, 'unexpected `2` (expected `at` or `{`)'),
-    ('E006', 2, 11, 'unexpected `hf` (expected `=`)'),
-    ('E007', 17, 1, 'unexpected `aggregate` (expected `==` or `!=`)'),
-    ('E010', 9, 7, '`solver` is already defined (line 6)'),
-    ('E011', 9, 16, 'undefined policy `llm`'),
-    ('E012', 17, 11, 'undefined agent `agr`'),
-    ('E013', 15, 8, 'undefined tool `wbe`'),
-    ('E020', 2, 13, 'unknown policy kind `hff`'),
-    ('E021', 3, 6, 'unknown task kind `maths`'),
-    ('E022', 4, 12, 'unknown tool kind `bm26`'),
-    ('E023', 9, 57, 'unknown option `max_token` for agent `agg`'),
-    ('E024', 9, 57, 'agent `agg`: `max_tokens` must be greater than or equal to 1'),
-    ('E025', 1, 10, 'the workflow declares no `task`'),
-    ('E026', 1, 10, 'the workflow declares no `reward`'),
-    ('E027', 19, 1, 'only one `train` block is allowed'),
-    ('E028', 18, 8, 'unknown reward function `math_equal`'),
-    ('E029', 18, 24, 'the reference answer is a task field: `task.FIELD`'),
-    ('E030', 9, 39, 'unknown output contract `final_box`'),
-    ('E031', 9, 39, '`final_boxed` takes no arguments'),
-    ('E032', 7, 61, 'verdict word `approve` is listed twice'),
-    ('E040', 6, 7, 'pool `solver` must have at least 1 replica'),
-    ('E041', 14, 3, 'replica 3 is out of range: `searcher` has 2 replica(s)'),
-    ('E042', 14, 3, 'replica 2 is selected twice'),
-    ('E043', 12, 24, '`router` does not route over `searcher`: it routes over `solver`'),
-    ('E044', 11, 3, '`parallel solver by router` needs a `route router` step before it in the same block'),
-    ('E045', 17, 11, '`verifier` emits `verdict`: use it in a `verify` step, not `aggregate`'),
-    ('E046', 15, 15, '`call` runs a tool on search queries, but `solver` emits `boxed`'),
-    ('E050', 10, 1, 'loop has no bound: an episode could run forever'),
-    ('E051', 10, 1, 'loop bound must be at least 1'),
-    ('E052', 17, 1, 'empty loop'),
-    ('E053', 17, 1, '`break` outside a loop'),
-    ('E054', 1, 10, 'the workflow has no steps'),
-    ('E055', 17, 1, 'a round of this loop can take no step: it would repeat unchanged'),
-    ('E060', 16, 9, 'conditions test a verdict, but `agg` emits `final_boxed`'),
-    ('E061', 16, 21, '`verifier` never emits `approved` (its words: approve, reject)'),
-    ('E062', 10, 4, 'unreachable: `verifier` has not given a verdict before this condition'),
-    ('E070', 17, 1, '`agg` acts after the last reward point: its trainable actions never reach the reward of `verifier`'),
-    ('E071', 19, 19, 'the rewarded agent `spare` never acts'),
-    ('E080', 9, 26, 'template not found'),
-    ('E081', 9, 26, "template `broken.j2` line 1: unexpected '}'"),
-    ('E082', 9, 26, 'template `unknown_var.j2` line 2 uses `hstory`, which no step provides'),
-    ('W001', 9, 7, '`spare` is declared but never used'),
-    ('W002', 1, 10, 'no policy is trainable: `train` has nothing to update'),
+    ("E001", 13, 10, "unexpected `3` (expected a name)"),
+    ("E002", 6, 32, "unterminated string"),
+    ("E003", 17, 10, "unexpected end of file (expected a name)"),
+    ("E004", 9, 19, "unexpected `emits` (expected `prompt`)"),
+    ("E005", 10, 8, "unexpected `2` (expected `at` or `{`)"),
+    ("E006", 2, 11, "unexpected `hf` (expected `=`)"),
+    ("E007", 17, 1, "unexpected `aggregate` (expected `==` or `!=`)"),
+    ("E010", 9, 7, "`solver` is already defined (line 6)"),
+    ("E011", 9, 16, "undefined policy `llm`"),
+    ("E012", 17, 11, "undefined agent `agr`"),
+    ("E013", 15, 8, "undefined tool `wbe`"),
+    ("E020", 2, 13, "unknown policy kind `hff`"),
+    ("E021", 3, 6, "unknown task kind `maths`"),
+    ("E022", 4, 12, "unknown tool kind `bm26`"),
+    ("E023", 9, 57, "unknown option `max_token` for agent `agg`"),
+    ("E024", 9, 57, "agent `agg`: `max_tokens` must be greater than or equal to 1"),
+    ("E025", 1, 10, "the workflow declares no `task`"),
+    ("E026", 1, 10, "the workflow declares no `reward`"),
+    ("E027", 19, 1, "only one `train` block is allowed"),
+    ("E028", 18, 8, "unknown reward function `math_equal`"),
+    ("E029", 18, 24, "the reference answer is a task field: `task.FIELD`"),
+    ("E030", 9, 39, "unknown output contract `final_box`"),
+    ("E031", 9, 39, "`final_boxed` takes no arguments"),
+    ("E032", 7, 61, "verdict word `approve` is listed twice"),
+    ("E040", 6, 7, "pool `solver` must have at least 1 replica"),
+    ("E041", 14, 3, "replica 3 is out of range: `searcher` has 2 replica(s)"),
+    ("E042", 14, 3, "replica 2 is selected twice"),
+    ("E043", 12, 24, "`router` does not route over `searcher`: it routes over `solver`"),
+    ("E044", 11, 3, "`parallel solver by router` needs a `route router` step before it in the same block"),
+    ("E045", 17, 11, "`verifier` emits `verdict`: use it in a `verify` step, not `aggregate`"),
+    ("E046", 15, 15, "`call` runs a tool on search queries, but `solver` emits `boxed`"),
+    ("E050", 10, 1, "loop has no bound: an episode could run forever"),
+    ("E051", 10, 1, "loop bound must be at least 1"),
+    ("E052", 17, 1, "empty loop"),
+    ("E053", 17, 1, "`break` outside a loop"),
+    ("E054", 1, 10, "the workflow has no steps"),
+    ("E055", 17, 1, "a round of this loop can take no step: it would repeat unchanged"),
+    ("E060", 16, 9, "conditions test a verdict, but `agg` emits `final_boxed`"),
+    ("E061", 16, 21, "`verifier` never emits `approved` (its words: approve, reject)"),
+    ("E062", 10, 4, "unreachable: `verifier` has not given a verdict before this condition"),
+    (
+        "E070",
+        17,
+        1,
+        "`agg` acts after the last reward point: its trainable actions never reach the reward of `verifier`",
+    ),
+    ("E071", 19, 19, "the rewarded agent `spare` never acts"),
+    ("E080", 9, 26, "template not found"),
+    ("E081", 9, 26, "template `broken.j2` line 1: unexpected '}'"),
+    ("E082", 9, 26, "template `unknown_var.j2` line 2 uses `hstory`, which no step provides"),
+    ("W001", 9, 7, "`spare` is declared but never used"),
+    ("W002", 1, 10, "no policy is trainable: `train` has nothing to update"),
 ]
 
 
@@ -122,15 +127,21 @@ def test_keywords_are_reserved():
     assert diags[0].code == "E001" and diags[0].message.startswith("unexpected `verify`")
 
 
-@pytest.mark.parametrize("loop,idle", [
-    ("repeat at most 2 { break if verifier == approve }", True),
-    ("repeat at most 3 { if verifier == reject { revise solver[2] } }", True),
-    ("repeat at most 2 { repeat at most 2 { break if verifier == approve verify verifier } }", True),
-    ("repeat at most 2 { if verifier == reject { verify verifier } else { break if verifier == approve } }", True),
-    ("repeat at most 2 { break if verifier == approve verify verifier }", False),
-    ("repeat at most 2 { if verifier == reject { verify verifier } else { revise solver } }", False),
-    ("repeat at most 2 { repeat at most 2 { verify verifier break if verifier == approve } }", False),
-])
+@pytest.mark.parametrize(
+    "loop,idle",
+    [
+        ("repeat at most 2 { break if verifier == approve }", True),
+        ("repeat at most 3 { if verifier == reject { revise solver[2] } }", True),
+        ("repeat at most 2 { repeat at most 2 { break if verifier == approve verify verifier } }", True),
+        (
+            "repeat at most 2 { if verifier == reject { verify verifier } else { break if verifier == approve } }",
+            True,
+        ),
+        ("repeat at most 2 { break if verifier == approve verify verifier }", False),
+        ("repeat at most 2 { if verifier == reject { verify verifier } else { revise solver } }", False),
+        ("repeat at most 2 { repeat at most 2 { verify verifier break if verifier == approve } }", False),
+    ],
+)
 def test_a_loop_round_that_can_take_no_step_is_e055(template_dir, loop, idle):
     """Such a round would come back to where it started with nothing changed (and leave the graph a
     cycle without events); a `break` inside an inner loop leaves only the inner loop."""

@@ -19,8 +19,18 @@ def test_grammar_has_no_conflicts():
 
 def test_all_paper_workflows_ship():
     names = {p.stem for p in ALL}
-    assert names >= {"math_fixed", "math_routed", "search_routed", "single_agent", "search_singleton",
-                     "search_k5_sum", "search_k5_mean", "search_k5_sqrt", "math_nonsharing", "quickstart"}
+    assert names >= {
+        "math_fixed",
+        "math_routed",
+        "search_routed",
+        "single_agent",
+        "search_singleton",
+        "search_k5_sum",
+        "search_k5_mean",
+        "search_k5_sqrt",
+        "math_nonsharing",
+        "quickstart",
+    }
 
 
 @pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
@@ -67,8 +77,15 @@ def test_search_routed_by_hand():
     assert (tool["tool"], tool["on"], tool["top_k"]) == ("retriever", "searcher", 3)
 
 
-@pytest.mark.parametrize("name,norm,k", [("search_k5_sum", "none", 5), ("search_k5_mean", "mean", 5),
-                                         ("search_k5_sqrt", "sqrt", 5), ("search_singleton", "sqrt", 1)])
+@pytest.mark.parametrize(
+    "name,norm,k",
+    [
+        ("search_k5_sum", "none", 5),
+        ("search_k5_mean", "mean", 5),
+        ("search_k5_sqrt", "sqrt", 5),
+        ("search_singleton", "sqrt", 1),
+    ],
+)
 def test_ablation_set(name, norm, k):
     g = load_graph(WORKFLOWS / f"{name}.srpo")
     assert g.graph["train"]["set_norm"] == norm
@@ -115,14 +132,20 @@ def _assert_one_way_out(g):
         for values in itertools.product([True, False], repeat=len(keys)):
             truth = dict(zip(keys, values))
 
-            def holds(a):
+            def holds(a, truth=truth):
                 t = truth[(a.get("var") or a["loop"], a["value"])]
                 return t if a["op"] in ("==", "<") else not t
 
-            ways = {(target, str(e)) for _, target, d in outs for c, e in zip(d["guard"], d["effects"])
-                    if all(holds(a) for a in c)}
-            consistent = all(sum(truth[k] for k in keys if k[0] == var and k in truth) <= 1
-                             for var in {k[0] for k in keys if not str(k[0]).startswith("L")})
+            ways = {
+                (target, str(e))
+                for _, target, d in outs
+                for c, e in zip(d["guard"], d["effects"])
+                if all(holds(a) for a in c)
+            }
+            consistent = all(
+                sum(truth[k] for k in keys if k[0] == var and k in truth) <= 1
+                for var in {k[0] for k in keys if not str(k[0]).startswith("L")}
+            )
             if consistent:
                 assert len(ways) == 1, (g.graph["name"], v, truth, ways)
 

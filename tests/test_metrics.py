@@ -13,16 +13,22 @@ from srpo_dsl.runtime.metrics import DatasetMetrics, dataset_metrics, macro_aver
 from srpo_dsl.runtime.traces import Cost
 
 
-@pytest.mark.parametrize("n, c, k, expected", [
-    (4, 1, 2, 0.5),  # 1 - C(3,2)/C(4,2) = 1 - 3/6
-    (5, 2, 2, 0.7),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
-    (4, 1, 1, 0.25),  # Pass@1 is the fraction correct
-    (16, 4, 1, 0.25),
-    (10, 3, 4, 1 - 35 / 210),  # 1 - C(7,4)/C(10,4)
-    (4, 0, 2, 0.0), (16, 0, 16, 0.0),  # nothing correct
-    (4, 3, 2, 1.0), (4, 1, 4, 1.0), (16, 1, 16, 1.0),  # n - c < k: every draw of k holds a correct one
-    (4, 4, 1, 1.0),
-])
+@pytest.mark.parametrize(
+    "n, c, k, expected",
+    [
+        (4, 1, 2, 0.5),  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+        (5, 2, 2, 0.7),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+        (4, 1, 1, 0.25),  # Pass@1 is the fraction correct
+        (16, 4, 1, 0.25),
+        (10, 3, 4, 1 - 35 / 210),  # 1 - C(7,4)/C(10,4)
+        (4, 0, 2, 0.0),
+        (16, 0, 16, 0.0),  # nothing correct
+        (4, 3, 2, 1.0),
+        (4, 1, 4, 1.0),
+        (16, 1, 16, 1.0),  # n - c < k: every draw of k holds a correct one
+        (4, 4, 1, 1.0),
+    ],
+)
 def test_pass_at_k_hand_values(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
@@ -60,10 +66,15 @@ class Ep:
 def _episodes() -> list[Ep]:
     """Three queries, four samples each (k = 2 < n = 4); costs as dicts and as trace `Cost` objects."""
     q1 = [Ep("q1", 1.0, {"tokens": 10, "calls": 3, "tool_calls": 0})] + [
-        Ep("q1", 0.0, {"tokens": 10, "calls": 3, "tool_calls": 0}) for _ in range(3)]
-    q2 = [Ep("q2", s, Cost(tokens=20, calls=5, tool_calls=2)) for s in (1.0, 1.0, 0.0, 0.5)]  # F1 0.5: not correct
+        Ep("q1", 0.0, {"tokens": 10, "calls": 3, "tool_calls": 0}) for _ in range(3)
+    ]
+    q2 = [
+        Ep("q2", s, Cost(tokens=20, calls=5, tool_calls=2)) for s in (1.0, 1.0, 0.0, 0.5)
+    ]  # F1 0.5: not correct
     q3 = [Ep("q3", s, Cost(tokens=30, calls=1, tool_calls=1)) for s in (0.0, -0.1, 0.0, 0.0)]
-    return [ep for group in zip(q1, q2, q3) for ep in group]  # interleaved, as a batched executor returns them
+    return [
+        ep for group in zip(q1, q2, q3) for ep in group
+    ]  # interleaved, as a batched executor returns them
 
 
 def test_dataset_metrics_hand_values():

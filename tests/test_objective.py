@@ -57,7 +57,7 @@ def test_k1_all_norms_equal_sequence_ratio() -> None:
     lp, old, mask = LP[:3], OLD[:3], MASK[:3]
     events, adv = [0, 1, 2], [1.0, -0.5, 2.0]
     # l = 0.2, 0.05, 0.1 -> rho = e^l; rows 0 and 2 (A > 0) clip at 1.2 when rho > 1.2
-    j = sum(clipped_min(math.exp(l), a) for l, a in zip([0.2, 0.05, 0.1], adv)) / 3
+    j = sum(clipped_min(math.exp(lr), a) for lr, a in zip([0.2, 0.05, 0.1], adv)) / 3
     for set_norm in ("sqrt", "mean", "none"):
         loss, _ = setwise_loss(*batch(lp, old, mask, events, adv), set_norm=set_norm)
         assert loss.item() == pytest.approx(-j, abs=1e-12)
@@ -117,7 +117,9 @@ def test_masked_padding_never_leaks(garbage: float) -> None:
 def test_extreme_unmasked_values_are_finite() -> None:
     lp = torch.tensor([[3e38, 3e38], [-3e38, 3e38], [50.0, 0.0]], requires_grad=True)
     old = torch.tensor([[-3e38, -3e38], [3e38, -3e38], [0.0, 0.0]])
-    loss, metrics = setwise_loss(lp, old, torch.ones(3, 2), torch.tensor([0, 1, 2]), torch.tensor([1.0, -1.0, 1.0]))
+    loss, metrics = setwise_loss(
+        lp, old, torch.ones(3, 2), torch.tensor([0, 1, 2]), torch.tensor([1.0, -1.0, 1.0])
+    )
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
     assert all(math.isfinite(v) for v in metrics.values())
@@ -162,7 +164,9 @@ def test_gradient_equals_detached_per_member_weights() -> None:
     (expected,) = torch.autograd.grad(surrogate, lp, retain_graph=True)
     torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)
     # mixed-policy events: back-propagating each row separately with its detached weight
-    per_row = sum(torch.autograd.grad(-(weight[inv][i] * l_row[i]), lp, retain_graph=True)[0] for i in range(len(inv)))
+    per_row = sum(
+        torch.autograd.grad(-(weight[inv][i] * l_row[i]), lp, retain_graph=True)[0] for i in range(len(inv))
+    )
     torch.testing.assert_close(grad, per_row, atol=1e-6, rtol=0)
 
 
@@ -195,8 +199,14 @@ def test_float32_and_bf16_inputs() -> None:
 
 def test_empty_batch_is_zero() -> None:
     lp = torch.zeros(0, 3, requires_grad=True)
-    loss, metrics = setwise_loss(lp, torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0, dtype=torch.long),
-                                 torch.zeros(0), num_events=4)
+    loss, metrics = setwise_loss(
+        lp,
+        torch.zeros(0, 3),
+        torch.zeros(0, 3),
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0),
+        num_events=4,
+    )
     loss.backward()
     assert loss.item() == 0.0 and metrics["num_events"] == 0
 
@@ -210,13 +220,19 @@ def test_empty_batch_is_zero() -> None:
 )
 def test_loss_is_finite_for_finite_inputs(data: st.DataObject, rows: int, tokens: int, set_norm: str) -> None:
     floats = st.floats(allow_nan=False, allow_infinity=False, width=32)
-    lp = torch.tensor(data.draw(st.lists(floats, min_size=rows * tokens, max_size=rows * tokens))).view(rows, tokens)
-    old = torch.tensor(data.draw(st.lists(floats, min_size=rows * tokens, max_size=rows * tokens))).view(rows, tokens)
+    lp = torch.tensor(data.draw(st.lists(floats, min_size=rows * tokens, max_size=rows * tokens))).view(
+        rows, tokens
+    )
+    old = torch.tensor(data.draw(st.lists(floats, min_size=rows * tokens, max_size=rows * tokens))).view(
+        rows, tokens
+    )
     mask = torch.tensor(data.draw(st.lists(st.booleans(), min_size=rows * tokens, max_size=rows * tokens)))
     events = torch.tensor(data.draw(st.lists(st.integers(0, 3), min_size=rows, max_size=rows)))
     adv_per_id = torch.tensor(data.draw(st.lists(st.floats(-1e6, 1e6, width=32), min_size=4, max_size=4)))
     lp.requires_grad_()
-    loss, metrics = setwise_loss(lp, old, mask.view(rows, tokens), events, adv_per_id[events], set_norm=set_norm)
+    loss, metrics = setwise_loss(
+        lp, old, mask.view(rows, tokens), events, adv_per_id[events], set_norm=set_norm
+    )
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
     assert all(math.isfinite(v) for v in metrics.values())
@@ -264,8 +280,11 @@ def test_kl_and_entropy_terms() -> None:
     kl = sum(math.exp(d) - d - 1 for d in (-0.2, 1.5, 0.0)) / 3
     base, _ = get_objective("grpo")(*batch(B_LP, B_OLD, B_MASK, B_EVENTS, B_ADV))
     loss, metrics = get_objective("grpo")(
-        *batch(B_LP, B_OLD, B_MASK, B_EVENTS, B_ADV), ref_logprobs=torch.tensor(ref, dtype=torch.float64),
-        kl_coef=0.5, entropy=entropy, entropy_coef=0.1,
+        *batch(B_LP, B_OLD, B_MASK, B_EVENTS, B_ADV),
+        ref_logprobs=torch.tensor(ref, dtype=torch.float64),
+        kl_coef=0.5,
+        entropy=entropy,
+        entropy_coef=0.1,
     )
     assert metrics["kl"] == pytest.approx(kl) and metrics["entropy"] == pytest.approx(1.0)
     assert loss.item() == pytest.approx(base.item() + 0.5 * kl - 0.1 * 1.0, abs=1e-12)
@@ -280,7 +299,9 @@ def test_unknown_objective_lists_names() -> None:
 
 def test_all_objectives_share_one_signature() -> None:
     for name, objective in OBJECTIVES.items():
-        loss, metrics = objective(*batch(), clip_eps=0.1, set_norm="mean", num_events=3, num_tokens=20, num_rows=9)
+        loss, metrics = objective(
+            *batch(), clip_eps=0.1, set_norm="mean", num_events=3, num_tokens=20, num_rows=9
+        )
         assert loss.dim() == 0 and "clip_fraction" in metrics, name
 
 

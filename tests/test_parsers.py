@@ -18,30 +18,59 @@ def test_registry_covers_the_language_contracts():
     assert set(CONTRACT_PARSERS) == set(CONTRACTS)
 
 
-@pytest.mark.parametrize("text, value", [
-    ("<route>1,3</route>", (1, 3)),
-    ("<route>3, 1</route>", (1, 3)),
-    ("<route> 2 </route>", (2,)),
-    ("<route>\n1,\n2,\n3\n</route>", (1, 2, 3)),
-    ("<route>STOP</route>", "STOP"),
-    ("<route> STOP </route>", "STOP"),
-    ("I pick two.\n<route>2</route>\nDone.", (2,)),
-    ("<think><route>1</route></think><route>STOP</route>", "STOP"),
-    ("the prompt opened thinking <route>1</route></think><route>3</route>", (3,)),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("<route>1,3</route>", (1, 3)),
+        ("<route>3, 1</route>", (1, 3)),
+        ("<route> 2 </route>", (2,)),
+        ("<route>\n1,\n2,\n3\n</route>", (1, 2, 3)),
+        ("<route>STOP</route>", "STOP"),
+        ("<route> STOP </route>", "STOP"),
+        ("I pick two.\n<route>2</route>\nDone.", (2,)),
+        ("<think><route>1</route></think><route>STOP</route>", "STOP"),
+        ("the prompt opened thinking <route>1</route></think><route>3</route>", (3,)),
+    ],
+)
 def test_route_valid(text, value):
     assert route(text) == Parsed(True, value, None)
 
 
-@pytest.mark.parametrize("text", [
-    "<route>STOP,1</route>", "<route>1,STOP</route>", "<route>stop</route>", "<route>Stop</route>",
-    "<route>0</route>", "<route>4</route>", "<route>1,4</route>", "<route>-1</route>", "<route>+1</route>",
-    "<route>1,1</route>", "<route>2, 2, 3</route>", "<route></route>", "<route>  </route>", "<route>,</route>",
-    "<route>1,,2</route>", "<route>1,2,</route>", "<route>1 2</route>", "<route>1.0</route>", "<route>one</route>",
-    "<route>1</route><route>2</route>", "<route>1", "1</route>", "</route>1<route>", "<route><route>1</route>",
-    "<think><route>1</route></think>", "<think>never closed <route>1</route>", "no tag at all", "",
-    "<ROUTE>1</ROUTE>", "<route>１</route>",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<route>STOP,1</route>",
+        "<route>1,STOP</route>",
+        "<route>stop</route>",
+        "<route>Stop</route>",
+        "<route>0</route>",
+        "<route>4</route>",
+        "<route>1,4</route>",
+        "<route>-1</route>",
+        "<route>+1</route>",
+        "<route>1,1</route>",
+        "<route>2, 2, 3</route>",
+        "<route></route>",
+        "<route>  </route>",
+        "<route>,</route>",
+        "<route>1,,2</route>",
+        "<route>1,2,</route>",
+        "<route>1 2</route>",
+        "<route>1.0</route>",
+        "<route>one</route>",
+        "<route>1</route><route>2</route>",
+        "<route>1",
+        "1</route>",
+        "</route>1<route>",
+        "<route><route>1</route>",
+        "<think><route>1</route></think>",
+        "<think>never closed <route>1</route>",
+        "no tag at all",
+        "",
+        "<ROUTE>1</ROUTE>",
+        "<route>１</route>",
+    ],
+)
 def test_route_invalid_never_defaults(text):
     parsed = route(text)
     assert parsed.valid is False and parsed.value is None and parsed.error
@@ -52,44 +81,68 @@ def test_route_needs_a_pool():
         parse_output("route", "<route>1</route>")
 
 
-@pytest.mark.parametrize("text, words, value", [
-    ("<verify>approve</verify>", APPROVE, "approve"),
-    ("Looks right. <verify> reject\n</verify>", APPROVE, "reject"),
-    ("<think><verify>reject</verify></think> <verify>approve</verify>", APPROVE, "approve"),
-    ("<verify>yes</verify>", ("yes", "no"), "yes"),
-])
+@pytest.mark.parametrize(
+    "text, words, value",
+    [
+        ("<verify>approve</verify>", APPROVE, "approve"),
+        ("Looks right. <verify> reject\n</verify>", APPROVE, "reject"),
+        ("<think><verify>reject</verify></think> <verify>approve</verify>", APPROVE, "approve"),
+        ("<verify>yes</verify>", ("yes", "no"), "yes"),
+    ],
+)
 def test_verdict_valid(text, words, value):
     assert parse_output("verdict", text, words=words) == Parsed(True, value, None)
 
 
-@pytest.mark.parametrize("text", [
-    "<verify>Approve</verify>", "<verify>APPROVE</verify>", "<verify>approved</verify>", "<verify></verify>",
-    "<verify>approve</verify><verify>approve</verify>", "<verify>approve reject</verify>",
-    "<think><verify>approve</verify></think>", "approve", "<verify>yes</verify>",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<verify>Approve</verify>",
+        "<verify>APPROVE</verify>",
+        "<verify>approved</verify>",
+        "<verify></verify>",
+        "<verify>approve</verify><verify>approve</verify>",
+        "<verify>approve reject</verify>",
+        "<think><verify>approve</verify></think>",
+        "approve",
+        "<verify>yes</verify>",
+    ],
+)
 def test_verdict_invalid(text):
     assert parse_output("verdict", text, words=APPROVE).valid is False
 
 
-@pytest.mark.parametrize("text, value", [
-    (r"so $\boxed{42}$.", "42"),
-    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
-    (r"$\boxed{\left( 3, \frac{\pi}{2} \right)}.$", r"\left( 3, \frac{\pi}{2} \right)"),
-    (r"first \boxed{1}, then \boxed{ 2 }", "2"),
-    (r"\fbox{7}", "7"),
-    (r"\boxed {x^{2^{3}}}", "x^{2^{3}}"),
-    (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),
-    (r"\boxed{\text{(B)}}", r"\text{(B)}"),
-    (r"<think>\boxed{9}</think> \boxed{3}", "3"),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        (r"so $\boxed{42}$.", "42"),
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+        (r"$\boxed{\left( 3, \frac{\pi}{2} \right)}.$", r"\left( 3, \frac{\pi}{2} \right)"),
+        (r"first \boxed{1}, then \boxed{ 2 }", "2"),
+        (r"\fbox{7}", "7"),
+        (r"\boxed {x^{2^{3}}}", "x^{2^{3}}"),
+        (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),
+        (r"\boxed{\text{(B)}}", r"\text{(B)}"),
+        (r"<think>\boxed{9}</think> \boxed{3}", "3"),
+    ],
+)
 def test_boxed_valid(text, value):
     assert parse_output("boxed", text) == Parsed(True, value, None)
 
 
-@pytest.mark.parametrize("text", [
-    r"\boxed{\frac{1}{2}", r"\boxed{1} and \boxed{2", r"\boxed{}", r"\boxed{  }", "42", r"\boxed 5",
-    r"<think>\boxed{9}</think> no answer", r"\boxed{\}",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        r"\boxed{\frac{1}{2}",
+        r"\boxed{1} and \boxed{2",
+        r"\boxed{}",
+        r"\boxed{  }",
+        "42",
+        r"\boxed 5",
+        r"<think>\boxed{9}</think> no answer",
+        r"\boxed{\}",
+    ],
+)
 def test_boxed_invalid(text):
     assert parse_output("boxed", text).valid is False
 
@@ -99,53 +152,80 @@ def test_last_boxed_is_raw():
     assert last_boxed("nothing") is None
 
 
-@pytest.mark.parametrize("text, value", [
-    (r"The solvers agree. FINAL: \boxed{\frac{\sqrt{3}}{2}}", r"\frac{\sqrt{3}}{2}"),
-    ("FINAL:\n  \\boxed{12} and that is all", "12"),
-    (r"Solver 1 says \boxed{3}. FINAL: \boxed{4}", "4"),
-    (r"<think>FINAL: \boxed{1}</think>FINAL: \boxed{2}", "2"),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        (r"The solvers agree. FINAL: \boxed{\frac{\sqrt{3}}{2}}", r"\frac{\sqrt{3}}{2}"),
+        ("FINAL:\n  \\boxed{12} and that is all", "12"),
+        (r"Solver 1 says \boxed{3}. FINAL: \boxed{4}", "4"),
+        (r"<think>FINAL: \boxed{1}</think>FINAL: \boxed{2}", "2"),
+    ],
+)
 def test_final_boxed_valid(text, value):
     assert parse_output("final_boxed", text) == Parsed(True, value, None)
 
 
-@pytest.mark.parametrize("text", [
-    r"\boxed{4}", r"FINAL: 4", r"FINAL: the answer is \boxed{4}", r"FINAL: \boxed{4} FINAL: \boxed{4}",
-    r"FINAL: \boxed{\frac{1}{2}", r"FINAL: \boxed{}", r"final: \boxed{4}", r"<think>FINAL: \boxed{4}</think>",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        r"\boxed{4}",
+        r"FINAL: 4",
+        r"FINAL: the answer is \boxed{4}",
+        r"FINAL: \boxed{4} FINAL: \boxed{4}",
+        r"FINAL: \boxed{\frac{1}{2}",
+        r"FINAL: \boxed{}",
+        r"final: \boxed{4}",
+        r"<think>FINAL: \boxed{4}</think>",
+    ],
+)
 def test_final_boxed_invalid(text):
     assert parse_output("final_boxed", text).valid is False
 
 
-@pytest.mark.parametrize("contract, text, value", [
-    ("search", "<think>I need the author.</think><search> pride and prejudice author </search>",
-     "pride and prejudice author"),
-    ("search", "<think>try <search>draft</search> first?</think>\n<search>final query</search>", "final query"),
-    ("answer", "<think>It is Austen.</think> <answer> Jane Austen </answer>", "Jane Austen"),
-    ("answer", "prompt-opened thought</think><answer>Mars</answer>", "Mars"),
-])
+@pytest.mark.parametrize(
+    "contract, text, value",
+    [
+        (
+            "search",
+            "<think>I need the author.</think><search> pride and prejudice author </search>",
+            "pride and prejudice author",
+        ),
+        (
+            "search",
+            "<think>try <search>draft</search> first?</think>\n<search>final query</search>",
+            "final query",
+        ),
+        ("answer", "<think>It is Austen.</think> <answer> Jane Austen </answer>", "Jane Austen"),
+        ("answer", "prompt-opened thought</think><answer>Mars</answer>", "Mars"),
+    ],
+)
 def test_think_then_tag_valid(contract, text, value):
     assert parse_output(contract, text) == Parsed(True, value, None)
 
 
-@pytest.mark.parametrize("contract, text", [
-    ("search", "<search>no thinking</search>"),
-    ("search", "<search>before</search><think>x</think>"),
-    ("search", "<think>x</think><search>a</search><search>b</search>"),
-    ("search", "<think>x</think><search>  </search>"),
-    ("search", "<think>x</think>"),
-    ("search", "<think><search>only inside</search></think>"),
-    ("search", "<think>unclosed <search>q</search>"),
-    ("answer", "<think>x</think><answer>a</answer><answer>a</answer>"),
-    ("answer", "<think>x</think><answer>a"),
-    ("answer", "<think>x</think><search>q</search>"),
-])
+@pytest.mark.parametrize(
+    "contract, text",
+    [
+        ("search", "<search>no thinking</search>"),
+        ("search", "<search>before</search><think>x</think>"),
+        ("search", "<think>x</think><search>a</search><search>b</search>"),
+        ("search", "<think>x</think><search>  </search>"),
+        ("search", "<think>x</think>"),
+        ("search", "<think><search>only inside</search></think>"),
+        ("search", "<think>unclosed <search>q</search>"),
+        ("answer", "<think>x</think><answer>a</answer><answer>a</answer>"),
+        ("answer", "<think>x</think><answer>a"),
+        ("answer", "<think>x</think><search>q</search>"),
+    ],
+)
 def test_think_then_tag_invalid(contract, text):
     assert parse_output(contract, text).valid is False
 
 
 def test_text_is_always_valid():
-    assert parse_output("text", "  anything <route>9</route> \n") == Parsed(True, "anything <route>9</route>", None)
+    assert parse_output("text", "  anything <route>9</route> \n") == Parsed(
+        True, "anything <route>9</route>", None
+    )
     assert parse_output("text", "") == Parsed(True, "", None)
 
 
@@ -156,10 +236,37 @@ def test_unknown_contract_and_missing_words():
         parse_output("verdict", "<verify>approve</verify>")
 
 
-TRICKY = st.lists(st.sampled_from([
-    "<think>", "</think>", "<route>", "</route>", "<verify>", "</verify>", "<search>", "</search>", "<answer>",
-    "</answer>", "\\boxed{", "\\fbox{", "{", "}", "\\", "FINAL:", "STOP", "1", "3", ",", " ", "\n", "approve", "x",
-]), max_size=40).map("".join)
+TRICKY = st.lists(
+    st.sampled_from(
+        [
+            "<think>",
+            "</think>",
+            "<route>",
+            "</route>",
+            "<verify>",
+            "</verify>",
+            "<search>",
+            "</search>",
+            "<answer>",
+            "</answer>",
+            "\\boxed{",
+            "\\fbox{",
+            "{",
+            "}",
+            "\\",
+            "FINAL:",
+            "STOP",
+            "1",
+            "3",
+            ",",
+            " ",
+            "\n",
+            "approve",
+            "x",
+        ]
+    ),
+    max_size=40,
+).map("".join)
 
 
 @settings(max_examples=300, deadline=None)
@@ -171,7 +278,9 @@ def test_parsers_never_raise(text, pool):
         assert (parsed.error is None) == parsed.valid
         assert parsed.valid or parsed.value is None
         if contract == "route" and parsed.valid and parsed.value != "STOP":
-            assert list(parsed.value) == sorted(set(parsed.value)) and all(1 <= i <= pool for i in parsed.value)
+            assert list(parsed.value) == sorted(set(parsed.value)) and all(
+                1 <= i <= pool for i in parsed.value
+            )
 
 
 def test_route_with_thousands_of_digits_is_out_of_range_not_a_crash():

@@ -50,17 +50,31 @@ def make_models(folder: Path) -> tuple[Path, Path]:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=280, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=280,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(["S 17+25=42", "A 3+4=7 the answer"] * 10, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                        padding_side="left")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", padding_side="left"
+    )
     paths = []
     for seed in (0, 1):
         torch.manual_seed(seed)
-        config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                             bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
         path = folder / f"model-{seed}"
         LlamaForCausalLM(config).save_pretrained(path)
         tokenizer.save_pretrained(path)
@@ -76,18 +90,31 @@ def make_episodes(mixed: bool, n_prompts: int = 3, group: int = 4, seed: int = 0
 
     def member(i: int, policy: str, role: str) -> Member:
         n = rng.randint(1, 6)
-        return Member(i, role, i + 1, policy, 0, [1] + [rng.randrange(3, 200) for _ in range(rng.randint(2, 5))],
-                      [rng.randrange(3, 200) for _ in range(n)], [-rng.uniform(3.0, 7.0) for _ in range(n)],
-                      "", True, None)
+        return Member(
+            i,
+            role,
+            i + 1,
+            policy,
+            0,
+            [1] + [rng.randrange(3, 200) for _ in range(rng.randint(2, 5))],
+            [rng.randrange(3, 200) for _ in range(n)],
+            [-rng.uniform(3.0, 7.0) for _ in range(n)],
+            "",
+            True,
+            None,
+        )
 
     episodes = []
     for p in range(n_prompts):
         for s in range(group):
             ep = Episode(f"q{p}/{s}", f"q{p}", s, {"id": f"q{p}"}, reward=rng.choice([0.0, 1.0, 0.5, -0.1]))
             solvers = [member(0, "a", "solver"), member(1, "b" if mixed else "a", "solver")]
-            ep.events = [Event(f"q{p}/{s}/e1", "parallel:solver", "n1", "x", 2, True, solvers),
-                         Event(f"q{p}/{s}/e2", "aggregate:aggregator", "n2", "y", 1, True,
-                               [member(0, "a", "aggregator")])]
+            ep.events = [
+                Event(f"q{p}/{s}/e1", "parallel:solver", "n1", "x", 2, True, solvers),
+                Event(
+                    f"q{p}/{s}/e2", "aggregate:aggregator", "n2", "y", 1, True, [member(0, "a", "aggregator")]
+                ),
+            ]
             episodes.append(ep)
     return episodes
 
@@ -104,7 +131,9 @@ def build(paths: dict, dist, **options) -> dict:
     opts = TrainOptions(**{"grad_clip": 1e9, **options})
     config = ds_config(opts, device="cpu", world_size=dist.world_size, user=ds)
     spec = {"trainable": True, "lora": None}
-    return {name: build_policy(name, str(path), spec, opts, dist, config) for name, path in paths.items()}, opts
+    return {
+        name: build_policy(name, str(path), spec, opts, dist, config) for name, path in paths.items()
+    }, opts
 
 
 def parameters(policies: dict) -> dict:
@@ -170,7 +199,9 @@ def test_incomplete_events_are_dropped_whole_and_never_trained():
     clean = make_episodes(mixed=False)
     broken = make_episodes(mixed=False)
     extra = broken[0].events[0]
-    broken[0].events.append(type(extra)("q0/0/e3", "parallel:solver", "n1", "z", 2, False, [extra.members[0]]))
+    broken[0].events.append(
+        type(extra)("q0/0/e3", "parallel:solver", "n1", "z", 2, False, [extra.members[0]])
+    )
     broken[1].events.append(type(extra)("q0/1/e3", "parallel:solver", "n1", "z", 2, True, [extra.members[0]]))
     broken[2].events.append(type(extra)("q0/2/e3", "parallel:solver", "n1", "z", 3, False, []))
     a, b = build_rows(clean, "srpo"), build_rows(broken, "srpo")
@@ -199,13 +230,27 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
     logprobs, entropy = torch.zeros(len(rows), width), torch.zeros(len(rows), width)
     for name, model in ref.items():
         idx = torch.tensor([i for i, p in enumerate(rows.policies) if p == name])
-        lp, h = response_logprobs(model, [rows.prompt_token_ids[i] for i in idx],
-                                  [rows.response_token_ids[i] for i in idx], 0, 1.0, torch.device("cpu"), True)
+        lp, h = response_logprobs(
+            model,
+            [rows.prompt_token_ids[i] for i in idx],
+            [rows.response_token_ids[i] for i in idx],
+            0,
+            1.0,
+            torch.device("cpu"),
+            True,
+        )
         logprobs, entropy = logprobs.index_put((idx,), pad(lp)), entropy.index_put((idx,), pad(h))
     # old = rollout log-probs: ratios far from 1, some events clipped
-    loss, metrics = get_objective("srpo")(logprobs, batch.behaviour, batch.mask, rows.event_ids, rows.advantages,
-                                          clip_eps=0.2, entropy=entropy if entropy_coef else None,
-                                          entropy_coef=entropy_coef)
+    loss, metrics = get_objective("srpo")(
+        logprobs,
+        batch.behaviour,
+        batch.mask,
+        rows.event_ids,
+        rows.advantages,
+        clip_eps=0.2,
+        entropy=entropy if entropy_coef else None,
+        entropy_coef=entropy_coef,
+    )
     loss.backward()
     with torch.no_grad():
         expected = {f"{n}.{k}": v - v.grad for n, m in ref.items() for k, v in m.named_parameters()}
@@ -250,7 +295,9 @@ def test_token_entropy_matches_the_softmax(models):
     model = AutoModelForCausalLM.from_pretrained(models[0]).eval()
     batch = pack_sequences([[1, 5, 7], [1, 4]], [[9, 3], [8, 8, 2]], 0)
     lp, h = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask, 0.7, True)
-    assert torch.equal(lp, token_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask, 0.7))
+    assert torch.equal(
+        lp, token_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask, 0.7)
+    )
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1] / 0.7
     p = logits.softmax(-1)
     manual = torch.nn.functional.pad(-(p * p.log()).sum(-1), (1, 0))
@@ -267,8 +314,14 @@ def test_one_micro_batch_equals_two(models, dist, objective):
     rows = build_rows(make_episodes(mixed=True), objective)
     results = []
     for micro in (1, 2):
-        policies, opts = build({"a": models[0], "b": models[1]}, dist, objective=objective, micro_batches=micro,
-                               epochs=2, grad_clip=0.5)
+        policies, opts = build(
+            {"a": models[0], "b": models[1]},
+            dist,
+            objective=objective,
+            micro_batches=micro,
+            epochs=2,
+            grad_clip=0.5,
+        )
         stats = update(policies, rows, opts, dist, TEMPERATURES)
         results.append((parameters(policies), stats))
     assert_close(results[0][0], results[1][0])
@@ -285,10 +338,14 @@ def test_zero_stages_step_like_stage_0(models, dist, stage):
     rows = build_rows(make_episodes(mixed=True), "srpo")
     out = {}
     for zero in (0, stage):
-        policies, opts = build({"a": models[0], "b": models[1]}, dist, zero=zero, micro_batches=2, grad_clip=0.5)
+        policies, opts = build(
+            {"a": models[0], "b": models[1]}, dist, zero=zero, micro_batches=2, grad_clip=0.5
+        )
         out[zero] = parameters(policies), update(policies, rows, opts, dist, TEMPERATURES)
         if zero == 3:
-            assert all(p.ds_numel and p.numel() == 0 for p in policies["a"].module.parameters())  # partitioned
+            assert all(
+                p.ds_numel and p.numel() == 0 for p in policies["a"].module.parameters()
+            )  # partitioned
     assert_close(out[0][0], out[stage][0])
     assert out[0][1]["grad_norm"] == pytest.approx(out[stage][1]["grad_norm"], rel=1e-4)
 
@@ -303,8 +360,10 @@ def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
     opts = TrainOptions(kl=0.5, lr=1e-2)
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "targets": "all-linear"}
     config = ds_config(opts, device="cpu", world_size=1)
-    policies = {"a": build_policy("a", str(models[0]), {"trainable": True, "lora": lora}, opts, dist, config),
-                "b": build_policy("b", str(models[1]), {"trainable": False, "lora": None}, opts, dist, config)}
+    policies = {
+        "a": build_policy("a", str(models[0]), {"trainable": True, "lora": lora}, opts, dist, config),
+        "b": build_policy("b", str(models[1]), {"trainable": False, "lora": None}, opts, dist, config),
+    }
     assert policies["b"].engine is None and policies["a"].reference is not None
     before = parameters(policies)
     rows = build_rows(make_episodes(mixed=True), "srpo")
@@ -313,7 +372,9 @@ def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
     after = parameters(policies)
     changed = {k for k in after if (after[k] != before[k]).any()}
     assert changed and all(".lora_" in k for k in changed)
-    assert first["num_events"] == 24 and second["loss"] != first["loss"]  # the KL term grows once weights move
+    assert (
+        first["num_events"] == 24 and second["loss"] != first["loss"]
+    )  # the KL term grows once weights move
 
 
 def test_ds_config_merges_user_overrides_and_checks_them():
@@ -321,10 +382,18 @@ def test_ds_config_merges_user_overrides_and_checks_them():
     from srpo_dsl.rl.engine import ds_config
 
     opts = TrainOptions(zero=2, micro_batches=4, grad_clip=0.5)
-    config = ds_config(opts, device="cpu", world_size=2, offload="optimizer",
-                       user={"zero_optimization": {"reduce_bucket_size": 1000}})
+    config = ds_config(
+        opts,
+        device="cpu",
+        world_size=2,
+        offload="optimizer",
+        user={"zero_optimization": {"reduce_bucket_size": 1000}},
+    )
     assert config["gradient_accumulation_steps"] == 4 and config["train_batch_size"] == 8
-    assert config["zero_optimization"]["stage"] == 2 and config["zero_optimization"]["reduce_bucket_size"] == 1000
+    assert (
+        config["zero_optimization"]["stage"] == 2
+        and config["zero_optimization"]["reduce_bucket_size"] == 1000
+    )
     assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert config["gradient_clipping"] == 0.5 and not config["bf16"]["enabled"]
     assert ds_config(opts, device="cuda", world_size=1)["bf16"]["enabled"]
@@ -339,7 +408,8 @@ def test_data_order_is_a_fixed_permutation_per_pass():
 
     steps = [step_prompts(10, 3, s, seed=7) for s in range(1, 7)]
     assert steps == [step_prompts(10, 3, s, seed=7) for s in range(1, 7)]
-    assert len(set(sum(steps[:3], []))) == 9 and len(set(sum(steps[3:], []))) == 9  # 3 steps per pass
+    first, second = [i for s in steps[:3] for i in s], [i for s in steps[3:] for i in s]
+    assert len(set(first)) == 9 and len(set(second)) == 9  # 3 steps per pass
     assert steps[:3] != steps[3:6] and step_prompts(10, 3, 1, seed=8) != steps[0]
 
 
@@ -372,8 +442,19 @@ def test_two_gloo_ranks_match_one_process(models, dist, tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = tmp_path / "params.pt"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port()),
-           str(HERE), "update", str(out), str(models[0]), str(models[1])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port",
+        str(_free_port()),
+        str(HERE),
+        "update",
+        str(out),
+        str(models[0]),
+        str(models[1]),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     two = torch.load(out, weights_only=False)
@@ -389,7 +470,9 @@ def test_two_gloo_ranks_match_one_process(models, dist, tmp_path):
 def write_team(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "solver.j2").write_text("S {{ task.question }}=")
-    (folder / "aggregator.j2").write_text("{% for m in team_context %}{{ m.text }} {% endfor %}A {{ task.question }}=")
+    (folder / "aggregator.j2").write_text(
+        "{% for m in team_context %}{{ m.text }} {% endfor %}A {{ task.question }}="
+    )
     (folder / "team.srpo").write_text(TEAM)
     return folder / "team.srpo"
 
@@ -405,8 +488,14 @@ def train_worker(workflow: str, out: str, model_a: str, model_b: str, overrides:
     from srpo_dsl.rl.trainer import train
 
     varied_reward()
-    train(Path(workflow), Path(out), json.loads(overrides), "--resume" in flags, models={"a": model_a, "b": model_b},
-          progress=False)
+    train(
+        Path(workflow),
+        Path(out),
+        json.loads(overrides),
+        "--resume" in flags,
+        models={"a": model_a, "b": model_b},
+        progress=False,
+    )
 
 
 def _free_port() -> int:
@@ -415,10 +504,26 @@ def _free_port() -> int:
     return free_port()
 
 
-def _train_cmd(workflow: Path, out: Path, models: tuple[Path, Path], *flags: str, overrides: str = '{"steps": 6}',
-               launcher: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, *launcher, str(HERE), "train", str(workflow), str(out), str(models[0]), str(models[1]),
-            overrides, *flags]
+def _train_cmd(
+    workflow: Path,
+    out: Path,
+    models: tuple[Path, Path],
+    *flags: str,
+    overrides: str = '{"steps": 6}',
+    launcher: tuple[str, ...] = (),
+) -> list[str]:
+    return [
+        sys.executable,
+        *launcher,
+        str(HERE),
+        "train",
+        str(workflow),
+        str(out),
+        str(models[0]),
+        str(models[1]),
+        overrides,
+        *flags,
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -437,19 +542,23 @@ def test_sigkill_then_resume_continues_exactly(models, tmp_path):
     workflow = write_team(tmp_path / "wf")
     env = _env()
     full, cut = tmp_path / "full", tmp_path / "cut"
-    done = subprocess.run(_train_cmd(workflow, full, models), env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        _train_cmd(workflow, full, models), env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
-    child = subprocess.Popen(_train_cmd(workflow, cut, models), env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        _train_cmd(workflow, cut, models), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 240
     while not (cut / "checkpoints" / "step-2").exists() and child.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     assert (cut / "checkpoints" / "step-2" / "state.json").exists()
-    done = subprocess.run(_train_cmd(workflow, cut, models, "--resume"), env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        _train_cmd(workflow, cut, models, "--resume"), env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     a, b = _metrics(full), _metrics(cut)
@@ -478,8 +587,13 @@ def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monk
     models_ = {"a": str(models[0]), "b": str(models[1])}
     one = train(workflow, tmp_path / "one", overrides, models=models_, progress=False)
     launcher = ("-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port()))
-    done = subprocess.run(_train_cmd(workflow, tmp_path / "two", models, overrides=json.dumps(overrides),
-                                     launcher=launcher), env=_env(), capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        _train_cmd(workflow, tmp_path / "two", models, overrides=json.dumps(overrides), launcher=launcher),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     two = _metrics(tmp_path / "two")
     assert [r["num_events"] for r in one] == [r["num_events"] for r in two] == [8, 8]
@@ -489,7 +603,7 @@ def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monk
     assert one[0]["mean_set_size"] == pytest.approx(1.5) and any(r["grad_norm"] > 0 for r in one)
     with pytest.raises(TrainError, match="already holds a run"):
         train(workflow, tmp_path / "one", overrides, models=models_)
-    with pytest.raises(TrainError, match="cannot resume .*: lr changed"):
+    with pytest.raises(TrainError, match=r"cannot resume .*: lr changed"):
         train(workflow, tmp_path / "one", {**overrides, "steps": 3, "lr": 0.5}, True, models=models_)
 
 
@@ -511,25 +625,43 @@ def test_plot_writes_the_pngs(tmp_path):
     from typer.testing import CliRunner
 
     rng = random.Random(0)
-    rows = [{"step": s, "score": rng.random(), "grad_norm": rng.random(), "response_length": 10 + s,
-             "mean_set_size": 1.5, "loss": 0.0} for s in range(1, 31)]
+    rows = [
+        {
+            "step": s,
+            "score": rng.random(),
+            "grad_norm": rng.random(),
+            "response_length": 10 + s,
+            "mean_set_size": 1.5,
+            "loss": 0.0,
+        }
+        for s in range(1, 31)
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = CliRunner().invoke(_app(), ["plot", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    names = {"score.png", "grad_norm.png", "response_length.png", "mean_set_size.png", "training_dynamics.png"}
+    names = {
+        "score.png",
+        "grad_norm.png",
+        "response_length.png",
+        "mean_set_size.png",
+        "training_dynamics.png",
+    }
     assert {p.name for p in (tmp_path / "plots").iterdir()} == names
     assert all((tmp_path / "plots" / n).read_bytes()[:4] == b"\x89PNG" for n in names)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["train", "missing.srpo"], "no such file"),
-    (["train", "{wf}", "--ds-config", "missing.json"], "no such file"),
-    (["train", "{wf}", "--ds-config", "{bad}"], "invalid JSON"),
-    (["train", "{wf}", "--batch", "1000", "--model", "{model}"], "only 64"),
-    (["train", "{wf}", "--model", "nope=x"], "no policy `nope`"),
-    (["train", "{broken}"], "error[E"),
-    (["plot", "{tmp}"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "missing.srpo"], "no such file"),
+        (["train", "{wf}", "--ds-config", "missing.json"], "no such file"),
+        (["train", "{wf}", "--ds-config", "{bad}"], "invalid JSON"),
+        (["train", "{wf}", "--batch", "1000", "--model", "{model}"], "only 64"),
+        (["train", "{wf}", "--model", "nope=x"], "no policy `nope`"),
+        (["train", "{broken}"], "error[E"),
+        (["plot", "{tmp}"], "no such file"),
+    ],
+)
 def test_cli_errors_are_one_line(tmp_path, models, args, message):
     from typer.testing import CliRunner
 
@@ -538,8 +670,13 @@ def test_cli_errors_are_one_line(tmp_path, models, args, message):
     workflow = write_team(tmp_path / "wf")
     (tmp_path / "bad.json").write_text("{oops")
     (tmp_path / "broken.srpo").write_text("workflow x\nagent y uses nothing\n")
-    values = {"wf": workflow, "bad": tmp_path / "bad.json", "model": models[0], "broken": tmp_path / "broken.srpo",
-              "tmp": tmp_path}
+    values = {
+        "wf": workflow,
+        "bad": tmp_path / "bad.json",
+        "model": models[0],
+        "broken": tmp_path / "broken.srpo",
+        "tmp": tmp_path,
+    }
     result = CliRunner().invoke(_app(), [a.format(**values) for a in args])
     assert isinstance(result.exception, CliError), result.output
     text = str(result.exception)

@@ -81,16 +81,24 @@ def sequence_logprobs(
     batch = pack_sequences(prompt_ids, response_ids, pad_id=0)  # padding is masked out: any id works
     device = next(model.parameters()).device
     lp = token_logprobs(
-        model, batch.input_ids.to(device), batch.attention_mask.to(device), batch.response_mask.to(device), temperature
+        model,
+        batch.input_ids.to(device),
+        batch.attention_mask.to(device),
+        batch.response_mask.to(device),
+        temperature,
     )
     return [lp[row, batch.response_mask[row].to(device)] for row in range(lp.shape[0])]
 
 
-def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], use_chat_template: bool) -> list[list[int]]:
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], use_chat_template: bool
+) -> list[list[int]]:
     """Prompt token ids: a one-turn user chat with the generation prompt, or raw text after BOS."""
     if use_chat_template:
         texts = [
-            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False
+            )
             for p in prompts
         ]
         return tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -123,7 +131,9 @@ class HFBackend:
         if isinstance(model_or_path, (str, Path)):
             try:
                 tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model_or_path))
-                model = AutoModelForCausalLM.from_pretrained(str(model_or_path), dtype=_resolve_dtype(dtype, device))
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(model_or_path), dtype=_resolve_dtype(dtype, device)
+                )
             except (OSError, ValueError) as exc:
                 reason = (str(exc).splitlines() or [type(exc).__name__])[0]
                 raise BackendError(f"cannot load model `{model_or_path}`: {reason}") from None
@@ -135,18 +145,22 @@ class HFBackend:
         self.model = model
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
-        self.use_chat_template = bool(tokenizer.chat_template) if use_chat_template is None else use_chat_template
+        self.use_chat_template = (
+            bool(tokenizer.chat_template) if use_chat_template is None else use_chat_template
+        )
         self.max_batch_size = max_batch_size
         eos = model.generation_config.eos_token_id
         self.eos_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad is None or not self.eos_ids:
-            raise BackendError("the tokenizer needs an end-of-sequence token (and a pad token, or EOS as pad)")
+            raise BackendError(
+                "the tokenizer needs an end-of-sequence token (and a pad token, or EOS as pad)"
+            )
         self.pad_id: int = pad
         self.version = 0
 
     def sync_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> int:
-        """After an optimizer step: load `state_dict` (none when the module is shared) and bump the version."""
+        """After an optimizer step: load `state_dict` (none when the module is shared); version + 1."""
         if state_dict is not None:
             self.model.load_state_dict(state_dict)
         self.version += 1
@@ -165,7 +179,10 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.random.fork_rng(devices=devices) if seed is not None else nullcontext(), torch.no_grad():
+            with (
+                torch.random.fork_rng(devices=devices) if seed is not None else nullcontext(),
+                torch.no_grad(),
+            ):
                 if seed is not None:
                     torch.manual_seed(seed)
                 for (temperature, top_p), members in groups.items():
@@ -173,7 +190,10 @@ class HFBackend:
                     for start in range(0, len(members), self.max_batch_size):
                         chunk = members[start : start + self.max_batch_size]
                         outs = self._generate_chunk(
-                            [prompt_ids[i] for i in chunk], [requests[i].max_tokens for i in chunk], temperature, top_p
+                            [prompt_ids[i] for i in chunk],
+                            [requests[i].max_tokens for i in chunk],
+                            temperature,
+                            top_p,
                         )
                         for i, out in zip(chunk, outs):
                             results[i] = out
@@ -203,13 +223,17 @@ class HFBackend:
             output_logits=True,
         )
         out = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device), generation_config=config
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            generation_config=config,
         )
         new_tokens = out.sequences[:, width:]
         scale = temperature if sample else 1.0
         logprobs = torch.stack(
             [
-                torch.log_softmax(step.float() / scale, dim=-1).gather(-1, new_tokens[:, k : k + 1]).squeeze(-1)
+                torch.log_softmax(step.float() / scale, dim=-1)
+                .gather(-1, new_tokens[:, k : k + 1])
+                .squeeze(-1)
                 for k, step in enumerate(out.logits)
             ],
             dim=1,

@@ -28,7 +28,9 @@ def _load_script(script: Path | str | dict[str, list[str]]) -> dict[str, list[st
     if not isinstance(data, dict) or not all(
         isinstance(v, list) and v and all(isinstance(x, str) for x in v) for v in data.values()
     ):
-        raise BackendError('a reply script maps role names to non-empty lists of strings: {"role": ["reply", ...]}')
+        raise BackendError(
+            'a reply script maps role names to non-empty lists of strings: {"role": ["reply", ...]}'
+        )
     return data
 
 
@@ -49,7 +51,9 @@ class ScriptedBackend:
     def _reply(self, request: GenRequest) -> GenResult:
         replies = self.script.get(request.role) or self.script.get("*")
         if replies is None:
-            raise BackendError(f"the reply script has no entry for role `{request.role}` (and no \"*\" fallback)")
+            raise BackendError(
+                f'the reply script has no entry for role `{request.role}` (and no "*" fallback)'
+            )
         reply = replies[self._served[request.role] % len(replies)]
         self._served[request.role] += 1
         response = list(reply.encode("utf-8"))

@@ -48,7 +48,9 @@ class VLLMBackend:
             **engine_args,
         )
         self.tokenizer = self.llm.get_tokenizer()
-        self.use_chat_template = bool(self.tokenizer.chat_template) if use_chat_template is None else use_chat_template
+        self.use_chat_template = (
+            bool(self.tokenizer.chat_template) if use_chat_template is None else use_chat_template
+        )
         self.version = 0
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
@@ -89,5 +91,7 @@ class VLLMBackend:
     def sync_weights(self, state_dict: Mapping[str, torch.Tensor] | None = None) -> int:
         """`HFBackend.sync_weights`'s contract; the engine holds its own copy, so `state_dict` is required."""
         if state_dict is None:
-            raise BackendError("the vllm backend keeps its own weights: pass the trained state_dict to sync_weights")
+            raise BackendError(
+                "the vllm backend keeps its own weights: pass the trained state_dict to sync_weights"
+            )
         return self.load_weights(state_dict.items())

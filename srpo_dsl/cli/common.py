@@ -18,7 +18,7 @@ class CliError(Exception):
         self.code = code
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> "CliError":
+def fail(message: str, code: int = EXIT_USAGE) -> CliError:
     return CliError(message, code)
 
 

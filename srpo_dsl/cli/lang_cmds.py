@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -72,8 +71,10 @@ def validate(
 
 def compile_cmd(
     file: Path = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False),
-    emit: Emit = typer.Option(Emit.mermaid, "--emit", "-e", help="json (node-link) | mermaid | dot | graphml."),
-    out: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the graph here instead of stdout."),
+    emit: Emit = typer.Option(
+        Emit.mermaid, "--emit", "-e", help="json (node-link) | mermaid | dot | graphml."
+    ),
+    out: Path | None = typer.Option(None, "--output", "-o", help="Write the graph here instead of stdout."),
 ) -> None:
     """Compile a workflow into its event graph and report static cost bounds per episode.
 
@@ -96,9 +97,11 @@ def compile_cmd(
     g = result.graph
     rendered = export(g, emit.value)
     events = sum(1 for _, k in g.nodes(data="kind") if k not in ("start", "end", "tool"))
-    summary = (f"{g.graph['name']}: {events} event steps, hash {g.graph['hash']}; per episode at most "
-               f"{g.graph['max_events']} events, {g.graph['max_calls']} model calls, "
-               f"{g.graph['max_tool_calls']} tool calls, {g.graph['max_tokens']} generated tokens")
+    summary = (
+        f"{g.graph['name']}: {events} event steps, hash {g.graph['hash']}; per episode at most "
+        f"{g.graph['max_events']} events, {g.graph['max_calls']} model calls, "
+        f"{g.graph['max_tool_calls']} tool calls, {g.graph['max_tokens']} generated tokens"
+    )
     if out is None:
         print(rendered, end="")
         eprint(summary)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Iterator, Optional
 
 import typer
 
@@ -26,8 +26,12 @@ DATA = typer.Option(None, "--data", help="Task file (JSONL/Parquet); default: th
 LIMIT = typer.Option(None, "--limit", min=1, help="Use only the first N prompts.")
 SEED = typer.Option(0, "--seed", help="Sampling seed (runs are reproducible).")
 BACKEND = typer.Option(BackendKind.hf, "--backend", help="hf | scripted (replies from a JSON file) | vllm.")
-MODEL = typer.Option([], "--model", help="Override a policy's model: PATH (all policies) or POLICY=PATH; "
-                                         "for --backend scripted, the reply script.")
+MODEL = typer.Option(
+    [],
+    "--model",
+    help="Override a policy's model: PATH (all policies) or POLICY=PATH; "
+    "for --backend scripted, the reply script.",
+)
 DEVICE = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available).")
 
 
@@ -44,8 +48,11 @@ def _setup(workflow: Path, backend: BackendKind, model: list[str], device: str |
         wf = load_workflow(workflow)
     except SrpoError as err:
         first = err.diagnostics[0]
-        raise CliError(f"{first.span}: error[{first.code}]: {first.message} "
-                       f"(run `srpo-dsl validate {workflow}` for all diagnostics)", EXIT_INPUT) from None
+        raise CliError(
+            f"{first.span}: error[{first.code}]: {first.message} "
+            f"(run `srpo-dsl validate {workflow}` for all diagnostics)",
+            EXIT_INPUT,
+        ) from None
     try:
         overrides = parse_model_overrides(model, list(wf.graph.graph["policies"]))
         if backend is BackendKind.scripted and not overrides:
@@ -97,12 +104,19 @@ def _rollouts(wf, backends, tools, tasks, samples: int, seed: int, desc: str):
         return executor.run(tasks, samples=samples, seed=seed, on_done=lambda _: bar.update(1))
 
 
-def run(workflow: Path = WORKFLOW, data: Optional[Path] = DATA, limit: Optional[int] = LIMIT,
-        samples: int = typer.Option(1, "--samples", "-G", min=1, help="Rollouts per prompt (the group G)."),
-        seed: int = SEED, backend: BackendKind = BACKEND, model: list[str] = MODEL,
-        device: Optional[str] = DEVICE,
-        out: Path = typer.Option(Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json).")
-        ) -> None:
+def run(
+    workflow: Path = WORKFLOW,
+    data: Path | None = DATA,
+    limit: int | None = LIMIT,
+    samples: int = typer.Option(1, "--samples", "-G", min=1, help="Rollouts per prompt (the group G)."),
+    seed: int = SEED,
+    backend: BackendKind = BACKEND,
+    model: list[str] = MODEL,
+    device: str | None = DEVICE,
+    out: Path = typer.Option(
+        Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json)."
+    ),
+) -> None:
     """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/1).
 
     Examples:
@@ -121,28 +135,43 @@ def run(workflow: Path = WORKFLOW, data: Optional[Path] = DATA, limit: Optional[
         write_traces(stage / "traces.jsonl", traces)
         summary = _summary(traces)
         write_atomic(stage / "summary.json", json.dumps(summary, indent=2) + "\n")
-    print(f"{len(traces)} episodes, {summary['events']} events ({summary['incomplete_events']} incomplete), "
-          f"mean reward {summary['mean_reward']:.3f}, invalid actions {summary['invalid_actions']} -> "
-          f"{out / 'traces.jsonl'}")
+    print(
+        f"{len(traces)} episodes, {summary['events']} events ({summary['incomplete_events']} incomplete), "
+        f"mean reward {summary['mean_reward']:.3f}, invalid actions {summary['invalid_actions']} -> "
+        f"{out / 'traces.jsonl'}"
+    )
 
 
 def _summary(traces) -> dict:
     events = [e for t in traces for e in t.events]
-    return {"episodes": len(traces), "events": len(events),
-            "incomplete_events": sum(not e.complete for e in events),
-            "mean_reward": sum(t.reward for t in traces) / max(len(traces), 1),
-            "mean_score": sum(t.score for t in traces) / max(len(traces), 1),
-            "invalid_actions": sum(t.invalid_actions for t in traces),
-            "mean_set_size": sum(len(e.members) for e in events) / max(len(events), 1)}
+    return {
+        "episodes": len(traces),
+        "events": len(events),
+        "incomplete_events": sum(not e.complete for e in events),
+        "mean_reward": sum(t.reward for t in traces) / max(len(traces), 1),
+        "mean_score": sum(t.score for t in traces) / max(len(traces), 1),
+        "invalid_actions": sum(t.invalid_actions for t in traces),
+        "mean_set_size": sum(len(e.members) for e in events) / max(len(events), 1),
+    }
 
 
-def eval_cmd(workflow: Path = WORKFLOW, data: list[Path] = typer.Option([], "--data", help=(
-                 "Benchmark file(s); repeat for several (one table row each). Default: the workflow's eval data.")),
-             k: int = typer.Option(16, "-k", min=1, help="Samples per query (Avg@k, Pass@k)."),
-             limit: Optional[int] = LIMIT, seed: int = SEED, backend: BackendKind = BACKEND,
-             model: list[str] = MODEL, device: Optional[str] = DEVICE,
-             out: Path = typer.Option(Path("runs/eval"), "--out", help="Output folder (metrics.json, traces).")
-             ) -> None:
+def eval_cmd(
+    workflow: Path = WORKFLOW,
+    data: list[Path] = typer.Option(
+        [],
+        "--data",
+        help=(
+            "Benchmark file(s); repeat for several (one table row each). Default: the workflow's eval data."
+        ),
+    ),
+    k: int = typer.Option(16, "-k", min=1, help="Samples per query (Avg@k, Pass@k)."),
+    limit: int | None = LIMIT,
+    seed: int = SEED,
+    backend: BackendKind = BACKEND,
+    model: list[str] = MODEL,
+    device: str | None = DEVICE,
+    out: Path = typer.Option(Path("runs/eval"), "--out", help="Output folder (metrics.json, traces)."),
+) -> None:
     """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, and cost per query.
 
     Examples:
@@ -155,31 +184,45 @@ def eval_cmd(workflow: Path = WORKFLOW, data: list[Path] = typer.Option([], "--d
     from srpo_dsl.runtime.traces import to_trace, write_traces
 
     wf, backends, tools = _setup(workflow, backend, model, device)
-    sets = [(p.stem, _tasks(wf, p, limit, "eval")) for p in data] or [(wf.name, _tasks(wf, None, limit, "eval"))]
+    sets = [(p.stem, _tasks(wf, p, limit, "eval")) for p in data] or [
+        (wf.name, _tasks(wf, None, limit, "eval"))
+    ]
     rows, all_traces = [], []
     for name, tasks in sets:
         episodes = _rollouts(wf, backends, tools, tasks, k, seed, f"eval {name}")
         all_traces += [to_trace(ep, wf.graph.graph["hash"]) for ep in episodes]
         rows.append(dataset_metrics(name, episodes, k))
     avg, pas = macro_average(rows)
-    table = [f"| dataset | queries | Avg@{k} | Pass@{k} | tokens / traj. | calls / traj. | tool calls / query |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    table += [f"| {r.name} | {r.queries} | {100 * r.avg_at_k:.1f} | {100 * r.pass_at_k:.1f} | "
-              f"{r.tokens_per_trajectory:.1f} | {r.calls_per_trajectory:.2f} | {r.tool_calls_per_query:.2f} |"
-              for r in rows]
+    table = [
+        f"| dataset | queries | Avg@{k} | Pass@{k} | tokens / traj. | calls / traj. | tool calls / query |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    table += [
+        f"| {r.name} | {r.queries} | {100 * r.avg_at_k:.1f} | {100 * r.pass_at_k:.1f} | "
+        f"{r.tokens_per_trajectory:.1f} | {r.calls_per_trajectory:.2f} | {r.tool_calls_per_query:.2f} |"
+        for r in rows
+    ]
     table.append(f"| **macro** | | **{100 * avg:.1f}** | **{100 * pas:.1f}** | | | |")
     with staged_output(out) as stage:
         write_traces(stage / "traces.jsonl", all_traces)
-        metrics = {"k": k, "datasets": [r.__dict__ for r in rows], "macro": {"avg_at_k": avg, "pass_at_k": pas},
-                   "workflow": str(workflow), "graph_hash": wf.graph.graph["hash"], "seed": seed}
+        metrics = {
+            "k": k,
+            "datasets": [r.__dict__ for r in rows],
+            "macro": {"avg_at_k": avg, "pass_at_k": pas},
+            "workflow": str(workflow),
+            "graph_hash": wf.graph.graph["hash"],
+            "seed": seed,
+        }
         write_atomic(stage / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     print("\n".join(table))
     print(f"-> {out / 'metrics.json'}")
 
 
-def audit(traces: Path = typer.Argument(..., help="A traces.jsonl written by `run`, `eval` or `train`."),
-          episodes: int = typer.Option(3, "--episodes", "-n", min=1, help="How many episodes to show."),
-          width: int = typer.Option(40, "--width", min=8, help="Characters of each output to show.")) -> None:
+def audit(
+    traces: Path = typer.Argument(..., help="A traces.jsonl written by `run`, `eval` or `train`."),
+    episodes: int = typer.Option(3, "--episodes", "-n", min=1, help="How many episodes to show."),
+    width: int = typer.Option(40, "--width", min=8, help="Characters of each output to show."),
+) -> None:
     """Print the event audit table: one row per event (pre-action state, outputs, transition, K).
 
     Incomplete events (a member missing) are flagged; the exit code is 1 if any exists.
@@ -196,15 +239,18 @@ def audit(traces: Path = typer.Argument(..., help="A traces.jsonl written by `ru
         raise CliError(str(exc)) from None
     short = lambda s: (s.replace("\n", " ")[: width - 1] + "…") if len(s) > width else s.replace("\n", " ")  # noqa
     for ep in eps[:episodes]:
-        print(f"episode {ep.episode_id}  reward {ep.reward:+.3f}  answer {ep.answer!r}  "
-              f"invalid {ep.invalid_actions}  cost {ep.cost.tokens} tokens / {ep.cost.calls} calls / "
-              f"{ep.cost.tool_calls} tool calls")
+        print(
+            f"episode {ep.episode_id}  reward {ep.reward:+.3f}  answer {ep.answer!r}  "
+            f"invalid {ep.invalid_actions}  cost {ep.cost.tokens} tokens / {ep.cost.calls} calls / "
+            f"{ep.cost.tool_calls} tool calls"
+        )
         print("| event | type | state | K | outputs consumed | observations | transition |")
         print("|---|---|---|---:|---|---|---|")
         for i, e in enumerate(ep.events):
             nxt = ep.events[i + 1].event_type if i + 1 < len(ep.events) else "end"
-            outs = "; ".join(f"{m.role}#{m.replica}{'' if m.valid else ' (invalid)'}: {short(m.text)}"
-                             for m in e.members)
+            outs = "; ".join(
+                f"{m.role}#{m.replica}{'' if m.valid else ' (invalid)'}: {short(m.text)}" for m in e.members
+            )
             obs = f"{sum(len(o['documents']) for o in e.observations)} docs" if e.observations else ""
             k = f"{len(e.members)}" if e.complete else f"{len(e.members)}/{e.cardinality} INCOMPLETE"
             print(f"| e{i + 1} | {e.event_type} | {e.state_id[:8]} | {k} | {outs} | {obs} | -> {nxt} |")
@@ -216,10 +262,12 @@ def audit(traces: Path = typer.Argument(..., help="A traces.jsonl written by `ru
         raise typer.Exit(EXIT_INPUT)
 
 
-def render(workflow: Path = WORKFLOW,
-           role: str = typer.Option(..., "--role", "-r", help="The agent whose prompt to show."),
-           replica: int = typer.Option(1, "--replica", min=1, help="Replica number in the agent's pool."),
-           data: Optional[Path] = DATA) -> None:
+def render(
+    workflow: Path = WORKFLOW,
+    role: str = typer.Option(..., "--role", "-r", help="The agent whose prompt to show."),
+    replica: int = typer.Option(1, "--replica", min=1, help="Replica number in the agent's pool."),
+    data: Path | None = DATA,
+) -> None:
     """Show a role's prompt on the first task, with an empty team context.
 
     Example:
@@ -243,8 +291,13 @@ def render(workflow: Path = WORKFLOW,
     task = _tasks(wf, data, 1, "train")[0]
     ep = Episode("example/0", str(task["id"]), 0, task)
     loop_of = next((d.get("loop") for _, d in wf.graph.nodes(data=True) if d.get("agent") == role), None)
-    ctx = ep.context(role=role, replica=replica, pool_size=agents[role]["replicas"], turn=1,
-                     max_turns=wf.graph.graph["loops"].get(loop_of, 1) if loop_of else 1)
+    ctx = ep.context(
+        role=role,
+        replica=replica,
+        pool_size=agents[role]["replicas"],
+        turn=1,
+        max_turns=wf.graph.graph["loops"].get(loop_of, 1) if loop_of else 1,
+    )
     try:
         print(wf.renderer().render(agents[role]["prompt"], ctx))
     except PromptError as exc:

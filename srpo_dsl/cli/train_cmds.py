@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -46,26 +45,38 @@ class Offload(str, Enum):
 
 def train_cmd(
     workflow: Path = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False),
-    out: Path = typer.Option(Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints)."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps (rollout batches)."),
-    objective: Optional[Objective] = typer.Option(None, "--objective", help="srpo | grpo | drmas | seq."),
-    set_norm: Optional[SetNorm] = typer.Option(None, "--set-norm", help="SRPO set reduction: sqrt | mean | none."),
-    lr: Optional[float] = typer.Option(None, "--lr", min=0.0, help="Learning rate."),
-    group: Optional[int] = typer.Option(None, "--group", "-G", min=1, help="Rollouts per prompt (G)."),
-    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="Prompts per step."),
-    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="DeepSpeed ZeRO stage (0-3)."),
-    micro_batches: Optional[int] = typer.Option(None, "--micro-batches", min=1,
-                                                help="Event-atomic micro-batches per optimizer step."),
-    ds_config: Optional[Path] = typer.Option(None, "--ds-config", help="JSON merged over the DeepSpeed config."),
-    offload: Offload = typer.Option(Offload.none, "--offload", help="ZeRO offload to CPU: none | optimizer | "
-                                                                    "params | all."),
-    model: list[str] = typer.Option([], "--model", help="Override a policy's model: PATH (all policies) or "
-                                                        "POLICY=PATH; repeatable."),
+    out: Path = typer.Option(
+        Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints)."
+    ),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Training steps (rollout batches)."),
+    objective: Objective | None = typer.Option(None, "--objective", help="srpo | grpo | drmas | seq."),
+    set_norm: SetNorm | None = typer.Option(
+        None, "--set-norm", help="SRPO set reduction: sqrt | mean | none."
+    ),
+    lr: float | None = typer.Option(None, "--lr", min=0.0, help="Learning rate."),
+    group: int | None = typer.Option(None, "--group", "-G", min=1, help="Rollouts per prompt (G)."),
+    batch: int | None = typer.Option(None, "--batch", min=1, help="Prompts per step."),
+    zero: int | None = typer.Option(None, "--zero", min=0, max=3, help="DeepSpeed ZeRO stage (0-3)."),
+    micro_batches: int | None = typer.Option(
+        None, "--micro-batches", min=1, help="Event-atomic micro-batches per optimizer step."
+    ),
+    ds_config: Path | None = typer.Option(None, "--ds-config", help="JSON merged over the DeepSpeed config."),
+    offload: Offload = typer.Option(
+        Offload.none, "--offload", help="ZeRO offload to CPU: none | optimizer | params | all."
+    ),
+    model: list[str] = typer.Option(
+        [], "--model", help="Override a policy's model: PATH (all policies) or POLICY=PATH; repeatable."
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of data order and sampling."),
-    device: Optional[Device] = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)."),
-    local_rank: int = typer.Option(-1, "--local_rank", "--local-rank", hidden=True,
-                                   help="Set by the `deepspeed` launcher; LOCAL_RANK is what is used."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of data order and sampling."),
+    device: Device | None = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)."),
+    local_rank: int = typer.Option(
+        -1,
+        "--local_rank",
+        "--local-rank",
+        hidden=True,
+        help="Set by the `deepspeed` launcher; LOCAL_RANK is what is used.",
+    ),
 ) -> None:
     """Train a workflow's trainable policies with SRPO (or a baseline); flags override its `train` block.
 
@@ -91,23 +102,45 @@ def train_cmd(
         raise CliError(f"cannot read {workflow}: no such file")
     if ds_config is not None and not ds_config.is_file():
         raise CliError(f"cannot read {ds_config}: no such file")
-    overrides = {"steps": steps, "objective": objective and objective.value, "set_norm": set_norm and set_norm.value,
-                 "lr": lr, "group": group, "batch": batch, "zero": zero, "micro_batches": micro_batches, "seed": seed}
+    overrides = {
+        "steps": steps,
+        "objective": objective and objective.value,
+        "set_norm": set_norm and set_norm.value,
+        "lr": lr,
+        "group": group,
+        "batch": batch,
+        "zero": zero,
+        "micro_batches": micro_batches,
+        "seed": seed,
+    }
     try:
         policies = list(load_workflow(workflow).graph.graph["policies"])
         models = parse_model_overrides(model, policies)
-        history = train(workflow, out, overrides, resume, models=models, ds_config=ds_config, offload=offload.value,
-                        device=device and device.value)
+        history = train(
+            workflow,
+            out,
+            overrides,
+            resume,
+            models=models,
+            ds_config=ds_config,
+            offload=offload.value,
+            device=device and device.value,
+        )
     except SrpoError as err:
         first = err.diagnostics[0]
-        raise CliError(f"{first.span}: error[{first.code}]: {first.message} "
-                       f"(run `srpo-dsl validate {workflow}` for all diagnostics)", EXIT_INPUT) from None
+        raise CliError(
+            f"{first.span}: error[{first.code}]: {first.message} "
+            f"(run `srpo-dsl validate {workflow}` for all diagnostics)",
+            EXIT_INPUT,
+        ) from None
     except (TrainError, BackendError, ValueError, OSError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     if history:
         last = history[-1]
-        print(f"step {last['step']}: score {last['score']:.3f}, loss {last['loss']:.4f}, "
-              f"grad norm {last['grad_norm']:.3f} -> {out}")
+        print(
+            f"step {last['step']}: score {last['score']:.3f}, loss {last['loss']:.4f}, "
+            f"grad norm {last['grad_norm']:.3f} -> {out}"
+        )
     else:
         print(f"nothing to do: {out} already reached its last step")
 
@@ -122,9 +155,10 @@ def ema(values: list[float], alpha: float) -> list[float]:
 
 
 def plot_cmd(
-    run: Path = typer.Argument(..., help="A run folder written by `train` (holds metrics.jsonl).",
-                               show_default=False),
-    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the PNGs (default: RUN/plots)."),
+    run: Path = typer.Argument(
+        ..., help="A run folder written by `train` (holds metrics.jsonl).", show_default=False
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Where to write the PNGs (default: RUN/plots)."),
     smoothing: float = typer.Option(0.9, "--ema", min=0.0, max=0.999, help="EMA factor of the solid line."),
 ) -> None:
     """Plot score, gradient norm, response length and mean active-set size over steps.

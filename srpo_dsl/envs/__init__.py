@@ -9,13 +9,24 @@ from __future__ import annotations
 from importlib import import_module
 
 _EXPORTS = {
-    "normalize_answer": "answers", "exact_match": "answers", "f1": "answers",
-    "make_arith_tasks": "arith", "is_heldout": "arith",
-    "load_tasks": "data", "normalize_record": "data",
-    "math_equiv": "math", "canonical_answer": "math", "normalize_math": "math",
-    "REWARDS": "rewards", "RewardFn": "rewards",
-    "Document": "retrieval", "Retriever": "retrieval", "RetrieverError": "retrieval",
-    "Bm25Retriever": "retrieval", "HttpRetriever": "retrieval", "make_retriever": "retrieval",
+    "normalize_answer": "answers",
+    "exact_match": "answers",
+    "f1": "answers",
+    "make_arith_tasks": "arith",
+    "is_heldout": "arith",
+    "load_tasks": "data",
+    "normalize_record": "data",
+    "math_equiv": "math",
+    "canonical_answer": "math",
+    "normalize_math": "math",
+    "REWARDS": "rewards",
+    "RewardFn": "rewards",
+    "Document": "retrieval",
+    "Retriever": "retrieval",
+    "RetrieverError": "retrieval",
+    "Bm25Retriever": "retrieval",
+    "HttpRetriever": "retrieval",
+    "make_retriever": "retrieval",
 }
 __all__ = sorted(_EXPORTS)
 

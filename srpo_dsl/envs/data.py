@@ -5,10 +5,10 @@ accepted gold answers, strings) and `answer` (the first of them). Fields are det
 
 | set | question | answers |
 |---|---|---|
-| DAPO-Math-17k (verl layout) | `prompt` (chat or text; its answer-format wrapper removed) | `reward_model.ground_truth` |
+| DAPO-Math-17k (verl layout) | `prompt` (its answer-format wrapper removed) | `reward_model.ground_truth` |
 | MATH500, AIME, AMC, Minerva | `problem` or `question` | `answer` (numbers as text; `142.0` -> `142`) |
 | OlympiadBench | `question` | `final_answer` (a list) |
-| Search-R1 NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle | `question` | `golden_answers`, or `answer` |
+| Search-R1 (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, ...) | `question` | `golden_answers`, `answer` |
 
 The first field present in `QUESTION_FIELDS` / `ANSWER_FIELDS` wins; `fields={"question":
 ..., "answer": ...}` overrides either (dotted names reach into nested records; names match
@@ -20,18 +20,27 @@ of one prompt, so they must be unique: a repeated id gets `@<row>` appended.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from srpo_dsl.envs.arith import make_arith_tasks
 
 QUESTION_FIELDS = ("question", "problem", "prompt", "query")
-ANSWER_FIELDS = ("golden_answers", "answers", "answer", "final_answer", "reward_model.ground_truth",
-                 "possible_answers", "target")
+ANSWER_FIELDS = (
+    "golden_answers",
+    "answers",
+    "answer",
+    "final_answer",
+    "reward_model.ground_truth",
+    "possible_answers",
+    "target",
+)
 ID_FIELDS = ("id", "unique_id", "extra_info.index")
 TASK_KINDS = ("math", "qa", "arith")
 
-_DAPO_HEAD = "Solve the following math problem step by step. The last line of your response should be of the form"
+_DAPO_HEAD = (
+    "Solve the following math problem step by step. The last line of your response should be of the form"
+)
 _DAPO_TAIL = 'Remember to put your answer on its own line after "Answer:".'
 
 
@@ -68,7 +77,9 @@ def _records(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
     elif path.suffix == ".parquet":
         rows = _parquet(path, limit)
     else:
-        raise ValueError(f"{path}: unsupported task file type {path.suffix!r} (use .jsonl, .json or .parquet)")
+        raise ValueError(
+            f"{path}: unsupported task file type {path.suffix!r} (use .jsonl, .json or .parquet)"
+        )
     for i, row in enumerate(rows):
         yield f"{path} row {i}", row
 
@@ -150,8 +161,10 @@ def normalize_record(record: dict, row: int, where: str, stem: str, fields: dict
         wanted = (fields[key],) if fields.get(key) else names
         name, value = _first(record, wanted)
         if name is None:
-            raise ValueError(f"{where}: no {key} field (looked for {', '.join(wanted)}; "
-                             f"record has {', '.join(record) or 'no fields'}); map it with `{key} = \"...\"`")
+            raise ValueError(
+                f"{where}: no {key} field (looked for {', '.join(wanted)}; "
+                f'record has {", ".join(record) or "no fields"}); map it with `{key} = "..."`'
+            )
         found[key] = (name, value)
     question = _text(found["question"][1])
     name, value = found["answer"]
@@ -165,11 +178,18 @@ def normalize_record(record: dict, row: int, where: str, stem: str, fields: dict
         empty = "question" if not question else "answer"
         raise ValueError(f"{where}: empty {empty} (field `{found[empty][0]}`)")
     _, rid = _first(record, ID_FIELDS)
-    return {**record, "id": str(rid) if rid is not None else f"{stem}-{row}", "question": question,
-            "answer": answers[0], "answers": answers}
+    return {
+        **record,
+        "id": str(rid) if rid is not None else f"{stem}-{row}",
+        "question": question,
+        "answer": answers[0],
+        "answers": answers,
+    }
 
 
-def load_tasks(path: Path | None, *, kind: str, fields: dict | None = None, limit: int | None = None) -> list[dict]:
+def load_tasks(
+    path: Path | None, *, kind: str, fields: dict | None = None, limit: int | None = None
+) -> list[dict]:
     """Tasks of `kind` (math, qa, arith) from a local file; `arith` without a file generates
     `limit` (default 1000) additions. Raises FileNotFoundError or ValueError with a one-line message."""
     if kind not in TASK_KINDS:

@@ -29,7 +29,18 @@ import threading
 from functools import lru_cache
 
 from math_verify import parse, verify
-from sympy import Basic, Derivative, Integer, Integral, Limit, Pow, Product, Sum, factorial, preorder_traversal
+from sympy import (
+    Basic,
+    Derivative,
+    Integer,
+    Integral,
+    Limit,
+    Pow,
+    Product,
+    Sum,
+    factorial,
+    preorder_traversal,
+)
 from sympy.matrices import MatrixBase
 
 TIMEOUT_S = 5  # math-verify's per-call limit, in the main thread
@@ -71,8 +82,10 @@ def _unwrap(answer: str) -> str:
 # Never in a final answer of MATH500 / AIME, and slow to parse or compare: integrals, sums,
 # products, limits, derivatives, binomials of anything but numbers, the factorial of anything
 # but a number, and a superscript chained to another (`a^b^c`, `a^{b}^{c}`).
-_RUNAWAY = re.compile(r"\\(?:i*int|oint|sum|prod|lim|partial|[dt]?binom|choose)(?![a-zA-Z])|[^\\\d\s]\s*!"
-                      r"|\^\s*(?:\{[^{}]*\}|\\?[A-Za-z0-9.]+)\s*\^")
+_RUNAWAY = re.compile(
+    r"\\(?:i*int|oint|sum|prod|lim|partial|[dt]?binom|choose)(?![a-zA-Z])|[^\\\d\s]\s*!"
+    r"|\^\s*(?:\{[^{}]*\}|\\?[A-Za-z0-9.]+)\s*\^"
+)
 
 _NUMERIC_BINOM = re.compile(r"\\[dt]?binom\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}")
 
@@ -113,7 +126,9 @@ def _tame(expr: Basic | MatrixBase) -> bool:
                 return False
             if isinstance(node.exp, Integer) and abs(node.exp) > MAX_EXPONENT:
                 return False
-        if isinstance(node, factorial) and not (isinstance(node.args[0], Integer) and node.args[0] <= MAX_EXPONENT):
+        if isinstance(node, factorial) and not (
+            isinstance(node.args[0], Integer) and node.args[0] <= MAX_EXPONENT
+        ):
             return False
     return True
 

@@ -86,8 +86,9 @@ class Bm25Retriever:
     def search(self, queries: list[str], top_k: int) -> list[list[Document]]:
         if not queries:
             return []
-        ids, _ = self.index.retrieve(self._tokens(queries), k=min(top_k, len(self.docs)),
-                                     show_progress=False, n_threads=1)
+        ids, _ = self.index.retrieve(
+            self._tokens(queries), k=min(top_k, len(self.docs)), show_progress=False, n_threads=1
+        )
         return [[self.docs[int(i)] for i in row] for row in ids]
 
 
@@ -114,13 +115,16 @@ class HttpRetriever:
                     return json.loads(reply.read())
             except urllib.error.HTTPError as exc:
                 if exc.code < 500:
-                    raise RetrieverError(f"retrieval server at {self.url} answered HTTP {exc.code}: {exc.reason}") \
-                        from None
+                    raise RetrieverError(
+                        f"retrieval server at {self.url} answered HTTP {exc.code}: {exc.reason}"
+                    ) from None
                 reason = f"HTTP {exc.code}: {exc.reason}"
             except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timed out
                 reason = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
             except ValueError:
-                raise RetrieverError(f"retrieval server at {self.url} sent a reply that is not JSON") from None
+                raise RetrieverError(
+                    f"retrieval server at {self.url} sent a reply that is not JSON"
+                ) from None
         raise RetrieverError(f"cannot reach retrieval server at {self.url}: {reason}")
 
     def search(self, queries: list[str], top_k: int) -> list[list[Document]]:
@@ -131,8 +135,10 @@ class HttpRetriever:
             result = payload["result"]  # type: ignore[index]
             if len(result) != len(queries):
                 raise ValueError(f"{len(result)} result lists for {len(queries)} queries")
-            return [[to_document(hit.get("document", hit), f"{q}-{j}") for j, hit in enumerate(hits)]
-                    for q, hits in enumerate(result)]
+            return [
+                [to_document(hit.get("document", hit), f"{q}-{j}") for j, hit in enumerate(hits)]
+                for q, hits in enumerate(result)
+            ]
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise RetrieverError(f"retrieval server at {self.url} sent an unexpected reply ({exc})") from None
 
@@ -153,8 +159,10 @@ def make_retriever(kind: str, **options: object) -> Retriever:
         raise RetrieverError(f"unknown retriever `{kind}` (known: {', '.join(accepted)})")
     unknown = set(options) - accepted[kind]
     if unknown:
-        raise RetrieverError(f"`{kind}` retriever has no option {', '.join(sorted(unknown))} "
-                             f"(options: {', '.join(sorted(accepted[kind]))})")
+        raise RetrieverError(
+            f"`{kind}` retriever has no option {', '.join(sorted(unknown))} "
+            f"(options: {', '.join(sorted(accepted[kind]))})"
+        )
     required = "corpus" if kind == "bm25" else "url"
     if required not in options:
         raise RetrieverError(f"`{kind}` retriever needs `{required}`")

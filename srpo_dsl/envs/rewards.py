@@ -7,7 +7,7 @@ holding the gold answer: a string or a list of accepted answers.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from srpo_dsl.envs.answers import exact_match, f1
 from srpo_dsl.envs.math import math_equiv

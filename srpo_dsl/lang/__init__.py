@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 from pathlib import Path
 
 import networkx as nx
@@ -77,5 +77,17 @@ def load_graph(path: str | Path) -> nx.DiGraph:
     return result.graph
 
 
-__all__ = ["Checked", "Diagnostic", "Result", "Span", "SrpoError", "analyze", "check", "compile_checked",
-           "load_graph", "parse", "parse_file", "reward_path_errors"]
+__all__ = [
+    "Checked",
+    "Diagnostic",
+    "Result",
+    "Span",
+    "SrpoError",
+    "analyze",
+    "check",
+    "compile_checked",
+    "load_graph",
+    "parse",
+    "parse_file",
+    "reward_path_errors",
+]

@@ -10,8 +10,15 @@ from pydantic import ValidationError
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.schema import (
-    CONTRACTS, DEFAULT_MAX_TOKENS, POLICY_KINDS, REWARD_FUNCTIONS, TASK_KINDS, TOOL_KINDS, Generation,
-    LoraOptions, TrainOptions,
+    CONTRACTS,
+    DEFAULT_MAX_TOKENS,
+    POLICY_KINDS,
+    REWARD_FUNCTIONS,
+    TASK_KINDS,
+    TOOL_KINDS,
+    Generation,
+    LoraOptions,
+    TrainOptions,
 )
 from srpo_dsl.lang.templates import check_template
 
@@ -107,8 +114,14 @@ class _Checker:
         self.out.diagnostics.append(Diagnostic(code, message, span, hint, "warning"))
 
     # ---- option blocks -----------------------------------------------------
-    def options(self, model: type, opts: tuple[n.Option, ...], what: str, positional: tuple[str, ...] = (),
-                anchor: Span | None = None) -> dict | None:
+    def options(
+        self,
+        model: type,
+        opts: tuple[n.Option, ...],
+        what: str,
+        positional: tuple[str, ...] = (),
+        anchor: Span | None = None,
+    ) -> dict | None:
         """Validate `opts` against a pydantic model; report at the offending option."""
         data: dict[str, object] = {}
         spans: dict[str, Span] = {}
@@ -117,8 +130,12 @@ class _Checker:
             name = opt.name
             if name is None:
                 if i >= len(positional):
-                    self.error("E024", f"{what} takes {len(positional)} positional argument(s)", opt.span,
-                               f"name it: `key = value` (known: {', '.join(model.model_fields)})")
+                    self.error(
+                        "E024",
+                        f"{what} takes {len(positional)} positional argument(s)",
+                        opt.span,
+                        f"name it: `key = value` (known: {', '.join(model.model_fields)})",
+                    )
                     ok = False
                     continue
                 name = positional[i]
@@ -127,9 +144,13 @@ class _Checker:
                 ok = False
                 continue
             if name not in model.model_fields:
-                self.error("E023", f"unknown option `{name}` for {what}", opt.span,
-                           did_you_mean(name, model.model_fields)
-                           or f"known options: {', '.join(model.model_fields)}")
+                self.error(
+                    "E023",
+                    f"unknown option `{name}` for {what}",
+                    opt.span,
+                    did_you_mean(name, model.model_fields)
+                    or f"known options: {', '.join(model.model_fields)}",
+                )
                 ok = False
                 continue
             data[name], spans[name] = _value(opt.value), opt.span
@@ -139,15 +160,20 @@ class _Checker:
             for err in exc.errors():
                 key = str(err["loc"][0]) if err["loc"] else ""
                 span = spans.get(key, anchor or (opts[0].span if opts else self.p.name.span))
-                msg = err["msg"].replace("Input should be", "must be").replace("Field required", "is required")
+                msg = (
+                    err["msg"].replace("Input should be", "must be").replace("Field required", "is required")
+                )
                 self.error("E024", f"{what}: `{key}` {msg}", span)
             return None
 
     # ---- declarations ------------------------------------------------------
     def declarations(self) -> None:
         seen: dict[str, n.Ident] = {}
-        for ident in [x.name for x in self.p.policies] + [x.name for x in self.p.agents] + \
-                     [x.name for x in self.p.tools]:
+        for ident in (
+            [x.name for x in self.p.policies]
+            + [x.name for x in self.p.agents]
+            + [x.name for x in self.p.tools]
+        ):
             if ident.name in seen:
                 first = seen[ident.name].span
                 self.error("E010", f"`{ident.name}` is already defined (line {first.line})", ident.span)
@@ -174,8 +200,12 @@ class _Checker:
         """The validated options of `kind(...)`, or None after reporting an unknown kind or bad options."""
         kind = call.kind
         if kind.name not in kinds:
-            self.error(code, f"unknown {what} kind `{kind.name}`", kind.span,
-                       did_you_mean(kind.name, kinds) or f"known: {', '.join(kinds)}")
+            self.error(
+                code,
+                f"unknown {what} kind `{kind.name}`",
+                kind.span,
+                did_you_mean(kind.name, kinds) or f"known: {', '.join(kinds)}",
+            )
             return None
         model, pos = kinds[kind.name]
         return self.options(model, call.args, f"{what} `{kind.name}`", pos, call.span)
@@ -188,12 +218,18 @@ class _Checker:
         if src is None or gen is None or (pol.lora is not None and lora is None):
             return
         ref = f"builtin:{src['name']}" if kind.name == "builtin" else src["model"]
-        self.out.policies[pol.name.name] = PolicyInfo(pol.name.name, kind.name, ref, not pol.frozen, lora, gen)
+        self.out.policies[pol.name.name] = PolicyInfo(
+            pol.name.name, kind.name, ref, not pol.frozen, lora, gen
+        )
 
     def task(self) -> None:
         if not self.p.tasks:
-            self.error("E025", "the workflow declares no `task`", self.p.name.span,
-                       'add e.g. `task math(data = "data/math500.jsonl")`')
+            self.error(
+                "E025",
+                "the workflow declares no `task`",
+                self.p.name.span,
+                'add e.g. `task math(data = "data/math500.jsonl")`',
+            )
             return
         for extra in self.p.tasks[1:]:
             self.error("E025", "only one `task` is allowed", extra.span)
@@ -206,21 +242,33 @@ class _Checker:
         if a.replicas < 1:
             self.error("E040", f"pool `{a.name.name}` must have at least 1 replica", a.name.span)
         if a.policy.name not in {p.name.name for p in self.p.policies}:
-            self.error("E011", f"undefined policy `{a.policy.name}`", a.policy.span,
-                       did_you_mean(a.policy.name, [p.name.name for p in self.p.policies]))
+            self.error(
+                "E011",
+                f"undefined policy `{a.policy.name}`",
+                a.policy.span,
+                did_you_mean(a.policy.name, [p.name.name for p in self.p.policies]),
+            )
         self.used.add(a.policy.name)
         c = a.contract
         spec = CONTRACTS.get(c.name.name)
         if spec is None:
-            self.error("E030", f"unknown output contract `{c.name.name}`", c.name.span,
-                       did_you_mean(c.name.name, CONTRACTS) or f"known: {', '.join(CONTRACTS)}")
+            self.error(
+                "E030",
+                f"unknown output contract `{c.name.name}`",
+                c.name.span,
+                did_you_mean(c.name.name, CONTRACTS) or f"known: {', '.join(CONTRACTS)}",
+            )
         elif spec.args == "none" and c.args:
             self.error("E031", f"`{c.name.name}` takes no arguments", c.span)
         elif spec.args == "pool" and len(c.args) != 1:
             self.error("E031", "`route` names exactly one pool: `route(solver)`", c.span)
         elif spec.args == "pool" and c.args[0].name not in {x.name.name for x in self.p.agents}:
-            self.error("E012", f"undefined agent `{c.args[0].name}`", c.args[0].span,
-                       did_you_mean(c.args[0].name, [x.name.name for x in self.p.agents]))
+            self.error(
+                "E012",
+                f"undefined agent `{c.args[0].name}`",
+                c.args[0].span,
+                did_you_mean(c.args[0].name, [x.name.name for x in self.p.agents]),
+            )
         elif spec.args == "words" and not c.args:
             self.error("E031", "`verdict` lists its words: `verdict(approve, reject)`", c.span)
         elif spec.args == "words":
@@ -232,26 +280,48 @@ class _Checker:
         pol = self.out.policies.get(a.policy.name)
         if gen is None or pol is None or spec is None:
             return
-        pick = lambda k, default: gen[k] if gen[k] is not None else (  # noqa: E731
-            pol.generation[k] if pol.generation[k] is not None else default)
+
+        def pick(k, default):
+            return (
+                gen[k]
+                if gen[k] is not None
+                else (pol.generation[k] if pol.generation[k] is not None else default)
+            )
+
         self.out.agents[a.name.name] = AgentInfo(
-            a.name.name, a.replicas, a.policy.name, a.prompt, c.name.name, tuple(x.name for x in c.args),
-            pick("max_tokens", DEFAULT_MAX_TOKENS), pick("temperature", 1.0), pick("top_p", 1.0))
+            a.name.name,
+            a.replicas,
+            a.policy.name,
+            a.prompt,
+            c.name.name,
+            tuple(x.name for x in c.args),
+            pick("max_tokens", DEFAULT_MAX_TOKENS),
+            pick("temperature", 1.0),
+            pick("top_p", 1.0),
+        )
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):
             self.out.diagnostics.append(diag)
 
     def reward(self) -> None:
         if not self.p.rewards:
-            self.error("E026", "the workflow declares no `reward`", self.p.name.span,
-                       "add e.g. `reward math_equiv(aggregator, task.answer) invalid -0.1`")
+            self.error(
+                "E026",
+                "the workflow declares no `reward`",
+                self.p.name.span,
+                "add e.g. `reward math_equiv(aggregator, task.answer) invalid -0.1`",
+            )
             return
         for extra in self.p.rewards[1:]:
             self.error("E026", "only one `reward` is allowed", extra.span)
         r = self.p.rewards[0]
         ok = True
         if r.fn.name not in REWARD_FUNCTIONS:
-            self.error("E028", f"unknown reward function `{r.fn.name}`", r.fn.span,
-                       did_you_mean(r.fn.name, REWARD_FUNCTIONS) or f"known: {', '.join(REWARD_FUNCTIONS)}")
+            self.error(
+                "E028",
+                f"unknown reward function `{r.fn.name}`",
+                r.fn.span,
+                did_you_mean(r.fn.name, REWARD_FUNCTIONS) or f"known: {', '.join(REWARD_FUNCTIONS)}",
+            )
             ok = False
         if not self.known_agent(r.agent):
             ok = False
@@ -265,7 +335,9 @@ class _Checker:
     def known_agent(self, ident: n.Ident) -> bool:
         self.used.add(ident.name)
         if ident.name not in self.by_name:
-            self.error("E012", f"undefined agent `{ident.name}`", ident.span, did_you_mean(ident.name, self.by_name))
+            self.error(
+                "E012", f"undefined agent `{ident.name}`", ident.span, did_you_mean(ident.name, self.by_name)
+            )
             return False
         return True
 
@@ -306,15 +378,23 @@ class _Checker:
     def step(self, s: n.Step, in_loop: bool, routed: set[str]) -> None:
         if isinstance(s, n.Repeat):
             if s.bound is None:
-                self.error("E050", "loop has no bound: an episode could run forever", s.span,
-                           "write `repeat at most N { ... }`")
+                self.error(
+                    "E050",
+                    "loop has no bound: an episode could run forever",
+                    s.span,
+                    "write `repeat at most N { ... }`",
+                )
             elif s.bound < 1:
                 self.error("E051", "loop bound must be at least 1", s.span)
             if not s.body:
                 self.error("E052", "empty loop", s.span)
             elif _idle_ways(s.body)[0]:
-                self.error("E055", "a round of this loop can take no step: it would repeat unchanged", s.span,
-                           "make every round act, or leave the loop with `until` or `break if`")
+                self.error(
+                    "E055",
+                    "a round of this loop can take no step: it would repeat unchanged",
+                    s.span,
+                    "make every round act, or leave the loop with `until` or `break if`",
+                )
             if s.bound and s.bound > 1:  # from the second round on, every agent of the body may have acted
                 for x in n.walk_steps(s.body):
                     if isinstance(x, n.EVENT_STEPS):
@@ -334,40 +414,64 @@ class _Checker:
             return
         if isinstance(s, n.CallTool):
             if s.tool.name not in self.tool_names:
-                self.error("E013", f"undefined tool `{s.tool.name}`", s.tool.span,
-                           did_you_mean(s.tool.name, self.tool_names))
+                self.error(
+                    "E013",
+                    f"undefined tool `{s.tool.name}`",
+                    s.tool.span,
+                    did_you_mean(s.tool.name, self.tool_names),
+                )
             self.used.add(s.tool.name)
             if self.known_agent(s.agent):
                 contract = self.contract_of(s.agent)
                 if contract and contract[0] != "search":
-                    self.error("E046", f"`call` runs a tool on search queries, but `{s.agent.name}` emits "
-                               f"`{contract[0]}`", s.agent.span)
+                    self.error(
+                        "E046",
+                        f"`call` runs a tool on search queries, but `{s.agent.name}` emits `{contract[0]}`",
+                        s.agent.span,
+                    )
                 elif s.agent.name not in self.acted:
-                    self.error("E062", f"unreachable: `{s.agent.name}` has no queries before this call",
-                               s.span, f"put a step of `{s.agent.name}` before it")
+                    self.error(
+                        "E062",
+                        f"unreachable: `{s.agent.name}` has no queries before this call",
+                        s.span,
+                        f"put a step of `{s.agent.name}` before it",
+                    )
             return
         assert isinstance(s, n.EVENT_STEPS)
         if not self.known_agent(s.agent):
             return
-        contract, args = self.contract_of(s.agent) or ("", ())
+        contract, _args = self.contract_of(s.agent) or ("", ())
         kind = type(s).__name__.lower()
         if isinstance(s, n.Route) and contract != "route":
-            self.error("E045", f"`route` needs an agent that emits `route(POOL)`; `{s.agent.name}` emits "
-                       f"`{contract}`", s.agent.span)
+            self.error(
+                "E045",
+                f"`route` needs an agent that emits `route(POOL)`; `{s.agent.name}` emits `{contract}`",
+                s.agent.span,
+            )
         elif isinstance(s, n.Verify) and contract != "verdict":
-            self.error("E045", f"`verify` needs an agent that emits `verdict(...)`; `{s.agent.name}` emits "
-                       f"`{contract}`", s.agent.span)
+            self.error(
+                "E045",
+                f"`verify` needs an agent that emits `verdict(...)`; `{s.agent.name}` emits `{contract}`",
+                s.agent.span,
+            )
         elif not isinstance(s, (n.Route, n.Verify)) and contract in ("route", "verdict"):
             step = "route" if contract == "route" else "verify"
-            self.error("E045", f"`{s.agent.name}` emits `{contract}`: use it in a `{step}` step, not `{kind}`",
-                       s.agent.span)
+            self.error(
+                "E045",
+                f"`{s.agent.name}` emits `{contract}`: use it in a `{step}` step, not `{kind}`",
+                s.agent.span,
+            )
         if isinstance(s, n.Route):
             routed.add(s.agent.name)
         if isinstance(s, n.Parallel):
             self.parallel(s, routed)
         if isinstance(s, n.Revise) and not 1 <= s.replica <= self.pool_of(s.agent):
-            self.error("E041", f"replica {s.replica} is out of range: `{s.agent.name}` has "
-                       f"{self.pool_of(s.agent)} replica(s)", s.span)
+            self.error(
+                "E041",
+                f"replica {s.replica} is out of range: `{s.agent.name}` has "
+                f"{self.pool_of(s.agent)} replica(s)",
+                s.span,
+            )
         self.act(s.agent.name)
 
     def parallel(self, s: n.Parallel, routed: set[str]) -> None:
@@ -375,34 +479,59 @@ class _Checker:
         if s.replicas is not None:
             for i, r in enumerate(s.replicas):
                 if not 1 <= r <= size:
-                    self.error("E041", f"replica {r} is out of range: `{s.agent.name}` has {size} replica(s)",
-                               s.span, f"replicas are numbered 1..{size}")
+                    self.error(
+                        "E041",
+                        f"replica {r} is out of range: `{s.agent.name}` has {size} replica(s)",
+                        s.span,
+                        f"replicas are numbered 1..{size}",
+                    )
                 if r in s.replicas[:i]:
                     self.error("E042", f"replica {r} is selected twice", s.span)
         if s.by is None or not self.known_agent(s.by):
             return
         contract = self.contract_of(s.by)
         if contract is None or contract[0] != "route" or contract[1] != (s.agent.name,):
-            what = f"routes over `{contract[1][0]}`" if contract and contract[0] == "route" and contract[1] \
+            what = (
+                f"routes over `{contract[1][0]}`"
+                if contract and contract[0] == "route" and contract[1]
                 else f"emits `{contract[0] if contract else '?'}`"
-            self.error("E043", f"`{s.by.name}` does not route over `{s.agent.name}`: it {what}", s.by.span,
-                       f"declare it with `emits route({s.agent.name})`")
+            )
+            self.error(
+                "E043",
+                f"`{s.by.name}` does not route over `{s.agent.name}`: it {what}",
+                s.by.span,
+                f"declare it with `emits route({s.agent.name})`",
+            )
         elif s.by.name not in routed:
-            self.error("E044", f"`parallel {s.agent.name} by {s.by.name}` needs a `route {s.by.name}` step "
-                       "before it in the same block", s.span)
+            self.error(
+                "E044",
+                f"`parallel {s.agent.name} by {s.by.name}` needs a `route {s.by.name}` step "
+                "before it in the same block",
+                s.span,
+            )
 
     def cond(self, c: n.Cond) -> None:
         if not self.known_agent(c.agent):
             return
         contract, words = self.contract_of(c.agent) or ("", ())
         if contract != "verdict":
-            self.error("E060", f"conditions test a verdict, but `{c.agent.name}` emits `{contract}`", c.agent.span)
+            self.error(
+                "E060", f"conditions test a verdict, but `{c.agent.name}` emits `{contract}`", c.agent.span
+            )
         elif c.word.name not in words:
-            self.error("E061", f"`{c.agent.name}` never emits `{c.word.name}` (its words: {', '.join(words)})",
-                       c.word.span, did_you_mean(c.word.name, words))
+            self.error(
+                "E061",
+                f"`{c.agent.name}` never emits `{c.word.name}` (its words: {', '.join(words)})",
+                c.word.span,
+                did_you_mean(c.word.name, words),
+            )
         elif c.agent.name not in self.acted:
-            self.error("E062", f"unreachable: `{c.agent.name}` has not given a verdict before this condition",
-                       c.span, f"put `verify {c.agent.name}` before it")
+            self.error(
+                "E062",
+                f"unreachable: `{c.agent.name}` has not given a verdict before this condition",
+                c.span,
+                f"put `verify {c.agent.name}` before it",
+            )
 
     def unused(self) -> None:
         for decl in list(self.p.agents) + list(self.p.policies) + list(self.p.tools):
@@ -415,7 +544,8 @@ class _Checker:
             self.error("E054", "the workflow has no steps", self.p.name.span, "add e.g. `aggregate answerer`")
         self.steps(self.p.steps, False)
         if self.out.reward and self.out.reward.agent not in {
-                s.agent.name for s in n.walk_steps(self.p.steps) if isinstance(s, n.EVENT_STEPS)}:
+            s.agent.name for s in n.walk_steps(self.p.steps) if isinstance(s, n.EVENT_STEPS)
+        }:
             r = self.p.rewards[0]
             self.error("E071", f"the rewarded agent `{r.agent.name}` never acts", r.agent.span)
         self.unused()

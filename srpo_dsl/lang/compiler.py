@@ -73,8 +73,10 @@ def _contradicts(conj: Conj) -> bool:
         for b in conj:
             if a is b or a.name != b.name or a.kind != b.kind:
                 continue
-            if a.kind == "var" and ((a.op == "==" and b.op == "==" and a.value != b.value)
-                                    or (a.value == b.value and a.op != b.op)):
+            if a.kind == "var" and (
+                (a.op == "==" and b.op == "==" and a.value != b.value)
+                or (a.value == b.value and a.op != b.op)
+            ):
                 return True
             if a.kind == "loop" and a.value == b.value and a.op != b.op:
                 return True
@@ -117,16 +119,24 @@ class Cost:
     tool_calls: int = 0
     tokens: int = 0
 
-    def __add__(self, o: "Cost") -> "Cost":
-        return Cost(self.events + o.events, self.calls + o.calls, self.tool_calls + o.tool_calls,
-                    self.tokens + o.tokens)
+    def __add__(self, o: Cost) -> Cost:
+        return Cost(
+            self.events + o.events,
+            self.calls + o.calls,
+            self.tool_calls + o.tool_calls,
+            self.tokens + o.tokens,
+        )
 
-    def __mul__(self, k: int) -> "Cost":
+    def __mul__(self, k: int) -> Cost:
         return Cost(self.events * k, self.calls * k, self.tool_calls * k, self.tokens * k)
 
-    def max(self, o: "Cost") -> "Cost":
-        return Cost(max(self.events, o.events), max(self.calls, o.calls), max(self.tool_calls, o.tool_calls),
-                    max(self.tokens, o.tokens))
+    def max(self, o: Cost) -> Cost:
+        return Cost(
+            max(self.events, o.events),
+            max(self.calls, o.calls),
+            max(self.tool_calls, o.tool_calls),
+            max(self.tokens, o.tokens),
+        )
 
 
 _ALWAYS = [Path(())]
@@ -170,8 +180,10 @@ class _Compiler:
 
     def node(self, kind: str, span: n.Span, attrs: dict) -> str:
         loop = self.open_loops[-1] if self.open_loops else None
-        return self._add(self._new("n"), {"kind": kind, "span": str(span), "line": span.line, "col": span.col,
-                                          "loop": loop, **attrs})
+        return self._add(
+            self._new("n"),
+            {"kind": kind, "span": str(span), "line": span.line, "col": span.col, "loop": loop, **attrs},
+        )
 
     def connect(self, frontier: Frontier, v: str) -> None:
         """Lead every waiting way to node `v`."""
@@ -183,8 +195,10 @@ class _Compiler:
             # A counter only matters inside its loop; re-entry resets it. Dropping dead effects lets
             # a `break` path and a loop-exit path to the same target merge into one.
             if (p.reset or p.increment) and not set(p.reset + p.increment) <= inside:
-                p = p._replace(reset=tuple(x for x in p.reset if x in inside),
-                               increment=tuple(x for x in p.increment if x in inside))
+                p = p._replace(
+                    reset=tuple(x for x in p.reset if x in inside),
+                    increment=tuple(x for x in p.increment if x in inside),
+                )
             paths = self.succ[u].get(v)
             if paths is None:
                 self.succ[u][v] = [p]
@@ -220,13 +234,27 @@ class _Compiler:
             reps = [s.replica if isinstance(s, n.Revise) else 1]
             card = {"min": 1, "max": 1}
             label = f"{kind} {name}"
-        return self.node(kind, s.span, {
-            "label": label, "agent": name, "event_type": base if seen == 1 else f"{base}#{seen}",
-            "roles": [name] * len(reps), "replicas": reps, "policy": [agent.policy] * len(reps),
-            "cardinality": card, "routed_by": by, "contract": agent.contract,
-            "contract_args": list(agent.contract_args), "template": agent.prompt, "max_tokens": agent.max_tokens,
-            "temperature": agent.temperature, "top_p": agent.top_p, "pool_size": agent.replicas,
-        })
+        return self.node(
+            kind,
+            s.span,
+            {
+                "label": label,
+                "agent": name,
+                "event_type": base if seen == 1 else f"{base}#{seen}",
+                "roles": [name] * len(reps),
+                "replicas": reps,
+                "policy": [agent.policy] * len(reps),
+                "cardinality": card,
+                "routed_by": by,
+                "contract": agent.contract,
+                "contract_args": list(agent.contract_args),
+                "template": agent.prompt,
+                "max_tokens": agent.max_tokens,
+                "temperature": agent.temperature,
+                "top_p": agent.top_p,
+                "pool_size": agent.replicas,
+            },
+        )
 
     def block(self, steps: tuple[n.Step, ...], frontier: Frontier, exits: list[Frontier]) -> Frontier:
         """Compile `steps` after `frontier`; `exits` collects the ways out of each enclosing loop.
@@ -258,7 +286,7 @@ class _Compiler:
             self.open_loops.append(lid)
             self.enclosing = frozenset(self.open_loops)
             out: Frontier = []
-            tail = self.block(s.body, [(lid, Path(()))], exits + [out])
+            tail = self.block(s.body, [(lid, Path(()))], [*exits, out])
             self.open_loops.pop()
             self.enclosing = frozenset(self.open_loops)
             more = Atom("loop", lid, "<", s.bound)
@@ -269,13 +297,14 @@ class _Compiler:
             else:
                 back = _restrict(tail, more)
                 out += _restrict(tail, more.negated())
-            into = [(u, Path(p.conj, p.reset + (lid,), p.increment)) for u, p in frontier]
-            into += [(u, Path(p.conj, p.reset, p.increment + (lid,))) for u, p in back]
+            into = [(u, Path(p.conj, (*p.reset, lid), p.increment)) for u, p in frontier]
+            into += [(u, Path(p.conj, p.reset, (*p.increment, lid))) for u, p in back]
             return self.through(into, lid, out)
         if isinstance(s, n.If):
             hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
-            return (self.block(s.then, _restrict(frontier, hit), exits)
-                    + self.block(s.orelse, _restrict(frontier, hit.negated()), exits))
+            return self.block(s.then, _restrict(frontier, hit), exits) + self.block(
+                s.orelse, _restrict(frontier, hit.negated()), exits
+            )
         if isinstance(s, n.Break):
             hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
             exits[-1] += _restrict(frontier, hit)
@@ -283,9 +312,18 @@ class _Compiler:
         assert isinstance(s, n.CallTool)
         kind, opts = self.c.tools[s.tool.name]
         pool = self.c.agents[s.agent.name].replicas
-        v = self.node("tool", s.span, {"label": f"call {s.tool.name} on {s.agent.name}", "tool": s.tool.name,
-                                       "tool_kind": kind, "on": s.agent.name, "top_k": opts["top_k"],
-                                       "max_calls": pool})
+        v = self.node(
+            "tool",
+            s.span,
+            {
+                "label": f"call {s.tool.name} on {s.agent.name}",
+                "tool": s.tool.name,
+                "tool_kind": kind,
+                "on": s.agent.name,
+                "top_k": opts["top_k"],
+                "max_calls": pool,
+            },
+        )
         self.connect(frontier, v)
         return [(v, Path(()))]
 
@@ -304,9 +342,11 @@ class _Compiler:
     def edge_attrs(self, paths: list[Path]) -> dict:
         if paths == _ALWAYS:  # most edges
             return {"guard": [[]], "effects": [{"reset": [], "increment": []}], "when": "always"}
-        return {"guard": [[a.to_dict() for a in p.conj] for p in paths],
-                "effects": [{"reset": list(p.reset), "increment": list(p.increment)} for p in paths],
-                "when": self.when(paths)}
+        return {
+            "guard": [[a.to_dict() for a in p.conj] for p in paths],
+            "effects": [{"reset": list(p.reset), "increment": list(p.increment)} for p in paths],
+            "when": self.when(paths),
+        }
 
     # ---- bounds --------------------------------------------------------------
     def cost(self, steps: tuple[n.Step, ...]) -> Cost:
@@ -333,23 +373,54 @@ class _Compiler:
         self.connect(tail, self._add("end", {"kind": "end", "label": "end"}))
         g = nx.DiGraph()
         g.add_nodes_from(self.nodes.items())
-        g.add_edges_from((u, v, self.edge_attrs(paths)) for u, out in self.succ.items() for v, paths in out.items())
+        g.add_edges_from(
+            (u, v, self.edge_attrs(paths)) for u, out in self.succ.items() for v, paths in out.items()
+        )
         bounds = self.cost(p.steps)
         c = self.c
         g.graph.update(
-            schema=GRAPH_SCHEMA, name=p.name.name, source=p.file, hash=program_hash(p),
-            max_events=bounds.events, max_calls=bounds.calls, max_tool_calls=bounds.tool_calls,
+            schema=GRAPH_SCHEMA,
+            name=p.name.name,
+            source=p.file,
+            hash=program_hash(p),
+            max_events=bounds.events,
+            max_calls=bounds.calls,
+            max_tool_calls=bounds.tool_calls,
             max_tokens=bounds.tokens,
-            loops={lid: bound for lid, bound in self.loop_names.items()},
-            policies={k: {"kind": v.kind, "model": v.model, "trainable": v.trainable, "lora": v.lora,
-                          "generation": v.generation} for k, v in c.policies.items()},
-            agents={k: {"replicas": v.replicas, "policy": v.policy, "prompt": v.prompt, "contract": v.contract,
-                        "contract_args": list(v.contract_args), "max_tokens": v.max_tokens,
-                        "temperature": v.temperature, "top_p": v.top_p} for k, v in c.agents.items()},
+            loops=dict(self.loop_names.items()),
+            policies={
+                k: {
+                    "kind": v.kind,
+                    "model": v.model,
+                    "trainable": v.trainable,
+                    "lora": v.lora,
+                    "generation": v.generation,
+                }
+                for k, v in c.policies.items()
+            },
+            agents={
+                k: {
+                    "replicas": v.replicas,
+                    "policy": v.policy,
+                    "prompt": v.prompt,
+                    "contract": v.contract,
+                    "contract_args": list(v.contract_args),
+                    "max_tokens": v.max_tokens,
+                    "temperature": v.temperature,
+                    "top_p": v.top_p,
+                }
+                for k, v in c.agents.items()
+            },
             task={"kind": c.task[0], "options": c.task[1]} if c.task else None,
             tools={k: {"kind": kind, "options": opts} for k, (kind, opts) in c.tools.items()},
-            reward={"fn": c.reward.fn, "agent": c.reward.agent, "field": c.reward.field,
-                    "penalty": c.reward.penalty} if c.reward else None,
+            reward={
+                "fn": c.reward.fn,
+                "agent": c.reward.agent,
+                "field": c.reward.field,
+                "penalty": c.reward.penalty,
+            }
+            if c.reward
+            else None,
             train=c.train.model_dump(),
         )
         return g
@@ -367,14 +438,24 @@ def reward_path_errors(graph: nx.DiGraph, checked: Checked) -> list[Diagnostic]:
                 reach.add(u)
                 todo.append(u)
     policies = graph.graph["policies"]
-    late = [d for v, d in graph.nodes(data=True)
-            if d["kind"] in EVENT_KINDS and v not in reach and policies[d["policy"][0]]["trainable"]]
+    late = [
+        d
+        for v, d in graph.nodes(data=True)
+        if d["kind"] in EVENT_KINDS and v not in reach and policies[d["policy"][0]]["trainable"]
+    ]
     if not late:
         return []
     spans = {str(s.span): s.span for s in n.walk_steps(checked.program.steps) if isinstance(s, n.EVENT_STEPS)}
-    return [Diagnostic("E070", f"`{d['agent']}` acts after the last reward point: its trainable actions never "
-                       f"reach the reward of `{checked.reward.agent}`", spans[d["span"]],
-                       "move the step before the rewarded agent, or freeze its policy") for d in late]
+    return [
+        Diagnostic(
+            "E070",
+            f"`{d['agent']}` acts after the last reward point: its trainable actions never "
+            f"reach the reward of `{checked.reward.agent}`",
+            spans[d["span"]],
+            "move the step before the rewarded agent, or freeze its policy",
+        )
+        for d in late
+    ]
 
 
 def compile_checked(checked: Checked) -> nx.DiGraph:

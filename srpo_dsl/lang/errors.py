@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 Severity = Literal["error", "warning"]
 
@@ -95,5 +96,13 @@ def render_json(diags: Sequence[Diagnostic]) -> str:
     return json.dumps([d.to_dict() for d in diags], indent=2)
 
 
-__all__ = ["Span", "Diagnostic", "SrpoError", "Severity", "did_you_mean", "render_pretty",
-           "render_github", "render_json"]
+__all__ = [
+    "Diagnostic",
+    "Severity",
+    "Span",
+    "SrpoError",
+    "did_you_mean",
+    "render_github",
+    "render_json",
+    "render_pretty",
+]

@@ -29,8 +29,14 @@ def _label(data: dict) -> str:
 
 
 _MERMAID_SHAPES = {
-    "start": ("((", "))"), "end": ("((", "))"), "route": ("{{", "}}"), "verify": ("{", "}"),
-    "parallel": ("[[", "]]"), "tool": ("[(", ")]"), "revise": ("[/", "/]"), "aggregate": ("([", "])"),
+    "start": ("((", "))"),
+    "end": ("((", "))"),
+    "route": ("{{", "}}"),
+    "verify": ("{", "}"),
+    "parallel": ("[[", "]]"),
+    "tool": ("[(", ")]"),
+    "revise": ("[/", "/]"),
+    "aggregate": ("([", "])"),
 }
 
 
@@ -51,14 +57,24 @@ def to_mermaid(graph: nx.DiGraph) -> str:
 def to_dot(graph: nx.DiGraph) -> str:
     """Graphviz DOT text, written directly (no pydot/pygraphviz needed)."""
     q = lambda s: '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'  # noqa: E731
-    shapes = {"start": "circle", "end": "doublecircle", "route": "diamond", "verify": "diamond",
-              "parallel": "box3d", "tool": "cylinder", "revise": "box", "aggregate": "box"}
+    shapes = {
+        "start": "circle",
+        "end": "doublecircle",
+        "route": "diamond",
+        "verify": "diamond",
+        "parallel": "box3d",
+        "tool": "cylinder",
+        "revise": "box",
+        "aggregate": "box",
+    }
     out = [f"digraph {q(graph.graph.get('name', 'workflow'))} {{", "    rankdir=TB;"]
     for v, d in graph.nodes(data=True):
         out.append(f"    {q(v)} [label={q(_label(d))}, shape={shapes.get(d['kind'], 'box')}];")
     for u, v, d in graph.edges(data=True):
         when = d.get("when", "always")
-        out.append(f"    {q(u)} -> {q(v)};" if when == "always" else f"    {q(u)} -> {q(v)} [label={q(when)}];")
+        out.append(
+            f"    {q(u)} -> {q(v)};" if when == "always" else f"    {q(u)} -> {q(v)} [label={q(when)}];"
+        )
     out.append("}")
     return "\n".join(out) + "\n"
 

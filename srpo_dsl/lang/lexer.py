@@ -11,7 +11,8 @@ character no terminal matches raises Lark's `UnexpectedCharacters`.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from lark import Token
 from lark.exceptions import UnexpectedCharacters
@@ -25,14 +26,21 @@ class ScanLexer(Lexer):
 
     def __init__(self, conf: Any):
         # Lark's order: priority, then longest possible match, then longest literal, then name.
-        terminals = sorted(conf.terminals, key=lambda t: (-t.priority, -t.pattern.max_width,
-                                                           -len(t.pattern.value), t.name))
+        terminals = sorted(
+            conf.terminals, key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name)
+        )
         regexes = [t for t in terminals if t.pattern.type == "re"]
         self.keywords: dict[tuple[str, str], str] = {}  # (matched terminal, text) -> keyword terminal
         scanned = []
         for t in terminals:
-            owner = next((r for r in regexes if t.pattern.type == "str"
-                          and re.fullmatch(r.pattern.to_regexp(), t.pattern.value)), None)
+            owner = next(
+                (
+                    r
+                    for r in regexes
+                    if t.pattern.type == "str" and re.fullmatch(r.pattern.to_regexp(), t.pattern.value)
+                ),
+                None,
+            )
             if owner is None:
                 scanned.append(t)
             else:
@@ -44,8 +52,12 @@ class ScanLexer(Lexer):
         # and without giving back (a lookahead is atomic): `#0` stays a comment, as in Lark.
         skip = "(?:" + "|".join(t.pattern.to_regexp() for t in scanned if t.name in ignore) + ")*"
         self.skip = re.compile(skip, conf.g_regex_flags)
-        self.scanner = re.compile(f"(?=(?P<_skipped>{skip}))(?P=_skipped)(?:" + "|".join(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in scanned
-                                                          if t.name not in ignore) + ")", conf.g_regex_flags)
+        self.scanner = re.compile(
+            f"(?=(?P<_skipped>{skip}))(?P=_skipped)(?:"
+            + "|".join(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in scanned if t.name not in ignore)
+            + ")",
+            conf.g_regex_flags,
+        )
 
     def lex(self, lexer_state: LexerState, parser_state: Any) -> Iterator[Token]:
         text = lexer_state.text.text
@@ -71,5 +83,6 @@ class ScanLexer(Lexer):
         stop = self.skip.match(text, pos).end()  # trailing spaces and comments, or where nothing matches
         if stop != len(text):
             line, line_start = line + text.count("\n", pos, stop), text.rfind("\n", 0, stop) + 1
-            raise UnexpectedCharacters(text, stop, line, stop - line_start + 1, allowed=self.allowed,
-                                       state=parser_state)
+            raise UnexpectedCharacters(
+                text, stop, line, stop - line_start + 1, allowed=self.allowed, state=parser_state
+            )

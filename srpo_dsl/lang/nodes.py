@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from srpo_dsl.lang.errors import Span
 
@@ -23,7 +22,7 @@ class Symbol:
     name: str
 
 
-Value = Union[str, int, float, bool, Symbol]
+Value = str | int | float | bool | Symbol
 
 
 @dataclass(frozen=True)
@@ -181,7 +180,7 @@ class Break:
     span: Span
 
 
-Step = Union[Route, Parallel, Verify, Revise, Aggregate, CallTool, Repeat, If, Break]
+Step = Route | Parallel | Verify | Revise | Aggregate | CallTool | Repeat | If | Break
 EVENT_STEPS = (Route, Parallel, Verify, Revise, Aggregate)
 
 

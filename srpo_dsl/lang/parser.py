@@ -21,7 +21,7 @@ MAX_PARSE_ERRORS = 10
 # What a user reads instead of a terminal's internal name.
 _TERMINAL_WORDS = {
     "NAME": "a name",
-    "STRING": 'a string in double quotes',
+    "STRING": "a string in double quotes",
     "NUMBER": "a number",
     "COMPARE": "`==` or `!=`",
     "ROUTE": "`route`",
@@ -31,14 +31,14 @@ _TERMINAL_WORDS = {
 
 # Common mistakes, recognised by example, with a plainer message (Lark's match_examples).
 _EXAMPLES: dict[tuple[str, str], list[str]] = {
-    ("E004", "an agent needs `prompt \"FILE.j2\"` before `emits`"): [
+    ("E004", 'an agent needs `prompt "FILE.j2"` before `emits`'): [
         "workflow w agent a uses lm emits boxed",
     ],
     ("E005", "a loop is written `repeat at most N { ... }`"): [
         "workflow w repeat 4 { }",
         "workflow w repeat at 4 { }",
     ],
-    ("E006", "a binding needs `=`: `policy NAME = hf(\"MODEL\")`"): [
+    ("E006", 'a binding needs `=`: `policy NAME = hf("MODEL")`'): [
         'workflow w policy lm hf("x")',
         'workflow w tool t bm25(corpus = "c")',
     ],
@@ -62,8 +62,9 @@ def grammar_text() -> str:
 def lark_parser(strict: bool = False) -> Lark:
     """Lark's own pipeline (basic lexer, parse tree): what syntax errors are found and explained with."""
     # `cache=True` stores the LALR tables in the temp folder, keyed by the grammar's hash.
-    return Lark(grammar_text(), parser="lalr", lexer="basic", maybe_placeholders=True, strict=strict,
-                cache=not strict)
+    return Lark(
+        grammar_text(), parser="lalr", lexer="basic", maybe_placeholders=True, strict=strict, cache=not strict
+    )
 
 
 _UNESCAPE = re.compile(r"\\(.)")
@@ -98,8 +99,11 @@ class _Build:
             last = next(x for x in reversed(items) if x is not None)
         if isinstance(last, _Part):
             last = last.last
-        end = (last.end_line, last.end_column) if isinstance(last, Token) else (last.span.end_line,
-                                                                                last.span.end_col)
+        end = (
+            (last.end_line, last.end_column)
+            if isinstance(last, Token)
+            else (last.span.end_line, last.span.end_col)
+        )
         return Span(self.file, first.line, first.column, *end)
 
     def _id(self, tok: Token) -> n.Ident:
@@ -109,13 +113,16 @@ class _Build:
         try:
             return int(tok) if _INTEGER.fullmatch(tok) else float(tok)
         except ValueError:  # e.g. more digits than Python converts
-            raise SrpoError([Diagnostic("E001", f"invalid number `{tok[:16]}...`", _tok_span(self.file, tok))]) \
-                from None
+            raise SrpoError(
+                [Diagnostic("E001", f"invalid number `{tok[:16]}...`", _tok_span(self.file, tok))]
+            ) from None
 
     def _count(self, tok: Token) -> int:
         """A count or index: a whole number, else an error at the token."""
         if not _WHOLE.fullmatch(tok):
-            raise SrpoError([Diagnostic("E001", f"expected a whole number, found `{tok}`", _tok_span(self.file, tok))])
+            raise SrpoError(
+                [Diagnostic("E001", f"expected a whole number, found `{tok}`", _tok_span(self.file, tok))]
+            )
         return int(self._number(tok))
 
     # values
@@ -139,11 +146,16 @@ class _Build:
 
     def arg(self, items: list) -> n.Option:  # value | kwarg
         item = items[0]
-        return item if isinstance(item, n.Option) else n.Option(None, item.value, self._span(item.last, items))
+        return (
+            item if isinstance(item, n.Option) else n.Option(None, item.value, self._span(item.last, items))
+        )
 
     def call(self, items: list) -> n.Call:  # NAME "(" [arg ("," arg)*] ")"
-        return n.Call(self._id(items[0]), tuple(a for a in items if isinstance(a, n.Option)),
-                      self._span(items[0], items))
+        return n.Call(
+            self._id(items[0]),
+            tuple(a for a in items if isinstance(a, n.Option)),
+            self._span(items[0], items),
+        )
 
     def options(self, items: list) -> _Part:  # "with" "(" [kwarg ("," kwarg)*] ")", also `lora(...)`
         return _Part(tuple(o for o in items if isinstance(o, n.Option)), items[-1])
@@ -159,8 +171,14 @@ class _Build:
 
     def policy_decl(self, items: list) -> n.Policy:  # "policy" NAME "=" call [FROZEN] [lora] [options]
         _, name, _, call, frozen, lora, options = items
-        return n.Policy(self._id(name), call, frozen is not None, lora.value if lora else None,
-                        options.value if options else (), self._span(items[0], items))
+        return n.Policy(
+            self._id(name),
+            call,
+            frozen is not None,
+            lora.value if lora else None,
+            options.value if options else (),
+            self._span(items[0], items),
+        )
 
     def task_decl(self, items: list) -> n.Task:  # TASK call
         return n.Task(items[1], self._span(items[0], items))
@@ -178,17 +196,31 @@ class _Build:
     def agent_decl(self, items: list) -> n.Agent:
         # "agent" NAME [pool] "uses" NAME "prompt" STRING "emits" contract [options]
         _, name, pool, _, policy, _, prompt, _, contract, options = items
-        return n.Agent(self._id(name), pool.value if pool else 1, pool is not None, self._id(policy),
-                       _UNESCAPE.sub(r"\1", prompt[1:-1]), _tok_span(self.file, prompt), contract,
-                       options.value if options else (), self._span(items[0], items))
+        return n.Agent(
+            self._id(name),
+            pool.value if pool else 1,
+            pool is not None,
+            self._id(policy),
+            _UNESCAPE.sub(r"\1", prompt[1:-1]),
+            _tok_span(self.file, prompt),
+            contract,
+            options.value if options else (),
+            self._span(items[0], items),
+        )
 
     def penalty(self, items: list) -> _Part:  # "invalid" signed
         return _Part(float(items[1].value), items[1].last)
 
     def reward_decl(self, items: list) -> n.Reward:  # "reward" NAME "(" NAME "," dotted ")" [penalty]
         _, fn, _, agent, _, (field_span, field), _, penalty = items
-        return n.Reward(self._id(fn), self._id(agent), field, field_span, penalty.value if penalty else 0.0,
-                        self._span(items[0], items))
+        return n.Reward(
+            self._id(fn),
+            self._id(agent),
+            field,
+            field_span,
+            penalty.value if penalty else 0.0,
+            self._span(items[0], items),
+        )
 
     def train_decl(self, items: list) -> n.Train:  # "train" options
         return n.Train(items[1].value, self._span(items[0], items))
@@ -208,8 +240,12 @@ class _Build:
 
     def parallel_step(self, items: list) -> n.Parallel:  # "parallel" NAME [selector]
         kind, sel = items[2].value if items[2] else (None, None)
-        return n.Parallel(self._id(items[1]), sel if kind == "by" else None, sel if kind == "replicas" else None,
-                          self._span(items[0], items))
+        return n.Parallel(
+            self._id(items[1]),
+            sel if kind == "by" else None,
+            sel if kind == "replicas" else None,
+            self._span(items[0], items),
+        )
 
     def verify_step(self, items: list) -> n.Verify:
         return n.Verify(self._id(items[1]), self._span(items[0], items))
@@ -258,8 +294,18 @@ class _Build:
             else:
                 steps.append(d)
         get = lambda t: tuple(by_type.get(t, ()))  # noqa: E731
-        return n.Program(name, get(n.Policy), get(n.Task), get(n.Tool), get(n.Agent), get(n.Reward),
-                         get(n.Train), tuple(steps), self.file, self.source)
+        return n.Program(
+            name,
+            get(n.Policy),
+            get(n.Task),
+            get(n.Tool),
+            get(n.Agent),
+            get(n.Reward),
+            get(n.Train),
+            tuple(steps),
+            self.file,
+            self.source,
+        )
 
 
 _BUILDER = _Build()
@@ -269,14 +315,42 @@ _BUILDING = threading.Lock()  # the builder holds the file being parsed
 @functools.lru_cache(maxsize=1)
 def _build_parser() -> Lark:
     """The fast pipeline: one-regex lexer, LALR parser, nodes built as rules reduce (no parse tree)."""
-    return Lark(grammar_text(), parser="lalr", lexer=ScanLexer, keep_all_tokens=True, maybe_placeholders=True,
-                transformer=_BUILDER, cache=True)
+    return Lark(
+        grammar_text(),
+        parser="lalr",
+        lexer=ScanLexer,
+        keep_all_tokens=True,
+        maybe_placeholders=True,
+        transformer=_BUILDER,
+        cache=True,
+    )
 
 
-_STEP_WORDS = {f"`{w}`" for w in ("route", "parallel", "verify", "revise", "aggregate", "call", "repeat", "if", "break")}
-_STATEMENT_TOKENS = {w.upper() for w in ("workflow", "policy", "task", "tool", "agent", "reward", "train", "route",
-                                         "parallel", "verify", "revise", "aggregate", "call", "repeat", "if",
-                                         "break", "RBRACE")}
+_STEP_WORDS = {
+    f"`{w}`" for w in ("route", "parallel", "verify", "revise", "aggregate", "call", "repeat", "if", "break")
+}
+_STATEMENT_TOKENS = {
+    w.upper()
+    for w in (
+        "workflow",
+        "policy",
+        "task",
+        "tool",
+        "agent",
+        "reward",
+        "train",
+        "route",
+        "parallel",
+        "verify",
+        "revise",
+        "aggregate",
+        "call",
+        "repeat",
+        "if",
+        "break",
+        "RBRACE",
+    )
+}
 _DECL_WORDS = {f"`{w}`" for w in ("policy", "task", "tool", "agent", "reward", "train")}
 
 
@@ -287,7 +361,7 @@ def _situation(err: UnexpectedToken) -> int:
 
 @functools.lru_cache(maxsize=1)
 def _example_labels() -> dict[int, tuple[str, str]]:
-    """Like Lark's `match_examples`, keyed by the LR state alone, so context before the error does not matter."""
+    """Like Lark's `match_examples`, keyed by the LR state alone: context before the error does not matter."""
     labels: dict[int, tuple[str, str]] = {}
     for label, examples in _EXAMPLES.items():
         for example in examples:
@@ -346,18 +420,28 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark) -> Dia
     else:
         width = 1
     span = Span(file, line, col, line, col + width)
-    code, hint = ("E003" if "end of file" in _found(err) else "E002" if isinstance(err, UnexpectedCharacters)
-                  else "E001"), None
+    code, hint = (
+        (
+            "E003"
+            if "end of file" in _found(err)
+            else "E002"
+            if isinstance(err, UnexpectedCharacters)
+            else "E001"
+        ),
+        None,
+    )
     if isinstance(err, UnexpectedCharacters) and err.char == '"':
-        return Diagnostic("E002", "unterminated string", span, "close the string with `\"` on the same line")
+        return Diagnostic("E002", "unterminated string", span, 'close the string with `"` on the same line')
     label = _example_labels().get(_situation(err)) if isinstance(err, UnexpectedToken) else None
     if label is not None:
         code, hint = label
     return Diagnostic(code, _found(err) + _expected(err, parser), span, hint)
 
 
-_RESUME = re.compile(r"^\s*(workflow|policy|task|tool|agent|reward|train|route|parallel|verify|revise|aggregate|"
-                     r"call|repeat|if|break|\}|#|$)")
+_RESUME = re.compile(
+    r"^\s*(workflow|policy|task|tool|agent|reward|train|route|parallel|verify|revise|aggregate|"
+    r"call|repeat|if|break|\}|#|$)"
+)
 
 
 def _blank_from(text: str, line: int) -> str:
@@ -386,7 +470,9 @@ def syntax_errors(text: str, file: str = "<string>") -> list[Diagnostic]:
             if diags and (diag.span.line, diag.span.col) <= (diags[-1].span.line, diags[-1].span.col):
                 break  # no progress: recovery would only repeat itself
             diags.append(diag)
-            if diag.code == "E003" or (isinstance(err, UnexpectedToken) and err.token.type in _STATEMENT_TOKENS):
+            if diag.code == "E003" or (
+                isinstance(err, UnexpectedToken) and err.token.type in _STATEMENT_TOKENS
+            ):
                 break  # the statement before is unfinished: no safe place to resume
             recovered = _blank_from(work, diag.span.line)
             if recovered == work or recovered.count("{") != work.count("{"):

@@ -130,7 +130,18 @@ TOOL_KINDS: dict[str, tuple[type[_Options], tuple[str, ...]]] = {
 }
 
 # The top-level names a role's prompt template may use (the runtime provides all of them).
-CONTEXT_VARIABLES = frozenset({
-    "task", "step", "turn", "max_turns", "role", "replica", "pool_size",
-    "team_context", "feedback", "documents", "memory",
-})
+CONTEXT_VARIABLES = frozenset(
+    {
+        "task",
+        "step",
+        "turn",
+        "max_turns",
+        "role",
+        "replica",
+        "pool_size",
+        "team_context",
+        "feedback",
+        "documents",
+        "memory",
+    }
+)

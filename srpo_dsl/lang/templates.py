@@ -28,12 +28,16 @@ def _line_of(source: str, name: str) -> int:
 
 def check_template(name: str, at: Span, dirs: list[Path]) -> list[Diagnostic]:
     """Missing template, syntax error, or a variable the runtime does not provide."""
-    return [Diagnostic(code, message, at, hint) for code, message, hint in _template_problems(name, tuple(dirs))]
+    return [
+        Diagnostic(code, message, at, hint) for code, message, hint in _template_problems(name, tuple(dirs))
+    ]
 
 
 @functools.lru_cache(maxsize=256)
 def _environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
-    return SandboxedEnvironment(loader=jinja2.FileSystemLoader([str(d) for d in template_search_path(list(dirs))]))
+    return SandboxedEnvironment(
+        loader=jinja2.FileSystemLoader([str(d) for d in template_search_path(list(dirs))])
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -61,8 +65,13 @@ def _template_problems(name: str, dirs: tuple[Path, ...]) -> tuple[tuple[str, st
             diags.append(("E081", f"template `{current}` line {exc.lineno}: {exc.message}", None))
             continue
         for var in sorted(meta.find_undeclared_variables(tree) - CONTEXT_VARIABLES):
-            diags.append((
-                "E082", f"template `{current}` line {_line_of(source, var)} uses `{var}`, which no step provides",
-                did_you_mean(var, CONTEXT_VARIABLES) or f"available: {', '.join(sorted(CONTEXT_VARIABLES))}"))
+            diags.append(
+                (
+                    "E082",
+                    f"template `{current}` line {_line_of(source, var)} uses `{var}`, which no step provides",
+                    did_you_mean(var, CONTEXT_VARIABLES)
+                    or f"available: {', '.join(sorted(CONTEXT_VARIABLES))}",
+                )
+            )
         pending.extend(t for t in meta.find_referenced_templates(tree) if t is not None)
     return tuple(diags)

@@ -115,7 +115,8 @@ def ensure_tiny_model(cache_dir: Path | None = None, *, progress: bool = True, s
     if progress:
         print(
             f"built {TINY_MODEL_ID} in {report.seconds:.0f}s: held-out team accuracy "
-            f"{report.sampled_team_accuracy:.0%} sampled, {report.greedy_team_accuracy:.0%} greedy -> {target}"
+            f"{report.sampled_team_accuracy:.0%} sampled, {report.greedy_team_accuracy:.0%} greedy "
+            f"-> {target}"
         )
     return target
 
@@ -139,10 +140,18 @@ def _context(task: dict, role: str, replica: int, team: list[dict]) -> dict[str,
     quickstart templates read `task` and `team_context`)."""
     feedback = [m["text"] for m in team if m["role"] == "verifier"]
     return {
-        "task": task, "step": STEPS_OF[role], "turn": 1, "max_turns": 1, "role": role, "replica": replica,
-        "pool_size": SOLVERS if role == "solver" else 1, "team_context": team, "feedback": feedback,
-        "documents": [], "memory": {"accepted": [], "feedback": feedback, "documents": []},
-    }  # fmt: skip
+        "task": task,
+        "step": STEPS_OF[role],
+        "turn": 1,
+        "max_turns": 1,
+        "role": role,
+        "replica": replica,
+        "pool_size": SOLVERS if role == "solver" else 1,
+        "team_context": team,
+        "feedback": feedback,
+        "documents": [],
+        "memory": {"accepted": [], "feedback": feedback, "documents": []},
+    }
 
 
 def _entry(role: str, replica: int, text: str, parsed: Parsed) -> dict[str, object]:
@@ -195,15 +204,19 @@ def _episode(rng: random.Random, task: dict, renderer: PromptRenderer) -> list[t
 def _train_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
     """Byte-level BPE over the transcripts; digits stay single tokens, `\\boxed{` becomes one."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])  # fmt: skip
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<pad>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
-    )  # fmt: skip
+        vocab_size=400,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", padding_side="left"
@@ -233,12 +246,19 @@ def _build(out: Path, *, seed: int, progress: bool) -> WarmupReport:
     finally:
         torch.set_num_threads(threads)
     return WarmupReport(
-        seed=seed, parameters=sum(p.numel() for p in model.parameters()), steps=STEPS, batch=BATCH,
-        final_loss=round(loss, 4), seconds=round(time.perf_counter() - start, 1),
-        sampled_team_accuracy=sampled.team, greedy_team_accuracy=greedy.team,
-        sampled_solver_accuracy=sampled.solver, greedy_solver_accuracy=greedy.solver,
-        sampled_verifier_accuracy=sampled.verifier, greedy_verifier_accuracy=greedy.verifier,
-    )  # fmt: skip
+        seed=seed,
+        parameters=sum(p.numel() for p in model.parameters()),
+        steps=STEPS,
+        batch=BATCH,
+        final_loss=round(loss, 4),
+        seconds=round(time.perf_counter() - start, 1),
+        sampled_team_accuracy=sampled.team,
+        greedy_team_accuracy=greedy.team,
+        sampled_solver_accuracy=sampled.solver,
+        greedy_solver_accuracy=greedy.solver,
+        sampled_verifier_accuracy=sampled.verifier,
+        greedy_verifier_accuracy=greedy.verifier,
+    )
 
 
 def _warm_up(seed: int, progress: bool) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, float]:
@@ -251,15 +271,25 @@ def _warm_up(seed: int, progress: bool) -> tuple[LlamaForCausalLM, PreTrainedTok
     tokenizer = _train_tokenizer(unique_prompts + responses)
     eos = tokenizer.eos_token_id
     prompt_ids = dict(zip(unique_prompts, encode_prompts(tokenizer, unique_prompts, use_chat_template=False)))
-    response_ids = dict(zip(unique_responses, tokenizer(unique_responses, add_special_tokens=False)["input_ids"]))
+    response_ids = dict(
+        zip(unique_responses, tokenizer(unique_responses, add_special_tokens=False)["input_ids"])
+    )
     data = pack_sequences(
         [prompt_ids[p] for p in prompts], [[*response_ids[r], eos] for r in responses], tokenizer.pad_token_id
     )
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01, betas=(0.9, 0.98))
@@ -306,17 +336,30 @@ def evaluate_team(backend: Backend, tasks: list[dict], *, temperature: float, se
     render = PromptRenderer([_templates_dir()]).render
 
     def generate(role: str, contexts: list[dict], step_seed: int) -> list[str]:
-        requests = [GenRequest(render(TEMPLATES[role], c), MAX_TOKENS[role], temperature, role=role) for c in contexts]
+        requests = [
+            GenRequest(render(TEMPLATES[role], c), MAX_TOKENS[role], temperature, role=role) for c in contexts
+        ]
         return [r.text for r in backend.generate(requests, seed=step_seed)]
 
-    solved = generate("solver", [_context(t, "solver", r, []) for t in tasks for r in range(1, SOLVERS + 1)], seed)
+    solved = generate(
+        "solver", [_context(t, "solver", r, []) for t in tasks for r in range(1, SOLVERS + 1)], seed
+    )
     teams = [
-        [_entry("solver", r, text, parse_boxed(text)) for r, text in enumerate(solved[k : k + SOLVERS], start=1)]
+        [
+            _entry("solver", r, text, parse_boxed(text))
+            for r, text in enumerate(solved[k : k + SOLVERS], start=1)
+        ]
         for k in range(0, len(solved), SOLVERS)
     ]
-    verdicts = generate("verifier", [_context(t, "verifier", 1, team) for t, team in zip(tasks, teams)], seed + 1)
-    teams = [[*team, _entry("verifier", 1, v, parse_verdict(v, VERDICTS))] for team, v in zip(teams, verdicts)]
-    finals = generate("aggregator", [_context(t, "aggregator", 1, team) for t, team in zip(tasks, teams)], seed + 2)
+    verdicts = generate(
+        "verifier", [_context(t, "verifier", 1, team) for t, team in zip(tasks, teams)], seed + 1
+    )
+    teams = [
+        [*team, _entry("verifier", 1, v, parse_verdict(v, VERDICTS))] for team, v in zip(teams, verdicts)
+    ]
+    finals = generate(
+        "aggregator", [_context(t, "aggregator", 1, team) for t, team in zip(tasks, teams)], seed + 2
+    )
     team_right = solver_right = verdict_right = 0
     for task, team, final in zip(tasks, teams, finals):
         solvers, verifier = team[:SOLVERS], team[SOLVERS]

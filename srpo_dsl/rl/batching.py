@@ -68,7 +68,9 @@ def drop_incomplete(
     rows agree on K_e and it has exactly K_e rows (with member_index: exactly the members
     0..K_e-1). An incomplete event is dropped whole, never trained on in part.
     """
-    if len(cardinality) != len(event_ids) or (member_index is not None and len(member_index) != len(event_ids)):
+    if len(cardinality) != len(event_ids) or (
+        member_index is not None and len(member_index) != len(event_ids)
+    ):
         raise ValueError("event_ids, cardinality and member_index must have one entry per row")
     kept: list[int] = []
     dropped = 0

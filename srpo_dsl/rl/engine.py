@@ -74,27 +74,40 @@ def init_distributed(device: str) -> Dist:
     """Join (or, alone, create) the process group; call before anything imports deepspeed."""
     if device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "srpo-dsl" / "torch_extensions"))
+    os.environ.setdefault(
+        "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "srpo-dsl" / "torch_extensions")
+    )
     if "RANK" not in os.environ:  # no launcher: a group of one
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))  # fmt: skip
+        os.environ.update(
+            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
+        )
     import deepspeed
 
-    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")  # from ZeRO's internals
+    warnings.filterwarnings(
+        "ignore", category=FutureWarning, module="torch.distributed"
+    )  # from ZeRO's internals
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device == "cuda":
         torch.cuda.set_device(local_rank)
-    return Dist(torch.distributed.get_rank(), local_rank, torch.distributed.get_world_size(),
-                torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu"))  # fmt: skip
+    return Dist(
+        torch.distributed.get_rank(),
+        local_rank,
+        torch.distributed.get_world_size(),
+        torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu"),
+    )
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Recursive dict merge: `override` wins, nested dicts are merged key by key."""
     out = dict(base)
     for key, value in override.items():
-        out[key] = merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+        out[key] = (
+            merge(out[key], value)
+            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+            else value
+        )
     return out
 
 
@@ -114,7 +127,12 @@ def read_ds_config(path: Path) -> dict[str, Any]:
 
 
 def ds_config(
-    opts: TrainOptions, *, device: str, world_size: int, offload: str = "none", user: Mapping[str, Any] | None = None
+    opts: TrainOptions,
+    *,
+    device: str,
+    world_size: int,
+    offload: str = "none",
+    user: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The DeepSpeed config of one engine; `user` keys override the package's."""
     if offload not in OFFLOAD:
@@ -144,15 +162,20 @@ def ds_config(
     }
     config = merge(base, user or {})
     if config["gradient_accumulation_steps"] != opts.micro_batches:
-        raise ValueError("set micro-batches with --micro-batches, not gradient_accumulation_steps in the config")
-    config["train_batch_size"] = config["gradient_accumulation_steps"] * config["train_micro_batch_size_per_gpu"] \
-        * world_size
+        raise ValueError(
+            "set micro-batches with --micro-batches, not gradient_accumulation_steps in the config"
+        )
+    config["train_batch_size"] = (
+        config["gradient_accumulation_steps"] * config["train_micro_batch_size_per_gpu"] * world_size
+    )
     return config
 
 
 def warmup_schedule(warmup: int):
     """LR factor min(1, (s + 1) / (warmup + 1)) at optimizer step s: linear warm-up, then constant."""
-    return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
+    return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1))
+    )
 
 
 def _load(path: str, dtype: torch.dtype) -> tuple[Any, Any]:
@@ -164,8 +187,13 @@ def _load(path: str, dtype: torch.dtype) -> tuple[Any, Any]:
 def _with_lora(model: torch.nn.Module, lora: Mapping[str, Any]) -> torch.nn.Module:
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
-                        target_modules=lora["targets"], task_type="CAUSAL_LM")  # fmt: skip
+    config = LoraConfig(
+        r=lora["r"],
+        lora_alpha=lora["alpha"],
+        lora_dropout=lora["dropout"],
+        target_modules=lora["targets"],
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config)
 
 
@@ -189,8 +217,9 @@ def build_policy(
     # torch AdamW unless the user's config names one of DeepSpeed's optimizers
     optimizer = None if "optimizer" in config else torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.0)
     scheduler = None if "scheduler" in config else warmup_schedule(opts.warmup)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, model_parameters=params,
-                                      lr_scheduler=scheduler, config=dict(config))  # fmt: skip
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer, model_parameters=params, lr_scheduler=scheduler, config=dict(config)
+    )
     engine.module.eval()  # dropout off: recomputed old log-probs equal the update's at the first epoch
     rollout = engine.module  # the backend generates with the engine's own module...
     if engine.zero_optimization_stage() == 3:  # ...unless it is partitioned: then with a full copy

@@ -76,20 +76,20 @@ def setwise_loss(
     if num_events < n_local:
         raise ValueError(f"num_events={num_events} is smaller than the {n_local} events in this call")
 
-    l_row = sequence_log_ratio(logprobs, old_logprobs, response_mask)                # l_ej, [B]
+    l_row = sequence_log_ratio(logprobs, old_logprobs, response_mask)  # l_ej, [B]
     adv = advantages.detach().to(l_row.dtype)
     adv_e = l_row.new_full((n_local,), float("inf")).scatter_reduce(0, inverse, adv, "amin")
     adv_max = l_row.new_full((n_local,), float("-inf")).scatter_reduce(0, inverse, adv, "amax")
     if not torch.equal(adv_e, adv_max):
         raise ValueError("advantages must be equal for all members of an event")
 
-    l_e = l_row.new_zeros(n_local).index_add(0, inverse, l_row)                     # sum_j l_ej
-    k_e = torch.bincount(inverse, minlength=n_local).to(l_row.dtype)                 # K_e
+    l_e = l_row.new_zeros(n_local).index_add(0, inverse, l_row)  # sum_j l_ej
+    k_e = torch.bincount(inverse, minlength=n_local).to(l_row.dtype)  # K_e
     log_ratio = torch.nan_to_num(set_reduction_scale(k_e, set_norm) * l_e, nan=0.0)  # L_e (overflow-safe)
     rho = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
     unclipped = rho * adv_e
     clipped = rho.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv_e
-    objective = torch.minimum(unclipped, clipped).sum() / max(num_events, 1)         # J
+    objective = torch.minimum(unclipped, clipped).sum() / max(num_events, 1)  # J
 
     clip_fraction = ratio_mean = log_ratio_abs_max = 0.0
     if n_local:
@@ -113,7 +113,9 @@ def group_advantages(returns: Tensor, group_ids: Tensor, eps: float = 1e-6) -> T
     or a group whose returns are all equal, gets advantage 0.
     """
     if returns.shape != group_ids.shape or returns.dim() != 1:
-        raise ValueError(f"returns and group_ids must be [N], got {tuple(returns.shape)} and {tuple(group_ids.shape)}")
+        raise ValueError(
+            f"returns and group_ids must be [N], got {tuple(returns.shape)} and {tuple(group_ids.shape)}"
+        )
     groups, inverse = torch.unique(group_ids, return_inverse=True)
     r = at_least_fp32(returns)
     zeros = r.new_zeros(groups.numel())
@@ -132,11 +134,15 @@ def event_advantages(returns: Tensor, group_ids: Tensor, event_ids: Tensor, eps:
     """
     events, inverse = torch.unique(event_ids, return_inverse=True)
     rows = torch.arange(event_ids.numel(), device=event_ids.device)
-    first = rows.new_full((events.numel(),), rows.numel()).scatter_reduce(0, inverse, rows, "amin")  # a row per event
+    first = rows.new_full((events.numel(),), rows.numel()).scatter_reduce(
+        0, inverse, rows, "amin"
+    )  # a row per event
     return group_advantages(returns[first], group_ids[first], eps)[inverse]
 
 
-def _check_shapes(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, event_ids: Tensor, adv: Tensor) -> None:
+def _check_shapes(
+    logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, event_ids: Tensor, adv: Tensor
+) -> None:
     if logprobs.dim() != 2 or old_logprobs.shape != logprobs.shape or mask.shape != logprobs.shape:
         raise ValueError(
             f"logprobs, old_logprobs and response_mask must share one [B, T] shape, got "

@@ -11,14 +11,18 @@ entropy bonus, both token means over `num_tokens`, both off by default.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import Callable
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 from torch import Tensor
 
 from srpo_dsl.rl.objective import (
-    MAX_LOG_RATIO, SetNorm, at_least_fp32, event_advantages, group_advantages, setwise_loss,
+    MAX_LOG_RATIO,
+    SetNorm,
+    at_least_fp32,
+    event_advantages,
+    group_advantages,
+    setwise_loss,
 )
 
 Metrics = dict[str, float]
@@ -60,8 +64,16 @@ def _objective(policy_term: Callable[..., tuple[Tensor, Metrics]]) -> Objective:
         mask = response_mask.bool()
         num_tokens = max(int(mask.sum()) if num_tokens is None else num_tokens, 1)
         loss, metrics = policy_term(
-            logprobs, old_logprobs, mask, event_ids, advantages, clip_eps=clip_eps, set_norm=set_norm,
-            num_events=num_events, num_tokens=num_tokens, num_rows=num_rows,
+            logprobs,
+            old_logprobs,
+            mask,
+            event_ids,
+            advantages,
+            clip_eps=clip_eps,
+            set_norm=set_norm,
+            num_events=num_events,
+            num_tokens=num_tokens,
+            num_rows=num_rows,
         )
         if ref_logprobs is not None:
             kl = k3_kl(logprobs, ref_logprobs, mask).sum() / num_tokens
@@ -87,19 +99,41 @@ def k3_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor) -> Tensor:
 
 @_objective
 def srpo_loss(
-    logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, event_ids: Tensor, advantages: Tensor, *,
-    clip_eps: float, set_norm: SetNorm, num_events: int | None, **_: object,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    mask: Tensor,
+    event_ids: Tensor,
+    advantages: Tensor,
+    *,
+    clip_eps: float,
+    set_norm: SetNorm,
+    num_events: int | None,
+    **_: object,
 ) -> tuple[Tensor, Metrics]:
     """SRPO: one ratio and one clip per event, mean over the events of the step."""
     return setwise_loss(
-        logprobs, old_logprobs, mask, event_ids, advantages, clip_eps=clip_eps, set_norm=set_norm, num_events=num_events
+        logprobs,
+        old_logprobs,
+        mask,
+        event_ids,
+        advantages,
+        clip_eps=clip_eps,
+        set_norm=set_norm,
+        num_events=num_events,
     )
 
 
 @_objective
 def grpo_loss(
-    logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, event_ids: Tensor, advantages: Tensor, *,
-    clip_eps: float, num_tokens: int, **_: object,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    mask: Tensor,
+    event_ids: Tensor,
+    advantages: Tensor,
+    *,
+    clip_eps: float,
+    num_tokens: int,
+    **_: object,
 ) -> tuple[Tensor, Metrics]:
     """GRPO: r_iu = exp(log q_cur - log q_old) per token, clipped per token, token mean."""
     log_ratio = torch.where(mask, at_least_fp32(logprobs) - at_least_fp32(old_logprobs.detach()), 0.0)
@@ -110,31 +144,51 @@ def grpo_loss(
     objective = torch.where(mask, torch.minimum(unclipped, clipped), 0.0).sum() / num_tokens
     with torch.no_grad():  # one device sync for all metrics
         n = mask.sum()
-        stats = torch.stack([
-            n.float(),
-            ((clipped < unclipped) & mask).sum() / n.clamp(min=1),
-            torch.where(mask, ratio, 0.0).sum() / n.clamp(min=1),
-            log_ratio.abs().amax() if log_ratio.numel() else ratio.new_zeros(()),
-        ])
+        stats = torch.stack(
+            [
+                n.float(),
+                ((clipped < unclipped) & mask).sum() / n.clamp(min=1),
+                torch.where(mask, ratio, 0.0).sum() / n.clamp(min=1),
+                log_ratio.abs().amax() if log_ratio.numel() else ratio.new_zeros(()),
+            ]
+        )
     local_tokens, clip_fraction, ratio_mean, log_ratio_abs_max = stats.tolist()
-    metrics = {"clip_fraction": clip_fraction, "num_tokens": local_tokens, "ratio_mean": ratio_mean,
-               "log_ratio_abs_max": log_ratio_abs_max}
+    metrics = {
+        "clip_fraction": clip_fraction,
+        "num_tokens": local_tokens,
+        "ratio_mean": ratio_mean,
+        "log_ratio_abs_max": log_ratio_abs_max,
+    }
     return -objective, metrics
 
 
 @_objective
 def seq_loss(
-    logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, event_ids: Tensor, advantages: Tensor, *,
-    clip_eps: float, num_rows: int | None, **_: object,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    mask: Tensor,
+    event_ids: Tensor,
+    advantages: Tensor,
+    *,
+    clip_eps: float,
+    num_rows: int | None,
+    **_: object,
 ) -> tuple[Tensor, Metrics]:
     """Sequence-level: one ratio and one clip per member (row), mean over rows."""
     rows = torch.arange(logprobs.shape[0], device=logprobs.device)
-    return setwise_loss(logprobs, old_logprobs, mask, rows, advantages, clip_eps=clip_eps, num_events=num_rows)
+    return setwise_loss(
+        logprobs, old_logprobs, mask, rows, advantages, clip_eps=clip_eps, num_events=num_rows
+    )
 
 
 drmas_loss = grpo_loss  # Dr. MAS: the GRPO loss on agent-wise (prompt x role) advantages
 
-OBJECTIVES: dict[str, Objective] = {"srpo": srpo_loss, "grpo": grpo_loss, "seq": seq_loss, "drmas": drmas_loss}
+OBJECTIVES: dict[str, Objective] = {
+    "srpo": srpo_loss,
+    "grpo": grpo_loss,
+    "seq": seq_loss,
+    "drmas": drmas_loss,
+}
 
 
 def get_objective(name: str) -> Objective:
@@ -153,7 +207,9 @@ def advantage_groups(
     if not len(prompt_ids) == len(event_types) == len(roles):
         raise ValueError("prompt_ids, event_types and roles must have one entry per row")
     index: dict[tuple[Hashable, Hashable], int] = {}
-    return torch.tensor([index.setdefault(key, len(index)) for key in zip(prompt_ids, second)], dtype=torch.long)
+    return torch.tensor(
+        [index.setdefault(key, len(index)) for key in zip(prompt_ids, second)], dtype=torch.long
+    )
 
 
 def compute_advantages(

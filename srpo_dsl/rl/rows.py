@@ -75,11 +75,19 @@ class Rows:
         """The rows at `index`, in that order (event ids, returns and advantages kept)."""
         idx = torch.as_tensor(list(index), dtype=torch.long)
         return Rows(
-            _pick(self.prompt_token_ids, index), _pick(self.response_token_ids, index),
-            _pick(self.behavior_logprobs, index), self.event_ids[idx], _pick(self.event_types, index),
-            _pick(self.nodes, index), _pick(self.prompt_ids, index), _pick(self.roles, index),
-            _pick(self.policies, index), self.returns[idx], self.advantages[idx], self.dropped_events,
-        )  # fmt: skip
+            _pick(self.prompt_token_ids, index),
+            _pick(self.response_token_ids, index),
+            _pick(self.behavior_logprobs, index),
+            self.event_ids[idx],
+            _pick(self.event_types, index),
+            _pick(self.nodes, index),
+            _pick(self.prompt_ids, index),
+            _pick(self.roles, index),
+            _pick(self.policies, index),
+            self.returns[idx],
+            self.advantages[idx],
+            self.dropped_events,
+        )
 
 
 def _pick(column: list, index: Sequence[int]) -> list:
@@ -91,7 +99,9 @@ def build_rows(episodes: Sequence[_Episode], objective: str) -> Rows:
     flat = [(ep, e, m) for ep in episodes for e in ep.events if e.complete for m in e.members]
     marked = sum(not e.complete for ep in episodes for e in ep.events)  # recorded incomplete by the executor
     kept, dropped = drop_incomplete(
-        [e.event_id for _, e, _ in flat], [e.cardinality for _, e, _ in flat], [m.member_index for _, _, m in flat]
+        [e.event_id for _, e, _ in flat],
+        [e.cardinality for _, e, _ in flat],
+        [m.member_index for _, _, m in flat],
     )
     flat = [flat[i] for i in kept]
     dense: dict[str, int] = {}
@@ -103,7 +113,16 @@ def build_rows(episodes: Sequence[_Episode], objective: str) -> Rows:
     groups = advantage_groups(prompt_ids, event_types, roles, objective)
     advantages = compute_advantages(returns, groups, event_ids, objective) if flat else returns.clone()
     return Rows(
-        [list(m.prompt_token_ids) for _, _, m in flat], [list(m.response_token_ids) for _, _, m in flat],
-        [list(m.behavior_logprobs) for _, _, m in flat], event_ids, event_types, [e.node for _, e, _ in flat],
-        prompt_ids, roles, [m.policy for _, _, m in flat], returns, advantages, marked + dropped,
-    )  # fmt: skip
+        [list(m.prompt_token_ids) for _, _, m in flat],
+        [list(m.response_token_ids) for _, _, m in flat],
+        [list(m.behavior_logprobs) for _, _, m in flat],
+        event_ids,
+        event_types,
+        [e.node for _, e, _ in flat],
+        prompt_ids,
+        roles,
+        [m.policy for _, _, m in flat],
+        returns,
+        advantages,
+        marked + dropped,
+    )

@@ -63,13 +63,24 @@ def pad_right(values: Sequence[Sequence[float]], width: int) -> Tensor:
 
 
 def response_logprobs(
-    model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int, temperature: float,
-    device: torch.device, with_entropy: bool = False,
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad_id: int,
+    temperature: float,
+    device: torch.device,
+    with_entropy: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """[n, max response length] log-probs (and entropies) of the response tokens, response-aligned."""
     batch = pack_sequences(prompts, responses, pad_id)
-    out = token_logprobs(model, batch.input_ids.to(device), batch.attention_mask.to(device),
-                         batch.response_mask.to(device), temperature, with_entropy)  # fmt: skip
+    out = token_logprobs(
+        model,
+        batch.input_ids.to(device),
+        batch.attention_mask.to(device),
+        batch.response_mask.to(device),
+        temperature,
+        with_entropy,
+    )
     width = max(1, max(len(r) for r in responses))
     starts = torch.tensor([len(p) for p in prompts], device=device)
     lp = out[0] if with_entropy else out
@@ -92,41 +103,66 @@ class Batch:
     def of(cls, rows: Rows, temperatures: Mapping[str, Mapping[str, float]]) -> Batch:
         lengths = torch.tensor(rows.response_lengths, dtype=torch.long)
         width = max(1, int(lengths.max())) if len(rows) else 1
-        return cls(rows, torch.arange(width) < lengths[:, None], pad_right(rows.behavior_logprobs, width),
-                   [temperatures[p][n] for p, n in zip(rows.policies, rows.nodes)])  # fmt: skip
+        return cls(
+            rows,
+            torch.arange(width) < lengths[:, None],
+            pad_right(rows.behavior_logprobs, width),
+            [temperatures[p][n] for p, n in zip(rows.policies, rows.nodes)],
+        )
 
 
 def forward_groups(
     policies: Mapping[str, Policy], temperatures: Mapping[str, Mapping[str, float]]
 ) -> list[tuple[str, float]]:
-    """(policy, temperature) pairs of trainable policies: one forward each per micro-batch, same order on all ranks."""
-    return [(p, t) for p in sorted(temperatures) if policies[p].engine is not None
-            for t in sorted(set(temperatures[p].values()))]  # fmt: skip
+    """(policy, temperature) of trainable policies: one forward each per micro-batch, rank-wide order."""
+    return [
+        (p, t)
+        for p in sorted(temperatures)
+        if policies[p].engine is not None
+        for t in sorted(set(temperatures[p].values()))
+    ]
 
 
 def score_group(
-    policy: Policy, model: torch.nn.Module, batch: Batch, index: list[int], temperature: float, device: torch.device,
+    policy: Policy,
+    model: torch.nn.Module,
+    batch: Batch,
+    index: list[int],
+    temperature: float,
+    device: torch.device,
     with_entropy: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """[len(index), W] log-probs (and entropies) of the rows at `index`; a 1-token dummy row when empty."""
     if not index:
-        return response_logprobs(model, [[policy.pad_id]], [[policy.pad_id]], policy.pad_id, 1.0, device,
-                                 with_entropy)
+        return response_logprobs(
+            model, [[policy.pad_id]], [[policy.pad_id]], policy.pad_id, 1.0, device, with_entropy
+        )
     rows = batch.rows
-    return response_logprobs(model, [rows.prompt_token_ids[i] for i in index],
-                             [rows.response_token_ids[i] for i in index], policy.pad_id, temperature, device,
-                             with_entropy)
+    return response_logprobs(
+        model,
+        [rows.prompt_token_ids[i] for i in index],
+        [rows.response_token_ids[i] for i in index],
+        policy.pad_id,
+        temperature,
+        device,
+        with_entropy,
+    )
 
 
 def members_of(batch: Batch, micro: list[int], policy: str, temperature: float) -> list[int]:
     """Positions in `micro` of the rows scored by (policy, temperature)."""
     rows = batch.rows
-    return [j for j, i in enumerate(micro) if rows.policies[i] == policy and batch.temperatures[i] == temperature]
+    return [
+        j for j, i in enumerate(micro) if rows.policies[i] == policy and batch.temperatures[i] == temperature
+    ]
 
 
 @torch.no_grad()
 def score_rows(
-    policies: Mapping[str, Policy], batch: Batch, plan: list[list[int]], groups: list[tuple[str, float]],
+    policies: Mapping[str, Policy],
+    batch: Batch,
+    plan: list[list[int]],
+    groups: list[tuple[str, float]],
     device: torch.device,
     reference: bool = False,
 ) -> Tensor:
@@ -157,15 +193,33 @@ def all_reduce(values: Sequence[float], device: torch.device) -> list[float]:
 
 
 def token_weights(
-    objective: Any, opts: TrainOptions, logprobs: Tensor, old: Tensor, mask: Tensor, event_ids: Tensor, adv: Tensor,
-    ref: Tensor | None, counts: Sequence[float],
+    objective: Any,
+    opts: TrainOptions,
+    logprobs: Tensor,
+    old: Tensor,
+    mask: Tensor,
+    event_ids: Tensor,
+    adv: Tensor,
+    ref: Tensor | None,
+    counts: Sequence[float],
 ) -> tuple[Tensor, float, dict[str, float]]:
     """(W, loss, metrics): W = d(loss)/d(logprobs), taken on the detached [B, T] log-probs."""
     logprobs = logprobs.detach().requires_grad_(True)
     num_events, num_tokens, num_rows = (int(c) for c in counts)
-    loss, metrics = objective(logprobs, old, mask, event_ids, adv, clip_eps=opts.clip, set_norm=opts.set_norm,
-                              num_events=num_events, num_tokens=num_tokens, num_rows=num_rows, ref_logprobs=ref,
-                              kl_coef=opts.kl)  # fmt: skip
+    loss, metrics = objective(
+        logprobs,
+        old,
+        mask,
+        event_ids,
+        adv,
+        clip_eps=opts.clip,
+        set_norm=opts.set_norm,
+        num_events=num_events,
+        num_tokens=num_tokens,
+        num_rows=num_rows,
+        ref_logprobs=ref,
+        kl_coef=opts.kl,
+    )
     if not math.isfinite(loss.item()):
         raise TrainError(f"non-finite loss {loss.item()} (check the rewards and the learning rate)")
     (weights,) = torch.autograd.grad(loss, logprobs)
@@ -173,7 +227,10 @@ def token_weights(
 
 
 def update(
-    policies: Mapping[str, Policy], rows: Rows, opts: TrainOptions, dist: Dist,
+    policies: Mapping[str, Policy],
+    rows: Rows,
+    opts: TrainOptions,
+    dist: Dist,
     temperatures: Mapping[str, Mapping[str, float]],
 ) -> dict[str, float]:
     """`opts.epochs` optimizer steps of every engine on this rank's `rows` (collective over ranks).
@@ -188,15 +245,22 @@ def update(
     engines = {p: policies[p].engine for p in sorted({p for p, _ in groups})}
     tokens = [len(a) + len(b) for a, b in zip(rows.prompt_token_ids, rows.response_token_ids)]
     plan = plan_batches(rows.event_ids.tolist(), tokens, world_size=1, micro_batches=opts.micro_batches)[0]
-    counts = all_reduce([rows.num_events, float(batch.mask.sum()), len(rows)], device)  # global |B|, tokens, rows
+    counts = all_reduce(
+        [rows.num_events, float(batch.mask.sum()), len(rows)], device
+    )  # global |B|, tokens, rows
     if counts[0] == 0:
         return {"num_events": 0.0, "num_rows": 0.0, "num_tokens": 0.0}
     # With one epoch the weights cannot move before each row is scored (gradient accumulation
     # steps only at the boundary), so the update's own detached log-probs ARE the recomputed
     # old log-probs: skip the extra no-grad pass (exact; modules run without dropout).
     reuse = opts.old_logprobs == "recompute" and opts.epochs == 1
-    old = None if reuse else score_rows(policies, batch, plan, groups, device) \
-        if opts.old_logprobs == "recompute" else batch.behaviour.to(device)  # fmt: skip
+    old = (
+        None
+        if reuse
+        else score_rows(policies, batch, plan, groups, device)
+        if opts.old_logprobs == "recompute"
+        else batch.behaviour.to(device)
+    )
     ref = score_rows(policies, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
     mask, event_ids, adv = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
     loss_sum = clip_sum = clip_weight = norm_sum = 0.0
@@ -206,46 +270,77 @@ def update(
             idx = torch.tensor(micro, dtype=torch.long, device=device)
             width = max(1, int(mask[idx].sum(-1).max())) if micro else 1
             parts = {(p, t): members_of(batch, micro, p, t) for p, t in groups}
-            scored = {(p, t): score_group(policies[p], policies[p].model, batch, [micro[j] for j in pos], t, device,
-                                          opts.entropy > 0)
-                      for (p, t), pos in parts.items()}  # fmt: skip
+            scored = {
+                (p, t): score_group(
+                    policies[p],
+                    policies[p].model,
+                    batch,
+                    [micro[j] for j in pos],
+                    t,
+                    device,
+                    opts.entropy > 0,
+                )
+                for (p, t), pos in parts.items()
+            }
             lps = {k: v[0] if opts.entropy > 0 else v for k, v in scored.items()}
             # entropy bonus: -c * sum(mask * H) / |tokens|, linear in H, so H itself is its surrogate
-            bonus = {k: (-opts.entropy / counts[1]) * torch.where(mask[idx][pos, : v[1].shape[1]], v[1], 0.0).sum()
-                     for k, v in scored.items() if opts.entropy > 0 and (pos := parts[k])}  # fmt: skip
+            bonus = {
+                k: (-opts.entropy / counts[1]) * torch.where(mask[idx][pos, : v[1].shape[1]], v[1], 0.0).sum()
+                for k, v in scored.items()
+                if opts.entropy > 0 and (pos := parts[k])
+            }
             loss_sum += sum(b.item() for b in bonus.values())
             weights = torch.zeros(len(micro), width, device=device)
             if micro:
                 # rows of frozen policies keep their old log-probs: log-ratio 0
-                logprobs = old[idx, :width].clone() if old is not None else torch.zeros(len(micro), width,
-                                                                                          device=device)
+                logprobs = (
+                    old[idx, :width].clone()
+                    if old is not None
+                    else torch.zeros(len(micro), width, device=device)
+                )
                 for key, pos in parts.items():
                     if pos:
                         logprobs[pos, : lps[key].shape[1]] = lps[key].detach()
                 old_mb = old[idx, :width] if old is not None else logprobs.clone()
                 weights, loss, metrics = token_weights(
-                    objective, opts, logprobs, old_mb, mask[idx, :width], event_ids[idx], adv[idx],
-                    None if ref is None else ref[idx, :width], counts,
-                )  # fmt: skip
+                    objective,
+                    opts,
+                    logprobs,
+                    old_mb,
+                    mask[idx, :width],
+                    event_ids[idx],
+                    adv[idx],
+                    None if ref is None else ref[idx, :width],
+                    counts,
+                )
                 w = metrics.get("num_events", metrics.get("num_tokens", 0.0))
                 loss_sum += loss
                 clip_sum, clip_weight = clip_sum + w * metrics["clip_fraction"], clip_weight + w
             for p, engine in engines.items():
                 surrogate = sum(  # sum(W_p * logprobs_p); an empty group adds 0 * its dummy row
-                    (weights[pos, : lps[key].shape[1]] * lps[key]).sum() + bonus.get(key, 0.0) if pos
+                    (weights[pos, : lps[key].shape[1]] * lps[key]).sum() + bonus.get(key, 0.0)
+                    if pos
                     else 0.0 * lps[key].sum()
-                    for key, pos in parts.items() if key[0] == p
-                )  # fmt: skip
-                engine.backward(surrogate * dist.world_size, scale_wrt_gas=False)  # DeepSpeed averages over ranks
+                    for key, pos in parts.items()
+                    if key[0] == p
+                )
+                engine.backward(
+                    surrogate * dist.world_size, scale_wrt_gas=False
+                )  # DeepSpeed averages over ranks
                 if m == len(plan) - 1:
                     norms[p] = step_with_norm(engine)  # the accumulation boundary: the optimizer steps
                 else:
                     engine.step()
         norm_sum += math.sqrt(sum(n**2 for n in norms.values()))
     loss_sum, clip_sum, clip_weight = all_reduce([loss_sum, clip_sum, clip_weight], device)
-    return {"loss": loss_sum / opts.epochs, "grad_norm": norm_sum / opts.epochs,
-            "clip_fraction": clip_sum / max(clip_weight, 1e-12), "num_events": counts[0], "num_tokens": counts[1],
-            "num_rows": counts[2]}  # fmt: skip
+    return {
+        "loss": loss_sum / opts.epochs,
+        "grad_norm": norm_sum / opts.epochs,
+        "clip_fraction": clip_sum / max(clip_weight, 1e-12),
+        "num_events": counts[0],
+        "num_tokens": counts[1],
+        "num_rows": counts[2],
+    }
 
 
 # --- data, seeds, evaluation --------------------------------------------------------------
@@ -260,7 +355,9 @@ def step_prompts(num_tasks: int, batch: int, step: int, seed: int) -> list[int]:
     """Task indices of `step` (1-based): a fresh permutation per pass over the data, no repeats in a step."""
     per_pass = num_tasks // batch
     data_pass, j = divmod(step - 1, per_pass)
-    order = torch.randperm(num_tasks, generator=torch.Generator().manual_seed(seed_of("data", seed, data_pass)))
+    order = torch.randperm(
+        num_tasks, generator=torch.Generator().manual_seed(seed_of("data", seed, data_pass))
+    )
     return order[j * batch : (j + 1) * batch].tolist()
 
 
@@ -270,10 +367,16 @@ def evaluate(executor: Any, tasks: list[dict], opts: TrainOptions, dist: Dist, s
     episodes = executor.run(share, samples=opts.eval_k, seed=seed_of("eval", opts.seed, step, dist.rank))
     local = dataset_metrics("eval", episodes, opts.eval_k) if episodes else None
     q = local.queries if local else 0
-    avg, pas, n = all_reduce([local.avg_at_k * q if local else 0.0, local.pass_at_k * q if local else 0.0, q],
-                             dist.device)  # fmt: skip
-    return {"step": step, "avg_at_k": avg / max(n, 1), "pass_at_k": pas / max(n, 1), "k": opts.eval_k,
-            "n_prompts": int(n)}  # fmt: skip
+    avg, pas, n = all_reduce(
+        [local.avg_at_k * q if local else 0.0, local.pass_at_k * q if local else 0.0, q], dist.device
+    )
+    return {
+        "step": step,
+        "avg_at_k": avg / max(n, 1),
+        "pass_at_k": pas / max(n, 1),
+        "k": opts.eval_k,
+        "n_prompts": int(n),
+    }
 
 
 # --- checkpoints -----------------------------------------------------------------------------
@@ -309,8 +412,9 @@ def barrier() -> None:
         torch.distributed.barrier()
 
 
-def save_checkpoint(out: Path, step: int, policies: Mapping[str, Policy], state: Mapping[str, Any],
-                    dist: Dist) -> Path:  # fmt: skip
+def save_checkpoint(
+    out: Path, step: int, policies: Mapping[str, Policy], state: Mapping[str, Any], dist: Dist
+) -> Path:
     """Write OUT/checkpoints/step-N atomically: a temporary folder, renamed once every rank is done."""
     final = out / CHECKPOINTS / f"step-{step}"
     tmp = out / CHECKPOINTS / f".step-{step}.tmp"
@@ -371,8 +475,11 @@ def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
 def truncate_jsonl(path: Path, last_step: int) -> None:
     """Keep the rows up to `last_step` (a resumed run rewrites what came after its checkpoint)."""
     if path.exists():
-        rows = [line for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line)["step"] <= last_step]  # fmt: skip
+        rows = [
+            line
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line)["step"] <= last_step
+        ]
         write_atomic(path, "".join(r + "\n" for r in rows))
 
 
@@ -397,7 +504,8 @@ def train(
     from tqdm.auto import tqdm
 
     from srpo_dsl.backends import resolve_model_spec
-    from srpo_dsl.rl.engine import build_policy, ds_config as make_ds_config, init_distributed, read_ds_config
+    from srpo_dsl.rl.engine import build_policy, init_distributed, read_ds_config
+    from srpo_dsl.rl.engine import ds_config as make_ds_config
     from srpo_dsl.runtime.executor import Executor
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
     from srpo_dsl.runtime.traces import to_trace, write_traces
@@ -428,14 +536,23 @@ def train(
     if dist.rank == 0:
         barrier()
     config = make_ds_config(opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds)
-    resolved = {"workflow": str(workflow_path), "graph_hash": graph.graph["hash"], "options": opts.model_dump(),
-                "models": paths, "device": device, "world_size": dist.world_size, "offload": offload,
-                "ds_config": config}  # fmt: skip
+    resolved = {
+        "workflow": str(workflow_path),
+        "graph_hash": graph.graph["hash"],
+        "options": opts.model_dump(),
+        "models": paths,
+        "device": device,
+        "world_size": dist.world_size,
+        "offload": offload,
+        "ds_config": config,
+    }
     state = json.loads((checkpoint / "state.json").read_text(encoding="utf-8")) if checkpoint else None
     if state is not None:
         before = state["config"]
         changed = [k for k in resolved if k != "options" and before.get(k) != resolved[k]]
-        changed += [k for k, v in resolved["options"].items() if k != "steps" and before["options"].get(k) != v]
+        changed += [
+            k for k, v in resolved["options"].items() if k != "steps" and before["options"].get(k) != v
+        ]
         if changed:
             raise TrainError(f"cannot resume {checkpoint}: {', '.join(changed)} changed since it was written")
     policies = {name: build_policy(name, paths[name], s, opts, dist, config) for name, s in specs.items()}
@@ -457,7 +574,9 @@ def train(
             truncate_jsonl(out / name, start if start else -1)
         from torch.utils.tensorboard import SummaryWriter
 
-        writer = SummaryWriter(str(out / "tb"), purge_step=start + 1 if start else 0)  # drop a killed run's tail
+        writer = SummaryWriter(
+            str(out / "tb"), purge_step=start + 1 if start else 0
+        )  # drop a killed run's tail
 
     def log_eval(step: int) -> None:
         row = evaluate(executor, eval_tasks, opts, dist, step)
@@ -469,13 +588,22 @@ def train(
     if start == 0 and eval_tasks:
         log_eval(0)
     history: list[dict[str, float]] = []
-    bar = tqdm(range(start + 1, opts.steps + 1), initial=start, total=opts.steps, desc="train", unit="step",
-               disable=not progress or dist.rank != 0)  # fmt: skip
+    bar = tqdm(
+        range(start + 1, opts.steps + 1),
+        initial=start,
+        total=opts.steps,
+        desc="train",
+        unit="step",
+        disable=not progress or dist.rank != 0,
+    )
     for step in bar:
         t0 = time.perf_counter()
         prompts = [tasks[i] for i in step_prompts(len(tasks), opts.batch, step, opts.seed)]
-        episodes = executor.run(prompts[dist.rank :: dist.world_size], samples=opts.group,
-                                seed=seed_of("rollout", opts.seed, step, dist.rank))  # fmt: skip
+        episodes = executor.run(
+            prompts[dist.rank :: dist.world_size],
+            samples=opts.group,
+            seed=seed_of("rollout", opts.seed, step, dist.rank),
+        )
         rows = build_rows(episodes, opts.objective)
         rows = rows.select(trainable_rows(rows, policies))
         lr = next(p.engine.get_lr()[0] for p in policies.values() if p.engine is not None)
@@ -484,14 +612,29 @@ def train(
             if p.engine is not None and stats["num_events"]:
                 sync_rollout(p)  # new weights for generation, policy version + 1
         n_ep, reward, score, resp, dropped = all_reduce(
-            [len(episodes), sum(e.reward for e in episodes), sum(e.score for e in episodes),
-             float(sum(rows.response_lengths)), rows.dropped_events], dist.device)  # fmt: skip
-        row = {"step": step, "score": reward / max(n_ep, 1), "accuracy": score / max(n_ep, 1),
-               "grad_norm": stats.get("grad_norm", 0.0), "response_length": resp / max(stats["num_rows"], 1),
-               "mean_set_size": stats["num_rows"] / max(stats["num_events"], 1),
-               "num_events": stats["num_events"], "dropped_events": dropped,
-               "clip_fraction": stats.get("clip_fraction", 0.0), "lr": lr, "loss": stats.get("loss", 0.0),
-               "time": time.perf_counter() - t0}  # fmt: skip
+            [
+                len(episodes),
+                sum(e.reward for e in episodes),
+                sum(e.score for e in episodes),
+                float(sum(rows.response_lengths)),
+                rows.dropped_events,
+            ],
+            dist.device,
+        )
+        row = {
+            "step": step,
+            "score": reward / max(n_ep, 1),
+            "accuracy": score / max(n_ep, 1),
+            "grad_norm": stats.get("grad_norm", 0.0),
+            "response_length": resp / max(stats["num_rows"], 1),
+            "mean_set_size": stats["num_rows"] / max(stats["num_events"], 1),
+            "num_events": stats["num_events"],
+            "dropped_events": dropped,
+            "clip_fraction": stats.get("clip_fraction", 0.0),
+            "lr": lr,
+            "loss": stats.get("loss", 0.0),
+            "time": time.perf_counter() - t0,
+        }
         history.append(row)
         if writer is not None:
             append_jsonl(out / "metrics.jsonl", row)
@@ -503,9 +646,13 @@ def train(
         if eval_tasks and (step % opts.eval_every == 0 or step == opts.steps):
             log_eval(step)
         if step % opts.save_every == 0 or step == opts.steps:
-            state = {"step": step, "data_cursor": {"next_step": step + 1}, "config": resolved,
-                     "graph_hash": graph.graph["hash"],
-                     "versions": {n: p.backend.version for n, p in policies.items()}}  # fmt: skip
+            state = {
+                "step": step,
+                "data_cursor": {"next_step": step + 1},
+                "config": resolved,
+                "graph_hash": graph.graph["hash"],
+                "versions": {n: p.backend.version for n, p in policies.items()},
+            }
             save_checkpoint(out, step, policies, state, dist)
         if writer is not None:
             writer.flush()

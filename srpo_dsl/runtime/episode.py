@@ -64,23 +64,44 @@ class Episode:
 
     def state_id(self) -> str:
         """Digest of the pre-action state: task, memory and counters (what every member sees)."""
-        blob = json.dumps([self.prompt_id, self.step, self.loops, [(c["role"], c["replica"], c["text"])
-                           for c in self.team_context], self.feedback, self.documents], sort_keys=True)
+        blob = json.dumps(
+            [
+                self.prompt_id,
+                self.step,
+                self.loops,
+                [(c["role"], c["replica"], c["text"]) for c in self.team_context],
+                self.feedback,
+                self.documents,
+            ],
+            sort_keys=True,
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def context(self, *, role: str, replica: int, pool_size: int, turn: int, max_turns: int) -> dict:
         """The template variables of DESIGN.md §3 (see `srpo_dsl.runtime.prompts`)."""
         return {
-            "task": self.task, "step": self.step + 1, "turn": turn, "max_turns": max_turns,
-            "role": role, "replica": replica, "pool_size": pool_size,
-            "team_context": list(self.team_context), "feedback": list(self.feedback),
+            "task": self.task,
+            "step": self.step + 1,
+            "turn": turn,
+            "max_turns": max_turns,
+            "role": role,
+            "replica": replica,
+            "pool_size": pool_size,
+            "team_context": list(self.team_context),
+            "feedback": list(self.feedback),
             "documents": list(self.documents),
-            "memory": {"accepted": list(self.team_context), "feedback": list(self.feedback),
-                       "documents": list(self.documents)},
+            "memory": {
+                "accepted": list(self.team_context),
+                "feedback": list(self.feedback),
+                "documents": list(self.documents),
+            },
         }
 
     @property
     def cost(self) -> dict[str, int]:
         members = [m for e in self.events for m in e.members]
-        return {"tokens": sum(len(m.response_token_ids) for m in members), "calls": len(members),
-                "tool_calls": self.tool_calls}
+        return {
+            "tokens": sum(len(m.response_token_ids) for m in members),
+            "calls": len(members),
+            "tool_calls": self.tool_calls,
+        }

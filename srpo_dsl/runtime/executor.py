@@ -10,8 +10,8 @@ same pre-action state and are committed together, so none sees another's output.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import networkx as nx
 
@@ -40,8 +40,13 @@ class _Slot:
 class Executor:
     """Runs a compiled workflow with one backend per policy and one retriever per tool."""
 
-    def __init__(self, graph: nx.DiGraph, backends: dict[str, Backend], renderer: PromptRenderer,
-                 tools: dict[str, Retriever] | None = None):
+    def __init__(
+        self,
+        graph: nx.DiGraph,
+        backends: dict[str, Backend],
+        renderer: PromptRenderer,
+        tools: dict[str, Retriever] | None = None,
+    ):
         missing = set(graph.graph["policies"]) - set(backends)
         if missing:
             raise ValueError(f"no backend for policies: {', '.join(sorted(missing))}")
@@ -54,8 +59,13 @@ class Executor:
         self.loops: dict[str, int] = graph.graph["loops"]
 
     # ---- public -------------------------------------------------------------
-    def run(self, tasks: Sequence[dict], samples: int = 1, seed: int = 0,
-            on_done: Callable[[Episode], None] | None = None) -> list[Episode]:
+    def run(
+        self,
+        tasks: Sequence[dict],
+        samples: int = 1,
+        seed: int = 0,
+        on_done: Callable[[Episode], None] | None = None,
+    ) -> list[Episode]:
         """`samples` episodes per task (the group G); results in task-major order."""
         episodes = [Episode(f"{t['id']}/{s}", str(t["id"]), s, t) for t in tasks for s in range(samples)]
         rnd = 0
@@ -124,10 +134,17 @@ class Executor:
             loop = data.get("loop")
             turn, max_turns = (ep.loops.get(loop, 1), self.loops[loop]) if loop else (1, 1)
             for i, replica in enumerate(self._replicas(ep, data)):
-                ctx = ep.context(role=data["agent"], replica=replica, pool_size=data["pool_size"], turn=turn,
-                                 max_turns=max_turns)
+                ctx = ep.context(
+                    role=data["agent"],
+                    replica=replica,
+                    pool_size=data["pool_size"],
+                    turn=turn,
+                    max_turns=max_turns,
+                )
                 prompt = self.renderer.render(data["template"], ctx)
-                req = GenRequest(prompt, data["max_tokens"], data["temperature"], data["top_p"], data["agent"])
+                req = GenRequest(
+                    prompt, data["max_tokens"], data["temperature"], data["top_p"], data["agent"]
+                )
                 slots[data["policy"][0]].append(_Slot(ep, ep.node, i, replica, req))
         results: dict[tuple[str, int], GenResult | None] = {}
         for k, (policy, batch) in enumerate(sorted(slots.items())):
@@ -142,8 +159,12 @@ class Executor:
                 by_episode[s.episode.episode_id].append(s)
         for ep in active:
             if self.g.nodes[ep.node]["kind"] != "tool":
-                self._commit(ep, sorted(by_episode[ep.episode_id], key=lambda s: s.member_index), results,
-                             states[ep.episode_id])
+                self._commit(
+                    ep,
+                    sorted(by_episode[ep.episode_id], key=lambda s: s.member_index),
+                    results,
+                    states[ep.episode_id],
+                )
             self._follow(ep)
 
     def _call_tool(self, tool: str, calls: list[tuple[Episode, list[str]]]) -> None:
@@ -160,17 +181,24 @@ class Executor:
                 ep.tool_calls += 1
                 ep.documents.extend(d.text if not d.title else f"{d.title}: {d.text}" for d in found)
                 if last is not None:
-                    last.observations.append({"tool": tool, "query": q,
-                                              "documents": [{"id": d.id, "title": d.title, "text": d.text}
-                                                            for d in found]})
+                    last.observations.append(
+                        {
+                            "tool": tool,
+                            "query": q,
+                            "documents": [{"id": d.id, "title": d.title, "text": d.text} for d in found],
+                        }
+                    )
 
     def _commit(self, ep: Episode, slots: list[_Slot], results: dict, state_id: str) -> None:
         """Parse every member, record the event, then make its outputs visible to later roles."""
         data = self.g.nodes[ep.node]
         agent = self.g.graph["agents"][data["agent"]]
         words = tuple(agent["contract_args"]) if agent["contract"] == "verdict" else ()
-        pool = self.g.graph["agents"][agent["contract_args"][0]]["replicas"] if agent["contract"] == "route" \
+        pool = (
+            self.g.graph["agents"][agent["contract_args"][0]]["replicas"]
+            if agent["contract"] == "route"
             else None
+        )
         backend = self.backends[data["policy"][0]]
         members: list[Member] = []
         for s in slots:
@@ -178,24 +206,47 @@ class Executor:
             if r is None:
                 continue  # a missing member: the event is recorded incomplete
             parsed = parse_output(agent["contract"], r.text, pool_size=pool, words=words)
-            members.append(Member(s.member_index, data["agent"], s.replica, data["policy"][0], backend.version,
-                                  list(r.prompt_token_ids), list(r.response_token_ids), list(r.logprobs), r.text,
-                                  parsed.valid, _plain(parsed.value)))
+            members.append(
+                Member(
+                    s.member_index,
+                    data["agent"],
+                    s.replica,
+                    data["policy"][0],
+                    backend.version,
+                    list(r.prompt_token_ids),
+                    list(r.response_token_ids),
+                    list(r.logprobs),
+                    r.text,
+                    parsed.valid,
+                    _plain(parsed.value),
+                )
+            )
         ep.step += 1
-        event = Event(f"{ep.episode_id}/e{ep.step}", data["event_type"], ep.node, state_id, len(slots),
-                      len(members) == len(slots), members)
+        event = Event(
+            f"{ep.episode_id}/e{ep.step}",
+            data["event_type"],
+            ep.node,
+            state_id,
+            len(slots),
+            len(members) == len(slots),
+            members,
+        )
         ep.events.append(event)
         ep.invalid_actions += sum(not m.valid for m in members)
         ep.last_output[data["agent"]] = members
         for m in members:
-            ep.team_context.append({"role": m.role, "replica": m.replica, "text": m.text, "valid": m.valid,
-                                    "value": m.parsed})
+            ep.team_context.append(
+                {"role": m.role, "replica": m.replica, "text": m.text, "valid": m.valid, "value": m.parsed}
+            )
         if data["kind"] == "verify":
             ep.feedback.extend(m.text for m in members)
         if data["kind"] in ("verify", "route"):
             m = members[0] if members else None
-            ep.state[data["agent"]] = (tuple(m.parsed) if isinstance(m.parsed, list) else m.parsed) \
-                if m is not None and m.valid else INVALID
+            ep.state[data["agent"]] = (
+                (tuple(m.parsed) if isinstance(m.parsed, list) else m.parsed)
+                if m is not None and m.valid
+                else INVALID
+            )
 
     def _finish(self, ep: Episode) -> None:
         """Team return: the reward of the rewarded agent's last output plus the invalid-action penalty."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Protocol
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -59,8 +60,10 @@ def dataset_metrics(name: str, episodes: Iterable[Scored], k: int) -> DatasetMet
     short = {p: len(eps) for p, eps in by_prompt.items() if len(eps) < k}
     if short:
         prompt, n = next(iter(short.items()))
-        raise ValueError(f"{name}: Pass@{k} needs {k} samples per query; {len(short)} queries have fewer "
-                         f"(e.g. {prompt!r} has {n})")
+        raise ValueError(
+            f"{name}: Pass@{k} needs {k} samples per query; {len(short)} queries have fewer "
+            f"(e.g. {prompt!r} has {n})"
+        )
     avg, pas = [], []
     for eps in by_prompt.values():
         n, c = len(eps), sum(ep.score >= 1.0 - 1e-9 for ep in eps)
@@ -68,9 +71,16 @@ def dataset_metrics(name: str, episodes: Iterable[Scored], k: int) -> DatasetMet
         pas.append(pass_at_k(n, c, k))
     flat = [ep for eps in by_prompt.values() for ep in eps]
     return DatasetMetrics(
-        name, len(by_prompt), min(len(eps) for eps in by_prompt.values()), k, sum(avg) / len(avg),
-        sum(pas) / len(pas), sum(_get(e.cost, "tokens") for e in flat) / len(flat),
-        sum(_get(e.cost, "calls") for e in flat) / len(flat), sum(_get(e.cost, "tool_calls") for e in flat) / len(flat))
+        name,
+        len(by_prompt),
+        min(len(eps) for eps in by_prompt.values()),
+        k,
+        sum(avg) / len(avg),
+        sum(pas) / len(pas),
+        sum(_get(e.cost, "tokens") for e in flat) / len(flat),
+        sum(_get(e.cost, "calls") for e in flat) / len(flat),
+        sum(_get(e.cost, "tool_calls") for e in flat) / len(flat),
+    )
 
 
 def macro_average(rows: list[DatasetMetrics]) -> tuple[float, float]:

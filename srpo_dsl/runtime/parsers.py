@@ -14,8 +14,8 @@ and compared after stripping whitespace (`<verify> approve </verify>` is `approv
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,14 @@ def _one_tag(visible: str, tag: str) -> tuple[int, str] | Parsed:
     """The start and stripped content of the only `<tag>...</tag>` in `visible`."""
     opens, closes = visible.count(f"<{tag}>"), visible.count(f"</{tag}>")
     if opens != 1 or closes != 1:
-        return _bad(f"expected exactly one <{tag}>...</{tag}> outside thinking, "
-                    f"found {opens} opening and {closes} closing tags")
+        return _bad(
+            f"expected exactly one <{tag}>...</{tag}> outside thinking, "
+            f"found {opens} opening and {closes} closing tags"
+        )
     start, end = visible.find(f"<{tag}>"), visible.find(f"</{tag}>")
     if end < start:
         return _bad(f"</{tag}> comes before <{tag}>")
-    return start, visible[start + len(tag) + 2:end].strip()
+    return start, visible[start + len(tag) + 2 : end].strip()
 
 
 def _braced(text: str, start: int) -> str | None:
@@ -85,7 +87,7 @@ def _braced(text: str, start: int) -> str | None:
         elif c == "}":
             depth -= 1
             if depth == 0:
-                return text[start + 1:i]
+                return text[start + 1 : i]
         i += 1
     return None
 
@@ -193,13 +195,20 @@ def parse_text(text: str) -> Parsed:
 
 
 CONTRACT_PARSERS: dict[str, Callable[..., Parsed]] = {
-    "route": parse_route, "verdict": parse_verdict, "boxed": parse_boxed, "final_boxed": parse_final_boxed,
-    "search": parse_search, "answer": parse_answer, "text": parse_text,
+    "route": parse_route,
+    "verdict": parse_verdict,
+    "boxed": parse_boxed,
+    "final_boxed": parse_final_boxed,
+    "search": parse_search,
+    "answer": parse_answer,
+    "text": parse_text,
 }
 """Every contract's parser: `route` also takes the pool size, `verdict` the allowed words."""
 
 
-def parse_output(contract: str, text: str, *, pool_size: int | None = None, words: tuple[str, ...] = ()) -> Parsed:
+def parse_output(
+    contract: str, text: str, *, pool_size: int | None = None, words: tuple[str, ...] = ()
+) -> Parsed:
     """Parse `text` under the named contract (`route` needs `pool_size`, `verdict` its `words`)."""
     if contract not in CONTRACT_PARSERS:
         raise ValueError(f"unknown output contract {contract!r} (known: {', '.join(CONTRACT_PARSERS)})")

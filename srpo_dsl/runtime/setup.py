@@ -49,11 +49,13 @@ def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, s
         elif sep and not Path(v).exists():
             raise ValueError(f"--model {v}: no policy `{name}` (policies: {', '.join(policies)})")
         else:
-            out.update({p: v for p in policies})
+            out.update(dict.fromkeys(policies, v))
     return out
 
 
-def task_data(wf: Workflow, *, split: str = "train", data: Path | None = None, limit: int | None = None) -> list[dict]:
+def task_data(
+    wf: Workflow, *, split: str = "train", data: Path | None = None, limit: int | None = None
+) -> list[dict]:
     """The prompts of the workflow's task: from `data` if given, else from its own binding."""
     from srpo_dsl.envs.arith import make_arith_tasks
     from srpo_dsl.envs.data import load_tasks
@@ -62,8 +64,9 @@ def task_data(wf: Workflow, *, split: str = "train", data: Path | None = None, l
     kind, opts = task["kind"], task["options"]
     if kind == "arith" and data is None:
         heldout = split == "eval"
-        rows = make_arith_tasks(opts["eval_n"] if heldout else opts["n"], opts["seed"], opts["max_operand"],
-                                heldout=heldout)
+        rows = make_arith_tasks(
+            opts["eval_n"] if heldout else opts["n"], opts["seed"], opts["max_operand"], heldout=heldout
+        )
         return rows[:limit] if limit else rows
     if data is None:
         source = opts.get("eval_data") if split == "eval" and opts.get("eval_data") else opts["data"]
@@ -77,8 +80,10 @@ def build_backends(wf: Workflow, kind: str = "hf", models: dict[str, str] | None
     from srpo_dsl.backends import make_backend
 
     models = models or {}
-    return {name: make_backend(kind, models.get(name, p["model"]), **options)
-            for name, p in wf.graph.graph["policies"].items()}
+    return {
+        name: make_backend(kind, models.get(name, p["model"]), **options)
+        for name, p in wf.graph.graph["policies"].items()
+    }
 
 
 def build_tools(wf: Workflow) -> dict:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -40,10 +41,12 @@ class TraceMember(BaseModel):
     parsed: object = None
 
     @model_validator(mode="after")
-    def _one_logprob_per_token(self) -> "TraceMember":
+    def _one_logprob_per_token(self) -> TraceMember:
         if len(self.behavior_logprobs) != len(self.response_token_ids):
-            raise ValueError(f"member {self.member_index}: {len(self.behavior_logprobs)} log-probs for "
-                             f"{len(self.response_token_ids)} response tokens")
+            raise ValueError(
+                f"member {self.member_index}: {len(self.behavior_logprobs)} log-probs for "
+                f"{len(self.response_token_ids)} response tokens"
+            )
         return self
 
 
@@ -60,10 +63,12 @@ class TraceEvent(BaseModel):
     observations: list[dict] = []
 
     @model_validator(mode="after")
-    def _complete_means_all_members(self) -> "TraceEvent":
+    def _complete_means_all_members(self) -> TraceEvent:
         if self.complete and len(self.members) != self.cardinality:
-            raise ValueError(f"event {self.event_id} is marked complete with {len(self.members)} of "
-                             f"{self.cardinality} members")
+            raise ValueError(
+                f"event {self.event_id} is marked complete with {len(self.members)} of "
+                f"{self.cardinality} members"
+            )
         return self
 
 
@@ -100,8 +105,15 @@ class TraceEpisode(BaseModel):
 
 def to_trace(ep: Episode, graph_hash: str) -> TraceEpisode:
     return TraceEpisode(
-        episode_id=ep.episode_id, prompt_id=ep.prompt_id, sample=ep.sample, graph_hash=graph_hash,
-        reward=ep.reward, score=ep.score, answer=ep.answer, invalid_actions=ep.invalid_actions, cost=Cost(**ep.cost),
+        episode_id=ep.episode_id,
+        prompt_id=ep.prompt_id,
+        sample=ep.sample,
+        graph_hash=graph_hash,
+        reward=ep.reward,
+        score=ep.score,
+        answer=ep.answer,
+        invalid_actions=ep.invalid_actions,
+        cost=Cost(**ep.cost),
         events=[TraceEvent(**{**asdict(e), "members": [asdict(m) for m in e.members]}) for e in ep.events],
     )
 
