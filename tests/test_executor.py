@@ -14,7 +14,7 @@ THINK = "<think>need more</think>"
 
 
 def _executor(wf, script: dict) -> Executor:
-    backends = {name: ScriptedBackend(script) for name in wf.graph.graph["policies"]}
+    backends = {name: ScriptedBackend(script) for name in wf.graph.policies}
     return Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
 
 
@@ -166,7 +166,7 @@ def test_missing_member_marks_event_incomplete(tmp_path):
     first = ep.events[0]
     assert first.cardinality == 2 and len(first.members) == 1 and first.complete is False
     path = tmp_path / "t.jsonl"
-    write_traces(path, [to_trace(ep, wf.graph.graph["hash"])])
+    write_traces(path, [to_trace(ep, wf.graph.hash)])
     (back,) = read_traces(path)
     assert [e.event_id for e in back.incomplete_events] == [first.event_id]
 
@@ -181,7 +181,7 @@ def test_groups_and_trace_round_trip(tmp_path):
     }
     episodes = _executor(wf, script).run(tasks, samples=2)
     assert [(e.prompt_id, e.sample) for e in episodes] == [(str(t["id"]), s) for t in tasks for s in (0, 1)]
-    traces = [to_trace(ep, wf.graph.graph["hash"]) for ep in episodes]
+    traces = [to_trace(ep, wf.graph.hash) for ep in episodes]
     path = tmp_path / "traces.jsonl"
     write_traces(path, traces)
     back = read_traces(path)
@@ -243,7 +243,7 @@ def test_nested_loops_count_each_loop_on_its_own(tmp_path, verdicts, rounds):
     (tmp_path / "nested.srpo").write_text(NESTED)
     (tmp_path / "math").symlink_to(ROOT / "workflows/math")
     wf = load_workflow(tmp_path / "nested.srpo")
-    g = wf.graph
+    g = wf.graph.to_networkx()
     solver = next(v for v, d in g.nodes(data=True) if d.get("agent") == "solver")
     verify = next(v for v, d in g.nodes(data=True) if d.get("agent") == "verifier")
     back = g.edges[verify, solver]
@@ -263,3 +263,40 @@ def test_nested_loops_count_each_loop_on_its_own(tmp_path, verdicts, rounds):
     assert _shape(ep) == [("parallel:solver", 2), ("verify:verifier", 1)] * rounds + [
         ("aggregate:aggregator", 1)
     ]
+
+
+TWO_CALLS = """workflow two_calls
+policy lm = hf("m")
+task qa(data = "data/qa_sample.jsonl")
+tool retriever = bm25(corpus = "data/wiki_sample.jsonl", top_k = 2)
+agent searcher[2] uses lm prompt "search/searcher.j2" emits search
+agent checker     uses lm prompt "search/searcher.j2" emits search
+agent answerer    uses lm prompt "search/answerer.j2" emits answer
+parallel searcher
+call retriever on searcher
+revise checker
+call retriever on checker
+aggregate answerer
+reward exact_match(answerer, task.answers)
+"""
+
+
+def test_a_tool_called_from_two_nodes_records_each_call_on_its_own_event(tmp_path):
+    """`call retriever on searcher`, later `call retriever on checker`: each node's queries are its own
+    agent's, and their observations land on that agent's event (not on the first node's)."""
+    (tmp_path / "two.srpo").write_text(TWO_CALLS)
+    for sub in ("search", "data"):
+        (tmp_path / sub).symlink_to(ROOT / ("workflows/search" if sub == "search" else "data"))
+    wf = load_workflow(tmp_path / "two.srpo")
+    script = {
+        "searcher": [f"{THINK}<search>Pride and Prejudice</search>", f"{THINK}<search>novel author</search>"],
+        "checker": [f"{THINK}<search>Jane Austen</search>"],
+        "answerer": ["<think>found</think><answer>Jane Austen</answer>"],
+    }
+    task = {"id": "q", "question": "Who wrote it?", "answer": "Jane Austen", "answers": ["Jane Austen"]}
+    (ep,) = _executor(wf, script).run([task])
+    searched, checked, _ = ep.events
+    assert [o["query"] for o in searched.observations] == ["Pride and Prejudice", "novel author"]
+    assert [o["query"] for o in checked.observations] == ["Jane Austen"]
+    assert all(len(o["documents"]) == 2 for o in searched.observations + checked.observations)
+    assert ep.tool_calls == 3 and len(ep.documents) == 6

@@ -14,7 +14,7 @@ WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
 
 @pytest.mark.parametrize("name", ["math_routed", "search_routed", "math_fixed", "quickstart"])
 def test_json_round_trip(name):
-    g = load_graph(WORKFLOWS / f"{name}.srpo")
+    g = load_graph(WORKFLOWS / f"{name}.srpo").to_networkx()
     back = from_json(to_json(g))
     assert nx.utils.graphs_equal(g, back)
     assert back.graph == g.graph
@@ -22,7 +22,7 @@ def test_json_round_trip(name):
 
 
 def test_mermaid():
-    text = to_mermaid(load_graph(WORKFLOWS / "math_routed.srpo"))
+    text = to_mermaid(load_graph(WORKFLOWS / "math_routed.srpo").to_networkx())
     lines = text.splitlines()
     assert lines[0] == "flowchart TD"
     assert '    n2[["parallel solver by router (1..3)"]]' in lines
@@ -32,7 +32,7 @@ def test_mermaid():
 
 
 def test_dot():
-    text = to_dot(load_graph(WORKFLOWS / "search_routed.srpo"))
+    text = to_dot(load_graph(WORKFLOWS / "search_routed.srpo").to_networkx())
     assert text.startswith('digraph "search_routed" {')
     assert '"n4" [label="call retriever on searcher (top 3)", shape=cylinder];' in text
     assert '"n1" -> "n5" [label="verifier == yes"];' in text
@@ -40,7 +40,7 @@ def test_dot():
 
 
 def test_graphml_flattens_nested_attributes():
-    g = load_graph(WORKFLOWS / "search_routed.srpo")
+    g = load_graph(WORKFLOWS / "search_routed.srpo").to_networkx()
     text = to_graphml(g)
     ET.fromstring(text)  # well-formed XML
     import io

@@ -45,7 +45,7 @@ def _events(g):
 
 
 def test_math_routed_by_hand():
-    g = load_graph(WORKFLOWS / "math_routed.srpo")
+    g = load_graph(WORKFLOWS / "math_routed.srpo").to_networkx()
     # per round: router (1 call) + up to 3 solvers + verifier = 3 events, 5 calls; 4 rounds; + aggregator
     assert (g.graph["max_events"], g.graph["max_calls"], g.graph["max_tool_calls"]) == (13, 21, 0)
     assert g.graph["max_tokens"] == 4 * (256 + 3 * 2048 + 1024) + 2048
@@ -66,7 +66,7 @@ def test_math_routed_by_hand():
 
 
 def test_search_routed_by_hand():
-    g = load_graph(WORKFLOWS / "search_routed.srpo")
+    g = load_graph(WORKFLOWS / "search_routed.srpo").to_networkx()
     # per turn: verifier + router + up to 5 searchers = 3 events, 7 calls, 5 queries; 4 turns; + answer
     assert (g.graph["max_events"], g.graph["max_calls"], g.graph["max_tool_calls"]) == (13, 29, 20)
     ev = _events(g)
@@ -87,13 +87,13 @@ def test_search_routed_by_hand():
     ],
 )
 def test_ablation_set(name, norm, k):
-    g = load_graph(WORKFLOWS / f"{name}.srpo")
+    g = load_graph(WORKFLOWS / f"{name}.srpo").to_networkx()
     assert g.graph["train"]["set_norm"] == norm
     assert _events(g)["parallel:searcher"]["cardinality"] == {"min": k, "max": k}
 
 
 def test_math_fixed_revision_loop():
-    g = load_graph(WORKFLOWS / "math_fixed.srpo")
+    g = load_graph(WORKFLOWS / "math_fixed.srpo").to_networkx()
     ev = _events(g)
     assert ev["parallel:solver"]["cardinality"] == {"min": 3, "max": 3}
     assert ev["revise:solver"]["cardinality"] == {"min": 1, "max": 1}
@@ -102,7 +102,7 @@ def test_math_fixed_revision_loop():
 
 
 def test_nonsharing_has_a_policy_per_role():
-    g = load_graph(WORKFLOWS / "math_nonsharing.srpo")
+    g = load_graph(WORKFLOWS / "math_nonsharing.srpo").to_networkx()
     ev = _events(g)
     assert ev["parallel:solver"]["policy"] == ["solver_lm"] * 3
     assert ev["verify:verifier"]["policy"] == ["verifier_lm"]
@@ -110,10 +110,10 @@ def test_nonsharing_has_a_policy_per_role():
 
 
 def test_quickstart_and_single_agent():
-    q = load_graph(WORKFLOWS / "quickstart.srpo")
+    q = load_graph(WORKFLOWS / "quickstart.srpo").to_networkx()
     assert [d["cardinality"]["max"] for _, d in q.nodes(data=True) if "event_type" in d] == [2, 1, 1]
     assert q.graph["policies"]["lm"]["model"] == "builtin:tiny"
-    s = load_graph(WORKFLOWS / "single_agent.srpo")
+    s = load_graph(WORKFLOWS / "single_agent.srpo").to_networkx()
     assert (s.graph["max_events"], s.graph["max_calls"]) == (1, 1)
 
 
@@ -152,7 +152,7 @@ def _assert_one_way_out(g):
 
 @pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
 def test_every_node_has_exactly_one_way_out(path):
-    _assert_one_way_out(load_graph(path))
+    _assert_one_way_out(load_graph(path).to_networkx())
 
 
 NESTED_BODIES = [
@@ -182,7 +182,7 @@ def test_hash_ignores_comments_and_whitespace_but_not_content():
 
 
 def test_graph_is_a_networkx_digraph_with_contract_attributes():
-    g = load_graph(WORKFLOWS / "search_routed.srpo")
+    g = load_graph(WORKFLOWS / "search_routed.srpo").to_networkx()
     assert isinstance(g, nx.DiGraph)
     for key in ("name", "source", "hash", "max_events", "max_calls", "max_tool_calls", "max_tokens"):
         assert key in g.graph

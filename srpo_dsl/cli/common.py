@@ -1,10 +1,8 @@
-"""Shared CLI plumbing: exit codes, one-line errors, atomic writes."""
+"""Shared CLI plumbing: exit codes, one-line errors (atomic writes come from `srpo_dsl.io`)."""
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -24,19 +22,6 @@ def fail(message: str, code: int = EXIT_USAGE) -> CliError:
 
 def eprint(*parts: object) -> None:
     print(*parts, file=sys.stderr)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_text(path: Path) -> str:

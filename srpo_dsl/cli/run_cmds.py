@@ -12,7 +12,8 @@ from pathlib import Path
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INPUT, CliError, write_atomic
+from srpo_dsl.cli.common import EXIT_INPUT, CliError
+from srpo_dsl.io import write_atomic
 
 
 class BackendKind(str, Enum):
@@ -54,7 +55,7 @@ def _setup(workflow: Path, backend: BackendKind, model: list[str], device: str |
             EXIT_INPUT,
         ) from None
     try:
-        overrides = parse_model_overrides(model, list(wf.graph.graph["policies"]))
+        overrides = parse_model_overrides(model, list(wf.graph.policies))
         if backend is BackendKind.scripted and not overrides:
             raise CliError("--backend scripted needs the reply script: --model replies.json")
         options = {"device": device} if device and backend is BackendKind.hf else {}
@@ -130,7 +131,7 @@ def run(
     wf, backends, tools = _setup(workflow, backend, model, device)
     tasks = _tasks(wf, data, limit, "train")
     episodes = _rollouts(wf, backends, tools, tasks, samples, seed, "rollouts")
-    traces = [to_trace(ep, wf.graph.graph["hash"]) for ep in episodes]
+    traces = [to_trace(ep, wf.graph.hash) for ep in episodes]
     with staged_output(out) as stage:
         write_traces(stage / "traces.jsonl", traces)
         summary = _summary(traces)
@@ -190,7 +191,7 @@ def eval_cmd(
     rows, all_traces = [], []
     for name, tasks in sets:
         episodes = _rollouts(wf, backends, tools, tasks, k, seed, f"eval {name}")
-        all_traces += [to_trace(ep, wf.graph.graph["hash"]) for ep in episodes]
+        all_traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
         rows.append(dataset_metrics(name, episodes, k))
     avg, pas = macro_average(rows)
     table = [
@@ -210,7 +211,7 @@ def eval_cmd(
             "datasets": [r.__dict__ for r in rows],
             "macro": {"avg_at_k": avg, "pass_at_k": pas},
             "workflow": str(workflow),
-            "graph_hash": wf.graph.graph["hash"],
+            "graph_hash": wf.graph.hash,
             "seed": seed,
         }
         write_atomic(stage / "metrics.json", json.dumps(metrics, indent=2) + "\n")
@@ -285,20 +286,20 @@ def render(
         wf = load_workflow(workflow)
     except SrpoError as err:
         raise CliError(str(err).splitlines()[0], EXIT_INPUT) from None
-    agents = wf.graph.graph["agents"]
+    agents = wf.graph.agents
     if role not in agents:
         raise CliError(f"no agent `{role}` in {workflow} (agents: {', '.join(agents)})")
     task = _tasks(wf, data, 1, "train")[0]
     ep = Episode("example/0", str(task["id"]), 0, task)
-    loop_of = next((d.get("loop") for _, d in wf.graph.nodes(data=True) if d.get("agent") == role), None)
+    loop_of = next((v.where.loop for v in wf.graph.event_nodes if v.agent.name == role), None)
     ctx = ep.context(
         role=role,
         replica=replica,
-        pool_size=agents[role]["replicas"],
+        pool_size=agents[role].replicas,
         turn=1,
-        max_turns=wf.graph.graph["loops"].get(loop_of, 1) if loop_of else 1,
+        max_turns=wf.graph.loops[loop_of] if loop_of else 1,
     )
     try:
-        print(wf.renderer().render(agents[role]["prompt"], ctx))
+        print(wf.renderer().render(agents[role].prompt, ctx))
     except PromptError as exc:
         raise CliError(str(exc), EXIT_INPUT) from None

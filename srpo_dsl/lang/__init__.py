@@ -6,13 +6,15 @@ import contextlib
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import networkx as nx
 
 from srpo_dsl.lang.checker import Checked, check
-from srpo_dsl.lang.compiler import compile_checked, reward_path_errors
+from srpo_dsl.lang.compiler import compile_checked
 from srpo_dsl.lang.errors import Diagnostic, Span, SrpoError
+from srpo_dsl.lang.graph import EVENT_KINDS, EventGraph
 from srpo_dsl.lang.parser import parse, parse_file
 
 
@@ -23,11 +25,16 @@ class Result:
     file: str
     source: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    graph: nx.DiGraph | None = None
+    program: EventGraph | None = None
 
     @property
     def ok(self) -> bool:
         return not any(d.severity == "error" for d in self.diagnostics)
+
+    @cached_property
+    def graph(self) -> nx.DiGraph | None:
+        """The compiled program as the documented `networkx.DiGraph` (None when it did not compile)."""
+        return self.program.to_networkx() if self.program else None
 
 
 @contextlib.contextmanager
@@ -62,24 +69,26 @@ def _analyze(text: str, file: str, template_dirs: list[Path] | None) -> Result:
     if checked.errors:
         return result
     try:
-        result.graph = compile_checked(checked)
+        result.program = compile_checked(checked)
     except SrpoError as err:
         result.diagnostics += err.diagnostics
     return result
 
 
-def load_graph(path: str | Path) -> nx.DiGraph:
+def load_graph(path: str | Path) -> EventGraph:
     """Compile a workflow file or raise `SrpoError` with its diagnostics."""
     path = Path(path)
     result = analyze(path.read_text(encoding="utf-8"), str(path))
-    if result.graph is None:
+    if result.program is None:
         raise SrpoError([d for d in result.diagnostics if d.severity == "error"])
-    return result.graph
+    return result.program
 
 
 __all__ = [
+    "EVENT_KINDS",
     "Checked",
     "Diagnostic",
+    "EventGraph",
     "Result",
     "Span",
     "SrpoError",
@@ -89,5 +98,4 @@ __all__ = [
     "load_graph",
     "parse",
     "parse_file",
-    "reward_path_errors",
 ]

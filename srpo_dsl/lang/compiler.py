@@ -1,4 +1,4 @@
-"""Checked program -> event graph (`networkx.DiGraph`), with static cost bounds and a stable hash.
+"""Checked program -> event graph (`EventGraph`, frozen types), with static cost bounds and a stable hash.
 
 Control flow is compiled as a *frontier*: the ways that leave the steps compiled so far and wait
 for the next node (a branch adds its condition to them, a `break` or a router's STOP sends them to
@@ -6,12 +6,10 @@ the loop's exit). A loop's head is not a node: the ways into the loop, and the w
 end of its body, are each chained with the ways from the head to the body's first nodes. So the
 graph holds only the node kinds of the contract.
 
-An edge is taken along one of its *paths*: a conjunction of atoms that must all hold, and the loop
-effects of taking it: `reset` (the loop is entered: iteration 1), then `increment` (next iteration).
-An atom is `{"var": AGENT, "op": "==" | "!=", "value": WORD}` (the agent's last verdict or route)
-or `{"loop": ID, "op": "<" | ">=", "value": N}` (the loop's 1-based iteration). On the graph, the
-edge's `guard` lists the paths' conjunctions (disjunctive normal form) and `effects` their loop
-effects, in the same order: two ways between the same two nodes may change different counters
+An edge is taken along one of its *ways* (`graph.Way`): a conjunction of atoms that must all hold,
+and the loop effects of taking it: `reset` (the loop is entered: iteration 1), then `increment`
+(next iteration). An atom is an agent's last verdict or route (`verifier == approve`) or a loop's
+1-based iteration (`L1 < 4`). Two ways between the same two nodes may change different counters
 (a nested loop's own round, or a round of the loop around it).
 """
 
@@ -20,43 +18,26 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
-
-import networkx as nx
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.checker import Checked
 from srpo_dsl.lang.errors import Diagnostic, SrpoError
+from srpo_dsl.lang.graph import (
+    Atom,
+    Binding,
+    Bounds,
+    Edge,
+    EventGraph,
+    EventKind,
+    EventNode,
+    Node,
+    Terminal,
+    ToolNode,
+    Way,
+    Where,
+)
 
-GRAPH_SCHEMA = "srpo-graph/1"
-EVENT_KINDS = ("route", "parallel", "verify", "revise", "aggregate")
-
-
-class Atom(NamedTuple):
-    """`name op value`: an agent's last verdict or route (`kind` "var"), or a loop's iteration ("loop")."""
-
-    kind: str
-    name: str
-    op: str
-    value: str | int
-
-    def negated(self) -> Atom:
-        return self._replace(op=_FLIP[self.op])
-
-    def to_dict(self) -> dict:
-        return {self.kind: self.name, "op": self.op, "value": self.value}
-
-
-_FLIP = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
 Conj = tuple[Atom, ...]  # all must hold; () always holds
-
-
-class Path(NamedTuple):
-    """One way along an edge: when every atom of `conj` holds; taking it applies `reset`, then `increment`."""
-
-    conj: Conj
-    reset: tuple[str, ...] = ()
-    increment: tuple[str, ...] = ()
 
 
 _TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|[A-Za-z0-9_.+-]+|[^\sA-Za-z0-9_.+-]')
@@ -91,16 +72,16 @@ def _conj_and(c1: Conj, c2: Conj) -> Conj | None:
     return None if _contradicts(conj) else conj
 
 
-def _chain(p1: Path, p2: Path) -> Path | None:
+def _chain(p1: Way, p2: Way) -> Way | None:
     """`p1`, then `p2` (through a loop's head); None when both cannot hold."""
     changed = p1.reset + p1.increment
     if changed and any(a.kind == "loop" and a.name in changed for a in p2.conj):
         raise AssertionError("a guard would read a loop counter its edge just changed")  # the checker's E055
     conj = _conj_and(p1.conj, p2.conj)
-    return None if conj is None else Path(conj, p1.reset + p2.reset, p1.increment + p2.increment)
+    return None if conj is None else Way(conj, p1.reset + p2.reset, p1.increment + p2.increment)
 
 
-def _add_path(paths: list[Path], p: Path) -> None:
+def _add_path(paths: list[Way], p: Way) -> None:
     """Add a way along an edge: ways with the same effects merge by `or` (`always` absorbs the others)."""
     same = [q for q in paths if (q.reset, q.increment) == (p.reset, p.increment)]
     if p in same or any(not q.conj for q in same):
@@ -139,9 +120,10 @@ class Cost:
         )
 
 
-_ALWAYS = [Path(())]
-Way = tuple[str, Path]  # a way from a node (or a loop's head: its id) still waiting for its target
-Frontier = list[Way]
+_ALWAYS = [Way(())]
+_ALWAYS_WAYS = (Way(()),)
+Pending = tuple[str, Way]  # a way from a node (or a loop's head: its id) still waiting for its target
+Frontier = list[Pending]
 
 
 def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
@@ -150,15 +132,16 @@ def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
     for u, p in frontier:
         conj = _conj_and(p.conj, (atom,))
         if conj is not None:
-            out.append((u, Path(conj, p.reset, p.increment)))
+            out.append((u, Way(conj, p.reset, p.increment)))
     return out
 
 
 class _Compiler:
     def __init__(self, checked: Checked):
         self.c = checked
-        self.nodes: dict[str, dict] = {}  # node -> attributes
-        self.succ: dict[str, dict[str, list[Path]]] = {}  # u -> v -> the paths of edge u->v
+        self.nodes: dict[str, Node] = {}
+        self.spans: dict[str, n.Span] = {}  # event node -> its step's source span
+        self.succ: dict[str, dict[str, list[Way]]] = {}  # u -> v -> the paths of edge u->v
         self.inside: dict[str, frozenset[str]] = {}  # node -> the loops enclosing it
         self.heads: dict[str, Frontier] = {}  # loop -> the ways from its head to the first nodes of its body
         self.count = {"n": 0, "L": 0}
@@ -172,18 +155,14 @@ class _Compiler:
         self.count[prefix] += 1
         return f"{prefix}{self.count[prefix]}"
 
-    def _add(self, nid: str, attrs: dict) -> str:
-        self.nodes[nid] = attrs
-        self.succ[nid] = {}
-        self.inside[nid] = self.enclosing
-        return nid
+    def _add(self, node: Node) -> str:
+        self.nodes[node.id] = node
+        self.succ[node.id] = {}
+        self.inside[node.id] = self.enclosing
+        return node.id
 
-    def node(self, kind: str, span: n.Span, attrs: dict) -> str:
-        loop = self.open_loops[-1] if self.open_loops else None
-        return self._add(
-            self._new("n"),
-            {"kind": kind, "span": str(span), "line": span.line, "col": span.col, "loop": loop, **attrs},
-        )
+    def where(self, span: n.Span) -> Where:
+        return Where(str(span), span.line, span.col, self.open_loops[-1] if self.open_loops else None)
 
     def connect(self, frontier: Frontier, v: str) -> None:
         """Lead every waiting way to node `v`."""
@@ -220,41 +199,24 @@ class _Compiler:
             out += [(u, chained) for q in leave if (chained := _chain(p, q)) is not None]
         return out
 
-    def event_node(self, s: n.Step, kind: str) -> str:
+    def event_node(self, s: n.Step, kind: EventKind) -> str:
         name = s.agent.name  # type: ignore[union-attr]
         agent = self.c.agents[name]
         base = f"{kind}:{name}"
         seen = self.event_types[base] = self.event_types.get(base, 0) + 1
         by = s.by.name if isinstance(s, n.Parallel) and s.by else None
         if isinstance(s, n.Parallel):
-            reps = list(s.replicas) if s.replicas and not by else list(range(1, agent.replicas + 1))
-            card = {"min": 1 if by else len(reps), "max": len(reps)}
+            reps = tuple(s.replicas) if s.replicas and not by else tuple(range(1, agent.replicas + 1))
+            card = (1 if by else len(reps), len(reps))
             label = f"parallel {name} by {by}" if by else f"parallel {name} K={len(reps)}"
         else:
-            reps = [s.replica if isinstance(s, n.Revise) else 1]
-            card = {"min": 1, "max": 1}
+            reps = (s.replica if isinstance(s, n.Revise) else 1,)
+            card = (1, 1)
             label = f"{kind} {name}"
-        return self.node(
-            kind,
-            s.span,
-            {
-                "label": label,
-                "agent": name,
-                "event_type": base if seen == 1 else f"{base}#{seen}",
-                "roles": [name] * len(reps),
-                "replicas": reps,
-                "policy": [agent.policy] * len(reps),
-                "cardinality": card,
-                "routed_by": by,
-                "contract": agent.contract,
-                "contract_args": list(agent.contract_args),
-                "template": agent.prompt,
-                "max_tokens": agent.max_tokens,
-                "temperature": agent.temperature,
-                "top_p": agent.top_p,
-                "pool_size": agent.replicas,
-            },
-        )
+        nid = self._new("n")
+        self.spans[nid] = s.span
+        event_type = base if seen == 1 else f"{base}#{seen}"
+        return self._add(EventNode(nid, kind, self.where(s.span), label, agent, event_type, reps, card, by))
 
     def block(self, steps: tuple[n.Step, ...], frontier: Frontier, exits: list[Frontier]) -> Frontier:
         """Compile `steps` after `frontier`; `exits` collects the ways out of each enclosing loop.
@@ -278,7 +240,7 @@ class _Compiler:
         if isinstance(s, n.EVENT_STEPS):
             v = self.event_node(s, type(s).__name__.lower())
             self.connect(frontier, v)
-            return [(v, Path(()))]
+            return [(v, Way(()))]
         if isinstance(s, n.Repeat):
             lid = self._new("L")
             self.loop_names[lid] = s.bound or 0
@@ -286,7 +248,7 @@ class _Compiler:
             self.open_loops.append(lid)
             self.enclosing = frozenset(self.open_loops)
             out: Frontier = []
-            tail = self.block(s.body, [(lid, Path(()))], [*exits, out])
+            tail = self.block(s.body, [(lid, Way(()))], [*exits, out])
             self.open_loops.pop()
             self.enclosing = frozenset(self.open_loops)
             more = Atom("loop", lid, "<", s.bound)
@@ -297,8 +259,8 @@ class _Compiler:
             else:
                 back = _restrict(tail, more)
                 out += _restrict(tail, more.negated())
-            into = [(u, Path(p.conj, (*p.reset, lid), p.increment)) for u, p in frontier]
-            into += [(u, Path(p.conj, p.reset, (*p.increment, lid))) for u, p in back]
+            into = [(u, Way(p.conj, (*p.reset, lid), p.increment)) for u, p in frontier]
+            into += [(u, Way(p.conj, p.reset, (*p.increment, lid))) for u, p in back]
             return self.through(into, lid, out)
         if isinstance(s, n.If):
             hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
@@ -312,41 +274,29 @@ class _Compiler:
         assert isinstance(s, n.CallTool)
         kind, opts = self.c.tools[s.tool.name]
         pool = self.c.agents[s.agent.name].replicas
-        v = self.node(
-            "tool",
-            s.span,
-            {
-                "label": f"call {s.tool.name} on {s.agent.name}",
-                "tool": s.tool.name,
-                "tool_kind": kind,
-                "on": s.agent.name,
-                "top_k": opts["top_k"],
-                "max_calls": pool,
-            },
+        node = ToolNode(
+            self._new("n"), self.where(s.span), s.tool.name, kind, s.agent.name, opts["top_k"], pool
         )
+        v = self._add(node)
         self.connect(frontier, v)
-        return [(v, Path(()))]
+        return [(v, Way(()))]
 
     def atom_text(self, a: Atom) -> str:
         if a.kind == "loop":
             return f"{'loop' if len(self.loop_names) == 1 else 'loop' + a.name[1:]} {a.op} {a.value}"
         return f"{a.name} {a.op} {a.value}"
 
-    def when(self, paths: list[Path]) -> str:
+    def when(self, paths: list[Way]) -> str:
         """The guard as text: `always`, `a == x`, `(a == x and loop < 3) or b != y`, ..."""
         conj = [" and ".join([self.atom_text(a) for a in p.conj]) for p in paths]
         if conj == [""]:
             return "always"
         return conj[0] if len(conj) == 1 else " or ".join([f"({c})" if " and " in c else c for c in conj])
 
-    def edge_attrs(self, paths: list[Path]) -> dict:
+    def edge(self, u: str, v: str, paths: list[Way]) -> Edge:
         if paths == _ALWAYS:  # most edges
-            return {"guard": [[]], "effects": [{"reset": [], "increment": []}], "when": "always"}
-        return {
-            "guard": [[a.to_dict() for a in p.conj] for p in paths],
-            "effects": [{"reset": list(p.reset), "increment": list(p.increment)} for p in paths],
-            "when": self.when(paths),
-        }
+            return Edge(u, v, _ALWAYS_WAYS, "always")
+        return Edge(u, v, tuple(paths), self.when(paths))
 
     # ---- bounds --------------------------------------------------------------
     def cost(self, steps: tuple[n.Step, ...]) -> Cost:
@@ -366,104 +316,66 @@ class _Compiler:
                 total += self.cost(s.then).max(self.cost(s.orelse))
         return total
 
-    def run(self) -> nx.DiGraph:
-        p = self.c.program
-        start = self._add("start", {"kind": "start", "label": "start"})
-        tail = self.block(p.steps, [(start, Path(()))], [])
-        self.connect(tail, self._add("end", {"kind": "end", "label": "end"}))
-        g = nx.DiGraph()
-        g.add_nodes_from(self.nodes.items())
-        g.add_edges_from(
-            (u, v, self.edge_attrs(paths)) for u, out in self.succ.items() for v, paths in out.items()
-        )
+    def run(self) -> EventGraph:
+        p, c = self.c.program, self.c
+        start = self._add(Terminal("start", "start"))
+        tail = self.block(p.steps, [(start, Way(()))], [])
+        self.connect(tail, self._add(Terminal("end", "end")))
+        edges = tuple(self.edge(u, v, paths) for u, out in self.succ.items() for v, paths in out.items())
         bounds = self.cost(p.steps)
-        c = self.c
-        g.graph.update(
-            schema=GRAPH_SCHEMA,
+        return EventGraph(
             name=p.name.name,
             source=p.file,
             hash=program_hash(p),
-            max_events=bounds.events,
-            max_calls=bounds.calls,
-            max_tool_calls=bounds.tool_calls,
-            max_tokens=bounds.tokens,
-            loops=dict(self.loop_names.items()),
-            policies={
-                k: {
-                    "kind": v.kind,
-                    "model": v.model,
-                    "trainable": v.trainable,
-                    "lora": v.lora,
-                    "generation": v.generation,
-                }
-                for k, v in c.policies.items()
-            },
-            agents={
-                k: {
-                    "replicas": v.replicas,
-                    "policy": v.policy,
-                    "prompt": v.prompt,
-                    "contract": v.contract,
-                    "contract_args": list(v.contract_args),
-                    "max_tokens": v.max_tokens,
-                    "temperature": v.temperature,
-                    "top_p": v.top_p,
-                }
-                for k, v in c.agents.items()
-            },
-            task={"kind": c.task[0], "options": c.task[1]} if c.task else None,
-            tools={k: {"kind": kind, "options": opts} for k, (kind, opts) in c.tools.items()},
-            reward={
-                "fn": c.reward.fn,
-                "agent": c.reward.agent,
-                "field": c.reward.field,
-                "penalty": c.reward.penalty,
-            }
-            if c.reward
-            else None,
-            train=c.train.model_dump(),
+            bounds=Bounds(bounds.events, bounds.calls, bounds.tool_calls, bounds.tokens),
+            nodes=self.nodes,
+            edges=edges,
+            loops=self.loop_names,
+            policies=c.policies,
+            agents=c.agents,
+            task=Binding(*c.task) if c.task else None,
+            tools={k: Binding(kind, opts) for k, (kind, opts) in c.tools.items()},
+            reward=c.reward,
+            train=c.train,
         )
-        return g
 
 
-def reward_path_errors(graph: nx.DiGraph, checked: Checked) -> list[Diagnostic]:
-    """A trainable action with no path to the rewarded agent can never be credited."""
-    if checked.reward is None:
+def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diagnostic]:
+    """A trainable action with no path to the rewarded agent can never be credited (E070).
+
+    `spans`: the source span of every event node."""
+    if graph.reward is None:
         return []
-    reach = {v for v, a in graph.nodes(data="agent") if a == checked.reward.agent}
+    pred: dict[str, list[str]] = {v: [] for v in graph.nodes}
+    for e in graph.edges:
+        pred[e.target].append(e.source)
+    reach = {v.id for v in graph.event_nodes if v.agent.name == graph.reward.agent}
     todo = list(reach)  # one backward walk from all rewarded nodes: linear, however often the agent acts
     while todo:
-        for u in graph.pred[todo.pop()]:
+        for u in pred[todo.pop()]:
             if u not in reach:
                 reach.add(u)
                 todo.append(u)
-    policies = graph.graph["policies"]
-    late = [
-        d
-        for v, d in graph.nodes(data=True)
-        if d["kind"] in EVENT_KINDS and v not in reach and policies[d["policy"][0]]["trainable"]
-    ]
-    if not late:
-        return []
-    spans = {str(s.span): s.span for s in n.walk_steps(checked.program.steps) if isinstance(s, n.EVENT_STEPS)}
+    late = [v for v in graph.event_nodes if v.id not in reach and graph.policies[v.policy].trainable]
     return [
         Diagnostic(
             "E070",
-            f"`{d['agent']}` acts after the last reward point: its trainable actions never "
-            f"reach the reward of `{checked.reward.agent}`",
-            spans[d["span"]],
+            f"`{v.agent.name}` acts after the last reward point: its trainable actions never "
+            f"reach the reward of `{graph.reward.agent}`",
+            spans[v.id],
             "move the step before the rewarded agent, or freeze its policy",
         )
-        for d in late
+        for v in late
     ]
 
 
-def compile_checked(checked: Checked) -> nx.DiGraph:
+def compile_checked(checked: Checked) -> EventGraph:
     """Compile a program whose checks passed; raise `SrpoError` for graph-level errors."""
     if checked.errors:
         raise SrpoError(checked.errors)
-    graph = _Compiler(checked).run()
-    errors = reward_path_errors(graph, checked)
+    compiler = _Compiler(checked)
+    graph = compiler.run()
+    errors = reward_path_errors(graph, compiler.spans)
     if errors:
         raise SrpoError(errors)
     return graph

@@ -6,10 +6,18 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from pydantic import ConfigDict
 
-@dataclass
+
+@dataclass(frozen=True)
 class Member:
-    """One sampled output of an event (a training row)."""
+    """One sampled output of an event (a training row).
+
+    The one definition of a trace member: the executor builds it, the trace schema
+    (`runtime.traces.TraceEvent.members`) validates it with pydantic, extra keys forbidden.
+    """
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     member_index: int
     role: str
@@ -21,7 +29,14 @@ class Member:
     behavior_logprobs: list[float]
     text: str
     valid: bool
-    parsed: object
+    parsed: object = None
+
+    def __post_init__(self) -> None:
+        if len(self.behavior_logprobs) != len(self.response_token_ids):
+            raise ValueError(
+                f"member {self.member_index}: {len(self.behavior_logprobs)} log-probs for "
+                f"{len(self.response_token_ids)} response tokens"
+            )
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Every round, each unfinished episode advances to its next event (or tool) node; the
 executor then renders the prompts of every member of every pending event, sends them to
-the backends in one batch per policy, calls each tool once for all its queries, commits
+the backends in one batch per policy, calls each tool node once for all its queries, commits
 the outputs and follows the graph's guards. Members of one event are rendered from the
 same pre-action state and are committed together, so none sees another's output.
 """
@@ -10,19 +10,17 @@ same pre-action state and are committed together, so none sees another's output.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-
-import networkx as nx
 
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
+from srpo_dsl.lang.graph import EventGraph, EventNode, ToolNode
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.parsers import parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
 
-EVENT_KINDS = ("route", "parallel", "verify", "revise", "aggregate")
 INVALID = "INVALID"  # the recorded state of a verdict or route that broke its contract
 
 
@@ -31,7 +29,6 @@ class _Slot:
     """One member request waiting for its generation."""
 
     episode: Episode
-    node: str
     member_index: int
     replica: int
     request: GenRequest
@@ -42,21 +39,22 @@ class Executor:
 
     def __init__(
         self,
-        graph: nx.DiGraph,
-        backends: dict[str, Backend],
+        graph: EventGraph,
+        backends: Mapping[str, Backend],
         renderer: PromptRenderer,
-        tools: dict[str, Retriever] | None = None,
+        tools: Mapping[str, Retriever] | None = None,
     ):
-        missing = set(graph.graph["policies"]) - set(backends)
+        missing = set(graph.policies) - set(backends)
         if missing:
             raise ValueError(f"no backend for policies: {', '.join(sorted(missing))}")
+        if graph.reward is None:
+            raise ValueError(f"workflow `{graph.name}` declares no reward")
         self.g = graph
         self.backends = backends
         self.renderer = renderer
         self.tools = tools or {}
-        self.reward = graph.graph["reward"]
-        self.reward_fn = REWARDS[self.reward["fn"]]
-        self.loops: dict[str, int] = graph.graph["loops"]
+        self.reward = graph.reward
+        self.reward_fn = REWARDS[graph.reward.fn]
 
     # ---- public -------------------------------------------------------------
     def run(
@@ -80,182 +78,162 @@ class Executor:
             rnd += 1
 
     # ---- control flow -------------------------------------------------------
-    def _holds(self, ep: Episode, atom: dict) -> bool:
-        if "loop" in atom:
-            it = ep.loops.get(atom["loop"], 1)
-            return it < atom["value"] if atom["op"] == "<" else it >= atom["value"]
-        same = ep.state.get(atom["var"]) == atom["value"]
-        return same if atom["op"] == "==" else not same
-
     def _follow(self, ep: Episode) -> None:
         """Take the one way out whose conjunction holds; apply its loop effects."""
-        for _, target, data in self.g.out_edges(ep.node, data=True):
-            for conj, effects in zip(data["guard"], data["effects"]):
-                if all(self._holds(ep, a) for a in conj):
-                    for loop in effects["reset"]:
+        for edge in self.g.out_edges[ep.node]:
+            for way in edge.ways:
+                if way.holds(ep.state, ep.loops):
+                    for loop in way.reset:
                         ep.loops[loop] = 1
-                    for loop in effects["increment"]:
+                    for loop in way.increment:
                         ep.loops[loop] = ep.loops.get(loop, 1) + 1
-                    ep.node = target
+                    ep.node = edge.target
                     return
         raise RuntimeError(f"no edge out of {ep.node} holds in state {ep.state}")  # the compiler prevents it
 
     def _advance(self, ep: Episode, on_done: Callable[[Episode], None] | None) -> None:
         """Move past nodes that need no generation (start, a routed step nobody was routed to)."""
         while not ep.done:
-            data = self.g.nodes[ep.node]
-            if data["kind"] == "end":
+            node = self.g.nodes[ep.node]
+            if node.kind == "end":
                 self._finish(ep)
                 if on_done:
                     on_done(ep)
-            elif data["kind"] == "start" or (data["kind"] == "parallel" and not self._replicas(ep, data)):
+            elif node.kind == "start" or (isinstance(node, EventNode) and not self._replicas(ep, node)):
                 self._follow(ep)
             else:
                 return
 
-    def _replicas(self, ep: Episode, data: dict) -> list[int]:
-        if data.get("routed_by"):
-            route = ep.state.get(data["routed_by"])
-            return list(route) if isinstance(route, tuple) else []  # an invalid route selects nobody
-        return list(data["replicas"])
+    def _replicas(self, ep: Episode, node: EventNode) -> tuple[int, ...]:
+        if node.routed_by:
+            route = ep.state.get(node.routed_by)
+            return route if isinstance(route, tuple) else ()  # an invalid route selects nobody
+        return node.replicas
 
     # ---- one round ------------------------------------------------------------
     def _round(self, active: list[Episode], seed: int) -> None:
-        slots: dict[str, list[_Slot]] = defaultdict(list)
-        tool_calls: dict[str, list[tuple[Episode, list[str]]]] = defaultdict(list)
+        slots: dict[str, list[_Slot]] = defaultdict(list)  # policy -> its requests
+        tool_calls: dict[str, list[Episode]] = defaultdict(list)  # tool node -> its episodes
         states: dict[str, str] = {}
         for ep in active:
-            data = self.g.nodes[ep.node]
-            if data["kind"] == "tool":
-                queries = [m.parsed for m in ep.last_output.get(data["on"], []) if m.valid]
-                tool_calls[data["tool"]].append((ep, queries))
+            node = self.g.nodes[ep.node]
+            if isinstance(node, ToolNode):
+                tool_calls[node.id].append(ep)
                 continue
             states[ep.episode_id] = ep.state_id()
-            loop = data.get("loop")
-            turn, max_turns = (ep.loops.get(loop, 1), self.loops[loop]) if loop else (1, 1)
-            for i, replica in enumerate(self._replicas(ep, data)):
-                ctx = ep.context(
-                    role=data["agent"],
-                    replica=replica,
-                    pool_size=data["pool_size"],
-                    turn=turn,
-                    max_turns=max_turns,
-                )
-                prompt = self.renderer.render(data["template"], ctx)
-                req = GenRequest(
-                    prompt, data["max_tokens"], data["temperature"], data["top_p"], data["agent"]
-                )
-                slots[data["policy"][0]].append(_Slot(ep, ep.node, i, replica, req))
-        results: dict[tuple[str, int], GenResult | None] = {}
-        for k, (policy, batch) in enumerate(sorted(slots.items())):
-            out = self.backends[policy].generate([s.request for s in batch], seed=seed + k)
-            for s, r in zip(batch, out):
-                results[(s.episode.episode_id, s.member_index)] = r
-        for tool, calls in tool_calls.items():
-            self._call_tool(tool, calls)
-        by_episode: dict[str, list[_Slot]] = defaultdict(list)
-        for batch in slots.values():
-            for s in batch:
-                by_episode[s.episode.episode_id].append(s)
+            slots[node.policy] += self._requests(ep, node)
+        results = self._generate(slots, seed)
+        for node_id, calls in tool_calls.items():
+            self._call_tool(self.g.nodes[node_id], calls)  # type: ignore[arg-type]
         for ep in active:
-            if self.g.nodes[ep.node]["kind"] != "tool":
-                self._commit(
-                    ep,
-                    sorted(by_episode[ep.episode_id], key=lambda s: s.member_index),
-                    results,
-                    states[ep.episode_id],
-                )
+            if ep.episode_id in states:
+                self._commit(ep, results[ep.episode_id], states[ep.episode_id])
             self._follow(ep)
 
-    def _call_tool(self, tool: str, calls: list[tuple[Episode, list[str]]]) -> None:
-        """One batched search for every query of every episode at this tool node."""
-        data = next(d for _, d in self.g.nodes(data=True) if d.get("tool") == tool)
-        flat = [q for _, qs in calls for q in qs]
-        docs = self.tools[tool].search(flat, data["top_k"]) if flat else []
-        i = 0
-        for ep, queries in calls:
-            last = next((e for e in reversed(ep.events) if self.g.nodes[e.node]["agent"] == data["on"]), None)
-            for q in queries:
-                found = docs[i]
-                i += 1
+    def _requests(self, ep: Episode, node: EventNode) -> list[_Slot]:
+        """One request per member of `ep`'s pending event, all rendered from the same state."""
+        a = node.agent
+        loop = node.where.loop
+        turn, max_turns = (ep.loops.get(loop, 1), self.g.loops[loop]) if loop else (1, 1)
+        out = []
+        for i, replica in enumerate(self._replicas(ep, node)):
+            ctx = ep.context(
+                role=a.name, replica=replica, pool_size=a.replicas, turn=turn, max_turns=max_turns
+            )
+            prompt = self.renderer.render(a.prompt, ctx)
+            out.append(
+                _Slot(ep, i, replica, GenRequest(prompt, a.max_tokens, a.temperature, a.top_p, a.name))
+            )
+        return out
+
+    def _generate(
+        self, slots: Mapping[str, list[_Slot]], seed: int
+    ) -> dict[str, list[tuple[_Slot, GenResult | None]]]:
+        """One backend call per policy; per episode its (slot, result) pairs in member order."""
+        by_episode: dict[str, list[tuple[_Slot, GenResult | None]]] = defaultdict(list)
+        for k, (policy, batch) in enumerate(sorted(slots.items())):
+            out = self.backends[policy].generate([s.request for s in batch], seed=seed + k)
+            out = list(out) + [None] * (len(batch) - len(out))  # a short reply leaves members missing
+            for s, r in zip(batch, out):
+                by_episode[s.episode.episode_id].append((s, r))
+        for pairs in by_episode.values():
+            pairs.sort(key=lambda pair: pair[0].member_index)
+        return by_episode
+
+    def _call_tool(self, node: ToolNode, episodes: list[Episode]) -> None:
+        """One batched search for every query of every episode at this tool node (its own `top_k`)."""
+        queries = [[m.parsed for m in ep.last_output.get(node.on, []) if m.valid] for ep in episodes]
+        flat = [q for qs in queries for q in qs]
+        docs = iter(self.tools[node.tool].search(flat, node.top_k) if flat else [])
+        for ep, qs in zip(episodes, queries):
+            last = next((e for e in reversed(ep.events) if self._agent_of(e) == node.on), None)
+            for q in qs:
+                found = next(docs)
                 ep.tool_calls += 1
                 ep.documents.extend(d.text if not d.title else f"{d.title}: {d.text}" for d in found)
                 if last is not None:
-                    last.observations.append(
-                        {
-                            "tool": tool,
-                            "query": q,
-                            "documents": [{"id": d.id, "title": d.title, "text": d.text} for d in found],
-                        }
-                    )
+                    documents = [{"id": d.id, "title": d.title, "text": d.text} for d in found]
+                    last.observations.append({"tool": node.tool, "query": q, "documents": documents})
 
-    def _commit(self, ep: Episode, slots: list[_Slot], results: dict, state_id: str) -> None:
+    def _agent_of(self, event: Event) -> str:
+        return self.g.nodes[event.node].agent.name  # type: ignore[union-attr]
+
+    def _commit(self, ep: Episode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str) -> None:
         """Parse every member, record the event, then make its outputs visible to later roles."""
-        data = self.g.nodes[ep.node]
-        agent = self.g.graph["agents"][data["agent"]]
-        words = tuple(agent["contract_args"]) if agent["contract"] == "verdict" else ()
-        pool = (
-            self.g.graph["agents"][agent["contract_args"][0]]["replicas"]
-            if agent["contract"] == "route"
-            else None
-        )
-        backend = self.backends[data["policy"][0]]
-        members: list[Member] = []
-        for s in slots:
-            r = results.get((ep.episode_id, s.member_index))
-            if r is None:
-                continue  # a missing member: the event is recorded incomplete
-            parsed = parse_output(agent["contract"], r.text, pool_size=pool, words=words)
-            members.append(
-                Member(
-                    s.member_index,
-                    data["agent"],
-                    s.replica,
-                    data["policy"][0],
-                    backend.version,
-                    list(r.prompt_token_ids),
-                    list(r.response_token_ids),
-                    list(r.logprobs),
-                    r.text,
-                    parsed.valid,
-                    _plain(parsed.value),
-                )
-            )
+        node: EventNode = self.g.nodes[ep.node]  # type: ignore[assignment]
+        version = self.backends[node.policy].version
+        members = [self._member(node, s, r, version) for s, r in pairs if r is not None]
         ep.step += 1
-        event = Event(
-            f"{ep.episode_id}/e{ep.step}",
-            data["event_type"],
-            ep.node,
-            state_id,
-            len(slots),
-            len(members) == len(slots),
-            members,
-        )
+        complete = len(members) == len(pairs)
+        event_id = f"{ep.episode_id}/e{ep.step}"
+        event = Event(event_id, node.event_type, node.id, state_id, len(pairs), complete, members)
         ep.events.append(event)
         ep.invalid_actions += sum(not m.valid for m in members)
-        ep.last_output[data["agent"]] = members
-        for m in members:
-            ep.team_context.append(
-                {"role": m.role, "replica": m.replica, "text": m.text, "valid": m.valid, "value": m.parsed}
-            )
-        if data["kind"] == "verify":
+        ep.last_output[node.agent.name] = members
+        ep.team_context += [
+            {"role": m.role, "replica": m.replica, "text": m.text, "valid": m.valid, "value": m.parsed}
+            for m in members
+        ]
+        if node.kind == "verify":
             ep.feedback.extend(m.text for m in members)
-        if data["kind"] in ("verify", "route"):
-            m = members[0] if members else None
-            ep.state[data["agent"]] = (
-                (tuple(m.parsed) if isinstance(m.parsed, list) else m.parsed)
-                if m is not None and m.valid
-                else INVALID
+        if node.kind in ("verify", "route"):
+            first = members[0] if members else None
+            ep.state[node.agent.name] = (
+                _recorded(first.parsed) if first is not None and first.valid else INVALID
             )
+
+    def _member(self, node: EventNode, slot: _Slot, r: GenResult, version: int) -> Member:
+        a = node.agent
+        pool = self.g.agents[a.contract_args[0]].replicas if a.contract == "route" else None
+        words = a.contract_args if a.contract == "verdict" else ()
+        parsed = parse_output(a.contract, r.text, pool_size=pool, words=words)
+        return Member(
+            member_index=slot.member_index,
+            role=a.name,
+            replica=slot.replica,
+            policy=node.policy,
+            policy_version=version,
+            prompt_token_ids=list(r.prompt_token_ids),
+            response_token_ids=list(r.response_token_ids),
+            behavior_logprobs=list(r.logprobs),
+            text=r.text,
+            valid=parsed.valid,
+            parsed=_plain(parsed.value),
+        )
 
     def _finish(self, ep: Episode) -> None:
         """Team return: the reward of the rewarded agent's last output plus the invalid-action penalty."""
-        last = ep.last_output.get(self.reward["agent"], [])
+        last = ep.last_output.get(self.reward.agent, [])
         pred = last[-1].parsed if last and last[-1].valid else None
         ep.answer = pred
-        ep.score = float(self.reward_fn(pred if pred is None else str(pred), ep.task, self.reward["field"]))
-        ep.reward = ep.score + self.reward["penalty"] * ep.invalid_actions
+        ep.score = float(self.reward_fn(pred if pred is None else str(pred), ep.task, self.reward.field))
+        ep.reward = ep.score + self.reward.penalty * ep.invalid_actions
         ep.done = True
+
+
+def _recorded(value: object) -> object:
+    """A route's selection as a tuple (it is compared and iterated), a verdict's word as is."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _plain(value: object) -> object:

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import networkx as nx
-
-from srpo_dsl.lang import load_graph
+from srpo_dsl.lang import EventGraph, load_graph
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 
@@ -16,7 +14,7 @@ class Workflow:
     """A compiled workflow file; relative paths in it resolve from its folder."""
 
     path: Path
-    graph: nx.DiGraph
+    graph: EventGraph
 
     @property
     def folder(self) -> Path:
@@ -24,7 +22,7 @@ class Workflow:
 
     @property
     def name(self) -> str:
-        return self.graph.graph["name"]
+        return self.graph.name
 
     def resolve(self, relative: str) -> Path:
         p = Path(relative)
@@ -60,8 +58,10 @@ def task_data(
     from srpo_dsl.envs.arith import make_arith_tasks
     from srpo_dsl.envs.data import load_tasks
 
-    task = wf.graph.graph["task"]
-    kind, opts = task["kind"], task["options"]
+    task = wf.graph.task
+    if task is None:
+        raise ValueError(f"{wf.path}: the workflow declares no task")
+    kind, opts = task.kind, task.options
     if kind == "arith" and data is None:
         heldout = split == "eval"
         rows = make_arith_tasks(
@@ -81,8 +81,8 @@ def build_backends(wf: Workflow, kind: str = "hf", models: dict[str, str] | None
 
     models = models or {}
     return {
-        name: make_backend(kind, models.get(name, p["model"]), **options)
-        for name, p in wf.graph.graph["policies"].items()
+        name: make_backend(kind, models.get(name, p.model), **options)
+        for name, p in wf.graph.policies.items()
     }
 
 
@@ -90,10 +90,10 @@ def build_tools(wf: Workflow) -> dict:
     from srpo_dsl.envs.retrieval import make_retriever
 
     tools = {}
-    for name, t in wf.graph.graph["tools"].items():
-        opts = dict(t["options"])
-        if t["kind"] == "bm25":
+    for name, t in wf.graph.tools.items():
+        opts = dict(t.options)
+        if t.kind == "bm25":
             opts["corpus"] = wf.resolve(opts["corpus"])
         opts.pop("top_k", None)
-        tools[name] = make_retriever(t["kind"], **opts)
+        tools[name] = make_retriever(t.kind, **opts)
     return tools

@@ -7,8 +7,6 @@ with pydantic and reports incomplete events; the trainer reads nothing else.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -16,38 +14,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from srpo_dsl.runtime.episode import Episode
+from srpo_dsl.io import write_lines_atomic
+from srpo_dsl.runtime.episode import Episode, Member
 
 SCHEMA = "srpo-trace/1"
 
 
 class TraceError(Exception):
     """A trace file that cannot be read; the message names the file and line."""
-
-
-class TraceMember(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    member_index: int
-    role: str
-    replica: int
-    policy: str
-    policy_version: int
-    prompt_token_ids: list[int]
-    response_token_ids: list[int]
-    behavior_logprobs: list[float]
-    text: str
-    valid: bool
-    parsed: object = None
-
-    @model_validator(mode="after")
-    def _one_logprob_per_token(self) -> TraceMember:
-        if len(self.behavior_logprobs) != len(self.response_token_ids):
-            raise ValueError(
-                f"member {self.member_index}: {len(self.behavior_logprobs)} log-probs for "
-                f"{len(self.response_token_ids)} response tokens"
-            )
-        return self
 
 
 class TraceEvent(BaseModel):
@@ -59,7 +33,7 @@ class TraceEvent(BaseModel):
     state_id: str
     cardinality: int
     complete: bool
-    members: list[TraceMember]
+    members: list[Member]
     observations: list[dict] = []
 
     @model_validator(mode="after")
@@ -114,22 +88,13 @@ def to_trace(ep: Episode, graph_hash: str) -> TraceEpisode:
         answer=ep.answer,
         invalid_actions=ep.invalid_actions,
         cost=Cost(**ep.cost),
-        events=[TraceEvent(**{**asdict(e), "members": [asdict(m) for m in e.members]}) for e in ep.events],
+        events=[TraceEvent(**{**asdict(e), "members": e.members}) for e in ep.events],
     )
 
 
 def write_traces(path: Path, episodes: Iterable[TraceEpisode]) -> None:
     """Write all episodes to `path` via a temporary file and a rename: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for ep in episodes:
-                f.write(ep.model_dump_line() + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_lines_atomic(path, (ep.model_dump_line() + "\n" for ep in episodes))
 
 
 def read_traces(path: Path) -> list[TraceEpisode]:

@@ -1,0 +1,54 @@
+"""Files written by every stage: atomic writes (never half-written) and append-only JSON Lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder and rename: never half-written."""
+    write_lines_atomic(path, [text])
+
+
+def write_lines_atomic(path: Path, chunks: Iterable[str]) -> None:
+    """Write `chunks` in order via a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(chunks)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
+    """Append one row and flush it to disk (a killed run keeps every row it logged)."""
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every non-blank line as a JSON object; [] when the file does not exist."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def truncate_jsonl(path: Path, last_step: int) -> None:
+    """Keep the rows up to `last_step` (a resumed run rewrites what came after its checkpoint)."""
+    if path.exists():
+        rows = [row for row in read_jsonl(path) if row["step"] <= last_step]
+        write_lines_atomic(path, [json.dumps(row) + "\n" for row in rows])

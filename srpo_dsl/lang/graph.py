@@ -1,0 +1,282 @@
+"""The compiled program as frozen types: the contract between the compiler and every later stage.
+
+The compiler builds an `EventGraph`; the executor, the trainer, audit and metrics read its typed
+fields. `EventGraph.to_networkx()` is the boundary to the documented `networkx.DiGraph` (its
+node-link JSON, the exports): the same attributes, in the same order, as docs/dsl.md lists.
+
+Control flow: an edge is taken along one of its `ways`, a conjunction of `Atom`s that must all
+hold, with the loop effects of taking it (`reset`: the loop is entered, iteration 1; then
+`increment`: its next iteration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal, NamedTuple
+
+import networkx as nx
+
+from srpo_dsl.lang.checker import AgentInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.schema import TrainOptions
+
+GRAPH_SCHEMA = "srpo-graph/1"
+EventKind = Literal["route", "parallel", "verify", "revise", "aggregate"]
+EVENT_KINDS: tuple[EventKind, ...] = ("route", "parallel", "verify", "revise", "aggregate")
+
+
+class Atom(NamedTuple):
+    """`name op value`: an agent's last verdict or route (`kind` "var"), or a loop's iteration ("loop")."""
+
+    kind: Literal["var", "loop"]
+    name: str
+    op: Literal["==", "!=", "<", ">="]
+    value: str | int
+
+    def negated(self) -> Atom:
+        return self._replace(op=_FLIP[self.op])
+
+    def holds(self, state: Mapping[str, object], loops: Mapping[str, int]) -> bool:
+        """Against an episode's recorded verdicts/routes and its 1-based loop iterations."""
+        if self.kind == "loop":
+            iteration = loops.get(self.name, 1)
+            return iteration < self.value if self.op == "<" else iteration >= self.value  # type: ignore[operator]
+        same = state.get(self.name) == self.value
+        return same if self.op == "==" else not same
+
+    def to_dict(self) -> dict:
+        return {self.kind: self.name, "op": self.op, "value": self.value}
+
+
+_FLIP = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
+
+
+class Way(NamedTuple):
+    """One way along an edge: when every atom of `conj` holds; taking it applies `reset`, then `increment`."""
+
+    conj: tuple[Atom, ...]
+    reset: tuple[str, ...] = ()
+    increment: tuple[str, ...] = ()
+
+    def holds(self, state: Mapping[str, object], loops: Mapping[str, int]) -> bool:
+        return all(a.holds(state, loops) for a in self.conj)
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    ways: tuple[Way, ...]
+    when: str  # the guard as text: `always`, `verifier != approve and loop < 4`, ...
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "guard": [[a.to_dict() for a in w.conj] for w in self.ways],
+            "effects": [{"reset": list(w.reset), "increment": list(w.increment)} for w in self.ways],
+            "when": self.when,
+        }
+
+
+@dataclass(frozen=True)
+class Where:
+    """A node's source position and its innermost enclosing loop (None outside loops)."""
+
+    span: str
+    line: int
+    col: int
+    loop: str | None
+
+
+@dataclass(frozen=True)
+class Terminal:
+    id: str
+    kind: Literal["start", "end"]
+
+    @property
+    def label(self) -> str:
+        return self.kind
+
+    def attrs(self) -> dict[str, Any]:
+        return {"kind": self.kind, "label": self.label}
+
+
+@dataclass(frozen=True)
+class EventNode:
+    """A step that produces one decision event: its members are `replicas` of `agent`'s pool."""
+
+    id: str
+    kind: EventKind
+    where: Where
+    label: str
+    agent: AgentInfo
+    event_type: str  # stable id used for advantage grouping
+    replicas: tuple[int, ...]  # member slots (a routed step: the whole pool, the router picks)
+    cardinality: tuple[int, int]  # (min K, max K)
+    routed_by: str | None
+
+    @property
+    def policy(self) -> str:
+        return self.agent.policy
+
+    def attrs(self) -> dict[str, Any]:
+        a, k = self.agent, len(self.replicas)
+        return {
+            **_where(self.kind, self.where),
+            "label": self.label,
+            "agent": a.name,
+            "event_type": self.event_type,
+            "roles": [a.name] * k,
+            "replicas": list(self.replicas),
+            "policy": [a.policy] * k,
+            "cardinality": {"min": self.cardinality[0], "max": self.cardinality[1]},
+            "routed_by": self.routed_by,
+            "contract": a.contract,
+            "contract_args": list(a.contract_args),
+            "template": a.prompt,
+            "max_tokens": a.max_tokens,
+            "temperature": a.temperature,
+            "top_p": a.top_p,
+            "pool_size": a.replicas,
+        }
+
+
+@dataclass(frozen=True)
+class ToolNode:
+    """A tool called on the valid outputs of `on`'s last event; its results are observations."""
+
+    id: str
+    where: Where
+    tool: str
+    tool_kind: str
+    on: str
+    top_k: int
+    max_calls: int
+    kind: Literal["tool"] = "tool"
+
+    @property
+    def label(self) -> str:
+        return f"call {self.tool} on {self.on}"
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            **_where(self.kind, self.where),
+            "label": self.label,
+            "tool": self.tool,
+            "tool_kind": self.tool_kind,
+            "on": self.on,
+            "top_k": self.top_k,
+            "max_calls": self.max_calls,
+        }
+
+
+def _where(kind: str, where: Where) -> dict[str, Any]:
+    return {"kind": kind, "span": where.span, "line": where.line, "col": where.col, "loop": where.loop}
+
+
+Node = Terminal | EventNode | ToolNode
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A task or tool declaration: its kind (`math`, `bm25`, ...) and its validated options."""
+
+    kind: str
+    options: Mapping[str, Any]
+
+    def attrs(self) -> dict[str, Any]:
+        return {"kind": self.kind, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Static cost bounds per episode."""
+
+    events: int
+    calls: int  # sum of K
+    tool_calls: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class EventGraph:
+    """A compiled workflow: nodes and guarded edges, its declarations and its static bounds."""
+
+    name: str
+    source: str
+    hash: str
+    bounds: Bounds
+    nodes: Mapping[str, Node]  # in compile order: start, the steps, end
+    edges: tuple[Edge, ...]
+    loops: Mapping[str, int]  # loop id -> its bound
+    policies: Mapping[str, PolicyInfo]
+    agents: Mapping[str, AgentInfo]
+    task: Binding | None
+    tools: Mapping[str, Binding]
+    reward: RewardInfo | None
+    train: TrainOptions
+    out_edges: Mapping[str, tuple[Edge, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        out: dict[str, list[Edge]] = {v: [] for v in self.nodes}
+        for e in self.edges:
+            out[e.source].append(e)
+        object.__setattr__(self, "out_edges", {v: tuple(es) for v, es in out.items()})
+
+    @cached_property
+    def event_nodes(self) -> tuple[EventNode, ...]:
+        return tuple(v for v in self.nodes.values() if isinstance(v, EventNode))
+
+    def to_networkx(self) -> nx.DiGraph:
+        """The documented `networkx.DiGraph` (docs/dsl.md, "The compiled event graph")."""
+        g = nx.DiGraph()
+        g.add_nodes_from((v, node.attrs()) for v, node in self.nodes.items())
+        g.add_edges_from((e.source, e.target, e.attrs()) for e in self.edges)
+        g.graph.update(self.graph_attrs())
+        return g
+
+    def graph_attrs(self) -> dict[str, Any]:
+        return {
+            "schema": GRAPH_SCHEMA,
+            "name": self.name,
+            "source": self.source,
+            "hash": self.hash,
+            "max_events": self.bounds.events,
+            "max_calls": self.bounds.calls,
+            "max_tool_calls": self.bounds.tool_calls,
+            "max_tokens": self.bounds.tokens,
+            "loops": dict(self.loops),
+            "policies": {k: _policy_attrs(p) for k, p in self.policies.items()},
+            "agents": {k: _agent_attrs(a) for k, a in self.agents.items()},
+            "task": self.task.attrs() if self.task else None,
+            "tools": {k: t.attrs() for k, t in self.tools.items()},
+            "reward": _reward_attrs(self.reward) if self.reward else None,
+            "train": self.train.model_dump(),
+        }
+
+
+def _policy_attrs(p: PolicyInfo) -> dict[str, Any]:
+    return {
+        "kind": p.kind,
+        "model": p.model,
+        "trainable": p.trainable,
+        "lora": p.lora,
+        "generation": p.generation,
+    }
+
+
+def _agent_attrs(a: AgentInfo) -> dict[str, Any]:
+    return {
+        "replicas": a.replicas,
+        "policy": a.policy,
+        "prompt": a.prompt,
+        "contract": a.contract,
+        "contract_args": list(a.contract_args),
+        "max_tokens": a.max_tokens,
+        "temperature": a.temperature,
+        "top_p": a.top_p,
+    }
+
+
+def _reward_attrs(r: RewardInfo) -> dict[str, Any]:
+    return {"fn": r.fn, "agent": r.agent, "field": r.field, "penalty": r.penalty}
