@@ -15,12 +15,14 @@ import argparse
 import platform
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from srpo_dsl.lang.graph import EventNode
 from srpo_dsl.runtime.executor import Executor
-from srpo_dsl.runtime.setup import build_backends, build_tools, load_workflow
+from srpo_dsl.runtime.setup import Workflow, build_backends, build_tools, load_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,6 +39,17 @@ class Recorder:
         return self.inner.generate(requests, seed=seed)
 
 
+def capped(wf: Workflow, max_tokens: int) -> Workflow:
+    """The workflow with every agent's max_tokens capped (the tiny model's short answers)."""
+    g = wf.graph
+    agents = {k: replace(a, max_tokens=min(a.max_tokens, max_tokens)) for k, a in g.agents.items()}
+    nodes = {
+        v: replace(node, agent=agents[node.agent.name]) if isinstance(node, EventNode) else node
+        for v, node in g.nodes.items()
+    }
+    return replace(wf, graph=replace(g, nodes=nodes, agents=agents))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workflow", default=str(ROOT / "workflows/math_fixed.srpo"))
@@ -47,14 +60,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
-    wf = load_workflow(Path(args.workflow))
-    for _, d in wf.graph.nodes(data=True):
-        if "max_tokens" in d:
-            d["max_tokens"] = min(d["max_tokens"], args.max_tokens)
+    wf = capped(load_workflow(Path(args.workflow)), args.max_tokens)
     from srpo_dsl.envs.arith import make_arith_tasks
 
     tasks = [{**t, "question": f"What is {t['question']}?"} for t in make_arith_tasks(args.prompts, seed=1)]
-    backends = build_backends(wf, "hf", dict.fromkeys(wf.graph.graph["policies"], args.model))
+    backends = build_backends(wf, "hf", dict.fromkeys(wf.graph.policies, args.model))
     ((policy, backend),) = backends.items()
     tools = build_tools(wf)
 

@@ -41,6 +41,13 @@ SGD = {"optimizer": {"type": "SGD", "params": {"lr": 1.0}}}  # update = -grad: p
 # --- shared helpers (also used by the subprocess workers) -----------------------------------
 
 
+def policy_spec(trainable: bool, lora: dict | None = None):
+    """A checked `policy` declaration (what build_policy reads from the compiled graph)."""
+    from srpo_dsl.lang.checker import PolicyInfo
+
+    return PolicyInfo("p", "hf", "unused", trainable, lora, {})
+
+
 def make_models(folder: Path) -> tuple[Path, Path]:
     """Two different random 1-layer Llamas (hidden 32) sharing a small byte-level BPE tokenizer."""
     import torch
@@ -130,7 +137,7 @@ def build(paths: dict, dist, **options) -> dict:
     ds = options.pop("ds", SGD)
     opts = TrainOptions(**{"grad_clip": 1e9, **options})
     config = ds_config(opts, device="cpu", world_size=dist.world_size, user=ds)
-    spec = {"trainable": True, "lora": None}
+    spec = policy_spec(trainable=True)
     return {
         name: build_policy(name, str(path), spec, opts, dist, config) for name, path in paths.items()
     }, opts
@@ -220,7 +227,7 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
 
     from srpo_dsl.rl.objectives import get_objective
     from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.trainer import Batch, response_logprobs
+    from srpo_dsl.rl.update import Batch, response_logprobs
 
     rows = build_rows(make_episodes(mixed=True), "srpo")
     ref = {name: AutoModelForCausalLM.from_pretrained(path).eval() for name, path in zip("ab", models)}
@@ -260,7 +267,7 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
 @pytest.mark.slow
 def test_detached_per_policy_update_equals_joint_autograd(models, dist):
     """Two separate models in one event: W = dloss/dlogprobs per policy == backward of the joint objective."""
-    from srpo_dsl.rl.trainer import update
+    from srpo_dsl.rl.update import update
 
     rows, expected, loss, metrics = joint_autograd_step(models)
     assert 0 < metrics["clip_fraction"] < 1
@@ -276,7 +283,7 @@ def test_detached_per_policy_update_equals_joint_autograd(models, dist):
 @pytest.mark.slow
 def test_entropy_bonus_update_equals_joint_autograd(models, dist):
     """With `entropy = c`, the per-policy update equals autograd of J's loss minus c * mean token entropy."""
-    from srpo_dsl.rl.trainer import update
+    from srpo_dsl.rl.update import update
 
     rows, expected, loss, metrics = joint_autograd_step(models, entropy_coef=0.5)
     assert metrics["entropy"] > 0
@@ -309,7 +316,7 @@ def test_token_entropy_matches_the_softmax(models):
 @pytest.mark.parametrize("objective", ["srpo", "grpo", "seq"])
 def test_one_micro_batch_equals_two(models, dist, objective):
     from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.trainer import update
+    from srpo_dsl.rl.update import update
 
     rows = build_rows(make_episodes(mixed=True), objective)
     results = []
@@ -333,7 +340,7 @@ def test_one_micro_batch_equals_two(models, dist, objective):
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_stages_step_like_stage_0(models, dist, stage):
     from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.trainer import update
+    from srpo_dsl.rl.update import update
 
     rows = build_rows(make_episodes(mixed=True), "srpo")
     out = {}
@@ -355,14 +362,14 @@ def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
     from srpo_dsl.lang.schema import TrainOptions
     from srpo_dsl.rl.engine import build_policy, ds_config
     from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.trainer import update
+    from srpo_dsl.rl.update import update
 
     opts = TrainOptions(kl=0.5, lr=1e-2)
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "targets": "all-linear"}
     config = ds_config(opts, device="cpu", world_size=1)
     policies = {
-        "a": build_policy("a", str(models[0]), {"trainable": True, "lora": lora}, opts, dist, config),
-        "b": build_policy("b", str(models[1]), {"trainable": False, "lora": None}, opts, dist, config),
+        "a": build_policy("a", str(models[0]), policy_spec(trainable=True, lora=lora), opts, dist, config),
+        "b": build_policy("b", str(models[1]), policy_spec(trainable=False), opts, dist, config),
     }
     assert policies["b"].engine is None and policies["a"].reference is not None
     before = parameters(policies)
@@ -404,7 +411,7 @@ def test_ds_config_merges_user_overrides_and_checks_them():
 
 
 def test_data_order_is_a_fixed_permutation_per_pass():
-    from srpo_dsl.rl.trainer import step_prompts
+    from srpo_dsl.rl.data_order import step_prompts
 
     steps = [step_prompts(10, 3, s, seed=7) for s in range(1, 7)]
     assert steps == [step_prompts(10, 3, s, seed=7) for s in range(1, 7)]
@@ -416,7 +423,7 @@ def test_data_order_is_a_fixed_permutation_per_pass():
 def sharded_update(dist, model_a: str, model_b: str) -> tuple[dict, dict]:
     """Each rank updates on its share of the events (2 micro-batches, 2 epochs, clipping)."""
     from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.trainer import update
+    from srpo_dsl.rl.update import update
 
     rows = build_rows(make_episodes(mixed=True), "srpo")
     mine = [i for i, e in enumerate(rows.event_ids.tolist()) if e % dist.world_size == dist.rank]

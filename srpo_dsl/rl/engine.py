@@ -20,7 +20,7 @@ import json
 import os
 import socket
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from srpo_dsl.backends.hf import HFBackend
+from srpo_dsl.lang.checker import PolicyInfo
 from srpo_dsl.lang.schema import TrainOptions
 
 OFFLOAD = ("none", "optimizer", "params", "all")
@@ -62,6 +63,19 @@ class Policy:
     @property
     def pad_id(self) -> int:
         return self.backend.pad_id
+
+
+def all_reduce(values: Sequence[float], device: torch.device) -> list[float]:
+    """Element-wise sum over ranks (the values themselves with one process)."""
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        torch.distributed.all_reduce(t)
+    return t.tolist()
+
+
+def barrier() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
 
 
 def free_port() -> int:
@@ -198,12 +212,12 @@ def _with_lora(model: torch.nn.Module, lora: Mapping[str, Any]) -> torch.nn.Modu
 
 
 def build_policy(
-    name: str, path: str, spec: Mapping[str, Any], opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
+    name: str, path: str, spec: PolicyInfo, opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
 ) -> Policy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
     dtype = torch.bfloat16 if dist.device.type == "cuda" else torch.float32
     model, tokenizer = _load(path, dtype)
-    if not spec["trainable"]:
+    if not spec.trainable:
         model.to(dist.device).eval().requires_grad_(False)
         return Policy(name, model, HFBackend(model, tokenizer=tokenizer))
     import deepspeed
@@ -211,8 +225,8 @@ def build_policy(
     reference = None
     if opts.kl > 0:
         reference = _load(path, dtype)[0].to(dist.device).eval().requires_grad_(False)
-    if spec.get("lora"):
-        model = _with_lora(model, spec["lora"])
+    if spec.lora:
+        model = _with_lora(model, spec.lora)
     params = [p for p in model.parameters() if p.requires_grad]
     # torch AdamW unless the user's config names one of DeepSpeed's optimizers
     optimizer = None if "optimizer" in config else torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.0)
@@ -224,7 +238,7 @@ def build_policy(
     rollout = engine.module  # the backend generates with the engine's own module...
     if engine.zero_optimization_stage() == 3:  # ...unless it is partitioned: then with a full copy
         rollout = _load(path, dtype)[0]
-        rollout = (_with_lora(rollout, spec["lora"]) if spec.get("lora") else rollout).to(dist.device)
+        rollout = (_with_lora(rollout, spec.lora) if spec.lora else rollout).to(dist.device)
         with full_state(engine.module) as state:
             rollout.load_state_dict(state)
         rollout.eval().requires_grad_(False)

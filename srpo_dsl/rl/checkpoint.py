@@ -1,0 +1,72 @@
+"""Checkpoints: an atomic `OUT/checkpoints/step-N` folder per save (engines, RNG states, run state)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from srpo_dsl.io import write_json
+from srpo_dsl.rl.engine import Dist, Policy, barrier, load_engines, save_engines
+
+CHECKPOINTS = "checkpoints"
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The highest complete `step-N` folder (temporary `.step-N.tmp` folders are never complete)."""
+    found = [(int(p.name[5:]), p) for p in (out / CHECKPOINTS).glob("step-*") if p.name[5:].isdigit()]
+    return max(found)[1] if found else None
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    out: Path, step: int, policies: Mapping[str, Policy], state: Mapping[str, Any], dist: Dist
+) -> Path:
+    """Write OUT/checkpoints/step-N atomically: a temporary folder, renamed once every rank is done."""
+    final = out / CHECKPOINTS / f"step-{step}"
+    tmp = out / CHECKPOINTS / f".step-{step}.tmp"
+    if dist.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier()
+    save_engines(policies, tmp)
+    torch.save(rng_state(), tmp / f"rng-rank{dist.rank}.pt")
+    barrier()
+    if dist.rank == 0:
+        write_json(tmp / "state.json", state)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+    barrier()
+    return final
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    """The run state a checkpoint was written with (step, data cursor, config, policy versions)."""
+    return json.loads((folder / "state.json").read_text(encoding="utf-8"))
+
+
+def load_checkpoint(folder: Path, policies: Mapping[str, Policy], dist: Dist) -> None:
+    """Engine states and this rank's RNG states (`read_state` gives the run state)."""
+    load_engines(policies, folder)
+    set_rng_state(torch.load(folder / f"rng-rank{dist.rank}.pt", weights_only=False))

@@ -1,0 +1,48 @@
+"""A training run's outputs, written by rank 0: metrics.jsonl, eval.jsonl, TensorBoard, traces, config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from srpo_dsl.io import append_jsonl, truncate_jsonl, write_json
+from srpo_dsl.runtime.episode import Episode
+from srpo_dsl.runtime.traces import to_trace, write_traces
+
+METRICS, EVAL, CONFIG, TRACES = "metrics.jsonl", "eval.jsonl", "config.json", "traces.jsonl"
+
+
+class RunLog:
+    """Appends one row per step (and per evaluation); a resumed run first drops rows after its checkpoint."""
+
+    def __init__(self, out: Path, config: Mapping[str, Any], start: int, graph_hash: str):
+        from torch.utils.tensorboard import SummaryWriter
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / CONFIG, config)
+        for name in (METRICS, EVAL):
+            truncate_jsonl(out / name, start if start else -1)
+        self.out = out
+        self.graph_hash = graph_hash
+        self.writer = SummaryWriter(
+            str(out / "tb"), purge_step=start + 1 if start else 0
+        )  # drop a killed tail
+
+    def step(self, row: Mapping[str, float], episodes: Sequence[Episode]) -> None:
+        """A training step's metrics; its rollouts replace OUT/traces.jsonl (the last step's)."""
+        append_jsonl(self.out / METRICS, row)
+        for key, value in row.items():
+            if key != "step":
+                self.writer.add_scalar(f"train/{key}", value, row["step"])
+        write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash) for ep in episodes])
+        self.writer.flush()
+
+    def evaluation(self, row: Mapping[str, Any]) -> None:
+        append_jsonl(self.out / EVAL, row)
+        self.writer.add_scalar(f"eval/avg_at_{row['k']}", row["avg_at_k"], row["step"])
+        self.writer.add_scalar(f"eval/pass_at_{row['k']}", row["pass_at_k"], row["step"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

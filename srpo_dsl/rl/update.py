@@ -1,0 +1,363 @@
+"""One training update: event-atomic micro-batches, the objective's token weights, one backward per engine.
+
+The update is exact for events whose members come from different trainable policies
+(SRPO.md §2, gradient view):
+
+    W      = d(loss)/d(logprobs)        on a DETACHED [B, T] log-prob tensor (autograd)
+    loss_p = sum(W_p * logprobs_p)      back-propagated through policy p's own engine
+
+The loss is normalised by the GLOBAL event (token, row) count of the optimizer step, and
+each engine's backward is scaled by the world size (DeepSpeed averages gradients over
+ranks) without DeepSpeed's 1/gradient_accumulation_steps, so neither the micro-batch nor
+the rank layout changes the update. Every rank runs the same forwards per engine in the
+same order (an empty group runs a zero-weight dummy row), as ZeRO's collectives require.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from srpo_dsl.backends.logprobs import pack_sequences, token_logprobs
+from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.rl.batching import plan_batches
+from srpo_dsl.rl.engine import Dist, Policy, all_reduce, step_with_norm
+from srpo_dsl.rl.objectives import get_objective
+from srpo_dsl.rl.rows import Rows
+
+Temperatures = Mapping[str, Mapping[str, float]]  # policy -> event node -> sampling temperature
+Group = tuple[str, float]  # (policy, temperature): one forward per micro-batch
+
+
+class TrainError(Exception):
+    """A user-facing training failure (bad options, files, models); one line."""
+
+
+def pad_right(values: Sequence[Sequence[float]], width: int) -> Tensor:
+    """[N, width] float32, zero-padded rows."""
+    out = torch.zeros(len(values), width)
+    lengths = torch.tensor([len(v) for v in values], dtype=torch.long)
+    mask = torch.arange(width) < lengths[:, None]
+    if mask.any():
+        out[mask] = torch.tensor([x for v in values for x in v], dtype=torch.float32)
+    return out
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad_id: int,
+    temperature: float,
+    device: torch.device,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """[n, max response length] log-probs (and entropies) of the response tokens, response-aligned."""
+    batch = pack_sequences(prompts, responses, pad_id)
+    inputs = (batch.input_ids.to(device), batch.attention_mask.to(device), batch.response_mask.to(device))
+    out = token_logprobs(model, *inputs, temperature, with_entropy)
+    logprobs, entropy = out if with_entropy else (out, None)
+    width = max(1, max(len(r) for r in responses))
+    starts = torch.tensor([len(p) for p in prompts], device=device)
+    cols = (starts[:, None] + torch.arange(width, device=device)).clamp(max=logprobs.shape[1] - 1)
+    return logprobs.gather(1, cols), None if entropy is None else entropy.gather(1, cols)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One step's rows as response-aligned tensors; `temperatures[i]` is row i's sampling temperature."""
+
+    rows: Rows
+    mask: Tensor  # [N, T] bool, generated tokens
+    behaviour: Tensor  # [N, T]
+    temperatures: list[float]
+
+    @classmethod
+    def of(cls, rows: Rows, temperatures: Temperatures) -> Batch:
+        lengths = torch.tensor(rows.response_lengths, dtype=torch.long)
+        width = max(1, int(lengths.max())) if len(rows) else 1
+        mask = torch.arange(width) < lengths[:, None]
+        behaviour = pad_right(rows.behavior_logprobs, width)
+        row_temperatures = [temperatures[p][n] for p, n in zip(rows.policies, rows.nodes)]
+        return cls(rows, mask, behaviour, row_temperatures)
+
+    def members_of(self, micro: Sequence[int], group: Group) -> list[int]:
+        """Positions in `micro` of the rows scored by (policy, temperature)."""
+        policy, temperature = group
+        rows = self.rows
+        return [
+            j
+            for j, i in enumerate(micro)
+            if rows.policies[i] == policy and self.temperatures[i] == temperature
+        ]
+
+
+def forward_groups(policies: Mapping[str, Policy], temperatures: Temperatures) -> list[Group]:
+    """(policy, temperature) of trainable policies: one forward each per micro-batch, rank-wide order."""
+    trainable = [p for p in sorted(temperatures) if policies[p].engine is not None]
+    return [(p, t) for p in trainable for t in sorted(set(temperatures[p].values()))]
+
+
+def score_group(
+    policy: Policy,
+    model: torch.nn.Module,
+    batch: Batch,
+    index: list[int],
+    temperature: float,
+    device: torch.device,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """[len(index), W] log-probs (and entropies) of the rows at `index`; a 1-token dummy row when empty."""
+    if not index:
+        dummy = [[policy.pad_id]]
+        return response_logprobs(model, dummy, dummy, policy.pad_id, 1.0, device, with_entropy)
+    prompts = [batch.rows.prompt_token_ids[i] for i in index]
+    responses = [batch.rows.response_token_ids[i] for i in index]
+    return response_logprobs(model, prompts, responses, policy.pad_id, temperature, device, with_entropy)
+
+
+@torch.no_grad()
+def score_rows(
+    policies: Mapping[str, Policy],
+    batch: Batch,
+    plan: list[list[int]],
+    groups: list[Group],
+    device: torch.device,
+    reference: bool = False,
+) -> Tensor:
+    """[N, T] log-probs of every trainable row (current or reference weights), behaviour elsewhere.
+
+    Follows the micro-batch plan so every rank runs the same forwards (ZeRO-3 gathers).
+    """
+    out = batch.behaviour.clone().to(device)
+    for micro in plan:
+        for group in groups:
+            pos = batch.members_of(micro, group)
+            policy = policies[group[0]]
+            if reference and not pos:
+                continue  # a plain module: no collectives to keep in step
+            model = policy.reference if reference else policy.model
+            logprobs, _ = score_group(policy, model, batch, [micro[j] for j in pos], group[1], device)
+            if pos:
+                rows = torch.tensor([micro[j] for j in pos], device=device)
+                out[rows, : logprobs.shape[1]] = logprobs
+    return torch.where(batch.mask.to(device), out, 0.0)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The GLOBAL counts of the optimizer step (summed over ranks): the objective's denominators."""
+
+    events: int
+    tokens: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """What every micro-batch of one update reads."""
+
+    policies: Mapping[str, Policy]
+    batch: Batch
+    opts: TrainOptions
+    dist: Dist
+    groups: list[Group]
+    counts: Counts
+    old: Tensor | None  # [N, T] old log-probs; None: the update's own first-epoch log-probs are the old ones
+    ref: Tensor | None  # [N, T] reference log-probs for the KL penalty
+    mask: Tensor  # [N, T] on the device
+    event_ids: Tensor  # [N] on the device
+    advantages: Tensor  # [N] on the device
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One forward of a (policy, temperature) group over its rows of a micro-batch."""
+
+    pos: list[int]  # positions in the micro-batch; empty: `logprobs` is the dummy row
+    logprobs: Tensor  # [len(pos), W_g], differentiable
+    entropy: Tensor | None
+
+
+@dataclass(frozen=True)
+class MicroStats:
+    loss: float
+    clipped: float  # clip fraction x its weight (events for srpo/seq, tokens for grpo/drmas)
+    weight: float
+
+
+def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
+    """Every group's forward over its rows of `micro` (with grad): the same forwards on every rank."""
+    out = {}
+    for group in s.groups:
+        policy = s.policies[group[0]]
+        pos = s.batch.members_of(micro, group)
+        index = [micro[j] for j in pos]
+        logprobs, entropy = score_group(
+            policy, policy.model, s.batch, index, group[1], s.dist.device, s.opts.entropy > 0
+        )
+        out[group] = Scored(pos, logprobs, entropy)
+    return out
+
+
+def token_weights(
+    s: Step, idx: Tensor, logprobs: Tensor, old: Tensor
+) -> tuple[Tensor, float, dict[str, float]]:
+    """(W, loss, metrics) of the micro-batch rows `idx`: W = d(loss)/d(logprobs) on detached log-probs."""
+    width = logprobs.shape[1]
+    logprobs = logprobs.detach().requires_grad_(True)
+    objective = get_objective(s.opts.objective)
+    loss, metrics = objective(
+        logprobs,
+        old,
+        s.mask[idx, :width],
+        s.event_ids[idx],
+        s.advantages[idx],
+        clip_eps=s.opts.clip,
+        set_norm=s.opts.set_norm,
+        num_events=s.counts.events,
+        num_tokens=s.counts.tokens,
+        num_rows=s.counts.rows,
+        ref_logprobs=None if s.ref is None else s.ref[idx, :width],
+        kl_coef=s.opts.kl,
+    )
+    if not math.isfinite(loss.item()):
+        raise TrainError(f"non-finite loss {loss.item()} (check the rewards and the learning rate)")
+    (weights,) = torch.autograd.grad(loss, logprobs)
+    return weights, loss.item(), metrics
+
+
+def micro_logprobs(s: Step, idx: Tensor, width: int, scored: Mapping[Group, Scored]) -> tuple[Tensor, Tensor]:
+    """(current, old) [M, width] log-probs of the micro-batch, detached; frozen rows keep their old ones."""
+    old = s.old[idx, :width] if s.old is not None else None
+    current = old.clone() if old is not None else torch.zeros(len(idx), width, device=s.dist.device)
+    for sc in scored.values():
+        if sc.pos:
+            current[sc.pos, : sc.logprobs.shape[1]] = sc.logprobs.detach()
+    return current, old if old is not None else current.clone()
+
+
+def entropy_bonus(s: Step, idx: Tensor, sc: Scored) -> Tensor:
+    """-c * sum(mask * H) / |tokens| of one group: linear in H, so H itself is its surrogate."""
+    if s.opts.entropy == 0 or not sc.pos or sc.entropy is None:
+        return torch.zeros((), device=s.dist.device)
+    mask = s.mask[idx][sc.pos, : sc.entropy.shape[1]]
+    return (-s.opts.entropy / s.counts.tokens) * torch.where(mask, sc.entropy, 0.0).sum()
+
+
+def backward_engines(
+    s: Step,
+    scored: Mapping[Group, Scored],
+    weights: Tensor,
+    bonus: Mapping[Group, Tensor],
+    last: bool,
+) -> dict[str, float]:
+    """Per engine: backward of sum(W_p * logprobs_p) (+ its entropy bonus); step at the boundary."""
+    norms = {}
+    for p in sorted({p for p, _ in s.groups}):
+        parts = [(g, sc) for g, sc in scored.items() if g[0] == p]
+        surrogate = sum(_surrogate(sc, weights) + bonus[g] for g, sc in parts)
+        engine = s.policies[p].engine
+        engine.backward(surrogate * s.dist.world_size, scale_wrt_gas=False)  # DeepSpeed averages over ranks
+        if last:
+            norms[p] = step_with_norm(engine)  # the accumulation boundary: the optimizer steps
+        else:
+            engine.step()
+    return norms
+
+
+def _surrogate(sc: Scored, weights: Tensor) -> Tensor:
+    """sum(W * logprobs) over the group's rows; an empty group adds 0 x its dummy row (keeps ZeRO in step)."""
+    if not sc.pos:
+        return 0.0 * sc.logprobs.sum()
+    return (weights[sc.pos, : sc.logprobs.shape[1]] * sc.logprobs).sum()
+
+
+def micro_step(s: Step, micro: list[int], last: bool) -> tuple[MicroStats, dict[str, float]]:
+    """Score one event-atomic micro-batch, weight its tokens by the objective, back-propagate per engine."""
+    device = s.dist.device
+    idx = torch.tensor(micro, dtype=torch.long, device=device)
+    width = max(1, int(s.mask[idx].sum(-1).max())) if micro else 1
+    scored = score_micro(s, micro)
+    bonus = {g: entropy_bonus(s, idx, sc) for g, sc in scored.items()}
+    loss = sum(b.item() for b in bonus.values())
+    weights = torch.zeros(len(micro), width, device=device)
+    clipped = weight = 0.0
+    if micro:
+        current, old = micro_logprobs(s, idx, width, scored)
+        weights, objective_loss, metrics = token_weights(s, idx, current, old)
+        weight = metrics.get("num_events", metrics.get("num_tokens", 0.0))
+        loss += objective_loss
+        clipped = weight * metrics["clip_fraction"]
+    norms = backward_engines(s, scored, weights, bonus, last)
+    return MicroStats(loss, clipped, weight), norms
+
+
+def run_epoch(s: Step, plan: list[list[int]]) -> tuple[MicroStats, float]:
+    """One optimizer step of every engine over the micro-batch `plan`; (summed stats, total grad norm)."""
+    stats, norms = [], {}
+    for m, micro in enumerate(plan):
+        micro_stats, micro_norms = micro_step(s, micro, last=m == len(plan) - 1)
+        stats.append(micro_stats)
+        norms.update(micro_norms)
+    total = MicroStats(*(sum(getattr(x, f) for x in stats) for f in ("loss", "clipped", "weight")))
+    return total, math.sqrt(sum(n**2 for n in norms.values()))
+
+
+def old_logprobs(
+    policies: Mapping[str, Policy],
+    batch: Batch,
+    plan: list[list[int]],
+    groups: list[Group],
+    opts: TrainOptions,
+    device: torch.device,
+) -> Tensor | None:
+    """The old log-probs of the ratio: rollout's, recomputed, or (None) the update's own at one epoch.
+
+    With one epoch the weights cannot move before each row is scored (gradient accumulation
+    steps only at the boundary), so the update's own detached log-probs ARE the recomputed
+    old log-probs: no extra no-grad pass (exact; modules run without dropout).
+    """
+    if opts.old_logprobs == "rollout":
+        return batch.behaviour.to(device)
+    if opts.epochs == 1:
+        return None
+    return score_rows(policies, batch, plan, groups, device)
+
+
+def update(
+    policies: Mapping[str, Policy], rows: Rows, opts: TrainOptions, dist: Dist, temperatures: Temperatures
+) -> dict[str, float]:
+    """`opts.epochs` optimizer steps of every engine on this rank's `rows` (collective over ranks).
+
+    Returns loss, grad_norm, clip_fraction (means over epochs) and the global counts.
+    """
+    device = dist.device
+    batch = Batch.of(rows, temperatures)
+    groups = forward_groups(policies, temperatures)
+    tokens = [len(a) + len(b) for a, b in zip(rows.prompt_token_ids, rows.response_token_ids)]
+    plan = plan_batches(rows.event_ids.tolist(), tokens, world_size=1, micro_batches=opts.micro_batches)[0]
+    events, num_tokens, num_rows = all_reduce([rows.num_events, float(batch.mask.sum()), len(rows)], device)
+    counts = Counts(int(events), int(num_tokens), int(num_rows))
+    if counts.events == 0:
+        return {"num_events": 0.0, "num_rows": 0.0, "num_tokens": 0.0}
+    old = old_logprobs(policies, batch, plan, groups, opts, device)
+    ref = score_rows(policies, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
+    mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
+    s = Step(policies, batch, opts, dist, groups, counts, old, ref, mask, event_ids, advantages)
+    epochs = [run_epoch(s, plan) for _ in range(opts.epochs)]
+    totals = [t for t, _ in epochs]
+    sums = [sum(t.loss for t in totals), sum(t.clipped for t in totals), sum(t.weight for t in totals)]
+    loss, clipped, weight = all_reduce(sums, device)
+    return {
+        "loss": loss / opts.epochs,
+        "grad_norm": sum(norm for _, norm in epochs) / opts.epochs,
+        "clip_fraction": clipped / max(weight, 1e-12),
+        "num_events": float(counts.events),
+        "num_tokens": float(counts.tokens),
+        "num_rows": float(counts.rows),
+    }
