@@ -82,7 +82,7 @@ def main() -> None:
         if rep:
             exec_times.append(t_exec)
             raw_times.append(t_raw)
-            tokens = sum(ep.cost["tokens"] for ep in eps)
+            tokens = sum(ep.cost.tokens for ep in eps)
             episodes = len(eps)
             calls = len(rec.calls)
     te, tr = statistics.median(exec_times), statistics.median(raw_times)

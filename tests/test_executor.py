@@ -61,7 +61,7 @@ def test_search_case_1(tmp_path):
     )  # top_k = 3 per query: observations, not members
     assert ep.tool_calls == 3
     assert ep.answer == "Jane Austen" and ep.score == 1.0 and ep.reward == 1.0
-    assert ep.cost["calls"] == 9
+    assert ep.cost.calls == 9
 
 
 def test_members_share_the_pre_action_state_and_do_not_see_each_other(tmp_path):

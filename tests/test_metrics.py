@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from srpo_dsl.runtime.episode import Cost
 from srpo_dsl.runtime.metrics import DatasetMetrics, dataset_metrics, macro_average, pass_at_k
-from srpo_dsl.runtime.traces import Cost
 
 
 @pytest.mark.parametrize(
@@ -60,13 +60,13 @@ class Ep:
 
     prompt_id: str
     score: float
-    cost: object = field(default_factory=lambda: {"tokens": 0, "calls": 0, "tool_calls": 0})
+    cost: Cost = field(default_factory=lambda: Cost(0, 0, 0))
 
 
 def _episodes() -> list[Ep]:
-    """Three queries, four samples each (k = 2 < n = 4); costs as dicts and as trace `Cost` objects."""
-    q1 = [Ep("q1", 1.0, {"tokens": 10, "calls": 3, "tool_calls": 0})] + [
-        Ep("q1", 0.0, {"tokens": 10, "calls": 3, "tool_calls": 0}) for _ in range(3)
+    """Three queries, four samples each (k = 2 < n = 4)."""
+    q1 = [Ep("q1", 1.0, Cost(tokens=10, calls=3, tool_calls=0))] + [
+        Ep("q1", 0.0, Cost(tokens=10, calls=3, tool_calls=0)) for _ in range(3)
     ]
     q2 = [
         Ep("q2", s, Cost(tokens=20, calls=5, tool_calls=2)) for s in (1.0, 1.0, 0.0, 0.5)

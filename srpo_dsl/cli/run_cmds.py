@@ -12,14 +12,11 @@ from pathlib import Path
 
 import typer
 
+from srpo_dsl.backends import KINDS
 from srpo_dsl.cli.common import EXIT_INPUT, CliError
 from srpo_dsl.io import write_atomic
 
-
-class BackendKind(str, Enum):
-    hf = "hf"
-    scripted = "scripted"
-    vllm = "vllm"
+BackendKind = Enum("BackendKind", {kind: kind for kind in KINDS}, type=str)  # one source: backends.KINDS
 
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
@@ -156,6 +153,21 @@ def _summary(traces) -> dict:
     }
 
 
+def metrics_table(rows: list, k: int, avg: float, pas: float) -> str:
+    """Per dataset Avg@k, Pass@k and costs, then the macro average, as a Markdown table."""
+    table = [
+        f"| dataset | queries | Avg@{k} | Pass@{k} | tokens / traj. | calls / traj. | tool calls / query |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    table += [
+        f"| {r.name} | {r.queries} | {100 * r.avg_at_k:.1f} | {100 * r.pass_at_k:.1f} | "
+        f"{r.tokens_per_trajectory:.1f} | {r.calls_per_trajectory:.2f} | {r.tool_calls_per_query:.2f} |"
+        for r in rows
+    ]
+    table.append(f"| **macro** | | **{100 * avg:.1f}** | **{100 * pas:.1f}** | | | |")
+    return "\n".join(table)
+
+
 def eval_cmd(
     workflow: Path = WORKFLOW,
     data: list[Path] = typer.Option(
@@ -194,16 +206,6 @@ def eval_cmd(
         all_traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
         rows.append(dataset_metrics(name, episodes, k))
     avg, pas = macro_average(rows)
-    table = [
-        f"| dataset | queries | Avg@{k} | Pass@{k} | tokens / traj. | calls / traj. | tool calls / query |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    table += [
-        f"| {r.name} | {r.queries} | {100 * r.avg_at_k:.1f} | {100 * r.pass_at_k:.1f} | "
-        f"{r.tokens_per_trajectory:.1f} | {r.calls_per_trajectory:.2f} | {r.tool_calls_per_query:.2f} |"
-        for r in rows
-    ]
-    table.append(f"| **macro** | | **{100 * avg:.1f}** | **{100 * pas:.1f}** | | | |")
     with staged_output(out) as stage:
         write_traces(stage / "traces.jsonl", all_traces)
         metrics = {
@@ -215,7 +217,7 @@ def eval_cmd(
             "seed": seed,
         }
         write_atomic(stage / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    print("\n".join(table))
+    print(metrics_table(rows, k, avg, pas))
     print(f"-> {out / 'metrics.json'}")
 
 

@@ -53,6 +53,17 @@ class Event:
     observations: list[dict] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Cost:
+    """An episode's cost proxies (SRPO.md §5): generated tokens, model calls (sum of K), tool calls."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    tokens: int
+    calls: int
+    tool_calls: int
+
+
 @dataclass
 class Episode:
     """A rollout of the graph for one task; `sample` is its index in the prompt's group."""
@@ -113,10 +124,6 @@ class Episode:
         }
 
     @property
-    def cost(self) -> dict[str, int]:
+    def cost(self) -> Cost:
         members = [m for e in self.events for m in e.members]
-        return {
-            "tokens": sum(len(m.response_token_ids) for m in members),
-            "calls": len(members),
-            "tool_calls": self.tool_calls,
-        }
+        return Cost(sum(len(m.response_token_ids) for m in members), len(members), self.tool_calls)

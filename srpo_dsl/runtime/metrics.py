@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from srpo_dsl.runtime.episode import Cost
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """P(at least one of k draws without replacement from n samples, c of them correct, is correct).
@@ -22,9 +24,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 class Scored(Protocol):
+    """An episode or its trace: both carry these fields."""
+
     prompt_id: str
     score: float
-    cost: object
+    cost: Cost
 
 
 @dataclass(frozen=True)
@@ -38,10 +42,6 @@ class DatasetMetrics:
     tokens_per_trajectory: float  # C_tok: generated tokens of all members of all events
     calls_per_trajectory: float  # C_call: model calls (members)
     tool_calls_per_query: float  # C_tool: tool calls made to answer one query (mean over its samples)
-
-
-def _get(cost: object, key: str) -> float:
-    return float(cost[key] if isinstance(cost, dict) else getattr(cost, key))
 
 
 def dataset_metrics(name: str, episodes: Iterable[Scored], k: int) -> DatasetMetrics:
@@ -77,9 +77,9 @@ def dataset_metrics(name: str, episodes: Iterable[Scored], k: int) -> DatasetMet
         k,
         sum(avg) / len(avg),
         sum(pas) / len(pas),
-        sum(_get(e.cost, "tokens") for e in flat) / len(flat),
-        sum(_get(e.cost, "calls") for e in flat) / len(flat),
-        sum(_get(e.cost, "tool_calls") for e in flat) / len(flat),
+        sum(e.cost.tokens for e in flat) / len(flat),
+        sum(e.cost.calls for e in flat) / len(flat),
+        sum(e.cost.tool_calls for e in flat) / len(flat),
     )
 
 

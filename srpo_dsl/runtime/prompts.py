@@ -25,10 +25,9 @@ from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
+from srpo_dsl.lang.templates import template_search_path
 
-PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
-
-__all__ = ["CONTEXT_VARIABLES", "PACKAGE_TEMPLATES", "PromptError", "PromptRenderer"]
+__all__ = ["CONTEXT_VARIABLES", "PromptError", "PromptRenderer"]
 
 
 class PromptError(Exception):
@@ -39,9 +38,9 @@ class PromptRenderer:
     """Renders role templates from `search_dirs`, then the package defaults."""
 
     def __init__(self, search_dirs: list[Path]):
-        self.search_dirs = [*search_dirs, PACKAGE_TEMPLATES]
+        self.search_dirs = template_search_path(search_dirs)
         self._env = SandboxedEnvironment(
-            loader=FileSystemLoader([str(d) for d in self.search_dirs]),
+            loader=FileSystemLoader(self.search_dirs),
             undefined=StrictUndefined,
             keep_trailing_newline=False,
             autoescape=False,

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.io import write_lines_atomic
-from srpo_dsl.runtime.episode import Episode, Member
+from srpo_dsl.runtime.episode import Cost, Episode, Member
 
 SCHEMA = "srpo-trace/1"
 
@@ -44,12 +44,6 @@ class TraceEvent(BaseModel):
                 f"{self.cardinality} members"
             )
         return self
-
-
-class Cost(BaseModel):
-    tokens: int
-    calls: int
-    tool_calls: int
 
 
 class TraceEpisode(BaseModel):
@@ -87,7 +81,7 @@ def to_trace(ep: Episode, graph_hash: str) -> TraceEpisode:
         score=ep.score,
         answer=ep.answer,
         invalid_actions=ep.invalid_actions,
-        cost=Cost(**ep.cost),
+        cost=ep.cost,
         events=[TraceEvent(**{**asdict(e), "members": e.members}) for e in ep.events],
     )
 
