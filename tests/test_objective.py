@@ -9,9 +9,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srpo_dsl.rl import OBJECTIVES, get_objective, group_advantages, setwise_loss
-from srpo_dsl.rl.objective import event_advantages, set_reduction_scale
-from srpo_dsl.rl.objectives import advantage_groups, compute_advantages
+from srpo_dsl.rl import (
+    ADVANTAGE_ESTIMATORS,
+    OBJECTIVES,
+    aggregate,
+    get_advantage_estimator,
+    get_objective,
+    group_advantages,
+    names,
+    register_advantage_estimator,
+    register_policy_loss,
+    setwise_loss,
+)
+from srpo_dsl.rl.advantages import AdvantageInputs, event_advantages, group_index
+from srpo_dsl.rl.objective import set_reduction_scale
 
 PAD = 0.0
 # Two events. Event 7 (K=1): one member, l = (-1.0+1.1) + (-0.5+0.6) = 0.2, A = +1.
@@ -305,6 +316,104 @@ def test_all_objectives_share_one_signature() -> None:
         assert loss.dim() == 0 and "clip_fraction" in metrics, name
 
 
+# --- the registry and the aggregation -------------------------------------------------------
+
+
+def test_registry_holds_exactly_the_names() -> None:
+    assert tuple(OBJECTIVES) == names.OBJECTIVES
+    assert {n: (o.aggregation, o.advantage) for n, o in OBJECTIVES.items()} == {
+        "srpo": ("event-mean", "event"),
+        "grpo": ("token-mean", "row"),
+        "seq": ("row-mean", "row"),
+        "drmas": ("token-mean", "agent"),
+    }
+    with pytest.raises(RuntimeError, match=r"names\.py"):
+        names.require_exactly(("srpo",), names.OBJECTIVES, "objectives")
+
+
+def test_registering_twice_or_with_unknown_names_fails() -> None:
+    with pytest.raises(ValueError, match="registered twice"):
+        register_policy_loss("grpo", aggregation="token-mean", advantage="row")(lambda b, c: None)
+    with pytest.raises(ValueError, match="known: event-mean, token-mean, row-mean"):
+        register_policy_loss("new", aggregation="sum", advantage="row")
+    with pytest.raises(ValueError, match="unknown advantage estimator 'gae'"):
+        register_policy_loss("new", aggregation="row-mean", advantage="gae")
+    assert "new" not in OBJECTIVES
+
+
+@pytest.mark.parametrize("name", names.OBJECTIVES)
+def test_a_mistyped_keyword_or_set_norm_is_an_error(name: str) -> None:
+    with pytest.raises(TypeError, match="num_event"):
+        get_objective(name)(*batch(), num_event=3)
+    with pytest.raises(ValueError, match="set_norm"):
+        get_objective(name)(*batch(), set_norm="sum")
+
+
+@pytest.mark.parametrize("name", ["grpo", "seq", "drmas"])
+def test_set_norm_changes_only_srpo(name: str) -> None:
+    losses = {get_objective(name)(*batch(), set_norm=n)[0].item() for n in names.SET_NORMS}
+    assert len(losses) == 1
+
+
+def test_aggregate_divides_the_sum_by_the_global_count() -> None:
+    assert aggregate(torch.tensor([1.0, 2.0, 3.0]), "event-mean", 4).item() == 1.5
+    assert aggregate(torch.tensor([[1.0, 0.0], [2.0, 3.0]]), "token-mean", 3).item() == 2.0
+    assert aggregate(torch.tensor([1.0, 2.0]), "row-mean", 0).item() == 3.0  # an empty step: N = 1
+    with pytest.raises(ValueError, match="2-d terms"):
+        aggregate(torch.ones(3), "token-mean", 3)
+    with pytest.raises(ValueError, match="known: event-mean"):
+        aggregate(torch.ones(3), "sum", 3)
+
+
+# batch(): 2 events, 8 generated tokens, 4 rows
+@pytest.mark.parametrize(
+    "name, unit, local",
+    [
+        ("srpo", "num_events", 2),
+        ("grpo", "num_tokens", 8),
+        ("seq", "num_rows", 4),
+        ("drmas", "num_tokens", 8),
+    ],
+)
+def test_metrics_count_the_units_and_a_smaller_global_count_fails(name: str, unit: str, local: int) -> None:
+    _, metrics = get_objective(name)(*batch())
+    assert metrics[unit] == metrics["num_units"] == local
+    assert metrics.get("num_events", metrics.get("num_tokens")) == local  # the trainer's clip weight
+    with pytest.raises(ValueError, match=f"{unit}={local - 1} is smaller"):
+        get_objective(name)(*batch(), **{unit: local - 1})
+
+
+@pytest.mark.parametrize("name", names.OBJECTIVES)
+def test_every_objective_splits_into_micro_batches_exactly(name: str) -> None:
+    lp, old, mask, events, adv = random_batch(2)
+    ref = old + 0.1 * torch.randn(old.shape, generator=torch.Generator().manual_seed(3), dtype=old.dtype)
+    counts = {
+        "num_events": int(torch.unique(events).numel()),
+        "num_tokens": int(mask.sum()),
+        "num_rows": len(events),
+    }
+    objective = get_objective(name)
+    full, _ = objective(lp, old, mask, events, adv, ref_logprobs=ref, kl_coef=0.3)
+    (full_grad,) = torch.autograd.grad(full, lp)
+    first = torch.isin(events, torch.unique(events)[::2])  # whole events in each part
+    total, grad = torch.zeros((), dtype=torch.float64), torch.zeros_like(lp)
+    for part in (first, ~first):
+        loss, _ = objective(
+            lp[part],
+            old[part],
+            mask[part],
+            events[part],
+            adv[part],
+            ref_logprobs=ref[part],
+            kl_coef=0.3,
+            **counts,
+        )
+        total = total + loss.detach()
+        grad += torch.autograd.grad(loss, lp)[0]
+    assert total.item() == pytest.approx(full.item(), abs=1e-12)
+    torch.testing.assert_close(grad, full_grad, atol=1e-12, rtol=0)
+
+
 # --- advantages ---------------------------------------------------------------------------
 
 
@@ -322,15 +431,57 @@ def test_event_advantages_count_each_event_once() -> None:
     returns, groups, events = torch.tensor([1.0, 1.0, 1.0, 0.0]), torch.zeros(4), torch.tensor([5, 5, 5, 8])
     per_event = torch.tensor([1.0, 1.0, 1.0, -1.0])
     torch.testing.assert_close(event_advantages(returns, groups, events, eps=0.0), per_event)
-    torch.testing.assert_close(compute_advantages(returns, groups, events, "srpo", eps=0.0), per_event)
-    rows = compute_advantages(returns, groups, events, "grpo", eps=0.0)  # rows: mean 0.75, std sqrt(3)/4
+    inputs = AdvantageInputs(returns, events, ["p"] * 4, ["solve"] * 4, ["a"] * 4)
+    torch.testing.assert_close(get_objective("srpo").advantages(inputs, eps=0.0), per_event)
+    rows = get_objective("grpo").advantages(inputs, eps=0.0)  # rows: mean 0.75, std sqrt(3)/4
     torch.testing.assert_close(rows, (returns - 0.75) / (math.sqrt(3) / 4))
 
 
-def test_advantage_groups() -> None:
-    prompts, types, roles = ["p", "p", "p", "q"], ["solve", "solve", "verify", "solve"], ["a", "b", "a", "a"]
-    assert advantage_groups(prompts, types, roles, "srpo").tolist() == [0, 0, 1, 2]
-    assert advantage_groups(prompts, types, roles, "grpo").tolist() == [0, 0, 1, 2]
-    assert advantage_groups(prompts, types, roles, "drmas").tolist() == [0, 1, 0, 2]
-    with pytest.raises(ValueError):
-        advantage_groups(prompts, types, roles, "nope")
+def test_group_index_is_dense_in_order_of_first_appearance() -> None:
+    assert group_index(["p", "p", "q", "p"], ["x", "y", "x", "x"]).tolist() == [0, 1, 2, 0]
+    assert group_index([], []).tolist() == []
+
+
+# Rows: event 0 = rows 0, 1 (K=2, roles a, b), R=1; events 1..4 are singletons.
+# (prompt, type) groups: {ev 0 R=1, ev 1 R=0}, {ev 2 R=1, ev 3 R=0}, {ev 4}; (prompt, role): {0,2,3,4}, {1}, {5}.
+EST_RETURNS = [1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+EST_EVENTS = [0, 0, 1, 2, 3, 4]
+EST_PROMPTS, EST_ROLES = ["p", "p", "p", "p", "p", "q"], ["a", "b", "a", "a", "a", "a"]
+EST_TYPES = ["solve", "solve", "solve", "verify", "verify", "solve"]
+A = 0.5 / (0.5 + 1e-6)  # returns {1, 0}: mean 0.5, population std 0.5
+R2 = math.sqrt(2)  # rows {1, 1, 0}: mean 2/3, std sqrt(2)/3 -> +1/sqrt(2), -sqrt(2)
+
+
+@pytest.mark.parametrize(
+    "objective, expected",
+    [
+        ("srpo", [A, A, -A, A, -A, 0.0]),  # one sample per event: the K=2 event counts once
+        ("grpo", [1 / R2, 1 / R2, -R2, A, -A, 0.0]),  # one sample per row
+        ("seq", [1 / R2, 1 / R2, -R2, A, -A, 0.0]),
+        ("drmas", [A, 0.0, -A, A, -A, 0.0]),  # (prompt, role): role b is alone
+    ],
+)
+def test_each_objective_trains_on_its_estimators_advantages(objective: str, expected: list[float]) -> None:
+    inputs = AdvantageInputs(
+        torch.tensor(EST_RETURNS), torch.tensor(EST_EVENTS), EST_PROMPTS, EST_TYPES, EST_ROLES
+    )
+    got = get_objective(objective).advantages(inputs)
+    torch.testing.assert_close(got, torch.tensor(expected), atol=1e-5, rtol=0)
+
+
+def test_advantage_estimators_registry() -> None:
+    assert tuple(ADVANTAGE_ESTIMATORS) == names.ADVANTAGE_ESTIMATORS
+    assert {o.advantage for o in OBJECTIVES.values()} == set(names.ADVANTAGE_ESTIMATORS)
+    with pytest.raises(ValueError, match="event, row, agent"):
+        get_advantage_estimator("critic")
+    with pytest.raises(ValueError, match="registered twice"):
+        register_advantage_estimator("row")(lambda inputs, eps: inputs.returns)
+    with pytest.raises(ValueError, match="one entry per row"):
+        AdvantageInputs(torch.zeros(2), torch.zeros(2), ["p"], ["t", "t"], ["a", "a"])
+
+
+def test_empty_rows_have_empty_advantages() -> None:
+    empty = torch.zeros(0)
+    inputs = AdvantageInputs(empty, torch.zeros(0, dtype=torch.long), [], [], [])
+    for name in OBJECTIVES:
+        assert get_objective(name).advantages(inputs).shape == (0,)

@@ -7,16 +7,15 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
 
 import typer
 
 from srpo_dsl.backends import KINDS
-from srpo_dsl.cli.common import EXIT_INPUT, CliError
+from srpo_dsl.cli.common import EXIT_INPUT, CliError, Device, choices
 from srpo_dsl.io import write_atomic
 
-BackendKind = Enum("BackendKind", {kind: kind for kind in KINDS}, type=str)  # one source: backends.KINDS
+BackendKind = choices("BackendKind", KINDS)
 
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
@@ -33,7 +32,7 @@ MODEL = typer.Option(
 DEVICE = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available).")
 
 
-def _setup(workflow: Path, backend: BackendKind, model: list[str], device: str | None):
+def _setup(workflow: Path, backend: BackendKind, model: list[str], device: Device | None):
     """Compile the workflow and build its backends and tools, with one-line errors."""
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
@@ -55,7 +54,7 @@ def _setup(workflow: Path, backend: BackendKind, model: list[str], device: str |
         overrides = parse_model_overrides(model, list(wf.graph.policies))
         if backend is BackendKind.scripted and not overrides:
             raise CliError("--backend scripted needs the reply script: --model replies.json")
-        options = {"device": device} if device and backend is BackendKind.hf else {}
+        options = {"device": device.value} if device and backend is BackendKind.hf else {}
         backends = build_backends(wf, backend.value, overrides, **options)
         tools = build_tools(wf)
     except (BackendError, RetrieverError, ValueError, OSError) as exc:
@@ -110,7 +109,7 @@ def run(
     seed: int = SEED,
     backend: BackendKind = BACKEND,
     model: list[str] = MODEL,
-    device: str | None = DEVICE,
+    device: Device | None = DEVICE,
     out: Path = typer.Option(
         Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json)."
     ),
@@ -182,7 +181,7 @@ def eval_cmd(
     seed: int = SEED,
     backend: BackendKind = BACKEND,
     model: list[str] = MODEL,
-    device: str | None = DEVICE,
+    device: Device | None = DEVICE,
     out: Path = typer.Option(Path("runs/eval"), "--out", help="Output folder (metrics.json, traces)."),
 ) -> None:
     """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, and cost per query.

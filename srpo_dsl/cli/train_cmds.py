@@ -1,14 +1,33 @@
-"""`srpo-dsl train` and `srpo-dsl plot`: train a workflow's policies, draw its training dynamics."""
+"""`srpo-dsl train` and `srpo-dsl plot`: train a workflow's policies, draw its training dynamics.
+
+Choices come from their one source (`srpo_dsl.rl.names`), never restated here. Unless
+`--verbose`, what the libraries report while training (progress bars, INFO and WARNING
+logs, Python warnings, lines printed on stdout such as DeepSpeed's op builds) is hidden;
+srpo-dsl's own progress bar (stderr) stays, and the run ends with the held-out result.
+"""
 
 from __future__ import annotations
 
 import json
-from enum import Enum
+import logging
+import os
+import shlex
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout, suppress
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INPUT, CliError
+from srpo_dsl.cli.common import EXIT_INPUT, CliError, Device, choices
+from srpo_dsl.rl.names import OBJECTIVES, OFFLOAD, SET_NORMS
+
+Objective = choices("Objective", OBJECTIVES)
+SetNorm = choices("SetNorm", SET_NORMS)
+Offload = choices("Offload", OFFLOAD)
 
 PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics figure)
     "score": "Score (mean reward)",
@@ -16,72 +35,66 @@ PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics fi
     "response_length": "Response length (tokens)",
     "mean_set_size": "Mean active-set size",
 }
+EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps
 
+QUIET_ENV = {  # read by the libraries when they are imported
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' "Loading weights", "Writing model shards"
+}
+LIBRARIES = (
+    r"(torch|transformers|deepspeed|accelerate|huggingface_hub|peft|safetensors|tokenizers|srpo_dsl)(\.|$)"
+)
 
-class Objective(str, Enum):
-    srpo = "srpo"
-    grpo = "grpo"
-    drmas = "drmas"
-    seq = "seq"
-
-
-class SetNorm(str, Enum):
-    sqrt = "sqrt"
-    mean = "mean"
-    none = "none"
-
-
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class Offload(str, Enum):
-    none = "none"
-    optimizer = "optimizer"
-    params = "params"
-    all = "all"
+WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
+OUT = typer.Option(Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints).")
+STEPS = typer.Option(None, "--steps", min=1, help="Training steps (rollout batches).")
+OBJECTIVE = typer.Option(None, "--objective", help="The policy loss (SRPO or a baseline).")
+SET_NORM = typer.Option(None, "--set-norm", help="SRPO's set reduction c(K): K^-1/2, 1/K or 1.")
+LR = typer.Option(None, "--lr", min=0.0, help="Learning rate.")
+GROUP = typer.Option(None, "--group", "-G", min=1, help="Rollouts per prompt (G).")
+BATCH = typer.Option(None, "--batch", min=1, help="Prompts per step.")
+ZERO = typer.Option(None, "--zero", min=0, max=3, help="DeepSpeed ZeRO stage (0-3).")
+MICRO = typer.Option(None, "--micro-batches", min=1, help="Event-atomic micro-batches per optimizer step.")
+DS_CONFIG = typer.Option(None, "--ds-config", help="JSON merged over the DeepSpeed config.")
+OFFLOAD_OPT = typer.Option(Offload.none, "--offload", help="ZeRO offload to CPU.")
+MODEL = typer.Option(
+    [], "--model", help="Override a policy's model: PATH (all policies) or POLICY=PATH; repeatable."
+)
+RESUME = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out.")
+SEED = typer.Option(None, "--seed", help="Seed of data order and sampling.")
+DEVICE = typer.Option(None, "--device", help="Default: cuda when available.")
+VERBOSE = typer.Option(False, "--verbose", "-v", help="Show the libraries' logs, warnings and progress bars.")
+LOCAL_RANK = typer.Option(
+    -1, "--local_rank", "--local-rank", hidden=True, help="Set by `deepspeed`; LOCAL_RANK is what is used."
+)
 
 
 def train_cmd(
-    workflow: Path = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False),
-    out: Path = typer.Option(
-        Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints)."
-    ),
-    steps: int | None = typer.Option(None, "--steps", min=1, help="Training steps (rollout batches)."),
-    objective: Objective | None = typer.Option(None, "--objective", help="srpo | grpo | drmas | seq."),
-    set_norm: SetNorm | None = typer.Option(
-        None, "--set-norm", help="SRPO set reduction: sqrt | mean | none."
-    ),
-    lr: float | None = typer.Option(None, "--lr", min=0.0, help="Learning rate."),
-    group: int | None = typer.Option(None, "--group", "-G", min=1, help="Rollouts per prompt (G)."),
-    batch: int | None = typer.Option(None, "--batch", min=1, help="Prompts per step."),
-    zero: int | None = typer.Option(None, "--zero", min=0, max=3, help="DeepSpeed ZeRO stage (0-3)."),
-    micro_batches: int | None = typer.Option(
-        None, "--micro-batches", min=1, help="Event-atomic micro-batches per optimizer step."
-    ),
-    ds_config: Path | None = typer.Option(None, "--ds-config", help="JSON merged over the DeepSpeed config."),
-    offload: Offload = typer.Option(
-        Offload.none, "--offload", help="ZeRO offload to CPU: none | optimizer | params | all."
-    ),
-    model: list[str] = typer.Option(
-        [], "--model", help="Override a policy's model: PATH (all policies) or POLICY=PATH; repeatable."
-    ),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
-    seed: int | None = typer.Option(None, "--seed", help="Seed of data order and sampling."),
-    device: Device | None = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)."),
-    local_rank: int = typer.Option(
-        -1,
-        "--local_rank",
-        "--local-rank",
-        hidden=True,
-        help="Set by the `deepspeed` launcher; LOCAL_RANK is what is used.",
-    ),
+    workflow: Path = WORKFLOW,
+    out: Path = OUT,
+    steps: int | None = STEPS,
+    objective: Objective | None = OBJECTIVE,
+    set_norm: SetNorm | None = SET_NORM,
+    lr: float | None = LR,
+    group: int | None = GROUP,
+    batch: int | None = BATCH,
+    zero: int | None = ZERO,
+    micro_batches: int | None = MICRO,
+    ds_config: Path | None = DS_CONFIG,
+    offload: Offload = OFFLOAD_OPT,
+    model: list[str] = MODEL,
+    resume: bool = RESUME,
+    seed: int | None = SEED,
+    device: Device | None = DEVICE,
+    verbose: bool = VERBOSE,
+    local_rank: int = LOCAL_RANK,
 ) -> None:
     """Train a workflow's trainable policies with SRPO (or a baseline); flags override its `train` block.
 
     Writes OUT/metrics.jsonl, OUT/eval.jsonl, OUT/tb (TensorBoard), OUT/config.json and
-    OUT/checkpoints/step-N. Several processes: launch with `torchrun` or `deepspeed`.
+    OUT/checkpoints/step-N, and ends with the held-out Avg@k / Pass@k at the first and last
+    evaluation. Several processes: launch with `torchrun` or `deepspeed`.
 
     Examples:
 
@@ -93,15 +106,9 @@ def train_cmd(
 
       torchrun --nproc_per_node 2 -m srpo_dsl train workflows/quickstart.srpo --zero 3 --out runs/q2
     """
-    from srpo_dsl.backends.base import BackendError
-    from srpo_dsl.lang.errors import SrpoError
-    from srpo_dsl.rl.trainer import TrainError, train
-    from srpo_dsl.runtime.setup import load_workflow, parse_model_overrides
-
-    if not workflow.is_file():
-        raise CliError(f"cannot read {workflow}: no such file")
-    if ds_config is not None and not ds_config.is_file():
-        raise CliError(f"cannot read {ds_config}: no such file")
+    for path in (workflow, ds_config):
+        if path is not None and not path.is_file():
+            raise CliError(f"cannot read {path}: no such file")
     overrides = {
         "steps": steps,
         "objective": objective and objective.value,
@@ -113,19 +120,30 @@ def train_cmd(
         "micro_batches": micro_batches,
         "seed": seed,
     }
+    options = {"ds_config": ds_config, "offload": offload.value, "device": device and device.value}
+    with libraries_quiet(not verbose):
+        history = run_training(workflow, out, overrides, resume, model, options)
+    if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
+        report(history, out)
+
+
+def run_training(
+    workflow: Path,
+    out: Path,
+    overrides: dict[str, Any],
+    resume: bool,
+    model: list[str],
+    options: dict[str, Any],
+) -> list[dict[str, float]]:
+    """`rl.trainer.train`, with every failure the user can fix as one line."""
+    from srpo_dsl.backends.base import BackendError
+    from srpo_dsl.lang.errors import SrpoError
+    from srpo_dsl.rl.trainer import TrainError, train
+    from srpo_dsl.runtime.setup import load_workflow, parse_model_overrides
+
     try:
-        policies = list(load_workflow(workflow).graph.graph["policies"])
-        models = parse_model_overrides(model, policies)
-        history = train(
-            workflow,
-            out,
-            overrides,
-            resume,
-            models=models,
-            ds_config=ds_config,
-            offload=offload.value,
-            device=device and device.value,
-        )
+        models = parse_model_overrides(model, list(load_workflow(workflow).graph.policies))
+        return train(workflow, out, overrides, resume, models=models, **options)
     except SrpoError as err:
         first = err.diagnostics[0]
         raise CliError(
@@ -135,6 +153,57 @@ def train_cmd(
         ) from None
     except (TrainError, BackendError, ValueError, OSError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+@contextmanager
+def libraries_quiet(enabled: bool) -> Iterator[None]:
+    """Hide the libraries' progress bars, INFO/WARNING logs, warnings and stdout for the block.
+
+    stdout is silenced at the file-descriptor level too, so lines that compiled extensions
+    print (DeepSpeed's CPU Adam) are hidden as well; srpo-dsl reports on stderr meanwhile.
+    """
+    if not enabled:
+        yield
+        return
+    unset = [key for key in QUIET_ENV if key not in os.environ]  # a value the user set wins
+    os.environ.update({key: QUIET_ENV[key] for key in unset})
+    previous_disable = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), stdout_silenced():
+            warnings.filterwarnings("ignore", module=LIBRARIES)
+            yield
+    finally:
+        logging.disable(previous_disable)
+        for key in unset:
+            del os.environ[key]
+
+
+@contextmanager
+def stdout_silenced() -> Iterator[None]:
+    """sys.stdout and file descriptor 1 go to the null device for the block (C buffers flushed first)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(os.devnull, "w") as null, redirect_stdout(null):
+        os.dup2(null.fileno(), 1)
+        try:
+            yield
+        finally:
+            _flush_c_stdio()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    """fflush(NULL): what C code buffered while stdout was silenced is dropped now, not printed later."""
+    import ctypes
+
+    with suppress(OSError, AttributeError):  # no C library to reach (not Linux or macOS)
+        ctypes.CDLL(None).fflush(None)
+
+
+def report(history: list[dict[str, float]], out: Path) -> None:
+    """The last step, then the held-out result the run was for (from OUT/eval.jsonl)."""
     if history:
         last = history[-1]
         print(
@@ -143,6 +212,60 @@ def train_cmd(
         )
     else:
         print(f"nothing to do: {out} already reached its last step")
+    evals = read_jsonl(out / "eval.jsonl") if (out / "eval.jsonl").is_file() else []
+    if evals:
+        print(heldout_summary(eval_curve(evals, out / "eval.jsonl"), out))
+
+
+@dataclass(frozen=True)
+class EvalCurve:
+    """Held-out Avg@k and Pass@k (percent) at each evaluated step, from eval.jsonl."""
+
+    k: int
+    steps: list[int]
+    avg: list[float]
+    passed: list[float]
+
+
+def eval_curve(rows: list[dict[str, Any]], path: Path) -> EvalCurve:
+    """The curve of eval.jsonl's rows; CliError when a row lacks its fields."""
+    try:
+        return EvalCurve(
+            int(rows[-1]["k"]),
+            [int(r["step"]) for r in rows],
+            [100 * float(r["avg_at_k"]) for r in rows],
+            [100 * float(r["pass_at_k"]) for r in rows],
+        )
+    except (IndexError, KeyError, TypeError, ValueError) as exc:
+        raise CliError(f"{path}: not an eval file ({type(exc).__name__}: {exc})", EXIT_INPUT) from None
+
+
+def heldout_summary(curve: EvalCurve, run: Path) -> str:
+    """`held-out Avg@4 32.4% -> 67.0% (+34.6), Pass@4 ... at steps 0 -> 100; plots: srpo-dsl plot RUN`."""
+    k = curve.k
+    plots = f"plots: srpo-dsl plot {shlex.quote(str(run))}"
+    if len(curve.steps) == 1:
+        only = f"Avg@{k} {curve.avg[0]:.1f}%, Pass@{k} {curve.passed[0]:.1f}%"
+        return f"held-out {only} at step {curve.steps[0]}; {plots}"
+    avg = _change(f"Avg@{k}", curve.avg[0], curve.avg[-1])
+    passed = _change(f"Pass@{k}", curve.passed[0], curve.passed[-1])
+    return f"held-out {avg}, {passed} at steps {curve.steps[0]} -> {curve.steps[-1]}; {plots}"
+
+
+def _change(name: str, first: float, last: float) -> str:
+    """`Avg@4 32.4% -> 67.0% (+34.6)`: the difference of the rounded values, as shown."""
+    first, last = round(first, 1), round(last, 1)
+    return f"{name} {first:.1f}% -> {last:.1f}% ({last - first:+.1f})"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON Lines file; CliError (one line) when it is missing or not JSON."""
+    if not path.is_file():
+        raise CliError(f"cannot read {path}: no such file (is {path.parent} a training run?)")
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CliError(f"{path}: not JSON Lines ({exc})", EXIT_INPUT) from None
 
 
 def ema(values: list[float], alpha: float) -> list[float]:
@@ -154,6 +277,58 @@ def ema(values: list[float], alpha: float) -> list[float]:
     return out
 
 
+@dataclass(frozen=True)
+class Dynamics:
+    """What `plot` draws: the per-step metrics and, when the run evaluated, the held-out curve."""
+
+    steps: list[int]
+    series: dict[str, list[float]]
+    curve: EvalCurve | None
+
+
+def read_dynamics(run: Path) -> Dynamics:
+    path = run / "metrics.jsonl"
+    rows = read_jsonl(path)
+    if not rows:
+        raise CliError(f"{path}: no steps recorded yet", EXIT_INPUT)
+    try:
+        steps = [int(r["step"]) for r in rows]
+        series = {key: [float(r[key]) for r in rows] for key in PANELS}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CliError(f"{path}: not a metrics file ({type(exc).__name__}: {exc})", EXIT_INPUT) from None
+    evals = read_jsonl(run / "eval.jsonl") if (run / "eval.jsonl").is_file() else []
+    return Dynamics(steps, series, eval_curve(evals, run / "eval.jsonl") if evals else None)
+
+
+def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None:
+    """Raw values faint, their EMA solid; the gradient-norm panel names its coefficient of variation."""
+    from matplotlib.ticker import MaxNLocator
+
+    values = dynamics.series[key]
+    line = ax.plot(dynamics.steps, values, alpha=0.25, linewidth=1)[0]
+    ax.plot(dynamics.steps, ema(values, smoothing), color=line.get_color(), linewidth=2)
+    mean = sum(values) / len(values)
+    cv = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5 / mean if mean > 0 else 0.0
+    ax.set_title(PANELS[key] + (f" (CV {cv:.2f})" if key == "grad_norm" else ""))
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def draw_heldout(ax: Any, curve: EvalCurve) -> None:
+    """Held-out Avg@k and Pass@k (percent) at each evaluated step."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.plot(curve.steps, curve.avg, marker="o", linewidth=2, label=f"Avg@{curve.k}")
+    ax.plot(curve.steps, curve.passed, marker="s", linewidth=2, label=f"Pass@{curve.k}")
+    ax.set_title(f"Held-out Avg@{curve.k} / Pass@{curve.k} (%)")
+    ax.set_xlabel("step")
+    ax.set_ylim(0, 100)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+
+
 def plot_cmd(
     run: Path = typer.Argument(
         ..., help="A run folder written by `train` (holds metrics.jsonl).", show_default=False
@@ -161,9 +336,11 @@ def plot_cmd(
     out: Path | None = typer.Option(None, "--out", help="Where to write the PNGs (default: RUN/plots)."),
     smoothing: float = typer.Option(0.9, "--ema", min=0.0, max=0.999, help="EMA factor of the solid line."),
 ) -> None:
-    """Plot score, gradient norm, response length and mean active-set size over steps.
+    """Plot score, gradient norm, response length, mean active-set size and the held-out Avg@k / Pass@k.
 
-    Raw values faint, their EMA solid. One PNG per panel plus `training_dynamics.png`.
+    Raw values faint, their EMA solid; the held-out panel (from eval.jsonl, when the run
+    evaluated) shows Avg@k and Pass@k at each evaluated step. One PNG per panel plus
+    `training_dynamics.png` with all of them.
 
     Example:
 
@@ -173,46 +350,34 @@ def plot_cmd(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    path = run / "metrics.jsonl"
-    if not path.is_file():
-        raise CliError(f"cannot read {path}: no such file (is {run} a training run?)")
-    try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        steps = [int(r["step"]) for r in rows]
-        series = {key: [float(r[key]) for r in rows] for key in PANELS}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise CliError(f"{path}: not a metrics file ({type(exc).__name__}: {exc})", EXIT_INPUT) from None
-    if not rows:
-        raise CliError(f"{path}: no steps recorded yet", EXIT_INPUT)
+    dynamics = read_dynamics(run)
     folder = out or run / "plots"
     folder.mkdir(parents=True, exist_ok=True)
-    norms = series["grad_norm"]
-    mean = sum(norms) / len(norms)
-    cv = (sum((n - mean) ** 2 for n in norms) / len(norms)) ** 0.5 / mean if mean > 0 else 0.0
-
-    def draw(ax, key: str) -> None:
-        line = ax.plot(steps, series[key], alpha=0.25, linewidth=1)[0]
-        ax.plot(steps, ema(series[key], smoothing), color=line.get_color(), linewidth=2)
-        ax.set_title(PANELS[key] + (f" (CV {cv:.2f})" if key == "grad_norm" else ""))
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-
+    names = [*PANELS, *([EVAL_PANEL] if dynamics.curve is not None else [])]
     written = []
-    for key in PANELS:
+    for name in names:
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        draw(ax, key)
-        fig.tight_layout()
-        fig.savefig(folder / f"{key}.png", dpi=120)
-        plt.close(fig)
-        written.append(folder / f"{key}.png")
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.5))
-    for ax, key in zip(axes, PANELS):
-        draw(ax, key)
+        draw_panel(ax, dynamics, name, smoothing)
+        written.append(save(fig, folder / f"{name}.png"))
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.5))
+    for ax, name in zip(axes, names):
+        draw_panel(ax, dynamics, name, smoothing)
+    written.append(save(fig, folder / "training_dynamics.png"))
+    print(f"{len(dynamics.steps)} steps -> " + ", ".join(str(p) for p in written))
+
+
+def draw_panel(ax: Any, dynamics: Dynamics, name: str, smoothing: float) -> None:
+    if name == EVAL_PANEL and dynamics.curve is not None:
+        draw_heldout(ax, dynamics.curve)
+    else:
+        draw_metric(ax, dynamics, name, smoothing)
+
+
+def save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    fig.savefig(folder / "training_dynamics.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    written.append(folder / "training_dynamics.png")
-    print(f"{len(steps)} steps -> " + ", ".join(str(p) for p in written))
+    return path

@@ -2,6 +2,8 @@
 
 The option blocks are pydantic models, so the checker and the trainer share one definition
 of every user-facing setting (the trainer reads `TrainOptions` and applies CLI overrides).
+Lists of names are not restated here: objectives, set norms and the like come from
+`srpo_dsl.rl.names`, reward functions from their registry; neither imports torch.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from srpo_dsl.envs.rewards import REWARDS
+from srpo_dsl.rl.names import OBJECTIVES, OLD_LOGPROBS, SET_NORMS
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,7 @@ CONTRACTS: dict[str, ContractSpec] = {
     "text": ContractSpec("none", "free text"),
 }
 
-REWARD_FUNCTIONS = ("math_equiv", "exact_match", "f1")
+REWARD_FUNCTIONS = tuple(REWARDS)
 DEFAULT_MAX_TOKENS = 512
 
 
@@ -92,8 +97,8 @@ class HttpTool(_Options):
 class TrainOptions(_Options):
     """The `train with (...)` block; every field can be overridden on the command line."""
 
-    objective: Literal["srpo", "grpo", "drmas", "seq"] = "srpo"
-    set_norm: Literal["sqrt", "mean", "none"] = "sqrt"
+    objective: Literal[OBJECTIVES] = "srpo"
+    set_norm: Literal[SET_NORMS] = "sqrt"
     clip: float = Field(0.2, gt=0.0)
     group: int = Field(8, ge=1, description="rollouts per prompt (G)")
     batch: int = Field(8, ge=1, description="prompts per step")
@@ -111,7 +116,7 @@ class TrainOptions(_Options):
     eval_k: int = Field(4, ge=1)
     save_every: int = Field(20, ge=1)
     seed: int = 0
-    old_logprobs: Literal["recompute", "rollout"] = "recompute"
+    old_logprobs: Literal[OLD_LOGPROBS] = "recompute"
 
 
 # Binding kinds: the option model and the names of positional arguments, in order.

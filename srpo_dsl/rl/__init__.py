@@ -1,18 +1,32 @@
-"""Training-side math: the SRPO objective, its baselines, advantages and event-atomic batching."""
+"""Training-side math: the SRPO objective, its baselines, advantages and event-atomic batching.
 
-from srpo_dsl.rl.batching import drop_incomplete, plan_batches
-from srpo_dsl.rl.objective import event_advantages, group_advantages, set_reduction_scale, setwise_loss
-from srpo_dsl.rl.objectives import OBJECTIVES, advantage_groups, compute_advantages, get_objective
+Names are imported on first use, so `srpo_dsl.rl.names` (read by the CLI and the option
+schema) does not pay for torch.
+"""
 
-__all__ = [
-    "OBJECTIVES",
-    "advantage_groups",
-    "compute_advantages",
-    "drop_incomplete",
-    "event_advantages",
-    "get_objective",
-    "group_advantages",
-    "plan_batches",
-    "set_reduction_scale",
-    "setwise_loss",
-]
+from __future__ import annotations
+
+from importlib import import_module
+
+_EXPORTS = {
+    "setwise_loss": "objectives",
+    "get_objective": "objectives",
+    "register_policy_loss": "objectives",
+    "OBJECTIVES": "objectives",
+    "aggregate": "aggregation",
+    "group_advantages": "advantages",
+    "event_advantages": "advantages",
+    "get_advantage_estimator": "advantages",
+    "register_advantage_estimator": "advantages",
+    "ADVANTAGE_ESTIMATORS": "advantages",
+    "set_reduction_scale": "objective",
+    "plan_batches": "batching",
+    "drop_incomplete": "batching",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -31,8 +31,7 @@ import torch
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.checker import PolicyInfo
 from srpo_dsl.lang.schema import TrainOptions
-
-OFFLOAD = ("none", "optimizer", "params", "all")
+from srpo_dsl.rl.names import OFFLOAD
 
 
 @dataclass(frozen=True)

@@ -1,46 +1,44 @@
-"""The SRPO setwise objective (SRPO.md §2) and group-relative advantages.
+"""The SRPO setwise objective (SRPO.md §2) as per-event terms, and the ratio pieces all losses share.
 
 For member j of decision event e (a row of the batch), with generated-token mask m:
 
-    l_ej  = sum_u m_eju * (log q_cur - log q_old)          sequence log-ratio of a member
-    L_e   = K_e^(-1/2) * sum_j l_ej                        set log-ratio (set_norm="sqrt")
-    rho_e = exp(L_e)
-    J     = 1/|B| * sum_e min(rho_e A_e, clip(rho_e, 1-eps, 1+eps) A_e)
+    l_ej   = sum_u m_eju * (log q_cur - log q_old)          sequence log-ratio of a member
+    L_e    = c(K_e) * sum_j l_ej                            set log-ratio, c(K) = K^-1/2 | 1/K | 1
+    rho_e  = exp(L_e)
+    term_e = min(rho_e A_e, clip(rho_e, 1-eps, 1+eps) A_e)
 
-The loss is -J; |B| is the global number of events of the optimizer step.
+J = 1/|B| * sum_e term_e is the event-mean of these terms (aggregation.py); the loss is -J.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-SetNorm = Literal["sqrt", "mean", "none"]
-SET_NORMS: tuple[str, ...] = ("sqrt", "mean", "none")
-MAX_LOG_RATIO = 20.0  # |L_e| is clamped here before exp: rho_e in [e^-20, e^20]
+from srpo_dsl.rl import names
+
+MAX_LOG_RATIO = 20.0  # |log rho| is clamped here before exp: rho in [e^-20, e^20]
+
+SET_REDUCTIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "sqrt": torch.rsqrt,  # c(K) = K^-1/2
+    "mean": torch.reciprocal,  # c(K) = 1/K
+    "none": torch.ones_like,  # c(K) = 1
+}
+names.require_exactly(tuple(SET_REDUCTIONS), names.SET_NORMS, "set norms")
+
+
+def check_set_norm(set_norm: str) -> None:
+    if set_norm not in SET_REDUCTIONS:
+        raise ValueError(f"set_norm must be one of {names.SET_NORMS}, got {set_norm!r}")
 
 
 def set_reduction_scale(k: Tensor, set_norm: str) -> Tensor:
-    """The factor applied to the summed member log-ratios: K^-1/2 (sqrt), 1/K (mean), 1 (none)."""
-    if set_norm == "sqrt":
-        return k.rsqrt()
-    if set_norm == "mean":
-        return k.reciprocal()
-    if set_norm == "none":
-        return torch.ones_like(k)
-    raise ValueError(f"set_norm must be one of {SET_NORMS}, got {set_norm!r}")
-
-
-def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, response_mask: Tensor) -> Tensor:
-    """l_i = sum_u m_iu (logprobs - old_logprobs) per row, [B, T] -> [B], in at least float32.
-
-    Masking is a select (torch.where), not a product, so whatever sits in masked
-    positions (-1e9, inf, nan) never reaches the value or the gradient.
-    """
-    log_ratio = at_least_fp32(logprobs) - at_least_fp32(old_logprobs.detach())
-    return torch.where(response_mask.bool(), log_ratio, 0.0).sum(-1)
+    """c(K_e), the factor applied to the summed member log-ratios of each event."""
+    check_set_norm(set_norm)
+    return SET_REDUCTIONS[set_norm](k)
 
 
 def at_least_fp32(x: Tensor) -> Tensor:
@@ -48,108 +46,126 @@ def at_least_fp32(x: Tensor) -> Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def setwise_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    response_mask: Tensor,
-    event_ids: Tensor,
-    advantages: Tensor,
-    *,
-    clip_eps: float = 0.2,
-    set_norm: SetNorm = "sqrt",
-    num_events: int | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """Return (-J, metrics) of SRPO.md §2: one ratio and one clip per decision event.
+@dataclass(frozen=True)
+class LossConfig:
+    """The settings a policy loss reads; `set_norm` only changes losses with sets (srpo)."""
 
-    logprobs, old_logprobs: [B, T] log-probs of the generated tokens (current, behaviour).
-    response_mask: [B, T] bool or 0/1, true on generated tokens only.
-    event_ids: [B] ints, equal id = one event (any values, need not be contiguous).
-    advantages: [B], the event advantage A_e repeated on every member (else ValueError).
-    num_events: |B|, the global event count of the optimizer step (data parallel /
-        micro-batches); default: the number of events in this call.
+    clip_eps: float
+    set_norm: str
+
+    def __post_init__(self) -> None:
+        check_set_norm(self.set_norm)
+        if not self.clip_eps >= 0.0:
+            raise ValueError(f"clip_eps must be >= 0, got {self.clip_eps}")
+
+
+@dataclass(frozen=True)
+class PolicyBatch:
+    """One call's inputs: [B, T] log-probs (current, behaviour) and bool mask; [B] event ids, advantages."""
+
+    logprobs: Tensor
+    old_logprobs: Tensor
+    mask: Tensor
+    event_ids: Tensor
+    advantages: Tensor
+
+    @classmethod
+    def of(
+        cls,
+        logprobs: Tensor,
+        old_logprobs: Tensor,
+        response_mask: Tensor,
+        event_ids: Tensor,
+        advantages: Tensor,
+    ) -> PolicyBatch:
+        """Check the shapes (ValueError) and make the mask bool."""
+        if (
+            logprobs.dim() != 2
+            or old_logprobs.shape != logprobs.shape
+            or response_mask.shape != logprobs.shape
+        ):
+            raise ValueError(
+                f"logprobs, old_logprobs and response_mask must share one [B, T] shape, got "
+                f"{tuple(logprobs.shape)}, {tuple(old_logprobs.shape)}, {tuple(response_mask.shape)}"
+            )
+        if event_ids.shape != logprobs.shape[:1] or advantages.shape != logprobs.shape[:1]:
+            raise ValueError(
+                f"event_ids and advantages must be [B]=[{logprobs.shape[0]}], got "
+                f"{tuple(event_ids.shape)} and {tuple(advantages.shape)}"
+            )
+        return cls(logprobs, old_logprobs, response_mask.bool(), event_ids, advantages)
+
+
+@dataclass(frozen=True)
+class PolicyTerms:
+    """Per-unit surrogate terms of J (a unit is an event, a token or a row) and what the metrics read."""
+
+    values: Tensor  # min(rho A, clip(rho) A); exactly 0 on units that are not valid
+    clipped: Tensor  # bool: the clipped term is the minimum (zero gradient)
+    ratio: Tensor  # rho, after the clamp
+    log_ratio: Tensor  # log rho, before the clamp
+    valid: Tensor  # bool: a real unit (tokens: the mask; events and rows: all)
+    set_size: Tensor | None = None  # K_e per event, for losses over sets
+
+    def metrics(self) -> dict[str, float]:
+        """Means over the valid units, their count and, with sets, the set sizes: one device sync."""
+        with torch.no_grad():
+            n = self.valid.sum()
+            per_unit = n.clamp(min=1)
+            abs_log_ratio = torch.where(self.valid, self.log_ratio.abs(), 0.0)
+            stats = [
+                n,
+                (self.clipped & self.valid).sum() / per_unit,
+                torch.where(self.valid, self.ratio, 0.0).sum() / per_unit,
+                abs_log_ratio.amax() if abs_log_ratio.numel() else abs_log_ratio.new_zeros(()),
+            ]
+            if self.set_size is not None:
+                stats.append(self.set_size.sum() / per_unit)
+            values = torch.stack([s.double() for s in stats]).tolist()
+        metrics = dict(zip(("num_units", "clip_fraction", "ratio_mean", "log_ratio_abs_max"), values))
+        if self.set_size is not None:
+            metrics |= {"num_events": values[0], "mean_set_size": values[4]}
+        return metrics
+
+
+def token_log_ratio(batch: PolicyBatch) -> Tensor:
+    """log q_cur - log q_old per token, [B, T], at least fp32, exactly 0 off the mask.
+
+    Masking is a select (torch.where), not a product, so whatever sits in masked
+    positions (-1e9, inf, nan) never reaches the value or the gradient.
     """
-    _check_shapes(logprobs, old_logprobs, response_mask, event_ids, advantages)
-    events, inverse = torch.unique(event_ids, return_inverse=True)
-    n_local = events.numel()
-    if num_events is None:
-        num_events = n_local
-    if num_events < n_local:
-        raise ValueError(f"num_events={num_events} is smaller than the {n_local} events in this call")
+    log_ratio = at_least_fp32(batch.logprobs) - at_least_fp32(batch.old_logprobs.detach())
+    return torch.where(batch.mask, log_ratio, 0.0)
 
-    l_row = sequence_log_ratio(logprobs, old_logprobs, response_mask)  # l_ej, [B]
-    adv = advantages.detach().to(l_row.dtype)
-    adv_e = l_row.new_full((n_local,), float("inf")).scatter_reduce(0, inverse, adv, "amin")
-    adv_max = l_row.new_full((n_local,), float("-inf")).scatter_reduce(0, inverse, adv, "amax")
-    if not torch.equal(adv_e, adv_max):
+
+def clipped_terms(
+    log_ratio: Tensor, advantages: Tensor, clip_eps: float, valid: Tensor, set_size: Tensor | None = None
+) -> PolicyTerms:
+    """min(rho A, clip(rho, 1-eps, 1+eps) A) per unit, from log rho (clamped before exp)."""
+    ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    term = torch.where(valid, torch.minimum(unclipped, clipped), 0.0)
+    return PolicyTerms(term, clipped < unclipped, ratio, log_ratio, valid, set_size)
+
+
+def event_values(row_values: Tensor, inverse: Tensor, num_events: int) -> Tensor:
+    """The one value of each event from its rows' copies, [B] -> [E]; ValueError unless they agree."""
+    low = row_values.new_full((num_events,), float("inf")).scatter_reduce(0, inverse, row_values, "amin")
+    high = row_values.new_full((num_events,), float("-inf")).scatter_reduce(0, inverse, row_values, "amax")
+    if not torch.equal(low, high):
         raise ValueError("advantages must be equal for all members of an event")
-
-    l_e = l_row.new_zeros(n_local).index_add(0, inverse, l_row)  # sum_j l_ej
-    k_e = torch.bincount(inverse, minlength=n_local).to(l_row.dtype)  # K_e
-    log_ratio = torch.nan_to_num(set_reduction_scale(k_e, set_norm) * l_e, nan=0.0)  # L_e (overflow-safe)
-    rho = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
-    unclipped = rho * adv_e
-    clipped = rho.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv_e
-    objective = torch.minimum(unclipped, clipped).sum() / max(num_events, 1)  # J
-
-    clip_fraction = ratio_mean = log_ratio_abs_max = 0.0
-    if n_local:
-        with torch.no_grad():  # one device sync for all metrics
-            stats = torch.stack([(clipped < unclipped).float().mean(), rho.mean(), log_ratio.abs().max()])
-        clip_fraction, ratio_mean, log_ratio_abs_max = stats.tolist()
-    metrics = {
-        "clip_fraction": clip_fraction,  # events whose clipped term is selected (zero gradient)
-        "num_events": float(n_local),
-        "mean_set_size": event_ids.numel() / max(n_local, 1),
-        "ratio_mean": ratio_mean,
-        "log_ratio_abs_max": log_ratio_abs_max,
-    }
-    return -objective, metrics
+    return low
 
 
-def group_advantages(returns: Tensor, group_ids: Tensor, eps: float = 1e-6) -> Tensor:
-    """A_i = (R_i - mean_g) / (std_g + eps) within each group g (any int ids).
-
-    std is the population standard deviation (unbiased=False), so a singleton group,
-    or a group whose returns are all equal, gets advantage 0.
-    """
-    if returns.shape != group_ids.shape or returns.dim() != 1:
-        raise ValueError(
-            f"returns and group_ids must be [N], got {tuple(returns.shape)} and {tuple(group_ids.shape)}"
-        )
-    groups, inverse = torch.unique(group_ids, return_inverse=True)
-    r = at_least_fp32(returns)
-    zeros = r.new_zeros(groups.numel())
-    count = torch.bincount(inverse, minlength=groups.numel()).to(r.dtype)
-    mean = zeros.index_add(0, inverse, r) / count
-    centred = r - mean[inverse]
-    std = (zeros.index_add(0, inverse, centred.square()) / count).sqrt()
-    return centred / (std[inverse] + eps)
-
-
-def event_advantages(returns: Tensor, group_ids: Tensor, event_ids: Tensor, eps: float = 1e-6) -> Tensor:
-    """group_advantages with one sample per EVENT, repeated on its rows: [B] -> [B].
-
-    Row-level inputs (each row carries its event's return and group); the group mean and
-    std are taken over events, so a K=5 event does not weigh five times a singleton.
-    """
-    events, inverse = torch.unique(event_ids, return_inverse=True)
-    rows = torch.arange(event_ids.numel(), device=event_ids.device)
-    first = rows.new_full((events.numel(),), rows.numel()).scatter_reduce(
-        0, inverse, rows, "amin"
-    )  # a row per event
-    return group_advantages(returns[first], group_ids[first], eps)[inverse]
-
-
-def _check_shapes(
-    logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, event_ids: Tensor, adv: Tensor
-) -> None:
-    if logprobs.dim() != 2 or old_logprobs.shape != logprobs.shape or mask.shape != logprobs.shape:
-        raise ValueError(
-            f"logprobs, old_logprobs and response_mask must share one [B, T] shape, got "
-            f"{tuple(logprobs.shape)}, {tuple(old_logprobs.shape)}, {tuple(mask.shape)}"
-        )
-    if event_ids.shape != logprobs.shape[:1] or adv.shape != logprobs.shape[:1]:
-        raise ValueError(
-            f"event_ids and advantages must be [B]=[{logprobs.shape[0]}], got "
-            f"{tuple(event_ids.shape)} and {tuple(adv.shape)}"
-        )
+def setwise_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
+    """SRPO: one ratio and one clip per decision event, [E] terms (events in sorted id order)."""
+    events, inverse = torch.unique(batch.event_ids, return_inverse=True)
+    num_events = events.numel()
+    l_row = token_log_ratio(batch).sum(-1)  # l_ej
+    adv_e = event_values(batch.advantages.detach().to(l_row.dtype), inverse, num_events)  # A_e
+    l_sum = l_row.new_zeros(num_events).index_add(0, inverse, l_row)  # sum_j l_ej
+    k = torch.bincount(inverse, minlength=num_events).to(l_row.dtype)  # K_e
+    log_ratio = torch.nan_to_num(set_reduction_scale(k, config.set_norm) * l_sum, nan=0.0)  # L_e, no nan
+    every_event = torch.ones_like(k, dtype=torch.bool)
+    return clipped_terms(log_ratio, adv_e, config.clip_eps, every_event, set_size=k)

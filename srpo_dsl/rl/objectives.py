@@ -1,9 +1,15 @@
-"""SRPO and the paper's baselines behind one call signature, keyed by name.
+"""The policy-loss registry: SRPO and the paper's baselines behind one call signature.
 
-    srpo   one ratio and one clip per event (setwise_loss), mean over events
-    grpo   per-token ratio and clip, mean over all generated tokens of the step
-    seq    per-member sequence ratio and clip, mean over members (= srpo with K_e = 1)
-    drmas  the grpo loss; it differs in the advantage groups (prompt x role)
+Each loss is registered with `@register_policy_loss(name, aggregation=..., advantage=...)`
+and computes only its per-unit terms; `aggregate` (aggregation.py) turns them into J over
+the GLOBAL count of the unit; the advantage estimator is looked up in its own registry
+(advantages.py):
+
+    name    terms                                        aggregation   advantages
+    srpo    one ratio and clip per event (c(K_e) sum)    event-mean    event (prompt x event type, per event)
+    grpo    one ratio and clip per token                 token-mean    row   (prompt x event type, per row)
+    seq     one ratio and clip per row (srpo, K_e = 1)   row-mean      row
+    drmas   as grpo                                      token-mean    agent (prompt x role, per row)
 
 Every objective optionally adds a KL penalty to a frozen reference (k3 estimator) and an
 entropy bonus, both token means over `num_tokens`, both off by default.
@@ -11,36 +17,41 @@ entropy bonus, both token means over `num_tokens`, both off by default.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
+from srpo_dsl.rl import names
+from srpo_dsl.rl.advantages import AdvantageInputs, get_advantage_estimator
+from srpo_dsl.rl.aggregation import aggregate, get_aggregation
 from srpo_dsl.rl.objective import (
     MAX_LOG_RATIO,
-    SetNorm,
+    LossConfig,
+    PolicyBatch,
+    PolicyTerms,
     at_least_fp32,
-    event_advantages,
-    group_advantages,
-    setwise_loss,
+    clipped_terms,
+    setwise_terms,
+    token_log_ratio,
 )
 
 Metrics = dict[str, float]
+TermsFn = Callable[[PolicyBatch, LossConfig], PolicyTerms]
 
 
-# The common signature is the inner `objective` of `_objective` below: setwise_loss's inputs,
-# the global token/row counts, and the optional regularisers.
-Objective = Callable[..., tuple[Tensor, Metrics]]
+@dataclass(frozen=True)
+class Objective:
+    """A registered policy loss: its per-unit terms, how they are averaged, which advantages it trains on."""
 
+    name: str
+    terms: TermsFn
+    aggregation: str  # a mode of aggregation.py
+    advantage: str  # an estimator of advantages.py
 
-def _objective(policy_term: Callable[..., tuple[Tensor, Metrics]]) -> Objective:
-    """Give a policy-gradient term the common signature, plus the KL and entropy terms.
-
-    num_events / num_tokens / num_rows are the GLOBAL counts of the optimizer step
-    (data parallel, micro-batches); each defaults to the count in this call.
-    """
-
-    def objective(
+    def __call__(
+        self,
         logprobs: Tensor,
         old_logprobs: Tensor,
         response_mask: Tensor,
@@ -48,7 +59,7 @@ def _objective(policy_term: Callable[..., tuple[Tensor, Metrics]]) -> Objective:
         advantages: Tensor,
         *,
         clip_eps: float = 0.2,
-        set_norm: SetNorm = "sqrt",
+        set_norm: str = "sqrt",
         num_events: int | None = None,
         num_tokens: int | None = None,
         num_rows: int | None = None,
@@ -57,138 +68,53 @@ def _objective(policy_term: Callable[..., tuple[Tensor, Metrics]]) -> Objective:
         entropy: Tensor | None = None,
         entropy_coef: float = 0.0,
     ) -> tuple[Tensor, Metrics]:
-        if kl_coef and ref_logprobs is None:
-            raise ValueError("kl_coef > 0 needs ref_logprobs")
-        if entropy_coef and entropy is None:
-            raise ValueError("entropy_coef > 0 needs entropy")
-        mask = response_mask.bool()
-        num_tokens = max(int(mask.sum()) if num_tokens is None else num_tokens, 1)
-        loss, metrics = policy_term(
-            logprobs,
-            old_logprobs,
-            mask,
-            event_ids,
-            advantages,
-            clip_eps=clip_eps,
-            set_norm=set_norm,
-            num_events=num_events,
-            num_tokens=num_tokens,
-            num_rows=num_rows,
-        )
-        if ref_logprobs is not None:
-            kl = k3_kl(logprobs, ref_logprobs, mask).sum() / num_tokens
-            loss = loss + kl_coef * kl
-            metrics["kl"] = kl.item()
-        if entropy is not None:
-            mean_entropy = torch.where(mask, at_least_fp32(entropy), 0.0).sum() / num_tokens
-            loss = loss - entropy_coef * mean_entropy
-            metrics["entropy"] = mean_entropy.item()
-        return loss, metrics
+        """(-J + kl_coef * KL - entropy_coef * H, metrics) on one micro-batch.
 
-    objective.__name__ = objective.__qualname__ = policy_term.__name__
-    objective.__doc__ = policy_term.__doc__
-    return objective
+        [B, T] log-probs (current, behaviour) and mask, [B] event ids and advantages.
+        num_events / num_tokens / num_rows: GLOBAL counts of the optimizer step (each
+        defaults to the count in this call); the loss reads the one of its aggregation,
+        and num_tokens for the KL and entropy terms. set_norm is checked for every loss
+        and changes only srpo (grpo, seq and drmas have no sets).
+        """
+        batch = PolicyBatch.of(logprobs, old_logprobs, response_mask, event_ids, advantages)
+        terms = self.terms(batch, LossConfig(clip_eps, set_norm))
+        metrics = terms.metrics()
+        unit = get_aggregation(self.aggregation).count
+        given = {"num_events": num_events, "num_tokens": num_tokens, "num_rows": num_rows}[unit]
+        objective = aggregate(terms.values, self.aggregation, global_count(unit, given, metrics["num_units"]))
+        metrics[unit] = metrics["num_units"]
+        penalty, extra = regularisers(batch, num_tokens, ref_logprobs, kl_coef, entropy, entropy_coef)
+        return -objective + penalty, metrics | extra
+
+    def advantages(self, inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
+        """[N] row advantages for this objective (its registered estimator)."""
+        return get_advantage_estimator(self.advantage)(inputs, eps)
 
 
-def k3_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor) -> Tensor:
-    """Per-token KL(cur || ref) estimate exp(d) - d - 1 with d = ref - cur; 0 off the mask."""
-    d = torch.where(mask, at_least_fp32(ref_logprobs.detach()) - at_least_fp32(logprobs), 0.0)
-    d = d.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    return d.exp() - d - 1.0
+def global_count(unit: str, given: int | None, local: float) -> int:
+    """The global count of `unit`: `given`, or the local count; ValueError when below the local one."""
+    if given is None:
+        return int(local)
+    if given < local:
+        raise ValueError(f"{unit}={given} is smaller than the {int(local)} in this call")
+    return given
 
 
-@_objective
-def srpo_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    mask: Tensor,
-    event_ids: Tensor,
-    advantages: Tensor,
-    *,
-    clip_eps: float,
-    set_norm: SetNorm,
-    num_events: int | None,
-    **_: object,
-) -> tuple[Tensor, Metrics]:
-    """SRPO: one ratio and one clip per event, mean over the events of the step."""
-    return setwise_loss(
-        logprobs,
-        old_logprobs,
-        mask,
-        event_ids,
-        advantages,
-        clip_eps=clip_eps,
-        set_norm=set_norm,
-        num_events=num_events,
-    )
+OBJECTIVES: dict[str, Objective] = {}
 
 
-@_objective
-def grpo_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    mask: Tensor,
-    event_ids: Tensor,
-    advantages: Tensor,
-    *,
-    clip_eps: float,
-    num_tokens: int,
-    **_: object,
-) -> tuple[Tensor, Metrics]:
-    """GRPO: r_iu = exp(log q_cur - log q_old) per token, clipped per token, token mean."""
-    log_ratio = torch.where(mask, at_least_fp32(logprobs) - at_least_fp32(old_logprobs.detach()), 0.0)
-    ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
-    adv = advantages.detach().to(log_ratio.dtype)[:, None]
-    unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
-    objective = torch.where(mask, torch.minimum(unclipped, clipped), 0.0).sum() / num_tokens
-    with torch.no_grad():  # one device sync for all metrics
-        n = mask.sum()
-        stats = torch.stack(
-            [
-                n.float(),
-                ((clipped < unclipped) & mask).sum() / n.clamp(min=1),
-                torch.where(mask, ratio, 0.0).sum() / n.clamp(min=1),
-                log_ratio.abs().amax() if log_ratio.numel() else ratio.new_zeros(()),
-            ]
-        )
-    local_tokens, clip_fraction, ratio_mean, log_ratio_abs_max = stats.tolist()
-    metrics = {
-        "clip_fraction": clip_fraction,
-        "num_tokens": local_tokens,
-        "ratio_mean": ratio_mean,
-        "log_ratio_abs_max": log_ratio_abs_max,
-    }
-    return -objective, metrics
+def register_policy_loss(name: str, *, aggregation: str, advantage: str) -> Callable[[TermsFn], TermsFn]:
+    """Register `terms(batch, config) -> PolicyTerms` as the objective `name`."""
+    get_aggregation(aggregation)  # unknown names fail at import, not at the first step
+    get_advantage_estimator(advantage)
 
+    def register(terms: TermsFn) -> TermsFn:
+        if name in OBJECTIVES:
+            raise ValueError(f"objective {name!r} is registered twice")
+        OBJECTIVES[name] = Objective(name, terms, aggregation, advantage)
+        return terms
 
-@_objective
-def seq_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    mask: Tensor,
-    event_ids: Tensor,
-    advantages: Tensor,
-    *,
-    clip_eps: float,
-    num_rows: int | None,
-    **_: object,
-) -> tuple[Tensor, Metrics]:
-    """Sequence-level: one ratio and one clip per member (row), mean over rows."""
-    rows = torch.arange(logprobs.shape[0], device=logprobs.device)
-    return setwise_loss(
-        logprobs, old_logprobs, mask, rows, advantages, clip_eps=clip_eps, num_events=num_rows
-    )
-
-
-drmas_loss = grpo_loss  # Dr. MAS: the GRPO loss on agent-wise (prompt x role) advantages
-
-OBJECTIVES: dict[str, Objective] = {
-    "srpo": srpo_loss,
-    "grpo": grpo_loss,
-    "seq": seq_loss,
-    "drmas": drmas_loss,
-}
+    return register
 
 
 def get_objective(name: str) -> Objective:
@@ -198,26 +124,93 @@ def get_objective(name: str) -> Objective:
     return OBJECTIVES[name]
 
 
-def advantage_groups(
-    prompt_ids: Sequence[Hashable], event_types: Sequence[Hashable], roles: Sequence[Hashable], objective: str
-) -> Tensor:
-    """Dense group index per row: (prompt, event_type) for srpo/grpo/seq, (prompt, role) for drmas."""
-    get_objective(objective)
-    second = roles if objective == "drmas" else event_types
-    if not len(prompt_ids) == len(event_types) == len(roles):
-        raise ValueError("prompt_ids, event_types and roles must have one entry per row")
-    index: dict[tuple[Hashable, Hashable], int] = {}
-    return torch.tensor(
-        [index.setdefault(key, len(index)) for key in zip(prompt_ids, second)], dtype=torch.long
+register_policy_loss("srpo", aggregation="event-mean", advantage="event")(setwise_terms)
+
+
+@register_policy_loss("grpo", aggregation="token-mean", advantage="row")
+def token_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
+    """GRPO: r_iu = exp(log q_cur - log q_old) per token, clipped per token, [B, T] terms."""
+    log_ratio = token_log_ratio(batch)
+    adv = batch.advantages.detach().to(log_ratio.dtype)[:, None]
+    return clipped_terms(log_ratio, adv, config.clip_eps, batch.mask)
+
+
+@register_policy_loss("seq", aggregation="row-mean", advantage="row")
+def member_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
+    """Sequence level: one ratio and one clip per row, [B] terms (srpo with every row its own event)."""
+    rows = torch.arange(batch.event_ids.numel(), device=batch.event_ids.device)
+    return setwise_terms(replace(batch, event_ids=rows), config)
+
+
+register_policy_loss("drmas", aggregation="token-mean", advantage="agent")(token_terms)
+names.require_exactly(tuple(OBJECTIVES), names.OBJECTIVES, "objectives")
+
+
+def k3_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Per-token KL(cur || ref) estimate exp(d) - d - 1 with d = ref - cur; 0 off the mask."""
+    d = torch.where(mask, at_least_fp32(ref_logprobs.detach()) - at_least_fp32(logprobs), 0.0)
+    d = d.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    return d.exp() - d - 1.0
+
+
+def regularisers(
+    batch: PolicyBatch,
+    num_tokens: int | None,
+    ref_logprobs: Tensor | None,
+    kl_coef: float,
+    entropy: Tensor | None,
+    entropy_coef: float,
+) -> tuple[Tensor | float, Metrics]:
+    """kl_coef * KL - entropy_coef * H, both token means over the global `num_tokens`, and their metrics."""
+    if kl_coef and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs")
+    if entropy_coef and entropy is None:
+        raise ValueError("entropy_coef > 0 needs entropy")
+    if ref_logprobs is None and entropy is None:
+        return 0.0, {}
+    tokens = global_count("num_tokens", num_tokens, float(batch.mask.sum()))
+    penalty: Tensor | float = 0.0
+    metrics: Metrics = {}
+    if ref_logprobs is not None:
+        kl = aggregate(k3_kl(batch.logprobs, ref_logprobs, batch.mask), "token-mean", tokens)
+        penalty = penalty + kl_coef * kl
+        metrics["kl"] = kl.item()
+    if entropy is not None:
+        mean_entropy = aggregate(torch.where(batch.mask, at_least_fp32(entropy), 0.0), "token-mean", tokens)
+        penalty = penalty - entropy_coef * mean_entropy
+        metrics["entropy"] = mean_entropy.item()
+    return penalty, metrics
+
+
+def setwise_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    response_mask: Tensor,
+    event_ids: Tensor,
+    advantages: Tensor,
+    *,
+    clip_eps: float = 0.2,
+    set_norm: str = "sqrt",
+    num_events: int | None = None,
+) -> tuple[Tensor, Metrics]:
+    """Return (-J, metrics) of SRPO.md §2: one ratio and one clip per decision event.
+
+    logprobs, old_logprobs: [B, T] log-probs of the generated tokens (current, behaviour).
+    response_mask: [B, T] bool or 0/1, true on generated tokens only.
+    event_ids: [B] ints, equal id = one event (any values, need not be contiguous).
+    advantages: [B], the event advantage A_e repeated on every member (else ValueError).
+    set_norm: "sqrt" | "mean" | "none", the set reduction c(K) = K^-1/2 | 1/K | 1.
+    num_events: |B|, the global event count of the optimizer step (data parallel /
+        micro-batches); default: the number of events in this call.
+    metrics: clip_fraction, num_events, mean_set_size, ratio_mean, log_ratio_abs_max.
+    """
+    return OBJECTIVES["srpo"](
+        logprobs,
+        old_logprobs,
+        response_mask,
+        event_ids,
+        advantages,
+        clip_eps=clip_eps,
+        set_norm=set_norm,
+        num_events=num_events,
     )
-
-
-def compute_advantages(
-    returns: Tensor, group_ids: Tensor, event_ids: Tensor, objective: str, eps: float = 1e-6
-) -> Tensor:
-    """Row advantages for `objective`: srpo normalises over events (one sample per event),
-    the others over rows (one sample per response)."""
-    get_objective(objective)
-    if objective == "srpo":
-        return event_advantages(returns, group_ids, event_ids, eps)
-    return group_advantages(returns, group_ids, eps)

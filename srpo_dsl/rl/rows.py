@@ -2,8 +2,8 @@
 
 An incomplete event (a member missing) is dropped whole and counted, never trained on in
 part. Every row carries its event's team return R (the reward of its episode) and the
-advantage A of `compute_advantages`, grouped by (prompt, event type), or (prompt, role)
-for drmas, so all members of one event share one advantage under srpo.
+advantage A of the objective's registered estimator (advantages.py): per event over
+(prompt, event type) groups for srpo, so all members of one event share one advantage.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from srpo_dsl.rl.advantages import AdvantageInputs
 from srpo_dsl.rl.batching import drop_incomplete
-from srpo_dsl.rl.objectives import advantage_groups, compute_advantages
+from srpo_dsl.rl.objectives import get_objective
 
 
 class _Member(Protocol):
@@ -95,7 +96,8 @@ def _pick(column: list, index: Sequence[int]) -> list:
 
 
 def build_rows(episodes: Sequence[_Episode], objective: str) -> Rows:
-    """Rows of the complete events of `episodes`, with advantages for `objective`."""
+    """Rows of the complete events of `episodes`, with the advantages of `objective` (a registered name)."""
+    estimate = get_objective(objective).advantages
     flat = [(ep, e, m) for ep in episodes for e in ep.events if e.complete for m in e.members]
     marked = sum(not e.complete for ep in episodes for e in ep.events)  # recorded incomplete by the executor
     kept, dropped = drop_incomplete(
@@ -110,8 +112,7 @@ def build_rows(episodes: Sequence[_Episode], objective: str) -> Rows:
     event_types = [e.event_type for _, e, _ in flat]
     roles = [m.role for _, _, m in flat]
     returns = torch.tensor([float(ep.reward) for ep, _, _ in flat], dtype=torch.float32)
-    groups = advantage_groups(prompt_ids, event_types, roles, objective)
-    advantages = compute_advantages(returns, groups, event_ids, objective) if flat else returns.clone()
+    advantages = estimate(AdvantageInputs(returns, event_ids, prompt_ids, event_types, roles))
     return Rows(
         [list(m.prompt_token_ids) for _, _, m in flat],
         [list(m.response_token_ids) for _, _, m in flat],

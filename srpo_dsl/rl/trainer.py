@@ -80,10 +80,11 @@ def train(
     run = prepare_run(
         Path(workflow_path), Path(out_dir), overrides or {}, resume, models or {}, ds_config, offload, device
     )
-    if run.start == 0:
-        evaluate(run, 0)
     history = []
     bar = progress_bar(run, progress)
+    if run.start == 0:
+        bar.set_postfix_str("held-out evaluation at step 0")
+        evaluate(run, 0)
     for step in bar:
         history.append(train_step(run, step))
         bar.set_postfix(score=f"{history[-1]['score']:.3f}", loss=f"{history[-1]['loss']:.4f}")

@@ -186,7 +186,7 @@ class Scored:
 @dataclass(frozen=True)
 class MicroStats:
     loss: float
-    clipped: float  # clip fraction x its weight (events for srpo/seq, tokens for grpo/drmas)
+    clipped: float  # clip fraction x its weight (events for srpo, tokens for grpo/drmas, rows for seq)
     weight: float
 
 
@@ -290,7 +290,7 @@ def micro_step(s: Step, micro: list[int], last: bool) -> tuple[MicroStats, dict[
     if micro:
         current, old = micro_logprobs(s, idx, width, scored)
         weights, objective_loss, metrics = token_weights(s, idx, current, old)
-        weight = metrics.get("num_events", metrics.get("num_tokens", 0.0))
+        weight = metrics["num_units"]  # events, tokens or rows: what the objective clips
         loss += objective_loss
         clipped = weight * metrics["clip_fraction"]
     norms = backward_engines(s, scored, weights, bonus, last)

@@ -1,0 +1,129 @@
+"""Group-relative advantages (SRPO.md §2) and the registry of the estimators objectives name.
+
+    A = (R - mean_g) / (std_g + eps)          std_g: population std (unbiased=False)
+
+    event   groups (prompt, event type); one sample per EVENT in mean_g, std_g; A_e on its rows  (srpo)
+    row     groups (prompt, event type); one sample per row                                     (grpo, seq)
+    agent   groups (prompt, role): Dr. MAS's agent-wise normalisation; one sample per row       (drmas)
+
+Each objective names its estimator when it is registered (objectives.py), so nothing here
+or in the rows branches on an objective's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from srpo_dsl.rl import names
+from srpo_dsl.rl.objective import at_least_fp32
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """One entry per row: the team return R of its episode, its event, prompt, event type and role."""
+
+    returns: Tensor  # [N] float
+    event_ids: Tensor  # [N] int, equal id = one event
+    prompt_ids: Sequence[Hashable]
+    event_types: Sequence[Hashable]
+    roles: Sequence[Hashable]
+
+    def __post_init__(self) -> None:
+        n = self.returns.numel()
+        if self.returns.shape != (n,) or self.event_ids.shape != (n,):
+            raise ValueError(
+                f"returns and event_ids must be [N], got {tuple(self.returns.shape)} and "
+                f"{tuple(self.event_ids.shape)}"
+            )
+        if not len(self.prompt_ids) == len(self.event_types) == len(self.roles) == n:
+            raise ValueError("returns, event_ids, prompt_ids, event_types and roles need one entry per row")
+
+
+Estimator = Callable[[AdvantageInputs, float], Tensor]
+ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_advantage_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Register `estimator(inputs, eps) -> [N] advantages` under `name`."""
+
+    def register(estimator: Estimator) -> Estimator:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is registered twice")
+        ADVANTAGE_ESTIMATORS[name] = estimator
+        return estimator
+
+    return register
+
+
+def get_advantage_estimator(name: str) -> Estimator:
+    """The estimator registered under `name`; ValueError listing the names otherwise."""
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(ADVANTAGE_ESTIMATORS)}")
+    return ADVANTAGE_ESTIMATORS[name]
+
+
+def group_index(*keys: Sequence[Hashable]) -> Tensor:
+    """Dense int id per row of the tuple of its keys, in order of first appearance: [N] long."""
+    index: dict[tuple[Hashable, ...], int] = {}
+    return torch.tensor([index.setdefault(key, len(index)) for key in zip(*keys)], dtype=torch.long)
+
+
+def group_advantages(returns: Tensor, group_ids: Tensor, eps: float = 1e-6) -> Tensor:
+    """A_i = (R_i - mean_g) / (std_g + eps) within each group g (any int ids).
+
+    std is the population standard deviation (unbiased=False), so a singleton group,
+    or a group whose returns are all equal, gets advantage 0.
+    """
+    if returns.shape != group_ids.shape or returns.dim() != 1:
+        raise ValueError(
+            f"returns and group_ids must be [N], got {tuple(returns.shape)} and {tuple(group_ids.shape)}"
+        )
+    groups, inverse = torch.unique(group_ids, return_inverse=True)
+    r = at_least_fp32(returns)
+    zeros = r.new_zeros(groups.numel())
+    count = torch.bincount(inverse, minlength=groups.numel()).to(r.dtype)
+    mean = zeros.index_add(0, inverse, r) / count
+    centred = r - mean[inverse]
+    std = (zeros.index_add(0, inverse, centred.square()) / count).sqrt()
+    return centred / (std[inverse] + eps)
+
+
+def event_advantages(returns: Tensor, group_ids: Tensor, event_ids: Tensor, eps: float = 1e-6) -> Tensor:
+    """group_advantages with one sample per EVENT, repeated on its rows: [N] -> [N].
+
+    Row-level inputs (each row carries its event's return and group); the group mean and
+    std are taken over events, so a K=5 event does not weigh five times a singleton.
+    """
+    events, inverse = torch.unique(event_ids, return_inverse=True)
+    rows = torch.arange(event_ids.numel(), device=event_ids.device)
+    no_row = rows.numel()
+    first_row = rows.new_full((events.numel(),), no_row).scatter_reduce(0, inverse, rows, "amin")
+    return group_advantages(returns[first_row], group_ids[first_row], eps)[inverse]
+
+
+@register_advantage_estimator("event")
+def per_event(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
+    """SRPO: groups (prompt, event type), one sample per event."""
+    groups = group_index(inputs.prompt_ids, inputs.event_types)
+    return event_advantages(inputs.returns, groups, inputs.event_ids, eps)
+
+
+@register_advantage_estimator("row")
+def per_row(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
+    """GRPO: groups (prompt, event type), one sample per row (response)."""
+    groups = group_index(inputs.prompt_ids, inputs.event_types)
+    return group_advantages(inputs.returns, groups, eps)
+
+
+@register_advantage_estimator("agent")
+def per_agent(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
+    """Dr. MAS: groups (prompt, role), one sample per row."""
+    groups = group_index(inputs.prompt_ids, inputs.roles)
+    return group_advantages(inputs.returns, groups, eps)
+
+
+names.require_exactly(tuple(ADVANTAGE_ESTIMATORS), names.ADVANTAGE_ESTIMATORS, "advantage estimators")

@@ -1,0 +1,48 @@
+"""Per-unit surrogate terms -> one scalar: the aggregation modes, all of them here.
+
+    event-mean   J = 1/|B| * sum_e  term_e      |B|: events of the optimizer step   (srpo)
+    token-mean   J = 1/|T| * sum_iu term_iu     |T|: generated tokens of the step   (grpo, drmas, KL, entropy)
+    row-mean     J = 1/|R| * sum_i  term_i      |R|: rows (responses) of the step   (seq)
+
+The count is GLOBAL (all ranks and micro-batches of the optimizer step), so a call's value
+is its share of one mean, and the shares sum to the full-batch value whatever the layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from srpo_dsl.rl import names
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """What a mode averages over: the keyword (and metric) holding the count, and the terms' rank."""
+
+    count: str  # num_events | num_tokens | num_rows
+    dims: int  # terms are [E] events, [B, T] tokens (0 off the mask) or [B] rows
+
+
+AGGREGATIONS = {
+    "event-mean": Aggregation("num_events", 1),
+    "token-mean": Aggregation("num_tokens", 2),
+    "row-mean": Aggregation("num_rows", 1),
+}
+names.require_exactly(tuple(AGGREGATIONS), names.AGGREGATIONS, "aggregations")
+
+
+def get_aggregation(mode: str) -> Aggregation:
+    """The mode named `mode`; ValueError listing the modes otherwise."""
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {mode!r}; known: {', '.join(AGGREGATIONS)}")
+    return AGGREGATIONS[mode]
+
+
+def aggregate(terms: Tensor, mode: str, global_count: int) -> Tensor:
+    """J = sum(terms) / N, N = the global count of the mode's unit (at least 1)."""
+    dims = get_aggregation(mode).dims
+    if terms.dim() != dims:
+        raise ValueError(f"{mode} aggregates {dims}-d terms, got shape {tuple(terms.shape)}")
+    return terms.sum() / max(global_count, 1)
