@@ -11,6 +11,7 @@ machine); peak memory is measured with tracemalloc.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import tempfile
@@ -88,7 +89,8 @@ def main() -> None:
         analyze(generate(5, 10), str(folder / "warm.srpo"))  # build the parser tables once
         print(
             f"machine: {platform.processor() or platform.machine()}, {platform.system()}, "
-            f"Python {platform.python_version()}; reference loop {reference_ms():.0f} ms "
+            f"Python {platform.python_version()}; load average {os.getloadavg()[0]:.2f}; "
+            f"reference loop {reference_ms():.0f} ms "
             "(a fixed pure-Python workload: how fast the machine is right now)"
         )
         print(

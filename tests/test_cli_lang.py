@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 from lang_cases import BASE
 
+from srpo_dsl.cli.lang_cmds import Emit
+from srpo_dsl.cli.main import main
+from srpo_dsl.lang.export import FORMATS
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / "workflows"
 
@@ -65,7 +69,67 @@ def test_validate_github_format(tmp_path):
 def test_missing_file_is_usage_error():
     r = cli("validate", "does/not/exist.srpo")
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines()[-1] == "error: cannot read does/not/exist.srpo: no such file"
+    assert r.stderr.splitlines() == [
+        "error: cannot read does/not/exist.srpo: no such file",
+        "1 file(s) checked: 0 error(s), 0 warning(s), 1 unreadable",
+    ]
+
+
+UNREADABLE = {
+    "not-utf8": (b"workflow w\n\xff\xfe\x00", "not UTF-8 text (byte 0xff at offset 11)"),
+    "nul-bytes": (b"workflow w\x00\x01", "a binary file (it holds NUL bytes), not text"),
+    "folder": (None, "it is a directory"),
+}
+
+
+@pytest.mark.parametrize("cmd", ["validate", "compile"])
+@pytest.mark.parametrize("kind", UNREADABLE)
+def test_unreadable_file_is_reported_once(tmp_path, capsys, cmd, kind):
+    content, reason = UNREADABLE[kind]
+    bad = tmp_path / "bad.srpo"
+    if content is None:
+        bad.mkdir()
+    else:
+        bad.write_bytes(content)
+    with pytest.raises(SystemExit) as exited:
+        main([cmd, str(bad)])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2
+    assert err.count("cannot read") == 1 and f"error: cannot read {bad}: {reason}\n" in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_validate_goes_on_after_an_unreadable_file(tmp_path, capsys):
+    bad = tmp_path / "bad.srpo"
+    bad.write_bytes(b"\xff")
+    with pytest.raises(SystemExit) as exited:
+        main(["validate", str(bad), str(WORKFLOWS / "quickstart.srpo"), str(tmp_path / "gone.srpo")])
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == 2
+    assert err == [
+        f"error: cannot read {bad}: not UTF-8 text (byte 0xff at offset 0)",
+        f"error: cannot read {tmp_path / 'gone.srpo'}: no such file",
+        "3 file(s) checked: 0 error(s), 0 warning(s), 2 unreadable",
+    ]
+
+
+def _with_bom(tmp_path, source: Path) -> Path:
+    """`source` as a Windows editor saves it: a UTF-8 byte-order mark first, CRLF line ends."""
+    path = tmp_path / source.name
+    path.write_bytes(b"\xef\xbb\xbf" + source.read_text().replace("\n", "\r\n").encode())
+    (tmp_path / "math").symlink_to(WORKFLOWS / "math")
+    return path
+
+
+def test_file_with_byte_order_mark_validates_and_compiles_alike(tmp_path, capsys):
+    bom = _with_bom(tmp_path, WORKFLOWS / "math_routed.srpo")
+    for args in (["validate", str(bom)], ["compile", str(bom), "-e", "json", "-o", str(tmp_path / "g.json")]):
+        with pytest.raises(SystemExit) as exited:
+            main(args)
+        assert exited.value.code == 0, capsys.readouterr().err
+    summary = capsys.readouterr().out.splitlines()[0]
+    plain = cli("compile", WORKFLOWS / "math_routed.srpo", "-e", "json", "-o", tmp_path / "plain.json")
+    assert summary == plain.stdout.splitlines()[0]  # same event steps, hash and bounds
 
 
 def test_bad_option_is_usage_error():
@@ -98,6 +162,15 @@ def test_compile_error_exit_1(tmp_path):
     assert "error[E025]" in r.stderr
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_compile_emits_every_export_format(fmt):
+    """`--emit` offers each writer of `export.FORMATS` (the one list) and prints what it writes."""
+    assert fmt in {e.value for e in Emit}
+    r = cli("compile", str(ROOT / "workflows/math_fixed.srpo"), "--emit", fmt)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+
+
 @pytest.mark.parametrize("cmd", ["validate", "compile"])
 def test_help_has_examples(cmd):
     r = cli(cmd, "--help")
@@ -120,7 +193,7 @@ def test_grammar_is_found_outside_the_repository(tmp_path):
         [
             sys.executable,
             "-c",
-            "from srpo_dsl.lang.parser import grammar_text; print(grammar_text().splitlines()[0])",
+            "from srpo_dsl.lang.grammar import grammar_text; print(grammar_text().splitlines()[0])",
         ],
         capture_output=True,
         text=True,

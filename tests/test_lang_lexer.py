@@ -8,8 +8,9 @@ from lark.utils import TextSlice
 from test_lang_fuzz import WORDS, mutated_workflow
 
 from srpo_dsl.lang.errors import Span, SrpoError
+from srpo_dsl.lang.grammar import lark_parser
 from srpo_dsl.lang.lexer import ScanLexer
-from srpo_dsl.lang.parser import _build_parser, lark_parser, parse
+from srpo_dsl.lang.parser import _build_parser, parse
 
 FIELDS = ("type", "value", "start_pos", "end_pos", "line", "column", "end_line", "end_column")
 

@@ -7,7 +7,8 @@ import pytest
 
 from srpo_dsl.lang import analyze, load_graph
 from srpo_dsl.lang.compiler import program_hash
-from srpo_dsl.lang.parser import lark_parser, parse
+from srpo_dsl.lang.grammar import lark_parser
+from srpo_dsl.lang.parser import parse
 
 WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
 ALL = sorted(WORKFLOWS.glob("*.srpo"))

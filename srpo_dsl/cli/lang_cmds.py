@@ -7,7 +7,9 @@ from pathlib import Path
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INPUT, CliError, eprint, read_text, write_atomic
+from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, CliError, choices, eprint, print_error, read_text
+from srpo_dsl.io import write_atomic
+from srpo_dsl.lang.export import FORMATS
 
 
 class Format(str, Enum):
@@ -16,11 +18,7 @@ class Format(str, Enum):
     github = "github"
 
 
-class Emit(str, Enum):
-    json = "json"
-    mermaid = "mermaid"
-    dot = "dot"
-    graphml = "graphml"
+Emit = choices("Emit", FORMATS)
 
 
 def validate(
@@ -40,13 +38,13 @@ def validate(
     from srpo_dsl.lang import analyze
     from srpo_dsl.lang.errors import render_github, render_json, render_pretty
 
-    diags, io_error, has_error = [], None, False
+    diags, unreadable, has_error = [], 0, False
     for path in files:
         try:
             text = read_text(path)
-        except CliError as err:
-            io_error = io_error or err
-            eprint(f"error: {err}")
+        except CliError as err:  # reported here, in file order, and nowhere else
+            print_error(err)
+            unreadable += 1
             continue
         result = analyze(text, str(path))
         has_error |= not result.ok
@@ -62,9 +60,10 @@ def validate(
     elif fmt is Format.pretty:
         n_err = sum(d.severity == "error" for d in diags)
         n_warn = len(diags) - n_err
-        eprint(f"{len(files)} file(s) checked: {n_err} error(s), {n_warn} warning(s)")
-    if io_error:
-        raise io_error
+        not_read = f", {unreadable} unreadable" if unreadable else ""
+        eprint(f"{len(files)} file(s) checked: {n_err} error(s), {n_warn} warning(s){not_read}")
+    if unreadable:
+        raise typer.Exit(EXIT_USAGE)
     if has_error:
         raise typer.Exit(EXIT_INPUT)
 
@@ -92,15 +91,15 @@ def compile_cmd(
     result = analyze(text, str(file))
     for d in result.diagnostics:
         eprint(render_pretty(d, text) + "\n")
-    if result.graph is None:
+    program = result.program
+    if program is None:
         raise typer.Exit(EXIT_INPUT)
-    g = result.graph
-    rendered = export(g, emit.value)
-    events = sum(1 for _, k in g.nodes(data="kind") if k not in ("start", "end", "tool"))
+    rendered = export(result.graph, emit.value)
+    bounds = program.bounds
     summary = (
-        f"{g.graph['name']}: {events} event steps, hash {g.graph['hash']}; per episode at most "
-        f"{g.graph['max_events']} events, {g.graph['max_calls']} model calls, "
-        f"{g.graph['max_tool_calls']} tool calls, {g.graph['max_tokens']} generated tokens"
+        f"{program.name}: {len(program.event_nodes)} event steps, hash {program.hash}; per episode at most "
+        f"{bounds.events} events, {bounds.calls} model calls, {bounds.tool_calls} tool calls, "
+        f"{bounds.tokens} generated tokens"
     )
     if out is None:
         print(rendered, end="")

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from srpo_dsl import __version__
-from srpo_dsl.cli.common import EXIT_INTERNAL, CliError, eprint
+from srpo_dsl.cli.common import EXIT_INTERNAL, CliError, eprint, print_error
 from srpo_dsl.cli.lang_cmds import compile_cmd, validate
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
 from srpo_dsl.cli.train_cmds import plot_cmd, train_cmd
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = app(args=argv, standalone_mode=False)  # returns the exit code of a `typer.Exit`
     except CliError as err:
-        eprint(f"error: {err}")
+        print_error(err)
         sys.exit(err.code)
     except typer.Exit as ex:
         sys.exit(ex.exit_code)

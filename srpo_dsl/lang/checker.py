@@ -16,6 +16,7 @@ from srpo_dsl.lang.schema import (
     REWARD_FUNCTIONS,
     TASK_KINDS,
     TOOL_KINDS,
+    ContractSpec,
     Generation,
     LoraOptions,
     TrainOptions,
@@ -76,27 +77,43 @@ def _value(v: n.Value) -> object:
     return v.name if isinstance(v, n.Symbol) else v
 
 
-def _idle_ways(steps: tuple[n.Step, ...]) -> tuple[bool, bool]:
-    """Whether `steps` can be passed through, and whether a `break` can be taken, without a step that
+class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
+    """Whether steps can be passed through, and whether a `break` can be taken, without a step that
     acts (an event or a tool call)."""
-    idle, breaks = True, False
-    for s in steps:
-        if isinstance(s, n.Break):
-            breaks = True
-        elif isinstance(s, n.If):
-            (then_end, then_break), (else_end, else_break) = _idle_ways(s.then), _idle_ways(s.orelse)
-            idle, breaks = then_end or else_end, breaks or then_break or else_break
-        elif isinstance(s, n.Repeat):
-            body_end, body_break = _idle_ways(s.body)
-            idle = body_end or body_break  # a `break` inside leaves the inner loop only
-        else:
-            idle = False
-        if not idle:
-            break
-    return idle, breaks
+
+    def block(self, steps: tuple[n.Step, ...]) -> tuple[bool, bool]:
+        breaks = False
+        for s in steps:
+            passes, s_breaks = self.visit(s)
+            breaks = breaks or s_breaks
+            if not passes:
+                return False, breaks
+        return True, breaks
+
+    def visit_event(self, step: n.EventStep) -> tuple[bool, bool]:
+        return False, False
+
+    def visit_call(self, step: n.CallTool) -> tuple[bool, bool]:
+        return False, False
+
+    def visit_break(self, step: n.Break) -> tuple[bool, bool]:
+        return True, True
+
+    def visit_if(self, step: n.If) -> tuple[bool, bool]:
+        (then_end, then_break), (else_end, else_break) = self.block(step.then), self.block(step.orelse)
+        return then_end or else_end, then_break or else_break
+
+    def visit_repeat(self, step: n.Repeat) -> tuple[bool, bool]:
+        body_end, body_break = self.block(step.body)
+        return body_end or body_break, False  # a `break` inside leaves the inner loop only
 
 
-class _Checker:
+_IDLE_WAYS = _IdleWays()
+
+
+class _Checker(n.StepVisitor[None]):
+    """The checks of declarations, and of steps (one `visit_*` per kind, with `in_loop, routed`)."""
+
     def __init__(self, program: n.Program, template_dirs: list[Path]):
         self.p = program
         self.out = Checked(program)
@@ -250,32 +267,7 @@ class _Checker:
             )
         self.used.add(a.policy.name)
         c = a.contract
-        spec = CONTRACTS.get(c.name.name)
-        if spec is None:
-            self.error(
-                "E030",
-                f"unknown output contract `{c.name.name}`",
-                c.name.span,
-                did_you_mean(c.name.name, CONTRACTS) or f"known: {', '.join(CONTRACTS)}",
-            )
-        elif spec.args == "none" and c.args:
-            self.error("E031", f"`{c.name.name}` takes no arguments", c.span)
-        elif spec.args == "pool" and len(c.args) != 1:
-            self.error("E031", "`route` names exactly one pool: `route(solver)`", c.span)
-        elif spec.args == "pool" and c.args[0].name not in {x.name.name for x in self.p.agents}:
-            self.error(
-                "E012",
-                f"undefined agent `{c.args[0].name}`",
-                c.args[0].span,
-                did_you_mean(c.args[0].name, [x.name.name for x in self.p.agents]),
-            )
-        elif spec.args == "words" and not c.args:
-            self.error("E031", "`verdict` lists its words: `verdict(approve, reject)`", c.span)
-        elif spec.args == "words":
-            words = [w.name for w in c.args]
-            for i, w in enumerate(c.args):
-                if w.name in words[:i]:
-                    self.error("E032", f"verdict word `{w.name}` is listed twice", w.span)
+        spec = self.contract(c)
         gen = self.options(Generation, a.options, f"agent `{a.name.name}`", (), a.span)
         pol = self.out.policies.get(a.policy.name)
         if gen is None or pol is None or spec is None:
@@ -301,6 +293,36 @@ class _Checker:
         )
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):
             self.out.diagnostics.append(diag)
+
+    def contract(self, c: n.Contract) -> ContractSpec | None:
+        """The spec of an agent's output contract (None when unknown), its arguments checked."""
+        spec = CONTRACTS.get(c.name.name)
+        if spec is None:
+            self.error(
+                "E030",
+                f"unknown output contract `{c.name.name}`",
+                c.name.span,
+                did_you_mean(c.name.name, CONTRACTS) or f"known: {', '.join(CONTRACTS)}",
+            )
+        elif spec.args == "none" and c.args:
+            self.error("E031", f"`{c.name.name}` takes no arguments", c.span)
+        elif spec.args == "pool" and len(c.args) != 1:
+            self.error("E031", "`route` names exactly one pool: `route(solver)`", c.span)
+        elif spec.args == "pool" and c.args[0].name not in self.by_name:
+            self.error(
+                "E012",
+                f"undefined agent `{c.args[0].name}`",
+                c.args[0].span,
+                did_you_mean(c.args[0].name, self.by_name),
+            )
+        elif spec.args == "words" and not c.args:
+            self.error("E031", "`verdict` lists its words: `verdict(approve, reject)`", c.span)
+        elif spec.args == "words":
+            words = [w.name for w in c.args]
+            for i, w in enumerate(c.args):
+                if w.name in words[:i]:
+                    self.error("E032", f"verdict word `{w.name}` is listed twice", w.span)
+        return spec
 
     def reward(self) -> None:
         if not self.p.rewards:
@@ -359,7 +381,7 @@ class _Checker:
         """Check a block; `self.acted` holds the agents that may have acted before each step."""
         routed_here: set[str] = set()
         for step in steps:
-            self.step(step, in_loop, routed_here)
+            self.visit(step, in_loop, routed_here)
 
     def branches(self, then: tuple[n.Step, ...], orelse: tuple[n.Step, ...], in_loop: bool) -> None:
         """Both branches start from the same `acted`; afterwards it holds what either may have added.
@@ -375,73 +397,87 @@ class _Checker:
         for agent in from_then:
             self.act(agent)
 
-    def step(self, s: n.Step, in_loop: bool, routed: set[str]) -> None:
-        if isinstance(s, n.Repeat):
-            if s.bound is None:
-                self.error(
-                    "E050",
-                    "loop has no bound: an episode could run forever",
-                    s.span,
-                    "write `repeat at most N { ... }`",
-                )
-            elif s.bound < 1:
-                self.error("E051", "loop bound must be at least 1", s.span)
-            if not s.body:
-                self.error("E052", "empty loop", s.span)
-            elif _idle_ways(s.body)[0]:
-                self.error(
-                    "E055",
-                    "a round of this loop can take no step: it would repeat unchanged",
-                    s.span,
-                    "make every round act, or leave the loop with `until` or `break if`",
-                )
-            if s.bound and s.bound > 1:  # from the second round on, every agent of the body may have acted
-                for x in n.walk_steps(s.body):
-                    if isinstance(x, n.EVENT_STEPS):
-                        self.act(x.agent.name)
-            self.steps(s.body, True)
-            if s.until:
-                self.cond(s.until)
-            return
-        if isinstance(s, n.If):
-            self.cond(s.cond)
-            self.branches(s.then, s.orelse, in_loop)
-            return
-        if isinstance(s, n.Break):
-            if not in_loop:
-                self.error("E053", "`break` outside a loop", s.span)
-            self.cond(s.cond)
-            return
-        if isinstance(s, n.CallTool):
-            if s.tool.name not in self.tool_names:
-                self.error(
-                    "E013",
-                    f"undefined tool `{s.tool.name}`",
-                    s.tool.span,
-                    did_you_mean(s.tool.name, self.tool_names),
-                )
-            self.used.add(s.tool.name)
-            if self.known_agent(s.agent):
-                contract = self.contract_of(s.agent)
-                if contract and contract[0] != "search":
-                    self.error(
-                        "E046",
-                        f"`call` runs a tool on search queries, but `{s.agent.name}` emits `{contract[0]}`",
-                        s.agent.span,
-                    )
-                elif s.agent.name not in self.acted:
-                    self.error(
-                        "E062",
-                        f"unreachable: `{s.agent.name}` has no queries before this call",
-                        s.span,
-                        f"put a step of `{s.agent.name}` before it",
-                    )
-            return
-        assert isinstance(s, n.EVENT_STEPS)
+    def visit_repeat(self, s: n.Repeat, in_loop: bool, routed: set[str]) -> None:
+        if s.bound is None:
+            self.error(
+                "E050",
+                "loop has no bound: an episode could run forever",
+                s.span,
+                "write `repeat at most N { ... }`",
+            )
+        elif s.bound < 1:
+            self.error("E051", "loop bound must be at least 1", s.span)
+        if not s.body:
+            self.error("E052", "empty loop", s.span)
+        elif _IDLE_WAYS.block(s.body)[0]:
+            self.error(
+                "E055",
+                "a round of this loop can take no step: it would repeat unchanged",
+                s.span,
+                "make every round act, or leave the loop with `until` or `break if`",
+            )
+        if s.bound and s.bound > 1:  # from the second round on, every agent of the body may have acted
+            for x in n.walk_events(s.body):
+                self.act(x.agent.name)
+        self.steps(s.body, True)
+        if s.until:
+            self.cond(s.until)
+
+    def visit_if(self, s: n.If, in_loop: bool, routed: set[str]) -> None:
+        self.cond(s.cond)
+        self.branches(s.then, s.orelse, in_loop)
+
+    def visit_break(self, s: n.Break, in_loop: bool, routed: set[str]) -> None:
+        if not in_loop:
+            self.error("E053", "`break` outside a loop", s.span)
+        self.cond(s.cond)
+
+    def visit_call(self, s: n.CallTool, in_loop: bool, routed: set[str]) -> None:
+        if s.tool.name not in self.tool_names:
+            self.error(
+                "E013",
+                f"undefined tool `{s.tool.name}`",
+                s.tool.span,
+                did_you_mean(s.tool.name, self.tool_names),
+            )
+        self.used.add(s.tool.name)
         if not self.known_agent(s.agent):
             return
+        contract = self.contract_of(s.agent)
+        if contract and contract[0] != "search":
+            self.error(
+                "E046",
+                f"`call` runs a tool on search queries, but `{s.agent.name}` emits `{contract[0]}`",
+                s.agent.span,
+            )
+        elif s.agent.name not in self.acted:
+            self.error(
+                "E062",
+                f"unreachable: `{s.agent.name}` has no queries before this call",
+                s.span,
+                f"put a step of `{s.agent.name}` before it",
+            )
+
+    def visit_event(self, s: n.EventStep, in_loop: bool, routed: set[str]) -> None:
+        if not self.known_agent(s.agent):
+            return
+        self.event_contract(s)
+        if isinstance(s, n.Route):
+            routed.add(s.agent.name)
+        elif isinstance(s, n.Parallel):
+            self.parallel(s, routed)
+        elif isinstance(s, n.Revise) and not 1 <= s.replica <= self.pool_of(s.agent):
+            self.error(
+                "E041",
+                f"replica {s.replica} is out of range: `{s.agent.name}` has "
+                f"{self.pool_of(s.agent)} replica(s)",
+                s.span,
+            )
+        self.act(s.agent.name)
+
+    def event_contract(self, s: n.EventStep) -> None:
+        """`route` steps need a router, `verify` steps a verifier; other steps need neither."""
         contract, _args = self.contract_of(s.agent) or ("", ())
-        kind = type(s).__name__.lower()
         if isinstance(s, n.Route) and contract != "route":
             self.error(
                 "E045",
@@ -458,21 +494,9 @@ class _Checker:
             step = "route" if contract == "route" else "verify"
             self.error(
                 "E045",
-                f"`{s.agent.name}` emits `{contract}`: use it in a `{step}` step, not `{kind}`",
+                f"`{s.agent.name}` emits `{contract}`: use it in a `{step}` step, not `{s.kind}`",
                 s.agent.span,
             )
-        if isinstance(s, n.Route):
-            routed.add(s.agent.name)
-        if isinstance(s, n.Parallel):
-            self.parallel(s, routed)
-        if isinstance(s, n.Revise) and not 1 <= s.replica <= self.pool_of(s.agent):
-            self.error(
-                "E041",
-                f"replica {s.replica} is out of range: `{s.agent.name}` has "
-                f"{self.pool_of(s.agent)} replica(s)",
-                s.span,
-            )
-        self.act(s.agent.name)
 
     def parallel(self, s: n.Parallel, routed: set[str]) -> None:
         size = self.pool_of(s.agent)
@@ -544,7 +568,7 @@ class _Checker:
             self.error("E054", "the workflow has no steps", self.p.name.span, "add e.g. `aggregate answerer`")
         self.steps(self.p.steps, False)
         if self.out.reward and self.out.reward.agent not in {
-            s.agent.name for s in n.walk_steps(self.p.steps) if isinstance(s, n.EVENT_STEPS)
+            s.agent.name for s in n.walk_events(self.p.steps)
         }:
             r = self.p.rewards[0]
             self.error("E071", f"the rewarded agent `{r.agent.name}` never acts", r.agent.span)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.checker import Checked
+from srpo_dsl.lang.checker import AgentInfo, Checked
 from srpo_dsl.lang.errors import Diagnostic, SrpoError
 from srpo_dsl.lang.graph import (
     Atom,
@@ -100,13 +100,12 @@ class Cost:
     tool_calls: int = 0
     tokens: int = 0
 
-    def __add__(self, o: Cost) -> Cost:
-        return Cost(
-            self.events + o.events,
-            self.calls + o.calls,
-            self.tool_calls + o.tool_calls,
-            self.tokens + o.tokens,
-        )
+    def __iadd__(self, o: Cost) -> Cost:
+        self.events += o.events
+        self.calls += o.calls
+        self.tool_calls += o.tool_calls
+        self.tokens += o.tokens
+        return self
 
     def __mul__(self, k: int) -> Cost:
         return Cost(self.events * k, self.calls * k, self.tool_calls * k, self.tokens * k)
@@ -136,7 +135,42 @@ def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
     return out
 
 
-class _Compiler:
+class _Bounds(n.StepVisitor[None]):
+    """The most an episode can cost, added into `total`: each loop at its bound, each branch at its
+    dearer arm."""
+
+    def __init__(self, agents: dict[str, AgentInfo]):
+        self.agents = agents
+
+    def block(self, steps: tuple[n.Step, ...]) -> Cost:
+        total = Cost()
+        for s in steps:
+            self.visit(s, total)
+        return total
+
+    def visit_event(self, s: n.EventStep, total: Cost) -> None:
+        a = self.agents[s.agent.name]
+        k = (len(s.replicas) if s.replicas else a.replicas) if isinstance(s, n.Parallel) else 1
+        total.events += 1
+        total.calls += k
+        total.tokens += k * a.max_tokens
+
+    def visit_call(self, s: n.CallTool, total: Cost) -> None:
+        total.tool_calls += self.agents[s.agent.name].replicas
+
+    def visit_repeat(self, s: n.Repeat, total: Cost) -> None:
+        total += self.block(s.body) * (s.bound or 0)
+
+    def visit_if(self, s: n.If, total: Cost) -> None:
+        total += self.block(s.then).max(self.block(s.orelse))
+
+    def visit_break(self, s: n.Break, total: Cost) -> None:
+        pass
+
+
+class _Compiler(n.StepVisitor[Frontier]):
+    """Compiles each kind of step after a frontier (`visit_*(step, frontier, exits)`: the ways out)."""
+
     def __init__(self, checked: Checked):
         self.c = checked
         self.nodes: dict[str, Node] = {}
@@ -199,8 +233,8 @@ class _Compiler:
             out += [(u, chained) for q in leave if (chained := _chain(p, q)) is not None]
         return out
 
-    def event_node(self, s: n.Step, kind: EventKind) -> str:
-        name = s.agent.name  # type: ignore[union-attr]
+    def event_node(self, s: n.EventStep, kind: EventKind) -> str:
+        name = s.agent.name
         agent = self.c.agents[name]
         base = f"{kind}:{name}"
         seen = self.event_types[base] = self.event_types.get(base, 0) + 1
@@ -227,7 +261,7 @@ class _Compiler:
         last_routed = {s.by.name: i for i, s in enumerate(steps) if isinstance(s, n.Parallel) and s.by}
         stops: dict[str, Frontier] = {}  # router -> its STOP ways, waiting to skip past its routed step
         for i, s in enumerate(steps):
-            frontier = self.step(s, frontier, exits)
+            frontier = self.visit(s, frontier, exits)
             if isinstance(s, n.Route) and (exits or last_routed.get(s.agent.name, -1) > i):
                 stop = Atom("var", s.agent.name, "==", "STOP")
                 (exits[-1] if exits else stops.setdefault(s.agent.name, [])).extend(_restrict(frontier, stop))
@@ -236,42 +270,45 @@ class _Compiler:
                 frontier = frontier + stops.pop(s.by.name)
         return frontier
 
-    def step(self, s: n.Step, frontier: Frontier, exits: list[Frontier]) -> Frontier:
-        if isinstance(s, n.EVENT_STEPS):
-            v = self.event_node(s, type(s).__name__.lower())
-            self.connect(frontier, v)
-            return [(v, Way(()))]
-        if isinstance(s, n.Repeat):
-            lid = self._new("L")
-            self.loop_names[lid] = s.bound or 0
-            self.heads[lid] = []
-            self.open_loops.append(lid)
-            self.enclosing = frozenset(self.open_loops)
-            out: Frontier = []
-            tail = self.block(s.body, [(lid, Way(()))], [*exits, out])
-            self.open_loops.pop()
-            self.enclosing = frozenset(self.open_loops)
-            more = Atom("loop", lid, "<", s.bound)
-            if s.until:
-                hit = Atom("var", s.until.agent.name, "==", s.until.word.name)
-                back = _restrict(_restrict(tail, hit.negated()), more)
-                out += _restrict(tail, hit) + _restrict(tail, more.negated())
-            else:
-                back = _restrict(tail, more)
-                out += _restrict(tail, more.negated())
-            into = [(u, Way(p.conj, (*p.reset, lid), p.increment)) for u, p in frontier]
-            into += [(u, Way(p.conj, p.reset, (*p.increment, lid))) for u, p in back]
-            return self.through(into, lid, out)
-        if isinstance(s, n.If):
-            hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
-            return self.block(s.then, _restrict(frontier, hit), exits) + self.block(
-                s.orelse, _restrict(frontier, hit.negated()), exits
-            )
-        if isinstance(s, n.Break):
-            hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
-            exits[-1] += _restrict(frontier, hit)
-            return _restrict(frontier, hit.negated())
-        assert isinstance(s, n.CallTool)
+    def visit_event(self, s: n.EventStep, frontier: Frontier, exits: list[Frontier]) -> Frontier:
+        v = self.event_node(s, s.kind)  # type: ignore[arg-type]
+        self.connect(frontier, v)
+        return [(v, Way(()))]
+
+    def visit_repeat(self, s: n.Repeat, frontier: Frontier, exits: list[Frontier]) -> Frontier:
+        lid = self._new("L")
+        self.loop_names[lid] = s.bound or 0
+        self.heads[lid] = []
+        self.open_loops.append(lid)
+        self.enclosing = frozenset(self.open_loops)
+        out: Frontier = []
+        tail = self.block(s.body, [(lid, Way(()))], [*exits, out])
+        self.open_loops.pop()
+        self.enclosing = frozenset(self.open_loops)
+        more = Atom("loop", lid, "<", s.bound)
+        if s.until:
+            hit = Atom("var", s.until.agent.name, "==", s.until.word.name)
+            back = _restrict(_restrict(tail, hit.negated()), more)
+            out += _restrict(tail, hit) + _restrict(tail, more.negated())
+        else:
+            back = _restrict(tail, more)
+            out += _restrict(tail, more.negated())
+        into = [(u, Way(p.conj, (*p.reset, lid), p.increment)) for u, p in frontier]
+        into += [(u, Way(p.conj, p.reset, (*p.increment, lid))) for u, p in back]
+        return self.through(into, lid, out)
+
+    def visit_if(self, s: n.If, frontier: Frontier, exits: list[Frontier]) -> Frontier:
+        hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
+        return self.block(s.then, _restrict(frontier, hit), exits) + self.block(
+            s.orelse, _restrict(frontier, hit.negated()), exits
+        )
+
+    def visit_break(self, s: n.Break, frontier: Frontier, exits: list[Frontier]) -> Frontier:
+        hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
+        exits[-1] += _restrict(frontier, hit)
+        return _restrict(frontier, hit.negated())
+
+    def visit_call(self, s: n.CallTool, frontier: Frontier, exits: list[Frontier]) -> Frontier:
         kind, opts = self.c.tools[s.tool.name]
         pool = self.c.agents[s.agent.name].replicas
         node = ToolNode(
@@ -298,31 +335,13 @@ class _Compiler:
             return Edge(u, v, _ALWAYS_WAYS, "always")
         return Edge(u, v, tuple(paths), self.when(paths))
 
-    # ---- bounds --------------------------------------------------------------
-    def cost(self, steps: tuple[n.Step, ...]) -> Cost:
-        total = Cost()
-        for s in steps:
-            if isinstance(s, n.EVENT_STEPS):
-                a = self.c.agents[s.agent.name]
-                k = (len(s.replicas) if s.replicas else a.replicas) if isinstance(s, n.Parallel) else 1
-                total.events += 1
-                total.calls += k
-                total.tokens += k * a.max_tokens
-            elif isinstance(s, n.CallTool):
-                total.tool_calls += self.c.agents[s.agent.name].replicas
-            elif isinstance(s, n.Repeat):
-                total += self.cost(s.body) * (s.bound or 0)
-            elif isinstance(s, n.If):
-                total += self.cost(s.then).max(self.cost(s.orelse))
-        return total
-
     def run(self) -> EventGraph:
         p, c = self.c.program, self.c
         start = self._add(Terminal("start", "start"))
         tail = self.block(p.steps, [(start, Way(()))], [])
         self.connect(tail, self._add(Terminal("end", "end")))
         edges = tuple(self.edge(u, v, paths) for u, out in self.succ.items() for v, paths in out.items())
-        bounds = self.cost(p.steps)
+        bounds = _Bounds(c.agents).block(p.steps)
         return EventGraph(
             name=p.name.name,
             source=p.file,

@@ -10,6 +10,13 @@ from typing import Literal
 
 Severity = Literal["error", "warning"]
 
+BOM = "\ufeff"
+
+
+def without_bom(text: str) -> str:
+    """The text an editor shows: without the byte-order mark some editors (Windows) write first."""
+    return text[1:] if text.startswith(BOM) else text
+
 
 @dataclass(frozen=True)
 class Span:
@@ -68,7 +75,7 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
 def render_pretty(diag: Diagnostic, source: str | None) -> str:
     """`FILE:LINE:COL: error[CODE]: message`, the source line, a caret underline, the hint."""
     out = [f"{diag.span}: {diag.severity}[{diag.code}]: {diag.message}"]
-    lines = source.splitlines() if source is not None else []
+    lines = without_bom(source).splitlines() if source is not None else []
     if 1 <= diag.span.line <= len(lines):
         text = lines[diag.span.line - 1].expandtabs(1)
         gutter = f"{diag.span.line:>4} | "
@@ -97,6 +104,7 @@ def render_json(diags: Sequence[Diagnostic]) -> str:
 
 
 __all__ = [
+    "BOM",
     "Diagnostic",
     "Severity",
     "Span",
@@ -105,4 +113,5 @@ __all__ = [
     "render_github",
     "render_json",
     "render_pretty",
+    "without_bom",
 ]

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import io
 import json
+from typing import TYPE_CHECKING, NamedTuple
 
-import networkx as nx
-
-FORMATS = ("json", "mermaid", "dot", "graphml")
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def to_json(graph: nx.DiGraph) -> str:
+    import networkx as nx
+
     return json.dumps(nx.node_link_data(graph, edges="edges"), indent=2, sort_keys=True)
 
 
 def from_json(text: str) -> nx.DiGraph:
+    import networkx as nx
+
     return nx.node_link_graph(json.loads(text), directed=True, multigraph=False, edges="edges")
 
 
@@ -28,15 +32,23 @@ def _label(data: dict) -> str:
     return label
 
 
-_MERMAID_SHAPES = {
-    "start": ("((", "))"),
-    "end": ("((", "))"),
-    "route": ("{{", "}}"),
-    "verify": ("{", "}"),
-    "parallel": ("[[", "]]"),
-    "tool": ("[(", ")]"),
-    "revise": ("[/", "/]"),
-    "aggregate": ("([", "])"),
+class _Shape(NamedTuple):
+    """How a node kind is drawn: Mermaid's brackets around the label, Graphviz's shape."""
+
+    mermaid_open: str
+    mermaid_close: str
+    dot: str
+
+
+_SHAPES = {
+    "start": _Shape("((", "))", "circle"),
+    "end": _Shape("((", "))", "doublecircle"),
+    "route": _Shape("{{", "}}", "diamond"),
+    "verify": _Shape("{", "}", "diamond"),
+    "parallel": _Shape("[[", "]]", "box3d"),
+    "tool": _Shape("[(", ")]", "cylinder"),
+    "revise": _Shape("[/", "/]", "box"),
+    "aggregate": _Shape("([", "])", "box"),
 }
 
 
@@ -45,8 +57,9 @@ def to_mermaid(graph: nx.DiGraph) -> str:
     ident = lambda v: v.upper() if v in ("start", "end") else v  # noqa: E731  (`end` is reserved)
     out = ["flowchart TD"]
     for v, d in graph.nodes(data=True):
-        left, right = _MERMAID_SHAPES.get(d["kind"], ("[", "]"))
-        out.append(f'    {ident(v)}{left}"{_label(d).replace(chr(34), "#quot;")}"{right}')
+        shape = _SHAPES[d["kind"]]
+        label = _label(d).replace(chr(34), "#quot;")
+        out.append(f'    {ident(v)}{shape.mermaid_open}"{label}"{shape.mermaid_close}')
     for u, v, d in graph.edges(data=True):
         when = d.get("when", "always")
         arrow = "-->" if when == "always" else f'-->|"{when}"|'
@@ -57,19 +70,9 @@ def to_mermaid(graph: nx.DiGraph) -> str:
 def to_dot(graph: nx.DiGraph) -> str:
     """Graphviz DOT text, written directly (no pydot/pygraphviz needed)."""
     q = lambda s: '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'  # noqa: E731
-    shapes = {
-        "start": "circle",
-        "end": "doublecircle",
-        "route": "diamond",
-        "verify": "diamond",
-        "parallel": "box3d",
-        "tool": "cylinder",
-        "revise": "box",
-        "aggregate": "box",
-    }
     out = [f"digraph {q(graph.graph.get('name', 'workflow'))} {{", "    rankdir=TB;"]
     for v, d in graph.nodes(data=True):
-        out.append(f"    {q(v)} [label={q(_label(d))}, shape={shapes.get(d['kind'], 'box')}];")
+        out.append(f"    {q(v)} [label={q(_label(d))}, shape={_SHAPES[d['kind']].dot}];")
     for u, v, d in graph.edges(data=True):
         when = d.get("when", "always")
         out.append(
@@ -89,6 +92,8 @@ def _flat(value: object) -> object:
 
 def to_graphml(graph: nx.DiGraph) -> str:
     """GraphML holds scalars only: nested attributes become JSON strings, None becomes ''."""
+    import networkx as nx
+
     flat = nx.DiGraph()
     flat.graph.update({k: _flat(v) for k, v in graph.graph.items()})
     for v, d in graph.nodes(data=True):
@@ -100,5 +105,10 @@ def to_graphml(graph: nx.DiGraph) -> str:
     return buf.getvalue().decode()
 
 
+_WRITERS = {"json": to_json, "mermaid": to_mermaid, "dot": to_dot, "graphml": to_graphml}
+FORMATS = tuple(_WRITERS)
+
+
 def export(graph: nx.DiGraph, fmt: str) -> str:
-    return {"json": to_json, "mermaid": to_mermaid, "dot": to_dot, "graphml": to_graphml}[fmt](graph)
+    """`graph` as text in one of `FORMATS`."""
+    return _WRITERS[fmt](graph)

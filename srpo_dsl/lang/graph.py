@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NamedTuple
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from srpo_dsl.lang.checker import AgentInfo, PolicyInfo, RewardInfo
 from srpo_dsl.lang.schema import TrainOptions
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 GRAPH_SCHEMA = "srpo-graph/1"
 EventKind = Literal["route", "parallel", "verify", "revise", "aggregate"]
@@ -229,6 +230,8 @@ class EventGraph:
 
     def to_networkx(self) -> nx.DiGraph:
         """The documented `networkx.DiGraph` (docs/dsl.md, "The compiled event graph")."""
+        import networkx as nx
+
         g = nx.DiGraph()
         g.add_nodes_from((v, node.attrs()) for v, node in self.nodes.items())
         g.add_edges_from((e.source, e.target, e.attrs()) for e in self.edges)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 from srpo_dsl.lang.errors import Span
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -114,14 +119,32 @@ class Cond:
     span: Span
 
 
+class _StepNode:
+    """What every step has: its nested blocks (a loop's body, a branch's arms) for `walk_steps`."""
+
+    blocks: ClassVar[tuple[tuple[Step, ...], ...]] = ()
+
+
+class EventStep(_StepNode):
+    """A step in which one agent acts (a set of its replicas, for `parallel`): one decision event."""
+
+    agent: Ident
+    span: Span
+
+    @property
+    def kind(self) -> str:
+        """The step's keyword: `route`, `parallel`, `verify`, `revise` or `aggregate`."""
+        return type(self).__name__.lower()
+
+
 @dataclass(frozen=True)
-class Route:
+class Route(EventStep):
     agent: Ident
     span: Span
 
 
 @dataclass(frozen=True)
-class Parallel:
+class Parallel(EventStep):
     """One active set: all replicas, explicit 1-based replicas, or the subset a router chose."""
 
     agent: Ident
@@ -131,49 +154,57 @@ class Parallel:
 
 
 @dataclass(frozen=True)
-class Verify:
+class Verify(EventStep):
     agent: Ident
     span: Span
 
 
 @dataclass(frozen=True)
-class Revise:
+class Revise(EventStep):
     agent: Ident
     replica: int  # 1-based
     span: Span
 
 
 @dataclass(frozen=True)
-class Aggregate:
+class Aggregate(EventStep):
     agent: Ident
     span: Span
 
 
 @dataclass(frozen=True)
-class CallTool:
+class CallTool(_StepNode):
     tool: Ident
     agent: Ident
     span: Span
 
 
 @dataclass(frozen=True)
-class Repeat:
+class Repeat(_StepNode):
     bound: int | None
     body: tuple[Step, ...]
     until: Cond | None
     span: Span
 
+    @property
+    def blocks(self) -> tuple[tuple[Step, ...], ...]:  # type: ignore[override]
+        return (self.body,)
+
 
 @dataclass(frozen=True)
-class If:
+class If(_StepNode):
     cond: Cond
     then: tuple[Step, ...]
     orelse: tuple[Step, ...]
     span: Span
 
+    @property
+    def blocks(self) -> tuple[tuple[Step, ...], ...]:  # type: ignore[override]
+        return (self.then, self.orelse)
+
 
 @dataclass(frozen=True)
-class Break:
+class Break(_StepNode):
     """`break if agent == word`: leave the innermost loop."""
 
     cond: Cond
@@ -181,7 +212,50 @@ class Break:
 
 
 Step = Route | Parallel | Verify | Revise | Aggregate | CallTool | Repeat | If | Break
-EVENT_STEPS = (Route, Parallel, Verify, Revise, Aggregate)
+EVENT_STEPS = tuple(kind for kind in get_args(Step) if issubclass(kind, EventStep))
+
+# Which method of a `StepVisitor` each kind of step goes to.
+_VISIT_METHODS: dict[type, str] = {
+    **dict.fromkeys(EVENT_STEPS, "visit_event"),
+    CallTool: "visit_call",
+    Repeat: "visit_repeat",
+    If: "visit_if",
+    Break: "visit_break",
+}
+
+
+class StepVisitor(ABC, Generic[R]):
+    """What each kind of step means to one pass over the steps (checks, compilation, bounds).
+
+    `visit(step, *args)` calls the method for the step's kind with `args`: one table lookup, no
+    chain of isinstance tests. The five event steps share `visit_event`: control flows through
+    them alike, and `step.kind` tells them apart where they differ. A subclass defines every
+    method (else it cannot be instantiated): a pass cannot forget a kind of step.
+    """
+
+    _methods: ClassVar[dict[type, Callable[..., Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._methods = {kind: getattr(cls, name) for kind, name in _VISIT_METHODS.items()}
+
+    def visit(self, step: Step, *args: Any) -> R:
+        return self._methods[type(step)](self, step, *args)
+
+    @abstractmethod
+    def visit_event(self, step: EventStep, *args: Any) -> R: ...
+
+    @abstractmethod
+    def visit_call(self, step: CallTool, *args: Any) -> R: ...
+
+    @abstractmethod
+    def visit_repeat(self, step: Repeat, *args: Any) -> R: ...
+
+    @abstractmethod
+    def visit_if(self, step: If, *args: Any) -> R: ...
+
+    @abstractmethod
+    def visit_break(self, step: Break, *args: Any) -> R: ...
 
 
 @dataclass(frozen=True)
@@ -200,12 +274,14 @@ class Program:
     source: str
 
 
-def walk_steps(steps: tuple[Step, ...]):
-    """Every step, depth first, in program order."""
+def walk_steps(steps: tuple[Step, ...]) -> Iterator[Step]:
+    """Every step, depth first, in program order (a loop's body, then-arm and else-arm included)."""
     for step in steps:
         yield step
-        if isinstance(step, Repeat):
-            yield from walk_steps(step.body)
-        elif isinstance(step, If):
-            yield from walk_steps(step.then)
-            yield from walk_steps(step.orelse)
+        for block in step.blocks:
+            yield from walk_steps(block)
+
+
+def walk_events(steps: tuple[Step, ...]) -> Iterator[EventStep]:
+    """The event steps among `walk_steps(steps)`."""
+    return (s for s in walk_steps(steps) if isinstance(s, EVENT_STEPS))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
@@ -16,8 +17,9 @@ from srpo_dsl.lang.schema import CONTEXT_VARIABLES
 PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
 
-def template_search_path(dirs: list[Path]) -> list[Path]:
-    """Where templates are looked up: the given folders, then the package's defaults."""
+def template_search_path(dirs: Sequence[Path]) -> list[Path]:
+    """Where role templates are looked up, by the checker and the runtime alike: the given folders
+    (the workflow's folder), then the package's defaults."""
     return [*dirs, PACKAGE_TEMPLATES]
 
 
@@ -35,9 +37,7 @@ def check_template(name: str, at: Span, dirs: list[Path]) -> list[Diagnostic]:
 
 @functools.lru_cache(maxsize=256)
 def _environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
-    return SandboxedEnvironment(
-        loader=jinja2.FileSystemLoader([str(d) for d in template_search_path(list(dirs))])
-    )
+    return SandboxedEnvironment(loader=jinja2.FileSystemLoader(template_search_path(dirs)))
 
 
 @functools.lru_cache(maxsize=1024)

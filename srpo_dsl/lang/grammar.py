@@ -1,0 +1,64 @@
+"""The grammar (`grammar/srpo.lark`), its Lark parser, and what the front end reads off its rules.
+
+The grammar is the one source of the syntax: which keywords start a step or a declaration is
+read from its rules (the first terminal of each alternative of `step` and `item`), never listed
+by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from lark import Lark
+from lark.grammar import Symbol
+
+
+def grammar_text() -> str:
+    """The grammar: package data when installed, else the repository's `grammar/srpo.lark`."""
+    packaged = resources.files("srpo_dsl").joinpath("_data/grammar/srpo.lark")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[2] / "grammar" / "srpo.lark").read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=2)
+def lark_parser(strict: bool = False) -> Lark:
+    """Lark's own pipeline (basic lexer, parse tree): what syntax errors are found and explained with."""
+    # `cache=True` stores the LALR tables in the temp folder, keyed by the grammar's hash.
+    return Lark(
+        grammar_text(), parser="lalr", lexer="basic", maybe_placeholders=True, strict=strict, cache=not strict
+    )
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Terminal names (`ROUTE`, `AGENT`, `RBRACE`, ...) at the edges of statements, read off the rules."""
+
+    steps: frozenset[str]  # the keywords that start a step (`route`, `repeat`, ...)
+    declarations: frozenset[str]  # the keywords that start a declaration (`agent`, `task`, ...)
+    boundaries: frozenset[str]  # those, `workflow`, and the `}` that closes a block
+
+
+@functools.lru_cache(maxsize=4)
+def statements(parser: Lark) -> Statements:
+    """The statement keywords of `parser`'s grammar (`lark_parser()` for the language's own)."""
+    rules: dict[str, list[list[Symbol]]] = defaultdict(list)
+    for rule in parser.rules:
+        rules[rule.origin.name].append(rule.expansion)
+
+    def first(name: str) -> frozenset[str]:
+        """The terminals the rule `name` can start with (every statement starts with a keyword)."""
+        out: set[str] = set()
+        for expansion in rules[name]:
+            head = expansion[0]
+            out |= {head.name} if head.is_term else first(head.name)
+        return frozenset(out)
+
+    steps = first("step")
+    items = first("item")
+    closes = frozenset(expansion[-1].name for expansion in rules["block"])
+    return Statements(steps, items - steps, items | first("workflow_decl") | closes)

@@ -1,0 +1,175 @@
+"""Syntax errors in words a user reads, and recovery: several errors per run, each at its position.
+
+The text a fast parse rejected is parsed again by Lark's own pipeline, which stops at the first
+error with what it expected there. The erroneous statement is then blanked and the parse resumed
+at the next statement, when that is safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from lark import Lark
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from srpo_dsl.lang.errors import Diagnostic, Span
+from srpo_dsl.lang.grammar import lark_parser, statements
+
+MAX_PARSE_ERRORS = 10
+
+# What a user reads instead of a terminal's internal name (a keyword reads as itself: `agent`).
+_TERMINAL_WORDS = {
+    "NAME": "a name",
+    "STRING": "a string in double quotes",
+    "NUMBER": "a number",
+    "COMPARE": "`==` or `!=`",
+    "$END": "the end of the file",
+}
+
+# Common mistakes, recognised by example, with a plainer message (Lark's match_examples).
+_EXAMPLES: dict[tuple[str, str], list[str]] = {
+    ("E004", 'an agent needs `prompt "FILE.j2"` before `emits`'): [
+        "workflow w agent a uses lm emits boxed",
+    ],
+    ("E005", "a loop is written `repeat at most N { ... }`"): [
+        "workflow w repeat 4 { }",
+        "workflow w repeat at 4 { }",
+    ],
+    ("E006", 'a binding needs `=`: `policy NAME = hf("MODEL")`'): [
+        'workflow w policy lm hf("x")',
+        'workflow w tool t bm25(corpus = "c")',
+    ],
+    ("E007", "a condition compares an agent with a word: `verifier == approve`"): [
+        "workflow w if v { }",
+        "workflow w repeat at most 2 { } until v",
+        "workflow w break if v",
+    ],
+}
+
+
+def _situation(err: UnexpectedToken) -> int:
+    """Where the parser stood (its LR state); equal states, equal mistakes."""
+    return err.interactive_parser.parser_state.state_stack[-1]
+
+
+@functools.lru_cache(maxsize=1)
+def _example_labels() -> dict[int, tuple[str, str]]:
+    """Like Lark's `match_examples`, keyed by the LR state alone: context before the error does not matter."""
+    labels: dict[int, tuple[str, str]] = {}
+    for label, examples in _EXAMPLES.items():
+        for example in examples:
+            try:
+                lark_parser().parse(example)
+            except UnexpectedToken as err:
+                labels.setdefault(_situation(err), label)
+    return labels
+
+
+def _describe(term: str, parser: Lark) -> str:
+    if term in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[term]
+    try:
+        pattern = parser.get_terminal(term).pattern
+    except KeyError:
+        return term.lower()
+    return f"`{pattern.value}`" if pattern.type == "str" else term.lower()
+
+
+def _expected(err: UnexpectedInput, parser: Lark) -> str:
+    accepts: set[str] = set()
+    if isinstance(err, (UnexpectedToken, UnexpectedEOF)) and getattr(err, "interactive_parser", None):
+        accepts = set(err.interactive_parser.accepts())
+    if not accepts:
+        accepts = set(getattr(err, "expected", ()) or getattr(err, "allowed", ()) or ())
+    groups = statements(parser)
+    labels = set()
+    for group, label in ((groups.steps, "a step"), (groups.declarations, "a declaration")):
+        if group <= accepts:
+            accepts -= group
+            labels.add(label)
+    names = {_describe(t, parser) for t in accepts} | labels
+    words = sorted(names, key=lambda w: (not w.startswith("`"), w))
+    if not words:
+        return ""
+    if len(words) > 8:
+        return f" (expected one of {len(words)} things, e.g. {', '.join(words[:6])})"
+    return " (expected " + (words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]) + ")"
+
+
+def _at_end(err: UnexpectedInput) -> bool:
+    return isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END")
+
+
+def _found(err: UnexpectedInput) -> str:
+    if isinstance(err, UnexpectedCharacters):
+        return f"unexpected character `{err.char}`"
+    if _at_end(err):
+        return "unexpected end of file"
+    return f"unexpected `{err.token}`"  # type: ignore[attr-defined]
+
+
+def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark) -> Diagnostic:
+    line, col = max(1, getattr(err, "line", 1) or 1), max(1, getattr(err, "column", 1) or 1)
+    width = 1
+    if _at_end(err):
+        lines = text.splitlines() or [""]
+        line, col = len(lines), len(lines[-1]) + 1
+    elif isinstance(err, UnexpectedToken):
+        width = max(1, len(str(err.token)))
+    span = Span(file, line, col, line, col + width)
+    if isinstance(err, UnexpectedCharacters) and err.char == '"':
+        return Diagnostic("E002", "unterminated string", span, 'close the string with `"` on the same line')
+    code, hint = (
+        ("E003" if _at_end(err) else "E002" if isinstance(err, UnexpectedCharacters) else "E001"),
+        None,
+    )
+    label = _example_labels().get(_situation(err)) if isinstance(err, UnexpectedToken) else None
+    if label is not None:
+        code, hint = label
+    return Diagnostic(code, _found(err) + _expected(err, parser), span, hint)
+
+
+def _resumes(line: str, parser: Lark) -> bool:
+    """Whether `line` starts a statement, closes a block, or holds no token: a place to resume at."""
+    try:
+        first = next(iter(parser.lex(line)), None)
+    except UnexpectedCharacters:
+        return False
+    return first is None or first.type in statements(parser).boundaries
+
+
+def _blank_from(text: str, line: int, parser: Lark) -> str:
+    """Blank the erroneous statement: from `line` up to the next line that starts a statement."""
+    lines = text.split("\n")
+    end = line
+    while end < len(lines) and not _resumes(lines[end], parser):
+        end += 1
+    for k in range(line - 1, min(end, len(lines))):
+        lines[k] = re.sub(r"\S", " ", lines[k])
+    return "\n".join(lines)
+
+
+def syntax_errors(text: str, file: str = "<string>") -> list[Diagnostic]:
+    """Every syntax error found (up to a limit), resuming after each at the next statement when safe."""
+    parser = lark_parser()
+    diags: list[Diagnostic] = []
+    work = text
+    while len(diags) < MAX_PARSE_ERRORS:
+        try:
+            parser.parse(work)
+            break
+        except UnexpectedInput as err:
+            diag = _diagnostic(err, file, text, parser)
+            if diags and (diag.span.line, diag.span.col) <= (diags[-1].span.line, diags[-1].span.col):
+                break  # no progress: recovery would only repeat itself
+            diags.append(diag)
+            if diag.code == "E003" or (
+                isinstance(err, UnexpectedToken) and err.token.type in statements(parser).boundaries
+            ):
+                break  # the statement before is unfinished: no safe place to resume
+            recovered = _blank_from(work, diag.span.line, parser)
+            if recovered == work or recovered.count("{") != work.count("{"):
+                break  # blanking would unbalance the braces: later errors would be noise
+            work = recovered
+    return diags

@@ -1,0 +1,92 @@
+"""The parser: callbacks that check the shape of each rule, keywords read off the grammar, a leading
+byte-order mark, and where recovery resumes."""
+
+import pytest
+from lang_cases import BASE
+from lark import Lark
+
+from srpo_dsl.lang import analyze
+from srpo_dsl.lang.errors import BOM, render_pretty
+from srpo_dsl.lang.grammar import grammar_text, lark_parser, statements
+from srpo_dsl.lang.lexer import ScanLexer
+from srpo_dsl.lang.parser import _Build, parse
+
+
+def _fast_parser(grammar: str) -> Lark:
+    """The fast pipeline's settings, on another grammar."""
+    return Lark(
+        grammar,
+        parser="lalr",
+        lexer=ScanLexer,
+        keep_all_tokens=True,
+        maybe_placeholders=True,
+        transformer=_Build(),
+    )
+
+
+@pytest.mark.parametrize(
+    "rule,grown,text",
+    [
+        ('tool_decl: "tool" NAME "=" call', 'tool_decl: "tool" NAME [FROZEN] "=" call', "tool t = bm25()"),
+        ("route_step: ROUTE NAME", "route_step: ROUTE NAME [FROZEN]", "route r"),
+        ("cond: NAME COMPARE NAME", "cond: NAME COMPARE NAME [FROZEN]", "break if v == x"),
+    ],
+)
+def test_a_rule_whose_shape_changes_fails_loudly_instead_of_building_a_wrong_node(rule, grown, text):
+    """Callbacks unpack their parts by name: a part added to a rule cannot shift the others silently."""
+    grammar = grammar_text()
+    assert rule in grammar
+    _fast_parser(grammar).parse(f"workflow w {text}")  # the callbacks fit the grammar as it is
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        _fast_parser(grammar.replace(rule, grown)).parse(f"workflow w {text}")
+
+
+def test_statement_keywords_are_read_off_the_grammar():
+    words = statements(lark_parser())
+    assert words.steps == {
+        "ROUTE",
+        "PARALLEL",
+        "VERIFY",
+        "REVISE",
+        "AGGREGATE",
+        "CALL",
+        "REPEAT",
+        "IF",
+        "BREAK",
+    }
+    assert words.declarations == {"POLICY", "TASK", "TOOL", "AGENT", "REWARD", "TRAIN"}
+    assert words.boundaries == words.steps | words.declarations | {"WORKFLOW", "RBRACE"}
+    grown = grammar_text().replace("| break_step", '| break_step\n     | stop_step\nstop_step: "stop"')
+    assert statements(Lark(grown, parser="lalr")).steps == words.steps | {"STOP"}
+
+
+def test_expected_steps_and_declarations_are_named_as_groups():
+    (diag,) = analyze("workflow w\nrepeat at most 2 { 3 }\n", "t.srpo").diagnostics
+    assert diag.message == "unexpected `3` (expected `}` or a step)"
+    (diag,) = analyze("workflow w\n3\n", "t.srpo").diagnostics
+    assert diag.message == "unexpected `3` (expected a declaration, a step or the end of the file)"
+
+
+def test_recovery_resumes_at_a_keyword_not_at_a_name_that_starts_like_one():
+    text = BASE.replace('policy lm = hf("m")', 'policy lm hf("m")\n  agents_note = 1')
+    text = text.replace("verify verifier\n", "verify 3\n")
+    codes = [(d.code, d.span.line) for d in analyze(text, "t.srpo").diagnostics]
+    assert codes == [("E006", 2), ("E001", 14)]
+
+
+def test_a_leading_byte_order_mark_is_dropped():
+    assert parse(BOM + BASE, "t.srpo") == parse(BASE, "t.srpo")  # spans and source included
+
+
+def test_columns_of_the_first_line_ignore_the_byte_order_mark():
+    text = BOM + "workflow 3\n"
+    diag = analyze(text, "t.srpo").diagnostics[0]
+    assert (diag.code, diag.span.line, diag.span.col) == ("E001", 1, 10)
+    lines = render_pretty(diag, text).splitlines()
+    assert lines[1] == "   1 | workflow 3"
+    assert lines[2].index("^") == lines[1].index("3")
+
+
+def test_a_byte_order_mark_elsewhere_is_still_an_error():
+    (diag,) = analyze("workflow w\n" + BOM + "aggregate a\n", "t.srpo").diagnostics
+    assert (diag.code, diag.span.line, diag.span.col) == ("E002", 2, 1)
