@@ -6,16 +6,16 @@ with pydantic and reports incomplete events; the trainer reads nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.io import write_lines_atomic
-from srpo_dsl.runtime.episode import Cost, Episode, Member
+from srpo_dsl.runtime.episode import Cost, Episode, Event, Member
 
 SCHEMA = "srpo-trace/1"
 
@@ -82,8 +82,14 @@ def to_trace(ep: Episode, graph_hash: str) -> TraceEpisode:
         answer=ep.answer,
         invalid_actions=ep.invalid_actions,
         cost=ep.cost,
-        events=[TraceEvent(**{**asdict(e), "members": e.members}) for e in ep.events],
+        events=[_event(e) for e in ep.events],
     )
+
+
+def _event(e: Event) -> TraceEvent:
+    """The executor's event as its trace record (members are shared, not copied: they are frozen)."""
+    fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
+    return TraceEvent(**fields)
 
 
 def write_traces(path: Path, episodes: Iterable[TraceEpisode]) -> None:
