@@ -16,8 +16,9 @@ workflow's: 1.0 when the completion's `\\boxed{...}` equals a+b, -0.1 when it ha
 What is timed, per optimizer step (setup, warm-up, evaluation and checkpoints excluded):
   srpo-dsl: the trainer's own per-step `time` (metrics.jsonl): rollout of the step's
             prompts through the executor (generation, parsing, reward), building the
-            rows, the update (a no-grad pass recomputing old log-probs, the forward and
-            backward, DeepSpeed's optimizer step) and handing the new weights to rollout.
+            rows, the update (the forward and backward, DeepSpeed's optimizer step; with
+            one epoch the update's own detached log-probs are the old ones, so no extra
+            no-grad pass) and handing the new weights to rollout.
             Evaluation (step 0 and the last step; shrunk to 1 prompt x 1 sample) and the
             last step's checkpoint are outside the timer.
   TRL:      from `on_step_begin` to `on_step_end` of a `TrainerCallback`: generation
@@ -31,7 +32,7 @@ alternating order round by round; medians are reported. Every run builds a fresh
 and optimizer, as `srpo-dsl train` does. Both sides use the same torch thread count:
 all cores on a quiet machine, 1 when the load average says the cores are busy (OpenMP
 threads then thrash and steps get 10-30x slower). The ratio srpo-dsl/TRL is throughput
-over throughput (goal: >= 1.0).
+over throughput (goal: >= 1.2).
 """
 
 from __future__ import annotations
@@ -76,32 +77,32 @@ class Setup:
     """The workflow's settings, its agent node and the prompts of every step, in training order."""
 
     def __init__(self, workflow: Path, steps: int, batch: int | None, group: int | None):
-        from srpo_dsl.rl.trainer import step_prompts
+        from srpo_dsl.rl.data_order import step_prompts
         from srpo_dsl.runtime.setup import load_workflow, task_data
 
         self.workflow = workflow
         wf = load_workflow(workflow)
-        self.train = dict(wf.graph.graph["train"])
+        self.train = wf.graph.train.model_dump()
         self.batch = batch or self.train["batch"]
         self.group = group or self.train["group"]
-        nodes = [d for _, d in wf.graph.nodes(data=True) if d.get("event_type")]
-        if len(nodes) != 1 or len(wf.graph.graph["policies"]) != 1:
+        nodes = wf.graph.event_nodes
+        if len(nodes) != 1 or len(wf.graph.policies) != 1:
             raise SystemExit(
                 f"{workflow}: this bench compares a single-agent workflow (one node, one policy)"
             )
         self.node = nodes[0]
-        self.policy = next(iter(wf.graph.graph["policies"]))
-        self.max_tokens, self.temperature = self.node["max_tokens"], self.node["temperature"]
-        if self.node.get("top_p", 1.0) not in (None, 1.0):
+        self.policy = next(iter(wf.graph.policies))
+        self.max_tokens, self.temperature = self.node.agent.max_tokens, self.node.agent.temperature
+        if self.node.agent.top_p not in (None, 1.0):
             raise SystemExit("the bench assumes top_p = 1")
         tasks = task_data(wf, split="train")
         renderer = wf.renderer()
         self.steps = []  # per step: [(prompt text, answer)] in the trainer's order
         for step in range(1, steps + 1):
             rows = [tasks[i] for i in step_prompts(len(tasks), self.batch, step, self.train["seed"])]
-            ctx = {**CONTEXT, "role": self.node["agent"]}
+            ctx = {**CONTEXT, "role": self.node.agent.name}
             self.steps.append(
-                [(renderer.render(self.node["template"], {**ctx, "task": t}), t["answer"]) for t in rows]
+                [(renderer.render(self.node.agent.prompt, {**ctx, "task": t}), t["answer"]) for t in rows]
             )
 
 
@@ -149,18 +150,12 @@ def run_srpo(setup: Setup, model: str, steps: int, scratch: Path, extra: dict | 
 # --- TRL --------------------------------------------------------------------------------------
 
 
-def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: int) -> dict:
-    import torch
+def trl_dataset(setup: Setup, tokenizer, steps: int):
+    """The prompts of the first `steps` steps, tokenized exactly as srpo-dsl sends them."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     from srpo_dsl.backends.hf import encode_prompts
-    from srpo_dsl.runtime.parsers import parse_boxed
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     # srpo-dsl sends BOS + text (no chat template); a plain-text TRL prompt is tokenized without
     # special tokens added by this tokenizer, so the BOS goes into the text
     bos = tokenizer.bos_token if tokenizer.bos_token_id is not None and not tokenizer.chat_template else ""
@@ -171,9 +166,12 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
         != encode_prompts(tokenizer, [sample], use_chat_template=False)[0]
     ):
         raise SystemExit("TRL and srpo-dsl would tokenize the prompts differently")
-    dataset = Dataset.from_dict({"prompt": [p for p, _ in rows], "answer": [a for _, a in rows]})
+    return Dataset.from_dict({"prompt": [p for p, _ in rows], "answer": [a for _, a in rows]})
 
-    generated: list[int] = []  # tokens per generation batch (one per optimizer step)
+
+def exact_match_reward(generated: list[int]):
+    """The workflow's reward for TRL; appends each generation batch's token count to `generated`."""
+    from srpo_dsl.runtime.parsers import parse_boxed
 
     def exact_match(completions, completion_ids, answer, **_):
         generated.append(sum(len(ids) for ids in completion_ids))  # up to and including EOS
@@ -182,6 +180,13 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
             parsed = parse_boxed(text)
             out.append(-0.1 if not parsed.valid else float(str(parsed.value).strip() == gold))
         return out
+
+    return exact_match
+
+
+def step_timer():
+    """A TrainerCallback timing `on_step_begin` -> `on_step_end` into its `times`."""
+    from transformers import TrainerCallback
 
     class Timer(TrainerCallback):
         def __init__(self):
@@ -193,7 +198,14 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
         def on_step_end(self, args, state, control, **kw):
             self.times.append(time.perf_counter() - self.t0)
 
-    config = GRPOConfig(
+    return Timer()
+
+
+def trl_config(setup: Setup, steps: int, scratch: Path):
+    """GRPOConfig with the workflow's settings (see the module docstring)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
         output_dir=str(Path(tempfile.mkdtemp(dir=scratch, prefix="trl-"))),
         per_device_train_batch_size=setup.batch * setup.group,
         num_generations=setup.group,
@@ -224,12 +236,23 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    timer = Timer()
+
+
+def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    generated: list[int] = []  # tokens per generation batch (one per optimizer step)
+    timer = step_timer()
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=exact_match,
-        args=config,
-        train_dataset=dataset,
+        reward_funcs=exact_match_reward(generated),
+        args=trl_config(setup, steps, scratch),
+        train_dataset=trl_dataset(setup, tokenizer, steps),
         processing_class=tokenizer,
         callbacks=[timer],
     )
@@ -311,11 +334,11 @@ def worker(side: str, conn, options: dict) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workflow", default=str(ROOT / "workflows/single_agent.srpo"))
     ap.add_argument(
-        "--model", default="builtin:tiny", help="builtin:tiny (built on first use) or a local model path"
+        "--model", default="builtin:tiny", help="builtin:tiny (the shipped model) or a local model path"
     )
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps per run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per side (medians reported)")
@@ -339,41 +362,27 @@ def main() -> None:
     )
     ap.add_argument("--only", choices=["srpo", "trl"], default=None, help="run one side only")
     ap.add_argument("--json", default=None, help="also write the raw per-step times here")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    import multiprocessing as mp
 
-    import torch
-    import transformers
-    import trl
-
-    from srpo_dsl.models.tiny import resolve_model
-
-    if args.threads:
-        threads, why = args.threads, "--threads"
-    else:
-        threads, why = default_threads()
-    model = resolve_model(args.model)  # builds builtin:tiny once, before the workers start
-    setup = Setup(Path(args.workflow), max(args.steps, args.warmup_steps), args.batch, args.group)
-    srpo_set = {}
-    for item in args.set:
+def srpo_options(items: list[str]) -> dict:
+    """--set KEY=VALUE items as training options (JSON values, else strings)."""
+    options = {}
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--set {item}: expected KEY=VALUE")
         try:
-            srpo_set[key] = json.loads(value)
+            options[key] = json.loads(value)
         except json.JSONDecodeError:
-            srpo_set[key] = value
-    options = {
-        "srpo_set": srpo_set,
-        "workflow": args.workflow,
-        "model": model,
-        "steps": max(args.steps, args.warmup_steps),
-        "batch": args.batch,
-        "group": args.group,
-        "threads": threads,
-    }
-    sides = [s for s in ("srpo", "trl") if args.only in (None, s)]
+            options[key] = value
+    return options
+
+
+def run_rounds(args: argparse.Namespace, options: dict, sides: list[str]) -> tuple[dict, list[float]]:
+    """Both workers: a warm-up run each, then `repeats` timed rounds in alternating order."""
+    import multiprocessing as mp
+
     ctx = mp.get_context("spawn")
     conns, procs = {}, {}
     for side in sides:
@@ -411,18 +420,13 @@ def main() -> None:
             with contextlib.suppress(OSError):
                 conns[side].send(None)
             procs[side].join(timeout=30)
-    stats = {s: summary(r) for s, r in runs.items()}
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({"args": vars(args), "threads": threads, "runs": runs, "load": load}, indent=1)
-        )
+    return runs, load
 
-    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(
-        f"machine: {cpu_name()}, {ncpu} cores visible, {threads} torch thread(s) per side ({why}), load average "
-        f"(1 min) {min(load):.1f}-{max(load):.1f} during the run; python {platform.python_version()}, torch "
-        f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; device cpu (fp32)"
-    )
+
+def print_report(args: argparse.Namespace, setup: Setup, stats: dict, machine: str, srpo_set: dict) -> None:
+    import trl
+
+    print(machine)
     print(
         f"workflow {Path(args.workflow).name}, model {args.model}: {setup.batch} prompts x {setup.group} completions "
         f"per optimizer step, max {setup.max_tokens} new tokens, temperature {setup.temperature}, lr "
@@ -455,6 +459,47 @@ def main() -> None:
         + "; wall-clock of a whole run incl. model load, engine setup, eval and checkpoint: "
         + ", ".join(f"{names[s]} {st['wall']:.1f}s" for s, st in stats.items())
     )
+
+
+def main() -> None:
+    args = parse_args()
+
+    import torch
+    import transformers
+    import trl
+
+    from srpo_dsl.models.tiny import resolve_model
+
+    if args.threads:
+        threads, why = args.threads, "--threads"
+    else:
+        threads, why = default_threads()
+    model = resolve_model(args.model)  # a local folder both workers load
+    setup = Setup(Path(args.workflow), max(args.steps, args.warmup_steps), args.batch, args.group)
+    srpo_set = srpo_options(args.set)
+    options = {
+        "srpo_set": srpo_set,
+        "workflow": args.workflow,
+        "model": model,
+        "steps": max(args.steps, args.warmup_steps),
+        "batch": args.batch,
+        "group": args.group,
+        "threads": threads,
+    }
+    sides = [s for s in ("srpo", "trl") if args.only in (None, s)]
+    runs, load = run_rounds(args, options, sides)
+    stats = {s: summary(r) for s, r in runs.items()}
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "threads": threads, "runs": runs, "load": load}, indent=1)
+        )
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    machine = (
+        f"machine: {cpu_name()}, {ncpu} cores visible, {threads} torch thread(s) per side ({why}), load average "
+        f"(1 min) {min(load):.1f}-{max(load):.1f} during the run; python {platform.python_version()}, torch "
+        f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; device cpu (fp32)"
+    )
+    print_report(args, setup, stats, machine, srpo_set)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ CHAT_TEMPLATE = (
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`builtin:tiny`, built on first use; reuses `$SRPO_DSL_CACHE` when set (CI caches it)."""
+    """`builtin:tiny`: the shipped weights (seed 0); other seeds build into `$SRPO_DSL_CACHE`."""
     from srpo_dsl.models.tiny import ensure_tiny_model
 
     cache = os.environ.get("SRPO_DSL_CACHE")

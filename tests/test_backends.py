@@ -1,4 +1,4 @@
-"""Backends (hf, scripted, vllm guard), prompt rendering and the embedded tiny model."""
+"""Backends (hf, scripted, vllm guard), the shared log-prob math and prompt rendering."""
 
 from __future__ import annotations
 
@@ -10,8 +10,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from srpo_dsl.backends import BackendError, GenRequest, make_backend, resolve_model_spec
-from srpo_dsl.backends.hf import HFBackend, encode_prompts, pack_sequences, sequence_logprobs, token_logprobs
+from srpo_dsl.backends import BackendError, GenRequest, hf, logprobs, make_backend, resolve_model_spec
+from srpo_dsl.backends.hf import HFBackend, encode_prompts, nucleus, sample_next
+from srpo_dsl.backends.logprobs import (
+    distinct_rows,
+    pack_sequences,
+    pad_rows,
+    response_logprobs,
+    sequence_logprobs,
+    token_logprobs,
+)
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.runtime.prompts import CONTEXT_VARIABLES, PromptError, PromptRenderer
 
@@ -110,6 +118,92 @@ def test_hf_load_error_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(err.value)
 
 
+def test_hf_shares_a_repeated_prompt_and_stops_rows_at_their_own_limits(backend: HFBackend) -> None:
+    requests = [GenRequest("S 17+25=", 9, 1.0)] * 8 + [
+        GenRequest("hello", 2, 1.0),
+        GenRequest("S 17+25=", 1, 1.0),
+    ]
+    results = backend.generate(requests, seed=5)
+    assert len({tuple(r.response_token_ids) for r in results[:8]}) > 1  # one prefill, independent draws
+    assert [len(r.response_token_ids) <= q.max_tokens for r, q in zip(results, requests)] == [True] * 10
+    assert len(results[9].response_token_ids) == 1
+    recomputed = sequence_logprobs(
+        backend.model, [r.prompt_token_ids for r in results], [r.response_token_ids for r in results]
+    )
+    for res, lp in zip(results, recomputed):
+        assert torch.allclose(lp, torch.tensor(res.logprobs), atol=1e-4)
+
+
+def test_nucleus_keeps_the_smallest_set_reaching_top_p() -> None:
+    probs = torch.tensor([[0.15, 0.5, 0.05, 0.3]])
+    kept = [[0.0, 0.5, 0.0, 0.3]]  # 0.5 < 0.7, then 0.5 + 0.3 >= 0.7
+    assert torch.equal(nucleus(probs, 0.7), torch.tensor(kept))
+    assert torch.equal(nucleus(probs, 0.5), torch.tensor([[0.0, 0.5, 0.0, 0.0]]))
+    assert torch.equal(
+        nucleus(probs, 0.1), torch.tensor([[0.0, 0.5, 0.0, 0.0]])
+    )  # the top token always stays
+
+
+def test_sample_next_draws_from_the_tempered_distribution() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.2, 0.0])).expand(40_000, 4)
+    torch.manual_seed(0)
+    counts = torch.bincount(sample_next(logits, 1.0, 1.0), minlength=4) / 40_000
+    assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.01) and counts[3] == 0
+    # T = 0.5 squares the probabilities: 25 : 9 : 4 of 38
+    counts = torch.bincount(sample_next(logits, 0.5, 1.0), minlength=4) / 40_000
+    assert torch.allclose(counts, torch.tensor([25, 9, 4, 0]) / 38, atol=0.01)
+    counts = torch.bincount(sample_next(logits, 1.0, 0.6), minlength=4) / 40_000
+    assert torch.allclose(
+        counts, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=0.01
+    )  # {0.5, 0.3} renormalised
+    assert sample_next(logits[:2], 0.0, 1.0).tolist() == [0, 0]
+
+
+# --- the shared log-prob math --------------------------------------------------------------
+
+
+def test_hf_keeps_exporting_the_logprob_helpers() -> None:
+    assert (hf.pack_sequences, hf.token_logprobs) == (logprobs.pack_sequences, logprobs.token_logprobs)
+
+
+def test_pad_rows_and_distinct_rows() -> None:
+    ids, mask = pad_rows([[5, 6], [7]], 0, 3, left=True)
+    assert ids.tolist() == [[0, 5, 6], [0, 0, 7]] and mask.tolist() == [[0, 1, 1], [0, 0, 1]]
+    ids, mask = pad_rows([[5, 6], [7]], 9, 3, left=False)
+    assert ids.tolist() == [[5, 6, 9], [7, 9, 9]] and mask.tolist() == [[1, 1, 0], [1, 0, 0]]
+    assert distinct_rows([[1, 2], [3], [1, 2], [3], [4]]) == ([[1, 2], [3], [4]], [0, 1, 0, 1, 2])
+
+
+def test_response_logprobs_equal_one_packed_forward(backend: HFBackend) -> None:
+    """Sharing each prompt's cache gives the log-probs, entropies and gradients of a plain forward."""
+    prompts = [[1, 5, 6], [1, 7], [1, 5, 6], [1, 5, 6], [1, 7]]
+    responses = [[8, 9], [10, 11, 12], [8], [13, 14, 15, 16], [10]]
+    model = backend.model
+    batch = pack_sequences(prompts, responses, backend.pad_id)
+    lp, h = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask, 0.7, True)
+    starts = torch.tensor([len(p) for p in prompts])
+    cols = (starts[:, None] + torch.arange(4)).clamp(max=batch.input_ids.shape[1] - 1)
+    expected_lp, expected_h = lp.gather(1, cols), h.gather(1, cols)
+    shared_lp, shared_h = response_logprobs(
+        model, prompts, responses, backend.pad_id, 0.7, backend.device, True
+    )
+    assert shared_lp.shape == (5, 4)
+    assert torch.allclose(shared_lp, expected_lp, atol=1e-5) and torch.allclose(
+        shared_h, expected_h, atol=1e-5
+    )
+    assert (shared_lp[2, 1:] == 0).all() and (shared_lp[4, 1:] == 0).all()
+    alone, no_entropy = response_logprobs(model, prompts, responses, backend.pad_id, 0.7, backend.device)
+    assert no_entropy is None and torch.equal(alone, shared_lp)
+    weights = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for values in (expected_lp, shared_lp):
+        model.zero_grad(set_to_none=True)
+        (weights * values).sum().backward(retain_graph=True)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
+
+
 # --- scripted ------------------------------------------------------------------------------
 
 
@@ -203,31 +297,3 @@ def test_prompt_sandbox_blocks_unsafe_access(tmp_path: Path) -> None:
     (tmp_path / "evil.j2").write_text("{{ task.__class__.__mro__ }}")
     with pytest.raises(PromptError):
         PromptRenderer([tmp_path]).render("evil.j2", _context([]))
-
-
-# --- the embedded tiny model -----------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_tiny_model_loads_and_round_trips(tiny_model_path: Path) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    AutoModelForCausalLM.from_pretrained(tiny_model_path)
-    for text in ["\\boxed{42}", "<verify>approve</verify>", "FINAL: \\boxed{137}"]:
-        assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
-    assert len(tokenizer("\\boxed{", add_special_tokens=False)["input_ids"]) == 1
-
-
-@pytest.mark.slow
-def test_tiny_model_answers_and_leaves_room_for_rl(tiny_model_path: Path) -> None:
-    from srpo_dsl.models.tiny import warmup_report
-
-    report = warmup_report(tiny_model_path)
-    assert 0.2 <= report.sampled_team_accuracy <= 0.6 < report.greedy_team_accuracy
-    [out] = HFBackend(tiny_model_path).generate([GenRequest("S 17+25=", 12, 0.0)])
-    assert out.finish_reason == "stop" and out.text.startswith("\\boxed{")
-
-
-@pytest.mark.slow
-def test_builtin_tiny_resolves_from_the_cache(tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SRPO_DSL_CACHE", str(tiny_model_path.parent))
-    assert resolve_model_spec("builtin:tiny") == str(tiny_model_path)

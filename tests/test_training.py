@@ -587,12 +587,15 @@ def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monk
     """ZeRO-3 generation runs without collectives: a rank with no prompt neither hangs nor changes the update."""
     from srpo_dsl.envs.rewards import REWARDS
     from srpo_dsl.rl.trainer import TrainError, train
+    from srpo_dsl.runtime.traces import read_traces
 
     monkeypatch.setitem(REWARDS, "f1", lambda pred, task, field: float(len(pred or "") % 2))
     workflow = write_team(tmp_path / "wf")
     overrides = {"steps": 2, "zero": 3, "micro_batches": 2, "batch": 1}
     models_ = {"a": str(models[0]), "b": str(models[1])}
     one = train(workflow, tmp_path / "one", overrides, models=models_, progress=False)
+    assert len({t.prompt_id for t in read_traces(tmp_path / "one" / "traces.jsonl")}) == 1  # step 2's prompt
+    assert len(read_traces(tmp_path / "one" / "traces.jsonl")) == 4  # its prompt x group 4
     launcher = ("-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port()))
     done = subprocess.run(
         _train_cmd(workflow, tmp_path / "two", models, overrides=json.dumps(overrides), launcher=launcher),

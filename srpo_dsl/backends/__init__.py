@@ -12,7 +12,7 @@ KINDS = ("hf", "scripted", "vllm")
 
 
 def resolve_model_spec(model: str) -> str:
-    """A local path or repo id for `builtin:tiny` (built on first use), `hf:NAME`, a path or a repo id."""
+    """A local path or repo id for `builtin:tiny` (the shipped model), `hf:NAME`, a path or a repo id."""
     from srpo_dsl.models.tiny import resolve_model
 
     return resolve_model(model.removeprefix("hf:"))

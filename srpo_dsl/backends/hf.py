@@ -1,93 +1,43 @@
-"""In-process generation with transformers, and the batched log-prob pass the trainer reuses.
+"""In-process generation with transformers.
 
-Log-probs are those of the sampled tokens under `softmax(logits / temperature)` of the raw
-model logits (temperature 0, i.e. greedy, uses 1). Nucleus truncation (`top_p`) is *not*
-folded in, and top-k is switched off, so `token_logprobs` recomputes exactly what
-`generate` reports. A response ends with its end-of-sequence token when it stopped
-(`finish_reason == "stop"`); that token is part of the action and carries a log-prob.
+Each response token carries its log-prob as defined in `srpo_dsl.backends.logprobs` (the
+module the trainer scores with, so recomputed and reported values agree). A response ends
+with its end-of-sequence token when it stopped (`finish_reason == "stop"`); that token is
+part of the action and carries a log-prob.
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
+from srpo_dsl.backends.logprobs import (
+    TokenBatch,
+    distinct_rows,
+    mask_positions,
+    pack_sequences,
+    pad_rows,
+    picked_logprobs,
+    scaled_logits,
+    sequence_logprobs,
+    token_logprobs,
+)
 
-
-@dataclass(frozen=True)
-class TokenBatch:
-    """Prompt + response rows, right-padded: `[B, L]` ids, attention mask and response mask."""
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    response_mask: torch.Tensor  # bool, True on response tokens only
-
-
-def pack_sequences(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int) -> TokenBatch:
-    """Concatenate each prompt with its response and right-pad the batch."""
-    rows = [p + r for p, r in zip(prompt_ids, response_ids, strict=True)]
-    width = max(len(row) for row in rows)
-    input_ids = torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], dtype=torch.long)
-    positions = torch.arange(width)
-    lengths = torch.tensor([len(row) for row in rows])
-    starts = torch.tensor([len(p) for p in prompt_ids])
-    attention_mask = (positions < lengths[:, None]).long()
-    response_mask = (positions >= starts[:, None]) & (positions < lengths[:, None])
-    return TokenBatch(input_ids, attention_mask, response_mask)
-
-
-def token_logprobs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    response_mask: torch.Tensor,
-    temperature: float = 1.0,
-    with_entropy: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """`[B, L]` log-probs of each token given its prefix, 0.0 where `response_mask` is off.
-
-    One forward pass; differentiable when called under grad. Position ids follow the
-    attention mask, so left- and right-padded layouts give the same values. With
-    `with_entropy`, also the `[B, L]` entropy of the distribution each token was drawn from.
-    """
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logits = logits[:, :-1].float() / (temperature if temperature > 0 else 1.0)
-    targets = input_ids[:, 1:]
-    norm = torch.logsumexp(logits, dim=-1)
-    picked = F.pad(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - norm, (1, 0))
-    mask = response_mask.bool()
-    logprobs = torch.where(mask, picked, torch.zeros_like(picked))
-    if not with_entropy:
-        return logprobs
-    entropy = F.pad(norm - (logits.softmax(-1) * logits).sum(-1), (1, 0))  # H = logZ - E_p[logit]
-    return logprobs, torch.where(mask, entropy, torch.zeros_like(entropy))
-
-
-def sequence_logprobs(
-    model: torch.nn.Module,
-    prompt_ids: list[list[int]],
-    response_ids: list[list[int]],
-    temperature: float = 1.0,
-) -> list[torch.Tensor]:
-    """Per-row log-probs of the given response tokens, from one batched forward pass."""
-    batch = pack_sequences(prompt_ids, response_ids, pad_id=0)  # padding is masked out: any id works
-    device = next(model.parameters()).device
-    lp = token_logprobs(
-        model,
-        batch.input_ids.to(device),
-        batch.attention_mask.to(device),
-        batch.response_mask.to(device),
-        temperature,
-    )
-    return [lp[row, batch.response_mask[row].to(device)] for row in range(lp.shape[0])]
+# the log-prob helpers stay importable from here for callers written before `logprobs` existed
+__all__ = [
+    "HFBackend",
+    "TokenBatch",
+    "encode_prompts",
+    "pack_sequences",
+    "sequence_logprobs",
+    "token_logprobs",
+]
 
 
 def encode_prompts(
@@ -167,7 +117,7 @@ class HFBackend:
         return self.version
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
-        """One batched `model.generate` per chunk of requests with equal (temperature, top_p)."""
+        """One batched decode per chunk of requests with equal (temperature, top_p)."""
         if not requests:
             return []
         prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests], self.use_chat_template)
@@ -204,50 +154,89 @@ class HFBackend:
     def _generate_chunk(
         self, prompts: list[list[int]], max_tokens: list[int], temperature: float, top_p: float
     ) -> list[GenResult]:
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, p in enumerate(prompts):  # left padding
-            input_ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention_mask[row, width - len(p) :] = 1
-        sample = temperature > 0
-        sampling = {"temperature": temperature, "top_p": top_p, "top_k": 0} if sample else {}
-        config = GenerationConfig(
-            max_new_tokens=max(max_tokens),
-            do_sample=sample,
-            **sampling,
-            repetition_penalty=1.0,
-            pad_token_id=self.pad_id,
-            eos_token_id=sorted(self.eos_ids),
-            return_dict_in_generate=True,
-            output_logits=True,
+        """Prefill each distinct prompt once, then decode every request; a row leaves the batch
+        (and its cache) as soon as it emits end-of-sequence or reaches its own `max_tokens`."""
+        distinct, index = distinct_rows(prompts)
+        rows = torch.tensor(index, device=self.device)
+        logits, cache, mask = self._prefill(distinct)
+        cache.batch_select_indices(rows)  # one cache row per request (prompts repeat within groups)
+        logits, mask = logits[rows], mask[rows]
+        limits = torch.tensor(max_tokens, device=self.device)
+        eos = torch.tensor(sorted(self.eos_ids), device=self.device)
+        tokens = torch.full((len(prompts), max(max_tokens)), self.pad_id, device=self.device)
+        logprobs = torch.zeros(tokens.shape, device=self.device)
+        active = torch.arange(len(prompts), device=self.device)
+        for step in range(tokens.shape[1]):
+            picked = sample_next(logits, temperature, top_p)
+            tokens[active, step] = picked
+            logprobs[active, step] = picked_logprobs(logits, picked, temperature)
+            going = ~torch.isin(picked, eos) & (limits[active] > step + 1)
+            if not going.any():
+                break
+            if not going.all():
+                kept = going.nonzero().squeeze(-1)
+                active, picked, mask = active[kept], picked[kept], mask[kept]
+                cache.batch_select_indices(kept)
+            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
+            logits = self._next_logits(picked[:, None], mask, cache)
+        return self._results(prompts, tokens.tolist(), logprobs.tolist(), max_tokens)
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Cache, torch.Tensor]:
+        """Left-padded forward over `prompts`: the last position's logits, the KV cache, the mask."""
+        input_ids, mask = pad_rows(prompts, self.pad_id, max(map(len, prompts)), left=True)
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        cache = DynamicCache(config=self.model.config)
+        return self._next_logits(input_ids, mask, cache), cache, mask
+
+    def _next_logits(self, input_ids: torch.Tensor, mask: torch.Tensor, cache: Cache) -> torch.Tensor:
+        """`[n, V]` logits after the last of `input_ids`, extending `cache` (positions follow `mask`)."""
+        positions = mask_positions(mask)[:, -input_ids.shape[1] :]
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
-        out = self.model.generate(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention_mask.to(self.device),
-            generation_config=config,
-        )
-        new_tokens = out.sequences[:, width:]
-        scale = temperature if sample else 1.0
-        logprobs = torch.stack(
-            [
-                torch.log_softmax(step.float() / scale, dim=-1)
-                .gather(-1, new_tokens[:, k : k + 1])
-                .squeeze(-1)
-                for k, step in enumerate(out.logits)
-            ],
-            dim=1,
+        return out.logits[:, -1]
+
+    def _results(
+        self,
+        prompts: list[list[int]],
+        tokens: list[list[int]],
+        logprobs: list[list[float]],
+        limits: list[int],
+    ) -> list[GenResult]:
+        """Each row up to its first end-of-sequence token (kept: part of the action), or its limit."""
+        kept, finishes = [], []
+        for ids, limit in zip(tokens, limits):
+            end = next((k for k, t in enumerate(ids[:limit]) if t in self.eos_ids), None)
+            kept.append(limit if end is None else end + 1)
+            finishes.append("length" if end is None else "stop")
+        texts = self.tokenizer.batch_decode(
+            [ids[: n - (f == "stop")] for ids, n, f in zip(tokens, kept, finishes)], skip_special_tokens=True
         )
         return [
-            self._result(p, ids, lps, limit)
-            for p, ids, lps, limit in zip(prompts, new_tokens.tolist(), logprobs.tolist(), max_tokens)
+            GenResult(p, ids[:n], lps[:n], text, f)
+            for p, ids, lps, n, text, f in zip(prompts, tokens, logprobs, kept, texts, finishes)
         ]
 
-    def _result(self, prompt: list[int], ids: list[int], logprobs: list[float], limit: int) -> GenResult:
-        """Truncate to this request's `max_tokens` and cut after the first end-of-sequence token."""
-        ids = ids[:limit]
-        end = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
-        finish = "length" if end is None else "stop"
-        n = len(ids) if end is None else end + 1
-        text = self.tokenizer.decode(ids[: n - (finish == "stop")], skip_special_tokens=True)
-        return GenResult(prompt, ids[:n], logprobs[:n], text, finish)
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """`[n]` next tokens: argmax at temperature 0, else drawn from `softmax(logits / T)` cut to top-p."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(scaled_logits(logits, temperature), dim=-1)
+    if top_p < 1.0:
+        probs = nucleus(probs, top_p)
+    cdf = probs.cumsum(-1)
+    u = (1.0 - torch.rand_like(cdf[:, -1:])) * cdf[:, -1:]  # uniform in (0, total mass]
+    return (cdf < u).sum(-1)  # inverse CDF: the first token whose cumulative mass reaches u
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` with zeros outside the smallest set of most likely tokens whose mass reaches `top_p`."""
+    ranked, order = probs.sort(dim=-1, descending=True)
+    before = ranked.cumsum(-1) - ranked  # mass of the more likely tokens; 0 for the first, which stays
+    return torch.zeros_like(probs).scatter_(-1, order, ranked.masked_fill(before >= top_p, 0.0))

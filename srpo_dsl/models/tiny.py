@@ -1,11 +1,16 @@
 """The embedded default model `builtin:tiny`: a ~0.4M-parameter Llama warmed on the quickstart team.
 
-Built on first use (about 100 s on two CPU cores) into `<cache>/tiny-v1/`, where the
-cache is `$SRPO_DSL_CACHE` or `~/.cache/srpo-dsl`: a byte-level BPE tokenizer (digits
-split one by one; no chat template, prompts are BOS + text) and a 2-layer Llama trained
-by a short supervised pass on synthetic transcripts of every quickstart role. The
-prompts are rendered from `workflows/quickstart/*.j2` with the runtime's `PromptRenderer`,
-so they are token for token what the executor sends.
+It ships with the package (`srpo_dsl/models/tiny-v1/`, about 1.5 MB), made by
+`python -m srpo_dsl.models.build_tiny`, which runs the build below on one CPU thread so a
+rebuild gives the same bytes. Other seeds (`ensure_tiny_model(seed=...)`), or a package
+without the folder, build on first use (about 2-3 minutes on one core) into
+`<cache>/tiny-v1/`, where the cache is `$SRPO_DSL_CACHE` or `~/.cache/srpo-dsl`.
+
+The model: a byte-level BPE tokenizer (digits split one by one; no chat template, prompts
+are BOS + text) and a 2-layer Llama trained by a short supervised pass on synthetic
+transcripts of every quickstart role. The prompts are rendered from
+`workflows/quickstart/*.j2` with the runtime's `PromptRenderer`, so they are token for
+token what the executor sends.
 
 Episodes follow the executor: `team_context` holds every earlier output in order (the
 aggregator sees both solvers' answers and the verdict), parsed by the runtime's parsers.
@@ -27,7 +32,6 @@ import random
 import re
 import shutil
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -38,13 +42,15 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from srpo_dsl.backends.base import Backend, GenRequest
-from srpo_dsl.backends.hf import HFBackend, encode_prompts, pack_sequences, token_logprobs
+from srpo_dsl.backends.hf import HFBackend, encode_prompts
+from srpo_dsl.backends.logprobs import TokenBatch, pack_sequences, token_logprobs
 from srpo_dsl.envs.arith import make_arith_tasks
 from srpo_dsl.runtime.parsers import Parsed, parse_boxed, parse_final_boxed, parse_verdict
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 TINY_MODEL_ID = "builtin:tiny"
 TINY_NAME = "tiny-v1"
+SHIPPED = Path(__file__).with_name(TINY_NAME)  # package data, made by `python -m srpo_dsl.models.build_tiny`
 MARKER = "warmup.json"  # written last: its presence means the folder is complete
 
 SOLVERS = 2
@@ -59,12 +65,23 @@ P_MALFORMED = 0.08  # an output breaks its contract
 P_VERIFIER_NOISE = 0.1  # the verdict is flipped
 P_PICK_RIGHT = 0.7  # the aggregator copies the right candidate when there is one
 OFFSETS = (-10, -2, -1, 1, 2, 10)
-HIDDEN, LAYERS, INTERMEDIATE = 128, 2, 256
-EPISODES = 16_000
-STEPS = 1_000
-BATCH = 128
-LR = 2e-3
-EVAL_QUESTIONS = 256
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The model's shape, the warm-up schedule and the size of the held-out report."""
+
+    hidden: int = 128
+    layers: int = 2
+    intermediate: int = 256
+    episodes: int = 16_000  # synthetic team episodes (4 transcripts each)
+    steps: int = 1_000
+    batch: int = 128
+    lr: float = 2e-3
+    eval_questions: int = 256
+
+
+RECIPE = Recipe()  # the shipped model's
 
 
 @dataclass(frozen=True)
@@ -76,7 +93,6 @@ class WarmupReport:
     steps: int
     batch: int
     final_loss: float
-    seconds: float
     sampled_team_accuracy: float  # temperature 1
     greedy_team_accuracy: float
     sampled_solver_accuracy: float
@@ -90,21 +106,44 @@ def cache_root() -> Path:
 
 
 def resolve_model(spec: str) -> str:
-    """A local path for `builtin:tiny` (built on first use); any other spec unchanged."""
+    """A local path for `builtin:tiny` (the shipped folder); any other spec unchanged."""
     return str(ensure_tiny_model()) if spec == TINY_MODEL_ID else spec
 
 
 def ensure_tiny_model(cache_dir: Path | None = None, *, progress: bool = True, seed: int = 0) -> Path:
-    """The folder of the finished tiny model, building it first if needed (atomically)."""
+    """The finished tiny model's folder: the shipped one (seed 0), else the cache's, built if needed."""
+    if seed == 0 and (SHIPPED / MARKER).exists():
+        return SHIPPED
     root = Path(cache_dir) if cache_dir is not None else cache_root()
     target = root / (TINY_NAME if seed == 0 else f"{TINY_NAME}-seed{seed}")
     if (target / MARKER).exists():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}-"))
+    report = build_tiny_model(target, seed=seed, progress=progress)
+    if progress:
+        print(
+            f"built {TINY_MODEL_ID}: held-out team accuracy {report.sampled_team_accuracy:.0%} sampled, "
+            f"{report.greedy_team_accuracy:.0%} greedy -> {target}"
+        )
+    return target
+
+
+def build_tiny_model(
+    target: Path, *, seed: int = 0, progress: bool = True, replace: bool = False, recipe: Recipe = RECIPE
+) -> WarmupReport:
+    """Build into `target` atomically: a temporary sibling folder, renamed (over an old one if `replace`).
+
+    Deterministic: one CPU thread and fixed seeds, so the same code and library versions on
+    the same kind of CPU give the same bytes.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
-        report = _build(tmp, seed=seed, progress=progress)
+        report = _build(tmp, recipe, seed=seed, progress=progress)
         (tmp / MARKER).write_text(json.dumps(asdict(report), indent=2) + "\n", encoding="utf-8")
+        for path in [tmp, *tmp.iterdir()]:  # readable by all, like any installed package file
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        if replace:
+            shutil.rmtree(target, ignore_errors=True)
         try:
             os.rename(tmp, target)
         except OSError:
@@ -112,13 +151,7 @@ def ensure_tiny_model(cache_dir: Path | None = None, *, progress: bool = True, s
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if progress:
-        print(
-            f"built {TINY_MODEL_ID} in {report.seconds:.0f}s: held-out team accuracy "
-            f"{report.sampled_team_accuracy:.0%} sampled, {report.greedy_team_accuracy:.0%} greedy "
-            f"-> {target}"
-        )
-    return target
+    return report
 
 
 def warmup_report(path: Path) -> WarmupReport:
@@ -223,24 +256,17 @@ def _train_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
-def _build_threads() -> int:
-    """All cores (up to 8) on a quiet machine, else one: busy cores make OpenMP threads thrash."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores, 8) if os.getloadavg()[0] < cores - 0.5 else 1
-
-
-def _build(out: Path, *, seed: int, progress: bool) -> WarmupReport:
-    start = time.perf_counter()
+def _build(out: Path, recipe: Recipe, *, seed: int, progress: bool) -> WarmupReport:
     threads = torch.get_num_threads()
-    torch.set_num_threads(_build_threads())
+    torch.set_num_threads(1)  # the same floating-point order on any machine load: same bytes
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model, tokenizer, loss = _warm_up(seed, progress)
+            model, tokenizer, loss = _warm_up(recipe, seed, progress)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
         backend = HFBackend(out)  # reload exactly as users do (from_pretrained)
-        questions = make_arith_tasks(EVAL_QUESTIONS, seed, heldout=True)
+        questions = make_arith_tasks(recipe.eval_questions, seed, heldout=True)
         sampled = evaluate_team(backend, questions, temperature=1.0, seed=seed)
         greedy = evaluate_team(backend, questions, temperature=0.0, seed=seed)
     finally:
@@ -248,10 +274,9 @@ def _build(out: Path, *, seed: int, progress: bool) -> WarmupReport:
     return WarmupReport(
         seed=seed,
         parameters=sum(p.numel() for p in model.parameters()),
-        steps=STEPS,
-        batch=BATCH,
+        steps=recipe.steps,
+        batch=recipe.batch,
         final_loss=round(loss, 4),
-        seconds=round(time.perf_counter() - start, 1),
         sampled_team_accuracy=sampled.team,
         greedy_team_accuracy=greedy.team,
         sampled_solver_accuracy=sampled.solver,
@@ -261,47 +286,64 @@ def _build(out: Path, *, seed: int, progress: bool) -> WarmupReport:
     )
 
 
-def _warm_up(seed: int, progress: bool) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, float]:
+def _warm_up(
+    recipe: Recipe, seed: int, progress: bool
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, float]:
     """Tokenizer and model trained on response tokens of fresh synthetic episodes."""
-    rng = random.Random(seed)
-    renderer = PromptRenderer([_templates_dir()])
-    rows = [row for task in make_arith_tasks(EPISODES, seed) for row in _episode(rng, task, renderer)]
-    prompts, responses = [p for p, _ in rows], [r for _, r in rows]
-    unique_prompts, unique_responses = sorted(set(prompts)), sorted(set(responses))
-    tokenizer = _train_tokenizer(unique_prompts + responses)
-    eos = tokenizer.eos_token_id
-    prompt_ids = dict(zip(unique_prompts, encode_prompts(tokenizer, unique_prompts, use_chat_template=False)))
-    response_ids = dict(
-        zip(unique_responses, tokenizer(unique_responses, add_special_tokens=False)["input_ids"])
-    )
-    data = pack_sequences(
-        [prompt_ids[p] for p in prompts], [[*response_ids[r], eos] for r in responses], tokenizer.pad_token_id
-    )
+    tokenizer, data = _transcripts(recipe, seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS,
+        hidden_size=recipe.hidden,
+        intermediate_size=recipe.intermediate,
+        num_hidden_layers=recipe.layers,
         num_attention_heads=4,
         num_key_value_heads=4,
         max_position_embeddings=128,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=eos,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01, betas=(0.9, 0.98))
-    warm = max(1, STEPS // 20)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, STEPS) / STEPS))
+    loss = _fit(model, data, recipe, progress)
+    return model.eval(), tokenizer, loss
+
+
+def _transcripts(recipe: Recipe, seed: int) -> tuple[PreTrainedTokenizerFast, TokenBatch]:
+    """The tokenizer trained on the episodes' text, and every (prompt, response + EOS) row packed."""
+    rng = random.Random(seed)
+    renderer = PromptRenderer([_templates_dir()])
+    rows = [row for task in make_arith_tasks(recipe.episodes, seed) for row in _episode(rng, task, renderer)]
+    prompts, responses = [p for p, _ in rows], [r for _, r in rows]
+    unique_prompts, unique_responses = sorted(set(prompts)), sorted(set(responses))
+    tokenizer = _train_tokenizer(unique_prompts + responses)
+    prompt_ids = dict(zip(unique_prompts, encode_prompts(tokenizer, unique_prompts, use_chat_template=False)))
+    response_ids = dict(
+        zip(unique_responses, tokenizer(unique_responses, add_special_tokens=False)["input_ids"])
     )
-    epochs = -(-STEPS * BATCH // len(rows))
-    order = torch.cat([torch.randperm(len(rows)) for _ in range(epochs)])[: STEPS * BATCH].view(STEPS, BATCH)
+    data = pack_sequences(
+        [prompt_ids[p] for p in prompts],
+        [[*response_ids[r], tokenizer.eos_token_id] for r in responses],
+        tokenizer.pad_token_id,
+    )
+    return tokenizer, data
+
+
+def _fit(model: LlamaForCausalLM, data: TokenBatch, recipe: Recipe, progress: bool) -> float:
+    """AdamW on the response tokens' mean negative log-likelihood; returns the smoothed final loss."""
+    steps, batch = recipe.steps, recipe.batch
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warm = max(1, steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
+    rows = len(data.input_ids)
+    epochs = -(-steps * batch // rows)
+    order = torch.cat([torch.randperm(rows) for _ in range(epochs)])[: steps * batch].view(steps, batch)
     loss_avg = 0.0
     model.train()
-    bar = tqdm(range(STEPS), desc=f"warming up {TINY_MODEL_ID}", disable=not progress, unit="step")
+    bar = tqdm(range(steps), desc=f"warming up {TINY_MODEL_ID}", disable=not progress, unit="step")
     for step, idx in zip(bar, order):
         width = int(data.attention_mask[idx].sum(-1).max())
         mask = data.response_mask[idx, :width]
@@ -315,8 +357,7 @@ def _warm_up(seed: int, progress: bool) -> tuple[LlamaForCausalLM, PreTrainedTok
         loss_avg = loss.item() if step == 0 else 0.98 * loss_avg + 0.02 * loss.item()
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss_avg:.3f}")
-    model.eval()
-    return model, tokenizer, loss_avg
+    return loss_avg
 
 
 # --- evaluation --------------------------------------------------------------------------

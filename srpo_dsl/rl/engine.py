@@ -95,6 +95,10 @@ def init_distributed(device: str) -> Dist:
             RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
         )
     import deepspeed
+    import deepspeed.ops
+
+    if os.environ["WORLD_SIZE"] == "1":  # alone there is nothing to all-reduce: skip the shared-memory
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # op (its first build takes ~1 min)
 
     warnings.filterwarnings(
         "ignore", category=FutureWarning, module="torch.distributed"

@@ -30,12 +30,13 @@ class RunLog:
         )  # drop a killed tail
 
     def step(self, row: Mapping[str, float], episodes: Sequence[Episode]) -> None:
-        """A training step's metrics; its rollouts replace OUT/traces.jsonl (the last step's)."""
+        """A training step's metrics; its rollouts, when given, replace OUT/traces.jsonl."""
         append_jsonl(self.out / METRICS, row)
         for key, value in row.items():
             if key != "step":
                 self.writer.add_scalar(f"train/{key}", value, row["step"])
-        write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash) for ep in episodes])
+        if episodes:
+            write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash) for ep in episodes])
         self.writer.flush()
 
     def evaluation(self, row: Mapping[str, Any]) -> None:

@@ -74,8 +74,8 @@ def train(
     """Train a workflow's trainable policies with its `train` options (`overrides` win).
 
     models: policy -> model path/spec (default: the workflow's). Writes OUT/metrics.jsonl,
-    OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (the last step's rollouts of
-    rank 0) and OUT/checkpoints/step-N. Returns this call's per-step metrics.
+    OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts of the last
+    checkpointed step) and OUT/checkpoints/step-N. Returns this call's per-step metrics.
     """
     run = prepare_run(
         Path(workflow_path), Path(out_dir), overrides or {}, resume, models or {}, ds_config, offload, device
@@ -88,9 +88,9 @@ def train(
     for step in bar:
         history.append(train_step(run, step))
         bar.set_postfix(score=f"{history[-1]['score']:.3f}", loss=f"{history[-1]['loss']:.4f}")
-        if step % run.opts.eval_every == 0 or step == run.opts.steps:
+        if due(step, run.opts.eval_every, run.opts.steps):
             evaluate(run, step)
-        if step % run.opts.save_every == 0 or step == run.opts.steps:
+        if due(step, run.opts.save_every, run.opts.steps):
             checkpoint(run, step)
     if run.log is not None:
         run.log.close()
@@ -107,9 +107,14 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     if stats["num_events"]:
         sync_weights(run.policies)
     row = step_metrics(run, step, episodes, rows, stats, lr, time.perf_counter() - t0)
-    if run.log is not None:
-        run.log.step(row, episodes)
+    if run.log is not None:  # the rollouts of checkpointed steps go to OUT/traces.jsonl
+        run.log.step(row, episodes if due(step, run.opts.save_every, run.opts.steps) else [])
     return row
+
+
+def due(step: int, every: int, last: int) -> bool:
+    """Every `every` steps and at the last step."""
+    return step % every == 0 or step == last
 
 
 # --- the steps of one training step -------------------------------------------------------

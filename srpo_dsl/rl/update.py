@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from srpo_dsl.backends.logprobs import pack_sequences, token_logprobs
+from srpo_dsl.backends.logprobs import response_logprobs
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.batching import plan_batches
 from srpo_dsl.rl.engine import Dist, Policy, all_reduce, step_with_norm
@@ -45,26 +45,6 @@ def pad_right(values: Sequence[Sequence[float]], width: int) -> Tensor:
     if mask.any():
         out[mask] = torch.tensor([x for v in values for x in v], dtype=torch.float32)
     return out
-
-
-def response_logprobs(
-    model: torch.nn.Module,
-    prompts: list[list[int]],
-    responses: list[list[int]],
-    pad_id: int,
-    temperature: float,
-    device: torch.device,
-    with_entropy: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """[n, max response length] log-probs (and entropies) of the response tokens, response-aligned."""
-    batch = pack_sequences(prompts, responses, pad_id)
-    inputs = (batch.input_ids.to(device), batch.attention_mask.to(device), batch.response_mask.to(device))
-    out = token_logprobs(model, *inputs, temperature, with_entropy)
-    logprobs, entropy = out if with_entropy else (out, None)
-    width = max(1, max(len(r) for r in responses))
-    starts = torch.tensor([len(p) for p in prompts], device=device)
-    cols = (starts[:, None] + torch.arange(width, device=device)).clamp(max=logprobs.shape[1] - 1)
-    return logprobs.gather(1, cols), None if entropy is None else entropy.gather(1, cols)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,167 @@
+"""The log-prob math shared by the rollout backends, the trainer and the embedded model's warm-up.
+
+A token's log-prob is that of the sampled token under `softmax(logits / temperature)` of the
+raw model logits; temperature 0 (greedy) scores at temperature 1. Nucleus truncation
+(`top_p`) is *not* folded in and top-k is off, so `token_logprobs` recomputes exactly what
+`HFBackend.generate` reports. Rows are prompt + response, right-padded; position ids follow
+the attention mask, so left- and right-padded layouts give the same values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Prompt + response rows, right-padded: `[B, L]` ids, attention mask and response mask."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor  # bool, True on response tokens only
+
+
+def pack_sequences(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int) -> TokenBatch:
+    """Concatenate each prompt with its response and right-pad the batch."""
+    rows = [p + r for p, r in zip(prompt_ids, response_ids, strict=True)]
+    input_ids, attention_mask = pad_rows(rows, pad_id, max(map(len, rows)), left=False)
+    starts = torch.tensor([len(p) for p in prompt_ids])
+    response_mask = (torch.arange(input_ids.shape[1]) >= starts[:, None]) & attention_mask.bool()
+    return TokenBatch(input_ids, attention_mask, response_mask)
+
+
+def pad_rows(
+    rows: list[list[int]], pad_id: int, width: int, *, left: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`[n, width]` ids and attention mask of `rows`, padded on the left or on the right."""
+    fill = [[pad_id] * (width - len(row)) for row in rows]
+    ids = torch.tensor([f + row if left else row + f for row, f in zip(rows, fill)], dtype=torch.long)
+    lengths = torch.tensor([len(row) for row in rows])
+    columns = torch.arange(width)
+    mask = columns >= width - lengths[:, None] if left else columns < lengths[:, None]
+    return ids, mask.long()
+
+
+def scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`logits / T` in float32; T = 0 (greedy) scores at T = 1."""
+    return logits.float() / (temperature if temperature > 0 else 1.0)
+
+
+def picked_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`[..., n]` log-probs of `targets` under `softmax(logits / T)`; `logits` is `[..., n, V]`."""
+    scaled = scaled_logits(logits, temperature)
+    picked = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(scaled, dim=-1)
+
+
+def entropies(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`[..., n]` entropies of `softmax(logits / T)`: H = log Z - E_p[logit / T]."""
+    scaled = scaled_logits(logits, temperature)
+    return torch.logsumexp(scaled, dim=-1) - (scaled.softmax(-1) * scaled).sum(-1)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`[B, L]` log-probs of each token given its prefix, 0.0 where `response_mask` is off.
+
+    One forward pass; differentiable when called under grad. With `with_entropy`, also the
+    `[B, L]` entropy of the distribution each token was drawn from.
+    """
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    logits = logits[:, :-1]
+    mask = response_mask.bool()
+    picked = F.pad(picked_logprobs(logits, input_ids[:, 1:], temperature), (1, 0))
+    logprobs = torch.where(mask, picked, 0.0)
+    if not with_entropy:
+        return logprobs
+    entropy = F.pad(entropies(logits, temperature), (1, 0))
+    return logprobs, torch.where(mask, entropy, 0.0)
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: list[list[int]],
+    temperature: float = 1.0,
+) -> list[torch.Tensor]:
+    """Per-row log-probs of the given response tokens, from one batched forward pass."""
+    batch = pack_sequences(prompt_ids, response_ids, pad_id=0)  # padding is masked out: any id works
+    device = next(model.parameters()).device
+    lp = token_logprobs(
+        model,
+        batch.input_ids.to(device),
+        batch.attention_mask.to(device),
+        batch.response_mask.to(device),
+        temperature,
+    )
+    return [lp[row, batch.response_mask[row].to(device)] for row in range(lp.shape[0])]
+
+
+def distinct_rows(rows: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """The distinct rows in first-seen order, and each row's index among them."""
+    distinct = list(dict.fromkeys(map(tuple, rows)))
+    slot = {row: k for k, row in enumerate(distinct)}
+    return [list(row) for row in distinct], [slot[tuple(row)] for row in rows]
+
+
+def mask_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count only attended tokens (padding anywhere leaves them unchanged)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad_id: int,
+    temperature: float,
+    device: torch.device,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`[n, R]` log-probs (and entropies) of the response tokens, response-aligned, 0.0 past each row's end.
+
+    Two forward passes, differentiable: each distinct prompt once (left-padded, so every
+    prompt ends in the last column), then every response on top of its prompt's KV cache.
+    A group of G rollouts of one prompt computes that prompt once instead of G times. The
+    pass count is fixed (two) whatever the duplication, so ranks stay in step under ZeRO-3.
+    """
+    distinct, index = distinct_rows(prompts)
+    rows = torch.tensor(index, device=device)
+    prompt_ids, prompt_mask = (
+        t.to(device) for t in pad_rows(distinct, pad_id, max(map(len, distinct)), left=True)
+    )
+    resp_ids, resp_mask = (
+        t.to(device) for t in pad_rows(responses, pad_id, max(1, *map(len, responses)), left=False)
+    )
+    first = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=mask_positions(prompt_mask),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = first.past_key_values
+    cache.batch_select_indices(rows)  # one cache row per response
+    mask = torch.cat([prompt_mask[rows], resp_mask], dim=1)
+    rest = model(
+        input_ids=resp_ids,
+        attention_mask=mask,
+        position_ids=mask_positions(mask)[:, prompt_ids.shape[1] :],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    logits = torch.cat([first.logits[rows, -1:], rest.logits[:, :-1]], dim=1)  # token j's distribution
+    kept = resp_mask.bool()
+    logprobs = torch.where(kept, picked_logprobs(logits, resp_ids, temperature), 0.0)
+    entropy = torch.where(kept, entropies(logits, temperature), 0.0) if with_entropy else None
+    return logprobs, entropy

@@ -1,0 +1,110 @@
+"""The embedded model `builtin:tiny`: shipped as package data, found without a build, loads with
+`from_pretrained`, gives the documented held-out figures; its build is deterministic."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import srpo_dsl
+from srpo_dsl.backends import GenRequest, resolve_model_spec
+from srpo_dsl.backends.hf import HFBackend
+from srpo_dsl.envs.arith import make_arith_tasks
+from srpo_dsl.models import tiny
+from srpo_dsl.models.build_tiny import differing_files, largest_weight_difference
+from srpo_dsl.models.tiny import (
+    RECIPE,
+    SHIPPED,
+    TINY_NAME,
+    Recipe,
+    build_tiny_model,
+    ensure_tiny_model,
+    evaluate_team,
+    warmup_report,
+)
+
+# The held-out figures README.md and docs/benchmarks.md give (256 questions, seed 0).
+DOCUMENTED_SAMPLED, DOCUMENTED_GREEDY = 0.3671875, 0.92578125  # 36.7% and 92.6%
+
+
+def test_builtin_tiny_is_the_shipped_folder_and_nothing_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model_path: Path
+) -> None:
+    monkeypatch.setenv("SRPO_DSL_CACHE", str(tmp_path))
+    assert resolve_model_spec("builtin:tiny") == str(SHIPPED) == str(tiny_model_path)
+    assert SHIPPED.parent == Path(srpo_dsl.__file__).parent / "models"  # inside the wheel's package
+    assert list(tmp_path.iterdir()) == []
+    size = sum(f.stat().st_size for f in SHIPPED.iterdir())
+    assert 1_000_000 < size < 2_000_000
+
+
+def test_shipped_weights_load_and_give_the_documented_heldout_figures() -> None:
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED)
+    backend = HFBackend(model, tokenizer=tokenizer)
+    questions = make_arith_tasks(RECIPE.eval_questions, 0, heldout=True)
+    greedy = evaluate_team(backend, questions, temperature=0.0)
+    sampled = evaluate_team(backend, questions, temperature=1.0)
+    report = warmup_report(SHIPPED)
+    assert (report.sampled_team_accuracy, report.greedy_team_accuracy) == (
+        DOCUMENTED_SAMPLED,
+        DOCUMENTED_GREEDY,
+    )
+    assert report.parameters == sum(p.numel() for p in model.parameters())
+    one = 1 / RECIPE.eval_questions  # another thread count may flip a near-tie sample
+    assert greedy.team == pytest.approx(report.greedy_team_accuracy, abs=one)
+    assert greedy.solver == pytest.approx(report.greedy_solver_accuracy, abs=one)
+    assert sampled.team == pytest.approx(report.sampled_team_accuracy, abs=3 * one)
+    assert sampled.verifier == pytest.approx(report.sampled_verifier_accuracy, abs=3 * one)
+
+
+def test_tokenizer_round_trips_the_role_contracts() -> None:
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    for text in ["\\boxed{42}", "<verify>approve</verify>", "FINAL: \\boxed{137}"]:
+        assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    assert len(tokenizer("\\boxed{", add_special_tokens=False)["input_ids"]) == 1
+
+
+def test_the_warm_model_answers_and_leaves_room_for_rl() -> None:
+    report = warmup_report(SHIPPED)
+    assert 0.2 <= report.sampled_team_accuracy <= 0.6 < report.greedy_team_accuracy
+    [out] = HFBackend(SHIPPED).generate([GenRequest("S 17+25=", 12, 0.0)])
+    assert out.finish_reason == "stop" and out.text.startswith("\\boxed{")
+
+
+def test_the_cache_serves_when_the_package_data_is_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tiny, "SHIPPED", tmp_path / "absent")
+    cached = tmp_path / "cache" / TINY_NAME
+    shutil.copytree(SHIPPED, cached)
+    assert ensure_tiny_model(tmp_path / "cache", progress=False) == cached
+
+
+def test_the_build_is_deterministic(tmp_path: Path) -> None:
+    small = Recipe(hidden=16, layers=1, intermediate=32, episodes=48, steps=4, batch=8, eval_questions=4)
+    first = build_tiny_model(tmp_path / "a", recipe=small, progress=False)
+    again = build_tiny_model(tmp_path / "b", recipe=small, progress=False)
+    build_tiny_model(tmp_path / "c", recipe=small, progress=False, seed=1)
+    assert first == again and differing_files(tmp_path / "a", tmp_path / "b") == []
+    assert "model.safetensors" in differing_files(tmp_path / "a", tmp_path / "c")
+    assert all(oct(f.stat().st_mode)[-3:] == "644" for f in (tmp_path / "a").iterdir())
+
+
+def test_the_check_names_what_differs(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    save_file({"w": torch.tensor([1.0, 2.0]), "v": torch.zeros(3)}, a / "model.safetensors")
+    save_file({"w": torch.tensor([1.0, 2.5]), "v": torch.zeros(3)}, b / "model.safetensors")
+    (a / "config.json").write_text("{}")
+    (b / "config.json").write_text("{}")
+    (a / "extra.txt").write_text("x")
+    assert differing_files(a, b) == ["extra.txt", "model.safetensors"]
+    assert largest_weight_difference(a / "model.safetensors", b / "model.safetensors") == 0.5
+    save_file({"w": torch.zeros(3)}, b / "model.safetensors")
+    assert largest_weight_difference(a / "model.safetensors", b / "model.safetensors") == float("inf")
