@@ -36,7 +36,10 @@ class Result:
     @cached_property
     def graph(self) -> nx.DiGraph | None:
         """The compiled program as the documented `networkx.DiGraph` (None when it did not compile)."""
-        return self.program.to_networkx() if self.program else None
+        if self.program is None:
+            return None
+        with _collector_paused():  # many small dicts that all live on: nothing for the collector to find
+            return self.program.to_networkx()
 
 
 @contextlib.contextmanager

@@ -72,6 +72,8 @@ class Edge:
     when: str  # the guard as text: `always`, `verifier != approve and loop < 4`, ...
 
     def attrs(self) -> dict[str, Any]:
+        if self.when == "always":  # most edges: one way, no atom, no effect
+            return {"guard": [[]], "effects": [{"reset": [], "increment": []}], "when": "always"}
         return {
             "guard": [[a.to_dict() for a in w.conj] for w in self.ways],
             "effects": [{"reset": list(w.reset), "increment": list(w.increment)} for w in self.ways],
