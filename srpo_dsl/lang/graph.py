@@ -64,6 +64,9 @@ class Way(NamedTuple):
         return all(a.holds(state, loops) for a in self.conj)
 
 
+_PLAIN = (Way(()),)
+
+
 @dataclass(frozen=True)
 class Edge:
     source: str
@@ -72,7 +75,7 @@ class Edge:
     when: str  # the guard as text: `always`, `verifier != approve and loop < 4`, ...
 
     def attrs(self) -> dict[str, Any]:
-        if self.when == "always":  # most edges: one way, no atom, no effect
+        if self.ways == _PLAIN:  # most edges: one way, no atom, no loop effect
             return {"guard": [[]], "effects": [{"reset": [], "increment": []}], "when": "always"}
         return {
             "guard": [[a.to_dict() for a in w.conj] for w in self.ways],
