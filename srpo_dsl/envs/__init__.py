@@ -6,7 +6,7 @@ Names are imported on first use, so `srpo_dsl.envs.arith` does not pay for math-
 
 from __future__ import annotations
 
-from importlib import import_module
+from srpo_dsl.lazy import lazy_exports
 
 _EXPORTS = {
     "normalize_answer": "answers",
@@ -30,8 +30,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> object:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
