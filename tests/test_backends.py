@@ -297,3 +297,12 @@ def test_prompt_sandbox_blocks_unsafe_access(tmp_path: Path) -> None:
     (tmp_path / "evil.j2").write_text("{{ task.__class__.__mro__ }}")
     with pytest.raises(PromptError):
         PromptRenderer([tmp_path]).render("evil.j2", _context([]))
+
+
+def test_prompt_renderer_reads_each_template_once_per_run(tmp_path: Path) -> None:
+    """Templates are compiled on first use and kept: a run renders thousands of prompts."""
+    (tmp_path / "t.j2").write_text("Q: {{ task.question }}")
+    renderer = PromptRenderer([tmp_path])
+    assert renderer.render("t.j2", {"task": {"question": "1+1"}}) == "Q: 1+1"
+    (tmp_path / "t.j2").write_text("changed {{ task.question }}")
+    assert renderer.render("t.j2", {"task": {"question": "2+2"}}) == "Q: 2+2"

@@ -44,6 +44,7 @@ class PromptRenderer:
             undefined=StrictUndefined,
             keep_trailing_newline=False,
             autoescape=False,
+            auto_reload=False,  # read once per run: no file check on every render of the hot loop
         )
 
     def render(self, template: str, context: Mapping[str, object]) -> str:
