@@ -189,8 +189,10 @@ def test_rewards_registry():
     assert REWARDS["exact_match"]("austen", task, "answers") == 1.0
     assert REWARDS["f1"]("Jane", task, "answers") == pytest.approx(2 / 3)
     assert all(REWARDS[name](None, task, "answers") == 0.0 for name in REWARDS)
-    with pytest.raises(KeyError, match="known: math_equiv, exact_match, f1"):
-        REWARDS["accuracy"]
+    with pytest.raises(
+        ValueError, match="unknown reward function 'accuracy'; known: math_equiv, exact_match, f1"
+    ):
+        REWARDS.lookup("accuracy")
     with pytest.raises(KeyError, match="no field 'gold'"):
         REWARDS["exact_match"]("x", task, "gold")
 

@@ -13,30 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from srpo_dsl.envs.answers import exact_match, f1
+from srpo_dsl.registry import Registry
 
 RewardFn = Callable[[str | None, dict, str], float]
 
 
-class _Registry(dict):
-    """A dict whose missing keys raise a KeyError that lists the known names."""
-
-    def __missing__(self, name: str) -> RewardFn:
-        raise KeyError(f"unknown reward function {name!r} (known: {', '.join(self)})")
-
-
-REWARDS: dict[str, RewardFn] = _Registry()
-
-
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Register `fn(pred, task, field) -> float` as the reward `name`."""
-
-    def register(fn: RewardFn) -> RewardFn:
-        if name in REWARDS:
-            raise ValueError(f"reward function {name!r} is registered twice")
-        REWARDS[name] = fn
-        return fn
-
-    return register
+REWARDS: Registry[RewardFn] = Registry("reward function")
+register_reward = REWARDS.register
 
 
 def _golds(task: dict, field: str) -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from srpo_dsl.registry import Registry
 from srpo_dsl.rl import names
 from srpo_dsl.rl.objective import at_least_fp32
 
@@ -44,26 +45,9 @@ class AdvantageInputs:
 
 
 Estimator = Callable[[AdvantageInputs, float], Tensor]
-ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
-
-
-def register_advantage_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Register `estimator(inputs, eps) -> [N] advantages` under `name`."""
-
-    def register(estimator: Estimator) -> Estimator:
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is registered twice")
-        ADVANTAGE_ESTIMATORS[name] = estimator
-        return estimator
-
-    return register
-
-
-def get_advantage_estimator(name: str) -> Estimator:
-    """The estimator registered under `name`; ValueError listing the names otherwise."""
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(ADVANTAGE_ESTIMATORS)}")
-    return ADVANTAGE_ESTIMATORS[name]
+ADVANTAGE_ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
+register_advantage_estimator = ADVANTAGE_ESTIMATORS.register
+get_advantage_estimator = ADVANTAGE_ESTIMATORS.lookup
 
 
 def group_index(*keys: Sequence[Hashable]) -> Tensor:

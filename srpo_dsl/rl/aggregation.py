@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from srpo_dsl.registry import Registry
 from srpo_dsl.rl import names
 
 
@@ -25,19 +26,12 @@ class Aggregation:
     dims: int  # terms are [E] events, [B, T] tokens (0 off the mask) or [B] rows
 
 
-AGGREGATIONS = {
-    "event-mean": Aggregation("num_events", 1),
-    "token-mean": Aggregation("num_tokens", 2),
-    "row-mean": Aggregation("num_rows", 1),
-}
+AGGREGATIONS: Registry[Aggregation] = Registry("aggregation")
+AGGREGATIONS.add("event-mean", Aggregation("num_events", 1))
+AGGREGATIONS.add("token-mean", Aggregation("num_tokens", 2))
+AGGREGATIONS.add("row-mean", Aggregation("num_rows", 1))
 names.require_exactly(tuple(AGGREGATIONS), names.AGGREGATIONS, "aggregations")
-
-
-def get_aggregation(mode: str) -> Aggregation:
-    """The mode named `mode`; ValueError listing the modes otherwise."""
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {mode!r}; known: {', '.join(AGGREGATIONS)}")
-    return AGGREGATIONS[mode]
+get_aggregation = AGGREGATIONS.lookup
 
 
 def aggregate(terms: Tensor, mode: str, global_count: int) -> Tensor:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from srpo_dsl.registry import Registry
 from srpo_dsl.rl import names
 from srpo_dsl.rl.advantages import AdvantageInputs, get_advantage_estimator
 from srpo_dsl.rl.aggregation import aggregate, get_aggregation
@@ -100,7 +101,8 @@ def global_count(unit: str, given: int | None, local: float) -> int:
     return given
 
 
-OBJECTIVES: dict[str, Objective] = {}
+OBJECTIVES: Registry[Objective] = Registry("objective")
+get_objective = OBJECTIVES.lookup
 
 
 def register_policy_loss(name: str, *, aggregation: str, advantage: str) -> Callable[[TermsFn], TermsFn]:
@@ -109,19 +111,10 @@ def register_policy_loss(name: str, *, aggregation: str, advantage: str) -> Call
     get_advantage_estimator(advantage)
 
     def register(terms: TermsFn) -> TermsFn:
-        if name in OBJECTIVES:
-            raise ValueError(f"objective {name!r} is registered twice")
-        OBJECTIVES[name] = Objective(name, terms, aggregation, advantage)
+        OBJECTIVES.add(name, Objective(name, terms, aggregation, advantage))
         return terms
 
     return register
-
-
-def get_objective(name: str) -> Objective:
-    """The objective registered under `name`."""
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; known objectives: {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[name]
 
 
 register_policy_loss("srpo", aggregation="event-mean", advantage="event")(setwise_terms)

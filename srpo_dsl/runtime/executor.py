@@ -54,7 +54,7 @@ class Executor:
         self.renderer = renderer
         self.tools = tools or {}
         self.reward = graph.reward
-        self.reward_fn = REWARDS[graph.reward.fn]
+        self.reward_fn = REWARDS.lookup(graph.reward.fn)
 
     # ---- public -------------------------------------------------------------
     def run(
