@@ -52,7 +52,7 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "E043": ("parallel solver by router", "parallel searcher by router"),
     "E044": ("  route router\n", ""),
     "E045": ("aggregate agg\n", "aggregate verifier\n"),
-    "E046": ("call web on searcher", "call web on solver"),
+    "E046": ("call web on searcher", "call web on verifier"),
     "E050": ("repeat at most 2 {", "repeat {"),
     "E051": ("repeat at most 2 {", "repeat at most 0 {"),
     "E052": ("aggregate agg\n", "repeat at most 2 { }\naggregate agg\n"),

@@ -279,12 +279,14 @@ class _Server:
         self, retriever: Bm25Retriever, fail_first: int = 0, status: int = 503, reply: bytes | None = None
     ):
         self.requests: list[dict] = []
+        self.calls: list[tuple[str, str, str]] = []  # (method, path, content type)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(body)
+                outer.calls.append((self.command, self.path, self.headers["Content-Type"]))
                 if len(outer.requests) <= fail_first:
                     self.send_error(status)
                     return
@@ -338,8 +340,42 @@ def test_http_retriever_speaks_the_search_r1_protocol(bm25):
         assert server.requests == [
             {"queries": ["capital city of australia", "red planet"], "topk": 2, "return_scores": True}
         ]
+        assert server.calls == [("POST", "/retrieve", "application/json")]
+        HttpRetriever(server.url.removesuffix("/retrieve"), timeout=5).search(["mars"], 1)  # no path given
+        assert server.calls[1][:2] == ("POST", "/retrieve") and server.requests[1]["topk"] == 1
     assert results == bm25.search(["capital city of australia", "red planet"], 2)
     assert results[0][0].title == "Canberra" and client.search([], 2) == []
+
+
+def test_http_retriever_reads_the_reply_in_order(bm25):
+    """`{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`, one list per query."""
+    hits = [
+        [
+            {"document": {"id": "17", "contents": '"Oslo"\nOslo is the capital of Norway.'}, "score": 9.5},
+            {
+                "document": {"id": "4", "contents": '"Bergen"\nBergen lies on the west coast.\nRainy.'},
+                "score": 3.25,
+            },
+        ],
+        [{"document": {"id": "8", "contents": "no title line"}, "score": 1.0}],
+    ]
+    with _Server(bm25, reply=json.dumps({"result": hits}).encode()) as server:
+        results = HttpRetriever(server.url, timeout=5).search(["norway capital", "anything"], 2)
+    assert results == [
+        [
+            Document("17", "Oslo", "Oslo is the capital of Norway."),
+            Document("4", "Bergen", "Bergen lies on the west coast.\nRainy."),
+        ],
+        [Document("8", "", "no title line")],
+    ]
+
+
+def test_http_retriever_rejects_a_bad_url():
+    for url in ("127.0.0.1:8000/retrieve", "ftp://host/retrieve", "http:///retrieve"):
+        with pytest.raises(RetrieverError, match="retrieval server url must be http"):
+            HttpRetriever(url)
+    with pytest.raises(RetrieverError, match="must be http"):
+        make_retriever("http", url="localhost")
 
 
 def test_http_retriever_retries_server_errors(bm25):
@@ -354,11 +390,13 @@ def test_http_retriever_retries_server_errors(bm25):
     with _Server(bm25, fail_first=9, status=404) as server, pytest.raises(RetrieverError, match="HTTP 404"):
         HttpRetriever(server.url, timeout=5, retries=2, backoff=0.01).search(["mars"], 1)
     assert len(server.requests) == 1  # a client error is not retried
-    with (
-        _Server(bm25, reply=b'{"result": []}') as server,
-        pytest.raises(RetrieverError, match="unexpected reply"),
-    ):
-        HttpRetriever(server.url, timeout=5).search(["mars"], 1)
+    for reply in (b'{"result": []}', b'{"error": "index not loaded"}', b'{"result": [[{"score": 1.0}]]}'):
+        with (
+            _Server(bm25, reply=reply) as server,
+            pytest.raises(RetrieverError, match="unexpected reply") as bad,
+        ):
+            HttpRetriever(server.url, timeout=5).search(["mars"], 1)
+        assert "\n" not in str(bad.value)
     with _Server(bm25, reply=b"<html>") as server, pytest.raises(RetrieverError, match="not JSON"):
         HttpRetriever(server.url, timeout=5).search(["mars"], 1)
 
@@ -528,25 +566,68 @@ def test_runaway_answers_are_bounded_off_the_main_thread(pred):
     assert results == [False] and time.monotonic() - start < 3
 
 
-def test_dapo_parquet_written_by_datasets(tmp_path):
-    """A DAPO-Math-17k-like Parquet file (chat `prompt`, nested `reward_model`), as `datasets` writes it."""
-    datasets = pytest.importorskip("datasets")
+# ---- generic task kinds ----------------------------------------------------------------------
+def test_generic_jsonl_keeps_rows_without_question_or_answer(tmp_path):
     rows = [
-        {
-            "data_source": "math_dapo",
-            "prompt": [{"role": "user", "content": DAPO_PROMPT.replace("1+1", f"{i}+1")}],
-            "ability": "MATH",
-            "reward_model": {"ground_truth": str(i + 1), "style": "rule"},
-            "extra_info": {"index": f"dapo-{i}"},
-        }
-        for i in range(5)
+        {"text": "free form", "label": 1},
+        {"question": "who wrote emma?", "meta": {"k": "x"}},
+        {"answer": 142.0, "id": "r2"},
     ]
-    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "dapo.parquet"))
-    tasks = load_tasks(tmp_path / "dapo.parquet", kind="math", limit=3)
-    assert [(t["id"], t["question"], t["answers"]) for t in tasks] == [
-        (f"dapo-{i}", f"What is ${i}+1$?", [str(i + 1)]) for i in range(3)
+    tasks = load_tasks(_jsonl(tmp_path / "rows.jsonl", rows), kind="jsonl")
+    assert tasks == [
+        {"text": "free form", "label": 1, "id": "rows-0"},
+        {"question": "who wrote emma?", "meta": {"k": "x"}, "id": "rows-1"},
+        {"answer": "142", "answers": ["142"], "id": "r2"},
     ]
-    assert tasks[0]["reward_model"] == {"ground_truth": "1", "style": "rule"}
-    (tmp_path / "broken.parquet").write_bytes(b"not a parquet file")
-    with pytest.raises(ValueError, match=r"broken.parquet: cannot read Parquet \(.*\)$"):
-        load_tasks(tmp_path / "broken.parquet", kind="math")
+
+
+def test_generic_kinds_read_mapped_fields(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"uid": f"u{i}", "body": {"text": f"Q{i}"}, "gold": [f"g{i}", "alt"]} for i in range(3)]
+    fields = {"question": "body.text", "answer": "gold", "id": "uid"}
+    want = [(f"u{i}", f"Q{i}", f"g{i}", [f"g{i}", "alt"]) for i in range(2)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rows.parquet")
+    for path, kind in (
+        (_jsonl(tmp_path / "rows.jsonl", rows), "jsonl"),
+        (tmp_path / "rows.parquet", "parquet"),
+    ):
+        tasks = load_tasks(path, kind=kind, fields=fields, limit=2)
+        assert [(t["id"], t["question"], t["answer"], t["answers"]) for t in tasks] == want
+        assert tasks[0]["body"] == {"text": "Q0"}
+    only_id = load_tasks(tmp_path / "rows.parquet", kind="parquet", fields={"id": "body.text"})
+    assert [t["id"] for t in only_id] == ["Q0", "Q1", "Q2"] and "question" not in only_id[0]
+
+
+def test_generic_kinds_errors(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = _jsonl(tmp_path / "rows.jsonl", [{"q": "a", "uid": 1}, {"q": "b"}, {"q": ""}])
+    with pytest.raises(ValueError, match=r"^.*rows.jsonl:2: no id field \(looked for uid; record has q\)$"):
+        load_tasks(path, kind="jsonl", fields={"id": "uid"})
+    with pytest.raises(ValueError, match=r"rows.jsonl:3: empty question \(field `q`\)$"):
+        load_tasks(path, kind="jsonl", fields={"question": "q"})
+    pq.write_table(
+        pa.Table.from_pylist([{"q": "a", "a": "1"}, {"q": "b", "a": None}]), tmp_path / "t.parquet"
+    )
+    with pytest.raises(
+        ValueError, match=r"t.parquet row 1: no answer field \(looked for a; record has q, a\)$"
+    ):
+        load_tasks(tmp_path / "t.parquet", kind="parquet", fields={"answer": "a"})
+    for name, kind in (("rows.json", "jsonl"), ("rows.jsonl", "parquet"), ("rows", "jsonl")):
+        with pytest.raises(ValueError, match=rf"{name}: a `{kind}` task reads a .{kind} file, not "):
+            load_tasks(tmp_path / name, kind=kind)
+    with pytest.raises(ValueError, match="unknown field mapping gold"):
+        load_tasks(path, kind="jsonl", fields={"gold": "q"})
+    with pytest.raises(ValueError, match="`parquet` task needs a data file"):
+        load_tasks(None, kind="parquet")
+
+
+def test_id_mapping_for_math_and_qa(tmp_path):
+    path = _jsonl(tmp_path / "m.jsonl", [{"problem": "p", "answer": "1", "id": "x", "meta": {"key": "k7"}}])
+    assert load_tasks(path, kind="math", fields={"id": "meta.key"})[0]["id"] == "k7"
+    assert load_tasks(path, kind="qa")[0]["id"] == "x"
+    with pytest.raises(ValueError, match=r"m.jsonl:1: no id field \(looked for uid;"):
+        load_tasks(path, kind="qa", fields={"id": "uid"})

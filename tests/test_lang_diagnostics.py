@@ -39,7 +39,7 @@ GOLDEN = [
     ("E043", 12, 24, "`router` does not route over `searcher`: it routes over `solver`"),
     ("E044", 11, 3, "`parallel solver by router` needs a `route router` step before it in the same block"),
     ("E045", 17, 11, "`verifier` emits `verdict`: use it in a `verify` step, not `aggregate`"),
-    ("E046", 15, 15, "`call` runs a tool on search queries, but `solver` emits `boxed`"),
+    ("E046", 15, 15, "`call` runs a tool on the agent's outputs, but `verifier` emits `verdict` (a decision, not a query)"),
     ("E050", 10, 1, "loop has no bound: an episode could run forever"),
     ("E051", 10, 1, "loop bound must be at least 1"),
     ("E052", 17, 1, "empty loop"),

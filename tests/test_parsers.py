@@ -91,7 +91,7 @@ def test_route_needs_a_pool():
     ],
 )
 def test_verdict_valid(text, words, value):
-    assert parse_output("verdict", text, words=words) == Parsed(True, value, None)
+    assert parse_output("verdict", text, args=words) == Parsed(True, value, None)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_verdict_valid(text, words, value):
     ],
 )
 def test_verdict_invalid(text):
-    assert parse_output("verdict", text, words=APPROVE).valid is False
+    assert parse_output("verdict", text, args=APPROVE).valid is False
 
 
 @pytest.mark.parametrize(
@@ -273,7 +273,9 @@ TRICKY = st.lists(
 @given(st.one_of(st.text(max_size=200), TRICKY), st.integers(1, 5))
 def test_parsers_never_raise(text, pool):
     for contract in CONTRACT_PARSERS:
-        parsed = parse_output(contract, text, pool_size=pool, words=APPROVE)
+        parsed = parse_output(
+            contract, text, pool_size=pool, args=("answer",) if contract == "tag" else APPROVE
+        )
         assert isinstance(parsed, Parsed)
         assert (parsed.error is None) == parsed.valid
         assert parsed.valid or parsed.value is None
@@ -289,3 +291,35 @@ def test_route_with_thousands_of_digits_is_out_of_range_not_a_crash():
         parsed = route(text)
         assert parsed.valid is False and "outside 1..3" in parsed.error and len(parsed.error) < 120
     assert route("<route>" + "0" * 5000 + "2</route>") == Parsed(True, (2,), None)  # leading zeros are digits
+
+
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("<answer>42</answer>", "42"),
+        ("<think><answer>1</answer></think> <answer> (1 + 2) * 3 </answer>", "(1 + 2) * 3"),
+        ("reasoning</think><answer>x</answer>", "x"),  # thinking opened by the chat template
+    ],
+)
+def test_tag_contract_accepts(text, value):
+    assert parse_output("tag", text, args=("answer",)) == Parsed(True, value, None)
+
+
+@pytest.mark.parametrize(
+    "text,error",
+    [
+        ("42", "found 0 opening and 0 closing"),
+        ("<answer>1</answer><answer>2</answer>", "found 2 opening and 2 closing"),
+        ("<answer>  </answer>", "empty <answer></answer>"),
+        ("</answer>1<answer>", "comes before"),
+        ("<code>print(1)</code>", "found 0 opening"),  # another tag does not count
+    ],
+)
+def test_tag_contract_rejects(text, error):
+    parsed = parse_output("tag", text, args=("answer",))
+    assert not parsed.valid and error in parsed.error
+
+
+def test_tag_contract_needs_its_name():
+    with pytest.raises(ValueError, match="exactly one tag name"):
+        parse_output("tag", "<a>1</a>")

@@ -7,10 +7,11 @@ import sys
 import typer
 
 from srpo_dsl import __version__
-from srpo_dsl.cli.common import EXIT_INTERNAL, CliError, eprint, print_error
+from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, CliError, eprint, print_error
 from srpo_dsl.cli.lang_cmds import compile_cmd, validate
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
 from srpo_dsl.cli.train_cmds import plot_cmd, train_cmd
+from srpo_dsl.runtime.usercode import UserCodeError
 
 app = typer.Typer(
     name="srpo-dsl",
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     except CliError as err:
         print_error(err)
         sys.exit(err.code)
+    except UserCodeError as err:  # the user's reward, parser, loader or tool: its file:line, one line
+        print_error(CliError(str(err)))
+        sys.exit(EXIT_INPUT)
     except typer.Exit as ex:
         sys.exit(ex.exit_code)
     except KeyboardInterrupt:

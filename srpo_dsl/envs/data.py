@@ -9,12 +9,17 @@ accepted gold answers, strings) and `answer` (the first of them). Fields are det
 | MATH500, AIME, AMC, Minerva | `problem` or `question` | `answer` (numbers as text; `142.0` -> `142`) |
 | OlympiadBench | `question` | `final_answer` (a list) |
 | Search-R1 (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, ...) | `question` | `golden_answers`, `answer` |
+| Search-R1 parquet, no `question` | `prompt` (its instruction removed) | `reward_model.ground_truth` |
 
-The first field present in `QUESTION_FIELDS` / `ANSWER_FIELDS` wins; `fields={"question":
-..., "answer": ...}` overrides either (dotted names reach into nested records; names match
-case-insensitively, so AIME copies with `Problem` / `Answer` columns load too). The id is
-`id`, `unique_id` or `extra_info.index`, else `<file stem>-<row>`. Ids group the rollouts
+The first field present in `QUESTION_FIELDS` / `ANSWER_FIELDS` / `ID_FIELDS` wins; `fields=
+{"question": ..., "answer": ..., "id": ...}` overrides any of them (dotted names reach into
+nested records; names match case-insensitively, so AIME copies with `Problem` / `Answer`
+columns load too). Without an id field the id is `<file stem>-<row>`. Ids group the rollouts
 of one prompt, so they must be unique: a repeated id gets `@<row>` appended.
+
+Kinds `math` and `qa` require a question and an answer in every record. The generic kinds
+`jsonl` and `parquet` (a file of that suffix) require only the mapped fields and add
+`question` / `answer` / `answers` where they are found, for rewards that read other fields.
 """
 
 from __future__ import annotations
@@ -36,12 +41,23 @@ ANSWER_FIELDS = (
     "target",
 )
 ID_FIELDS = ("id", "unique_id", "extra_info.index")
-TASK_KINDS = ("math", "qa", "arith")
+DETECTED = {"question": QUESTION_FIELDS, "answer": ANSWER_FIELDS, "id": ID_FIELDS}
+GENERIC_KINDS = ("jsonl", "parquet")
+TASK_KINDS = ("math", "qa", "arith", *GENERIC_KINDS)
 
-_DAPO_HEAD = (
-    "Solve the following math problem step by step. The last line of your response should be of the form"
+# Prompt wrappers around the question: (how the wrapper starts, what precedes the question, its tail).
+_WRAPPERS = (
+    (  # DAPO-Math-17k: instruction, blank line, problem, blank line, reminder
+        "Solve the following math problem step by step. The last line of your response should be of the form",
+        "\n\n",
+        'Remember to put your answer on its own line after "Answer:".',
+    ),
+    (  # Search-R1 (`make_prefix`): instruction ending "Question: ", the question, a newline
+        "Answer the given question. You must conduct reasoning inside <think> and </think>",
+        " Question: ",
+        "",
+    ),
 )
-_DAPO_TAIL = 'Remember to put your answer on its own line after "Answer:".'
 
 
 def _jsonl(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
@@ -115,14 +131,16 @@ def _get(record: dict, dotted: str) -> object | None:
 
 
 def _text(value: object) -> str:
-    """A question: the last user turn of a chat, without the DAPO answer-format wrapper."""
+    """A question: the last user turn of a chat, without a DAPO or Search-R1 prompt wrapper."""
     if isinstance(value, list):
         turns = [m for m in value if isinstance(m, dict) and "content" in m]
         users = [m for m in turns if m.get("role") == "user"] or turns
         value = users[-1]["content"] if users else ""
     text = str(value).strip()
-    if text.startswith(_DAPO_HEAD) and "\n\n" in text:
-        text = text.split("\n\n", 1)[1].removesuffix(_DAPO_TAIL)
+    for head, before, tail in _WRAPPERS:
+        if text.startswith(head) and before in text:
+            text = text.split(before, 1)[1].strip().removesuffix(tail)
+            break
     return text.strip()
 
 
@@ -151,59 +169,76 @@ def _first(record: dict, names: tuple[str, ...]) -> tuple[str | None, object | N
     return None, None
 
 
-def normalize_record(record: dict, row: int, where: str, stem: str, fields: dict | None = None) -> dict:
-    """`record` with `id`, `question`, `answer`, `answers` set; ValueError naming `where` if it cannot be."""
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    fields = fields or {}
-    found = {}
-    for key, names in (("question", QUESTION_FIELDS), ("answer", ANSWER_FIELDS)):
-        wanted = (fields[key],) if fields.get(key) else names
-        name, value = _first(record, wanted)
-        if name is None:
-            raise ValueError(
-                f"{where}: no {key} field (looked for {', '.join(wanted)}; "
-                f'record has {", ".join(record) or "no fields"}); map it with `{key} = "..."`'
-            )
-        found[key] = (name, value)
-    question = _text(found["question"][1])
-    name, value = found["answer"]
+def _field(record: dict, key: str, fields: dict, where: str, required: bool) -> tuple[str | None, object]:
+    """(name, value) of `key`: the mapped field, else the first detected one; ValueError if required."""
+    names = (fields[key],) if fields.get(key) else DETECTED[key]
+    name, value = _first(record, names)
+    if name is None and (required or fields.get(key)):
+        hint = "" if fields.get(key) else f'; map it with `{key} = "..."`'
+        raise ValueError(
+            f"{where}: no {key} field (looked for {', '.join(names)}; "
+            f"record has {', '.join(map(str, record)) or 'no fields'}){hint}"
+        )
+    return name, value
+
+
+def _gold(name: str | None, value: object, where: str) -> list[str]:
     if name == "possible_answers" and isinstance(value, str):  # PopQA: a JSON list as text
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
             raise ValueError(f"{where}: `possible_answers` is not a JSON list") from None
-    answers = _answers(value)
-    if not question or not answers:
-        empty = "question" if not question else "answer"
-        raise ValueError(f"{where}: empty {empty} (field `{found[empty][0]}`)")
-    _, rid = _first(record, ID_FIELDS)
-    return {
-        **record,
-        "id": str(rid) if rid is not None else f"{stem}-{row}",
-        "question": question,
-        "answer": answers[0],
-        "answers": answers,
-    }
+    return _answers(value) if name else []
+
+
+def normalize_record(
+    record: dict, row: int, where: str, stem: str, fields: dict | None = None, *, strict: bool = True
+) -> dict:
+    """`record` with `id` and, where found, `question`, `answer`, `answers`; ValueError naming `where`
+    for a missing or empty required field (`strict`: question and answer; always: the mapped ones)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    fields = fields or {}
+    need = {key: strict or bool(fields.get(key)) for key in ("question", "answer")}
+    qname, qvalue = _field(record, "question", fields, where, need["question"])
+    aname, avalue = _field(record, "answer", fields, where, need["answer"])
+    question = _text(qvalue) if qname else ""
+    answers = _gold(aname, avalue, where)
+    for key, name, got in (("question", qname, question), ("answer", aname, answers)):
+        if need[key] and not got:
+            raise ValueError(f"{where}: empty {key} (field `{name}`)")
+    idname, rid = _field(record, "id", fields, where, False)
+    task = {**record, "id": str(rid) if idname else f"{stem}-{row}"}
+    if question:
+        task["question"] = question
+    if answers:
+        task["answer"], task["answers"] = answers[0], answers
+    return task
 
 
 def load_tasks(
     path: Path | None, *, kind: str, fields: dict | None = None, limit: int | None = None
 ) -> list[dict]:
-    """Tasks of `kind` (math, qa, arith) from a local file; `arith` without a file generates
-    `limit` (default 1000) additions. Raises FileNotFoundError or ValueError with a one-line message."""
+    """Tasks of `kind` (see TASK_KINDS) from a local file; `arith` without a file generates `limit`
+    (default 1000) additions. `fields` maps `question`, `answer`, `id` to field names. Raises
+    FileNotFoundError or ValueError with a one-line message."""
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown task kind {kind!r} (known: {', '.join(TASK_KINDS)})")
+    unknown = sorted(set(fields or {}) - set(DETECTED))
+    if unknown:
+        raise ValueError(f"unknown field mapping {', '.join(unknown)} (known: {', '.join(DETECTED)})")
     if path is None:
         if kind != "arith":
             raise ValueError(f"a `{kind}` task needs a data file")
         return make_arith_tasks(limit or 1000)
     path = Path(path)
+    if kind in GENERIC_KINDS and path.suffix != f".{kind}":
+        raise ValueError(f"{path}: a `{kind}` task reads a .{kind} file, not {path.suffix or 'no suffix'}")
     if not path.is_file():
         raise FileNotFoundError(f"cannot read {path}: no such file")
     tasks, seen = [], set()
     for i, (where, record) in enumerate(_records(path, limit)):
-        task = normalize_record(record, i, where, path.stem, fields)
+        task = normalize_record(record, i, where, path.stem, fields, strict=kind not in GENERIC_KINDS)
         if task["id"] in seen:  # merged sets (Search-R1's NQ + HotpotQA) repeat per-set ids
             task["id"] = f"{task['id']}@{i}"
         seen.add(task["id"])

@@ -13,6 +13,7 @@ import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from functools import lru_cache
@@ -96,13 +97,20 @@ class HttpRetriever:
     """Client of a Search-R1 retrieval server (`retrieval_server.py`, POST /retrieve).
 
     Request `{"queries": [...], "topk": k, "return_scores": true}`; reply
-    `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`, one list per query.
-    Connection failures, time-outs and 5xx replies are retried `retries` times with
-    exponential backoff; then, or at once on any other bad reply, a RetrieverError.
+    `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`, one list per query,
+    best first (a hit without `document` is read as the document itself). A URL without a
+    path posts to `/retrieve`. Connection failures, time-outs and 5xx replies are retried
+    `retries` times with exponential backoff; then, or at once on any other bad reply, a
+    RetrieverError.
     """
 
     def __init__(self, url: str, timeout: float = 10.0, retries: int = 2, backoff: float = 0.5):
-        self.url, self.timeout, self.retries, self.backoff = url, timeout, retries, backoff
+        parts = urllib.parse.urlsplit(str(url))
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise RetrieverError(f"retrieval server url must be http://HOST:PORT[/retrieve], got {url!r}")
+        if parts.path in ("", "/"):
+            parts = parts._replace(path="/retrieve")
+        self.url, self.timeout, self.retries, self.backoff = parts.geturl(), timeout, retries, backoff
 
     def _post(self, body: bytes) -> object:
         request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
+from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef, RefProblem, UseName, locate_ref
 from srpo_dsl.lang.schema import (
     CONTRACTS,
     DEFAULT_MAX_TOKENS,
@@ -19,6 +22,7 @@ from srpo_dsl.lang.schema import (
     ContractSpec,
     Generation,
     LoraOptions,
+    PythonTool,
     TrainOptions,
 )
 from srpo_dsl.lang.templates import check_template
@@ -45,14 +49,29 @@ class AgentInfo:
     max_tokens: int
     temperature: float
     top_p: float
+    parser: CodeRef | None = None  # a Python contract (`contract` is then its reference)
 
 
 @dataclass(frozen=True)
 class RewardInfo:
-    fn: str
+    fn: str  # a built-in name, or the reference of a Python reward
     agent: str
-    field: str  # the task field, e.g. "answer"
+    field: str | None  # the task field of a built-in reward, e.g. "answer"
     penalty: float
+    code: CodeRef | None = None
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A task or tool declaration: its kind (`math`, `bm25`, ..., `python`) and its validated options."""
+
+    kind: str
+    options: Mapping[str, Any]
+    code: CodeRef | None = None  # the function of a `python` binding
+
+    def attrs(self) -> dict[str, Any]:
+        ref = {"ref": self.code.text} if self.code else {}
+        return {"kind": self.kind, **ref, "options": dict(self.options)}
 
 
 @dataclass
@@ -62,11 +81,20 @@ class Checked:
     program: n.Program
     policies: dict[str, PolicyInfo] = field(default_factory=dict)
     agents: dict[str, AgentInfo] = field(default_factory=dict)
-    tools: dict[str, tuple[str, dict]] = field(default_factory=dict)
-    task: tuple[str, dict] | None = None
+    tools: dict[str, Binding] = field(default_factory=dict)
+    task: Binding | None = None
     reward: RewardInfo | None = None
     train: TrainOptions = field(default_factory=TrainOptions)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def code(self) -> tuple[CodeRef, ...]:
+        """The user's Python the workflow names: the task, the tools, the parsers, the reward."""
+        refs = [self.task.code if self.task else None]
+        refs += [t.code for t in self.tools.values()]
+        refs += [a.parser for a in self.agents.values()]
+        refs.append(self.reward.code if self.reward else None)
+        return tuple(r for r in refs if r is not None)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -75,6 +103,11 @@ class Checked:
 
 def _value(v: n.Value) -> object:
     return v.name if isinstance(v, n.Symbol) else v
+
+
+def _contract_name(c: n.Contract) -> str:
+    """A built-in contract's name, or a Python parser's reference."""
+    return c.name.text if isinstance(c.name, n.Ref) else c.name.name
 
 
 class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
@@ -116,6 +149,7 @@ class _Checker(n.StepVisitor[None]):
 
     def __init__(self, program: n.Program, template_dirs: list[Path]):
         self.p = program
+        self.base = Path(program.file).parent  # user code paths are relative to the workflow's folder
         self.out = Checked(program)
         self.template_dirs = template_dirs
         self.used: set[str] = set()
@@ -200,9 +234,9 @@ class _Checker(n.StepVisitor[None]):
             self.policy(pol)
         self.task()
         for tool in self.p.tools:
-            opts = self.binding(tool.source, TOOL_KINDS, "E022", "tool")
-            if opts is not None:
-                self.out.tools[tool.name.name] = (tool.source.kind.name, opts)
+            bound = self.binding(tool.source, TOOL_KINDS, "E022", "tool")
+            if bound is not None:
+                self.out.tools[tool.name.name] = bound
         for agent in self.p.agents:
             self.agent(agent)
         self.reward()
@@ -213,9 +247,11 @@ class _Checker(n.StepVisitor[None]):
             if opts is not None:
                 self.out.train = TrainOptions(**opts)
 
-    def binding(self, call: n.Call, kinds: dict, code: str, what: str) -> dict | None:
-        """The validated options of `kind(...)`, or None after reporting an unknown kind or bad options."""
+    def binding(self, call: n.Call, kinds: dict, code: str, what: str) -> Binding | None:
+        """The validated `kind(...)`, or None after reporting an unknown kind or bad options."""
         kind = call.kind
+        if isinstance(kind, n.Ref):
+            return self.code_binding(call, kind, what)
         if kind.name not in kinds:
             self.error(
                 code,
@@ -225,11 +261,45 @@ class _Checker(n.StepVisitor[None]):
             )
             return None
         model, pos = kinds[kind.name]
-        return self.options(model, call.args, f"{what} `{kind.name}`", pos, call.span)
+        opts = self.options(model, call.args, f"{what} `{kind.name}`", pos, call.span)
+        return Binding(kind.name, opts) if opts is not None else None
+
+    def code_binding(self, call: n.Call, ref: n.Ref, what: str) -> Binding | None:
+        """A task loader or a tool written in Python: `"file.py:function"(key = value, ...)`."""
+        if what == "policy":
+            self.error("E095", "a policy is a model, not Python code", ref.span, 'e.g. `hf("Qwen/Qwen3-4B")`')
+            return None
+        for opt in call.args:
+            if opt.name is None:
+                self.error("E024", f"the options of Python code are named: `key = value` ({what})", opt.span)
+                return None
+        data = {o.name: _value(o.value) for o in call.args}
+        if what == "tool":
+            ours = tuple(o for o in call.args if o.name in TOOL_OPTIONS)  # the rest go to the function
+            opts = self.options(PythonTool, ours, "Python tool", (), call.span)
+            if opts is None:
+                return None
+            data = {**opts, **data}
+        use: UseName = "loader" if what == "task" else "tool"
+        passed = tuple(k for k in data if not (use == "tool" and k in TOOL_OPTIONS))
+        code = self.code_ref(ref, use, passed)
+        return Binding("python", data, code) if code is not None else None
+
+    def code_ref(self, ref: n.Ref, use: UseName, options: tuple[str, ...] = ()) -> CodeRef | None:
+        """The located function of a reference (read with `ast`, never run); None after reporting why not."""
+        try:
+            found = locate_ref(ref.text, use, self.base, options)
+        except RefProblem as problem:
+            self.error(problem.code, str(problem), ref.span, problem.hint)
+            return None
+        if found.warning:
+            self.warn("W003", found.warning, ref.span)
+        return found.ref
 
     def policy(self, pol: n.Policy) -> None:
         kind = pol.source.kind
-        src = self.binding(pol.source, POLICY_KINDS, "E020", "policy")
+        bound = self.binding(pol.source, POLICY_KINDS, "E020", "policy")
+        src = bound.options if bound is not None else None
         gen = self.options(Generation, pol.options, "policy options", (), pol.span)
         lora = self.options(LoraOptions, pol.lora, "lora", (), pol.span) if pol.lora is not None else None
         if src is None or gen is None or (pol.lora is not None and lora is None):
@@ -250,10 +320,7 @@ class _Checker(n.StepVisitor[None]):
             return
         for extra in self.p.tasks[1:]:
             self.error("E025", "only one `task` is allowed", extra.span)
-        src = self.p.tasks[0].source
-        opts = self.binding(src, TASK_KINDS, "E021", "task")
-        if opts is not None:
-            self.out.task = (src.kind.name, opts)
+        self.out.task = self.binding(self.p.tasks[0].source, TASK_KINDS, "E021", "task")
 
     def agent(self, a: n.Agent) -> None:
         if a.replicas < 1:
@@ -267,10 +334,11 @@ class _Checker(n.StepVisitor[None]):
             )
         self.used.add(a.policy.name)
         c = a.contract
-        spec = self.contract(c)
+        parser = self.code_ref(c.name, "parser") if isinstance(c.name, n.Ref) else None
+        known = parser is not None if isinstance(c.name, n.Ref) else self.contract(c) is not None
         gen = self.options(Generation, a.options, f"agent `{a.name.name}`", (), a.span)
         pol = self.out.policies.get(a.policy.name)
-        if gen is None or pol is None or spec is None:
+        if gen is None or pol is None or not known:
             return
 
         def pick(k, default):
@@ -285,27 +353,32 @@ class _Checker(n.StepVisitor[None]):
             a.replicas,
             a.policy.name,
             a.prompt,
-            c.name.name,
+            _contract_name(c),
             tuple(x.name for x in c.args),
             pick("max_tokens", DEFAULT_MAX_TOKENS),
             pick("temperature", 1.0),
             pick("top_p", 1.0),
+            parser,
         )
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):
             self.out.diagnostics.append(diag)
 
     def contract(self, c: n.Contract) -> ContractSpec | None:
-        """The spec of an agent's output contract (None when unknown), its arguments checked."""
+        """The spec of an agent's built-in output contract (None when unknown), its arguments checked."""
+        assert isinstance(c.name, n.Ident)
         spec = CONTRACTS.get(c.name.name)
         if spec is None:
             self.error(
                 "E030",
                 f"unknown output contract `{c.name.name}`",
                 c.name.span,
-                did_you_mean(c.name.name, CONTRACTS) or f"known: {', '.join(CONTRACTS)}",
+                did_you_mean(c.name.name, CONTRACTS)
+                or f'known: {", ".join(CONTRACTS)}, or a Python parser "file.py:function"',
             )
         elif spec.args == "none" and c.args:
             self.error("E031", f"`{c.name.name}` takes no arguments", c.span)
+        elif spec.args == "tag" and len(c.args) != 1:
+            self.error("E031", "`tag` names exactly one tag: `tag(answer)`", c.span)
         elif spec.args == "pool" and len(c.args) != 1:
             self.error("E031", "`route` names exactly one pool: `route(solver)`", c.span)
         elif spec.args == "pool" and c.args[0].name not in self.by_name:
@@ -336,22 +409,40 @@ class _Checker(n.StepVisitor[None]):
         for extra in self.p.rewards[1:]:
             self.error("E026", "only one `reward` is allowed", extra.span)
         r = self.p.rewards[0]
-        ok = True
+        agent_ok = self.known_agent(r.agent)
+        if isinstance(r.fn, n.Ref):
+            code = self.python_reward(r)
+            if code is not None and agent_ok:
+                self.out.reward = RewardInfo(r.fn.text, r.agent.name, None, r.penalty, code)
+            return
+        ok = agent_ok
         if r.fn.name not in REWARD_FUNCTIONS:
             self.error(
                 "E028",
                 f"unknown reward function `{r.fn.name}`",
                 r.fn.span,
-                did_you_mean(r.fn.name, REWARD_FUNCTIONS) or f"known: {', '.join(REWARD_FUNCTIONS)}",
+                did_you_mean(r.fn.name, REWARD_FUNCTIONS)
+                or f'known: {", ".join(REWARD_FUNCTIONS)}, or a Python function "file.py:function"',
             )
             ok = False
-        if not self.known_agent(r.agent):
+        if r.field is None or len(r.field) != 2 or r.field[0] != "task":
+            self.error("E029", "the reference answer is a task field: `task.FIELD`", r.field_span or r.span)
             ok = False
-        if len(r.field) != 2 or r.field[0] != "task":
-            self.error("E029", "the reference answer is a task field: `task.FIELD`", r.field_span)
-            ok = False
-        if ok:
+        if ok and r.field is not None:
             self.out.reward = RewardInfo(r.fn.name, r.agent.name, r.field[1], r.penalty)
+
+    def python_reward(self, r: n.Reward) -> CodeRef | None:
+        """A Python reward gets the whole task row, so it names no field."""
+        assert isinstance(r.fn, n.Ref)
+        if r.field is not None:
+            self.error(
+                "E095",
+                "a Python reward receives the whole task row: it takes no `task.FIELD`",
+                r.field_span or r.span,
+                f'write `reward "{r.fn.text}"({r.agent.name})`',
+            )
+        code = self.code_ref(r.fn, "reward")
+        return code if r.field is None else None
 
     # ---- steps -------------------------------------------------------------
     def known_agent(self, ident: n.Ident) -> bool:
@@ -365,7 +456,7 @@ class _Checker(n.StepVisitor[None]):
 
     def contract_of(self, ident: n.Ident) -> tuple[str, tuple[str, ...]] | None:
         a = self.by_name.get(ident.name)
-        return (a.contract.name.name, tuple(x.name for x in a.contract.args)) if a else None
+        return (_contract_name(a.contract), tuple(x.name for x in a.contract.args)) if a else None
 
     def pool_of(self, ident: n.Ident) -> int:
         a = self.by_name.get(ident.name)
@@ -444,11 +535,13 @@ class _Checker(n.StepVisitor[None]):
         if not self.known_agent(s.agent):
             return
         contract = self.contract_of(s.agent)
-        if contract and contract[0] != "search":
+        if contract and contract[0] in ("route", "verdict"):
             self.error(
                 "E046",
-                f"`call` runs a tool on search queries, but `{s.agent.name}` emits `{contract[0]}`",
+                f"`call` runs a tool on the agent's outputs, but `{s.agent.name}` emits `{contract[0]}` "
+                "(a decision, not a query)",
                 s.agent.span,
+                "call tools on agents that emit `search`, `tag(NAME)`, `answer`, `text` or a Python parser",
             )
         elif s.agent.name not in self.acted:
             self.error(

@@ -24,7 +24,6 @@ from srpo_dsl.lang.checker import AgentInfo, Checked
 from srpo_dsl.lang.errors import Diagnostic, SrpoError
 from srpo_dsl.lang.graph import (
     Atom,
-    Binding,
     Bounds,
     Edge,
     EventGraph,
@@ -309,11 +308,10 @@ class _Compiler(n.StepVisitor[Frontier]):
         return _restrict(frontier, hit.negated())
 
     def visit_call(self, s: n.CallTool, frontier: Frontier, exits: list[Frontier]) -> Frontier:
-        kind, opts = self.c.tools[s.tool.name]
+        tool = self.c.tools[s.tool.name]
         pool = self.c.agents[s.agent.name].replicas
-        node = ToolNode(
-            self._new("n"), self.where(s.span), s.tool.name, kind, s.agent.name, opts["top_k"], pool
-        )
+        top_k = tool.options.get("top_k") if tool.code is None else None
+        node = ToolNode(self._new("n"), self.where(s.span), s.tool.name, tool.kind, s.agent.name, top_k, pool)
         v = self._add(node)
         self.connect(frontier, v)
         return [(v, Way(()))]
@@ -352,10 +350,11 @@ class _Compiler(n.StepVisitor[Frontier]):
             loops=self.loop_names,
             policies=c.policies,
             agents=c.agents,
-            task=Binding(*c.task) if c.task else None,
-            tools={k: Binding(kind, opts) for k, (kind, opts) in c.tools.items()},
+            task=c.task,
+            tools=c.tools,
             reward=c.reward,
             train=c.train,
+            code=c.code,
         )
 
 

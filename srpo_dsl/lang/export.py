@@ -28,7 +28,7 @@ def _label(data: dict) -> str:
     if card and data["kind"] == "parallel" and data.get("routed_by"):
         label += f" ({card['min']}..{card['max']})"
     if data["kind"] == "tool":
-        label += f" (top {data['top_k']})"
+        label += f" (top {data['top_k']})" if data["top_k"] is not None else ""
     return label
 
 

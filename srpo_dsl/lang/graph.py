@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from srpo_dsl.lang.checker import AgentInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.checker import AgentInfo, Binding, PolicyInfo, RewardInfo
+from srpo_dsl.lang.pycode import CodeRef
 from srpo_dsl.lang.schema import TrainOptions
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class ToolNode:
     tool: str
     tool_kind: str
     on: str
-    top_k: int
+    top_k: int | None  # documents per query of a retriever; None for a Python tool
     max_calls: int
     kind: Literal["tool"] = "tool"
 
@@ -181,17 +182,6 @@ def _where(kind: str, where: Where) -> dict[str, Any]:
 
 
 Node = Terminal | EventNode | ToolNode
-
-
-@dataclass(frozen=True)
-class Binding:
-    """A task or tool declaration: its kind (`math`, `bm25`, ...) and its validated options."""
-
-    kind: str
-    options: Mapping[str, Any]
-
-    def attrs(self) -> dict[str, Any]:
-        return {"kind": self.kind, "options": dict(self.options)}
 
 
 @dataclass(frozen=True)
@@ -221,6 +211,7 @@ class EventGraph:
     tools: Mapping[str, Binding]
     reward: RewardInfo | None
     train: TrainOptions
+    code: tuple[CodeRef, ...] = ()  # the user's Python it names (read, never run, by the compiler)
     out_edges: Mapping[str, tuple[Edge, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -260,6 +251,7 @@ class EventGraph:
             "tools": {k: t.attrs() for k, t in self.tools.items()},
             "reward": _reward_attrs(self.reward) if self.reward else None,
             "train": self.train.model_dump(),
+            "code": [ref.attrs() for ref in self.code],
         }
 
 

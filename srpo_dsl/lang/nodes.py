@@ -21,6 +21,14 @@ class Ident:
 
 
 @dataclass(frozen=True)
+class Ref:
+    """A quoted reference to a Python callable: `"file.py:function"` or `"package.module:function"`."""
+
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True)
 class Symbol:
     """A bare word used as a value (`objective = srpo`)."""
 
@@ -41,9 +49,9 @@ class Option:
 
 @dataclass(frozen=True)
 class Call:
-    """`kind(arg, key = value, ...)`: the binding of a policy, task or tool."""
+    """`kind(arg, key = value, ...)`: the binding of a policy, task or tool (`kind` may be Python code)."""
 
-    kind: Ident
+    kind: Ident | Ref
     args: tuple[Option, ...]
     span: Span
 
@@ -73,9 +81,10 @@ class Tool:
 
 @dataclass(frozen=True)
 class Contract:
-    """The output contract of an agent: `boxed`, `route(solver)`, `verdict(approve, reject)`."""
+    """The output contract of an agent: `boxed`, `route(solver)`, `verdict(approve, reject)`, or a
+    Python parser `"parsers.py:parse"` (a `Ref`, without arguments)."""
 
-    name: Ident
+    name: Ident | Ref
     args: tuple[Ident, ...]
     span: Span
 
@@ -95,10 +104,10 @@ class Agent:
 
 @dataclass(frozen=True)
 class Reward:
-    fn: Ident
+    fn: Ident | Ref
     agent: Ident
-    field: tuple[str, ...]  # e.g. ("task", "answer")
-    field_span: Span
+    field: tuple[str, ...] | None  # e.g. ("task", "answer"); None when not written
+    field_span: Span | None
     penalty: float
     span: Span
 

@@ -115,9 +115,15 @@ class _Build:
         (item,) = items
         return item if isinstance(item, n.Option) else n.Option(None, item.value, self._span((item.last,)))
 
-    def call(self, items: list) -> n.Call:  # NAME "(" [arg ("," arg)*] ")"
+    def _callee(self, tok: Token) -> n.Ident | n.Ref:
+        """A built-in name, or a quoted Python reference."""
+        if tok.type == "STRING":
+            return n.Ref(_unquote(tok), _tok_span(self.file, tok))
+        return self._id(tok)
+
+    def call(self, items: list) -> n.Call:  # (NAME | STRING) "(" [arg ("," arg)*] ")"
         kind, _open, *listed, _close = items
-        return n.Call(self._id(kind), _listed(listed, n.Option), self._span(items))
+        return n.Call(self._callee(kind), _listed(listed, n.Option), self._span(items))
 
     def options(self, items: list) -> _Part:  # "with" "(" [kwarg ("," kwarg)*] ")", also `lora(...)`
         _with, _open, *listed, close = items
@@ -164,6 +170,10 @@ class _Build:
         args = tuple(self._id(t) for t in in_parens if t is not None and t.type == "NAME")
         return n.Contract(self._id(name), args, self._span(items))
 
+    def code_contract(self, items: list) -> n.Contract:  # STRING
+        (ref,) = items
+        return n.Contract(self._callee(ref), (), self._span(items))
+
     def agent_decl(self, items: list) -> n.Agent:
         # "agent" NAME [pool] "uses" NAME "prompt" STRING "emits" contract [options]
         _agent, name, pool, _uses, policy, _prompt, prompt, _emits, contract, options = items
@@ -183,10 +193,12 @@ class _Build:
         _invalid, value = items
         return _Part(float(value.value), value.last)
 
-    def reward_decl(self, items: list) -> n.Reward:  # "reward" NAME "(" NAME "," dotted ")" [penalty]
-        _reward, fn, _open, agent, _comma, (field_span, field), _close, penalty = items
+    def reward_decl(self, items: list) -> n.Reward:
+        # "reward" (NAME | STRING) "(" NAME ["," dotted] ")" [penalty]
+        _reward, fn, _open, agent, _comma, dotted, _close, penalty = items
+        field_span, field = dotted if dotted is not None else (None, None)
         return n.Reward(
-            self._id(fn),
+            self._callee(fn),
             self._id(agent),
             field,
             field_span,

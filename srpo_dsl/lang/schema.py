@@ -21,7 +21,7 @@ from srpo_dsl.rl.names import OBJECTIVES, OLD_LOGPROBS, SET_NORMS
 class ContractSpec:
     """An output contract: what its arguments are (`pool` for route, `words` for verdict)."""
 
-    args: Literal["none", "pool", "words"]
+    args: Literal["none", "pool", "words", "tag"]
     describe: str
 
 
@@ -32,6 +32,7 @@ CONTRACTS: dict[str, ContractSpec] = {
     "final_boxed": ContractSpec("none", "one `FINAL: \\boxed{...}`"),
     "search": ContractSpec("none", "`<think>...</think>` and exactly one `<search>query</search>`"),
     "answer": ContractSpec("none", "`<think>...</think>` and exactly one `<answer>...</answer>`"),
+    "tag": ContractSpec("tag", "exactly one `<NAME>...</NAME>` outside thinking (NAME as declared)"),
     "text": ContractSpec("none", "free text"),
 }
 
@@ -67,12 +68,16 @@ class BuiltinPolicy(_Options):
 
 
 class DataTask(_Options):
-    """`math(...)` and `qa(...)`: tasks read from a local JSONL/Parquet file."""
+    """`math(...)`, `qa(...)`, `jsonl(...)`, `parquet(...)`: tasks read from a local file.
+
+    `math` and `qa` need a question and an answer in every row; the generic `jsonl` and
+    `parquet` keep rows as they are (a Python reward reads the fields it needs)."""
 
     data: str
     eval_data: str | None = None
     question: str | None = None  # field mapping overrides
     answer: str | None = None
+    id: str | None = None
     limit: int | None = Field(None, ge=1)
 
 
@@ -92,6 +97,13 @@ class HttpTool(_Options):
     url: str
     top_k: int = Field(3, ge=1)
     timeout: float = Field(10.0, gt=0)
+
+
+class PythonTool(_Options):
+    """The options srpo-dsl keeps of a Python tool (`pycode.TOOL_OPTIONS`); the others go to the function."""
+
+    timeout: float = Field(30.0, gt=0, description="seconds per call of the function")
+    batch: int | None = Field(None, ge=1, description="queries per call (default: all of a round)")
 
 
 class TrainOptions(_Options):
@@ -128,6 +140,8 @@ TASK_KINDS: dict[str, tuple[type[_Options], tuple[str, ...]]] = {
     "math": (DataTask, ("data",)),
     "qa": (DataTask, ("data",)),
     "arith": (ArithTask, ()),
+    "jsonl": (DataTask, ("data",)),
+    "parquet": (DataTask, ("data",)),
 }
 TOOL_KINDS: dict[str, tuple[type[_Options], tuple[str, ...]]] = {
     "bm25": (Bm25Tool, ("corpus",)),
@@ -147,6 +161,7 @@ CONTEXT_VARIABLES = frozenset(
         "team_context",
         "feedback",
         "documents",
+        "observations",
         "memory",
     }
 )

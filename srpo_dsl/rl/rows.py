@@ -1,7 +1,8 @@
 """Episodes -> training rows: one row per member of every complete event (SRPO.md §3).
 
 An incomplete event (a member missing) is dropped whole and counted, never trained on in
-part. Every row carries its event's team return R (the reward of its episode) and the
+part. Every row carries its event's return R (the reward of its episode; its role's own, when a
+Python reward scored roles: one event is one role, so R stays equal within an event) and the
 advantage A of the objective's registered estimator (advantages.py): per event over
 (prompt, event type) groups for srpo, so all members of one event share one advantage.
 """
@@ -43,6 +44,8 @@ class _Episode(Protocol):
     reward: float
     events: Sequence[_Event]
 
+    def return_of(self, role: str) -> float: ...
+
 
 @dataclass(frozen=True)
 class Rows:
@@ -57,7 +60,7 @@ class Rows:
     prompt_ids: list[str]
     roles: list[str]
     policies: list[str]
-    returns: Tensor  # [N] team return R of the row's episode
+    returns: Tensor  # [N] return R of the row's episode (its role's, when the reward scored roles)
     advantages: Tensor  # [N]
     dropped_events: int  # incomplete events left out
 
@@ -111,7 +114,7 @@ def build_rows(episodes: Sequence[_Episode], objective: str) -> Rows:
     prompt_ids = [ep.prompt_id for ep, _, _ in flat]
     event_types = [e.event_type for _, e, _ in flat]
     roles = [m.role for _, _, m in flat]
-    returns = torch.tensor([float(ep.reward) for ep, _, _ in flat], dtype=torch.float32)
+    returns = torch.tensor([float(ep.return_of(m.role)) for ep, _, m in flat], dtype=torch.float32)
     advantages = estimate(AdvantageInputs(returns, event_ids, prompt_ids, event_types, roles))
     return Rows(
         [list(m.prompt_token_ids) for _, _, m in flat],

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ConfigDict
 
@@ -80,13 +82,20 @@ class Episode:
     team_context: list[dict] = field(default_factory=list)
     feedback: list[str] = field(default_factory=list)
     documents: list[str] = field(default_factory=list)
+    observations: list[dict] = field(default_factory=list)  # Python tools' {tool, query, result|error}
     events: list[Event] = field(default_factory=list)
     invalid_actions: int = 0
     tool_calls: int = 0
+    tool_errors: int = 0  # tool calls that failed or timed out (each an error observation)
     done: bool = False
     reward: float = 0.0  # team return: score + penalty per invalid action
     score: float = 0.0  # the reward function alone (1 = correct)
+    role_rewards: dict[str, float] = field(default_factory=dict)  # per-role returns, if the reward gave them
     answer: object = None
+
+    def return_of(self, role: str) -> float:
+        """The return credited to `role`'s actions: its own when the reward scored roles, else the team's."""
+        return self.role_rewards.get(role, self.reward)
 
     def state_id(self) -> str:
         """Digest of the pre-action state: task, memory and counters (what every member sees)."""
@@ -98,6 +107,7 @@ class Episode:
                 [(c["role"], c["replica"], c["text"]) for c in self.team_context],
                 self.feedback,
                 self.documents,
+                self.observations,
             ],
             sort_keys=True,
         )
@@ -116,10 +126,12 @@ class Episode:
             "team_context": list(self.team_context),
             "feedback": list(self.feedback),
             "documents": list(self.documents),
+            "observations": list(self.observations),
             "memory": {
                 "accepted": list(self.team_context),
                 "feedback": list(self.feedback),
                 "documents": list(self.documents),
+                "observations": list(self.observations),
             },
         }
 
@@ -127,3 +139,50 @@ class Episode:
     def cost(self) -> Cost:
         members = [m for e in self.events for m in e.members]
         return Cost(sum(len(m.response_token_ids) for m in members), len(members), self.tool_calls)
+
+    def view(self, role_of: Callable[[Event], str]) -> EpisodeView:
+        """A read-only copy for a Python reward: the events so far, with their roles."""
+        events = tuple(
+            EventView(
+                e.event_id, e.event_type, role_of(e), e.complete, tuple(e.members), tuple(e.observations)
+            )
+            for e in self.events
+        )
+        return EpisodeView(
+            self.episode_id,
+            self.prompt_id,
+            self.sample,
+            dict(self.task),
+            self.answer,
+            events,
+            self.invalid_actions,
+            self.tool_errors,
+            self.cost,
+        )
+
+
+@dataclass(frozen=True)
+class EventView:
+    """One event as a Python reward sees it: who acted, its members (outputs, validity), observations."""
+
+    event_id: str
+    event_type: str
+    role: str
+    complete: bool
+    members: tuple[Member, ...]
+    observations: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    """The episode a 3-argument Python reward receives, after its last step (read-only)."""
+
+    episode_id: str
+    prompt_id: str
+    sample: int
+    task: dict
+    answer: object
+    events: tuple[EventView, ...]
+    invalid_actions: int
+    tool_errors: int
+    cost: Cost

@@ -9,6 +9,7 @@ same pre-action state and are committed together, so none sees another's output.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.graph import EventGraph, EventNode, ToolNode
 from srpo_dsl.runtime.episode import Episode, Event, Member
-from srpo_dsl.runtime.parsers import parse_output
+from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
+from srpo_dsl.runtime.parsers import Parsed, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 INVALID = "INVALID"  # the recorded state of a verdict or route that broke its contract
@@ -35,14 +37,17 @@ class _Slot:
 
 
 class Executor:
-    """Runs a compiled workflow with one backend per policy and one retriever per tool."""
+    """Runs a compiled workflow with one backend per policy and one retriever or Python tool per tool.
+
+    The workflow's Python (reward, parsers) is imported here, once per process: building an
+    executor is running the workflow."""
 
     def __init__(
         self,
         graph: EventGraph,
         backends: Mapping[str, Backend],
         renderer: PromptRenderer,
-        tools: Mapping[str, Retriever] | None = None,
+        tools: Mapping[str, Retriever | UserTool] | None = None,
     ):
         missing = set(graph.policies) - set(backends)
         if missing:
@@ -54,7 +59,10 @@ class Executor:
         self.renderer = renderer
         self.tools = tools or {}
         self.reward = graph.reward
-        self.reward_fn = REWARDS.lookup(graph.reward.fn)
+        code = graph.reward.code
+        self.reward_fn = REWARDS.lookup(graph.reward.fn) if code is None else None
+        self.user_reward = UserReward(code, graph.reward.agent, list(graph.agents)) if code else None
+        self.parsers = {n: UserParser(a.parser, n) for n, a in graph.agents.items() if a.parser is not None}
 
     # ---- public -------------------------------------------------------------
     def run(
@@ -161,19 +169,32 @@ class Executor:
         return by_episode
 
     def _call_tool(self, node: ToolNode, episodes: list[Episode]) -> None:
-        """One batched search for every query of every episode at this tool node (its own `top_k`)."""
+        """One batched call for every query of every episode at this tool node."""
         queries = [[m.parsed for m in ep.last_output.get(node.on, []) if m.valid] for ep in episodes]
-        flat = [q for qs in queries for q in qs]
-        docs = iter(self.tools[node.tool].search(flat, node.top_k) if flat else [])
+        flat = [q if isinstance(q, str) else json.dumps(q) for qs in queries for q in qs]
+        tool = self.tools[node.tool]
+        if isinstance(tool, UserTool):
+            results = iter(tool.call(flat) if flat else [])
+            for ep, qs in zip(episodes, queries):
+                self._observe(ep, node, [next(results).observation(node.tool) for _ in qs])
+            return
+        docs = iter(tool.search(flat, node.top_k or 1) if flat else [])
         for ep, qs in zip(episodes, queries):
-            last = next((e for e in reversed(ep.events) if self._agent_of(e) == node.on), None)
-            for q in qs:
-                found = next(docs)
-                ep.tool_calls += 1
-                ep.documents.extend(d.text if not d.title else f"{d.title}: {d.text}" for d in found)
-                if last is not None:
-                    documents = [{"id": d.id, "title": d.title, "text": d.text} for d in found]
-                    last.observations.append({"tool": node.tool, "query": q, "documents": documents})
+            found = [(q, next(docs)) for q in qs]
+            ep.documents.extend(
+                d.text if not d.title else f"{d.title}: {d.text}" for _, ds in found for d in ds
+            )
+            self._observe(ep, node, [_documents(node.tool, q, ds) for q, ds in found])
+
+    def _observe(self, ep: Episode, node: ToolNode, observations: list[dict]) -> None:
+        """Count the calls, record them on the queried event; a Python tool's also join the memory."""
+        ep.tool_calls += len(observations)
+        ep.tool_errors += sum("error" in o for o in observations)
+        if node.top_k is None:
+            ep.observations.extend(observations)
+        last = next((e for e in reversed(ep.events) if self._agent_of(e) == node.on), None)
+        if last is not None:
+            last.observations.extend(observations)
 
     def _agent_of(self, event: Event) -> str:
         return self.g.nodes[event.node].agent.name  # type: ignore[union-attr]
@@ -202,11 +223,16 @@ class Executor:
                 _recorded(first.parsed) if first is not None and first.valid else INVALID
             )
 
+    def _parse(self, node: EventNode, text: str) -> Parsed:
+        a = node.agent
+        if a.parser is not None:
+            return self.parsers[a.name](text)
+        pool = self.g.agents[a.contract_args[0]].replicas if a.contract == "route" else None
+        return parse_output(a.contract, text, pool_size=pool, args=a.contract_args)
+
     def _member(self, node: EventNode, slot: _Slot, r: GenResult, version: int) -> Member:
         a = node.agent
-        pool = self.g.agents[a.contract_args[0]].replicas if a.contract == "route" else None
-        words = a.contract_args if a.contract == "verdict" else ()
-        parsed = parse_output(a.contract, r.text, pool_size=pool, words=words)
+        parsed = self._parse(node, r.text)
         return Member(
             member_index=slot.member_index,
             role=a.name,
@@ -222,13 +248,33 @@ class Executor:
         )
 
     def _finish(self, ep: Episode) -> None:
-        """Team return: the reward of the rewarded agent's last output plus the invalid-action penalty."""
+        """Team return: the reward of the rewarded agent's last output plus the invalid-action penalty
+        (per role too, when a Python reward scored roles)."""
         last = ep.last_output.get(self.reward.agent, [])
-        pred = last[-1].parsed if last and last[-1].valid else None
-        ep.answer = pred
-        ep.score = float(self.reward_fn(pred if pred is None else str(pred), ep.task, self.reward.field))
-        ep.reward = ep.score + self.reward.penalty * ep.invalid_actions
+        ep.answer = last[-1].parsed if last and last[-1].valid else None
+        value = self._score(ep)
+        penalty = self.reward.penalty * ep.invalid_actions
+        ep.score = value.score
+        ep.reward = value.score + penalty
+        ep.role_rewards = {role: score + penalty for role, score in value.roles.items()}
         ep.done = True
+
+    def _score(self, ep: Episode) -> RewardValue:
+        pred = ep.answer
+        if self.user_reward is None:
+            assert self.reward_fn is not None and self.reward.field is not None
+            score = self.reward_fn(pred if pred is None else str(pred), ep.task, self.reward.field)
+            return RewardValue(float(score), {})
+        view = ep.view(self._agent_of) if self.user_reward.wants_episode else None
+        return self.user_reward(pred, dict(ep.task), view)
+
+
+def _documents(tool: str, query: str, docs: list) -> dict:
+    return {
+        "tool": tool,
+        "query": query,
+        "documents": [{"id": d.id, "title": d.title, "text": d.text} for d in docs],
+    }
 
 
 def _recorded(value: object) -> object:

@@ -190,6 +190,16 @@ def parse_answer(text: str) -> Parsed:
     return _think_then(text, "answer")
 
 
+def parse_tag(text: str, name: str) -> Parsed:
+    """Exactly one non-empty `<name>...</name>` outside thinking."""
+    body = _one_tag(_visible(text).text, name)
+    if isinstance(body, Parsed):
+        return body
+    if not body[1]:
+        return _bad(f"empty <{name}></{name}>")
+    return Parsed(True, body[1])
+
+
 def parse_text(text: str) -> Parsed:
     return Parsed(True, text.strip())
 
@@ -201,15 +211,16 @@ CONTRACT_PARSERS: dict[str, Callable[..., Parsed]] = {
     "final_boxed": parse_final_boxed,
     "search": parse_search,
     "answer": parse_answer,
+    "tag": parse_tag,
     "text": parse_text,
 }
-"""Every contract's parser: `route` also takes the pool size, `verdict` the allowed words."""
+"""Every contract's parser: `route` also takes the pool size, `verdict` its words, `tag` its name."""
 
 
 def parse_output(
-    contract: str, text: str, *, pool_size: int | None = None, words: tuple[str, ...] = ()
+    contract: str, text: str, *, pool_size: int | None = None, args: tuple[str, ...] = ()
 ) -> Parsed:
-    """Parse `text` under the named contract (`route` needs `pool_size`, `verdict` its `words`)."""
+    """Parse `text` under the named contract with its declared `args` (`route` also needs `pool_size`)."""
     if contract not in CONTRACT_PARSERS:
         raise ValueError(f"unknown output contract {contract!r} (known: {', '.join(CONTRACT_PARSERS)})")
     if contract == "route":
@@ -217,7 +228,11 @@ def parse_output(
             raise ValueError(f"the route contract needs a pool size >= 1, got {pool_size}")
         return parse_route(text, pool_size)
     if contract == "verdict":
-        if not words:
+        if not args:
             raise ValueError("the verdict contract needs its allowed words")
-        return parse_verdict(text, words)
+        return parse_verdict(text, args)
+    if contract == "tag":
+        if len(args) != 1:
+            raise ValueError("the tag contract needs exactly one tag name")
+        return parse_tag(text, args[0])
     return CONTRACT_PARSERS[contract](text)

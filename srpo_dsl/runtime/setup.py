@@ -62,6 +62,13 @@ def task_data(
     if task is None:
         raise ValueError(f"{wf.path}: the workflow declares no task")
     kind, opts = task.kind, task.options
+    if task.code is not None:
+        if data is not None:  # a file in place of the loader's rows: read it as a generic task
+            return load_tasks(Path(data), kind=Path(data).suffix.lstrip("."), limit=limit)
+        from srpo_dsl.runtime.hooks import load_rows
+
+        rows = load_rows(task.code, split, opts)
+        return rows[:limit] if limit else rows
     if kind == "arith" and data is None:
         heldout = split == "eval"
         rows = make_arith_tasks(
@@ -71,7 +78,7 @@ def task_data(
     if data is None:
         source = opts.get("eval_data") if split == "eval" and opts.get("eval_data") else opts["data"]
         data = wf.resolve(source)
-    fields = {k: opts[k] for k in ("question", "answer") if opts.get(k)} or None
+    fields = {k: opts[k] for k in ("question", "answer", "id") if opts.get(k)} or None
     return load_tasks(Path(data), kind=kind, fields=fields, limit=limit or opts.get("limit"))
 
 
@@ -87,10 +94,15 @@ def build_backends(wf: Workflow, kind: str = "hf", models: dict[str, str] | None
 
 
 def build_tools(wf: Workflow) -> dict:
+    """Each tool: a retriever (bm25, http) or a Python tool (its module imported here)."""
     from srpo_dsl.envs.retrieval import make_retriever
+    from srpo_dsl.runtime.hooks import UserTool
 
-    tools = {}
+    tools: dict = {}
     for name, t in wf.graph.tools.items():
+        if t.code is not None:
+            tools[name] = UserTool(t.code, t.options)
+            continue
         opts = dict(t.options)
         if t.kind == "bm25":
             opts["corpus"] = wf.resolve(opts["corpus"])

@@ -60,6 +60,11 @@ class TraceEpisode(BaseModel):
     invalid_actions: int
     cost: Cost
     events: list[TraceEvent]
+    role_rewards: dict[str, float] = {}
+    tool_errors: int = 0
+
+    def return_of(self, role: str) -> float:
+        return self.role_rewards.get(role, self.reward)
 
     def model_dump_line(self) -> str:
         data = self.model_dump()
@@ -83,6 +88,8 @@ def to_trace(ep: Episode, graph_hash: str) -> TraceEpisode:
         invalid_actions=ep.invalid_actions,
         cost=ep.cost,
         events=[_event(e) for e in ep.events],
+        role_rewards=ep.role_rewards,
+        tool_errors=ep.tool_errors,
     )
 
 

@@ -1,0 +1,160 @@
+"""The four uses of the user's Python: a reward, an output parser, a task loader, a tool.
+
+Each wraps a `UserFunction` (imported once, time-limited, failures naming the user's
+file:line) and checks what it returns, so a wrong return is one clear error too:
+
+- reward `(answer, row[, episode]) -> float | {role: float}`: finite numbers only;
+- parser `(text) -> (valid, value)`: a bool and plain JSON data;
+- loader `(split, **options) -> [row, ...]`: a non-empty list of dicts;
+- tool `(queries, **options) -> [str, ...]`: one string per query. A tool call that fails,
+  times out or returns the wrong thing is *not* an error: each of its queries gets an error
+  observation, and the executor counts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef
+from srpo_dsl.runtime.parsers import Parsed
+from srpo_dsl.runtime.usercode import (
+    UserCodeError,
+    UserFunction,
+    finite_number,
+    json_value,
+    load_function,
+    shorten,
+)
+
+
+@dataclass(frozen=True)
+class RewardValue:
+    """The score of the rewarded agent, and per-role scores when the reward gave them."""
+
+    score: float
+    roles: Mapping[str, float]  # empty: every role is scored `score`
+
+
+class UserReward:
+    def __init__(self, ref: CodeRef, rewarded: str, roles: Sequence[str]):
+        self.fn = load_function(ref)
+        self.rewarded, self.roles = rewarded, tuple(roles)
+
+    @property
+    def wants_episode(self) -> bool:
+        return self.fn.arity == 3
+
+    def __call__(self, answer: object, row: dict, episode: object = None) -> RewardValue:
+        args = (answer, row, episode) if self.wants_episode else (answer, row)
+        value = self.fn(*args, about=lambda: f"answer {shorten(answer)}, task {shorten(row.get('id'))}")
+        where = f"on answer {shorten(answer)}, task {shorten(row.get('id'))}"
+        if isinstance(value, Mapping):
+            return self._per_role(value, where)
+        if not finite_number(value):
+            raise self.fn.fail(
+                f"returned {shorten(value)} {where}: a reward is a finite number (or {{role: number}})"
+            )
+        return RewardValue(float(value), {})
+
+    def _per_role(self, value: Mapping, where: str) -> RewardValue:
+        unknown = [k for k in value if k not in self.roles]
+        if unknown:
+            raise self.fn.fail(
+                f"returned scores for {shorten(unknown)} {where}: roles are {', '.join(self.roles)}"
+            )
+        bad = {k: v for k, v in value.items() if not finite_number(v)}
+        if bad:
+            raise self.fn.fail(f"returned {shorten(bad)} {where}: every score is a finite number")
+        if self.rewarded not in value:
+            raise self.fn.fail(f"returned no score for the rewarded agent `{self.rewarded}` {where}")
+        return RewardValue(float(value[self.rewarded]), {k: float(v) for k, v in value.items()})
+
+
+class UserParser:
+    def __init__(self, ref: CodeRef, agent: str):
+        self.fn = load_function(ref)
+        self.agent = agent
+
+    def __call__(self, text: str) -> Parsed:
+        value = self.fn(text, about=lambda: f"the output of `{self.agent}` {shorten(text)}")
+        if not (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], bool)):
+            raise self.fn.fail(
+                f"returned {shorten(value)} on the output of `{self.agent}` {shorten(text)}: "
+                "a parser returns (valid: bool, value)"
+            )
+        valid, parsed = value
+        if not valid:
+            return Parsed(False, None, str(parsed) if parsed is not None else "rejected by the parser")
+        if not json_value(parsed):
+            raise self.fn.fail(
+                f"returned the value {shorten(parsed)} on {shorten(text)}: "
+                "a parsed value is JSON data (str, number, bool, None, list, dict)"
+            )
+        return Parsed(True, list(parsed) if isinstance(parsed, tuple) else parsed)
+
+
+def load_rows(ref: CodeRef, split: str, options: Mapping[str, Any]) -> list[dict]:
+    """The loader's rows of `split`; each gets an `id` (`SPLIT-N`) if it has none; ids made unique."""
+    fn = load_function(ref, options=tuple(options))
+    rows = fn(split=split, **options, about=lambda: f"split {split!r}")
+    if isinstance(rows, (str, bytes, Mapping)) or not hasattr(rows, "__iter__"):
+        raise fn.fail(f"returned {shorten(rows)} for split {split!r}: a loader returns a list of dict rows")
+    rows = list(rows)
+    if not rows:
+        raise fn.fail(f"returned no rows for split {split!r}")
+    out, seen = [], set()
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise fn.fail(f"row {i} of split {split!r} is {shorten(row)}: every row is a dict")
+        rid = str(row.get("id", f"{split}-{i}"))
+        rid = f"{rid}@{i}" if rid in seen else rid
+        seen.add(rid)
+        out.append({**row, "id": rid})
+    return out
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    query: str
+    result: str | None
+    error: str | None  # why the call gave no result (raised, timed out, a wrong return)
+
+    def observation(self, tool: str) -> dict[str, Any]:
+        if self.error is not None:
+            return {"tool": tool, "query": self.query, "error": self.error}
+        return {"tool": tool, "query": self.query, "result": self.result}
+
+
+class UserTool:
+    """A Python tool: batches of queries, `timeout` seconds per call, `batch` queries per call."""
+
+    def __init__(self, ref: CodeRef, options: Mapping[str, Any]):
+        self.passed = {k: v for k, v in options.items() if k not in TOOL_OPTIONS}
+        self.batch = options.get("batch")
+        self.fn: UserFunction = load_function(ref, options.get("timeout", 30.0), tuple(self.passed))
+
+    def call(self, queries: list[str]) -> list[ToolResult]:
+        size = self.batch or max(len(queries), 1)
+        return [r for i in range(0, len(queries), size) for r in self._chunk(queries[i : i + size])]
+
+    def _chunk(self, queries: list[str]) -> list[ToolResult]:
+        try:
+            out = self.fn(
+                list(queries),
+                **self.passed,
+                about=lambda: f"{len(queries)} queries, first {shorten(queries[0])}",
+            )
+        except UserCodeError as err:
+            return [ToolResult(q, None, str(err)) for q in queries]
+        if isinstance(out, (str, bytes)) or not isinstance(out, Sequence) or len(out) != len(queries):
+            n = len(out) if isinstance(out, Sequence) and not isinstance(out, (str, bytes)) else shorten(out)
+            error = f"{self.fn.ref.function}() returned {n} observations for {len(queries)} queries"
+            return [ToolResult(q, None, error) for q in queries]
+        return [
+            ToolResult(q, o, None)
+            if isinstance(o, str)
+            else ToolResult(q, None, f"observation {shorten(o)} is not a str")
+            for q, o in zip(queries, out)
+        ]
