@@ -62,7 +62,7 @@ class UserReward:
         unknown = [k for k in value if k not in self.roles]
         if unknown:
             raise self.fn.fail(
-                f"returned scores for {shorten(unknown)} {where}: roles are {', '.join(self.roles)}"
+                f"returned scores for {shorten(unknown)} {where}: the roles are {', '.join(self.roles)}"
             )
         bad = {k: v for k, v in value.items() if not finite_number(v)}
         if bad:
@@ -144,7 +144,7 @@ class UserTool:
             out = self.fn(
                 list(queries),
                 **self.passed,
-                about=lambda: f"{len(queries)} queries, first {shorten(queries[0])}",
+                about=lambda: f"{len(queries)} queries, the first {shorten(queries[0])}",
             )
         except UserCodeError as err:
             return [ToolResult(q, None, str(err)) for q in queries]

@@ -80,7 +80,11 @@ def user_line(exc: BaseException, file: str) -> int | None:
 
 
 def _failure(ref: CodeRef, exc: BaseException, what: str) -> UserCodeError:
+    """`FILE:LINE: what: ExceptionType: message`, LINE where `exc` left the user's file (a time-out: where
+    the code was when its time was up)."""
     line = user_line(exc, ref.file) or ref.line
+    if isinstance(exc, UserTimeout):
+        return UserCodeError(f"{ref.file}:{line}: {what}")
     reason = f"{type(exc).__name__}: {exc}".rstrip(": ").replace("\n", " ")
     return UserCodeError(f"{ref.file}:{line}: {what}: {reason}")
 

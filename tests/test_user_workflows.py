@@ -1,0 +1,152 @@
+"""The shipped workflows on user code (countdown.srpo, math_python.srpo), run with scripted replies."""
+
+import importlib.util
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def user_module(name: str):
+    """The workflow's own Python, imported by the test (the test is its user)."""
+    spec = importlib.util.spec_from_file_location(f"test_{name}", ROOT / "workflows" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+countdown = user_module("countdown")
+
+
+def solve(numbers: list[int], target: int) -> str | None:
+    """A left-to-right equation over all `numbers` that makes `target` (how the loader builds targets)."""
+    for order in itertools.permutations(numbers):
+        for ops in itertools.product("+-*/", repeat=len(numbers) - 1):
+            text = str(order[0])
+            for op, x in zip(ops, order[1:]):
+                text = f"({text} {op} {x})"
+            if countdown.reward(text, {"numbers": numbers, "target": target}) == 1.0:
+                return text
+    return None
+
+
+def cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+
+
+def test_countdown_rows_are_solvable_and_the_splits_differ():
+    train, heldout = countdown.make_tasks("train", n=20), countdown.make_tasks("eval", eval_n=20)
+    assert len(train) == len(heldout) == 20 and train == countdown.make_tasks("train", n=20)
+    assert not {tuple(r["numbers"]) for r in train} & {tuple(r["numbers"]) for r in heldout}
+    assert all(solve(r["numbers"], r["target"]) for r in train[:5])
+
+
+@pytest.mark.parametrize(
+    "answer,score",
+    [
+        ("(3 + 5) * 2", 1.0),
+        ("2 * (5 + 3)", 1.0),
+        ("16", 0.0),  # a number that is not given
+        ("(3 + 3) * 2 + 4", 0.0),  # 3 used twice
+        ("(5 - 3) * 2 * 4", 1.0),
+        ("5 / 0 + 16", 0.0),
+        ("32 / 2", 0.0),
+        ("__import__('os')", 0.0),
+        (None, 0.0),
+    ],
+)
+def test_countdown_reward_checks_the_arithmetic(answer, score):
+    assert countdown.reward(answer, {"numbers": [3, 5, 2, 4], "target": 16}) == score
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("<answer> (1 + 2) * 3 </answer>", (True, "(1 + 2) * 3")),
+        (
+            "<answer>1</answer><answer>2</answer>",
+            (False, "expected exactly one <answer>...</answer>, found 2"),
+        ),
+        ("<answer>os.system('x')</answer>", (False, "not an arithmetic expression: \"os.system('x')\"")),
+    ],
+)
+def test_countdown_parser(text, expected):
+    assert countdown.parse_expression(text) == expected
+
+
+def test_countdown_runs_and_rewards_a_correct_equation(tmp_path):
+    first = countdown.make_tasks("train", n=2000, seed=0)[0]
+    right = solve(first["numbers"], first["target"])
+    script = tmp_path / "replies.json"
+    script.write_text(
+        json.dumps(
+            {
+                "solver": [f"<answer>{right}</answer>", "I give up"],
+                "aggregator": [f"<answer>{right}</answer>"],
+            }
+        )
+    )
+    out = tmp_path / "run"
+    r = cli(
+        "run",
+        "workflows/countdown.srpo",
+        "--backend",
+        "scripted",
+        "--model",
+        script,
+        "--limit",
+        "1",
+        "--out",
+        out,
+    )
+    assert r.returncode == 0, r.stderr
+    episode = json.loads((out / "traces.jsonl").read_text())
+    assert episode["prompt_id"] == first["id"] and episode["answer"] == right
+    assert (episode["score"], episode["reward"], episode["invalid_actions"]) == (1.0, 0.9, 1)
+
+
+def test_math_python_runs_programs_as_observations(tmp_path):
+    script = tmp_path / "replies.json"
+    programs = ["<code>print(3/4 - 1/4)</code>", "<code>import sys; sys.exit('boom')</code>"]
+    script.write_text(json.dumps({"coder": programs, "answerer": ["FINAL: \\boxed{\\frac{1}{2}}"]}))
+    out = tmp_path / "run"
+    r = cli(
+        "run",
+        "workflows/math_python.srpo",
+        "--backend",
+        "scripted",
+        "--model",
+        script,
+        "--limit",
+        "1",
+        "--out",
+        out,
+    )
+    assert r.returncode == 0, r.stderr
+    episode = json.loads((out / "traces.jsonl").read_text())
+    observations = episode["events"][0]["observations"]
+    assert observations == [
+        {"tool": "python", "query": "print(3/4 - 1/4)", "result": "0.5"},
+        {"tool": "python", "query": "import sys; sys.exit('boom')", "result": "error: boom"},
+    ]
+    assert episode["cost"]["tool_calls"] == 2 and episode["tool_errors"] == 0
+    assert episode["score"] == pytest.approx(0.9)  # right, minus 0.1 for the program that failed
+
+
+def test_the_python_tool_bounds_runaway_programs():
+    tool = user_module("math_python")
+    out = tool.run_python(["while True: pass", "x = ' ' * (2 << 30)", "print(sum(range(10)))"], time_limit=1)
+    assert out[0] == "error: the program did not finish within 1 s"
+    assert out[1] == "error: MemoryError"
+    assert out[2] == "45"
