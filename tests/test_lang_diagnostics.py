@@ -39,7 +39,12 @@ GOLDEN = [
     ("E043", 12, 24, "`router` does not route over `searcher`: it routes over `solver`"),
     ("E044", 11, 3, "`parallel solver by router` needs a `route router` step before it in the same block"),
     ("E045", 17, 11, "`verifier` emits `verdict`: use it in a `verify` step, not `aggregate`"),
-    ("E046", 15, 15, "`call` runs a tool on the agent's outputs, but `verifier` emits `verdict` (a decision, not a query)"),
+    (
+        "E046",
+        15,
+        15,
+        "`call` runs a tool on the agent's outputs, but `verifier` emits `verdict` (a decision, not a query)",
+    ),
     ("E050", 10, 1, "loop has no bound: an episode could run forever"),
     ("E051", 10, 1, "loop bound must be at least 1"),
     ("E052", 17, 1, "empty loop"),
@@ -149,3 +154,14 @@ def test_a_loop_round_that_can_take_no_step_is_e055(template_dir, loop, idle):
     codes = [(d.code, d.span.line) for d in analyze(text, "t.srpo", [template_dir]).diagnostics]
     assert (("E055", 18) in codes) == idle, codes
     assert ("E055", 18) in codes or analyze(text, "t.srpo", [template_dir]).graph is not None
+
+
+def test_every_code_the_checker_can_emit_is_documented():
+    root = Path(__file__).resolve().parents[1]
+    import re
+
+    source = "".join(p.read_text() for p in (root / "srpo_dsl" / "lang").glob("*.py"))
+    codes = set(re.findall(r'"([EW]0\d\d)"', source))
+    documented = set(re.findall(r"^\| ([EW]0\d\d) \|", (root / "docs" / "dsl.md").read_text(), re.M))
+    assert {"E090", "E095", "W003"} <= codes
+    assert codes <= documented, sorted(codes - documented)

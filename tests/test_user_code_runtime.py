@@ -276,3 +276,49 @@ def test_the_cli_reports_user_errors_in_one_line_and_writes_nothing(tmp_path):
     )
     assert "Traceback" not in r.stderr
     assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
+TRAIN_CODE = """
+def additions(split, n=4):
+    return [{"question": f"{i}+{i}", "sum": 2 * i} for i in range(n)]
+
+def graded(answer, row, episode):
+    solved = answer is not None and answer.strip() == str(row["sum"])
+    valid = sum(m.valid for e in episode.events if e.role == "solver" for m in e.members)
+    return {"aggregator": float(solved), "solver": 0.1 * valid}
+"""
+
+TRAIN_WORKFLOW = """workflow user_train
+policy lm = hf("tiny")
+task "user.py:additions"(n = 4)
+agent solver[2] uses lm prompt "s.j2" emits boxed with (max_tokens = 6)
+agent aggregator uses lm prompt "a.j2" emits text with (max_tokens = 4)
+parallel solver
+aggregate aggregator
+reward "user.py:graded"(aggregator) invalid -0.1
+train with (group = 2, batch = 2, steps = 2, eval_size = 2, eval_k = 2, save_every = 2, lr = 1e-3)
+"""
+
+
+@pytest.mark.slow
+def test_train_uses_user_code_and_per_role_returns(tmp_path, tiny_random_model):
+    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.runtime.traces import read_traces
+
+    (tmp_path / "user.py").write_text(TRAIN_CODE)
+    (tmp_path / "s.j2").write_text("S {{ task.question }}=")
+    (tmp_path / "a.j2").write_text("A {{ task.question }}=")
+    (tmp_path / "w.srpo").write_text(TRAIN_WORKFLOW)
+    out = tmp_path / "run"
+    history = train(
+        tmp_path / "w.srpo", out, models={"lm": str(tiny_random_model)}, device="cpu", progress=False
+    )
+    assert [row["step"] for row in history] == [1, 2] and all(row["num_events"] > 0 for row in history)
+    episodes = read_traces(out / "traces.jsonl")
+    assert len(episodes) == 4 and {ep.prompt_id for ep in episodes} <= {f"train-{i}" for i in range(4)}
+    for ep in episodes:
+        valid = sum(m.valid for e in ep.events if e.members[0].role == "solver" for m in e.members)
+        penalty = -0.1 * ep.invalid_actions
+        assert ep.role_rewards == pytest.approx(
+            {"aggregator": ep.score + penalty, "solver": 0.1 * valid + penalty}
+        )
