@@ -6,24 +6,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from clitools import ROOT, cli
 from lang_cases import BASE
 
 from srpo_dsl.cli.lang_cmds import Emit
 from srpo_dsl.cli.main import main
 from srpo_dsl.lang.export import FORMATS
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / "workflows"
-
-
-def cli(*args, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 def test_validate_all_shipped_workflows():

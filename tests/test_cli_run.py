@@ -1,26 +1,14 @@
 """`run`, `eval`, `audit`, `render` as a user runs them (scripted backend: no model needed)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from clitools import cli
+
 SCRIPT = {
     "solver": ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}"],
     "verifier": ["<verify>approve</verify>"],
     "aggregator": ["FINAL: \\boxed{4}", "FINAL: \\boxed{5}"],
 }
-
-
-def cli(*args, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
 
 
 def _script(tmp_path, script=SCRIPT):

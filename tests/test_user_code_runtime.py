@@ -1,12 +1,11 @@
 """User code at run time: imported once, time-limited, its failures one line naming the user's file:line."""
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from clitools import cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.rl.rows import build_rows
@@ -14,8 +13,6 @@ from srpo_dsl.runtime import usercode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.usercode import UserCodeError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 BASE_CODE = """
 import time
@@ -249,24 +246,7 @@ def test_the_cli_reports_user_errors_in_one_line_and_writes_nothing(tmp_path):
     script = tmp_path / "replies.json"
     script.write_text(json.dumps(SCRIPT))
     out = tmp_path / "out"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "srpo_dsl",
-            "run",
-            str(path),
-            "--backend",
-            "scripted",
-            "--model",
-            str(script),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    r = cli("run", path, "--backend", "scripted", "--model", script, "--out", out)
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert (

@@ -2,16 +2,14 @@
 
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from clitools import cli
 
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.pycode import Params, call_problem
-
-ROOT = Path(__file__).resolve().parents[1]
 
 USER = """
 import json
@@ -85,12 +83,7 @@ def test_a_valid_workflow_lists_its_code_and_runs_none_of_it(folder):
 def test_validate_and_compile_never_import_the_module(folder):
     (folder / "w.srpo").write_text(WORKFLOW)
     for args in (["validate"], ["compile", "--emit", "json", "-o", str(folder / "g.json")]):
-        r = subprocess.run(
-            [sys.executable, "-m", "srpo_dsl", *args, str(folder / "w.srpo")],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
+        r = cli(*args, folder / "w.srpo")
         assert r.returncode == 0, r.stderr
     assert not (folder / "imported.txt").exists()
     assert not list(folder.rglob("__pycache__"))
@@ -137,12 +130,7 @@ def test_bad_references_are_positioned_errors(folder, old, new, code, message):
 
 def test_did_you_mean_and_the_caret_under_the_reference(folder):
     (folder / "w.srpo").write_text(WORKFLOW.replace('"user.py:score"(b)', '"user.py:scores"(b)'))
-    r = subprocess.run(
-        [sys.executable, "-m", "srpo_dsl", "validate", str(folder / "w.srpo")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    r = cli("validate", folder / "w.srpo")
     assert r.returncode == 1
     lines = r.stdout.splitlines()
     assert (

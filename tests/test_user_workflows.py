@@ -3,13 +3,10 @@
 import importlib.util
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from clitools import ROOT, cli
 
 
 def user_module(name: str):
@@ -35,14 +32,14 @@ def solve(numbers: list[int], target: int) -> str | None:
     return None
 
 
-def cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
+def scripted_run(workflow: str, replies: dict, folder: Path) -> dict:
+    """The one episode of `srpo-dsl run WORKFLOW --limit 1` with scripted replies."""
+    script = folder / "replies.json"
+    script.write_text(json.dumps(replies))
+    out = folder / "run"
+    r = cli("run", workflow, "--backend", "scripted", "--model", script, "--limit", 1, "--out", out)
+    assert r.returncode == 0, r.stderr
+    return json.loads((out / "traces.jsonl").read_text())
 
 
 def test_countdown_rows_are_solvable_and_the_splits_differ():
@@ -117,24 +114,12 @@ def test_countdown_runs_and_rewards_a_correct_equation(tmp_path):
 
 
 def test_math_python_runs_programs_as_observations(tmp_path):
-    script = tmp_path / "replies.json"
     programs = ["<code>print(3/4 - 1/4)</code>", "<code>import sys; sys.exit('boom')</code>"]
-    script.write_text(json.dumps({"coder": programs, "answerer": ["FINAL: \\boxed{\\frac{1}{2}}"]}))
-    out = tmp_path / "run"
-    r = cli(
-        "run",
+    episode = scripted_run(
         "workflows/math_python.srpo",
-        "--backend",
-        "scripted",
-        "--model",
-        script,
-        "--limit",
-        "1",
-        "--out",
-        out,
+        {"coder": programs, "answerer": ["FINAL: \\boxed{\\frac{1}{2}}"]},
+        tmp_path,
     )
-    assert r.returncode == 0, r.stderr
-    episode = json.loads((out / "traces.jsonl").read_text())
     observations = episode["events"][0]["observations"]
     assert observations == [
         {"tool": "python", "query": "print(3/4 - 1/4)", "result": "0.5"},
