@@ -267,7 +267,8 @@ def _context(team: list[dict]) -> dict:
         "team_context": team,
         "feedback": [],
         "documents": [],
-        "memory": {"accepted": [], "feedback": [], "documents": []},
+        "observations": [],
+        "memory": {"accepted": [], "feedback": [], "documents": [], "observations": []},
     }
 
 

@@ -158,6 +158,36 @@ def test_plot_adds_the_heldout_panel(tmp_path: Path) -> None:
     )
 
 
+def test_plot_adds_the_per_role_panels_when_logged(tmp_path: Path) -> None:
+    from srpo_dsl.cli.main import app
+    from srpo_dsl.cli.train_cmds import RoleSeries, read_dynamics
+
+    base = {"score": 0.5, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1.5}
+    solver = {
+        "role/solver/invalid_rate": 0.5,
+        "role/solver/response_length": 8.0,
+        "event/x/invalid_rate": 1.0,
+    }
+    judge = {"role/judge/invalid_rate": 0.1, "role/judge/response_length": 3.0}  # acts on odd steps only
+    rows = [{"step": s, **base, **solver, **(judge if s % 2 else {})} for s in range(1, 7)]
+    write_jsonl(tmp_path / "metrics.jsonl", rows)
+    roles = read_dynamics(tmp_path).roles
+    assert roles["invalid_rate"] == [
+        RoleSeries("solver", [1, 2, 3, 4, 5, 6], [0.5] * 6),
+        RoleSeries("judge", [1, 3, 5], [0.1] * 3),
+    ]
+    assert [s.values for s in roles["response_length"]] == [[8.0] * 6, [3.0] * 3]
+    result = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    plots = tmp_path / "plots"
+    assert png_width(plots / "role_invalid_rate.png") == png_width(plots / "role_response_length.png") == 600
+    assert png_width(plots / "training_dynamics.png") == 6 * 600  # 4 panels + 2 per-role panels
+    write_jsonl(tmp_path / "metrics.jsonl", [{**rows[0], "role/judge/invalid_rate": "n/a"}])
+    with pytest.raises(CliError, match="not a metrics file") as err:
+        read_dynamics(tmp_path)
+    assert "\n" not in str(err.value)
+
+
 # --- library output ------------------------------------------------------------------------------
 
 

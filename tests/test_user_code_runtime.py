@@ -302,3 +302,19 @@ def test_train_uses_user_code_and_per_role_returns(tmp_path, tiny_random_model):
         assert ep.role_rewards == pytest.approx(
             {"aggregator": ep.score + penalty, "solver": 0.1 * valid + penalty}
         )
+
+
+@pytest.mark.slow
+def test_a_fresh_run_that_fails_in_user_code_leaves_nothing(tmp_path, tiny_random_model):
+    from srpo_dsl.rl.trainer import train
+
+    (tmp_path / "user.py").write_text(TRAIN_CODE + "\ndef broken(answer, row):\n    return row['missing']\n")
+    (tmp_path / "s.j2").write_text("S {{ task.question }}=")
+    (tmp_path / "a.j2").write_text("A {{ task.question }}=")
+    (tmp_path / "w.srpo").write_text(TRAIN_WORKFLOW.replace('"user.py:graded"', '"user.py:broken"'))
+    out = tmp_path / "run"
+    with pytest.raises(
+        UserCodeError, match=r"user.py:\d+: broken\(\) raised on answer .*: KeyError: 'missing'"
+    ):
+        train(tmp_path / "w.srpo", out, models={"lm": str(tiny_random_model)}, device="cpu", progress=False)
+    assert not out.exists()

@@ -77,7 +77,8 @@ def test_a_valid_workflow_lists_its_code_and_runs_none_of_it(folder):
     assert result.graph.graph["task"] == {"kind": "python", "ref": "user.py:load", "options": {"n": 4}}
     assert result.graph.graph["tools"]["calc"]["options"] == {"timeout": 5.0, "batch": None, "precision": 2}
     assert not (folder / "imported.txt").exists()
-    assert not [m for m in sys.modules if m.startswith("srpo_user_")]
+    user_file = str(folder / "user.py")
+    assert not [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == user_file]
 
 
 def test_validate_and_compile_never_import_the_module(folder):

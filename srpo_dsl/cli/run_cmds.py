@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -152,8 +152,14 @@ def _summary(traces) -> dict:
     }
 
 
-def metrics_table(rows: list, k: int, avg: float, pas: float) -> str:
-    """Per dataset Avg@k, Pass@k and costs, then the macro average, as a Markdown table."""
+def metrics_table(
+    rows: list, k: int, avg: float, pas: float, roles: Sequence[str] = (), invalid: Sequence[dict] = ()
+) -> str:
+    """Per dataset Avg@k, Pass@k and costs, then the macro average, as a Markdown table.
+
+    With `roles`, a second table: each dataset's invalid-output rate per role
+    (`invalid[i]`: role -> rate of `rows[i]`; `-` for a role without outputs).
+    """
     table = [
         f"| dataset | queries | Avg@{k} | Pass@{k} | tokens / traj. | calls / traj. | tool calls / query |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -164,6 +170,14 @@ def metrics_table(rows: list, k: int, avg: float, pas: float) -> str:
         for r in rows
     ]
     table.append(f"| **macro** | | **{100 * avg:.1f}** | **{100 * pas:.1f}** | | | |")
+    if roles:
+        table += ["", "| invalid outputs (%) | " + " | ".join(roles) + " |", "|---|" + "---:|" * len(roles)]
+        table += [
+            f"| {r.name} | "
+            + " | ".join(f"{100 * rates[x]:.1f}" if x in rates else "-" for x in roles)
+            + " |"
+            for r, rates in zip(rows, invalid)
+        ]
     return "\n".join(table)
 
 
@@ -184,7 +198,9 @@ def eval_cmd(
     device: Device | None = DEVICE,
     out: Path = typer.Option(Path("runs/eval"), "--out", help="Output folder (metrics.json, traces)."),
 ) -> None:
-    """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, and cost per query.
+    """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, cost per query.
+
+    A second table gives each dataset's invalid-output rate per role.
 
     Examples:
 
@@ -192,6 +208,7 @@ def eval_cmd(
 
       srpo-dsl eval workflows/quickstart.srpo -k 4 --limit 64
     """
+    from srpo_dsl.rl.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
     from srpo_dsl.runtime.metrics import dataset_metrics, macro_average
     from srpo_dsl.runtime.traces import to_trace, write_traces
 
@@ -199,24 +216,26 @@ def eval_cmd(
     sets = [(p.stem, _tasks(wf, p, limit, "eval")) for p in data] or [
         (wf.name, _tasks(wf, None, limit, "eval"))
     ]
-    rows, all_traces = [], []
+    keys = MetricKeys.of(wf.graph)
+    rows, invalid, all_traces = [], [], []
     for name, tasks in sets:
         episodes = _rollouts(wf, backends, tools, tasks, k, seed, f"eval {name}")
         all_traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
         rows.append(dataset_metrics(name, episodes, k))
+        invalid.append(role_invalid_rates(keys, role_invalid_sums(keys, episodes)))
     avg, pas = macro_average(rows)
     with staged_output(out) as stage:
         write_traces(stage / "traces.jsonl", all_traces)
         metrics = {
             "k": k,
-            "datasets": [r.__dict__ for r in rows],
+            "datasets": [{**r.__dict__, "invalid_rate": rates} for r, rates in zip(rows, invalid)],
             "macro": {"avg_at_k": avg, "pass_at_k": pas},
             "workflow": str(workflow),
             "graph_hash": wf.graph.hash,
             "seed": seed,
         }
         write_atomic(stage / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    print(metrics_table(rows, k, avg, pas))
+    print(metrics_table(rows, k, avg, pas, keys.roles, invalid))
     print(f"-> {out / 'metrics.json'}")
 
 

@@ -36,6 +36,10 @@ PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics fi
     "mean_set_size": "Mean active-set size",
 }
 EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps
+ROLE_PANELS = {  # metrics.jsonl `role/ROLE/<metric>` -> panel `role_<metric>`, one line per role
+    "invalid_rate": "Invalid-output rate per role",
+    "response_length": "Response length per role (tokens)",
+}
 
 QUIET_ENV = {  # read by the libraries when they are imported
     "TRANSFORMERS_VERBOSITY": "error",
@@ -278,12 +282,22 @@ def ema(values: list[float], alpha: float) -> list[float]:
 
 
 @dataclass(frozen=True)
+class RoleSeries:
+    """One role's values of one metric at the steps that have it (a role no episode reached has none)."""
+
+    role: str
+    steps: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True)
 class Dynamics:
-    """What `plot` draws: the per-step metrics and, when the run evaluated, the held-out curve."""
+    """What `plot` draws: the per-step metrics, the per-role ones (when logged), the held-out curve."""
 
     steps: list[int]
     series: dict[str, list[float]]
     curve: EvalCurve | None
+    roles: dict[str, list[RoleSeries]]  # metric of ROLE_PANELS -> one series per role; {} for older runs
 
 
 def read_dynamics(run: Path) -> Dynamics:
@@ -294,10 +308,23 @@ def read_dynamics(run: Path) -> Dynamics:
     try:
         steps = [int(r["step"]) for r in rows]
         series = {key: [float(r[key]) for r in rows] for key in PANELS}
+        roles = {metric: role_series(rows, metric) for metric in ROLE_PANELS}
     except (KeyError, TypeError, ValueError) as exc:
         raise CliError(f"{path}: not a metrics file ({type(exc).__name__}: {exc})", EXIT_INPUT) from None
     evals = read_jsonl(run / "eval.jsonl") if (run / "eval.jsonl").is_file() else []
-    return Dynamics(steps, series, eval_curve(evals, run / "eval.jsonl") if evals else None)
+    curve = eval_curve(evals, run / "eval.jsonl") if evals else None
+    return Dynamics(steps, series, curve, {m: s for m, s in roles.items() if s})
+
+
+def role_series(rows: list[dict[str, Any]], metric: str) -> list[RoleSeries]:
+    """Each role's `role/ROLE/metric` over the steps that logged it, roles in order of appearance."""
+    names = [k.split("/")[1] for r in rows for k in r if k.startswith("role/") and k.endswith(f"/{metric}")]
+    out = []
+    for role in dict.fromkeys(names):
+        key = f"role/{role}/{metric}"
+        logged = [r for r in rows if key in r]
+        out.append(RoleSeries(role, [int(r["step"]) for r in logged], [float(r[key]) for r in logged]))
+    return out
 
 
 def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None:
@@ -312,6 +339,20 @@ def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None
     ax.set_title(PANELS[key] + (f" (CV {cv:.2f})" if key == "grad_norm" else ""))
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def draw_roles(ax: Any, series: list[RoleSeries], metric: str, smoothing: float) -> None:
+    """One colour per role: raw values faint, their EMA solid, named in the legend."""
+    from matplotlib.ticker import MaxNLocator
+
+    for s in series:
+        line = ax.plot(s.steps, s.values, alpha=0.25, linewidth=1)[0]
+        ax.plot(s.steps, ema(s.values, smoothing), color=line.get_color(), linewidth=2, label=s.role)
+    ax.set_title(ROLE_PANELS[metric])
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="best")
     ax.grid(alpha=0.3)
 
 
@@ -336,9 +377,10 @@ def plot_cmd(
     out: Path | None = typer.Option(None, "--out", help="Where to write the PNGs (default: RUN/plots)."),
     smoothing: float = typer.Option(0.9, "--ema", min=0.0, max=0.999, help="EMA factor of the solid line."),
 ) -> None:
-    """Plot score, gradient norm, response length, mean active-set size and the held-out Avg@k / Pass@k.
+    """Plot score, gradient norm, response length, active-set size, per-role panels, held-out Avg@k / Pass@k.
 
-    Raw values faint, their EMA solid; the held-out panel (from eval.jsonl, when the run
+    Raw values faint, their EMA solid; the per-role panels (runs that logged `role/...`
+    metrics) have one line per role; the held-out panel (from eval.jsonl, when the run
     evaluated) shows Avg@k and Pass@k at each evaluated step. One PNG per panel plus
     `training_dynamics.png` with all of them.
 
@@ -354,7 +396,8 @@ def plot_cmd(
     dynamics = read_dynamics(run)
     folder = out or run / "plots"
     folder.mkdir(parents=True, exist_ok=True)
-    names = [*PANELS, *([EVAL_PANEL] if dynamics.curve is not None else [])]
+    roles = [f"role_{metric}" for metric in dynamics.roles]
+    names = [*PANELS, *roles, *([EVAL_PANEL] if dynamics.curve is not None else [])]
     written = []
     for name in names:
         fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -370,6 +413,9 @@ def plot_cmd(
 def draw_panel(ax: Any, dynamics: Dynamics, name: str, smoothing: float) -> None:
     if name == EVAL_PANEL and dynamics.curve is not None:
         draw_heldout(ax, dynamics.curve)
+    elif name.startswith("role_"):
+        metric = name.removeprefix("role_")
+        draw_roles(ax, dynamics.roles[metric], metric, smoothing)
     else:
         draw_metric(ax, dynamics, name, smoothing)
 

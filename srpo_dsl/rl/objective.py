@@ -106,6 +106,28 @@ class PolicyTerms:
     log_ratio: Tensor  # log rho, before the clamp
     valid: Tensor  # bool: a real unit (tokens: the mask; events and rows: all)
     set_size: Tensor | None = None  # K_e per event, for losses over sets
+    unit_of_row: Tensor | None = None  # [B] each row's unit, for [E] terms over sets; else None
+
+    def row_clips(self, num_rows: int) -> Tensor:
+        """[B, 2] (clipped units, units) per row, to key the clip fraction by a row's role or event type.
+
+        Token terms: the row's clipped tokens and tokens. Terms over sets or rows: a unit
+        counts once, on its first row (a set's rows share its role and event type).
+        """
+        with torch.no_grad():
+            clipped = self.clipped & self.valid
+            unit = self.unit_of_row
+            if unit is None:
+                unit = torch.arange(clipped.shape[0], device=clipped.device)
+            if unit.numel() != num_rows:
+                raise ValueError(f"terms of {unit.numel()} rows for {num_rows} rows: sets need `unit_of_row`")
+            if clipped.dim() == 2:
+                return torch.stack([clipped.sum(-1), self.valid.sum(-1)], -1).double()
+            rows = torch.arange(num_rows, device=unit.device)
+            first = torch.full_like(clipped, unit.numel(), dtype=torch.long)
+            first = first.scatter_reduce(0, unit, rows, "amin")
+            is_first = first[unit] == rows
+            return torch.stack([clipped[unit] & is_first, self.valid[unit] & is_first], -1).double()
 
     def metrics(self) -> dict[str, float]:
         """Means over the valid units, their count and, with sets, the set sizes: one device sync."""
@@ -139,14 +161,19 @@ def token_log_ratio(batch: PolicyBatch) -> Tensor:
 
 
 def clipped_terms(
-    log_ratio: Tensor, advantages: Tensor, clip_eps: float, valid: Tensor, set_size: Tensor | None = None
+    log_ratio: Tensor,
+    advantages: Tensor,
+    clip_eps: float,
+    valid: Tensor,
+    set_size: Tensor | None = None,
+    unit_of_row: Tensor | None = None,
 ) -> PolicyTerms:
     """min(rho A, clip(rho, 1-eps, 1+eps) A) per unit, from log rho (clamped before exp)."""
     ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages
     term = torch.where(valid, torch.minimum(unclipped, clipped), 0.0)
-    return PolicyTerms(term, clipped < unclipped, ratio, log_ratio, valid, set_size)
+    return PolicyTerms(term, clipped < unclipped, ratio, log_ratio, valid, set_size, unit_of_row)
 
 
 def event_values(row_values: Tensor, inverse: Tensor, num_events: int) -> Tensor:
@@ -168,4 +195,4 @@ def setwise_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
     k = torch.bincount(inverse, minlength=num_events).to(l_row.dtype)  # K_e
     log_ratio = torch.nan_to_num(set_reduction_scale(k, config.set_norm) * l_sum, nan=0.0)  # L_e, no nan
     every_event = torch.ones_like(k, dtype=torch.bool)
-    return clipped_terms(log_ratio, adv_e, config.clip_eps, every_event, set_size=k)
+    return clipped_terms(log_ratio, adv_e, config.clip_eps, every_event, set_size=k, unit_of_row=inverse)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -51,7 +52,12 @@ class Objective:
     aggregation: str  # a mode of aggregation.py
     advantage: str  # an estimator of advantages.py
 
-    def __call__(
+    def __call__(self, *args: Tensor, **kwargs: Any) -> tuple[Tensor, Metrics]:
+        """(loss, metrics) of `evaluate` (same arguments), without its terms."""
+        loss, metrics, _ = self.evaluate(*args, **kwargs)
+        return loss, metrics
+
+    def evaluate(
         self,
         logprobs: Tensor,
         old_logprobs: Tensor,
@@ -68,8 +74,8 @@ class Objective:
         kl_coef: float = 0.0,
         entropy: Tensor | None = None,
         entropy_coef: float = 0.0,
-    ) -> tuple[Tensor, Metrics]:
-        """(-J + kl_coef * KL - entropy_coef * H, metrics) on one micro-batch.
+    ) -> tuple[Tensor, Metrics, PolicyTerms]:
+        """(-J + kl_coef * KL - entropy_coef * H, metrics, per-unit terms) on one micro-batch.
 
         [B, T] log-probs (current, behaviour) and mask, [B] event ids and advantages.
         num_events / num_tokens / num_rows: GLOBAL counts of the optimizer step (each
@@ -85,7 +91,7 @@ class Objective:
         objective = aggregate(terms.values, self.aggregation, global_count(unit, given, metrics["num_units"]))
         metrics[unit] = metrics["num_units"]
         penalty, extra = regularisers(batch, num_tokens, ref_logprobs, kl_coef, entropy, entropy_coef)
-        return -objective + penalty, metrics | extra
+        return -objective + penalty, metrics | extra, terms
 
     def advantages(self, inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
         """[N] row advantages for this objective (its registered estimator)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,24 @@ class RunLog:
         self.writer.flush()
 
     def evaluation(self, row: Mapping[str, Any]) -> None:
+        """A held-out evaluation: Avg@k, Pass@k and the per-role invalid-output rates (`role/R/...`)."""
         append_jsonl(self.out / EVAL, row)
         self.writer.add_scalar(f"eval/avg_at_{row['k']}", row["avg_at_k"], row["step"])
         self.writer.add_scalar(f"eval/pass_at_{row['k']}", row["pass_at_k"], row["step"])
+        for key, value in row.items():
+            if key.startswith("role/"):
+                self.writer.add_scalar(f"eval/{key}", value, row["step"])
         self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
+
+    def discard(self) -> None:
+        """Remove what this log wrote (a fresh run that failed before its first checkpoint), and the
+        output folder too when nothing else is in it."""
+        self.writer.close()
+        for name in (METRICS, EVAL, CONFIG, TRACES):
+            (self.out / name).unlink(missing_ok=True)
+        shutil.rmtree(self.out / "tb", ignore_errors=True)
+        if not any(self.out.iterdir()):
+            self.out.rmdir()

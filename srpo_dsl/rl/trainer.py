@@ -26,6 +26,13 @@ from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
 from srpo_dsl.rl.engine import Dist, Policy, all_reduce, barrier, sync_rollout
+from srpo_dsl.rl.role_metrics import (
+    MetricKeys,
+    keyed_metrics,
+    role_invalid_rates,
+    role_invalid_sums,
+    step_sums,
+)
 from srpo_dsl.rl.rows import Rows, build_rows
 from srpo_dsl.rl.runlog import METRICS, RunLog
 from srpo_dsl.rl.update import Temperatures, TrainError, update
@@ -50,6 +57,7 @@ class Run:
     tasks: list[dict]
     eval_tasks: list[dict]
     temperatures: Temperatures
+    keys: MetricKeys  # the roles and event types of the per-role metrics
     config: Mapping[str, Any]
     start: int
     log: RunLog | None  # rank 0 only
@@ -80,6 +88,19 @@ def train(
     run = prepare_run(
         Path(workflow_path), Path(out_dir), overrides or {}, resume, models or {}, ds_config, offload, device
     )
+    try:
+        history = train_steps(run, progress)
+    except BaseException:  # a fresh run that fails before its first checkpoint leaves no files behind
+        if run.log is not None and run.start == 0 and latest_checkpoint(run.out) is None:
+            run.log.discard()
+        raise
+    if run.log is not None:
+        run.log.close()
+    return history
+
+
+def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
+    """The steps still to run, each evaluated and checkpointed when due; this call's metrics."""
     history = []
     bar = progress_bar(run, progress)
     if run.start == 0:
@@ -92,8 +113,6 @@ def train(
             evaluate(run, step)
         if due(step, run.opts.save_every, run.opts.steps):
             checkpoint(run, step)
-    if run.log is not None:
-        run.log.close()
     return history
 
 
@@ -103,7 +122,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     episodes = rollout(run, step)
     rows = training_rows(run, episodes)
     lr = next(p.engine.get_lr()[0] for p in run.policies.values() if p.engine is not None)
-    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures)
+    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys)
     if stats["num_events"]:
         sync_weights(run.policies)
     row = step_metrics(run, step, episodes, rows, stats, lr, time.perf_counter() - t0)
@@ -158,10 +177,14 @@ def step_metrics(
     lr: float,
     seconds: float,
 ) -> dict[str, float]:
-    """The step's row of metrics.jsonl (global over ranks): the paper's training-dynamics panels."""
+    """The step's row of metrics.jsonl (global over ranks).
+
+    The paper's training-dynamics panels, then the metrics of each role and event type
+    (`role_metrics.py`).
+    """
     local = [len(episodes), sum(e.reward for e in episodes), sum(e.score for e in episodes)]
-    local += [float(sum(rows.response_lengths)), rows.dropped_events]
-    n_episodes, reward, score, response_tokens, dropped = all_reduce(local, run.dist.device)
+    local += [float(sum(rows.response_lengths)), rows.dropped_events, *step_sums(run.keys, episodes, rows)]
+    n_episodes, reward, score, response_tokens, dropped, *by_key = all_reduce(local, run.dist.device)
     return {
         "step": step,
         "score": reward / max(n_episodes, 1),
@@ -175,27 +198,30 @@ def step_metrics(
         "lr": lr,
         "loss": stats.get("loss", 0.0),
         "time": seconds,
-    }
+    } | keyed_metrics(run.keys, by_key, stats)
 
 
 def evaluate(run: Run, step: int) -> dict[str, float] | None:
-    """Avg@k and Pass@k over the held-out prompts (k = eval_k samples each); each rank samples its share."""
+    """Avg@k, Pass@k and each role's invalid-output rate over the held-out prompts (k = eval_k each).
+
+    Each rank samples its share; the role's rate is logged as `role/ROLE/invalid_rate`.
+    """
     if not run.eval_tasks:
         return None
-    opts, dist = run.opts, run.dist
+    opts, dist, keys = run.opts, run.dist, run.keys
     share = run.eval_tasks[dist.rank :: dist.world_size]
     episodes = run.executor.run(share, samples=opts.eval_k, seed=seed_of("eval", opts.seed, step, dist.rank))
     local = dataset_metrics("eval", episodes, opts.eval_k) if episodes else None
     q = local.queries if local else 0
     sums = [local.avg_at_k * q, local.pass_at_k * q] if local else [0.0, 0.0]
-    avg, pas, n = all_reduce([*sums, q], dist.device)
+    avg, pas, n, *invalid = all_reduce([*sums, q, *role_invalid_sums(keys, episodes)], dist.device)
     row = {
         "step": step,
         "avg_at_k": avg / max(n, 1),
         "pass_at_k": pas / max(n, 1),
         "k": opts.eval_k,
         "n_prompts": int(n),
-    }
+    } | {f"role/{r}/invalid_rate": rate for r, rate in role_invalid_rates(keys, invalid).items()}
     if run.log is not None:
         run.log.evaluation(row)
     return row
@@ -302,8 +328,10 @@ def prepare_run(
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
     start = restore(found, state, policies, dist) if state is not None else 0
     log = RunLog(out, config, start, wf.graph.hash) if dist.rank == 0 else None
-    temperatures = node_temperatures(wf.graph)
-    return Run(out, wf, opts, dist, policies, executor, tasks, eval_tasks, temperatures, config, start, log)
+    temperatures, keys = node_temperatures(wf.graph), MetricKeys.of(wf.graph)
+    return Run(
+        out, wf, opts, dist, policies, executor, tasks, eval_tasks, temperatures, keys, config, start, log
+    )
 
 
 def check_device(device: str | None) -> str:

@@ -27,6 +27,7 @@ from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.batching import plan_batches
 from srpo_dsl.rl.engine import Dist, Policy, all_reduce, step_with_norm
 from srpo_dsl.rl.objectives import get_objective
+from srpo_dsl.rl.role_metrics import MetricKeys
 from srpo_dsl.rl.rows import Rows
 
 Temperatures = Mapping[str, Mapping[str, float]]  # policy -> event node -> sampling temperature
@@ -166,8 +167,7 @@ class Scored:
 @dataclass(frozen=True)
 class MicroStats:
     loss: float
-    clipped: float  # clip fraction x its weight (events for srpo, tokens for grpo/drmas, rows for seq)
-    weight: float
+    clips: Tensor  # [rows, 2] (clipped units, units): events for srpo, tokens for grpo/drmas, rows for seq
 
 
 def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
@@ -184,14 +184,15 @@ def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
     return out
 
 
-def token_weights(
-    s: Step, idx: Tensor, logprobs: Tensor, old: Tensor
-) -> tuple[Tensor, float, dict[str, float]]:
-    """(W, loss, metrics) of the micro-batch rows `idx`: W = d(loss)/d(logprobs) on detached log-probs."""
+def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[Tensor, float, Tensor]:
+    """(W, loss, clips) of the micro-batch rows `idx`: W = d(loss)/d(logprobs) on detached log-probs.
+
+    clips: [M, 2] (clipped units, units) per row of the objective's clipping unit.
+    """
     width = logprobs.shape[1]
     logprobs = logprobs.detach().requires_grad_(True)
     objective = get_objective(s.opts.objective)
-    loss, metrics = objective(
+    loss, _, terms = objective.evaluate(
         logprobs,
         old,
         s.mask[idx, :width],
@@ -208,7 +209,7 @@ def token_weights(
     if not math.isfinite(loss.item()):
         raise TrainError(f"non-finite loss {loss.item()} (check the rewards and the learning rate)")
     (weights,) = torch.autograd.grad(loss, logprobs)
-    return weights, loss.item(), metrics
+    return weights, loss.item(), terms.row_clips(len(idx))
 
 
 def micro_logprobs(s: Step, idx: Tensor, width: int, scored: Mapping[Group, Scored]) -> tuple[Tensor, Tensor]:
@@ -266,26 +267,25 @@ def micro_step(s: Step, micro: list[int], last: bool) -> tuple[MicroStats, dict[
     bonus = {g: entropy_bonus(s, idx, sc) for g, sc in scored.items()}
     loss = sum(b.item() for b in bonus.values())
     weights = torch.zeros(len(micro), width, device=device)
-    clipped = weight = 0.0
+    clips = torch.zeros(len(micro), 2, dtype=torch.float64, device=device)
     if micro:
         current, old = micro_logprobs(s, idx, width, scored)
-        weights, objective_loss, metrics = token_weights(s, idx, current, old)
-        weight = metrics["num_units"]  # events, tokens or rows: what the objective clips
+        weights, objective_loss, clips = token_weights(s, idx, current, old)
         loss += objective_loss
-        clipped = weight * metrics["clip_fraction"]
     norms = backward_engines(s, scored, weights, bonus, last)
-    return MicroStats(loss, clipped, weight), norms
+    return MicroStats(loss, clips), norms
 
 
 def run_epoch(s: Step, plan: list[list[int]]) -> tuple[MicroStats, float]:
-    """One optimizer step of every engine over the micro-batch `plan`; (summed stats, total grad norm)."""
-    stats, norms = [], {}
+    """One optimizer step of every engine over the micro-batch `plan`; (stats of every row, grad norm)."""
+    loss, norms = 0.0, {}
+    clips = torch.zeros(s.mask.shape[0], 2, dtype=torch.float64, device=s.dist.device)
     for m, micro in enumerate(plan):
         micro_stats, micro_norms = micro_step(s, micro, last=m == len(plan) - 1)
-        stats.append(micro_stats)
+        loss += micro_stats.loss
+        clips[micro] = micro_stats.clips
         norms.update(micro_norms)
-    total = MicroStats(*(sum(getattr(x, f) for x in stats) for f in ("loss", "clipped", "weight")))
-    return total, math.sqrt(sum(n**2 for n in norms.values()))
+    return MicroStats(loss, clips), math.sqrt(sum(n**2 for n in norms.values()))
 
 
 def old_logprobs(
@@ -310,11 +310,17 @@ def old_logprobs(
 
 
 def update(
-    policies: Mapping[str, Policy], rows: Rows, opts: TrainOptions, dist: Dist, temperatures: Temperatures
+    policies: Mapping[str, Policy],
+    rows: Rows,
+    opts: TrainOptions,
+    dist: Dist,
+    temperatures: Temperatures,
+    keys: MetricKeys | None = None,
 ) -> dict[str, float]:
     """`opts.epochs` optimizer steps of every engine on this rank's `rows` (collective over ranks).
 
-    Returns loss, grad_norm, clip_fraction (means over epochs) and the global counts.
+    Returns loss, grad_norm, clip_fraction (means over epochs) and the global counts; with
+    `keys`, also the clip fraction of each role and event type (`role/R/clip_fraction`, ...).
     """
     device = dist.device
     batch = Batch.of(rows, temperatures)
@@ -330,9 +336,11 @@ def update(
     mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
     s = Step(policies, batch, opts, dist, groups, counts, old, ref, mask, event_ids, advantages)
     epochs = [run_epoch(s, plan) for _ in range(opts.epochs)]
-    totals = [t for t, _ in epochs]
-    sums = [sum(t.loss for t in totals), sum(t.clipped for t in totals), sum(t.weight for t in totals)]
-    loss, clipped, weight = all_reduce(sums, device)
+    clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
+    by_key = keys.sums(clips, rows.event_types).flatten().tolist() if keys else []
+    loss, clipped, weight, *by_key = all_reduce(
+        [sum(t.loss for t, _ in epochs), *clips.sum(0).tolist(), *by_key], device
+    )
     return {
         "loss": loss / opts.epochs,
         "grad_norm": sum(norm for _, norm in epochs) / opts.epochs,
@@ -340,4 +348,4 @@ def update(
         "num_events": float(counts.events),
         "num_tokens": float(counts.tokens),
         "num_rows": float(counts.rows),
-    }
+    } | (keys.ratios("clip_fraction", by_key) if keys else {})
