@@ -133,7 +133,7 @@ class UserTool:
     def __init__(self, ref: CodeRef, options: Mapping[str, Any]):
         self.passed = {k: v for k, v in options.items() if k not in TOOL_OPTIONS}
         self.batch = options.get("batch")
-        self.fn: UserFunction = load_function(ref, options.get("timeout", 30.0), tuple(self.passed))
+        self.fn: UserFunction = load_function(ref, options["timeout"], tuple(self.passed))
 
     def call(self, queries: list[str]) -> list[ToolResult]:
         size = self.batch or max(len(queries), 1)
