@@ -15,7 +15,8 @@ class GenRequest:
     """One generation: the rendered prompt and its sampling settings.
 
     `role` lets backends that care (scripted) tell agents apart; `tag` is opaque and
-    is for the caller's bookkeeping (results come back in request order).
+    is for the caller's bookkeeping (results come back in request order). `adapter` names
+    the LoRA adapter of a model that hosts several (`hf` with a shared base); others ignore it.
     """
 
     prompt: str
@@ -24,6 +25,7 @@ class GenRequest:
     top_p: float = 1.0
     role: str = ""
     tag: object = None
+    adapter: str | None = None
 
 
 @dataclass(frozen=True)

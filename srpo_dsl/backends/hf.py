@@ -28,6 +28,7 @@ from srpo_dsl.backends.logprobs import (
     sequence_logprobs,
     token_logprobs,
 )
+from srpo_dsl.lang.graph import BASE_ADAPTER
 
 # the log-prob helpers stay importable from here for callers written before `logprobs` existed
 __all__ = [
@@ -108,6 +109,7 @@ class HFBackend:
             )
         self.pad_id: int = pad
         self.version = 0
+        self.hosts_adapters = hasattr(model, "peft_config")  # requests then name their adapter
 
     def sync_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> int:
         """After an optimizer step: load `state_dict` (none when the module is shared); version + 1."""
@@ -144,6 +146,7 @@ class HFBackend:
                             [requests[i].max_tokens for i in chunk],
                             temperature,
                             top_p,
+                            [requests[i].adapter for i in chunk] if self.hosts_adapters else None,
                         )
                         for i, out in zip(chunk, outs):
                             results[i] = out
@@ -152,13 +155,27 @@ class HFBackend:
         return results  # type: ignore[return-value]
 
     def _generate_chunk(
-        self, prompts: list[list[int]], max_tokens: list[int], temperature: float, top_p: float
+        self,
+        prompts: list[list[int]],
+        max_tokens: list[int],
+        temperature: float,
+        top_p: float,
+        adapters: list[str | None] | None = None,
     ) -> list[GenResult]:
         """Prefill each distinct prompt once, then decode every request; a row leaves the batch
-        (and its cache) as soon as it emits end-of-sequence or reaches its own `max_tokens`."""
-        distinct, index = distinct_rows(prompts)
+        (and its cache) as soon as it emits end-of-sequence or reaches its own `max_tokens`.
+
+        `adapters`: each row's LoRA adapter (one batch may mix them); a prompt is prefilled
+        once per adapter that reads it."""
+        keyed = prompts if adapters is None else [[*p, a] for p, a in zip(prompts, adapters)]
+        distinct, index = distinct_rows(keyed)
+        first = {k: i for i, k in reversed(list(enumerate(index)))}
+        heads = [first[k] for k in range(len(distinct))]  # a request of each distinct (prompt, adapter)
+        names = None if adapters is None else [a or BASE_ADAPTER for a in adapters]
+        logits, cache, mask = self._prefill(
+            [prompts[i] for i in heads], None if names is None else [names[i] for i in heads]
+        )
         rows = torch.tensor(index, device=self.device)
-        logits, cache, mask = self._prefill(distinct)
         cache.batch_select_indices(rows)  # one cache row per request (prompts repeat within groups)
         logits, mask = logits[rows], mask[rows]
         limits = torch.tensor(max_tokens, device=self.device)
@@ -177,20 +194,27 @@ class HFBackend:
                 kept = going.nonzero().squeeze(-1)
                 active, picked, mask = active[kept], picked[kept], mask[kept]
                 cache.batch_select_indices(kept)
+                names = None if names is None else [names[k] for k in kept.tolist()]
             mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
-            logits = self._next_logits(picked[:, None], mask, cache)
+            logits = self._next_logits(picked[:, None], mask, cache, names)
         return self._results(prompts, tokens.tolist(), logprobs.tolist(), max_tokens)
 
-    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Cache, torch.Tensor]:
+    def _prefill(
+        self, prompts: list[list[int]], adapters: list[str] | None = None
+    ) -> tuple[torch.Tensor, Cache, torch.Tensor]:
         """Left-padded forward over `prompts`: the last position's logits, the KV cache, the mask."""
         input_ids, mask = pad_rows(prompts, self.pad_id, max(map(len, prompts)), left=True)
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         cache = DynamicCache(config=self.model.config)
-        return self._next_logits(input_ids, mask, cache), cache, mask
+        return self._next_logits(input_ids, mask, cache, adapters), cache, mask
 
-    def _next_logits(self, input_ids: torch.Tensor, mask: torch.Tensor, cache: Cache) -> torch.Tensor:
-        """`[n, V]` logits after the last of `input_ids`, extending `cache` (positions follow `mask`)."""
+    def _next_logits(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, cache: Cache, adapters: list[str] | None = None
+    ) -> torch.Tensor:
+        """`[n, V]` logits after the last of `input_ids`, extending `cache` (positions follow `mask`);
+        row i through LoRA adapter `adapters[i]` when the model hosts several."""
         positions = mask_positions(mask)[:, -input_ids.shape[1] :]
+        routing = {} if adapters is None else {"adapter_names": adapters}
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -198,6 +222,7 @@ class HFBackend:
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **routing,
         )
         return out.logits[:, -1]
 

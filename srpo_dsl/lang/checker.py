@@ -31,11 +31,12 @@ from srpo_dsl.lang.templates import check_template
 @dataclass(frozen=True)
 class PolicyInfo:
     name: str
-    kind: str  # hf | builtin
-    model: str  # repo id, local path or `builtin:tiny`
+    kind: str  # hf | builtin | adapter
+    model: str  # repo id, local path or `builtin:tiny` (an adapter: its base's)
     trainable: bool
-    lora: dict | None
+    lora: dict | None  # LoRA options: of the policy's own `lora(...)`, or of an adapter
     generation: dict
+    base: str | None = None  # an adapter's base policy (frozen; it holds the weights)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,10 @@ class Checked:
 
 def _value(v: n.Value) -> object:
     return v.name if isinstance(v, n.Symbol) else v
+
+
+def _is_adapter(pol: n.Policy) -> bool:
+    return isinstance(pol.source.kind, n.Ident) and pol.source.kind.name == "adapter"
 
 
 def _contract_name(c: n.Contract) -> str:
@@ -230,7 +235,8 @@ class _Checker(n.StepVisitor[None]):
                 self.error("E010", f"`{ident.name}` is already defined (line {first.line})", ident.span)
             else:
                 seen[ident.name] = ident
-        for pol in self.p.policies:
+        adapters = [p for p in self.p.policies if _is_adapter(p)]
+        for pol in [p for p in self.p.policies if not _is_adapter(p)] + adapters:  # bases first
             self.policy(pol)
         self.task()
         for tool in self.p.tools:
@@ -304,10 +310,57 @@ class _Checker(n.StepVisitor[None]):
         lora = self.options(LoraOptions, pol.lora, "lora", (), pol.span) if pol.lora is not None else None
         if src is None or gen is None or (pol.lora is not None and lora is None):
             return
+        if _is_adapter(pol):
+            self.adapter(pol, src, gen)
+            return
         ref = f"builtin:{src['name']}" if kind.name == "builtin" else src["model"]
         self.out.policies[pol.name.name] = PolicyInfo(
             pol.name.name, kind.name, ref, not pol.frozen, lora, gen
         )
+
+    def adapter(self, pol: n.Policy, src: dict, gen: dict) -> None:
+        """`policy NAME = adapter(BASE, r = ..., ...)`: trained on its own over a frozen base."""
+        name, base_name = pol.name.name, src.pop("base")
+        span = pol.source.args[0].span
+        base = self.out.policies.get(base_name)
+        self.used.add(base_name)
+        if pol.frozen or pol.lora is not None:
+            what = "`frozen`" if pol.frozen else "`lora(...)`"
+            self.error(
+                "E017",
+                f"adapter `{name}` cannot be {what}: it is trained",
+                pol.span,
+                "its LoRA options go inside `adapter(...)`",
+            )
+        elif base_name not in {p.name.name for p in self.p.policies}:
+            names = [p.name.name for p in self.p.policies if p.name.name != name]
+            self.error(
+                "E015",
+                f"adapter `{name}` is on an undefined policy `{base_name}`",
+                span,
+                did_you_mean(base_name, names),
+            )
+        elif base is None:
+            return  # the base itself has errors, reported there
+        elif base.kind == "adapter" or base.trainable or base.lora is not None:
+            why = (
+                "is an adapter"
+                if base.kind == "adapter"
+                else "is trainable"
+                if base.trainable
+                else "has lora"
+            )
+            self.error(
+                "E016",
+                f"the base `{base_name}` of adapter `{name}` must be a frozen model without LoRA; it {why}",
+                span,
+                'adapters share one frozen base: `policy base = hf("MODEL") frozen`',
+            )
+        else:
+            generation = {k: gen[k] if gen[k] is not None else base.generation[k] for k in gen}
+            self.out.policies[name] = PolicyInfo(
+                name, "adapter", base.model, True, src, generation, base_name
+            )
 
     def task(self) -> None:
         if not self.p.tasks:

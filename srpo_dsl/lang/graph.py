@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
 GRAPH_SCHEMA = "srpo-graph/1"
+BASE_ADAPTER = "__base__"  # peft's name, in per-row `adapter_names`, for rows of the base alone
 EventKind = Literal["route", "parallel", "verify", "revise", "aggregate"]
 EVENT_KINDS: tuple[EventKind, ...] = ("route", "parallel", "verify", "revise", "aggregate")
 
@@ -219,6 +220,17 @@ class EventGraph:
         for e in self.edges:
             out[e.source].append(e)
         object.__setattr__(self, "out_edges", {v: tuple(es) for v, es in out.items()})
+
+    @cached_property
+    def adapters(self) -> Mapping[str, str]:
+        """The peft adapter every policy on a shared base generates and trains through: an adapter
+        policy's own (`adapter_NAME`), `BASE_ADAPTER` for a base that hosts adapters."""
+        out = {name: f"adapter_{name}" for name, p in self.policies.items() if p.base is not None}
+        return out | {p.base: BASE_ADAPTER for p in self.policies.values() if p.base is not None}
+
+    def adapters_on(self, base: str) -> dict[str, dict]:
+        """{peft adapter name: LoRA options} of the adapter policies on `base`, in declaration order."""
+        return {self.adapters[n]: dict(p.lora or {}) for n, p in self.policies.items() if p.base == base}
 
     @cached_property
     def event_nodes(self) -> tuple[EventNode, ...]:

@@ -59,6 +59,12 @@ class LoraOptions(_Options):
     targets: str = "all-linear"
 
 
+class AdapterPolicy(LoraOptions):
+    """`adapter(BASE, r = 16, ...)`: a LoRA adapter of its own on a frozen base policy."""
+
+    base: str
+
+
 class HfPolicy(_Options):
     model: str
 
@@ -135,6 +141,7 @@ class TrainOptions(_Options):
 POLICY_KINDS: dict[str, tuple[type[_Options], tuple[str, ...]]] = {
     "hf": (HfPolicy, ("model",)),
     "builtin": (BuiltinPolicy, ("name",)),
+    "adapter": (AdapterPolicy, ("base",)),
 }
 TASK_KINDS: dict[str, tuple[type[_Options], tuple[str, ...]]] = {
     "math": (DataTask, ("data",)),

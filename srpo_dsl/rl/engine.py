@@ -30,7 +30,9 @@ import torch
 
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.checker import PolicyInfo
+from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.rl.adapters import AdapterView, lora_config, with_adapters
 from srpo_dsl.rl.names import OFFLOAD
 
 
@@ -46,18 +48,36 @@ class Dist:
 
 @dataclass
 class Policy:
-    """A policy's module, its rollout backend and, when trainable, its engine (None when frozen)."""
+    """A policy's module, its rollout backend and, when trainable, its engine (None when frozen).
+
+    Policies on one shared base (adapters, and the base itself) share its module, backend and
+    engine: `adapter` is the peft adapter their rows go through, `owner` the policy whose name
+    the engine is saved under, `adapters` every adapter the engine trains.
+    """
 
     name: str
     module: torch.nn.Module
     backend: HFBackend
     engine: Any = None  # deepspeed.DeepSpeedEngine
-    reference: torch.nn.Module | None = None  # frozen initial weights, for the KL penalty
+    reference: Any = None  # frozen initial weights (a module, or the shared base), for the KL penalty
+    adapter: str | None = None
+    owner: str = ""
+    adapters: tuple[str, ...] = ()
 
     @property
     def model(self) -> torch.nn.Module:
         """The forward entry point: the engine when trainable (ZeRO hooks), else the module."""
         return self.engine if self.engine is not None else self.module
+
+    @property
+    def engine_owner(self) -> str:
+        return self.owner or self.name
+
+    def scorer(self, reference: bool = False) -> Any:
+        """What scores this policy's rows: its model (or reference), through its adapter when it has one."""
+        if reference:
+            return self.reference
+        return AdapterView(self.model, self.adapter) if self.adapter is not None else self.model
 
     @property
     def pad_id(self) -> int:
@@ -202,34 +222,72 @@ def _load(path: str, dtype: torch.dtype) -> tuple[Any, Any]:
 
 
 def _with_lora(model: torch.nn.Module, lora: Mapping[str, Any]) -> torch.nn.Module:
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
 
-    config = LoraConfig(
-        r=lora["r"],
-        lora_alpha=lora["alpha"],
-        lora_dropout=lora["dropout"],
-        target_modules=lora["targets"],
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, config)
+    return get_peft_model(model, lora_config(lora))
+
+
+def _dtype(dist: Dist) -> torch.dtype:
+    return torch.bfloat16 if dist.device.type == "cuda" else torch.float32
+
+
+def build_policies(
+    graph: EventGraph, paths: Mapping[str, str], opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
+) -> dict[str, Policy]:
+    """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters."""
+    hosts = list(dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None))
+    out: dict[str, Policy] = {}
+    for name, spec in graph.policies.items():
+        if spec.base is None and name not in hosts:
+            out[name] = build_policy(name, paths[name], spec, opts, dist, config)
+    for base in hosts:
+        out |= build_adapter_group(graph, base, paths[base], opts, dist, config)
+    return {name: out[name] for name in graph.policies}
 
 
 def build_policy(
     name: str, path: str, spec: PolicyInfo, opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
 ) -> Policy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
-    dtype = torch.bfloat16 if dist.device.type == "cuda" else torch.float32
-    model, tokenizer = _load(path, dtype)
+    model, tokenizer = _load(path, _dtype(dist))
     if not spec.trainable:
         model.to(dist.device).eval().requires_grad_(False)
         return Policy(name, model, HFBackend(model, tokenizer=tokenizer))
-    import deepspeed
-
     reference = None
     if opts.kl > 0:
-        reference = _load(path, dtype)[0].to(dist.device).eval().requires_grad_(False)
-    if spec.lora:
-        model = _with_lora(model, spec.lora)
+        reference = _load(path, _dtype(dist))[0].to(dist.device).eval().requires_grad_(False)
+    wrap = (lambda m: _with_lora(m, spec.lora)) if spec.lora else (lambda m: m)
+    engine, rollout = _engine(wrap(model), path, wrap, opts, dist, config)
+    return Policy(name, engine.module, HFBackend(rollout, tokenizer=tokenizer), engine, reference)
+
+
+def build_adapter_group(
+    graph: EventGraph, base: str, path: str, opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
+) -> dict[str, Policy]:
+    """The frozen `base` and its adapter policies: one model in memory, one engine training every adapter
+    (each clipped on its own, so DeepSpeed's clipping is off), one backend generating for all of them."""
+    adapters = graph.adapters_on(base)
+    model, tokenizer = _load(path, _dtype(dist))
+    model.requires_grad_(False)
+    wrap = lambda m: with_adapters(m, adapters)  # noqa: E731
+    engine, rollout = _engine(wrap(model), path, wrap, opts, dist, {**config, "gradient_clipping": 0.0})
+    backend = HFBackend(rollout, tokenizer=tokenizer)
+    reference = AdapterView(engine.module, BASE_ADAPTER) if opts.kl > 0 else None  # the base: no adapter
+    group = {base: Policy(base, engine.module, backend, adapter=BASE_ADAPTER, owner=base)}
+    for name, adapter in graph.adapters.items():
+        if graph.policies[name].base == base:
+            group[name] = Policy(
+                name, engine.module, backend, engine, reference, adapter, base, tuple(adapters)
+            )
+    return group
+
+
+def _engine(
+    model: torch.nn.Module, path: str, wrap: Any, opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
+) -> tuple[Any, torch.nn.Module]:
+    """A DeepSpeed engine over `model`'s trainable parameters, and the module generation runs on."""
+    import deepspeed
+
     params = [p for p in model.parameters() if p.requires_grad]
     # torch AdamW unless the user's config names one of DeepSpeed's optimizers
     optimizer = None if "optimizer" in config else torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.0)
@@ -238,14 +296,12 @@ def build_policy(
         model=model, optimizer=optimizer, model_parameters=params, lr_scheduler=scheduler, config=dict(config)
     )
     engine.module.eval()  # dropout off: recomputed old log-probs equal the update's at the first epoch
-    rollout = engine.module  # the backend generates with the engine's own module...
-    if engine.zero_optimization_stage() == 3:  # ...unless it is partitioned: then with a full copy
-        rollout = _load(path, dtype)[0]
-        rollout = (_with_lora(rollout, spec.lora) if spec.lora else rollout).to(dist.device)
-        with full_state(engine.module) as state:
-            rollout.load_state_dict(state)
-        rollout.eval().requires_grad_(False)
-    return Policy(name, engine.module, HFBackend(rollout, tokenizer=tokenizer), engine, reference)
+    if engine.zero_optimization_stage() != 3:
+        return engine, engine.module  # the backend generates with the engine's own module...
+    rollout = wrap(_load(path, _dtype(dist))[0]).to(dist.device)  # ...unless partitioned: a full copy
+    with full_state(engine.module) as state:
+        rollout.load_state_dict(state)
+    return engine, rollout.eval().requires_grad_(False)
 
 
 @contextmanager
@@ -280,16 +336,23 @@ def step_with_norm(engine: Any) -> float:
     return norm if norm is not None else float(engine.get_global_grad_norm() or 0.0)
 
 
-def save_engines(policies: Mapping[str, Policy], folder: Path) -> None:
-    """Every engine's module, optimizer and scheduler state under folder/<policy> (collective)."""
+def engine_owners(policies: Mapping[str, Policy]) -> dict[str, Policy]:
+    """One policy per engine, keyed by the name the engine is saved under (adapters share their base's)."""
+    out: dict[str, Policy] = {}
     for p in policies.values():
         if p.engine is not None:
-            p.engine.save_checkpoint(str(folder / p.name), tag="state", save_latest=False)
+            out.setdefault(p.engine_owner, p)
+    return out
+
+
+def save_engines(policies: Mapping[str, Policy], folder: Path) -> None:
+    """Every engine's module, optimizer and scheduler state under folder/<owner> (collective)."""
+    for owner, p in engine_owners(policies).items():
+        p.engine.save_checkpoint(str(folder / owner), tag="state", save_latest=False)
 
 
 def load_engines(policies: Mapping[str, Policy], folder: Path) -> None:
-    for p in policies.values():
-        if p.engine is not None:
-            path, _ = p.engine.load_checkpoint(str(folder / p.name), tag="state")
-            if path is None:
-                raise ValueError(f"checkpoint {folder} holds no state for policy `{p.name}`")
+    for owner, p in engine_owners(policies).items():
+        path, _ = p.engine.load_checkpoint(str(folder / owner), tag="state")
+        if path is None:
+            raise ValueError(f"checkpoint {folder} holds no state for policy `{owner}`")

@@ -25,7 +25,7 @@ from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
-from srpo_dsl.rl.engine import Dist, Policy, all_reduce, barrier, sync_rollout
+from srpo_dsl.rl.engine import Dist, Policy, all_reduce, barrier, engine_owners, sync_rollout
 from srpo_dsl.rl.role_metrics import (
     MetricKeys,
     keyed_metrics,
@@ -162,10 +162,9 @@ def trainable_rows(rows: Rows, policies: Mapping[str, Policy]) -> list[int]:
 
 
 def sync_weights(policies: Mapping[str, Policy]) -> None:
-    """New weights for generation, policy version + 1 (collective under ZeRO-3)."""
-    for p in policies.values():
-        if p.engine is not None:
-            sync_rollout(p)
+    """New weights for generation, policy version + 1, once per engine (collective under ZeRO-3)."""
+    for p in engine_owners(policies).values():
+        sync_rollout(p)
 
 
 def step_metrics(
@@ -290,7 +289,7 @@ def prepare_run(
     device: str | None,
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
-    from srpo_dsl.rl.engine import build_policy, init_distributed, read_ds_config
+    from srpo_dsl.rl.engine import build_policies, init_distributed, read_ds_config
     from srpo_dsl.rl.engine import ds_config as make_ds_config
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 
@@ -315,15 +314,14 @@ def prepare_run(
         "graph_hash": wf.graph.hash,
         "options": opts.model_dump(),
         "models": paths,
+        "adapters": adapter_layout(wf.graph),
         "device": device,
         "world_size": dist.world_size,
         "offload": offload,
         "ds_config": engine_config,
     }
     state = resumable_state(found, config) if resume and found else None
-    policies = {
-        n: build_policy(n, paths[n], s, opts, dist, engine_config) for n, s in wf.graph.policies.items()
-    }
+    policies = build_policies(wf.graph, paths, opts, dist, engine_config)
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
     start = restore(found, state, policies, dist) if state is not None else 0
@@ -332,6 +330,12 @@ def prepare_run(
     return Run(
         out, wf, opts, dist, policies, executor, tasks, eval_tasks, temperatures, keys, config, start, log
     )
+
+
+def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:
+    """Each adapter's base and LoRA options (None without adapters): a resumed run must keep them."""
+    layout = {n: {"base": p.base, **(p.lora or {})} for n, p in graph.policies.items() if p.base is not None}
+    return layout or None
 
 
 def check_device(device: str | None) -> str:

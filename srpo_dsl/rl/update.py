@@ -24,6 +24,7 @@ from torch import Tensor
 
 from srpo_dsl.backends.logprobs import response_logprobs
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.rl.adapters import clip_per_adapter
 from srpo_dsl.rl.batching import plan_batches
 from srpo_dsl.rl.engine import Dist, Policy, all_reduce, step_with_norm
 from srpo_dsl.rl.objectives import get_objective
@@ -121,8 +122,9 @@ def score_rows(
             policy = policies[group[0]]
             if reference and not pos:
                 continue  # a plain module: no collectives to keep in step
-            model = policy.reference if reference else policy.model
-            logprobs, _ = score_group(policy, model, batch, [micro[j] for j in pos], group[1], device)
+            logprobs, _ = score_group(
+                policy, policy.scorer(reference), batch, [micro[j] for j in pos], group[1], device
+            )
             if pos:
                 rows = torch.tensor([micro[j] for j in pos], device=device)
                 out[rows, : logprobs.shape[1]] = logprobs
@@ -178,7 +180,7 @@ def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
         pos = s.batch.members_of(micro, group)
         index = [micro[j] for j in pos]
         logprobs, entropy = score_group(
-            policy, policy.model, s.batch, index, group[1], s.dist.device, s.opts.entropy > 0
+            policy, policy.scorer(), s.batch, index, group[1], s.dist.device, s.opts.entropy > 0
         )
         out[group] = Scored(pos, logprobs, entropy)
     return out
@@ -237,17 +239,23 @@ def backward_engines(
     bonus: Mapping[Group, Tensor],
     last: bool,
 ) -> dict[str, float]:
-    """Per engine: backward of sum(W_p * logprobs_p) (+ its entropy bonus); step at the boundary."""
+    """Per engine: backward of sum(W_p * logprobs_p) over its policies (+ their entropy bonus); step at
+    the boundary. Adapters on one base share an engine: one backward, one step, each adapter clipped alone."""
     norms = {}
-    for p in sorted({p for p, _ in s.groups}):
-        parts = [(g, sc) for g, sc in scored.items() if g[0] == p]
+    owner_of = {p: s.policies[p].engine_owner for p, _ in s.groups}
+    for owner in sorted(set(owner_of.values())):
+        parts = [(g, sc) for g, sc in scored.items() if owner_of[g[0]] == owner]
         surrogate = sum(_surrogate(sc, weights) + bonus[g] for g, sc in parts)
-        engine = s.policies[p].engine
+        policy = s.policies[parts[0][0][0]]
+        engine = policy.engine
         engine.backward(surrogate * s.dist.world_size, scale_wrt_gas=False)  # DeepSpeed averages over ranks
-        if last:
-            norms[p] = step_with_norm(engine)  # the accumulation boundary: the optimizer steps
-        else:
+        if not last:
             engine.step()
+        elif policy.adapters:  # the accumulation boundary: the optimizer steps
+            norms[owner] = clip_per_adapter(engine.module, policy.adapters, s.opts.grad_clip)
+            engine.step()
+        else:
+            norms[owner] = step_with_norm(engine)
     return norms
 
 

@@ -63,6 +63,10 @@ class Executor:
         self.reward_fn = REWARDS.lookup(graph.reward.fn) if code is None else None
         self.user_reward = UserReward(code, graph.reward.agent, list(graph.agents)) if code else None
         self.parsers = {n: UserParser(a.parser, n) for n, a in graph.agents.items() if a.parser is not None}
+        # policies sharing one backend (adapters on a base) are generated for in one call, each
+        # request through its own adapter; the call is named after the first of them
+        first = {id(b): name for name, b in reversed(list(backends.items()))}
+        self.call_of = {name: first[id(b)] for name, b in backends.items()}
 
     # ---- public -------------------------------------------------------------
     def run(
@@ -120,7 +124,7 @@ class Executor:
 
     # ---- one round ------------------------------------------------------------
     def _round(self, active: list[Episode], seed: int) -> None:
-        slots: dict[str, list[_Slot]] = defaultdict(list)  # policy -> its requests
+        slots: dict[str, list[_Slot]] = defaultdict(list)  # backend call -> its requests
         tool_calls: dict[str, list[Episode]] = defaultdict(list)  # tool node -> its episodes
         states: dict[str, str] = {}
         for ep in active:
@@ -129,7 +133,7 @@ class Executor:
                 tool_calls[node.id].append(ep)
                 continue
             states[ep.episode_id] = ep.state_id()
-            slots[node.policy] += self._requests(ep, node)
+            slots[self.call_of[node.policy]] += self._requests(ep, node)
         results = self._generate(slots, seed)
         for node_id, calls in tool_calls.items():
             self._call_tool(self.g.nodes[node_id], calls)  # type: ignore[arg-type]
@@ -149,15 +153,16 @@ class Executor:
                 role=a.name, replica=replica, pool_size=a.replicas, turn=turn, max_turns=max_turns
             )
             prompt = self.renderer.render(a.prompt, ctx)
-            out.append(
-                _Slot(ep, i, replica, GenRequest(prompt, a.max_tokens, a.temperature, a.top_p, a.name))
-            )
+            adapter = self.g.adapters.get(node.policy)
+            request = GenRequest(prompt, a.max_tokens, a.temperature, a.top_p, a.name, adapter=adapter)
+            out.append(_Slot(ep, i, replica, request))
         return out
 
     def _generate(
         self, slots: Mapping[str, list[_Slot]], seed: int
     ) -> dict[str, list[tuple[_Slot, GenResult | None]]]:
-        """One backend call per policy; per episode its (slot, result) pairs in member order."""
+        """One call per backend (policies sharing a base share it); per episode its (slot, result) pairs in
+        member order."""
         by_episode: dict[str, list[tuple[_Slot, GenResult | None]]] = defaultdict(list)
         for k, (policy, batch) in enumerate(sorted(slots.items())):
             out = self.backends[policy].generate([s.request for s in batch], seed=seed + k)

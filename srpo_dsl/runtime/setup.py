@@ -83,14 +83,15 @@ def task_data(
 
 
 def build_backends(wf: Workflow, kind: str = "hf", models: dict[str, str] | None = None, **options) -> dict:
-    """One backend per policy (non-sharing policies never share weights)."""
+    """One backend per policy (non-sharing policies never share weights); an adapter without a model of
+    its own (`--model POLICY=PATH`, e.g. an exported one) generates with its base's backend."""
     from srpo_dsl.backends import make_backend
 
     models = models or {}
-    return {
-        name: make_backend(kind, models.get(name, p.model), **options)
-        for name, p in wf.graph.policies.items()
-    }
+    policies = wf.graph.policies
+    own = {n for n, p in policies.items() if p.base is None or n in models}
+    backends = {n: make_backend(kind, models.get(n, policies[n].model), **options) for n in own}
+    return {n: backends[n] if n in own else backends[policies[n].base] for n in policies}  # type: ignore[index]
 
 
 def build_tools(wf: Workflow) -> dict:
