@@ -35,6 +35,14 @@ reward f1(aggregator, task.answer) invalid -0.1
 train with (objective = srpo, group = 4, batch = 4, lr = 1e-2, steps = 4, epochs = 2, eval_size = 4, eval_k = 2,
             eval_every = 2, save_every = 2)
 """
+TEAMS = {  # the team above with full models, and with two adapters on one frozen base
+    "full": TEAM,
+    "adapters": TEAM.replace(
+        'policy a = hf("model-a") with (temperature = 1.0)\npolicy b = hf("model-b") with (temperature = 0.7)',
+        'policy base = hf("model-a") frozen\npolicy a = adapter(base, r = 4, alpha = 8) with (temperature = 1.0)\n'
+        "policy b = adapter(base, r = 2, alpha = 4) with (temperature = 0.7)",
+    ).replace("lr = 1e-2", "lr = 1e-1"),  # LoRA starts as the identity: a larger step, so events clip
+}
 SGD = {"optimizer": {"type": "SGD", "params": {"lr": 1.0}}}  # update = -grad: parameters show gradient errors
 
 
@@ -474,13 +482,13 @@ def test_two_gloo_ranks_match_one_process(models, dist, tmp_path):
 # --- the loop: checkpoints, resume, ZeRO-3 rollouts -----------------------------------------------
 
 
-def write_team(folder: Path) -> Path:
+def write_team(folder: Path, team: str = TEAM) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "solver.j2").write_text("S {{ task.question }}=")
     (folder / "aggregator.j2").write_text(
         "{% for m in team_context %}{{ m.text }} {% endfor %}A {{ task.question }}="
     )
-    (folder / "team.srpo").write_text(TEAM)
+    (folder / "team.srpo").write_text(team)
     return folder / "team.srpo"
 
 
@@ -500,7 +508,7 @@ def train_worker(workflow: str, out: str, model_a: str, model_b: str, overrides:
         Path(out),
         json.loads(overrides),
         "--resume" in flags,
-        models={"a": model_a, "b": model_b},
+        models={"a": model_a, "b": model_b, "base": model_a},
         progress=False,
     )
 
@@ -545,8 +553,9 @@ def _metrics(out: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_continues_exactly(models, tmp_path):
-    workflow = write_team(tmp_path / "wf")
+@pytest.mark.parametrize("team", list(TEAMS))
+def test_sigkill_then_resume_continues_exactly(models, tmp_path, team):
+    workflow = write_team(tmp_path / "wf", TEAMS[team])
     env = _env()
     full, cut = tmp_path / "full", tmp_path / "cut"
     done = subprocess.run(
@@ -580,6 +589,28 @@ def test_sigkill_then_resume_continues_exactly(models, tmp_path):
     config = json.loads((cut / "config.json").read_text())
     assert config["options"]["objective"] == "srpo" and config["graph_hash"]
     assert list((cut / "tb").iterdir())
+    saved = sorted(p.name for p in (cut / "checkpoints" / "step-6").iterdir() if p.is_dir())
+    assert saved == (["base"] if team == "adapters" else ["a", "b"])  # one engine for both adapters
+
+
+@pytest.mark.slow
+def test_resuming_with_another_adapter_layout_is_refused(models, tmp_path):
+    from srpo_dsl.rl.trainer import TrainError
+
+    workflow = write_team(tmp_path / "wf", TEAMS["adapters"])
+    done = subprocess.run(
+        _train_cmd(workflow, tmp_path / "run", models, overrides='{"steps": 2}'),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    workflow.write_text(TEAMS["adapters"].replace("adapter(base, r = 2, alpha = 4)", "adapter(base, r = 8)"))
+    with pytest.raises(TrainError, match=r"cannot resume .*step-2: graph_hash, adapters changed"):
+        train_worker(
+            str(workflow), str(tmp_path / "run"), str(models[0]), str(models[1]), '{"steps": 4}', "--resume"
+        )
 
 
 @pytest.mark.slow

@@ -23,13 +23,18 @@ __all__ = ["BASE_ADAPTER", "AdapterView", "adapter_parameters", "clip_per_adapte
 
 
 def lora_config(options: Mapping[str, Any]) -> Any:
+    """peft's LoraConfig of a workflow's LoRA options; `targets` is `all-linear` or module names,
+    comma-separated (`"q_proj,v_proj"`)."""
     from peft import LoraConfig
 
+    targets = options["targets"]
+    if isinstance(targets, str) and targets != "all-linear":
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
     return LoraConfig(
         r=options["r"],
         lora_alpha=options["alpha"],
         lora_dropout=options["dropout"],
-        target_modules=options["targets"],
+        target_modules=targets,
         task_type="CAUSAL_LM",
     )
 

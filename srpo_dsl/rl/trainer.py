@@ -321,6 +321,7 @@ def prepare_run(
         "ds_config": engine_config,
     }
     state = resumable_state(found, config) if resume and found else None
+    torch.manual_seed(seed_of("init", opts.seed))  # LoRA weights start from the run's seed, on every rank
     policies = build_policies(wf.graph, paths, opts, dist, engine_config)
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
