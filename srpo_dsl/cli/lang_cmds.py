@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, CliError, choices, eprint, print_error, read_text
 from srpo_dsl.io import write_atomic
 from srpo_dsl.lang.export import FORMATS
+
+if TYPE_CHECKING:
+    from srpo_dsl.lang.graph import EventGraph
 
 
 class Format(str, Enum):
@@ -101,6 +105,7 @@ def compile_cmd(
         f"{bounds.events} events, {bounds.calls} model calls, {bounds.tool_calls} tool calls, "
         f"{bounds.tokens} generated tokens"
     )
+    summary = "\n".join([summary, *adapter_report(program)])
     if out is None:
         print(rendered, end="")
         eprint(summary)
@@ -111,3 +116,40 @@ def compile_cmd(
             raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
         print(summary)
         print(f"wrote {emit.value} graph to {out}")
+
+
+def adapter_report(graph: EventGraph) -> list[str]:
+    """A line per adapter: its base, its roles, its LoRA options and trainable parameter count (read off
+    the base's config on the meta device: no weights; "unknown" when the config is not on this machine)."""
+    lines = []
+    for base in dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None):
+        counts = adapter_sizes(graph, base)
+        for name, p in graph.policies.items():
+            if p.base != base:
+                continue
+            roles = [a.name for a in graph.agents.values() if a.policy == name] or ["none"]
+            lora = p.lora or {}
+            size = counts.get(graph.adapters[name])
+            shown = f"{size:,} trainable parameters" if size is not None else "parameters unknown"
+            lines.append(
+                f"adapter {name} on {base} (r {lora['r']}, alpha {lora['alpha']}, {lora['targets']}): "
+                f"roles {', '.join(roles)}; {shown}"
+            )
+    return lines
+
+
+def adapter_sizes(graph: EventGraph, base: str) -> dict[str, int]:
+    """{peft adapter name: parameter count} of `base`'s adapters; empty when its config is not local."""
+    import warnings
+
+    from srpo_dsl.backends import resolve_model_spec
+    from srpo_dsl.rl.adapters import trainable_parameters
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the libraries' deprecation notices are not the user's business
+            return trainable_parameters(
+                resolve_model_spec(graph.policies[base].model), graph.adapters_on(base)
+            )
+    except (OSError, ValueError):
+        return {}
