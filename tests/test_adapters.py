@@ -180,3 +180,59 @@ def test_one_generate_call_mixes_adapters_as_separate_calls_would(base, dist, tm
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5)
     by_adapter = [tuple(tuple(r.response_token_ids) for r in mixed[i : i + 3]) for i in (0, 3, 6)]
     assert len(set(by_adapter)) == 3  # the adapters really differ
+
+
+DSL_CASES = [
+    ("adapter(base, r = 4", "adapter(bsae, r = 4", "E015", 3, "adapter `a` is on an undefined policy `bsae`"),
+    (
+        'hf("{base}") frozen',
+        'hf("{base}")',
+        "E016",
+        3,
+        "must be a frozen model without LoRA; it is trainable",
+    ),
+    ('hf("{base}") frozen', 'hf("{base}") frozen lora(r = 2)', "E016", 3, "it has lora"),
+    ("policy b = adapter(base,", "policy b = adapter(a,", "E016", 4, "the base `a` of adapter `b`"),
+    ("alpha = 8)", "alpha = 8) frozen", "E017", 3, "adapter `a` cannot be `frozen`"),
+    ("alpha = 8)", "alpha = 8) lora(r = 2)", "E017", 3, "adapter `a` cannot be `lora(...)`"),
+    ("r = 4, alpha = 8", "r = 0, alpha = 8", "E024", 3, "`r` must be greater than or equal to 1"),
+    ("r = 4, alpha = 8", "rank = 4, alpha = 8", "E023", 3, "unknown option `rank`"),
+]
+
+
+@pytest.mark.parametrize("old,new,code,line,message", DSL_CASES, ids=[c[2] + "-" + c[1] for c in DSL_CASES])
+def test_adapter_declarations_are_checked(tmp_path, old, new, code, line, message):
+    from srpo_dsl.lang import analyze
+
+    (tmp_path / "p.j2").write_text("{{ task.question }}")
+    text = WORKFLOW.replace(old, new, 1).format(base="m")
+    assert text != WORKFLOW.format(base="m")
+    found = [(d.code, d.span.line, d.message) for d in analyze(text, "w.srpo", [tmp_path]).diagnostics]
+    assert any(c == code and n == line and message in m for c, n, m in found), found
+
+
+def test_the_graph_names_each_policys_adapter(base, tmp_path):
+    graph = graph_of(base, tmp_path)
+    assert graph.policies["a"].base == "base" and graph.policies["a"].model == str(base)
+    assert dict(graph.adapters) == {"a": "adapter_a", "b": "adapter_b", "base": "__base__"}
+    assert graph.adapters_on("base") == {
+        "adapter_a": LORA_A,
+        "adapter_b": {**LORA_B, "targets": "q_proj,v_proj"},
+    }
+
+
+def test_compile_reports_roles_and_parameter_counts(base, tmp_path):
+    from clitools import cli
+
+    (tmp_path / "p.j2").write_text("{{ task.question }}")
+    (tmp_path / "w.srpo").write_text(WORKFLOW.format(base=base))
+    r = cli("compile", tmp_path / "w.srpo", "-o", tmp_path / "g.mmd")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("adapter ")]
+    # hidden 32, intermediate 64, 1 layer, 4 heads of 8, 2 kv heads: q, o 32x32; k, v 32x16; gate, up 32->64; down 64->32
+    all_linear = 4 * ((32 + 32) * 2 + (32 + 16) * 2 + (32 + 64) * 2 + (64 + 32))
+    qv = 2 * ((32 + 32) + (32 + 16))
+    assert lines == [
+        f"adapter a on base (r 4, alpha 8, all-linear): roles solver; {all_linear:,} trainable parameters",
+        f"adapter b on base (r 2, alpha 2, q_proj,v_proj): roles aggregator; {qv:,} trainable parameters",
+    ]
