@@ -427,3 +427,49 @@ def save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def export_cmd(
+    run: Path = typer.Argument(
+        ..., help="A run folder written by `train` (holds checkpoints/).", show_default=False
+    ),
+    step: int | None = typer.Option(None, "--step", min=0, help="The step to export (default: the latest)."),
+    out: Path | None = typer.Option(None, "--out", help="Where to write (default: RUN/export)."),
+    verbose: bool = VERBOSE,
+) -> None:
+    """Export a checkpoint's trained policies as Hugging Face models, one folder per policy.
+
+    A LoRA policy (an `adapter(...)` on a shared base, or its own `lora(...)`) gets
+    OUT/POLICY/adapter (load with peft's `PeftModel.from_pretrained(base, path)`) and
+    OUT/POLICY/merged (the adapter merged into its base); a fully fine-tuned policy gets
+    OUT/POLICY/merged. Each `merged` loads with `AutoModelForCausalLM.from_pretrained` and holds
+    the tokenizer; weights are fp32. Every policy folder is written, or none.
+
+    Examples:
+
+      srpo-dsl export runs/q1
+
+      srpo-dsl export runs/q1 --step 100 --out models/q1-step100
+    """
+    from contextlib import ExitStack
+
+    from srpo_dsl.cli.run_cmds import staged_output
+
+    target = out or run / "export"
+    created = not target.exists()
+    with libraries_quiet(not verbose):
+        from srpo_dsl.rl.export import ExportError, export_engine, plan_export  # quiet: imports transformers
+
+        try:
+            with ExitStack() as stack:  # every policy folder is renamed into place at the end, or none
+                plan = plan_export(run, step)
+                folders = {p: stack.enter_context(staged_output(target / p)) for p in plan.policies}
+                for engine in plan.engines:
+                    export_engine(engine, plan.zero, folders)
+        except (ExportError, OSError) as exc:
+            if created and target.is_dir() and not any(target.iterdir()):
+                target.rmdir()
+            raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    kinds = {e.owner: "adapter, merged" if e.adapters is not None else "merged" for e in plan.engines}
+    written = [f"{p} ({kinds[e.owner]})" for e in plan.engines for p in e.policies]
+    print(f"step {plan.step} of {run} -> {target}: {', '.join(written)}")

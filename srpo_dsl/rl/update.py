@@ -120,8 +120,8 @@ def score_rows(
         for group in groups:
             pos = batch.members_of(micro, group)
             policy = policies[group[0]]
-            if reference and not pos:
-                continue  # a plain module: no collectives to keep in step
+            if reference and not pos and policy.adapter is None:
+                continue  # a plain module: no collectives to keep in step (an adapter's is the engine's)
             logprobs, _ = score_group(
                 policy, policy.scorer(reference), batch, [micro[j] for j in pos], group[1], device
             )
