@@ -236,3 +236,28 @@ def test_compile_reports_roles_and_parameter_counts(base, tmp_path):
         f"adapter a on base (r 4, alpha 8, all-linear): roles solver; {all_linear:,} trainable parameters",
         f"adapter b on base (r 2, alpha 2, q_proj,v_proj): roles aggregator; {qv:,} trainable parameters",
     ]
+
+
+@pytest.mark.slow
+def test_kl_reference_of_an_adapter_is_its_base(base, dist, tmp_path):
+    """No second model: the reference is the shared base without adapters. Fresh adapters are the identity
+    (LoRA B = 0), so the first update's KL term is 0; once they move, it is not."""
+    import torch
+
+    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.rl.engine import build_policies, ds_config
+    from srpo_dsl.rl.rows import build_rows
+    from srpo_dsl.rl.update import update
+
+    rows = build_rows(make_episodes(mixed=True), "srpo")
+    graph = graph_of(base, tmp_path)
+    losses = {}
+    for kl in (0.0, 0.5):
+        opts = TrainOptions(kl=kl, lr=0.5)
+        config = ds_config(opts, device="cpu", world_size=1, user=SGD)
+        torch.manual_seed(0)  # the same LoRA A weights in both runs
+        policies = build_policies(graph, {n: str(base) for n in graph.policies}, opts, dist, config)
+        assert (policies["a"].reference is None) == (kl == 0)
+        losses[kl] = [update(policies, rows, opts, dist, TEMPERATURES)["loss"] for _ in range(2)]
+    assert losses[0.5][0] == pytest.approx(losses[0.0][0], abs=1e-7)
+    assert losses[0.5][1] > losses[0.0][1] + 1e-6
