@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 
 GRAPH_SCHEMA = "srpo-graph/1"
 BASE_ADAPTER = "__base__"  # peft's name, in per-row `adapter_names`, for rows of the base alone
+
+
+def adapter_name(policy: str) -> str:
+    """The peft adapter of an adapter policy (peft warns about names inside its `lora_` prefix)."""
+    return f"adapter_{policy}"
+
+
 EventKind = Literal["route", "parallel", "verify", "revise", "aggregate"]
 EVENT_KINDS: tuple[EventKind, ...] = ("route", "parallel", "verify", "revise", "aggregate")
 
@@ -225,7 +232,7 @@ class EventGraph:
     def adapters(self) -> Mapping[str, str]:
         """The peft adapter every policy on a shared base generates and trains through: an adapter
         policy's own (`adapter_NAME`), `BASE_ADAPTER` for a base that hosts adapters."""
-        out = {name: f"adapter_{name}" for name, p in self.policies.items() if p.base is not None}
+        out = {name: adapter_name(name) for name, p in self.policies.items() if p.base is not None}
         return out | {p.base: BASE_ADAPTER for p in self.policies.values() if p.base is not None}
 
     def adapters_on(self, base: str) -> dict[str, dict]:

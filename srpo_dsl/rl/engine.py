@@ -33,6 +33,7 @@ from srpo_dsl.lang.checker import PolicyInfo
 from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.adapters import AdapterView, lora_config, with_adapters
+from srpo_dsl.rl.data_order import seed_of
 from srpo_dsl.rl.names import OFFLOAD
 
 
@@ -239,8 +240,10 @@ def build_policies(
     out: dict[str, Policy] = {}
     for name, spec in graph.policies.items():
         if spec.base is None and name not in hosts:
-            out[name] = build_policy(name, paths[name], spec, opts, dist, config)
+            torch.manual_seed(seed_of("init", opts.seed, name))  # LoRA weights: from the run's seed, per
+            out[name] = build_policy(name, paths[name], spec, opts, dist, config)  # engine, on every rank
     for base in hosts:
+        torch.manual_seed(seed_of("init", opts.seed, base))
         out |= build_adapter_group(graph, base, paths[base], opts, dist, config)
     return {name: out[name] for name in graph.policies}
 

@@ -315,13 +315,13 @@ def prepare_run(
         "options": opts.model_dump(),
         "models": paths,
         "adapters": adapter_layout(wf.graph),
+        "lora": {n: p.lora for n, p in wf.graph.policies.items() if p.lora and p.base is None} or None,
         "device": device,
         "world_size": dist.world_size,
         "offload": offload,
         "ds_config": engine_config,
     }
     state = resumable_state(found, config) if resume and found else None
-    torch.manual_seed(seed_of("init", opts.seed))  # LoRA weights start from the run's seed, on every rank
     policies = build_policies(wf.graph, paths, opts, dist, engine_config)
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
