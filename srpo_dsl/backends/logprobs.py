@@ -127,6 +127,7 @@ def response_logprobs(
     temperature: float,
     device: torch.device,
     with_entropy: bool = False,
+    adapters: list[str] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[n, R]` log-probs (and entropies) of the response tokens, response-aligned, 0.0 past each row's end.
 
@@ -134,8 +135,17 @@ def response_logprobs(
     prompt ends in the last column), then every response on top of its prompt's KV cache.
     A group of G rollouts of one prompt computes that prompt once instead of G times. The
     pass count is fixed (two) whatever the duplication, so ranks stay in step under ZeRO-3.
+    `adapters`: each row's peft adapter, for a model hosting several (a prompt is then
+    computed once per adapter that reads it).
     """
-    distinct, index = distinct_rows(prompts)
+    keyed = prompts if adapters is None else [[*p, a] for p, a in zip(prompts, adapters)]
+    distinct_keys, index = distinct_rows(keyed)
+    distinct = distinct_keys if adapters is None else [k[:-1] for k in distinct_keys]
+    routing = (
+        ({}, {})
+        if adapters is None
+        else ({"adapter_names": [k[-1] for k in distinct_keys]}, {"adapter_names": adapters})
+    )
     rows = torch.tensor(index, device=device)
     prompt_ids, prompt_mask = (
         t.to(device) for t in pad_rows(distinct, pad_id, max(map(len, distinct)), left=True)
@@ -149,6 +159,7 @@ def response_logprobs(
         position_ids=mask_positions(prompt_mask),
         use_cache=True,
         logits_to_keep=1,
+        **routing[0],
     )
     cache = first.past_key_values
     cache.batch_select_indices(rows)  # one cache row per response
@@ -159,6 +170,7 @@ def response_logprobs(
         position_ids=mask_positions(mask)[:, prompt_ids.shape[1] :],
         past_key_values=cache,
         use_cache=True,
+        **routing[1],
     )
     logits = torch.cat([first.logits[rows, -1:], rest.logits[:, :-1]], dim=1)  # token j's distribution
     kept = resp_mask.bool()

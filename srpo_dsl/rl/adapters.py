@@ -19,7 +19,7 @@ import torch
 
 from srpo_dsl.lang.graph import BASE_ADAPTER
 
-__all__ = ["BASE_ADAPTER", "AdapterView", "adapter_parameters", "clip_per_adapter", "with_adapters"]
+__all__ = ["BASE_ADAPTER", "adapter_parameters", "clip_per_adapter", "with_adapters"]
 
 
 def lora_config(options: Mapping[str, Any]) -> Any:
@@ -57,17 +57,6 @@ def adapter_parameters(model: torch.nn.Module, name: str) -> list[torch.nn.Param
     """The LoRA parameters of adapter `name` (`...lora_A.NAME.weight`, `...lora_B.NAME.weight`, ...)."""
     pattern = re.compile(rf"\.lora_\w+\.{re.escape(name)}\.")
     return [p for n, p in model.named_parameters() if pattern.search(n)]
-
-
-class AdapterView:
-    """Calls `model` with every row of the batch routed through one adapter (or the base)."""
-
-    def __init__(self, model: Any, adapter: str):
-        self.model, self.adapter = model, adapter
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
-        return self.model(*args, adapter_names=[self.adapter] * ids.shape[0], **kwargs)
 
 
 def clip_per_adapter(module: torch.nn.Module, names: Sequence[str], max_norm: float) -> float:

@@ -32,7 +32,7 @@ from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.checker import PolicyInfo
 from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.adapters import AdapterView, lora_config, with_adapters
+from srpo_dsl.rl.adapters import lora_config, with_adapters
 from srpo_dsl.rl.data_order import seed_of
 from srpo_dsl.rl.names import OFFLOAD
 
@@ -60,7 +60,7 @@ class Policy:
     module: torch.nn.Module
     backend: HFBackend
     engine: Any = None  # deepspeed.DeepSpeedEngine
-    reference: Any = None  # frozen initial weights (a module, or the shared base), for the KL penalty
+    reference: Any = None  # frozen initial weights, for the KL penalty (an adapter's: the shared module)
     adapter: str | None = None
     owner: str = ""
     adapters: tuple[str, ...] = ()
@@ -73,12 +73,6 @@ class Policy:
     @property
     def engine_owner(self) -> str:
         return self.owner or self.name
-
-    def scorer(self, reference: bool = False) -> Any:
-        """What scores this policy's rows: its model (or reference), through its adapter when it has one."""
-        if reference:
-            return self.reference
-        return AdapterView(self.model, self.adapter) if self.adapter is not None else self.model
 
     @property
     def pad_id(self) -> int:
@@ -275,7 +269,7 @@ def build_adapter_group(
     wrap = lambda m: with_adapters(m, adapters)  # noqa: E731
     engine, rollout = _engine(wrap(model), path, wrap, opts, dist, {**config, "gradient_clipping": 0.0})
     backend = HFBackend(rollout, tokenizer=tokenizer)
-    reference = AdapterView(engine.module, BASE_ADAPTER) if opts.kl > 0 else None  # the base: no adapter
+    reference = engine.module if opts.kl > 0 else None  # scored without adapters: the base
     group = {base: Policy(base, engine.module, backend, adapter=BASE_ADAPTER, owner=base)}
     for name, adapter in graph.adapters.items():
         if graph.policies[name].base == base:

@@ -23,16 +23,17 @@ import torch
 from torch import Tensor
 
 from srpo_dsl.backends.logprobs import response_logprobs
+from srpo_dsl.lang.graph import BASE_ADAPTER
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.adapters import clip_per_adapter
 from srpo_dsl.rl.batching import plan_batches
-from srpo_dsl.rl.engine import Dist, Policy, all_reduce, step_with_norm
+from srpo_dsl.rl.engine import Dist, Policy, all_reduce, engine_owners, step_with_norm
 from srpo_dsl.rl.objectives import get_objective
 from srpo_dsl.rl.role_metrics import MetricKeys
 from srpo_dsl.rl.rows import Rows
 
 Temperatures = Mapping[str, Mapping[str, float]]  # policy -> event node -> sampling temperature
-Group = tuple[str, float]  # (policy, temperature): one forward per micro-batch
+Group = tuple[str, float]  # (engine, temperature): one forward per micro-batch (adapters on a base: one)
 
 
 class TrainError(Exception):
@@ -51,60 +52,82 @@ def pad_right(values: Sequence[Sequence[float]], width: int) -> Tensor:
 
 @dataclass(frozen=True)
 class Batch:
-    """One step's rows as response-aligned tensors; `temperatures[i]` is row i's sampling temperature."""
+    """One step's rows as response-aligned tensors; `temperatures[i]` is row i's sampling temperature,
+    `engines[i]` the engine that trains it (None: frozen), `adapters[i]` its peft adapter (None: none)."""
 
     rows: Rows
     mask: Tensor  # [N, T] bool, generated tokens
     behaviour: Tensor  # [N, T]
     temperatures: list[float]
+    engines: list[str | None]
+    adapters: list[str | None]
 
     @classmethod
-    def of(cls, rows: Rows, temperatures: Temperatures) -> Batch:
+    def of(
+        cls, rows: Rows, temperatures: Temperatures, policies: Mapping[str, Policy] | None = None
+    ) -> Batch:
+        """Without `policies`, every policy is trainable by an engine of its own."""
         lengths = torch.tensor(rows.response_lengths, dtype=torch.long)
         width = max(1, int(lengths.max())) if len(rows) else 1
         mask = torch.arange(width) < lengths[:, None]
         behaviour = pad_right(rows.behavior_logprobs, width)
         row_temperatures = [temperatures[p][n] for p, n in zip(rows.policies, rows.nodes)]
-        return cls(rows, mask, behaviour, row_temperatures)
+        if policies is None:
+            return cls(rows, mask, behaviour, row_temperatures, list(rows.policies), [None] * len(rows))
+        engines = [
+            policies[p].engine_owner if policies[p].engine is not None else None for p in rows.policies
+        ]
+        adapters = [policies[p].adapter for p in rows.policies]
+        return cls(rows, mask, behaviour, row_temperatures, engines, adapters)
 
     def members_of(self, micro: Sequence[int], group: Group) -> list[int]:
-        """Positions in `micro` of the rows scored by (policy, temperature)."""
-        policy, temperature = group
-        rows = self.rows
+        """Positions in `micro` of the rows scored by (engine, temperature)."""
+        engine, temperature = group
         return [
             j
             for j, i in enumerate(micro)
-            if rows.policies[i] == policy and self.temperatures[i] == temperature
+            if self.engines[i] == engine and self.temperatures[i] == temperature
         ]
 
 
 def forward_groups(policies: Mapping[str, Policy], temperatures: Temperatures) -> list[Group]:
-    """(policy, temperature) of trainable policies: one forward each per micro-batch, rank-wide order."""
-    trainable = [p for p in sorted(temperatures) if policies[p].engine is not None]
-    return [(p, t) for p in trainable for t in sorted(set(temperatures[p].values()))]
+    """(engine, temperature) of the trainable engines: one forward each per micro-batch, rank-wide order
+    (an engine's temperatures are those of all its policies)."""
+    used: dict[str, set[float]] = {}
+    for name, nodes in temperatures.items():
+        if policies[name].engine is not None:
+            used.setdefault(policies[name].engine_owner, set()).update(nodes.values())
+    return [(owner, t) for owner in sorted(used) for t in sorted(used[owner])]
 
 
 def score_group(
     policy: Policy,
-    model: torch.nn.Module,
     batch: Batch,
     index: list[int],
     temperature: float,
     device: torch.device,
     with_entropy: bool = False,
+    reference: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """[len(index), W] log-probs (and entropies) of the rows at `index`; a 1-token dummy row when empty."""
+    """[len(index), W] log-probs (and entropies) of the rows at `index` by `policy`'s engine (or its frozen
+    reference), each row through its own adapter; a 1-token dummy row when empty."""
+    model = policy.reference if reference else policy.model
     if not index:
         dummy = [[policy.pad_id]]
         return response_logprobs(model, dummy, dummy, policy.pad_id, 1.0, device, with_entropy)
+    adapters = None
+    if policy.adapter is not None:  # the reference of an adapter is its base: no adapter
+        adapters = [BASE_ADAPTER if reference else batch.adapters[i] or BASE_ADAPTER for i in index]
     prompts = [batch.rows.prompt_token_ids[i] for i in index]
     responses = [batch.rows.response_token_ids[i] for i in index]
-    return response_logprobs(model, prompts, responses, policy.pad_id, temperature, device, with_entropy)
+    return response_logprobs(
+        model, prompts, responses, policy.pad_id, temperature, device, with_entropy, adapters
+    )
 
 
 @torch.no_grad()
 def score_rows(
-    policies: Mapping[str, Policy],
+    leads: Mapping[str, Policy],
     batch: Batch,
     plan: list[list[int]],
     groups: list[Group],
@@ -119,15 +142,13 @@ def score_rows(
     for micro in plan:
         for group in groups:
             pos = batch.members_of(micro, group)
-            policy = policies[group[0]]
+            policy = leads[group[0]]
             if reference and not pos and policy.adapter is None:
                 continue  # a plain module: no collectives to keep in step (an adapter's is the engine's)
-            logprobs, _ = score_group(
-                policy, policy.scorer(reference), batch, [micro[j] for j in pos], group[1], device
-            )
+            index = [micro[j] for j in pos]
+            logprobs, _ = score_group(policy, batch, index, group[1], device, reference=reference)
             if pos:
-                rows = torch.tensor([micro[j] for j in pos], device=device)
-                out[rows, : logprobs.shape[1]] = logprobs
+                out[torch.tensor(index, device=device), : logprobs.shape[1]] = logprobs
     return torch.where(batch.mask.to(device), out, 0.0)
 
 
@@ -144,7 +165,7 @@ class Counts:
 class Step:
     """What every micro-batch of one update reads."""
 
-    policies: Mapping[str, Policy]
+    leads: Mapping[str, Policy]  # engine -> a policy it trains (`engine_owners`)
     batch: Batch
     opts: TrainOptions
     dist: Dist
@@ -176,11 +197,10 @@ def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
     """Every group's forward over its rows of `micro` (with grad): the same forwards on every rank."""
     out = {}
     for group in s.groups:
-        policy = s.policies[group[0]]
         pos = s.batch.members_of(micro, group)
         index = [micro[j] for j in pos]
         logprobs, entropy = score_group(
-            policy, policy.scorer(), s.batch, index, group[1], s.dist.device, s.opts.entropy > 0
+            s.leads[group[0]], s.batch, index, group[1], s.dist.device, s.opts.entropy > 0
         )
         out[group] = Scored(pos, logprobs, entropy)
     return out
@@ -239,14 +259,13 @@ def backward_engines(
     bonus: Mapping[Group, Tensor],
     last: bool,
 ) -> dict[str, float]:
-    """Per engine: backward of sum(W_p * logprobs_p) over its policies (+ their entropy bonus); step at
-    the boundary. Adapters on one base share an engine: one backward, one step, each adapter clipped alone."""
+    """Per engine: backward of sum(W_p * logprobs_p) over its rows (+ their entropy bonus); step at the
+    boundary. Adapters on one base share an engine: one backward, one step, each adapter clipped alone."""
     norms = {}
-    owner_of = {p: s.policies[p].engine_owner for p, _ in s.groups}
-    for owner in sorted(set(owner_of.values())):
-        parts = [(g, sc) for g, sc in scored.items() if owner_of[g[0]] == owner]
+    for owner in sorted({g[0] for g in s.groups}):
+        parts = [(g, sc) for g, sc in scored.items() if g[0] == owner]
         surrogate = sum(_surrogate(sc, weights) + bonus[g] for g, sc in parts)
-        policy = s.policies[parts[0][0][0]]
+        policy = s.leads[owner]
         engine = policy.engine
         engine.backward(surrogate * s.dist.world_size, scale_wrt_gas=False)  # DeepSpeed averages over ranks
         if not last:
@@ -297,7 +316,7 @@ def run_epoch(s: Step, plan: list[list[int]]) -> tuple[MicroStats, float]:
 
 
 def old_logprobs(
-    policies: Mapping[str, Policy],
+    leads: Mapping[str, Policy],
     batch: Batch,
     plan: list[list[int]],
     groups: list[Group],
@@ -314,7 +333,7 @@ def old_logprobs(
         return batch.behaviour.to(device)
     if opts.epochs == 1:
         return None
-    return score_rows(policies, batch, plan, groups, device)
+    return score_rows(leads, batch, plan, groups, device)
 
 
 def update(
@@ -331,18 +350,19 @@ def update(
     `keys`, also the clip fraction of each role and event type (`role/R/clip_fraction`, ...).
     """
     device = dist.device
-    batch = Batch.of(rows, temperatures)
+    batch = Batch.of(rows, temperatures, policies)
     groups = forward_groups(policies, temperatures)
+    leads = engine_owners(policies)
     tokens = [len(a) + len(b) for a, b in zip(rows.prompt_token_ids, rows.response_token_ids)]
     plan = plan_batches(rows.event_ids.tolist(), tokens, world_size=1, micro_batches=opts.micro_batches)[0]
     events, num_tokens, num_rows = all_reduce([rows.num_events, float(batch.mask.sum()), len(rows)], device)
     counts = Counts(int(events), int(num_tokens), int(num_rows))
     if counts.events == 0:
         return {"num_events": 0.0, "num_rows": 0.0, "num_tokens": 0.0}
-    old = old_logprobs(policies, batch, plan, groups, opts, device)
-    ref = score_rows(policies, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
+    old = old_logprobs(leads, batch, plan, groups, opts, device)
+    ref = score_rows(leads, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
     mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
-    s = Step(policies, batch, opts, dist, groups, counts, old, ref, mask, event_ids, advantages)
+    s = Step(leads, batch, opts, dist, groups, counts, old, ref, mask, event_ids, advantages)
     epochs = [run_epoch(s, plan) for _ in range(opts.epochs)]
     clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
     by_key = keys.sums(clips, rows.event_types).flatten().tolist() if keys else []
