@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,9 @@ def test_quick_run_measures_every_layout(tmp_path):
         "--json",
         str(out),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    launched = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # set by earlier tests
+    env = {k: v for k, v in os.environ.items() if k not in launched}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     # the quick model is the embedded model's shape: hidden 128, 2 layers, MLP 256, vocab 313 (tied)
