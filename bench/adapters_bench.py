@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_bench import CONTEXT, cpu_name, default_threads
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("full", "shared", "adapters", "base")
+KINDS = ("full", "shared", "lora", "adapters", "base")
 MIB = 2**20
 SOLVER = "quickstart/solver.j2"
 
@@ -140,6 +140,8 @@ def team_text(kind: str, roles: int, model: str) -> str:
         uses = [f"p{k}" for k in range(1, roles + 1)]
     elif kind == "shared":
         policies, uses = [f'policy lm = hf("{model}")'], ["lm"] * roles
+    elif kind == "lora":
+        policies, uses = [f'policy lm = hf("{model}") lora(r = 16, alpha = 32)'], ["lm"] * roles
     else:
         policies, uses = [f'policy base = hf("{model}") frozen'], ["base"] * roles
     agents = [
@@ -369,6 +371,7 @@ def memory_table(rows: list[dict]) -> list[str]:
     names = {
         "full": "full copies",
         "shared": "one shared policy",
+        "lora": "one shared LoRA",
         "adapters": "base + adapters",
         "base": "base alone (reference)",
     }
@@ -387,19 +390,27 @@ def memory_table(rows: list[dict]) -> list[str]:
 
 
 def ratio_table(rows: list[dict]) -> list[str]:
-    """Per role count: one base plus the adapters (the reference), and the two peak-RSS ratios."""
+    """Per role count: one base plus the adapters (the reference), and the peak-RSS ratios; with the
+    `lora` layout, also against one shared LoRA trained on the same rows plus the other adapters' state."""
     by = {(r["kind"], r["roles"]): r for r in rows}
+    lora = any(r["kind"] == "lora" for r in rows)
     out = [
-        "| roles | one base + adapters (MiB) | base + adapters / (one base + adapters) | full copies / base + adapters |",
-        "|---:|---:|---:|---:|",
+        "| roles | one base + adapters (MiB) | base + adapters / (one base + adapters) | full copies / base + adapters |"
+        + (" base + adapters / (one shared LoRA + the other adapters) |" if lora else ""),
+        "|---:|---:|---:|---:|" + ("---:|" if lora else ""),
     ]
     for roles in sorted({r["roles"] for r in rows}):
         full, ada, base = by["full", roles], by["adapters", roles], by["base", roles]
         reference = base["peak_rss_bytes"] + 4 * ada["trainable_bytes"]  # + params, grads, 2 moments
-        out.append(
+        line = (
             f"| {roles} | {reference / MIB:,.1f} | {ada['peak_rss_bytes'] / reference:.3f} "
             f"| {full['peak_rss_bytes'] / ada['peak_rss_bytes']:.2f} |"
         )
+        if lora:
+            one = by["lora", roles]
+            trained = one["peak_rss_bytes"] + 4 * (ada["trainable_bytes"] - one["trainable_bytes"])
+            line += f" {ada['peak_rss_bytes'] / trained:.3f} |"
+        out.append(line)
     return out
 
 

@@ -60,6 +60,9 @@ def test_ratio_table_is_against_base_rss_plus_four_times_the_adapters():
     rows = [row("full", 3276), row("shared", 1500), row("adapters", 1092, 10), row("base", 1000)]
     # reference = 1000 + 4 x 10 = 1040 MiB; 1092 / 1040 = 1.05; 3276 / 1092 = 3.00
     assert bench.ratio_table(rows)[-1] == "| 3 | 1,040.0 | 1.050 | 3.00 |"
+    # one shared LoRA: 1060 MiB with 10/3 MiB of adapter: 1060 + 4 x 20/3 = 1086.7; 1092 / 1086.7 = 1.005
+    with_lora = [*rows, row("lora", 1060, 10 / 3)]
+    assert bench.ratio_table(with_lora)[-1] == "| 3 | 1,040.0 | 1.050 | 3.00 | 1.005 |"
 
 
 @pytest.mark.slow
@@ -87,6 +90,7 @@ def test_quick_run_measures_every_layout(tmp_path):
     expected = {  # kind: (parameter bytes, trainable bytes, engines) with 2 roles
         "full": (2 * base, 2 * base, 2),
         "shared": (base, base, 1),
+        "lora": (base + lora, lora, 1),
         "adapters": (base + 2 * lora, 2 * lora, 1),
         "base": (base, 0, 0),
     }
