@@ -5,11 +5,12 @@
 
 Memory. A team of N roles (N = 1, 3, 5 agents, one after another, each prompted `S a+b=`,
 at most 8 new tokens; the last one's boxed answer is rewarded; 1 prompt x 2 rollouts per
-step, so that activations stay small next to the weights), built four ways, each in a fresh
+step, so that activations stay small next to the weights), built five ways, each in a fresh
 process that prepares the run as `srpo-dsl train` does and runs 4 training steps (rollout,
 update, weight sync) before anything is measured:
   full      N trainable `hf(MODEL)` policies: N models, N DeepSpeed engines (math_nonsharing.srpo);
   shared    one trainable `hf(MODEL)` policy used by every role (quickstart.srpo);
+  lora      one trainable `hf(MODEL) lora(r = 16, alpha = 32)` policy used by every role;
   adapters  `policy base = hf(MODEL) frozen` and N `adapter(base, r = 16, alpha = 32)` policies
             (quickstart_adapters.srpo): one model, one PeftModel, one engine;
   base      the reference: the frozen base alone serving every role, one rollout of the same
