@@ -60,3 +60,11 @@ def tiny_random_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def dist():
+    """This process as a data-parallel group of one (gloo on CPU), for the tests that build engines."""
+    from srpo_dsl.rl.engine import init_distributed
+
+    return init_distributed("cpu")

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_training import SGD, TEMPERATURES, assert_close, make_episodes, make_models, policy_spec
+from test_training import (  # noqa: F401  (`one_thread`: test_training's fixture, one torch thread)
+    SGD,
+    TEMPERATURES,
+    assert_close,
+    make_episodes,
+    make_models,
+    one_thread,
+    policy_spec,
+)
 
 LORA_A = {"r": 4, "alpha": 8, "dropout": 0.0, "targets": "all-linear"}
 LORA_B = {"r": 2, "alpha": 2, "dropout": 0.0, "targets": ["q_proj", "v_proj"]}
@@ -22,26 +30,9 @@ reward f1(aggregator, task.answer)
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     return make_models(tmp_path_factory.mktemp("models"))[0]
-
-
-@pytest.fixture(scope="module")
-def dist():
-    from srpo_dsl.rl.engine import init_distributed
-
-    return init_distributed("cpu")
 
 
 def graph_of(base: Path, folder: Path):

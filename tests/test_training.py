@@ -184,13 +184,6 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
     return make_models(tmp_path_factory.mktemp("models"))
 
 
-@pytest.fixture(scope="module")
-def dist():
-    from srpo_dsl.rl.engine import init_distributed
-
-    return init_distributed("cpu")
-
-
 # --- rows -------------------------------------------------------------------------------------
 
 
