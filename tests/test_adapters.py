@@ -252,3 +252,31 @@ def test_kl_reference_of_an_adapter_is_its_base(base, dist, tmp_path):
         losses[kl] = [update(policies, rows, opts, dist, TEMPERATURES)["loss"] for _ in range(2)]
     assert losses[0.5][0] == pytest.approx(losses[0.0][0], abs=1e-7)
     assert losses[0.5][1] > losses[0.0][1] + 1e-6
+
+
+def test_block_routing_equals_peft_routing_in_any_row_order(base):
+    """Rows through their adapters by blocks (ours) or by peft's index lists: the same logits, interleaved or not."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from srpo_dsl.rl.adapters import lora_config, with_adapters
+
+    ours = with_adapters(AutoModelForCausalLM.from_pretrained(base), {"x": LORA_A, "y": LORA_B}).eval()
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base), lora_config(LORA_A), adapter_name="x"
+    )
+    peft_model.add_adapter("y", lora_config(LORA_B))
+    peft_model.eval()
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for (name, p), (other, q) in zip(ours.named_parameters(), peft_model.named_parameters()):
+            assert name == other
+            if ".lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
+                q.copy_(p)
+        ids = torch.randint(3, 200, (6, 5), generator=generator)
+        for names in (["x", "x", "y", "y", "__base__", "__base__"], ["y", "x", "__base__", "x", "y", "x"]):
+            got = ours(input_ids=ids, adapter_names=names).logits
+            want = peft_model(input_ids=ids, adapter_names=names).logits
+            assert torch.allclose(got, want, atol=1e-5)

@@ -138,7 +138,8 @@ class HFBackend:
                 if seed is not None:
                     torch.manual_seed(seed)
                 for (temperature, top_p), members in groups.items():
-                    members.sort(key=lambda i: len(prompt_ids[i]))  # less padding per chunk
+                    # less padding per chunk; each adapter's rows together (LoRA runs over row blocks)
+                    members.sort(key=lambda i: (requests[i].adapter or "", len(prompt_ids[i])))
                     for start in range(0, len(members), self.max_batch_size):
                         chunk = members[start : start + self.max_batch_size]
                         outs = self._generate_chunk(

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from types import MethodType
 from typing import Any
 
 import torch
@@ -50,7 +52,47 @@ def with_adapters(model: torch.nn.Module, adapters: Mapping[str, Mapping[str, An
     for name in names:  # peft leaves only the active adapter trainable: all of them train here
         for p in adapter_parameters(peft_model, name):
             p.requires_grad_(True)
+    route_in_blocks(peft_model)
     return peft_model
+
+
+def route_in_blocks(model: torch.nn.Module) -> None:
+    """Route mixed-adapter batches by blocks of rows: each LoRA linear adds adapter k's output to the slice
+    of rows that use it (a view), instead of peft's per-layer Python lists of row indices and gathered
+    copies. Callers put each adapter's rows next to each other (the backend and the update sort them);
+    any order stays correct, only slower. Layers with a LoRA variant (DoRA, ...) keep peft's routing."""
+    from peft.tuners.lora.layer import Linear
+
+    for module in model.modules():
+        if isinstance(module, Linear) and not module.lora_variant:
+            module._mixed_batch_forward = MethodType(_block_forward, module)
+
+
+def _block_forward(self: Any, x: torch.Tensor, *args: Any, adapter_names: list[str], **kwargs: Any) -> Any:
+    """peft's `_mixed_batch_forward` (vanilla LoRA), over the runs of equal adapter names."""
+    kwargs.pop("alora_offsets", None)
+    result = self.base_layer(x, *args, **kwargs)
+    for name, start, stop in name_runs(adapter_names):
+        if name not in self.lora_A:  # `__base__`: the base alone
+            continue
+        rows = self._cast_input_dtype(x[start:stop], self.lora_A[name].weight.dtype)
+        delta = self.lora_B[name](self.lora_A[name](self.lora_dropout[name](rows))) * self.scaling[name]
+        result[start:stop] += delta.to(result.dtype)
+    return result
+
+
+_RUNS: list[Any] = [
+    None,
+    (),
+]  # the last list of names and its runs: every layer of a forward gets the same list
+
+
+def name_runs(names: list[str]) -> tuple[tuple[str, int, int], ...]:
+    """(name, start, stop) of each run of equal consecutive names."""
+    if names is not _RUNS[0]:
+        bounds = [0] + [i for i in range(1, len(names)) if names[i] != names[i - 1]] + [len(names)]
+        _RUNS[0], _RUNS[1] = names, tuple((names[a], a, b) for a, b in pairwise(bounds))
+    return _RUNS[1]
 
 
 def adapter_parameters(model: torch.nn.Module, name: str) -> list[torch.nn.Parameter]:

@@ -115,14 +115,21 @@ def score_group(
     if not index:
         dummy = [[policy.pad_id]]
         return response_logprobs(model, dummy, dummy, policy.pad_id, 1.0, device, with_entropy)
-    adapters = None
-    if policy.adapter is not None:  # the reference of an adapter is its base: no adapter
-        adapters = [BASE_ADAPTER if reference else batch.adapters[i] or BASE_ADAPTER for i in index]
-    prompts = [batch.rows.prompt_token_ids[i] for i in index]
-    responses = [batch.rows.response_token_ids[i] for i in index]
-    return response_logprobs(
-        model, prompts, responses, policy.pad_id, temperature, device, with_entropy, adapters
+    if policy.adapter is None:
+        prompts = [batch.rows.prompt_token_ids[i] for i in index]
+        responses = [batch.rows.response_token_ids[i] for i in index]
+        return response_logprobs(model, prompts, responses, policy.pad_id, temperature, device, with_entropy)
+    # each adapter's rows together (LoRA runs over row blocks), then back in `index` order; the
+    # reference of an adapter is its base: no adapter
+    names = [BASE_ADAPTER if reference else batch.adapters[i] or BASE_ADAPTER for i in index]
+    order = sorted(range(len(index)), key=lambda k: names[k])
+    prompts = [batch.rows.prompt_token_ids[index[k]] for k in order]
+    responses = [batch.rows.response_token_ids[index[k]] for k in order]
+    logprobs, entropy = response_logprobs(
+        model, prompts, responses, policy.pad_id, temperature, device, with_entropy, [names[k] for k in order]
     )
+    back = torch.argsort(torch.tensor(order, device=logprobs.device))
+    return logprobs[back], entropy[back] if entropy is not None else None
 
 
 @torch.no_grad()
