@@ -158,12 +158,12 @@ def test_one_generate_call_mixes_adapters_as_separate_calls_would(base, dist, tm
     assert backend is policies["b"].backend is policies["base"].backend
     prompts = ["S 17+25=", "A 3+4=", "S 1+1="]
     requests = [
-        GenRequest(p, 6, 0.0, 1.0, adapter=a) for a in ("adapter_a", "adapter_b", None) for p in prompts
+        GenRequest(p, 6, 0.0, 1.0, adapter=a) for a in ("adapter_a", "adapter_b", "__base__") for p in prompts
     ]
     mixed = backend.generate(requests, seed=0)
     alone = [
         r
-        for a in ("adapter_a", "adapter_b", None)
+        for a in ("adapter_a", "adapter_b", "__base__")
         for r in backend.generate([q for q in requests if q.adapter == a], seed=0)
     ]
     assert [r.response_token_ids for r in mixed] == [r.response_token_ids for r in alone]
@@ -280,3 +280,27 @@ def test_block_routing_equals_peft_routing_in_any_row_order(base):
             got = ours(input_ids=ids, adapter_names=names).logits
             want = peft_model(input_ids=ids, adapter_names=names).logits
             assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_a_policy_with_its_own_lora_generates_through_it(base, dist):
+    """Generation and training see the same model: the log-probs a `lora(...)` policy reports while
+    sampling equal the trainer's recomputed ones (they would not if generation skipped the LoRA)."""
+    import torch
+
+    from srpo_dsl.backends.base import GenRequest
+    from srpo_dsl.backends.logprobs import response_logprobs
+
+    policies, _ = separate(base, dist)
+    policy = policies["a"]
+    results = policy.backend.generate([GenRequest(f"S {i}+{i}=", 6, 1.0) for i in range(4)], seed=0)
+    with torch.no_grad():
+        recomputed, _ = response_logprobs(
+            policy.module,
+            [r.prompt_token_ids for r in results],
+            [r.response_token_ids for r in results],
+            policy.pad_id,
+            1.0,
+            torch.device("cpu"),
+        )
+    for r, row in zip(results, recomputed):
+        assert torch.allclose(torch.tensor(r.logprobs), row[: len(r.logprobs)], atol=1e-5)

@@ -109,7 +109,7 @@ class HFBackend:
             )
         self.pad_id: int = pad
         self.version = 0
-        self.hosts_adapters = hasattr(model, "peft_config")  # requests then name their adapter
+        self.hosts_adapters = hasattr(model, "peft_config")  # a PeftModel: requests may name an adapter
 
     def sync_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> int:
         """After an optimizer step: load `state_dict` (none when the module is shared); version + 1."""
@@ -147,13 +147,20 @@ class HFBackend:
                             [requests[i].max_tokens for i in chunk],
                             temperature,
                             top_p,
-                            [requests[i].adapter for i in chunk] if self.hosts_adapters else None,
+                            self._routing([requests[i] for i in chunk]),
                         )
                         for i, out in zip(chunk, outs):
                             results[i] = out
         finally:
             self.model.train(was_training)
         return results  # type: ignore[return-value]
+
+    def _routing(self, chunk: list[GenRequest]) -> list[str | None] | None:
+        """Each request's adapter when some name one (a base hosting adapters); None: the model as it is
+        (a policy's own `lora(...)` is its active adapter)."""
+        if not self.hosts_adapters or all(r.adapter is None for r in chunk):
+            return None
+        return [r.adapter for r in chunk]
 
     def _generate_chunk(
         self,

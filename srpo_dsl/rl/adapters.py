@@ -81,17 +81,15 @@ def _block_forward(self: Any, x: torch.Tensor, *args: Any, adapter_names: list[s
     return result
 
 
-_RUNS: list[Any] = [
-    None,
-    (),
-]  # the last list of names and its runs: every layer of a forward gets the same list
+_RUNS: list[Any] = [[], ()]  # the last names and their runs (every layer of one forward gets the same)
 
 
 def name_runs(names: list[str]) -> tuple[tuple[str, int, int], ...]:
-    """(name, start, stop) of each run of equal consecutive names."""
-    if names is not _RUNS[0]:
+    """(name, start, stop) of each run of equal consecutive names; computed once per forward (comparing
+    the lists runs in C, finding the runs in Python)."""
+    if names != _RUNS[0]:
         bounds = [0] + [i for i in range(1, len(names)) if names[i] != names[i - 1]] + [len(names)]
-        _RUNS[0], _RUNS[1] = names, tuple((names[a], a, b) for a, b in pairwise(bounds))
+        _RUNS[0], _RUNS[1] = list(names), tuple((names[a], a, b) for a, b in pairwise(bounds))
     return _RUNS[1]
 
 
