@@ -109,7 +109,9 @@ class Setup:
 # --- srpo-dsl --------------------------------------------------------------------------------
 
 
-def run_srpo(setup: Setup, model: str, steps: int, scratch: Path, extra: dict | None = None) -> dict:
+def run_srpo(
+    setup: Setup, model: str, steps: int, scratch: Path, extra: dict | None = None, device: str = "cpu"
+) -> dict:
     from srpo_dsl.rl.trainer import train
 
     out = Path(tempfile.mkdtemp(dir=scratch, prefix="srpo-"))
@@ -131,7 +133,7 @@ def run_srpo(setup: Setup, model: str, steps: int, scratch: Path, extra: dict | 
         overrides,
         False,
         models={setup.policy: model},
-        device="cpu",
+        device=device,
         progress=False,
     )
     wall = time.perf_counter() - t0
@@ -143,6 +145,9 @@ def run_srpo(setup: Setup, model: str, steps: int, scratch: Path, extra: dict | 
         "tokens": tokens,
         "wall": wall,
         "score": [row["score"] for row in history],
+        "update_times": [row["time/update"] for row in history],
+        "rows": [row["num_events"] * row["mean_set_size"] for row in history],
+        "peak_gib": max((row.get("memory/peak_gib", 0.0) for row in history), default=0.0),
         "out": out / "run",
     }
 
@@ -201,11 +206,17 @@ def step_timer():
     return Timer()
 
 
-def trl_config(setup: Setup, steps: int, scratch: Path):
-    """GRPOConfig with the workflow's settings (see the module docstring)."""
+def trl_config(setup: Setup, steps: int, scratch: Path, device: str = "cpu"):
+    """GRPOConfig with the workflow's settings (see the module docstring); bf16 on CUDA."""
+    from dataclasses import fields
+
     from trl import GRPOConfig
 
+    # transformers 5.2x renamed gradient_checkpointing (still the name in 5.17, the GPU machine's)
+    names = {f.name for f in fields(GRPOConfig)}
+    checkpointing = next(n for n in ("activation_checkpointing", "gradient_checkpointing") if n in names)
     return GRPOConfig(
+        **{checkpointing: False},
         output_dir=str(Path(tempfile.mkdtemp(dir=scratch, prefix="trl-"))),
         per_device_train_batch_size=setup.batch * setup.group,
         num_generations=setup.group,
@@ -224,10 +235,9 @@ def trl_config(setup: Setup, steps: int, scratch: Path):
         max_grad_norm=setup.train["grad_clip"],
         epsilon=setup.train["clip"],
         beta=0.0,
-        use_cpu=True,
-        bf16=False,
+        use_cpu=device == "cpu",
+        bf16=device == "cuda",
         fp16=False,
-        activation_checkpointing=False,
         shuffle_dataset=False,
         seed=setup.train["seed"],
         report_to=[],
@@ -238,20 +248,24 @@ def trl_config(setup: Setup, steps: int, scratch: Path):
     )
 
 
-def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: int) -> dict:
+def run_trl(
+    setup: Setup, model_path: str, steps: int, scratch: Path, threads: int, device: str = "cpu"
+) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, dtype=torch.bfloat16 if device == "cuda" else torch.float32
+    )
     generated: list[int] = []  # tokens per generation batch (one per optimizer step)
     timer = step_timer()
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=exact_match_reward(generated),
-        args=trl_config(setup, steps, scratch),
+        args=trl_config(setup, steps, scratch, device),
         train_dataset=trl_dataset(setup, tokenizer, steps),
         processing_class=tokenizer,
         callbacks=[timer],
@@ -262,6 +276,8 @@ def run_trl(setup: Setup, model_path: str, steps: int, scratch: Path, threads: i
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
+    if device == "cuda":
+        torch.cuda.synchronize()
     if len(timer.times) != steps or len(generated) != steps:
         raise SystemExit(
             f"TRL ran {len(timer.times)} optimizer steps and {len(generated)} generation batches, "

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from srpo_dsl.backends import BackendError, GenRequest, hf, logprobs, make_backend, resolve_model_spec
+from srpo_dsl.backends.base import RolloutEngine
 from srpo_dsl.backends.hf import HFBackend, encode_prompts, nucleus, sample_next
 from srpo_dsl.backends.logprobs import (
     distinct_rows,
@@ -96,7 +97,7 @@ def test_hf_chat_template_on_and_off(tiny_random_model: Path) -> None:
     assert plain.prompt_token_ids == [tok.bos_token_id, *tok("hello", add_special_tokens=False)["input_ids"]]
 
 
-def test_hf_wraps_an_in_memory_model_and_syncs_weights(tiny_random_model: Path) -> None:
+def test_hf_wraps_an_in_memory_model_and_loads_weights(tiny_random_model: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_random_model)
     tokenizer = AutoTokenizer.from_pretrained(tiny_random_model)
     with pytest.raises(BackendError, match="needs its tokenizer"):
@@ -106,10 +107,16 @@ def test_hf_wraps_an_in_memory_model_and_syncs_weights(tiny_random_model: Path) 
     model.train()
     shared.generate([GenRequest("hello", 2)])
     assert model.training  # generation leaves the trainer's mode alone
-    assert shared.sync_weights() == 1
-    zeros = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
-    assert shared.sync_weights(zeros) == 2
+    assert isinstance(shared, RolloutEngine) and not shared.merged_weights
+    assert shared.load_weights() == 1
+    zeros = ((k, torch.zeros_like(v)) for k, v in model.named_parameters())  # streamed, one at a time
+    assert shared.load_weights(zeros) == 2
     assert all((p == 0).all() for p in model.parameters())
+    shared.sleep()
+    with pytest.raises(BackendError, match="asleep"):
+        shared.generate([GenRequest("hello", 2)])
+    shared.wake_up(("weights",))
+    assert len(shared.generate([GenRequest("hello", 2)])) == 1
 
 
 def test_hf_load_error_is_one_line(tmp_path: Path) -> None:
@@ -307,3 +314,26 @@ def test_prompt_renderer_reads_each_template_once_per_run(tmp_path: Path) -> Non
     assert renderer.render("t.j2", {"task": {"question": "1+1"}}) == "Q: 1+1"
     (tmp_path / "t.j2").write_text("changed {{ task.question }}")
     assert renderer.render("t.j2", {"task": {"question": "2+2"}}) == "Q: 2+2"
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_picked_logprobs_chunked_equal_log_softmax_with_gradients(monkeypatch, temperature):
+    from srpo_dsl.backends.logprobs import PickedLogprobs, picked_logprobs
+
+    monkeypatch.setattr(PickedLogprobs, "CHUNK_BYTES", 4 * 11 * 3)  # 3 rows per chunk: 5 uneven chunks
+    torch.manual_seed(0)
+    logits = torch.randn(2, 7, 11, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, 11, (2, 7))
+    weights = torch.randn(2, 7)
+    got = picked_logprobs(logits, targets, temperature)
+    (got * weights).sum().backward()
+    grad, logits.grad = logits.grad.clone(), None
+    t = temperature if temperature > 0 else 1.0
+    want = torch.log_softmax(logits.float() / t, -1).gather(-1, targets[..., None]).squeeze(-1)
+    (want * weights).sum().backward()
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-6)
+    assert grad.dtype == torch.bfloat16 and torch.allclose(
+        grad.float(), logits.grad.float(), atol=1e-2, rtol=1e-2
+    )
+    exact = torch.nn.functional.one_hot(targets, 11) - torch.softmax(logits.detach().float() / t, -1)
+    assert torch.allclose(grad.float(), (exact * weights[..., None] / t).bfloat16().float())

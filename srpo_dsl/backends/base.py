@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
 
 
 class BackendError(Exception):
@@ -47,3 +51,24 @@ class Backend(Protocol):
     version: int  # policy version, bumped on every weight update
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]: ...
+
+
+@runtime_checkable
+class RolloutEngine(Backend, Protocol):
+    """A backend the trainer drives through a training step (`hf` and `vllm`).
+
+    The trainer's order, every step: `generate` (awake) -> `sleep()` (release generation
+    memory before the update) -> the optimizer step -> `wake_up(("weights",))` ->
+    `load_weights(...)` (policy version + 1) -> `wake_up(("kv_cache",))`. `load_weights(None)`
+    means the engine generates with the trained module itself: there is nothing to copy.
+    `merged_weights` says whether LoRA must come folded into the base weights under the
+    base model's names (`vllm`) or as the module's own parameters (`hf`).
+    """
+
+    merged_weights: bool
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | None = None) -> int: ...
+
+    def sleep(self) -> None: ...
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None: ...

@@ -8,6 +8,7 @@ part of the action and carries a log-prob.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -68,6 +69,7 @@ class HFBackend:
     """Generation with a transformers causal LM, loaded from a path/repo id or shared in memory."""
 
     name = "hf"
+    merged_weights = False
 
     def __init__(
         self,
@@ -109,19 +111,36 @@ class HFBackend:
             )
         self.pad_id: int = pad
         self.version = 0
+        self.awake = True
         self.hosts_adapters = hasattr(model, "peft_config")  # a PeftModel: requests may name an adapter
 
-    def sync_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> int:
-        """After an optimizer step: load `state_dict` (none when the module is shared); version + 1."""
-        if state_dict is not None:
-            self.model.load_state_dict(state_dict)
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | None = None) -> int:
+        """After an optimizer step: copy (name, tensor) pairs into the module's parameters (none when
+        the module is the trained one itself); version + 1."""
+        if weights is not None:
+            params = dict(self.model.named_parameters())
+            with torch.no_grad():
+                for name, tensor in weights:
+                    params[name].copy_(tensor)
         self.version += 1
         return self.version
+
+    def sleep(self) -> None:
+        """Before the update: the KV cache is freed after every call, so only the allocator's cached
+        blocks are handed back (CUDA)."""
+        self.awake = False
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        self.awake = True
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
         """One batched decode per chunk of requests with equal (temperature, top_p)."""
         if not requests:
             return []
+        if not self.awake:
+            raise BackendError("the hf engine is asleep (between sleep() and wake_up()): it cannot generate")
         prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests], self.use_chat_template)
         groups: dict[tuple[float, float], list[int]] = {}
         for i, r in enumerate(requests):

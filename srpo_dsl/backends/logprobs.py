@@ -10,6 +10,7 @@ the attention mask, so left- and right-padded layouts give the same values.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -51,10 +52,46 @@ def scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def picked_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """`[..., n]` log-probs of `targets` under `softmax(logits / T)`; `logits` is `[..., n, V]`."""
-    scaled = scaled_logits(logits, temperature)
-    picked = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return picked - torch.logsumexp(scaled, dim=-1)
+    """`[..., n]` log-probs of `targets` under `softmax(logits / T)`; `logits` is `[..., n, V]`.
+
+    Float32 math over chunks of rows (`PickedLogprobs`): neither pass holds a float32 copy of all
+    the logits, which at a 150k vocabulary would be several times the model's own memory."""
+    return PickedLogprobs.apply(logits, targets, temperature)
+
+
+class PickedLogprobs(torch.autograd.Function):
+    """log_softmax(logits / T) at `targets`, and its gradient (onehot - softmax) / T, a chunk of rows
+    at a time in float32; only the logits themselves are kept for the backward pass."""
+
+    CHUNK_BYTES = 2**28  # float32 scratch per chunk of rows
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+        ctx.save_for_backward(logits, targets)
+        ctx.temperature = temperature
+        flat, picks = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1, 1)
+        out = torch.empty(picks.shape[0], dtype=torch.float32, device=logits.device)
+        for rows in PickedLogprobs.chunks(flat):
+            scaled = scaled_logits(flat[rows], temperature)
+            out[rows] = scaled.gather(-1, picks[rows]).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+        return out.view(targets.shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        logits, targets = ctx.saved_tensors
+        flat, picks = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1, 1)
+        per_row = grad.reshape(-1, 1).float() / (ctx.temperature if ctx.temperature > 0 else 1.0)
+        out = torch.empty_like(flat)
+        for rows in PickedLogprobs.chunks(flat):
+            d_scaled = -torch.softmax(scaled_logits(flat[rows], ctx.temperature), dim=-1)
+            d_scaled.scatter_add_(-1, picks[rows], torch.ones_like(picks[rows], dtype=d_scaled.dtype))
+            out[rows] = (d_scaled * per_row[rows]).to(out.dtype)
+        return out.view(logits.shape), None, None
+
+    @staticmethod
+    def chunks(flat: torch.Tensor) -> list[slice]:
+        step = max(1, PickedLogprobs.CHUNK_BYTES // (4 * flat.shape[-1]))
+        return [slice(start, start + step) for start in range(0, flat.shape[0], step)]
 
 
 def entropies(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -78,13 +115,13 @@ def token_logprobs(
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logits = logits[:, :-1]
     mask = response_mask.bool()
-    picked = F.pad(picked_logprobs(logits, input_ids[:, 1:], temperature), (1, 0))
+    following = F.pad(input_ids[:, 1:], (0, 1))  # position i predicts token i + 1 (the last: nothing)
+    picked = F.pad(picked_logprobs(logits, following, temperature)[:, :-1], (1, 0))  # no sliced copy
     logprobs = torch.where(mask, picked, 0.0)
     if not with_entropy:
         return logprobs
-    entropy = F.pad(entropies(logits, temperature), (1, 0))
+    entropy = F.pad(entropies(logits, temperature)[:, :-1], (1, 0))
     return logprobs, torch.where(mask, entropy, 0.0)
 
 
@@ -172,8 +209,33 @@ def response_logprobs(
         use_cache=True,
         **routing[1],
     )
-    logits = torch.cat([first.logits[rows, -1:], rest.logits[:, :-1]], dim=1)  # token j's distribution
-    kept = resp_mask.bool()
-    logprobs = torch.where(kept, picked_logprobs(logits, resp_ids, temperature), 0.0)
-    entropy = torch.where(kept, entropies(logits, temperature), 0.0) if with_entropy else None
-    return logprobs, entropy
+    return response_scores(
+        first.logits[rows, -1], rest.logits, resp_ids, resp_mask, temperature, with_entropy
+    )
+
+
+def response_scores(
+    head: torch.Tensor,
+    tail: torch.Tensor,
+    responses: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`[n, R]` log-probs (and entropies) of `responses` whose first token is drawn from `head` (`[n, V]`,
+    the prompt's last position) and token j + 1 from `tail[:, j]` (`[n, R, V]`); 0.0 off `mask`.
+
+    Each part is scored where the model wrote it: no concatenated copy of the vocabulary-wide
+    logits (nor of their gradient), which at a 150k vocabulary outweighs the model's activations."""
+    following = F.pad(responses[:, 1:], (0, 1))  # the last tail position predicts nothing
+    joined = lambda a, b: torch.cat([a[:, None], b[:, :-1]], dim=1)  # noqa: E731
+    kept = mask.bool()
+    first, rest = (
+        picked_logprobs(head, responses[:, 0], temperature),
+        picked_logprobs(tail, following, temperature),
+    )
+    logprobs = torch.where(kept, joined(first, rest), 0.0)
+    if not with_entropy:
+        return logprobs, None
+    entropy = joined(entropies(head, temperature), entropies(tail, temperature))
+    return logprobs, torch.where(kept, entropy, 0.0)

@@ -2,6 +2,13 @@
 
 Needs the `vllm` extra (vLLM >= 0.10.2 for `logprobs_mode`). The engine runs in this
 process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so `load_weights` can reach the model.
+For training it is colocated with the DeepSpeed engine on the same GPU (TRL's
+`vllm_mode="colocate"`): built with `enable_sleep_mode` and, under a launcher,
+`distributed_executor_backend="external_launcher"` (one engine per rank, tensor parallel 1);
+the trainer puts it to sleep (level 2: weights and KV cache released) before every update and
+wakes it weights first, loads the new weights, then the KV cache. Written against vLLM's
+documented API (`LLM.sleep`, `LLM.wake_up(tags=...)`, `LLM.apply_model`); it has not run here:
+no GPU with vLLM was available when it was written (see docs/training.md).
 Log-probs are vLLM's `processed_logprobs` of the sampled tokens: after temperature and
 also after top-p/top-k (renormalised over the kept tokens), unlike the `hf` backend which
 leaves top-p out; with `top_p = 1` both are `log_softmax(logits / temperature)`.
@@ -10,7 +17,7 @@ leaves top-p out; with `top_p = 1` both are `log_softmax(logits / temperature)`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -24,6 +31,7 @@ class VLLMBackend:
     """Generation with `vllm.LLM`; `load_weights` copies trained parameters into the engine."""
 
     name = "vllm"
+    merged_weights = True  # vLLM's model takes the base model's names: LoRA comes folded in
 
     def __init__(
         self,
@@ -32,6 +40,7 @@ class VLLMBackend:
         dtype: str = "auto",
         gpu_memory_utilization: float = 0.5,
         use_chat_template: bool | None = None,
+        enable_sleep_mode: bool = False,
         **engine_args: object,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -45,8 +54,10 @@ class VLLMBackend:
             dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             logprobs_mode="processed_logprobs",
+            enable_sleep_mode=enable_sleep_mode,
             **engine_args,
         )
+        self.sleep_mode = enable_sleep_mode
         self.tokenizer = self.llm.get_tokenizer()
         self.use_chat_template = (
             bool(self.tokenizer.chat_template) if use_chat_template is None else use_chat_template
@@ -80,18 +91,21 @@ class VLLMBackend:
             results.append(GenResult(list(out.prompt_token_ids), ids, logprobs, completion.text, finish))
         return results
 
-    def load_weights(self, named_params: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Copy (name, tensor) pairs in HF naming into the engine's model; bumps `version`."""
-        weights = list(named_params)
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | None = None) -> int:
+        """Stream (name, tensor) pairs in the base model's naming into the engine's model; version + 1."""
+        if weights is None:
+            raise BackendError("the vllm engine keeps its own weights: load_weights needs (name, tensor)s")
         self.llm.apply_model(lambda model: model.load_weights(weights))
         self.llm.reset_prefix_cache()
         self.version += 1
         return self.version
 
-    def sync_weights(self, state_dict: Mapping[str, torch.Tensor] | None = None) -> int:
-        """`HFBackend.sync_weights`'s contract; the engine holds its own copy, so `state_dict` is required."""
-        if state_dict is None:
-            raise BackendError(
-                "the vllm backend keeps its own weights: pass the trained state_dict to sync_weights"
-            )
-        return self.load_weights(state_dict.items())
+    def sleep(self) -> None:
+        """Level 2: weights and KV cache released (the trainer loads every weight again on waking)."""
+        if self.sleep_mode:
+            self.llm.sleep(level=2)
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """`("weights",)` before `load_weights`, then `("kv_cache",)`; None: both."""
+        if self.sleep_mode:
+            self.llm.wake_up(tags=list(tags) if tags else None)

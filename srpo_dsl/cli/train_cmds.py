@@ -23,11 +23,12 @@ from typing import Any
 import typer
 
 from srpo_dsl.cli.common import EXIT_INPUT, CliError, Device, choices
-from srpo_dsl.rl.names import OBJECTIVES, OFFLOAD, SET_NORMS
+from srpo_dsl.rl.names import OBJECTIVES, OFFLOAD, ROLLOUT_ENGINES, SET_NORMS
 
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
 Offload = choices("Offload", OFFLOAD)
+RolloutEngine = choices("RolloutEngine", ROLLOUT_ENGINES)
 
 PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics figure)
     "score": "Score (mean reward)",
@@ -50,6 +51,11 @@ LIBRARIES = (
     r"(torch|transformers|deepspeed|accelerate|huggingface_hub|peft|safetensors|tokenizers|srpo_dsl)(\.|$)"
 )
 
+OUT_OF_MEMORY = (
+    "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
+    "more --micro-batches, a smaller --batch or --group, or shorter max_tokens"
+)
+
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
 OUT = typer.Option(Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints).")
 STEPS = typer.Option(None, "--steps", min=1, help="Training steps (rollout batches).")
@@ -68,6 +74,9 @@ MODEL = typer.Option(
 RESUME = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out.")
 SEED = typer.Option(None, "--seed", help="Seed of data order and sampling.")
 DEVICE = typer.Option(None, "--device", help="Default: cuda when available.")
+BACKEND = typer.Option(
+    RolloutEngine.hf, "--backend", help="Rollout engine: hf (in-process) or vllm (colocated on the GPU)."
+)
 VERBOSE = typer.Option(False, "--verbose", "-v", help="Show the libraries' logs, warnings and progress bars.")
 LOCAL_RANK = typer.Option(
     -1, "--local_rank", "--local-rank", hidden=True, help="Set by `deepspeed`; LOCAL_RANK is what is used."
@@ -91,6 +100,7 @@ def train_cmd(
     resume: bool = RESUME,
     seed: int | None = SEED,
     device: Device | None = DEVICE,
+    backend: RolloutEngine = BACKEND,
     verbose: bool = VERBOSE,
     local_rank: int = LOCAL_RANK,
 ) -> None:
@@ -124,7 +134,12 @@ def train_cmd(
         "micro_batches": micro_batches,
         "seed": seed,
     }
-    options = {"ds_config": ds_config, "offload": offload.value, "device": device and device.value}
+    options = {
+        "ds_config": ds_config,
+        "offload": offload.value,
+        "device": device and device.value,
+        "backend": backend.value,
+    }
     with libraries_quiet(not verbose):
         history = run_training(workflow, out, overrides, resume, model, options)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
@@ -140,6 +155,8 @@ def run_training(
     options: dict[str, Any],
 ) -> list[dict[str, float]]:
     """`rl.trainer.train`, with every failure the user can fix as one line."""
+    import torch
+
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.lang.errors import SrpoError
     from srpo_dsl.rl.trainer import TrainError, train
@@ -157,6 +174,8 @@ def run_training(
         ) from None
     except (TrainError, BackendError, ValueError, OSError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    except torch.cuda.OutOfMemoryError:
+        raise CliError(OUT_OF_MEMORY, EXIT_INPUT) from None
 
 
 @contextmanager

@@ -1,10 +1,13 @@
-"""DeepSpeed engines: one per trainable policy, sharing its module with the rollout backend.
+"""DeepSpeed engines (one per trainable policy) and the rollout engines that generate for them.
 
 A shared policy (LLM-sharing) is one engine; non-sharing workflows declare one policy per
 role, hence one engine per role. Frozen policies get no engine: a plain eval module.
-Under ZeRO-3 the module is partitioned, so the backend generates with a full copy that
-`sync_rollout` refreshes (gathered) after every optimizer step: generation then runs no
-collectives, and ranks may generate different numbers of tokens, or nothing.
+Each policy generates through a rollout engine (`RolloutEngine`: `hf` or `vllm`). The `hf`
+engine shares the trained module, except under ZeRO-3 where the module is partitioned: it
+then generates with a full copy, so generation runs no collectives and ranks may generate
+different numbers of tokens, or nothing. `vllm` holds its own copy, colocated on the GPU.
+After every optimizer step `push_weights` wakes the engine, streams the new weights into it
+(one parameter at a time, gathered under ZeRO-3) and bumps its policy version.
 
 The DeepSpeed config is built here from the workflow's `train` options (ZeRO stage,
 offload, bf16 on CUDA / fp32 on CPU, gradient clipping, linear LR warm-up,
@@ -28,6 +31,7 @@ from typing import Any
 
 import torch
 
+from srpo_dsl.backends.base import BackendError, RolloutEngine
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.checker import PolicyInfo
 from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
@@ -58,7 +62,7 @@ class Policy:
 
     name: str
     module: torch.nn.Module
-    backend: HFBackend
+    backend: RolloutEngine
     engine: Any = None  # deepspeed.DeepSpeedEngine
     reference: Any = None  # frozen initial weights, for the KL penalty (an adapter's: the shared module)
     adapter: str | None = None
@@ -227,15 +231,23 @@ def _dtype(dist: Dist) -> torch.dtype:
 
 
 def build_policies(
-    graph: EventGraph, paths: Mapping[str, str], opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
+    graph: EventGraph,
+    paths: Mapping[str, str],
+    opts: TrainOptions,
+    dist: Dist,
+    config: Mapping[str, Any],
+    rollout: str = "hf",
 ) -> dict[str, Policy]:
-    """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters."""
+    """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters;
+    `rollout` is the rollout engine's kind (`hf` or `vllm`)."""
     hosts = list(dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None))
+    if hosts and rollout != "hf":
+        raise BackendError(f"--backend {rollout}: adapter(...) policies generate with the hf backend only")
     out: dict[str, Policy] = {}
     for name, spec in graph.policies.items():
         if spec.base is None and name not in hosts:
-            torch.manual_seed(seed_of("init", opts.seed, name))  # LoRA weights: from the run's seed, per
-            out[name] = build_policy(name, paths[name], spec, opts, dist, config)  # engine, on every rank
+            torch.manual_seed(seed_of("init", opts.seed, name))  # LoRA weights: the run's seed, per engine
+            out[name] = build_policy(name, paths[name], spec, opts, dist, config, rollout)
     for base in hosts:
         torch.manual_seed(seed_of("init", opts.seed, base))
         out |= build_adapter_group(graph, base, paths[base], opts, dist, config)
@@ -243,19 +255,30 @@ def build_policies(
 
 
 def build_policy(
-    name: str, path: str, spec: PolicyInfo, opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
+    name: str,
+    path: str,
+    spec: PolicyInfo,
+    opts: TrainOptions,
+    dist: Dist,
+    config: Mapping[str, Any],
+    rollout: str = "hf",
 ) -> Policy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
     model, tokenizer = _load(path, _dtype(dist))
     if not spec.trainable:
         model.to(dist.device).eval().requires_grad_(False)
-        return Policy(name, model, HFBackend(model, tokenizer=tokenizer))
+        backend = vllm_engine(path, dist) if rollout == "vllm" else HFBackend(model, tokenizer=tokenizer)
+        return Policy(name, model, backend)
     reference = None
     if opts.kl > 0:
         reference = _load(path, _dtype(dist))[0].to(dist.device).eval().requires_grad_(False)
     wrap = (lambda m: _with_lora(m, spec.lora)) if spec.lora else (lambda m: m)
-    engine, rollout = _engine(wrap(model), path, wrap, opts, dist, config)
-    return Policy(name, engine.module, HFBackend(rollout, tokenizer=tokenizer), engine, reference)
+    engine = _engine(wrap(model), opts, config)
+    if rollout == "vllm":
+        backend = vllm_engine(path, dist)
+    else:
+        backend = HFBackend(hf_rollout_module(engine, path, wrap, dist), tokenizer=tokenizer)
+    return Policy(name, engine.module, backend, engine, reference)
 
 
 def build_adapter_group(
@@ -267,8 +290,8 @@ def build_adapter_group(
     model, tokenizer = _load(path, _dtype(dist))
     model.requires_grad_(False)
     wrap = lambda m: with_adapters(m, adapters)  # noqa: E731
-    engine, rollout = _engine(wrap(model), path, wrap, opts, dist, {**config, "gradient_clipping": 0.0})
-    backend = HFBackend(rollout, tokenizer=tokenizer)
+    engine = _engine(wrap(model), opts, {**config, "gradient_clipping": 0.0})
+    backend = HFBackend(hf_rollout_module(engine, path, wrap, dist), tokenizer=tokenizer)
     reference = engine.module if opts.kl > 0 else None  # scored without adapters: the base
     group = {base: Policy(base, engine.module, backend, adapter=BASE_ADAPTER, owner=base)}
     for name, adapter in graph.adapters.items():
@@ -279,10 +302,8 @@ def build_adapter_group(
     return group
 
 
-def _engine(
-    model: torch.nn.Module, path: str, wrap: Any, opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
-) -> tuple[Any, torch.nn.Module]:
-    """A DeepSpeed engine over `model`'s trainable parameters, and the module generation runs on."""
+def _engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str, Any]) -> Any:
+    """A DeepSpeed engine over `model`'s trainable parameters."""
     import deepspeed
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -293,12 +314,33 @@ def _engine(
         model=model, optimizer=optimizer, model_parameters=params, lr_scheduler=scheduler, config=dict(config)
     )
     engine.module.eval()  # dropout off: recomputed old log-probs equal the update's at the first epoch
+    return engine
+
+
+def hf_rollout_module(engine: Any, path: str, wrap: Any, dist: Dist) -> torch.nn.Module:
+    """The module the `hf` engine generates with: the engine's own, or under ZeRO-3 a full copy."""
     if engine.zero_optimization_stage() != 3:
-        return engine, engine.module  # the backend generates with the engine's own module...
-    rollout = wrap(_load(path, _dtype(dist))[0]).to(dist.device)  # ...unless partitioned: a full copy
+        return engine.module
+    rollout = wrap(_load(path, _dtype(dist))[0]).to(dist.device)
     with full_state(engine.module) as state:
         rollout.load_state_dict(state)
-    return engine, rollout.eval().requires_grad_(False)
+    return rollout.eval().requires_grad_(False)
+
+
+def vllm_engine(path: str, dist: Dist) -> RolloutEngine:
+    """A colocated `vllm.LLM` on this rank's GPU: sleep mode on; under a launcher one engine per rank
+    (`external_launcher`). Its share of GPU memory: SRPO_DSL_VLLM_MEMORY (default 0.3)."""
+    from srpo_dsl.backends.vllm import VLLMBackend
+
+    launched = dist.world_size > 1
+    return VLLMBackend(
+        path,
+        dtype="bfloat16",
+        gpu_memory_utilization=float(os.environ.get("SRPO_DSL_VLLM_MEMORY", "0.3")),
+        enable_sleep_mode=True,
+        seed=dist.rank,
+        **({"distributed_executor_backend": "external_launcher"} if launched else {}),
+    )
 
 
 @contextmanager
@@ -310,17 +352,44 @@ def full_state(module: torch.nn.Module) -> Iterator[dict[str, torch.Tensor]]:
         yield module.state_dict()
 
 
-def sync_rollout(policy: Policy) -> None:
-    """After an optimizer step: the new weights reach the rollout backend and its version goes up.
+def rollout_weights(module: torch.nn.Module, merged: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each parameter's full tensor, one at a time (gathered under ZeRO-3: collective, so every rank
+    iterates); with `merged`, a LoRA model's weights folded into the base model's names."""
+    import deepspeed
 
-    A shared module needs no copy; a ZeRO-3 module is gathered into the backend's full copy
-    (every rank must call this together).
-    """
-    if policy.backend.model is policy.module:
-        policy.backend.sync_weights()
-    else:
-        with full_state(policy.module) as state:
-            policy.backend.sync_weights(state)
+    if merged and hasattr(module, "peft_config"):
+        yield from merged_lora_weights(module)
+        return
+    for name, param in module.named_parameters():
+        with deepspeed.zero.GatheredParameters([param]):
+            yield name, param.data
+
+
+def merged_lora_weights(module: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """The base model's parameters under its own names with each active LoRA delta added (W + s B A),
+    computed aside: the trained module is never merged in place (no bf16 drift from unmerging)."""
+    import deepspeed
+
+    base = module.get_base_model()
+    for name, param in base.named_parameters():
+        if "lora_" in name:
+            continue
+        layer = base.get_submodule(name.rsplit(".", 2)[0]) if name.endswith(".base_layer.weight") else None
+        with deepspeed.zero.GatheredParameters(list(layer.parameters()) if layer else [param]):
+            weight = param.data
+            for adapter in layer.active_adapters if layer else []:
+                weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+            yield name.replace(".base_layer.", "."), weight
+
+
+def push_weights(policy: Policy) -> None:
+    """After an optimizer step: wake the rollout engine's weights, load the new ones (none when it
+    generates with the trained module itself), wake its KV cache; its policy version goes up."""
+    engine = policy.backend
+    engine.wake_up(("weights",))
+    shared = getattr(engine, "model", None) is policy.module
+    engine.load_weights(None if shared else rollout_weights(policy.module, engine.merged_weights))
+    engine.wake_up(("kv_cache",))
 
 
 def step_with_norm(engine: Any) -> float:

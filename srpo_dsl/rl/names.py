@@ -15,6 +15,7 @@ ADVANTAGE_ESTIMATORS = ("event", "row", "agent")  # group-relative advantages (a
 OLD_LOGPROBS = ("recompute", "rollout")  # where the behaviour log-probs come from
 OFFLOAD = ("none", "optimizer", "params", "all")  # ZeRO offload to CPU (engine.py)
 DEVICES = ("cpu", "cuda")
+ROLLOUT_ENGINES = ("hf", "vllm")  # the backends `train` drives (`RolloutEngine`)
 
 
 def require_exactly(registered: tuple[str, ...], names: tuple[str, ...], what: str) -> None:

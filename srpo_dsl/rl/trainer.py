@@ -4,8 +4,9 @@
     for step in steps:
         episodes = rollout(run, step)            # each rank rolls out its share of the step's prompts, G each
         rows     = training_rows(run, episodes)  # complete events only, one advantage per event (srpo)
+        sleep(run.policies)                      # the rollout engines release their memory
         stats    = update(...)                   # event-atomic micro-batches, one optimizer step per engine
-        sync_weights(run)                        # the new weights reach generation: policy version + 1
+        push_weights(run.policies)               # wake, load the new weights: policy version + 1
         log / evaluate / checkpoint
 
 Every rank runs the same collectives in the same order; rank 0 writes the run's files.
@@ -25,7 +26,8 @@ from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
-from srpo_dsl.rl.engine import Dist, Policy, all_reduce, barrier, engine_owners, sync_rollout
+from srpo_dsl.rl.engine import Dist, Policy, all_reduce, barrier, engine_owners, push_weights
+from srpo_dsl.rl.names import ROLLOUT_ENGINES
 from srpo_dsl.rl.role_metrics import (
     MetricKeys,
     keyed_metrics,
@@ -77,16 +79,26 @@ def train(
     ds_config: Path | None = None,
     offload: str = "none",
     device: str | None = None,
+    backend: str = "hf",
     progress: bool = True,
 ) -> list[dict[str, float]]:
     """Train a workflow's trainable policies with its `train` options (`overrides` win).
 
-    models: policy -> model path/spec (default: the workflow's). Writes OUT/metrics.jsonl,
+    models: policy -> model path/spec (default: the workflow's); backend: the rollout engine
+    (`hf`, or `vllm` colocated on the GPU). Writes OUT/metrics.jsonl,
     OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts of the last
     checkpointed step) and OUT/checkpoints/step-N. Returns this call's per-step metrics.
     """
     run = prepare_run(
-        Path(workflow_path), Path(out_dir), overrides or {}, resume, models or {}, ds_config, offload, device
+        Path(workflow_path),
+        Path(out_dir),
+        overrides or {},
+        resume,
+        models or {},
+        ds_config,
+        offload,
+        device,
+        backend,
     )
     try:
         history = train_steps(run, progress)
@@ -117,15 +129,18 @@ def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
 
 
 def train_step(run: Run, step: int) -> dict[str, float]:
-    """Roll out, build rows and advantages, update every engine, sync the rollout weights, log."""
-    t0 = time.perf_counter()
+    """Roll out, build rows and advantages, update every engine, push the new weights, log."""
+    clock = [time.perf_counter()]
     episodes = rollout(run, step)
     rows = training_rows(run, episodes)
+    clock.append(time.perf_counter())
     lr = next(p.engine.get_lr()[0] for p in run.policies.values() if p.engine is not None)
+    sleep(run.policies)
     stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys)
-    if stats["num_events"]:
-        sync_weights(run.policies)
-    row = step_metrics(run, step, episodes, rows, stats, lr, time.perf_counter() - t0)
+    clock.append(time.perf_counter())
+    sync_weights(run.policies, changed=stats["num_events"] > 0)
+    clock.append(time.perf_counter())
+    row = step_metrics(run, step, episodes, rows, stats, lr, clock) | memory_metrics(run.dist)
     if run.log is not None:  # the rollouts of checkpointed steps go to OUT/traces.jsonl
         run.log.step(row, episodes if due(step, run.opts.save_every, run.opts.steps) else [])
     return row
@@ -161,10 +176,35 @@ def trainable_rows(rows: Rows, policies: Mapping[str, Policy]) -> list[int]:
     return [i for i, e in enumerate(event_ids) if e in events]
 
 
-def sync_weights(policies: Mapping[str, Policy]) -> None:
-    """New weights for generation, policy version + 1, once per engine (collective under ZeRO-3)."""
-    for p in engine_owners(policies).values():
-        sync_rollout(p)
+def rollout_engines(policies: Mapping[str, Policy]) -> list[Any]:
+    """Each distinct rollout engine once (policies on one base share theirs)."""
+    return list({id(p.backend): p.backend for p in policies.values()}.values())
+
+
+def sleep(policies: Mapping[str, Policy]) -> None:
+    """Before the update: every rollout engine releases its generation memory."""
+    for engine in rollout_engines(policies):
+        engine.sleep()
+
+
+def sync_weights(policies: Mapping[str, Policy], changed: bool = True) -> None:
+    """After the update: every engine's new weights reach its rollout engine (policy version + 1,
+    collective under ZeRO-3); engines without a trained policy (frozen ones) just wake up."""
+    pushed = {id(p.backend) for p in engine_owners(policies).values()} if changed else set()
+    for p in engine_owners(policies).values() if changed else []:
+        push_weights(p)
+    for engine in rollout_engines(policies):
+        if id(engine) not in pushed:
+            engine.wake_up()
+
+
+def memory_metrics(dist: Dist) -> dict[str, float]:
+    """On CUDA, the step's peak GPU memory (GiB; allocated by torch on this rank), then reset."""
+    if dist.device.type != "cuda":
+        return {}
+    peak = torch.cuda.max_memory_allocated(dist.device) / 2**30
+    torch.cuda.reset_peak_memory_stats(dist.device)
+    return {"memory/peak_gib": peak}
 
 
 def step_metrics(
@@ -174,11 +214,12 @@ def step_metrics(
     rows: Rows,
     stats: Mapping[str, float],
     lr: float,
-    seconds: float,
+    clock: list[float],
 ) -> dict[str, float]:
     """The step's row of metrics.jsonl (global over ranks).
 
-    The paper's training-dynamics panels, then the metrics of each role and event type
+    The paper's training-dynamics panels, the step's time and its parts (`clock`: start, rollout
+    done, update done, weights pushed), then the metrics of each role and event type
     (`role_metrics.py`).
     """
     local = [len(episodes), sum(e.reward for e in episodes), sum(e.score for e in episodes)]
@@ -196,7 +237,10 @@ def step_metrics(
         "clip_fraction": stats.get("clip_fraction", 0.0),
         "lr": lr,
         "loss": stats.get("loss", 0.0),
-        "time": seconds,
+        "time": clock[-1] - clock[0],
+        "time/rollout": clock[1] - clock[0],
+        "time/update": clock[2] - clock[1],
+        "time/sync": clock[3] - clock[2],
     } | keyed_metrics(run.keys, by_key, stats)
 
 
@@ -287,6 +331,7 @@ def prepare_run(
     ds_config: Path | None,
     offload: str,
     device: str | None,
+    backend: str = "hf",
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.engine import build_policies, init_distributed, read_ds_config
@@ -296,6 +341,7 @@ def prepare_run(
     wf = load_workflow(workflow_path)
     opts = resolve_options(wf.graph.train, overrides)
     device = check_device(device)
+    check_backend(backend, device)
     check_trainable(wf)
     tasks, eval_tasks = task_data(wf, split="train"), task_data(wf, split="eval")[: opts.eval_size]
     if len(tasks) < opts.batch:
@@ -319,10 +365,11 @@ def prepare_run(
         "device": device,
         "world_size": dist.world_size,
         "offload": offload,
+        "backend": backend,
         "ds_config": engine_config,
     }
     state = resumable_state(found, config) if resume and found else None
-    policies = build_policies(wf.graph, paths, opts, dist, engine_config)
+    policies = build_policies(wf.graph, paths, opts, dist, engine_config, backend)
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
     start = restore(found, state, policies, dist) if state is not None else 0
@@ -343,6 +390,18 @@ def check_device(device: str | None) -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise TrainError("--device cuda: no CUDA device is available (use --device cpu)")
     return device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_backend(backend: str, device: str) -> None:
+    """The rollout engine can be built here: `hf` anywhere, `vllm` installed and on CUDA."""
+    import importlib.util
+
+    if backend not in ROLLOUT_ENGINES:
+        raise TrainError(f"--backend {backend}: train rolls out with {' or '.join(ROLLOUT_ENGINES)}")
+    if backend == "vllm" and device != "cuda":
+        raise TrainError("--backend vllm needs a CUDA GPU (use --backend hf on CPU)")
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise TrainError("--backend vllm needs the optional extra: pip install 'srpo-dsl[vllm]'")
 
 
 def check_trainable(wf: Workflow) -> None:
@@ -366,7 +425,7 @@ def resumable_state(found: Path, config: Mapping[str, Any]) -> dict[str, Any]:
     """The checkpoint's run state, if it was written with this config (only `steps` may change)."""
     state = read_state(found)
     before = state["config"]
-    changed = [k for k in config if k != "options" and before.get(k) != config[k]]
+    changed = [k for k in config if k not in ("options", "backend") and before.get(k) != config[k]]
     changed += [k for k, v in config["options"].items() if k != "steps" and before["options"].get(k) != v]
     if changed:
         raise TrainError(f"cannot resume {found}: {', '.join(changed)} changed since it was written")

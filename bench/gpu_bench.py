@@ -1,0 +1,443 @@
+"""The GPU path, measured: rollouts, updates under ZeRO 0 and 3, a team's step, and TRL side by side.
+
+    python bench/gpu_bench.py                    # CUDA, bf16: Qwen3-shaped 0.6B and 1.7B models
+    python bench/gpu_bench.py --sizes 0.6b --parts rollout,update
+    python bench/gpu_bench.py --cpu              # a tiny config on CPU, fp32 (what CI runs)
+
+Nothing is downloaded: each model is a random initialisation of a real architecture built from
+its config (Qwen3-0.6B and Qwen3-1.7B shapes, their 151,936-token vocabulary, tied embeddings),
+saved with the shipped tokenizer (`builtin:tiny`; prompts use its ids, and sampled ids outside
+it decode to nothing). A random model rarely emits end-of-sequence, so every response runs to
+`--tokens`: throughput is measured at a fixed length.
+
+Parts (each case in its own process, so GPU memory and process groups start clean):
+  rollout  the `hf` rollout engine (`HFBackend.generate`: prefill once per prompt, then one
+           batched decode) against raw `model.generate` (sampling, no top-k) on the same batch of
+           prompts x group rows: generated tokens/s (1 warm-up call, median of --repeats).
+  update   `srpo-dsl train` of a one-agent workflow for --steps steps at ZeRO 0 and ZeRO 3:
+           median step time and its update part, update tokens/s (prompt + response tokens of
+           every row), MFU = 6 x parameters x update tokens/s / the GPU's dense bf16 peak
+           (attention FLOPs left out), and the peak GPU memory torch allocated in a step.
+  trl      TRL's GRPOTrainer on the same model, prompts, group, length and optimizer settings
+           (bf16, `model.generate`, no vLLM): median step time and generated tokens/s, next to
+           srpo-dsl's ZeRO-0 run (where TRL is installed).
+  team     `srpo-dsl train` of a team shaped like `math_routed.srpo` (router, up to 3 solvers in
+           one active set, verifier, in a loop of at most 2 rounds, aggregator) on the model:
+           median step time, events and generated tokens per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+SIZES = {  # Qwen3 shapes (hidden, MLP, layers, query heads, key-value heads, head dim)
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16},
+    "0.6b": {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 128},
+    "1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 128},
+}  # fmt: skip
+VOCAB = 151936
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by GPU name
+PARTS = ("rollout", "update", "trl", "team")
+
+SOLVER = """workflow gpu_bench
+policy lm = hf("MODEL") with (temperature = 1.0)
+task arith(n = 4096, seed = 0, max_operand = 99, eval_n = 8)
+agent solver uses lm prompt "solver.j2" emits boxed with (max_tokens = TOKENS)
+aggregate solver
+reward exact_match(solver, task.answer) invalid -0.1
+train with (objective = srpo, group = GROUP, batch = BATCH, lr = 1e-6, steps = 1)
+"""
+TEAM = """workflow gpu_bench_team
+policy lm = hf("MODEL") with (temperature = 1.0, max_tokens = TOKENS)
+task arith(n = 4096, seed = 0, max_operand = 99, eval_n = 8)
+agent router     uses lm prompt "solver.j2" emits route(solver) with (max_tokens = 16)
+agent solver[3]  uses lm prompt "solver.j2" emits boxed
+agent verifier   uses lm prompt "solver.j2" emits verdict(approve, reject) with (max_tokens = 16)
+agent aggregator uses lm prompt "solver.j2" emits final_boxed
+repeat at most 2 {
+    route router
+    parallel solver by router
+    verify verifier
+} until verifier == approve
+aggregate aggregator
+reward exact_match(aggregator, task.answer) invalid -0.1
+train with (objective = srpo, set_norm = sqrt, group = GROUP, batch = BATCH, lr = 1e-6, steps = 1)
+"""
+
+
+def build_model(size: str, folder: Path, device: str) -> Path:
+    """A random Qwen3-shaped model of `size` with the shipped tokenizer, saved under `folder`."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from srpo_dsl.models.tiny import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny"))
+    config = Qwen3Config(
+        vocab_size=len(tokenizer) if size == "tiny" else VOCAB,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **SIZES[size],
+    )
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16 if device == "cuda" else torch.float32)
+    path = folder / f"qwen3-{size}"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def write_workflow(folder: Path, text: str, model: Path, args: argparse.Namespace) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "solver.j2").write_text("{{ task.question }}=")
+    for key, value in {
+        "MODEL": str(model),
+        "TOKENS": args.tokens,
+        "GROUP": args.group,
+        "BATCH": args.batch,
+    }.items():
+        text = text.replace(key, str(value))
+    path = folder / "bench.srpo"
+    path.write_text(text)
+    return path
+
+
+def in_child(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` in a fresh spawned process (clean GPU memory and process group); a case that fails
+    (out of memory, say) is reported as {"error": its first line} and the bench goes on."""
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        try:
+            return pool.apply(fn, args)
+        except Exception as exc:  # the child's exception, re-raised here
+            print(f"{fn.__name__}{args[3:]}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
+
+
+def quiet() -> None:
+    import logging
+    import warnings
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore")
+    for name in ("deepspeed", "DeepSpeed", "transformers", "trl", "accelerate", "torch.distributed"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+# --- rollout ------------------------------------------------------------------------------------
+
+
+def prompts_of(workflow: Path, batch: int) -> list[str]:
+    from train_bench import Setup
+
+    return [p for p, _ in Setup(workflow, 1, batch, 1).steps[0]]
+
+
+def timed(fn: Callable[[], int], device: str, repeats: int) -> dict:
+    """1 warm-up call, then the median seconds and tokens/s of `repeats` calls (fn returns its tokens)."""
+    import torch
+
+    fn()
+    runs = []
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        tokens = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        runs.append((time.perf_counter() - t0, tokens))
+    seconds = statistics.median(s for s, _ in runs)
+    return {
+        "seconds": seconds,
+        "tokens": runs[0][1],
+        "tokens_per_s": statistics.median(n / s for s, n in runs),
+    }
+
+
+def rollout_case(model_path: str, workflow: str, args: dict) -> dict:
+    """The hf engine and raw `generate` on the same prompts x group rows."""
+    quiet()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from srpo_dsl.backends import GenRequest
+    from srpo_dsl.backends.hf import HFBackend, encode_prompts
+
+    device, dtype = args["device"], torch.bfloat16 if args["device"] == "cuda" else torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+    prompts = prompts_of(Path(workflow), args["rollout_batch"])
+    engine = HFBackend(model, tokenizer=tokenizer)
+    requests = [GenRequest(p, args["tokens"]) for p in prompts for _ in range(args["group"])]
+
+    def hf_engine() -> int:
+        return sum(len(r.response_token_ids) for r in engine.generate(requests, seed=0))
+
+    ids = encode_prompts(tokenizer, [r.prompt for r in requests], use_chat_template=False)
+    width = max(map(len, ids))
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=device)
+    mask = (
+        torch.arange(width, device=device)[None]
+        >= torch.tensor([width - len(r) for r in ids], device=device)[:, None]
+    ).long()
+
+    def raw_generate() -> int:
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=input_ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                max_new_tokens=args["tokens"], pad_token_id=pad,
+            )  # fmt: skip
+        new = out[:, width:]
+        stopped = (new == tokenizer.eos_token_id).cumsum(-1)
+        return int(((stopped == 0) | ((stopped == 1) & (new == tokenizer.eos_token_id))).sum())
+
+    return {
+        "rows": len(requests),
+        "prompt_tokens": statistics.mean(map(len, ids)),
+        "hf_engine": timed(hf_engine, device, args["repeats"]),
+        "generate": timed(raw_generate, device, args["repeats"]),
+    }
+
+
+# --- update (srpo-dsl train) and TRL --------------------------------------------------------------
+
+
+def srpo_case(model_path: str, workflow: str, args: dict, zero: int) -> dict:
+    quiet()
+    from train_bench import Setup, run_srpo
+
+    setup = Setup(Path(workflow), args["steps"], args["batch"], args["group"])
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-bench-"))
+    run = run_srpo(setup, model_path, args["steps"], scratch, {"zero": zero}, device=args["device"])
+    run.pop("out", None)
+    return run
+
+
+def trl_case(model_path: str, workflow: str, args: dict) -> dict:
+    quiet()
+    from train_bench import Setup, run_trl
+
+    setup = Setup(Path(workflow), args["steps"], args["batch"], args["group"])
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-bench-trl-"))
+    return run_trl(setup, model_path, args["steps"], scratch, threads=4, device=args["device"])
+
+
+def team_case(model_path: str, workflow: str, args: dict) -> dict:
+    quiet()
+    from srpo_dsl.rl.trainer import train
+
+    out = Path(tempfile.mkdtemp(prefix="gpu-bench-team-")) / "run"
+    overrides = {"steps": args["steps"], "eval_every": args["steps"] + 1, "eval_size": 1, "eval_k": 1,
+                 "save_every": args["steps"] + 1, "micro_batches": args["team_micro_batches"]}  # fmt: skip
+    history = train(Path(workflow), out, overrides, device=args["device"], progress=False)
+    return {
+        "step_times": [r["time"] for r in history],
+        "events": [r["num_events"] for r in history],
+        "mean_set_size": [r["mean_set_size"] for r in history],
+        "tokens": [r["response_length"] * r["num_events"] * r["mean_set_size"] for r in history],
+        "peak_gib": max((r.get("memory/peak_gib", 0.0) for r in history), default=0.0),
+    }
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def parameters(model_path: Path) -> int:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+    return sum(p.numel() for p in model.parameters())
+
+
+def steady(values: list[float]) -> float:
+    """The median after the first step (which pays for warm-up: allocator, kernels, DeepSpeed buckets)."""
+    return statistics.median(values[1:] if len(values) > 1 else values)
+
+
+def update_row(name: str, run: dict, prompt_tokens: float, params: int, peak: float | None) -> str:
+    tokens = [r * prompt_tokens + t for r, t in zip(run["rows"], run["tokens"])]  # prompt + response
+    per_s = steady([t / u for t, u in zip(tokens, run["update_times"])])
+    mfu = f"{100 * 6 * params * per_s / peak:.1f}%" if peak else "n/a"
+    gen = steady([t / (s - u) for t, s, u in zip(run["tokens"], run["step_times"], run["update_times"])])
+    return (f"| {name} | {1000 * steady(run['step_times']):.0f} | {1000 * steady(run['update_times']):.0f} | "
+            f"{per_s:,.0f} | {mfu} | {gen:,.0f} | {run['peak_gib']:.1f} |")  # fmt: skip
+
+
+def size_report(size: str, params: int, result: dict, peak: float | None) -> list[str]:
+    lines = [f"### {size}: {params:,} parameters", ""]
+    lines += [f"{key}: failed, {value['error']}" for key, value in result.items() if "error" in value]
+    result = {k: v for k, v in result.items() if isinstance(v, dict) and "error" not in v}
+    if "rollout" in result:
+        r = result["rollout"]
+        lines += [f"Rollout, {r['rows']} rows (mean prompt {r['prompt_tokens']:.0f} tokens), up to {r['tokens']} new tokens each:", "",
+                  "| generator | seconds | generated tokens | tokens/s |", "|---|---:|---:|---:|"]  # fmt: skip
+        for key, label in (("hf_engine", "srpo-dsl hf engine"), ("generate", "transformers generate")):
+            c = r[key]
+            lines.append(f"| {label} | {c['seconds']:.2f} | {c['tokens']} | {c['tokens_per_s']:,.0f} |")
+        ratio = r["hf_engine"]["tokens_per_s"] / r["generate"]["tokens_per_s"]
+        lines += ["", f"hf engine / generate: {ratio:.2f}x", ""]
+    runs = {k: v for k, v in result.items() if k.startswith("zero") or k == "trl"}
+    if runs:
+        prompt = result.get("rollout", {}).get("prompt_tokens", 0.0)
+        lines += ["| run | step ms | update ms | update tokens/s | MFU | rollout tokens/s | peak GiB |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for key, run in runs.items():
+            if key == "trl":
+                lines.append(f"| TRL GRPOTrainer | {1000 * steady(run['step_times']):.0f} | | | | "
+                             f"{steady([t / s for t, s in zip(run['tokens'], run['step_times'])]):,.0f} (whole step) | |")  # fmt: skip
+            else:
+                lines.append(
+                    update_row(f"srpo-dsl {key.replace('zero', 'ZeRO-')}", run, prompt, params, peak)
+                )
+        lines.append("")
+    if "team" in result:
+        t = result["team"]
+        lines += [f"Team (math_routed shape): step {1000 * steady(t['step_times']):.0f} ms, "
+                  f"{statistics.mean(t['events']):.0f} events/step, mean K {statistics.mean(t['mean_set_size']):.2f}, "
+                  f"{statistics.mean(t['tokens']):,.0f} generated tokens/step, peak {t['peak_gib']:.1f} GiB", ""]  # fmt: skip
+    return lines
+
+
+def machine(device: str) -> tuple[str, float | None]:
+    import torch
+    import transformers
+    from train_bench import cpu_name
+
+    line = (f"{cpu_name()}, python {platform.python_version()}, torch {torch.__version__}, "
+            f"transformers {transformers.__version__}")  # fmt: skip
+    if device != "cuda":
+        return f"machine: {line}; device cpu (fp32)", None
+    name = torch.cuda.get_device_name()
+    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    return f"machine: {name} ({torch.version.cuda=}), {line}; bf16".replace(
+        "torch.version.cuda=", "CUDA "
+    ), peak
+
+
+def run_size(size: str, folder: Path, args: argparse.Namespace, parts: list[str]) -> dict:
+    cfg = {"device": args.device, "batch": args.batch, "group": args.group, "tokens": args.tokens,
+           "steps": args.steps, "repeats": args.repeats, "rollout_batch": args.rollout_batch,
+           "team_micro_batches": args.team_micro_batches}  # fmt: skip
+    model = in_child(build_model, size, folder, args.device)
+    if isinstance(model, dict):
+        raise SystemExit(f"building the {size} model failed: {model['error']}")
+    solver = write_workflow(folder / f"solver-{size}", SOLVER, model, args)
+    result: dict[str, Any] = {"params": parameters(model)}
+    if "rollout" in parts:
+        result["rollout"] = in_child(rollout_case, str(model), str(solver), cfg) | {"tokens": args.tokens}
+    for zero in args.zero if "update" in parts else []:
+        result[f"zero{zero}"] = in_child(srpo_case, str(model), str(solver), cfg, zero)
+    if "trl" in parts and has_trl():
+        result["trl"] = in_child(trl_case, str(model), str(solver), cfg)
+    if "team" in parts:
+        team = write_workflow(folder / f"team-{size}", TEAM, model, args)
+        result["team"] = in_child(team_case, str(model), str(team), cfg)
+    return result
+
+
+def has_trl() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("trl") is not None
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cpu", action="store_true", help="the tiny config on CPU (fp32), small batch: for CI")
+    ap.add_argument("--sizes", default=None, help="comma-separated, of " + ", ".join(SIZES))
+    ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated, of " + ", ".join(PARTS))
+    ap.add_argument("--batch", type=int, default=None, help="prompts per training step (default 16; --cpu 4)")
+    ap.add_argument(
+        "--rollout-batch", type=int, default=None, help="prompts of the rollout part (default 64; --cpu 4)"
+    )
+    ap.add_argument("--group", type=int, default=None, help="samples per prompt (default 8; --cpu 2)")
+    ap.add_argument("--tokens", type=int, default=None, help="new tokens per response (default 128; --cpu 8)")
+    ap.add_argument("--steps", type=int, default=None, help="training steps per run (default 4; --cpu 2)")
+    ap.add_argument(
+        "--team-micro-batches", type=int, default=None, help="the team's update (default 8; --cpu 1)"
+    )
+    ap.add_argument("--repeats", type=int, default=2, help="timed rollout calls (median)")
+    ap.add_argument("--zero", default="0,3", help="ZeRO stages of the update part")
+    ap.add_argument("--json", default=None, help="also write the raw results here")
+    args = ap.parse_args()
+    small = {
+        "sizes": "tiny",
+        "batch": 4,
+        "rollout_batch": 4,
+        "group": 2,
+        "tokens": 8,
+        "steps": 2,
+        "team_micro_batches": 1,
+    }
+    large = {
+        "sizes": "0.6b,1.7b",
+        "batch": 16,
+        "rollout_batch": 64,
+        "group": 8,
+        "tokens": 128,
+        "steps": 4,
+        "team_micro_batches": 8,
+    }
+    for key, value in (small if args.cpu else large).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.device = "cpu" if args.cpu else "cuda"
+    args.zero = [int(z) for z in args.zero.split(",")]
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    parts = args.parts.split(",")
+    if unknown := set(parts) - set(PARTS) or set(args.sizes.split(",")) - set(SIZES):
+        raise SystemExit(f"unknown part or size: {', '.join(sorted(unknown))}")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --cpu")
+    line, peak = machine(args.device)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="gpu-bench-") as scratch:
+        for size in args.sizes.split(","):
+            results[size] = run_size(size, Path(scratch), args, parts)
+            print(f"done {size}", file=sys.stderr, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    print(line)
+    print(f"{args.batch} prompts x {args.group} samples, {args.tokens} new tokens, {args.steps} training steps per run "
+          f"(medians after the first step)\n")  # fmt: skip
+    for size, result in results.items():
+        print("\n".join(size_report(size, result.pop("params"), result, peak)))
+
+
+if __name__ == "__main__":
+    main()
