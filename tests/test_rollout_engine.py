@@ -150,3 +150,19 @@ def test_merged_lora_weights_equal_peft_merge_and_leave_the_module_alone(models)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # never merged in place
     raw = dict(rollout_weights(model, merged=False))  # hf engine: the module's own names
     assert raw.keys() == dict(model.named_parameters()).keys()
+
+
+def test_vllm_without_the_package_is_one_clear_error(monkeypatch):
+    import importlib.util
+
+    from srpo_dsl.rl.trainer import TrainError, check_backend
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    with pytest.raises(TrainError, match=r"needs the optional extra: pip install 'srpo-dsl\[vllm\]'"):
+        check_backend("vllm", "cuda")
+    with pytest.raises(TrainError, match="train rolls out with hf or vllm"):
+        check_backend("scripted", "cpu")
+    check_backend("hf", "cpu")

@@ -693,6 +693,7 @@ def test_plot_writes_the_pngs(tmp_path):
         (["train", "{wf}", "--batch", "1000", "--model", "{model}"], "only 64"),
         (["train", "{wf}", "--model", "nope=x"], "no policy `nope`"),
         (["train", "{broken}"], "error[E"),
+        (["train", "{wf}", "--backend", "vllm", "--device", "cpu"], "--backend vllm needs a CUDA GPU"),
         (["plot", "{tmp}"], "no such file"),
     ],
 )

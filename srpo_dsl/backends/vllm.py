@@ -59,6 +59,8 @@ class VLLMBackend:
         )
         self.sleep_mode = enable_sleep_mode
         self.tokenizer = self.llm.get_tokenizer()
+        pad = self.tokenizer.pad_token_id
+        self.pad_id: int = pad if pad is not None else self.tokenizer.eos_token_id  # the trainer pads with it
         self.use_chat_template = (
             bool(self.tokenizer.chat_template) if use_chat_template is None else use_chat_template
         )

@@ -134,12 +134,8 @@ def train_cmd(
         "micro_batches": micro_batches,
         "seed": seed,
     }
-    options = {
-        "ds_config": ds_config,
-        "offload": offload.value,
-        "device": device and device.value,
-        "backend": backend.value,
-    }
+    options = {"ds_config": ds_config, "offload": offload.value, "backend": backend.value}
+    options["device"] = device and device.value
     with libraries_quiet(not verbose):
         history = run_training(workflow, out, overrides, resume, model, options)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher

@@ -265,8 +265,8 @@ def build_policy(
 ) -> Policy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
     model, tokenizer = _load(path, _dtype(dist))
-    if not spec.trainable:
-        model.to(dist.device).eval().requires_grad_(False)
+    if not spec.trainable:  # under vllm the engine holds the weights on the GPU: the module stays here
+        model.to(dist.device if rollout == "hf" else "cpu").eval().requires_grad_(False)
         backend = vllm_engine(path, dist) if rollout == "vllm" else HFBackend(model, tokenizer=tokenizer)
         return Policy(name, model, backend)
     reference = None

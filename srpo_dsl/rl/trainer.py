@@ -336,6 +336,7 @@ def prepare_run(
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.engine import build_policies, init_distributed, read_ds_config
     from srpo_dsl.rl.engine import ds_config as make_ds_config
+    from srpo_dsl.rl.fit import Layout
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 
     wf = load_workflow(workflow_path)
@@ -352,6 +353,7 @@ def prepare_run(
         raise TrainError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     dist = init_distributed(device)
     paths = model_paths(wf.graph, models, dist)
+    check_memory(wf.graph, paths, Layout(opts.zero, dist.world_size, offload, backend), dist)
     engine_config = make_ds_config(
         opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds
     )
@@ -402,6 +404,14 @@ def check_backend(backend: str, device: str) -> None:
         raise TrainError("--backend vllm needs a CUDA GPU (use --backend hf on CPU)")
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise TrainError("--backend vllm needs the optional extra: pip install 'srpo-dsl[vllm]'")
+
+
+def check_memory(graph: EventGraph, paths: Mapping[str, str], layout: Any, dist: Dist) -> None:
+    """On CUDA, before loading: the policies' training state must fit this GPU (rl/fit.py)."""
+    from srpo_dsl.rl.fit import check_fit
+
+    if problem := check_fit(graph, paths, layout, dist.device):
+        raise TrainError(problem)
 
 
 def check_trainable(wf: Workflow) -> None:

@@ -1,0 +1,97 @@
+"""Will the policies fit on each GPU: their training state under the chosen ZeRO stage, checked before
+any weight is loaded, so a model too large for the stage is one clear line instead of an
+out-of-memory error minutes into loading.
+
+Per GPU, with bf16 weights and gradients and fp32 master weights plus two Adam moments (the
+mixed-precision layout DeepSpeed uses on CUDA): weights 2 bytes per parameter (split over the
+ranks under ZeRO-3), gradients 2 per trainable parameter (split from ZeRO-2), optimizer state
+12 per trainable parameter (split from ZeRO-1; none on the GPU when offloaded). The `hf`
+rollout engine adds a full bf16 copy under ZeRO-3 (it cannot generate from shards). Activations
+and logits come on top, so this is a lower bound: exceeding it means the run cannot fit at all.
+LoRA and adapter parameters are left out of the trainable count (a few percent at most).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from srpo_dsl.lang.graph import EventGraph
+
+WEIGHT, GRAD, OPTIMIZER = 2, 2, 12  # bytes per parameter (see above)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the training state is spread: ZeRO stage, ranks, CPU offload, and the rollout engine."""
+
+    zero: int
+    world_size: int
+    offload: str  # none | optimizer | params | all
+    backend: str  # hf | vllm
+
+
+def training_bytes(params: int, trainable: int, layout: Layout) -> float:
+    """Lower bound on one GPU's memory for a model in a DeepSpeed engine: `params` parameters,
+    `trainable` of them trained."""
+    split = layout.world_size
+    weights = WEIGHT * params / (split if layout.zero == 3 else 1)
+    if layout.offload in ("params", "all"):
+        weights = 0.0
+    grads = GRAD * trainable / (split if layout.zero >= 2 else 1)
+    optimizer = OPTIMIZER * trainable / (split if layout.zero >= 1 else 1)
+    if layout.offload in ("optimizer", "all"):
+        optimizer = 0.0
+    rollout_copy = WEIGHT * params if layout.zero == 3 and layout.backend == "hf" else 0.0
+    return weights + grads + optimizer + rollout_copy
+
+
+def parameter_count(model_path: str) -> int:
+    """The model's parameter count from its config alone (built on the meta device)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+    return sum(p.numel() for p in model.parameters())
+
+
+def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: Layout) -> dict[str, float]:
+    """Each loaded model's lower bound (adapters live in their base's model, counted once there)."""
+    hosts = {p.base for p in graph.policies.values() if p.base is not None}
+    out = {}
+    for name, spec in graph.policies.items():
+        if spec.base is not None:
+            continue
+        params = parameter_count(paths[name])
+        if not spec.trainable and name not in hosts:  # frozen: a plain module, never partitioned
+            out[name] = float(WEIGHT * params)
+            continue
+        trainable = params if spec.trainable and not spec.lora else 0
+        out[name] = training_bytes(params, trainable, layout)
+    return out
+
+
+def fit_problem(needed: Mapping[str, float], available: float, layout: Layout) -> str | None:
+    """The one-line reason the policies cannot fit in `available` bytes per GPU, or None."""
+    total = sum(needed.values())
+    if total <= available:
+        return None
+    largest = max(needed, key=needed.__getitem__)
+    gib = {name: f"{value / 2**30:.1f}" for name, value in {**needed, "": total, " ": available}.items()}
+    return (
+        f"the policies' weights, gradients and optimizer states need at least {gib['']} GiB per GPU under "
+        f"ZeRO-{layout.zero} on {layout.world_size} GPU(s) (`{largest}` alone {gib[largest]} GiB), more "
+        f"than the GPU's {gib[' ']} GiB: use --zero 3 on more GPUs, --offload optimizer (or all with "
+        "--zero 3), or a lora(...) or adapter(...) policy"
+    )
+
+
+def check_fit(
+    graph: EventGraph, paths: Mapping[str, str], layout: Layout, device: torch.device
+) -> str | None:
+    """On CUDA, `fit_problem` against this GPU's total memory (None on CPU: nothing to check)."""
+    if device.type != "cuda":
+        return None
+    return fit_problem(needed_bytes(graph, paths, layout), torch.cuda.mem_get_info(device)[1], layout)

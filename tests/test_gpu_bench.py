@@ -1,0 +1,61 @@
+"""bench/gpu_bench.py: its CPU mode runs end to end (what CI can run of it), and its derived figures
+(update tokens/s, MFU, rollout tokens/s) are the arithmetic its docstring states."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.clitools import ROOT
+
+SCRIPT = ROOT / "bench" / "gpu_bench.py"
+
+
+def load_bench():
+    if "gpu_bench" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("gpu_bench", SCRIPT)
+        sys.modules["gpu_bench"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["gpu_bench"])
+    return sys.modules["gpu_bench"]
+
+
+def test_update_row_is_the_stated_arithmetic():
+    bench = load_bench()
+    run = {  # two steps; the first (warm-up) is left out of every median
+        "rows": [10, 10],
+        "tokens": [100.0, 100.0],  # response tokens per step
+        "step_times": [9.0, 2.0],
+        "update_times": [5.0, 0.5],
+        "peak_gib": 3.25,
+    }
+    row = bench.update_row("x", run, prompt_tokens=5.0, params=10**9, peak=1e15)
+    # update tokens: 10 rows x 5 prompt tokens + 100 = 150 per step; 150 / 0.5 s = 300 tokens/s
+    # MFU: 6 x 1e9 x 300 / 1e15 = 0.18%; rollout: 100 tokens / (2.0 - 0.5) s = 67 tokens/s
+    assert row == "| x | 2000 | 500 | 300 | 0.2% | 67 | 3.2 |"
+
+
+@pytest.mark.slow
+def test_cpu_mode_runs_and_reports_both_generators_and_stages(tmp_path):
+    out = tmp_path / "gpu.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cpu", "--parts", "rollout,update", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())["results"]["tiny"]
+    rollout = result["rollout"]
+    assert rollout["rows"] == 4 * 2  # prompts x group
+    for generator in ("hf_engine", "generate"):
+        assert 0 < rollout[generator]["tokens"] <= 8 * 8 and rollout[generator]["tokens_per_s"] > 0
+    for stage in ("zero0", "zero3"):
+        run = result[stage]
+        assert len(run["step_times"]) == 2 and all(
+            0 < u < s for u, s in zip(run["update_times"], run["step_times"])
+        )
+    assert "| srpo-dsl hf engine |" in done.stdout and "| srpo-dsl ZeRO-3 |" in done.stdout
