@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.clitools import ROOT
+from tests.test_training import _env
 
 SCRIPT = ROOT / "bench" / "gpu_bench.py"
 
@@ -46,6 +47,7 @@ def test_cpu_mode_runs_and_reports_both_generators_and_stages(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        env=_env(),  # not this process's rendezvous variables (its own group would be joined)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())["results"]["tiny"]
@@ -55,6 +57,7 @@ def test_cpu_mode_runs_and_reports_both_generators_and_stages(tmp_path):
         assert 0 < rollout[generator]["tokens"] <= 8 * 8 and rollout[generator]["tokens_per_s"] > 0
     for stage in ("zero0", "zero3"):
         run = result[stage]
+        assert "error" not in run, run
         assert len(run["step_times"]) == 2 and all(
             0 < u < s for u, s in zip(run["update_times"], run["step_times"])
         )
