@@ -304,3 +304,27 @@ def test_a_policy_with_its_own_lora_generates_through_it(base, dist):
         )
     for r, row in zip(results, recomputed):
         assert torch.allclose(torch.tensor(r.logprobs), row[: len(r.logprobs)], atol=1e-5)
+
+
+def test_stacked_lora_equals_each_adapter_on_its_rows_with_gradients():
+    """All adapters in two matmuls (`StackedLoRA`), against each adapter's rows through their own A and B:
+    the same delta and the same gradients for the input and every A and B (ranks 2 and 4, a base row)."""
+    import torch
+
+    from srpo_dsl.rl.adapters import StackedLoRA, selection
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 6, dtype=torch.float64, requires_grad=True)
+    a = [torch.randn(r, 6, dtype=torch.float64, requires_grad=True) for r in (2, 4)]
+    b = [torch.randn(7, r, dtype=torch.float64, requires_grad=True) for r in (2, 4)]
+    runs = [("p", 0, 2), ("q", 3, 5)]  # row 2 goes through the base alone
+    ranks = (("p", 2, 0.5), ("q", 4, 2.0))
+    got = StackedLoRA.apply(x, selection(ranks, runs, x), *a, *b)
+    zero = torch.zeros(1, 3, 7, dtype=torch.float64)
+    want = torch.cat([x[0:2] @ a[0].T @ b[0].T * 0.5, zero, x[3:5] @ a[1].T @ b[1].T * 2.0])
+    assert torch.allclose(got, want, atol=1e-12)
+    weights = torch.randn(5, 3, 7, dtype=torch.float64)
+    grads = torch.autograd.grad((got * weights).sum(), [x, *a, *b])
+    expected = torch.autograd.grad((want * weights).sum(), [x, *a, *b])
+    for g, e in zip(grads, expected):
+        assert torch.allclose(g, e, atol=1e-12)

@@ -29,6 +29,7 @@ from srpo_dsl.backends.logprobs import (
     sequence_logprobs,
     token_logprobs,
 )
+from srpo_dsl.backends.routing import routed
 from srpo_dsl.lang.graph import BASE_ADAPTER
 
 # the log-prob helpers stay importable from here for callers written before `logprobs` existed
@@ -241,16 +242,15 @@ class HFBackend:
         """`[n, V]` logits after the last of `input_ids`, extending `cache` (positions follow `mask`);
         row i through LoRA adapter `adapters[i]` when the model hosts several."""
         positions = mask_positions(mask)[:, -input_ids.shape[1] :]
-        routing = {} if adapters is None else {"adapter_names": adapters}
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-            **routing,
-        )
+        with routed(adapters):
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         return out.logits[:, -1]
 
     def _results(

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from srpo_dsl.backends.routing import routed
+
 
 @dataclass(frozen=True)
 class TokenBatch:
@@ -178,11 +180,7 @@ def response_logprobs(
     keyed = prompts if adapters is None else [[*p, a] for p, a in zip(prompts, adapters)]
     distinct_keys, index = distinct_rows(keyed)
     distinct = distinct_keys if adapters is None else [k[:-1] for k in distinct_keys]
-    routing = (
-        ({}, {})
-        if adapters is None
-        else ({"adapter_names": [k[-1] for k in distinct_keys]}, {"adapter_names": adapters})
-    )
+    names = (None, None) if adapters is None else ([k[-1] for k in distinct_keys], adapters)
     rows = torch.tensor(index, device=device)
     prompt_ids, prompt_mask = (
         t.to(device) for t in pad_rows(distinct, pad_id, max(map(len, distinct)), left=True)
@@ -190,25 +188,25 @@ def response_logprobs(
     resp_ids, resp_mask = (
         t.to(device) for t in pad_rows(responses, pad_id, max(1, *map(len, responses)), left=False)
     )
-    first = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=mask_positions(prompt_mask),
-        use_cache=True,
-        logits_to_keep=1,
-        **routing[0],
-    )
+    with routed(names[0]):
+        first = model(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=mask_positions(prompt_mask),
+            use_cache=True,
+            logits_to_keep=1,
+        )
     cache = first.past_key_values
     cache.batch_select_indices(rows)  # one cache row per response
     mask = torch.cat([prompt_mask[rows], resp_mask], dim=1)
-    rest = model(
-        input_ids=resp_ids,
-        attention_mask=mask,
-        position_ids=mask_positions(mask)[:, prompt_ids.shape[1] :],
-        past_key_values=cache,
-        use_cache=True,
-        **routing[1],
-    )
+    with routed(names[1]):
+        rest = model(
+            input_ids=resp_ids,
+            attention_mask=mask,
+            position_ids=mask_positions(mask)[:, prompt_ids.shape[1] :],
+            past_key_values=cache,
+            use_cache=True,
+        )
     return response_scores(
         first.logits[rows, -1], rest.logits, resp_ids, resp_mask, temperature, with_entropy
     )

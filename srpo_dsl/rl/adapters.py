@@ -1,9 +1,10 @@
 """LoRA adapters on one frozen base: several policies, one model in memory (peft named adapters).
 
 A workflow's `policy NAME = adapter(BASE, ...)` policies become named adapters of one
-`PeftModel` over BASE's weights. Every row goes through its own adapter: forwards pass
-peft's `adapter_names` (one name per row; `BASE_ADAPTER` is the base alone), so no adapter
-is ever "activated" and all of them stay trainable in one engine. Each adapter's gradient
+`PeftModel` over BASE's weights. Every row goes through its own adapter: forwards run inside
+`srpo_dsl.backends.routing.routed(names)` (one name per row, as peft's `adapter_names`;
+`BASE_ADAPTER` is the base alone), so no adapter is ever "activated" and all of them stay
+trainable in one engine. Each adapter's gradient
 is clipped on its own (`clip_per_adapter`), as a separate model's would be, so an adapter's
 update is the update it would get alone.
 """
@@ -13,12 +14,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from types import MethodType
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
+from srpo_dsl.backends.routing import current_route
 from srpo_dsl.lang.graph import BASE_ADAPTER
 
 __all__ = ["BASE_ADAPTER", "adapter_parameters", "clip_per_adapter", "with_adapters"]
@@ -60,25 +63,103 @@ def route_in_blocks(model: torch.nn.Module) -> None:
     """Route mixed-adapter batches by blocks of rows: each LoRA linear adds adapter k's output to the slice
     of rows that use it (a view), instead of peft's per-layer Python lists of row indices and gathered
     copies. Callers put each adapter's rows next to each other (the backend and the update sort them);
-    any order stays correct, only slower. Layers with a LoRA variant (DoRA, ...) keep peft's routing."""
+    any order stays correct, only slower. The rows' adapters come from `routed(names)` around the
+    forward (or from peft's `adapter_names=`); the DSL's LoRA options build vanilla LoRA only."""
     from peft.tuners.lora.layer import Linear
 
     for module in model.modules():
-        if isinstance(module, Linear) and not module.lora_variant:
+        if isinstance(module, Linear):
+            if module.lora_variant:
+                raise ValueError("adapters route vanilla LoRA layers only (no DoRA or other variants)")
             module._mixed_batch_forward = MethodType(_block_forward, module)
+            module.forward = MethodType(_routed_forward, module)
+
+
+def _routed_forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """peft's forward, except inside `routed(names)`: then each row through its adapter (`_block_forward`)."""
+    names = current_route()
+    if names is None or self.disable_adapters or self.merged or "adapter_names" in kwargs:
+        return type(self).forward(self, x, *args, **kwargs)
+    return _block_forward(self, x, *args, adapter_names=names, **kwargs)
 
 
 def _block_forward(self: Any, x: torch.Tensor, *args: Any, adapter_names: list[str], **kwargs: Any) -> Any:
-    """peft's `_mixed_batch_forward` (vanilla LoRA), over the runs of equal adapter names."""
+    """peft's `_mixed_batch_forward` (vanilla LoRA), over the runs of equal adapter names; with several
+    adapters in the batch and no active dropout, all of them in two matmuls (`_stacked_delta`)."""
     kwargs.pop("alora_offsets", None)
     result = self.base_layer(x, *args, **kwargs)
-    for name, start, stop in name_runs(adapter_names):
-        if name not in self.lora_A:  # `__base__`: the base alone
-            continue
-        rows = self._cast_input_dtype(x[start:stop], self.lora_A[name].weight.dtype)
-        delta = self.lora_B[name](self.lora_A[name](self.lora_dropout[name](rows))) * self.scaling[name]
+    runs = [run for run in name_runs(adapter_names) if run[0] in self.lora_A]  # `__base__`: the base alone
+    if len({name for name, _, _ in runs}) > 1 and not any(_drops(self, name) for name, _, _ in runs):
+        return result + _stacked_delta(self, x, runs).to(result.dtype)
+    for name, start, stop in runs:  # functional calls: no module dispatch per adapter and layer
+        a, b = self.lora_A[name], self.lora_B[name]
+        rows = self._cast_input_dtype(x[start:stop], a.weight.dtype)
+        rows = self.lora_dropout[name](rows) if _drops(self, name) else rows
+        delta = F.linear(F.linear(rows, a.weight, a.bias), b.weight, b.bias) * self.scaling[name]
         result[start:stop] += delta.to(result.dtype)
     return result
+
+
+def _drops(layer: Any, name: str) -> bool:
+    dropout = layer.lora_dropout[name]
+    return dropout.training and not isinstance(dropout, torch.nn.Identity)
+
+
+def _stacked_delta(layer: Any, x: torch.Tensor, runs: list[tuple[str, int, int]]) -> torch.Tensor:
+    """Every row's LoRA delta at once (`StackedLoRA`): two matmuls per layer whatever the adapter count,
+    against six operations per adapter."""
+    names = list(dict.fromkeys(name for name, _, _ in runs))
+    weights = [layer.lora_A[n].weight for n in names] + [layer.lora_B[n].weight for n in names]
+    ranks = tuple((n, layer.lora_A[n].weight.shape[0], layer.scaling[n]) for n in names)
+    rows = layer._cast_input_dtype(x, weights[0].dtype)
+    return StackedLoRA.apply(rows, selection(ranks, runs, rows), *weights)
+
+
+class StackedLoRA(torch.autograd.Function):
+    """delta = ((x A_all^T) * select) B_all^T: all adapters' A stacked, each row's own rank slice kept
+    and scaled by `select` (the other adapters' slices are exact zeros), then all B's. Only `x`,
+    `select` and the parameters themselves are kept for the backward pass, which rebuilds the
+    stacks: no per-step copies of the weights or of the rank-wide activations are held."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, select: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, select, *weights)
+        half = len(weights) // 2
+        hidden = F.linear(x, torch.cat(weights[:half])) * select
+        return F.linear(hidden, torch.cat(weights[half:], dim=1))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, select, *weights = ctx.saved_tensors
+        half = len(weights) // 2
+        a_all, b_all = torch.cat(weights[:half]), torch.cat(weights[half:], dim=1)
+        ranks = [w.shape[0] for w in weights[:half]]
+        flat_x, flat_g = x.reshape(-1, x.shape[-1]), grad.reshape(-1, grad.shape[-1])
+        keep = select.expand(*x.shape[:-1], select.shape[-1]).reshape(-1, select.shape[-1])
+        hidden = F.linear(flat_x, a_all) * keep
+        d_hidden = (flat_g @ b_all) * keep
+        d_a = torch.split(d_hidden.t() @ flat_x, ranks)  # [r_k, in] each
+        d_b = torch.split(flat_g.t() @ hidden, ranks, dim=1)  # [out, r_k] each
+        d_x = (d_hidden @ a_all).view(x.shape) if ctx.needs_input_grad[0] else None
+        return (d_x, None, *d_a, *d_b)
+
+
+_SELECT: dict[Any, torch.Tensor] = {}  # the last forward's selection masks (every layer reads the same)
+
+
+def selection(ranks: tuple[tuple[str, int, float], ...], runs: list[tuple[str, int, int]], x: torch.Tensor):
+    """`[rows, 1.., sum r]` (shaped, placed and typed like `x`): row i's scaling over its adapter's rank
+    slice, zeros elsewhere; built once per (adapter layout, row runs) and kept until they change."""
+    key = (ranks, tuple(runs), x.dim(), x.device, x.dtype)
+    if key not in _SELECT:
+        offsets = dict(zip([n for n, _, _ in ranks], pairwise([0, *accumulate(r for _, r, _ in ranks)])))
+        mask = torch.zeros(x.shape[0], offsets[ranks[-1][0]][1])
+        scale = {n: s for n, _, s in ranks}
+        for name, start, stop in runs:
+            mask[start:stop, slice(*offsets[name])] = scale[name]
+        _SELECT.clear()
+        _SELECT[key] = mask.view(x.shape[0], *[1] * (x.dim() - 2), -1).to(x.device, x.dtype)
+    return _SELECT[key]
 
 
 _RUNS: list[Any] = [[], ()]  # the last names and their runs (every layer of one forward gets the same)
