@@ -84,12 +84,14 @@ def _routed_forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> An
 
 
 def _block_forward(self: Any, x: torch.Tensor, *args: Any, adapter_names: list[str], **kwargs: Any) -> Any:
-    """peft's `_mixed_batch_forward` (vanilla LoRA), over the runs of equal adapter names; with several
-    adapters in the batch and no active dropout, all of them in two matmuls (`_stacked_delta`)."""
+    """peft's `_mixed_batch_forward` (vanilla LoRA), over the runs of equal adapter names; without grad,
+    with several adapters in the batch and no active dropout, all of them in two matmuls
+    (`_stacked_delta`)."""
     kwargs.pop("alora_offsets", None)
     result = self.base_layer(x, *args, **kwargs)
     runs = [run for run in name_runs(adapter_names) if run[0] in self.lora_A]  # `__base__`: the base alone
-    if len({name for name, _, _ in runs}) > 1 and not any(_drops(self, name) for name, _, _ in runs):
+    mixed = len({name for name, _, _ in runs}) > 1
+    if mixed and not torch.is_grad_enabled() and not any(_drops(self, name) for name, _, _ in runs):
         return result + _stacked_delta(self, x, runs).to(result.dtype)
     for name, start, stop in runs:  # functional calls: no module dispatch per adapter and layer
         a, b = self.lora_A[name], self.lora_B[name]
@@ -106,42 +108,17 @@ def _drops(layer: Any, name: str) -> bool:
 
 
 def _stacked_delta(layer: Any, x: torch.Tensor, runs: list[tuple[str, int, int]]) -> torch.Tensor:
-    """Every row's LoRA delta at once (`StackedLoRA`): two matmuls per layer whatever the adapter count,
-    against six operations per adapter."""
+    """Every row's LoRA delta at once, without grad: ((x A_all^T) * select) B_all^T, all adapters' A
+    stacked, each row's own rank slice kept and scaled by `select` (the other adapters' slices are
+    exact zeros), then all B's. Two matmuls per layer whatever the adapter count, against six
+    operations per adapter. (With grad, autograd would keep the stacks and the rank-wide
+    activations of every layer: more memory than the blocks, for no faster update.)"""
     names = list(dict.fromkeys(name for name, _, _ in runs))
-    weights = [layer.lora_A[n].weight for n in names] + [layer.lora_B[n].weight for n in names]
+    stacked_a = torch.cat([layer.lora_A[n].weight for n in names])  # [sum r, in]
+    stacked_b = torch.cat([layer.lora_B[n].weight for n in names], dim=1)  # [out, sum r]
+    hidden = F.linear(layer._cast_input_dtype(x, stacked_a.dtype), stacked_a)
     ranks = tuple((n, layer.lora_A[n].weight.shape[0], layer.scaling[n]) for n in names)
-    rows = layer._cast_input_dtype(x, weights[0].dtype)
-    return StackedLoRA.apply(rows, selection(ranks, runs, rows), *weights)
-
-
-class StackedLoRA(torch.autograd.Function):
-    """delta = ((x A_all^T) * select) B_all^T: all adapters' A stacked, each row's own rank slice kept
-    and scaled by `select` (the other adapters' slices are exact zeros), then all B's. Only `x`,
-    `select` and the parameters themselves are kept for the backward pass, which rebuilds the
-    stacks: no per-step copies of the weights or of the rank-wide activations are held."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, select: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x, select, *weights)
-        half = len(weights) // 2
-        hidden = F.linear(x, torch.cat(weights[:half])) * select
-        return F.linear(hidden, torch.cat(weights[half:], dim=1))
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        x, select, *weights = ctx.saved_tensors
-        half = len(weights) // 2
-        a_all, b_all = torch.cat(weights[:half]), torch.cat(weights[half:], dim=1)
-        ranks = [w.shape[0] for w in weights[:half]]
-        flat_x, flat_g = x.reshape(-1, x.shape[-1]), grad.reshape(-1, grad.shape[-1])
-        keep = select.expand(*x.shape[:-1], select.shape[-1]).reshape(-1, select.shape[-1])
-        hidden = F.linear(flat_x, a_all) * keep
-        d_hidden = (flat_g @ b_all) * keep
-        d_a = torch.split(d_hidden.t() @ flat_x, ranks)  # [r_k, in] each
-        d_b = torch.split(flat_g.t() @ hidden, ranks, dim=1)  # [out, r_k] each
-        d_x = (d_hidden @ a_all).view(x.shape) if ctx.needs_input_grad[0] else None
-        return (d_x, None, *d_a, *d_b)
+    return F.linear(hidden * selection(ranks, runs, hidden), stacked_b)
 
 
 _SELECT: dict[Any, torch.Tensor] = {}  # the last forward's selection masks (every layer reads the same)
