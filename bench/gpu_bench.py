@@ -13,7 +13,9 @@ it decode to nothing). A random model rarely emits end-of-sequence, so every res
 Parts (each case in its own process, so GPU memory and process groups start clean):
   rollout  the `hf` rollout engine (`HFBackend.generate`: prefill once per prompt, then one
            batched decode) against raw `model.generate` (sampling, no top-k) on the same batch of
-           prompts x group rows: generated tokens/s (1 warm-up call, median of --repeats).
+           prompts x group rows, and transformers' continuous batching (`generate_batch` with
+           per-token log-probs, where the installed version has it; else reported as failed):
+           generated tokens/s (1 warm-up call, median of --repeats).
   update   `srpo-dsl train` of a one-agent workflow for --steps steps at ZeRO 0 and ZeRO 3:
            median step time and its update part, update tokens/s (prompt + response tokens of
            every row), MFU = 6 x parameters x update tokens/s / the GPU's dense bf16 peak
@@ -55,6 +57,11 @@ SIZES = {  # Qwen3 shapes (hidden, MLP, layers, query heads, key-value heads, he
 VOCAB = 151936
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by GPU name
 PARTS = ("rollout", "update", "trl", "team")
+GENERATORS = {  # the rollout part's generators: result key -> label
+    "hf_engine": "srpo-dsl hf engine",
+    "generate": "transformers generate",
+    "continuous_batching": "transformers generate_batch (continuous batching)",
+}
 
 SOLVER = """workflow gpu_bench
 policy lm = hf("MODEL") with (temperature = 1.0)
@@ -218,12 +225,29 @@ def rollout_case(model_path: str, workflow: str, args: dict) -> dict:
         stopped = (new == tokenizer.eos_token_id).cumsum(-1)
         return int(((stopped == 0) | ((stopped == 1) & (new == tokenizer.eos_token_id))).sum())
 
-    return {
+    def continuous_batching() -> int:
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        config = GenerationConfig(
+            do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=args["tokens"],
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=pad,
+        )  # fmt: skip
+        cb = ContinuousBatchingConfig(return_logprobs=True)  # what an engine built on it would need
+        out = model.generate_batch(ids, generation_config=config, continuous_batching_config=cb)
+        return sum(len(o.generated_tokens) for o in out.values())
+
+    result = {
         "rows": len(requests),
         "prompt_tokens": statistics.mean(map(len, ids)),
         "hf_engine": timed(hf_engine, device, args["repeats"]),
         "generate": timed(raw_generate, device, args["repeats"]),
     }
+    try:  # transformers' continuous batching (paged KV cache, CUDA graphs), where the version has it
+        result["continuous_batching"] = timed(continuous_batching, device, args["repeats"])
+    except (ImportError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
+        result["continuous_batching"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"}
+    return result
 
 
 # --- update (srpo-dsl train) and TRL --------------------------------------------------------------
@@ -300,9 +324,12 @@ def size_report(size: str, params: int, result: dict, peak: float | None) -> lis
         r = result["rollout"]
         lines += [f"Rollout, {r['rows']} rows (mean prompt {r['prompt_tokens']:.0f} tokens), up to {r['tokens']} new tokens each:", "",
                   "| generator | seconds | generated tokens | tokens/s |", "|---|---:|---:|---:|"]  # fmt: skip
-        for key, label in (("hf_engine", "srpo-dsl hf engine"), ("generate", "transformers generate")):
-            c = r[key]
-            lines.append(f"| {label} | {c['seconds']:.2f} | {c['tokens']} | {c['tokens_per_s']:,.0f} |")
+        for key, label in GENERATORS.items():
+            c = r.get(key, {"error": "not run"})
+            if "error" in c:
+                lines.append(f"| {label} | failed: {c['error']} | | |")
+            else:
+                lines.append(f"| {label} | {c['seconds']:.2f} | {c['tokens']} | {c['tokens_per_s']:,.0f} |")
         ratio = r["hf_engine"]["tokens_per_s"] / r["generate"]["tokens_per_s"]
         lines += ["", f"hf engine / generate: {ratio:.2f}x", ""]
     runs = {k: v for k, v in result.items() if k.startswith("zero") or k == "trl"}
