@@ -3,7 +3,6 @@ documented ones, and `--quick` runs end to end with the parameter bytes of each 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.lang import analyze
+from tests import clitools
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "adapters_bench.py"
@@ -20,12 +20,7 @@ MIB = 2**20
 
 
 def load_bench():
-    """The script as a module (registered first: its dataclasses look their module up)."""
-    if "adapters_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("adapters_bench", SCRIPT)
-        sys.modules["adapters_bench"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["adapters_bench"])
-    return sys.modules["adapters_bench"]
+    return clitools.load_bench("adapters_bench")
 
 
 @pytest.mark.parametrize("roles", [1, 3])

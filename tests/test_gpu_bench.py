@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
+from tests import clitools
 from tests.clitools import ROOT
 from tests.test_training import _env
 
@@ -17,11 +17,7 @@ SCRIPT = ROOT / "bench" / "gpu_bench.py"
 
 
 def load_bench():
-    if "gpu_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("gpu_bench", SCRIPT)
-        sys.modules["gpu_bench"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["gpu_bench"])
-    return sys.modules["gpu_bench"]
+    return clitools.load_bench("gpu_bench")
 
 
 def test_update_row_is_the_stated_arithmetic():
