@@ -365,9 +365,7 @@ def machine(device: str) -> tuple[str, float | None]:
         return f"machine: {line}; device cpu (fp32)", None
     name = torch.cuda.get_device_name()
     peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
-    return f"machine: {name} ({torch.version.cuda=}), {line}; bf16".replace(
-        "torch.version.cuda=", "CUDA "
-    ), peak
+    return f"machine: {name} (CUDA {torch.version.cuda}), {line}; bf16", peak
 
 
 def run_size(size: str, folder: Path, args: argparse.Namespace, parts: list[str]) -> dict:

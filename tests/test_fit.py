@@ -37,6 +37,53 @@ def test_fit_problem_names_the_stage_and_the_largest_policy():
     message = fit_problem(needed, 19.5 * 2**30, layout)
     assert message.startswith("the policies' weights, gradients and optimizer states need at least 20.0 GiB")
     assert (
-        "ZeRO-0 on 1 GPU(s) (`solver` alone 16.0 GiB), more than the GPU's 19.5 GiB: use --zero 3" in message
+        "ZeRO-0 on 1 GPU(s) (`solver` alone 16.0 GiB), more than the 19.5 GiB of the GPU left for training: "
+        "use --zero 3" in message
     )
     assert "\n" not in message
+
+
+TEAM = """workflow fit
+policy solver = hf("model-a")
+policy judge = hf("model-a") frozen
+policy tuned = hf("model-a") lora(r = 4, alpha = 8)
+policy base = hf("model-a") frozen
+policy one = adapter(base, r = 4, alpha = 8)
+task arith(n = 8)
+agent s uses solver prompt "p.j2" emits text
+agent j uses judge prompt "p.j2" emits text
+agent t uses tuned prompt "p.j2" emits text
+agent o uses one prompt "p.j2" emits text
+parallel s
+aggregate j
+aggregate t
+aggregate o
+reward f1(o, task.answer)
+"""
+
+
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_needed_bytes_per_kind_of_policy(tmp_path, backend):
+    """Full, frozen, lora(...) and a base hosting adapters, read from the compiled workflow and the
+    model's config (no weights loaded)."""
+
+    from srpo_dsl.rl.fit import needed_bytes, parameter_count
+    from srpo_dsl.runtime.setup import load_workflow
+    from tests.test_training import make_models
+
+    model = make_models(tmp_path)[0]
+    (tmp_path / "p.j2").write_text("{{ task.question }}")
+    (tmp_path / "team.srpo").write_text(TEAM)
+    graph = load_workflow(tmp_path / "team.srpo").graph
+    n = parameter_count(str(model))
+    assert n == sum(
+        p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(model).parameters()
+    )
+    layout = Layout(0, 1, "none", backend)
+    needed = needed_bytes(graph, dict.fromkeys(graph.policies, str(model)), layout)
+    assert needed == {
+        "solver": 16 * n,  # trained in full
+        "judge": 2 * n if backend == "hf" else 0,  # frozen: its weights (under vllm, in vLLM's share)
+        "tuned": 2 * n,  # lora(...): the base's weights; the LoRA state is left out
+        "base": 2 * n,  # hosts adapter `one`, counted once here
+    }

@@ -47,7 +47,10 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
     return make_models(tmp_path_factory.mktemp("models"))
 
 
-def train_recorded(models, tmp_path, monkeypatch, zero: int) -> tuple[dict, list[tuple]]:
+FROZEN_B = TEAM.replace('policy b = hf("model-b") with', 'policy b = hf("model-b") frozen with')
+
+
+def train_recorded(models, tmp_path, monkeypatch, zero: int, team: str = TEAM) -> tuple[dict, list[tuple]]:
     from srpo_dsl.rl import engine, trainer
 
     monkeypatch.setattr(engine, "HFBackend", RecordingEngine)
@@ -61,7 +64,7 @@ def train_recorded(models, tmp_path, monkeypatch, zero: int) -> tuple[dict, list
 
     monkeypatch.setattr(engine, "build_policies", recording_build)
     varied_reward()
-    workflow = write_team(tmp_path / "wf", TEAM)
+    workflow = write_team(tmp_path / "wf", team)
     trainer.train(
         workflow,
         tmp_path / "run",
@@ -89,17 +92,22 @@ def calls_of(log: list[tuple], engine_id: int) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("zero", [0, 3])
-def test_each_step_sleeps_updates_loads_then_wakes(models, tmp_path, monkeypatch, dist, zero):
-    built, log = train_recorded(models, tmp_path, monkeypatch, zero)
+@pytest.mark.parametrize(("zero", "team"), [(0, TEAM), (3, TEAM), (0, FROZEN_B)])
+def test_each_step_sleeps_updates_loads_then_wakes(models, tmp_path, monkeypatch, dist, zero, team):
+    assert "frozen" in FROZEN_B
+    built, log = train_recorded(models, tmp_path, monkeypatch, zero, team)
     step = ["generate", "sleep", "wake:weights", "load" if zero == 3 else "load-shared", "wake:kv_cache"]
-    for policy in built.values():
+    for name, policy in built.items():
         words = calls_of(log, id(policy.backend))
+        if policy.engine is None:  # frozen: never put to sleep (a vllm engine would lose its weights)
+            assert words == ["generate"] and policy.backend.version == 0
+            continue
         # per step (the first after step 0's evaluation): roll out, release, update, load, wake
-        assert words == [*step * STEPS, "generate"]  # the last: the final evaluation
+        assert words == [*step * STEPS, "generate"], name  # the last: the final evaluation
         assert policy.backend.version == STEPS
         generated_at = [c[2] for c in log if c[0] == "generate" and c[1] == id(policy.backend)]
         assert generated_at[-1] == STEPS and generated_at[0] == 0  # each rollout records its policy version
+    assert sum(p.engine is None for p in built.values()) == (team == FROZEN_B)
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     for row in metrics:
         parts = row["time/rollout"] + row["time/update"] + row["time/sync"]

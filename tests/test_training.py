@@ -718,5 +718,25 @@ def test_cli_errors_are_one_line(tmp_path, models, args, message):
     assert message in text and "\n" not in text and result.exception.code != 0
 
 
+def test_out_of_gpu_memory_is_one_line_with_the_remedies(tmp_path, monkeypatch):
+    import torch
+    from typer.testing import CliRunner
+
+    from srpo_dsl.cli.common import CliError
+    from srpo_dsl.rl import trainer
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.64 GiB.\nmore lines")
+
+    monkeypatch.setattr(trainer, "train", out_of_memory)
+    result = CliRunner().invoke(
+        _app(), ["train", str(write_team(tmp_path / "wf")), "--out", str(tmp_path / "r")]
+    )
+    assert isinstance(result.exception, CliError) and result.exception.code == 1
+    text = str(result.exception)
+    assert text.startswith("out of GPU memory: use a higher --zero stage") and "--micro-batches" in text
+    assert "\n" not in text and not (tmp_path / "r").exists()
+
+
 if __name__ == "__main__":
     {"update": update_worker, "train": train_worker}[sys.argv[1]](*sys.argv[2:])

@@ -121,7 +121,11 @@ def test_backend_generates_and_passes_sleep_and_wake_through(vllm, models):
     assert [len(r.logprobs) for r in results] == [len(r.response_token_ids) for r in results]
     with pytest.raises(BackendError, match="needs \\(name, tensor\\)"):
         engine.load_weights(None)
+    engine.wake_up(("weights",))  # awake already (as after a checkpoint is restored): nothing to wake
+    assert llm.calls == []
     engine.sleep()
+    with pytest.raises(BackendError, match="asleep"):
+        engine.generate([GenRequest("S 1+2=", 5)])
     engine.wake_up(("weights",))
     assert engine.load_weights(iter(dict(copy.deepcopy(llm.hf).named_parameters()).items())) == 1
     engine.wake_up(("kv_cache",))

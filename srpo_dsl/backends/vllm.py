@@ -58,6 +58,7 @@ class VLLMBackend:
             **engine_args,
         )
         self.sleep_mode = enable_sleep_mode
+        self.asleep: set[str] = set()  # what level-2 sleep released and no wake_up has restored yet
         self.tokenizer = self.llm.get_tokenizer()
         pad = self.tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else self.tokenizer.eos_token_id  # the trainer pads with it
@@ -71,6 +72,10 @@ class VLLMBackend:
 
         Prompts are tokenised as in the `hf` backend (`encode_prompts`), so both format alike.
         """
+        if self.asleep:
+            raise BackendError(
+                "the vllm engine is asleep (between sleep() and wake_up()): it cannot generate"
+            )
         prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests], self.use_chat_template)
         params = [
             self._sampling_params(
@@ -106,8 +111,11 @@ class VLLMBackend:
         """Level 2: weights and KV cache released (the trainer loads every weight again on waking)."""
         if self.sleep_mode:
             self.llm.sleep(level=2)
+            self.asleep = {"weights", "kv_cache"}
 
     def wake_up(self, tags: Sequence[str] | None = None) -> None:
-        """`("weights",)` before `load_weights`, then `("kv_cache",)`; None: both."""
-        if self.sleep_mode:
-            self.llm.wake_up(tags=list(tags) if tags else None)
+        """`("weights",)` before `load_weights`, then `("kv_cache",)`; None: both. Only what sleeps."""
+        waking = self.asleep & set(tags or ("weights", "kv_cache"))
+        if waking:
+            self.llm.wake_up(tags=sorted(waking))
+            self.asleep -= waking

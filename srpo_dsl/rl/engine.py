@@ -331,12 +331,13 @@ def vllm_engine(path: str, dist: Dist) -> RolloutEngine:
     """A colocated `vllm.LLM` on this rank's GPU: sleep mode on; under a launcher one engine per rank
     (`external_launcher`). Its share of GPU memory: SRPO_DSL_VLLM_MEMORY (default 0.3)."""
     from srpo_dsl.backends.vllm import VLLMBackend
+    from srpo_dsl.rl.fit import vllm_memory_share
 
     launched = dist.world_size > 1
     return VLLMBackend(
         path,
         dtype="bfloat16",
-        gpu_memory_utilization=float(os.environ.get("SRPO_DSL_VLLM_MEMORY", "0.3")),
+        gpu_memory_utilization=vllm_memory_share(),
         enable_sleep_mode=True,
         seed=dist.rank,
         **({"distributed_executor_backend": "external_launcher"} if launched else {}),

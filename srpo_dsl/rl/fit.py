@@ -6,13 +6,15 @@ Per GPU, with bf16 weights and gradients and fp32 master weights plus two Adam m
 mixed-precision layout DeepSpeed uses on CUDA): weights 2 bytes per parameter (split over the
 ranks under ZeRO-3), gradients 2 per trainable parameter (split from ZeRO-2), optimizer state
 12 per trainable parameter (split from ZeRO-1; none on the GPU when offloaded). The `hf`
-rollout engine adds a full bf16 copy under ZeRO-3 (it cannot generate from shards). Activations
+rollout engine adds a full bf16 copy under ZeRO-3 (it cannot generate from shards); the `vllm`
+engine takes its share of the GPU (`vllm_memory_share`) and holds frozen policies. Activations
 and logits come on top, so this is a lower bound: exceeding it means the run cannot fit at all.
 LoRA and adapter parameters are left out of the trainable count (a few percent at most).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,6 +23,11 @@ import torch
 from srpo_dsl.lang.graph import EventGraph
 
 WEIGHT, GRAD, OPTIMIZER = 2, 2, 12  # bytes per parameter (see above)
+
+
+def vllm_memory_share() -> float:
+    """The fraction of each GPU a colocated vLLM engine takes: SRPO_DSL_VLLM_MEMORY, default 0.3."""
+    return float(os.environ.get("SRPO_DSL_VLLM_MEMORY", "0.3"))
 
 
 @dataclass(frozen=True)
@@ -65,8 +72,8 @@ def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: Layout) ->
         if spec.base is not None:
             continue
         params = parameter_count(paths[name])
-        if not spec.trainable and name not in hosts:  # frozen: a plain module, never partitioned
-            out[name] = float(WEIGHT * params)
+        if not spec.trainable and name not in hosts:  # frozen: a plain module (vllm: in its own share)
+            out[name] = float(WEIGHT * params) if layout.backend == "hf" else 0.0
             continue
         trainable = params if spec.trainable and not spec.lora else 0
         out[name] = training_bytes(params, trainable, layout)
@@ -83,15 +90,18 @@ def fit_problem(needed: Mapping[str, float], available: float, layout: Layout) -
     return (
         f"the policies' weights, gradients and optimizer states need at least {gib['']} GiB per GPU under "
         f"ZeRO-{layout.zero} on {layout.world_size} GPU(s) (`{largest}` alone {gib[largest]} GiB), more "
-        f"than the GPU's {gib[' ']} GiB: use --zero 3 on more GPUs, --offload optimizer (or all with "
-        "--zero 3), or a lora(...) or adapter(...) policy"
+        f"than the {gib[' ']} GiB of the GPU left for training: use --zero 3 on more GPUs, --offload "
+        "optimizer (or all with --zero 3), or a lora(...) or adapter(...) policy"
     )
 
 
 def check_fit(
     graph: EventGraph, paths: Mapping[str, str], layout: Layout, device: torch.device
 ) -> str | None:
-    """On CUDA, `fit_problem` against this GPU's total memory (None on CPU: nothing to check)."""
+    """On CUDA, `fit_problem` against this GPU's memory less vLLM's share (None on CPU: nothing to check)."""
     if device.type != "cuda":
         return None
-    return fit_problem(needed_bytes(graph, paths, layout), torch.cuda.mem_get_info(device)[1], layout)
+    available = torch.cuda.mem_get_info(device)[1] * (
+        1 - vllm_memory_share() if layout.backend == "vllm" else 1
+    )
+    return fit_problem(needed_bytes(graph, paths, layout), available, layout)

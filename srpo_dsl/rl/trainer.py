@@ -138,7 +138,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     sleep(run.policies)
     stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys)
     clock.append(time.perf_counter())
-    sync_weights(run.policies, changed=stats["num_events"] > 0)
+    sync_weights(run.policies)
     clock.append(time.perf_counter())
     row = step_metrics(run, step, episodes, rows, stats, lr, clock) | memory_metrics(run.dist)
     if run.log is not None:  # the rollouts of checkpointed steps go to OUT/traces.jsonl
@@ -176,26 +176,18 @@ def trainable_rows(rows: Rows, policies: Mapping[str, Policy]) -> list[int]:
     return [i for i, e in enumerate(event_ids) if e in events]
 
 
-def rollout_engines(policies: Mapping[str, Policy]) -> list[Any]:
-    """Each distinct rollout engine once (policies on one base share theirs)."""
-    return list({id(p.backend): p.backend for p in policies.values()}.values())
-
-
 def sleep(policies: Mapping[str, Policy]) -> None:
-    """Before the update: every rollout engine releases its generation memory."""
-    for engine in rollout_engines(policies):
-        engine.sleep()
+    """Before the update: the rollout engine of every trained engine releases its generation memory
+    (frozen policies' engines stay awake: nothing of theirs changes)."""
+    for p in engine_owners(policies).values():
+        p.backend.sleep()
 
 
-def sync_weights(policies: Mapping[str, Policy], changed: bool = True) -> None:
-    """After the update: every engine's new weights reach its rollout engine (policy version + 1,
-    collective under ZeRO-3); engines without a trained policy (frozen ones) just wake up."""
-    pushed = {id(p.backend) for p in engine_owners(policies).values()} if changed else set()
-    for p in engine_owners(policies).values() if changed else []:
+def sync_weights(policies: Mapping[str, Policy]) -> None:
+    """After the update (also one that trained nothing: a level-2 sleep discarded vLLM's weights), each
+    engine's weights reach its rollout engine, which wakes: policy version + 1 (collective at ZeRO-3)."""
+    for p in engine_owners(policies).values():
         push_weights(p)
-    for engine in rollout_engines(policies):
-        if id(engine) not in pushed:
-            engine.wake_up()
 
 
 def memory_metrics(dist: Dist) -> dict[str, float]:
