@@ -5,7 +5,8 @@
 
 Memory. A team of N roles (N = 1, 3, 5 agents, one after another, each prompted `S a+b=`,
 at most 8 new tokens; the last one's boxed answer is rewarded; 1 prompt x 2 rollouts per
-step, so that activations stay small next to the weights), built five ways, each in a fresh
+step, each event in a micro-batch of its own, so that activations stay small next to the weights
+and the same whatever N), built five ways, each in a fresh
 process that prepares the run as `srpo-dsl train` does and runs 4 training steps (rollout,
 update, weight sync) before anything is measured:
   full      N trainable `hf(MODEL)` policies: N models, N DeepSpeed engines (math_nonsharing.srpo);
@@ -152,7 +153,8 @@ def team_text(kind: str, roles: int, model: str) -> str:
     steps = [f"parallel a{k}" for k in range(1, roles)] + [f"aggregate a{roles}"]
     head = [f"workflow team_{kind}_{roles}", *policies, "task arith(n = 64, seed = 0, eval_n = 8)"]
     reward = f"reward exact_match(a{roles}, task.answer) invalid -0.1"
-    train = "train with (objective = srpo, group = 2, batch = 1, lr = 1e-5, eval_size = 1)"
+    events = 2 * roles  # 1 prompt x 2 rollouts x `roles` singleton events: one per micro-batch
+    train = f"train with (objective = srpo, group = 2, batch = 1, lr = 1e-5, eval_size = 1, micro_batches = {events})"
     return "\n".join([*head, *agents, *steps, reward, train, ""])
 
 

@@ -350,6 +350,8 @@ def test_zero_stages_step_like_stage_0(models, dist, stage):
             {"a": models[0], "b": models[1]}, dist, zero=zero, micro_batches=2, grad_clip=0.5
         )
         out[zero] = parameters(policies), update(policies, rows, opts, dist, TEMPERATURES)
+        # one process at stage 0: no gradient "all-reduce" over one rank (and its flat copy)
+        assert policies["a"].engine.enable_backward_allreduce == (zero != 0)
         if zero == 3:
             assert all(
                 p.ds_numel and p.numel() == 0 for p in policies["a"].module.parameters()
