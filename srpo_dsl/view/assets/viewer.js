@@ -188,7 +188,9 @@
 
   function setup() {
     for (const t of data.eventTypes) $("f-type").appendChild(el("option", "", t)).value = t;
-    for (const id of ["f-prompt", "f-min", "f-max", "f-invalid", "f-type"]) $(id).addEventListener("input", refilter);
+    for (const id of ["f-prompt", "f-min", "f-max", "f-invalid", "f-type"]) {
+      for (const kind of ["input", "change"]) $(id).addEventListener(kind, refilter);
+    }
     $("filters").addEventListener("submit", (ev) => ev.preventDefault());
     $("prev").addEventListener("click", () => { state.page -= 1; renderList(); });
     $("next").addEventListener("click", () => { state.page += 1; renderList(); });
