@@ -30,7 +30,8 @@ def browser():
         if REQUIRED:
             pytest.fail(message + " and SRPO_DSL_BROWSER_TESTS=required")
         pytest.skip(message)
-    pytest.importorskip("selenium") if not REQUIRED else None
+    if not REQUIRED:
+        pytest.importorskip("selenium")
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager: never download a browser or a driver
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

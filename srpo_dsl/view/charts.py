@@ -23,7 +23,7 @@ def _ticks(low: float, high: float) -> tuple[float, float]:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.3g}"
+    return f"{x:.4g}"
 
 
 def line_chart(title: str, series: Sequence[Series]) -> str:
@@ -50,7 +50,7 @@ def line_chart(title: str, series: Sequence[Series]) -> str:
         colour = COLOURS[i % len(COLOURS)]
         points = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(s.steps, s.values))
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{points}"/>')
-        if len(s.steps) <= 40:  # few points (evaluations): marked, each with its value
+        if len(s.steps) <= 25:  # few points (evaluations): marked, each with its value
             parts += [
                 f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}">'
                 f"<title>{escape(s.name)} at step {_fmt(x)}: {_fmt(y)}</title></circle>"

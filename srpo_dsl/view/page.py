@@ -14,6 +14,11 @@ from srpo_dsl.view.episodes import episode_json
 from srpo_dsl.view.graph_svg import graph_svg
 from srpo_dsl.view.source import Source, ViewError
 
+ROLE_UPDATE_PANELS = {  # charted after the per-role panels of `plot`: what the update did per role
+    "abs_advantage": "Mean |advantage| per role",
+    "clip_fraction": "Clip fraction per role",
+}
+
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -81,12 +86,9 @@ def curves(source: Source) -> list[str]:
                 Series(f"Pass@{curve.k}", curve.steps, curve.passed),
             ]
             charts.append(line_chart(f"Held-out Avg@{curve.k} / Pass@{curve.k} (%)", held))
-        metrics = dict.fromkeys(
-            k.split("/")[2] for r in rows for k in r if k.startswith("role/") and k.count("/") == 2
-        )
-        for metric in metrics:
+        for metric, title in (ROLE_PANELS | ROLE_UPDATE_PANELS).items():
             series = [Series(s.role, s.steps, s.values) for s in role_series(rows, metric)]
-            charts.append(line_chart(ROLE_PANELS.get(metric, f"{metric} per role"), series))
+            charts.append(line_chart(title, series))
     except (KeyError, TypeError, ValueError) as exc:
         raise ViewError(
             f"{source.traces.parent}: not a training run's metrics ({type(exc).__name__}: {exc})"
