@@ -47,6 +47,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def complete_lines(text: str) -> tuple[list[str], int | None]:
+    """The lines of a JSON Lines text but an unfinished last one (a writer killed mid-line: no final
+    newline and not valid JSON), and that line's 1-based number (None: the text is whole)."""
+    lines = text.splitlines()
+    if not lines or text.endswith("\n"):
+        return lines, None
+    try:
+        json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return lines[:-1], len(lines)
+    return lines, None
+
+
 def truncate_jsonl(path: Path, last_step: int) -> None:
     """Keep the rows up to `last_step` (a resumed run rewrites what came after its checkpoint)."""
     if path.exists():

@@ -286,6 +286,33 @@ def test_a_training_step_logs_the_metrics_of_its_rollouts(team_run: Path) -> Non
     assert all(math.isfinite(v) for v in row.values())
 
 
+def test_the_traces_record_what_the_update_did_with_each_event(team_run: Path) -> None:
+    """Each event's advantages are its rows' (recomputed from the traces); its clip fractions, weighted by
+    its tokens, give back the event type's logged clip fraction (grpo clips tokens)."""
+    from srpo_dsl.rl.rows import build_rows
+    from srpo_dsl.runtime.traces import read_traces
+
+    (row,) = [json.loads(line) for line in (team_run / "metrics.jsonl").read_text().splitlines()]
+    traces = read_traces(team_run / "traces.jsonl")
+    rows = build_rows(traces, "grpo")
+    advantage = dict(zip(rows.members, rows.advantages.tolist()))
+    events = [e for t in traces for e in t.events]
+    assert all(e.update is not None for e in events) and len(advantage) == 24
+    for e in events:
+        assert e.update.advantages == pytest.approx(
+            [advantage[e.event_id, m.member_index] for m in e.members]
+        )
+    for event_type in ("parallel:solver", "aggregate:aggregator"):
+        typed = [e for e in events if e.event_type == event_type]
+        tokens = [sum(len(m.response_token_ids) for m in e.members) for e in typed]
+        weighted = sum(e.update.clip_fraction * n for e, n in zip(typed, tokens)) / sum(tokens)
+        assert weighted == pytest.approx(row[f"event/{event_type}/clip_fraction"])
+    assert len({e.update.clip_fraction for e in events}) > 2  # fractions of tokens, not one flag
+    from srpo_dsl.lang.export import from_json
+
+    assert from_json((team_run / "graph.json").read_text()).graph["hash"] == traces[0].graph_hash
+
+
 def test_evaluation_and_tensorboard_get_the_role_metrics(team_run: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -11,6 +11,7 @@ from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, CliError, eprint, pri
 from srpo_dsl.cli.lang_cmds import compile_cmd, validate
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
 from srpo_dsl.cli.train_cmds import export_cmd, plot_cmd, train_cmd
+from srpo_dsl.cli.view_cmds import view
 from srpo_dsl.runtime.usercode import UserCodeError
 
 app = typer.Typer(
@@ -27,6 +28,7 @@ app.command("render")(render)
 app.command("run")(run)
 app.command("eval")(eval_cmd)
 app.command("audit")(audit)
+app.command("view")(view)
 app.command("train")(train_cmd)
 app.command("plot")(plot_cmd)
 app.command("export")(export_cmd)

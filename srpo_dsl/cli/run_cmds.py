@@ -111,7 +111,7 @@ def run(
     model: list[str] = MODEL,
     device: Device | None = DEVICE,
     out: Path = typer.Option(
-        Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json)."
+        Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json, graph.json)."
     ),
 ) -> None:
     """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/1).
@@ -122,6 +122,7 @@ def run(
 
       srpo-dsl run workflows/math_fixed.srpo --backend scripted --model replies.json --limit 2
     """
+    from srpo_dsl.rl.runlog import write_graph
     from srpo_dsl.runtime.traces import to_trace, write_traces
 
     wf, backends, tools = _setup(workflow, backend, model, device)
@@ -130,6 +131,7 @@ def run(
     traces = [to_trace(ep, wf.graph.hash) for ep in episodes]
     with staged_output(out) as stage:
         write_traces(stage / "traces.jsonl", traces)
+        write_graph(stage, wf.graph)
         summary = _summary(traces)
         write_atomic(stage / "summary.json", json.dumps(summary, indent=2) + "\n")
     print(
@@ -196,7 +198,9 @@ def eval_cmd(
     backend: BackendKind = BACKEND,
     model: list[str] = MODEL,
     device: Device | None = DEVICE,
-    out: Path = typer.Option(Path("runs/eval"), "--out", help="Output folder (metrics.json, traces)."),
+    out: Path = typer.Option(
+        Path("runs/eval"), "--out", help="Output folder (metrics.json, traces, graph.json)."
+    ),
 ) -> None:
     """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, cost per query.
 
@@ -209,6 +213,7 @@ def eval_cmd(
       srpo-dsl eval workflows/quickstart.srpo -k 4 --limit 64
     """
     from srpo_dsl.rl.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
+    from srpo_dsl.rl.runlog import write_graph
     from srpo_dsl.runtime.metrics import dataset_metrics, macro_average
     from srpo_dsl.runtime.traces import to_trace, write_traces
 
@@ -226,6 +231,7 @@ def eval_cmd(
     avg, pas = macro_average(rows)
     with staged_output(out) as stage:
         write_traces(stage / "traces.jsonl", all_traces)
+        write_graph(stage, wf.graph)
         metrics = {
             "k": k,
             "datasets": [{**r.__dict__, "invalid_rate": rates} for r, rates in zip(rows, invalid)],

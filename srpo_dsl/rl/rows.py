@@ -60,6 +60,7 @@ class Rows:
     prompt_ids: list[str]
     roles: list[str]
     policies: list[str]
+    members: list[tuple[str, int]]  # (event id, member index): the row's member in the traces
     returns: Tensor  # [N] return R of the row's episode (its role's, when the reward scored roles)
     advantages: Tensor  # [N]
     dropped_events: int  # incomplete events left out
@@ -88,6 +89,7 @@ class Rows:
             _pick(self.prompt_ids, index),
             _pick(self.roles, index),
             _pick(self.policies, index),
+            _pick(self.members, index),
             self.returns[idx],
             self.advantages[idx],
             self.dropped_events,
@@ -126,6 +128,7 @@ def build_rows(episodes: Sequence[_Episode], objective: str) -> Rows:
         prompt_ids,
         roles,
         [m.policy for _, _, m in flat],
+        [(e.event_id, m.member_index) for _, e, m in flat],
         returns,
         advantages,
         marked + dropped,

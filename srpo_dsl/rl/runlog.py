@@ -1,4 +1,5 @@
-"""A training run's outputs, written by rank 0: metrics.jsonl, eval.jsonl, TensorBoard, traces, config."""
+"""A training run's outputs, written by rank 0: metrics.jsonl, eval.jsonl, TensorBoard, traces, config,
+the event graph."""
 
 from __future__ import annotations
 
@@ -7,37 +8,57 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.io import append_jsonl, truncate_jsonl, write_json
+from srpo_dsl.io import append_jsonl, truncate_jsonl, write_atomic, write_json
+from srpo_dsl.lang.export import to_json
+from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.runtime.episode import Episode
-from srpo_dsl.runtime.traces import to_trace, write_traces
+from srpo_dsl.runtime.traces import EventUpdate, to_trace, write_traces
 
-METRICS, EVAL, CONFIG, TRACES = "metrics.jsonl", "eval.jsonl", "config.json", "traces.jsonl"
+METRICS, EVAL, CONFIG, TRACES, GRAPH = (
+    "metrics.jsonl",
+    "eval.jsonl",
+    "config.json",
+    "traces.jsonl",
+    "graph.json",
+)
+
+
+def write_graph(out: Path, graph: EventGraph) -> None:
+    """OUT/graph.json: the workflow's event graph (node-link JSON), so the run is viewable without it."""
+    write_atomic(out / GRAPH, to_json(graph.to_networkx()) + "\n")
 
 
 class RunLog:
     """Appends one row per step (and per evaluation); a resumed run first drops rows after its checkpoint."""
 
-    def __init__(self, out: Path, config: Mapping[str, Any], start: int, graph_hash: str):
+    def __init__(self, out: Path, config: Mapping[str, Any], start: int, graph: EventGraph):
         from torch.utils.tensorboard import SummaryWriter
 
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / CONFIG, config)
+        write_graph(out, graph)
         for name in (METRICS, EVAL):
             truncate_jsonl(out / name, start if start else -1)
         self.out = out
-        self.graph_hash = graph_hash
+        self.graph_hash = graph.hash
         self.writer = SummaryWriter(
             str(out / "tb"), purge_step=start + 1 if start else 0
         )  # drop a killed tail
 
-    def step(self, row: Mapping[str, float], episodes: Sequence[Episode]) -> None:
-        """A training step's metrics; its rollouts, when given, replace OUT/traces.jsonl."""
+    def step(
+        self,
+        row: Mapping[str, float],
+        episodes: Sequence[Episode],
+        updates: Mapping[str, EventUpdate] | None = None,
+    ) -> None:
+        """A training step's metrics; its rollouts, when given, replace OUT/traces.jsonl (with `updates`:
+        event id -> what the update did with it)."""
         append_jsonl(self.out / METRICS, row)
         for key, value in row.items():
             if key != "step":
                 self.writer.add_scalar(f"train/{key}", value, row["step"])
         if episodes:
-            write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash) for ep in episodes])
+            write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash, updates) for ep in episodes])
         self.writer.flush()
 
     def evaluation(self, row: Mapping[str, Any]) -> None:
@@ -57,7 +78,7 @@ class RunLog:
         """Remove what this log wrote (a fresh run that failed before its first checkpoint), and the
         output folder too when nothing else is in it."""
         self.writer.close()
-        for name in (METRICS, EVAL, CONFIG, TRACES):
+        for name in (METRICS, EVAL, CONFIG, TRACES, GRAPH):
             (self.out / name).unlink(missing_ok=True)
         shutil.rmtree(self.out / "tb", ignore_errors=True)
         if not any(self.out.iterdir()):

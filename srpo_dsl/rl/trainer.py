@@ -27,6 +27,7 @@ from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
 from srpo_dsl.rl.engine import Dist, Policy, all_reduce, barrier, engine_owners, push_weights
+from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.names import ROLLOUT_ENGINES
 from srpo_dsl.rl.role_metrics import (
     MetricKeys,
@@ -136,13 +137,17 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     clock.append(time.perf_counter())
     lr = next(p.engine.get_lr()[0] for p in run.policies.values() if p.engine is not None)
     sleep(run.policies)
-    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys)
+    # a checkpointed step's rollouts go to OUT/traces.jsonl, with what the update did with each event
+    traced = run.log is not None and due(step, run.opts.save_every, run.opts.steps)
+    clips = torch.zeros(len(rows), 2, dtype=torch.float64) if traced else None
+    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys, clips)
     clock.append(time.perf_counter())
     sync_weights(run.policies)
     clock.append(time.perf_counter())
     row = step_metrics(run, step, episodes, rows, stats, lr, clock) | memory_metrics(run.dist)
-    if run.log is not None:  # the rollouts of checkpointed steps go to OUT/traces.jsonl
-        run.log.step(row, episodes if due(step, run.opts.save_every, run.opts.steps) else [])
+    if run.log is not None:
+        updates = event_updates(rows.members, rows.advantages, clips) if clips is not None else {}
+        run.log.step(row, episodes if traced else [], updates)
     return row
 
 
@@ -367,7 +372,7 @@ def prepare_run(
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
     start = restore(found, state, policies, dist) if state is not None else 0
-    log = RunLog(out, config, start, wf.graph.hash) if dist.rank == 0 else None
+    log = RunLog(out, config, start, wf.graph) if dist.rank == 0 else None
     temperatures, keys = node_temperatures(wf.graph), MetricKeys.of(wf.graph)
     return Run(
         out, wf, opts, dist, policies, executor, tasks, eval_tasks, temperatures, keys, config, start, log

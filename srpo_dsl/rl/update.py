@@ -350,11 +350,14 @@ def update(
     dist: Dist,
     temperatures: Temperatures,
     keys: MetricKeys | None = None,
+    row_clips: Tensor | None = None,
 ) -> dict[str, float]:
     """`opts.epochs` optimizer steps of every engine on this rank's `rows` (collective over ranks).
 
     Returns loss, grad_norm, clip_fraction (means over epochs) and the global counts; with
     `keys`, also the clip fraction of each role and event type (`role/R/clip_fraction`, ...).
+    A given `row_clips` ([N, 2] float64, zeros) receives each row's (clipped units, units) over
+    every epoch, for the traces (`rl/event_updates.py`).
     """
     device = dist.device
     batch = Batch.of(rows, temperatures, policies)
@@ -372,6 +375,8 @@ def update(
     s = Step(leads, batch, opts, dist, groups, counts, old, ref, mask, event_ids, advantages)
     epochs = [run_epoch(s, plan) for _ in range(opts.epochs)]
     clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
+    if row_clips is not None:
+        row_clips.copy_(clips)
     by_key = keys.sums(clips, rows.event_types).flatten().tolist() if keys else []
     loss, clipped, weight, *by_key = all_reduce(
         [sum(t.loss for t, _ in epochs), *clips.sum(0).tolist(), *by_key], device

@@ -1,20 +1,22 @@
 """Event traces (`srpo-trace/1`): the contract between rollouts and training.
 
 JSON Lines, one episode per line, written atomically. `read_traces` validates every line
-with pydantic and reports incomplete events; the trainer reads nothing else.
+with pydantic and reports incomplete events; the trainer reads nothing else. A training
+run's traces also carry, per trained event, what the update did with it (`EventUpdate`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from srpo_dsl.io import write_lines_atomic
+from srpo_dsl.io import complete_lines, write_lines_atomic
 from srpo_dsl.runtime.episode import Cost, Episode, Event, Member
 
 SCHEMA = "srpo-trace/1"
@@ -22,6 +24,17 @@ SCHEMA = "srpo-trace/1"
 
 class TraceError(Exception):
     """A trace file that cannot be read; the message names the file and line."""
+
+
+class EventUpdate(BaseModel):
+    """What the training update did with one event: its members' advantages (in member order) and
+    the clipped fraction of its clipping units over every epoch (srpo: the event's one ratio, so 0
+    or 1 with one epoch; grpo and drmas: its tokens; seq: its rows); None when it had no unit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    advantages: list[float]
+    clip_fraction: float | None
 
 
 class TraceEvent(BaseModel):
@@ -35,6 +48,7 @@ class TraceEvent(BaseModel):
     complete: bool
     members: list[Member]
     observations: list[dict] = []
+    update: EventUpdate | None = None  # training traces only: the event was trained at this step
 
     @model_validator(mode="after")
     def _complete_means_all_members(self) -> TraceEvent:
@@ -69,6 +83,9 @@ class TraceEpisode(BaseModel):
     def model_dump_line(self) -> str:
         data = self.model_dump()
         data["schema"] = data.pop("schema_")
+        for event in data["events"]:
+            if event["update"] is None:  # rollouts outside training: the key is left out
+                del event["update"]
         return json.dumps(data, separators=(",", ":"))
 
     @property
@@ -76,7 +93,9 @@ class TraceEpisode(BaseModel):
         return [e for e in self.events if not e.complete]
 
 
-def to_trace(ep: Episode, graph_hash: str) -> TraceEpisode:
+def to_trace(ep: Episode, graph_hash: str, updates: Mapping[str, EventUpdate] | None = None) -> TraceEpisode:
+    """The episode's trace; `updates`: event id -> what the training update did with it."""
+    updates = updates or {}
     return TraceEpisode(
         episode_id=ep.episode_id,
         prompt_id=ep.prompt_id,
@@ -87,16 +106,16 @@ def to_trace(ep: Episode, graph_hash: str) -> TraceEpisode:
         answer=ep.answer,
         invalid_actions=ep.invalid_actions,
         cost=ep.cost,
-        events=[_event(e) for e in ep.events],
+        events=[_event(e, updates.get(e.event_id)) for e in ep.events],
         role_rewards=ep.role_rewards,
         tool_errors=ep.tool_errors,
     )
 
 
-def _event(e: Event) -> TraceEvent:
+def _event(e: Event, update: EventUpdate | None) -> TraceEvent:
     """The executor's event as its trace record (members are shared, not copied: they are frozen)."""
     fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
-    return TraceEvent(**fields)
+    return TraceEvent(**fields, update=update)
 
 
 def write_traces(path: Path, episodes: Iterable[TraceEpisode]) -> None:
@@ -106,26 +125,56 @@ def write_traces(path: Path, episodes: Iterable[TraceEpisode]) -> None:
 
 def read_traces(path: Path) -> list[TraceEpisode]:
     """Validate and load every episode; `TraceError` names the first bad line."""
+    lines = _read(path).splitlines()
+    return [parse_episode(path, i, line) for i, line in enumerate(lines, 1) if line.strip()]
+
+
+@dataclass(frozen=True)
+class PartialTraces:
+    """The complete episodes of a traces file whose writer may have been killed mid-line."""
+
+    episodes: list[TraceEpisode]
+    cut_line: int | None  # the unfinished last line left out (None: the file is whole)
+
+
+def read_partial_traces(path: Path) -> PartialTraces:
+    """As `read_traces`, but an unfinished last line (no newline, not valid JSON) is left out;
+    `TraceError` when any other line is bad or no episode is complete."""
+    lines, cut = complete_lines(_read(path))
+    episodes = [parse_episode(path, i, line) for i, line in enumerate(lines, 1) if line.strip()]
+    if not episodes:
+        what = f"only an unfinished line {cut}" if cut else "no episode"
+        raise TraceError(f"{path}: {what} (an empty or truncated traces file)")
+    return PartialTraces(episodes, cut)
+
+
+def parse_episode(path: Path, lineno: int, line: str) -> TraceEpisode:
+    """One line as an episode; `TraceError` at `path:lineno` for bad JSON, schema or fields."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = json.loads(line)
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+            raise TraceError(
+                f"{path}:{lineno}: schema {found!r} is not {SCHEMA} (written by another version of srpo-dsl?)"
+            )
+        data["schema_"] = data.pop("schema")
+        return TraceEpisode.model_validate(data)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise TraceError(f"{path}:{lineno}: {where}: {err['msg']}") from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TraceError(f"cannot read {path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"cannot read {path}: it is a directory") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"cannot read {path}: not UTF-8 text") from None
     except OSError as exc:
         raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
-    out = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            if data.get("schema") != SCHEMA:
-                raise TraceError(f"{path}:{i}: not a {SCHEMA} episode (schema {data.get('schema')!r})")
-            data["schema_"] = data.pop("schema")
-            out.append(TraceEpisode.model_validate(data))
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(x) for x in err["loc"])
-            raise TraceError(f"{path}:{i}: {where}: {err['msg']}") from None
-    return out

@@ -1,0 +1,144 @@
+"""What `srpo-dsl view` reads: a run folder (a `run`, `eval` or `train` output) or a traces file.
+
+The traces are required; the event graph comes from `--workflow`, else the run's graph.json,
+else the workflow named in its config.json; a training run adds its metrics.jsonl and
+eval.jsonl. A file cut by a killed writer is read up to its last complete line, with a note.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srpo_dsl.io import complete_lines
+from srpo_dsl.rl.runlog import CONFIG, EVAL, GRAPH, METRICS, TRACES
+from srpo_dsl.runtime.traces import TraceEpisode, TraceError, read_partial_traces
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+
+class ViewError(Exception):
+    """Input the viewer cannot show; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Source:
+    traces: Path
+    episodes: list[TraceEpisode]
+    graph: nx.DiGraph | None
+    config: dict[str, Any] | None
+    metrics: list[dict[str, Any]]
+    evals: list[dict[str, Any]]
+    notes: list[str]  # what the page says about its input: cut files, a missing graph
+
+
+def load_source(path: Path, workflow: Path | None = None) -> Source:
+    """Read everything the page shows; `ViewError` for a missing or unreadable traces file."""
+    if not path.exists():
+        raise ViewError(f"cannot read {path}: no such file or folder")
+    traces = path / TRACES if path.is_dir() else path
+    if not traces.is_file():
+        raise ViewError(f"{path}: no {TRACES} in it (a training run writes it at its first checkpoint)")
+    try:
+        partial = read_partial_traces(traces)
+    except TraceError as exc:
+        raise ViewError(str(exc)) from None
+    notes = []
+    if partial.cut_line is not None:
+        notes.append(
+            f"{traces.name}: line {partial.cut_line} is unfinished (its writer was stopped); "
+            f"showing the {len(partial.episodes)} complete episodes before it"
+        )
+    folder = traces.parent
+    config = read_config(folder / CONFIG, notes)
+    metrics = read_rows(folder / METRICS, notes)
+    evals = read_rows(folder / EVAL, notes)
+    graph = find_graph(folder, config, workflow, partial.episodes, notes)
+    return Source(traces, partial.episodes, graph, config, metrics, evals, notes)
+
+
+def read_config(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        notes.append(f"{path.name} is not readable JSON ({type(exc).__name__}): its settings are not shown")
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def read_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """The rows of a metrics file (none if absent), without an unfinished last line."""
+    if not path.is_file():
+        return []
+    try:
+        lines, cut = complete_lines(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ViewError(f"cannot read {path}: {type(exc).__name__}") from None
+    rows = []
+    for i, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError as exc:
+            raise ViewError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
+        if row is not None:
+            rows.append(row)
+    if cut is not None:
+        notes.append(f"{path.name}: line {cut} is unfinished (the run was stopped mid-step); left out")
+    return rows
+
+
+def find_graph(
+    folder: Path, config: dict | None, workflow: Path | None, episodes: list[TraceEpisode], notes: list[str]
+) -> nx.DiGraph | None:
+    """The workflow's graph whose hash the traces carry, or None with a note saying why."""
+    hashes = sorted({ep.graph_hash for ep in episodes})
+    if len(hashes) > 1:
+        notes.append(
+            f"the traces come from {len(hashes)} workflow graphs ({', '.join(hashes)}); none is shown"
+        )
+        return None
+    recorded = config.get("workflow") if config else None
+    if workflow is not None:
+        graph, origin = compile_graph(workflow), str(workflow)
+    elif (folder / GRAPH).is_file():
+        graph, origin = read_graph(folder / GRAPH), GRAPH
+    elif recorded and Path(recorded).is_file():
+        graph, origin = compile_graph(Path(recorded)), str(recorded)
+    else:
+        notes.append("no event graph recorded with these traces (pass --workflow FILE.srpo to show it)")
+        return None
+    if graph.graph.get("hash") != hashes[0]:
+        notes.append(
+            f"the graph of {origin} has hash {graph.graph.get('hash')}, the traces {hashes[0]}: not shown"
+        )
+        return None
+    return graph
+
+
+def read_graph(path: Path) -> nx.DiGraph:
+    from srpo_dsl.lang.export import from_json
+
+    try:
+        return from_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ViewError(f"{path}: not a node-link event graph ({type(exc).__name__})") from None
+
+
+def compile_graph(workflow: Path) -> nx.DiGraph:
+    from srpo_dsl.lang.analysis import load_graph
+    from srpo_dsl.lang.errors import SrpoError
+
+    if not workflow.is_file():
+        raise ViewError(f"cannot read {workflow}: no such file")
+    try:
+        return load_graph(workflow).to_networkx()
+    except SrpoError as err:
+        first = err.diagnostics[0]
+        raise ViewError(f"{first.span}: error[{first.code}]: {first.message}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ViewError(f"cannot read {workflow}: {type(exc).__name__}") from None
