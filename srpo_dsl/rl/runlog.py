@@ -12,6 +12,7 @@ from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.traces import to_trace, write_traces
 
 METRICS, EVAL, CONFIG, TRACES = "metrics.jsonl", "eval.jsonl", "config.json", "traces.jsonl"
+EVAL_PROMPTS = "eval_prompts.jsonl"  # per evaluation: each held-out prompt's correct samples out of k
 
 
 class RunLog:
@@ -22,7 +23,7 @@ class RunLog:
 
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / CONFIG, config)
-        for name in (METRICS, EVAL):
+        for name in (METRICS, EVAL, EVAL_PROMPTS):
             truncate_jsonl(out / name, start if start else -1)
         self.out = out
         self.graph_hash = graph_hash
@@ -40,8 +41,10 @@ class RunLog:
             write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash) for ep in episodes])
         self.writer.flush()
 
-    def evaluation(self, row: Mapping[str, Any]) -> None:
-        """A held-out evaluation: Avg@k, Pass@k and the per-role invalid-output rates (`role/R/...`)."""
+    def evaluation(self, row: Mapping[str, Any], prompts: Mapping[str, Any]) -> None:
+        """A held-out evaluation: Avg@k, Pass@k, cost and the per-role invalid-output rates (`role/R/...`);
+        `prompts`: its per-prompt outcomes (eval_prompts.jsonl)."""
+        append_jsonl(self.out / EVAL_PROMPTS, prompts)
         append_jsonl(self.out / EVAL, row)
         self.writer.add_scalar(f"eval/avg_at_{row['k']}", row["avg_at_k"], row["step"])
         self.writer.add_scalar(f"eval/pass_at_{row['k']}", row["pass_at_k"], row["step"])
@@ -57,7 +60,7 @@ class RunLog:
         """Remove what this log wrote (a fresh run that failed before its first checkpoint), and the
         output folder too when nothing else is in it."""
         self.writer.close()
-        for name in (METRICS, EVAL, CONFIG, TRACES):
+        for name in (METRICS, EVAL, EVAL_PROMPTS, CONFIG, TRACES):
             (self.out / name).unlink(missing_ok=True)
         shutil.rmtree(self.out / "tb", ignore_errors=True)
         if not any(self.out.iterdir()):
