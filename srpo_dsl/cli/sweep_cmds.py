@@ -63,19 +63,15 @@ def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
     try:
         exp = load_experiment(experiment)
         problems = workflow_errors(exp)
-        if problems:
-            raise ExperimentError(problems)
+        if problems:  # as `srpo-dsl validate` shows them: position, source line, hint
+            eprint("\n\n".join(problems))
+            raise CliError(
+                f"{len(problems)} error(s) in the experiment's workflows: no run started", EXIT_INPUT
+            )
         out.mkdir(parents=True, exist_ok=True)
         state = open_state(out, exp)
     except ExperimentError as err:
-        for line in err.lines[1:]:
-            eprint(line)
-        raise CliError(
-            str(err.lines[0]).split("\n")[0]
-            if len(err.lines) == 1
-            else f"{len(err.lines)} error(s) in the workflows above",
-            EXIT_INPUT,
-        ) from None
+        raise CliError(err.lines[0], EXIT_INPUT) from None
     except OSError as exc:
         raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
     sweep = Sweep(exp, out, state, jobs)

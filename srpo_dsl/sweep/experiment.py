@@ -128,7 +128,8 @@ def load_experiment(path: Path) -> Experiment:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        line, col = getattr(exc, "lineno", 1), getattr(exc, "colno", 1)
+        at = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))  # tomllib's own position
+        line, col = (at.group(1), at.group(2)) if at else (1, 1)
         raise ExperimentError([f"{path}:{line}:{col}: error: {str(exc).split(' (at')[0]}"]) from None
     where = Where(path, text)
     try:

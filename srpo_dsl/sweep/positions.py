@@ -25,6 +25,8 @@ def locate(text: str, path: Sequence[str | int]) -> tuple[int, int]:
         m = KEY.match(lines[i])
         if rest and m and m.group(2).strip("\"'") == rest[0]:
             return i + 1, len(m.group(1)) + 1
+    if not table and rest:  # a top-level name that is a table of its own: `[extra]`
+        start, _, found = table_span(lines, (rest[0],))
     return start + 1, 1
 
 
