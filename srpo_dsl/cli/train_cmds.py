@@ -135,25 +135,11 @@ def train_cmd(
     for path in (workflow, ds_config, *eval_data):
         if path is not None and not path.is_file():
             raise CliError(f"cannot read {path}: no such file")
-    flags = {
-        "steps": steps,
-        "objective": objective and objective.value,
-        "set_norm": set_norm and set_norm.value,
-        "lr": lr,
-        "group": group,
-        "batch": batch,
-        "zero": zero,
-        "micro_batches": micro_batches,
-        "seed": seed,
-    }
-    overrides = parse_options(option) | {k: v for k, v in flags.items() if v is not None}
-    options = {
-        "eval_data": eval_data,
-        "ds_config": ds_config,
-        "offload": offload.value,
-        "backend": backend.value,
-    }
-    options["device"] = device and device.value
+    flags = {"steps": steps, "lr": lr, "group": group, "batch": batch, "zero": zero, "seed": seed}
+    flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
+    overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
+    options = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
+    options |= {"offload": offload.value, "backend": backend.value}
     with libraries_quiet(not verbose):
         history = run_training(workflow, out, overrides, resume, model, options)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher

@@ -40,7 +40,8 @@ def plot_curves(cells: list[CellResult], k: int | None, path: Path) -> None:
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="best", fontsize="small")
+    if any(cell.runs for cell in cells):
+        axes[0].legend(loc="best", fontsize="small")
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=120)
