@@ -6,10 +6,14 @@ Light to import: the runs are subprocesses; numpy and matplotlib load only for t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from srpo_dsl.cli.common import EXIT_INPUT, CliError, eprint
+
+if TYPE_CHECKING:
+    from srpo_dsl.sweep.runner import Job, Sweep
 
 EXPERIMENT = typer.Argument(None, help="An experiment file (TOML; see docs/training.md).", show_default=False)
 OUT = typer.Option(None, "--out", help="The sweep folder (runs, logs, state, results).")
@@ -52,11 +56,8 @@ def sweep_cmd(
 
 def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
     """Check everything, run what is left with a live view, write the results; the number of failed runs."""
-    from rich.console import Console
-    from rich.live import Live
-
     from srpo_dsl.sweep.experiment import ExperimentError, load_experiment, workflow_errors
-    from srpo_dsl.sweep.progress import summary, view
+    from srpo_dsl.sweep.progress import summary
     from srpo_dsl.sweep.runner import Sweep
     from srpo_dsl.sweep.state import open_state
 
@@ -76,13 +77,35 @@ def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
         raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
     sweep = Sweep(exp, out, state, jobs)
     todo = sweep.todo()
-    console = Console(stderr=True)
-    with Live(view(state), console=console, refresh_per_second=2) as live:
-        sweep.on_change = lambda: live.update(view(state))
-        sweep.run(todo)
+    watched(sweep, todo)
     print(f"{len(state.runs)} runs: {summary(state)}")
     print_written(report_files(out))
     return state.counts()["failed"]
+
+
+def watched(sweep: Sweep, todo: list[Job]) -> None:
+    """Run `todo` with a live table on a terminal, or a line per change of the counts in a log."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from srpo_dsl.sweep.progress import summary, view
+
+    console, state = Console(stderr=True), sweep.state
+    if console.is_terminal:
+        with Live(view(state), console=console, refresh_per_second=2) as live:
+            sweep.on_change = lambda: live.update(view(state))
+            sweep.run(todo)
+        return
+    shown = [""]
+
+    def line() -> None:
+        if summary(state) != shown[0]:
+            shown[0] = summary(state)
+            eprint(f"sweep: {shown[0]}")
+
+    sweep.on_change = line
+    sweep.run(todo)
+    console.print(view(state))
 
 
 def report_files(folder: Path) -> list[Path]:
