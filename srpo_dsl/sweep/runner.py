@@ -9,6 +9,7 @@ change, so a killed sweep resumes where it was.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -132,7 +133,17 @@ class Sweep:
             self.update(job, status="failed", exit_code=code, error=last_error(log), wall_s=wall)
 
     def run(self, jobs: list[Job]) -> None:
-        """Every job, `self.jobs` at a time; on an interrupt the running ones are stopped (resumable)."""
+        """Every job, `self.jobs` at a time; on an interrupt (SIGINT, or SIGTERM in the main thread) the
+        running ones are stopped and stay resumable."""
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, interrupted) if main else None
+        try:
+            self.run_all(jobs)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+
+    def run_all(self, jobs: list[Job]) -> None:
         with ThreadPoolExecutor(max_workers=self.jobs) as pool:
             futures = [pool.submit(self.run_one, job) for job in jobs]
             try:
@@ -145,6 +156,11 @@ class Sweep:
                 for proc in list(self.procs.values()):
                     proc.terminate()
                 raise
+
+
+def interrupted(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl-C: the sweep stops its runs and exits (130) instead of orphaning them."""
+    raise KeyboardInterrupt
 
 
 __all__ = ["Job", "Sweep", "train_command"]
