@@ -102,3 +102,45 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert (out / "results.json").read_text() == before
     assert (out / "curves.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_train_evaluates_each_eval_data_file_and_their_macro_mean(tmp_path):
+    from srpo_dsl.envs.arith import make_arith_tasks
+
+    files = []
+    for name, n in (("small", 3), ("large", 5)):
+        files.append(tmp_path / f"{name}.jsonl")
+        tasks = make_arith_tasks(n, 7, 99, heldout=True)
+        files[-1].write_text(
+            "".join(
+                json.dumps({"id": t["id"], "question": t["question"], "answer": t["answer"]}) + "\n"
+                for t in tasks
+            )
+        )
+    out = tmp_path / "run"
+    args = ["--steps", "1", "--batch", "2", "--group", "2", "--option", "eval_k=2"]
+    result = cli(
+        "train",
+        "workflows/quickstart.srpo",
+        "--out",
+        out,
+        *args,
+        "--eval-data",
+        files[0],
+        "--eval-data",
+        files[1],
+        env=_env(),
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    for row, prompts in zip(read_jsonl(out / "eval.jsonl"), read_jsonl(out / "eval_prompts.jsonl")):
+        assert list(row["datasets"]) == ["small", "large"] and row["n_prompts"] == 8
+        for name, n in (("small", 3), ("large", 5)):
+            correct = prompts["datasets"][name]["correct"]
+            assert len(correct) == n and row["datasets"][name]["avg_at_k"] == pytest.approx(
+                sum(correct) / (2 * n)
+            )
+        assert row["avg_at_k"] == pytest.approx(
+            (row["datasets"]["small"]["avg_at_k"] + row["datasets"]["large"]["avg_at_k"]) / 2
+        )
+    assert json.loads((out / "config.json").read_text())["eval_data"] == [str(f) for f in files]
