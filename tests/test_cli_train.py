@@ -24,10 +24,13 @@ from srpo_dsl.cli.train_cmds import (
     eval_curve,
     heldout_summary,
     libraries_quiet,
+    parse_options,
     read_jsonl,
     report,
 )
 from srpo_dsl.rl import names
+from tests.clitools import cli
+from tests.test_training import _env
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_ROWS = [  # first and last rows make the summary; the middle one must not
@@ -244,3 +247,14 @@ def test_train_shows_the_result_not_the_libraries(tmp_path: Path, tiny_random_mo
     verbose = run_cli(*args, "--out", str(tmp_path / "verbose"), "--verbose", env=env, timeout=300)
     assert verbose.returncode == 0, verbose.stderr[-2000:]
     assert "Loading weights" in verbose.stderr and verbose.stdout.splitlines()[-1].startswith("held-out")
+
+
+def test_option_pairs_are_parsed_and_checked_by_the_trainer(tmp_path):
+    assert parse_options(["clip=0.1", " eval_size = 64 "]) == {"clip": "0.1", "eval_size": "64"}
+    with pytest.raises(CliError, match="--option clip: expected NAME=VALUE"):
+        parse_options(["clip"])
+    result = cli(
+        "train", "workflows/quickstart.srpo", "--out", tmp_path / "r", "--option", "clipp=0.1", env=_env()
+    )
+    assert result.returncode == 2 and result.stderr.strip() == "error: unknown training option(s): clipp"
+    assert not (tmp_path / "r").exists()

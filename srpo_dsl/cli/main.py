@@ -10,6 +10,7 @@ from srpo_dsl import __version__
 from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, CliError, eprint, print_error
 from srpo_dsl.cli.lang_cmds import compile_cmd, validate
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
+from srpo_dsl.cli.sweep_cmds import sweep_cmd
 from srpo_dsl.cli.train_cmds import export_cmd, plot_cmd, train_cmd
 from srpo_dsl.cli.view_cmds import view
 from srpo_dsl.runtime.usercode import UserCodeError
@@ -32,6 +33,7 @@ app.command("view")(view)
 app.command("train")(train_cmd)
 app.command("plot")(plot_cmd)
 app.command("export")(export_cmd)
+app.command("sweep")(sweep_cmd)
 
 
 def _version(value: bool) -> None:

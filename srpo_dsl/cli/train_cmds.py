@@ -71,6 +71,14 @@ OFFLOAD_OPT = typer.Option(Offload.none, "--offload", help="ZeRO offload to CPU.
 MODEL = typer.Option(
     [], "--model", help="Override a policy's model: PATH (all policies) or POLICY=PATH; repeatable."
 )
+OPTION = typer.Option(
+    [],
+    "--option",
+    help="Any `train with (...)` option as NAME=VALUE (e.g. clip=0.1); repeatable; a flag wins.",
+)
+EVAL_DATA = typer.Option(
+    [], "--eval-data", help="Held-out data file in place of the task's eval split; repeat for several."
+)
 RESUME = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out.")
 SEED = typer.Option(None, "--seed", help="Seed of data order and sampling.")
 DEVICE = typer.Option(None, "--device", help="Default: cuda when available.")
@@ -97,6 +105,8 @@ def train_cmd(
     ds_config: Path | None = DS_CONFIG,
     offload: Offload = OFFLOAD_OPT,
     model: list[str] = MODEL,
+    option: list[str] = OPTION,
+    eval_data: list[Path] = EVAL_DATA,
     resume: bool = RESUME,
     seed: int | None = SEED,
     device: Device | None = DEVICE,
@@ -118,28 +128,33 @@ def train_cmd(
 
       srpo-dsl train workflows/search_k5_sqrt.srpo --objective srpo --set-norm mean --zero 2 --micro-batches 4
 
+      srpo-dsl train workflows/quickstart.srpo --option clip=0.1 --option eval_every=10 --out runs/q3
+
       torchrun --nproc_per_node 2 -m srpo_dsl train workflows/quickstart.srpo --zero 3 --out runs/q2
     """
-    for path in (workflow, ds_config):
+    for path in (workflow, ds_config, *eval_data):
         if path is not None and not path.is_file():
             raise CliError(f"cannot read {path}: no such file")
-    overrides = {
-        "steps": steps,
-        "objective": objective and objective.value,
-        "set_norm": set_norm and set_norm.value,
-        "lr": lr,
-        "group": group,
-        "batch": batch,
-        "zero": zero,
-        "micro_batches": micro_batches,
-        "seed": seed,
-    }
-    options = {"ds_config": ds_config, "offload": offload.value, "backend": backend.value}
-    options["device"] = device and device.value
+    flags = {"steps": steps, "lr": lr, "group": group, "batch": batch, "zero": zero, "seed": seed}
+    flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
+    overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
+    options = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
+    options |= {"offload": offload.value, "backend": backend.value}
     with libraries_quiet(not verbose):
         history = run_training(workflow, out, overrides, resume, model, options)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
         report(history, out)
+
+
+def parse_options(values: list[str]) -> dict[str, str]:
+    """`--option NAME=VALUE` pairs (the trainer checks the names and types against `TrainOptions`)."""
+    out = {}
+    for v in values:
+        name, sep, value = v.partition("=")
+        if not sep or not name.strip():
+            raise CliError(f"--option {v}: expected NAME=VALUE, e.g. clip=0.1")
+        out[name.strip()] = value.strip()
+    return out
 
 
 def run_training(

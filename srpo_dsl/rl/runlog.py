@@ -21,6 +21,7 @@ METRICS, EVAL, CONFIG, TRACES, GRAPH = (
     "traces.jsonl",
     "graph.json",
 )
+EVAL_PROMPTS = "eval_prompts.jsonl"  # per evaluation: each held-out prompt's correct samples out of k
 
 
 def write_graph(out: Path, graph: EventGraph) -> None:
@@ -37,7 +38,7 @@ class RunLog:
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / CONFIG, config)
         write_graph(out, graph)
-        for name in (METRICS, EVAL):
+        for name in (METRICS, EVAL, EVAL_PROMPTS):
             truncate_jsonl(out / name, start if start else -1)
         self.out = out
         self.graph_hash = graph.hash
@@ -61,8 +62,10 @@ class RunLog:
             write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash, updates) for ep in episodes])
         self.writer.flush()
 
-    def evaluation(self, row: Mapping[str, Any]) -> None:
-        """A held-out evaluation: Avg@k, Pass@k and the per-role invalid-output rates (`role/R/...`)."""
+    def evaluation(self, row: Mapping[str, Any], prompts: Mapping[str, Any]) -> None:
+        """A held-out evaluation: Avg@k, Pass@k, cost and the per-role invalid-output rates (`role/R/...`);
+        `prompts`: its per-prompt outcomes (eval_prompts.jsonl)."""
+        append_jsonl(self.out / EVAL_PROMPTS, prompts)
         append_jsonl(self.out / EVAL, row)
         self.writer.add_scalar(f"eval/avg_at_{row['k']}", row["avg_at_k"], row["step"])
         self.writer.add_scalar(f"eval/pass_at_{row['k']}", row["pass_at_k"], row["step"])
@@ -78,7 +81,7 @@ class RunLog:
         """Remove what this log wrote (a fresh run that failed before its first checkpoint), and the
         output folder too when nothing else is in it."""
         self.writer.close()
-        for name in (METRICS, EVAL, CONFIG, TRACES, GRAPH):
+        for name in (METRICS, EVAL, EVAL_PROMPTS, CONFIG, TRACES, GRAPH):
             (self.out / name).unlink(missing_ok=True)
         shutil.rmtree(self.out / "tb", ignore_errors=True)
         if not any(self.out.iterdir()):

@@ -15,7 +15,7 @@ Every rank runs the same collectives in the same order; rank 0 writes the run's 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,20 +28,14 @@ from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_stat
 from srpo_dsl.rl.data_order import seed_of, step_prompts
 from srpo_dsl.rl.engine import Dist, Policy, all_reduce, barrier, engine_owners, push_weights
 from srpo_dsl.rl.event_updates import event_updates
+from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
 from srpo_dsl.rl.names import ROLLOUT_ENGINES
-from srpo_dsl.rl.role_metrics import (
-    MetricKeys,
-    keyed_metrics,
-    role_invalid_rates,
-    role_invalid_sums,
-    step_sums,
-)
+from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
 from srpo_dsl.rl.rows import Rows, build_rows
 from srpo_dsl.rl.runlog import METRICS, RunLog
 from srpo_dsl.rl.update import Temperatures, TrainError, update
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
-from srpo_dsl.runtime.metrics import dataset_metrics
 from srpo_dsl.runtime.setup import Workflow
 
 __all__ = ["TrainError", "train"]
@@ -58,7 +52,7 @@ class Run:
     policies: Mapping[str, Policy]
     executor: Executor
     tasks: list[dict]
-    eval_tasks: list[dict]
+    eval_sets: list[EvalSet]  # the held-out datasets, each cut to eval_size prompts
     temperatures: Temperatures
     keys: MetricKeys  # the roles and event types of the per-role metrics
     config: Mapping[str, Any]
@@ -82,11 +76,13 @@ def train(
     device: str | None = None,
     backend: str = "hf",
     progress: bool = True,
+    eval_data: Sequence[Path] = (),
 ) -> list[dict[str, float]]:
     """Train a workflow's trainable policies with its `train` options (`overrides` win).
 
     models: policy -> model path/spec (default: the workflow's); backend: the rollout engine
-    (`hf`, or `vllm` colocated on the GPU). Writes OUT/metrics.jsonl,
+    (`hf`, or `vllm` colocated on the GPU); eval_data: held-out data files in place of the task's own
+    eval split (one dataset each, macro-averaged). Writes OUT/metrics.jsonl,
     OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts of the last
     checkpointed step) and OUT/checkpoints/step-N. Returns this call's per-step metrics.
     """
@@ -100,6 +96,7 @@ def train(
         offload,
         device,
         backend,
+        eval_data,
     )
     try:
         history = train_steps(run, progress)
@@ -241,30 +238,16 @@ def step_metrics(
     } | keyed_metrics(run.keys, by_key, stats)
 
 
-def evaluate(run: Run, step: int) -> dict[str, float] | None:
-    """Avg@k, Pass@k and each role's invalid-output rate over the held-out prompts (k = eval_k each).
-
-    Each rank samples its share; the role's rate is logged as `role/ROLE/invalid_rate`.
-    """
-    if not run.eval_tasks:
+def evaluate(run: Run, step: int) -> dict[str, Any] | None:
+    """Held-out Avg@k, Pass@k (per dataset, macro mean), cost per episode, each role's invalid-output rate
+    (k = eval_k samples per prompt, `heldout.py`); the per-prompt outcomes go to eval_prompts.jsonl."""
+    if not any(s.tasks for s in run.eval_sets):
         return None
-    opts, dist, keys = run.opts, run.dist, run.keys
-    share = run.eval_tasks[dist.rank :: dist.world_size]
-    episodes = run.executor.run(share, samples=opts.eval_k, seed=seed_of("eval", opts.seed, step, dist.rank))
-    local = dataset_metrics("eval", episodes, opts.eval_k) if episodes else None
-    q = local.queries if local else 0
-    sums = [local.avg_at_k * q, local.pass_at_k * q] if local else [0.0, 0.0]
-    avg, pas, n, *invalid = all_reduce([*sums, q, *role_invalid_sums(keys, episodes)], dist.device)
-    row = {
-        "step": step,
-        "avg_at_k": avg / max(n, 1),
-        "pass_at_k": pas / max(n, 1),
-        "k": opts.eval_k,
-        "n_prompts": int(n),
-    } | {f"role/{r}/invalid_rate": rate for r, rate in role_invalid_rates(keys, invalid).items()}
+    opts = run.opts
+    result = evaluate_sets(run.executor, run.eval_sets, opts.eval_k, opts.seed, step, run.dist, run.keys)
     if run.log is not None:
-        run.log.evaluation(row)
-    return row
+        run.log.evaluation(result.row, result.prompts)
+    return result.row
 
 
 def checkpoint(run: Run, step: int) -> Path:
@@ -329,6 +312,7 @@ def prepare_run(
     offload: str,
     device: str | None,
     backend: str = "hf",
+    eval_data: Sequence[Path] = (),
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.engine import build_policies, init_distributed, read_ds_config
@@ -341,7 +325,7 @@ def prepare_run(
     device = check_device(device)
     check_backend(backend, device)
     check_trainable(wf)
-    tasks, eval_tasks = task_data(wf, split="train"), task_data(wf, split="eval")[: opts.eval_size]
+    tasks, eval_sets = task_data(wf, split="train"), held_out_sets(wf, eval_data, opts.eval_size)
     if len(tasks) < opts.batch:
         raise TrainError(f"batch = {opts.batch} prompts per step but the task has only {len(tasks)}")
     user_ds = read_ds_config(ds_config) if ds_config else {}
@@ -366,7 +350,7 @@ def prepare_run(
         "offload": offload,
         "backend": backend,
         "ds_config": engine_config,
-    }
+    } | ({"eval_data": [str(p) for p in eval_data]} if eval_data else {})  # absent: the task's eval split
     state = resumable_state(found, config) if resume and found else None
     policies = build_policies(wf.graph, paths, opts, dist, engine_config, backend)
     backends = {n: p.backend for n, p in policies.items()}
@@ -375,8 +359,21 @@ def prepare_run(
     log = RunLog(out, config, start, wf.graph) if dist.rank == 0 else None
     temperatures, keys = node_temperatures(wf.graph), MetricKeys.of(wf.graph)
     return Run(
-        out, wf, opts, dist, policies, executor, tasks, eval_tasks, temperatures, keys, config, start, log
+        out, wf, opts, dist, policies, executor, tasks, eval_sets, temperatures, keys, config, start, log
     )
+
+
+def held_out_sets(wf: Workflow, eval_data: Sequence[Path], size: int) -> list[EvalSet]:
+    """The task's own eval split (named `heldout`: paired across workflows of one task), or one set per
+    `eval_data` file (named by its stem)."""
+    from srpo_dsl.runtime.setup import task_data
+
+    if not eval_data:
+        return [EvalSet(HELDOUT, task_data(wf, split="eval")[:size])]
+    names = [Path(p).stem for p in eval_data]
+    if len(set(names)) < len(names):
+        raise TrainError(f"held-out data files need distinct names: {', '.join(map(str, eval_data))}")
+    return [EvalSet(n, task_data(wf, split="eval", data=Path(p))[:size]) for n, p in zip(names, eval_data)]
 
 
 def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:

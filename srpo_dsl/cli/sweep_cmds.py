@@ -1,0 +1,124 @@
+"""`srpo-dsl sweep`: paired experiments, one `train` run per (cell, seed), and their results.
+
+Light to import: the runs are subprocesses; numpy and matplotlib load only for the report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from srpo_dsl.cli.common import EXIT_INPUT, CliError, eprint
+
+if TYPE_CHECKING:
+    from srpo_dsl.sweep.runner import Job, Sweep
+
+EXPERIMENT = typer.Argument(None, help="An experiment file (TOML; see docs/training.md).", show_default=False)
+OUT = typer.Option(None, "--out", help="The sweep folder (runs, logs, state, results).")
+JOBS = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time (each a `train` subprocess).")
+REPORT = typer.Option(None, "--report", help="Rebuild DIR's results from what is on disk, run nothing.")
+
+
+def sweep_cmd(
+    experiment: Path | None = EXPERIMENT,
+    out: Path | None = OUT,
+    jobs: int = JOBS,
+    report: Path | None = REPORT,
+) -> None:
+    """Run an experiment: every cell (workflow + overrides) once per seed, then its results.
+
+    Each run is an ordinary `srpo-dsl train` run in OUT/cells/CELL/seed-S. Running the same
+    command again skips finished runs and resumes the others from their checkpoints. A failed
+    run is recorded (exit code, error line) and the others go on. Writes OUT/results.md,
+    results.csv, results.json and curves.png: held-out Avg@k / Pass@k per cell (mean ± std
+    over seeds) and each cell's paired difference to the baseline with a 95% bootstrap interval.
+    Exits 1 when a run failed.
+
+    Examples:
+
+      srpo-dsl sweep experiments/toy_ablation.toml --out runs/ablation --jobs 2
+
+      srpo-dsl sweep --report runs/ablation
+    """
+    if report is not None:
+        if experiment is not None or out is not None:
+            raise CliError("--report DIR rebuilds the results of DIR: give no EXPERIMENT or --out with it")
+        print_written(report_files(report))
+        return
+    if experiment is None or out is None:
+        raise CliError("give an EXPERIMENT file and --out DIR (or --report DIR)")
+    failed = run_sweep(experiment, out, jobs)
+    if failed:
+        raise typer.Exit(EXIT_INPUT)
+
+
+def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
+    """Check everything, run what is left with a live view, write the results; the number of failed runs."""
+    from srpo_dsl.sweep.experiment import ExperimentError, load_experiment, workflow_errors
+    from srpo_dsl.sweep.progress import summary
+    from srpo_dsl.sweep.runner import Sweep
+    from srpo_dsl.sweep.state import open_state
+
+    try:
+        exp = load_experiment(experiment)
+        problems = workflow_errors(exp)
+        if problems:  # as `srpo-dsl validate` shows them: position, source line, hint
+            eprint("\n\n".join(problems))
+            raise CliError(
+                f"{len(problems)} error(s) in the experiment's workflows: no run started", EXIT_INPUT
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        state = open_state(out, exp)
+    except ExperimentError as err:
+        raise CliError(err.lines[0], EXIT_INPUT) from None
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    sweep = Sweep(exp, out, state, jobs)
+    todo = sweep.todo()
+    watched(sweep, todo)
+    print(f"{len(state.runs)} runs: {summary(state)}")
+    print_written(report_files(out))
+    return state.counts()["failed"]
+
+
+def watched(sweep: Sweep, todo: list[Job]) -> None:
+    """Run `todo` with a live table on a terminal, or a line per change of the counts in a log."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from srpo_dsl.sweep.progress import summary, view
+
+    console, state = Console(stderr=True), sweep.state
+    if console.is_terminal:
+        with Live(view(state), console=console, refresh_per_second=2) as live:
+            sweep.on_change = lambda: live.update(view(state))
+            sweep.run(todo)
+        return
+    shown = [""]
+
+    def line() -> None:
+        if summary(state) != shown[0]:
+            shown[0] = summary(state)
+            eprint(f"sweep: {shown[0]}")
+
+    sweep.on_change = line
+    sweep.run(todo)
+    console.print(view(state))
+
+
+def report_files(folder: Path) -> list[Path]:
+    from srpo_dsl.sweep.report import write_report
+
+    try:
+        return write_report(folder)
+    except (ValueError, KeyError, OSError) as exc:
+        raise CliError(
+            f"cannot report {folder}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+            EXIT_INPUT,
+        ) from None
+
+
+def print_written(paths: list[Path]) -> None:
+    print("-> " + ", ".join(str(p) for p in paths))

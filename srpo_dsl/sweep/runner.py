@@ -1,0 +1,166 @@
+"""Run an experiment's cells: one `srpo-dsl train` subprocess per (cell, seed), `jobs` at a time.
+
+A finished run is skipped; any other is started with `--resume` (which continues from the run
+folder's latest checkpoint, or starts afresh when there is none). A run that fails is recorded
+with its exit code and last error line; the others go on. The state is rewritten after every
+change, so a killed sweep resumes where it was.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from srpo_dsl.sweep.experiment import Cell, Experiment
+from srpo_dsl.sweep.state import SweepState, finished, log_path, run_dir, run_key
+
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class Job:
+    cell: Cell
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return run_key(self.cell.name, self.seed)
+
+
+def option_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def train_command(exp: Experiment, job: Job, folder: Path) -> list[str]:
+    """`python -m srpo_dsl train WORKFLOW --out RUN --resume --seed S --option NAME=VALUE ...`."""
+    cmd = [sys.executable, "-m", "srpo_dsl", "train", str(job.cell.workflow)]
+    cmd += ["--out", str(run_dir(folder, job.cell.name, job.seed)), "--resume", "--seed", str(job.seed)]
+    for name, value in (job.cell.overrides | exp.evaluation).items():
+        cmd += ["--option", f"{name}={option_value(value)}"]
+    for data in exp.datasets:
+        cmd += ["--eval-data", str(data)]
+    return cmd
+
+
+def child_env(jobs: int) -> dict[str, str]:
+    """This environment without a launcher's rendezvous variables (each run is one process); with no
+    OMP_NUM_THREADS set, the cores are shared out between the jobs (oversubscribed torch threads
+    slow every run down several times)."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+    return env
+
+
+def last_error(log: Path) -> str:
+    """The run's `error: ...` line, else its last line (progress bars' carriage returns split lines)."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "no log"
+    lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("error:", "internal error"))]
+    return (errors or lines or ["no output"])[-1]
+
+
+class Sweep:
+    """The runs of one experiment in one folder; `on_change` is called after every state change."""
+
+    def __init__(self, exp: Experiment, folder: Path, state: SweepState, jobs: int):
+        self.exp, self.folder, self.state, self.jobs = exp, folder, state, jobs
+        self.lock = threading.Lock()
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.stopping = False
+        self.on_change: Callable[[], None] = lambda: None
+
+    def todo(self) -> list[Job]:
+        """The runs still to do, in cell then seed order (failed ones again); finished runs are done."""
+        out = []
+        for cell in self.exp.cells:
+            for seed in self.exp.seeds:
+                job = Job(cell, seed)
+                done = finished(run_dir(self.folder, cell.name, seed))
+                self.state.runs[job.key].status = "done" if done else "pending"
+                out += [] if done else [job]
+        self.save()
+        return out
+
+    def save(self) -> None:
+        with self.lock:
+            self.state.save(self.folder)
+        self.on_change()
+
+    def update(self, job: Job, **changes: Any) -> None:
+        with self.lock:
+            run = self.state.runs[job.key]
+            for key, value in changes.items():
+                setattr(run, key, value)
+            self.state.save(self.folder)
+        self.on_change()
+
+    def run_one(self, job: Job) -> None:
+        if self.stopping:
+            return
+        log = log_path(self.folder, job.cell.name, job.seed)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        run = self.state.runs[job.key]
+        self.update(job, status="running", attempts=run.attempts + 1, error=None, exit_code=None)
+        start = time.monotonic()
+        with log.open("a", encoding="utf-8") as out:
+            proc = subprocess.Popen(
+                train_command(self.exp, job, self.folder),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=child_env(self.jobs),
+            )
+            self.procs[job.key] = proc
+            code = proc.wait()
+            self.procs.pop(job.key, None)
+        wall = run.wall_s + time.monotonic() - start
+        if self.stopping:
+            self.update(job, status="pending", wall_s=wall)
+        elif code == 0 and finished(run_dir(self.folder, job.cell.name, job.seed)):
+            self.update(job, status="done", exit_code=0, wall_s=wall)
+        else:
+            self.update(job, status="failed", exit_code=code, error=last_error(log), wall_s=wall)
+
+    def run(self, jobs: list[Job]) -> None:
+        """Every job, `self.jobs` at a time; on an interrupt (SIGINT, or SIGTERM in the main thread) the
+        running ones are stopped and stay resumable."""
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, interrupted) if main else None
+        try:
+            self.run_all(jobs)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+
+    def run_all(self, jobs: list[Job]) -> None:
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = [pool.submit(self.run_one, job) for job in jobs]
+            try:
+                for f in futures:
+                    while not f.done():
+                        time.sleep(0.2)
+                    f.result()
+            except KeyboardInterrupt:
+                self.stopping = True
+                for proc in list(self.procs.values()):
+                    proc.terminate()
+                raise
+
+
+def interrupted(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl-C: the sweep stops its runs and exits (130) instead of orphaning them."""
+    raise KeyboardInterrupt
+
+
+__all__ = ["Job", "Sweep", "train_command"]
