@@ -187,6 +187,16 @@ def timed(fn: Callable[[], int], device: str, repeats: int) -> dict:
     }
 
 
+def left_padded(ids: list[list[int]], pad: int, device: str) -> tuple[Any, Any]:
+    """`ids` left-padded to one width with `pad`, and the attention mask (1 on real tokens)."""
+    import torch
+
+    width = max(map(len, ids))
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=device)
+    starts = torch.tensor([width - len(r) for r in ids], device=device)
+    return input_ids, (torch.arange(width, device=device)[None] >= starts[:, None]).long()
+
+
 def rollout_case(model_path: str, workflow: str, args: dict) -> dict:
     """The hf engine and raw `generate` on the same prompts x group rows."""
     quiet()
@@ -207,13 +217,9 @@ def rollout_case(model_path: str, workflow: str, args: dict) -> dict:
         return sum(len(r.response_token_ids) for r in engine.generate(requests, seed=0))
 
     ids = encode_prompts(tokenizer, [r.prompt for r in requests], use_chat_template=False)
-    width = max(map(len, ids))
     pad = tokenizer.pad_token_id
-    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=device)
-    mask = (
-        torch.arange(width, device=device)[None]
-        >= torch.tensor([width - len(r) for r in ids], device=device)[:, None]
-    ).long()
+    input_ids, mask = left_padded(ids, pad, device)
+    width = input_ids.shape[1]
 
     def raw_generate() -> int:
         with torch.no_grad():
