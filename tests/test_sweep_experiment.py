@@ -174,11 +174,11 @@ def test_sweep_usage_errors(tmp_path):
     assert cli("sweep", write(tmp_path, HEAD)).returncode == 2
 
 
-def test_shipped_toy_ablation_is_the_papers_cells_on_three_seeds():
+def test_shipped_toy_ablation_is_the_papers_cells_on_five_seeds():
     exp = load_experiment(ROOT / "experiments" / "toy_ablation.toml")
     cells = {c.name: c for c in exp.cells}
     assert list(cells) == ["singleton", "sum", "mean", "sqrt", "grpo", "drmas"]
-    assert exp.seeds == [1, 2, 3] and exp.baseline == "sqrt"
+    assert exp.seeds == [1, 2, 3, 4, 5] and exp.baseline == "sqrt"
     assert cells["singleton"].workflow.name == "toy_k1.srpo"
     assert {c.workflow.name for n, c in cells.items() if n != "singleton"} == {"toy_k4.srpo"}
     assert [cells[n].overrides.get("set_norm") for n in ("sum", "mean", "sqrt")] == ["none", "mean", "sqrt"]
