@@ -275,11 +275,26 @@ def test_block_routing_equals_peft_routing_in_any_row_order(base):
             if ".lora_" in name:
                 p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
                 q.copy_(p)
-        ids = torch.randint(3, 200, (6, 5), generator=generator)
-        for names in (["x", "x", "y", "y", "__base__", "__base__"], ["y", "x", "__base__", "x", "y", "x"]):
+    ids = torch.randint(3, 200, (6, 5), generator=generator)
+    orders = (["x", "x", "y", "y", "__base__", "__base__"], ["y", "x", "__base__", "x", "y", "x"])
+    for names in orders:
+        with torch.no_grad():  # the in-place blocks (and generation's stacked deltas)
             got = ours(input_ids=ids, adapter_names=names).logits
             want = peft_model(input_ids=ids, adapter_names=names).logits
-            assert torch.allclose(got, want, atol=1e-5)
+        assert torch.allclose(got, want, atol=1e-5)
+    peft_model.requires_grad_(True)
+    for names in orders:  # with grad: the blocks' deltas concatenated over the rows, base rows zero
+        weights = torch.randn(6, 5, ours.config.vocab_size, generator=generator)
+        grads, outputs = [], []
+        for model in (ours, peft_model):
+            model.zero_grad()
+            outputs.append(model(input_ids=ids, adapter_names=names).logits)
+            (weights * outputs[-1]).sum().backward()
+            grads.append({n: p.grad for n, p in model.named_parameters() if ".lora_" in n})
+        assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
+        assert grads[0].keys() == grads[1].keys()
+        for name, grad in grads[0].items():
+            assert torch.allclose(grad, grads[1][name], atol=1e-5), name
 
 
 def test_a_policy_with_its_own_lora_generates_through_it(base, dist):

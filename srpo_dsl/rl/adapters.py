@@ -90,16 +90,40 @@ def _block_forward(self: Any, x: torch.Tensor, *args: Any, adapter_names: list[s
     kwargs.pop("alora_offsets", None)
     result = self.base_layer(x, *args, **kwargs)
     runs = [run for run in name_runs(adapter_names) if run[0] in self.lora_A]  # `__base__`: the base alone
+    if not runs:
+        return result
     mixed = len({name for name, _, _ in runs}) > 1
     if mixed and not torch.is_grad_enabled() and not any(_drops(self, name) for name, _, _ in runs):
         return result + _stacked_delta(self, x, runs).to(result.dtype)
-    for name, start, stop in runs:  # functional calls: no module dispatch per adapter and layer
-        a, b = self.lora_A[name], self.lora_B[name]
-        rows = self._cast_input_dtype(x[start:stop], a.weight.dtype)
-        rows = self.lora_dropout[name](rows) if _drops(self, name) else rows
-        delta = F.linear(F.linear(rows, a.weight, a.bias), b.weight, b.bias) * self.scaling[name]
-        result[start:stop] += delta.to(result.dtype)
-    return result
+    deltas = [(start, stop, _lora_delta(self, x, name, start, stop)) for name, start, stop in runs]
+    if not torch.is_grad_enabled():
+        for start, stop, delta in deltas:
+            result[start:stop] += delta.to(result.dtype)
+        return result
+    return result + _row_concat(deltas, result).to(result.dtype)
+
+
+def _lora_delta(layer: Any, x: torch.Tensor, name: str, start: int, stop: int) -> torch.Tensor:
+    """scaling * B(A(dropout(x))) of rows start:stop, by functional calls (no module dispatch); the
+    scaling multiplies the rank-wide activations, the smallest tensor on the way."""
+    a, b = layer.lora_A[name], layer.lora_B[name]
+    rows = layer._cast_input_dtype(x[start:stop], a.weight.dtype)
+    rows = layer.lora_dropout[name](rows) if _drops(layer, name) else rows
+    return F.linear(F.linear(rows, a.weight, a.bias) * layer.scaling[name], b.weight, b.bias)
+
+
+def _row_concat(deltas: list[tuple[int, int, torch.Tensor]], like: torch.Tensor) -> torch.Tensor:
+    """The runs' deltas stacked over all rows of `like`, zeros where no adapter applies. With grad this
+    beats adding into slices of the output in place, whose backward clones the whole gradient per run."""
+    pieces, pos = [], 0
+    for start, stop, delta in deltas:
+        if start > pos:
+            pieces.append(like.new_zeros(start - pos, *like.shape[1:]))
+        pieces.append(delta)
+        pos = stop
+    if pos < like.shape[0]:
+        pieces.append(like.new_zeros(like.shape[0] - pos, *like.shape[1:]))
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
 def _drops(layer: Any, name: str) -> bool:
