@@ -314,9 +314,11 @@ def _engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str, Any
         model=model, optimizer=optimizer, model_parameters=params, lr_scheduler=scheduler, config=dict(config)
     )
     engine.module.eval()  # dropout off: recomputed old log-probs equal the update's at the first epoch
-    if engine.zero_optimization_stage() == 0 and engine.dp_world_size == 1:
+    plain = not (engine.bfloat16_enabled() or engine.fp16_enabled())  # no DeepSpeed optimizer wrapper
+    if plain and engine.zero_optimization_stage() == 0 and engine.dp_world_size == 1:
         # DeepSpeed would still flatten every gradient into one buffer and "average" it over one rank:
-        # a transient copy of all the trainable gradients per step, for nothing
+        # a transient copy of all the trainable gradients per step, for nothing (bf16/fp16 engines
+        # keep DeepSpeed's path: their optimizer wrappers, unrun here, take part in it)
         engine.enable_backward_allreduce = False
     return engine
 
