@@ -120,6 +120,8 @@ def test_baseline_must_name_a_cell_and_seeds_must_differ(tmp_path):
 def test_syntax_error_has_tomllibs_position(tmp_path):
     line = error_of(tmp_path, HEAD + "lr = = 1\n")
     assert line.startswith(f"{tmp_path / 'exp.toml'}:10:6: error: Invalid value"), line
+    line = error_of(tmp_path, "seeds = [1, 2\n\n")  # tomllib: "at end of document"
+    assert line == f"{tmp_path / 'exp.toml'}:2:1: error: Unclosed array", line
 
 
 def test_locate_scans_tables_and_keys():
@@ -168,9 +170,11 @@ def test_broken_workflow_stops_the_sweep_before_any_run(tmp_path):
 def test_sweep_usage_errors(tmp_path):
     result = cli("sweep", "--report", tmp_path)
     assert result.returncode == 1 and f"cannot report {tmp_path}: {tmp_path}: no sweep here" in result.stderr
-    result = cli("sweep", write(tmp_path, HEAD + "clipp = 1\n"), "--out", tmp_path / "o")
-    assert result.returncode == 1 and "error: " in result.stderr and "Traceback" not in result.stderr
-    assert "unknown override `clipp`" in result.stderr
+    path = write(tmp_path, HEAD + "clipp = 1\n")
+    result = cli("sweep", path, "--out", tmp_path / "o")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1  # one line, no traceback
+    assert result.stderr.startswith(f"{path}:") and ": error: unknown override `clipp`" in result.stderr
+    assert not (tmp_path / "o").exists()
     assert cli("sweep", write(tmp_path, HEAD)).returncode == 2
 
 

@@ -72,6 +72,9 @@ def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
         out.mkdir(parents=True, exist_ok=True)
         state = open_state(out, exp)
     except ExperimentError as err:
+        if err.positioned:  # already `FILE:LINE:COL: error: ...`, as the DSL's diagnostics
+            eprint(err.lines[0])
+            raise typer.Exit(EXIT_INPUT) from None
         raise CliError(err.lines[0], EXIT_INPUT) from None
     except OSError as exc:
         raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -56,9 +56,10 @@ Scalar = bool | int | float | str
 class ExperimentError(Exception):
     """Problems of an experiment file or its workflows: one positioned line (or diagnostic) each."""
 
-    def __init__(self, lines: list[str]):
+    def __init__(self, lines: list[str], positioned: bool = False):
         super().__init__(lines[0] if lines else "invalid experiment")
         self.lines = lines
+        self.positioned = positioned  # lines start with FILE:LINE:COL: error:
 
 
 class _Spec(BaseModel):
@@ -129,8 +130,9 @@ def load_experiment(path: Path) -> Experiment:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         at = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))  # tomllib's own position
-        line, col = (at.group(1), at.group(2)) if at else (1, 1)
-        raise ExperimentError([f"{path}:{line}:{col}: error: {str(exc).split(' (at')[0]}"]) from None
+        lines = text.splitlines() or [""]
+        line, col = (at.group(1), at.group(2)) if at else (len(lines), len(lines[-1]) + 1)  # end of document
+        raise ExperimentError([f"{path}:{line}:{col}: error: {str(exc).split(' (at')[0]}"], True) from None
     where = Where(path, text)
     try:
         spec = ExperimentSpec.model_validate(data)
@@ -150,7 +152,7 @@ class Where:
 
     def error(self, loc: tuple[Any, ...], message: str) -> ExperimentError:
         line, col = locate(self.text, loc)
-        return ExperimentError([f"{self.path}:{line}:{col}: error: {message}"])
+        return ExperimentError([f"{self.path}:{line}:{col}: error: {message}"], True)
 
     def existing(self, relative: str, loc: tuple[Any, ...]) -> Path:
         """A file named in the experiment (relative to its folder); an error at `loc` if it is missing."""
