@@ -10,7 +10,7 @@ from test_lang_fuzz import WORDS, mutated_workflow
 from srpo_dsl.lang.errors import Span, SrpoError
 from srpo_dsl.lang.grammar import lark_parser
 from srpo_dsl.lang.lexer import ScanLexer
-from srpo_dsl.lang.parser import _build_parser, parse
+from srpo_dsl.lang.parser import _build_parser, fast_parse, parse
 
 FIELDS = ("type", "value", "start_pos", "end_pos", "line", "column", "end_line", "end_column")
 
@@ -49,7 +49,32 @@ def _accepts(fn, text):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_workflow())
 def test_pipelines_agree_on_what_is_well_formed(text):
-    assert _accepts(lambda t: parse(t, "f.srpo"), text) == _accepts(lark_parser().parse, text)
+    assert _well_formed(text) == _accepts(lark_parser().parse, text)
+
+
+def _well_formed(text):
+    """The fast pipeline's verdict on the syntax: a literal out of range (`repeat at most -1`) is
+    well-formed text that `parse` then reports as E001."""
+    try:
+        fast_parse(text, "f.srpo")
+    except UnexpectedInput:
+        return False
+    except SrpoError:
+        return True
+    return True
+
+
+def test_a_well_formed_literal_out_of_range_is_a_positioned_error():
+    text = "workflow w\nrepeat at most -1 {\n}\n"
+    assert _well_formed(text) and _accepts(lark_parser().parse, text)
+    try:
+        parse(text, "f.srpo")
+    except SrpoError as err:
+        (diag,) = err.diagnostics
+        assert diag.code == "E001" and "expected a whole number, found `-1`" in diag.message
+        assert (diag.span.line, diag.span.col) == (2, 16)
+    else:
+        raise AssertionError("a negative loop bound was accepted")
 
 
 SRC = """workflow w

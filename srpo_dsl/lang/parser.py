@@ -323,9 +323,7 @@ def parse(text: str, file: str = "<string>") -> n.Program:
     """
     text = without_bom(text)
     try:
-        with _BUILDING:
-            _BUILDER.file, _BUILDER.source = file, text
-            return _build_parser().parse(text)
+        return fast_parse(text, file)
     except UnexpectedInput:
         literal_error = None
     except SrpoError as err:  # a malformed literal: report it unless there are syntax errors
@@ -335,6 +333,14 @@ def parse(text: str, file: str = "<string>") -> n.Program:
         raise SrpoError(diags)
     assert literal_error is not None, "the two pipelines disagree on the syntax"
     raise literal_error
+
+
+def fast_parse(text: str, file: str) -> n.Program:
+    """The fast pipeline alone: Lark's `UnexpectedInput` on a syntax error, `SrpoError` on a
+    well-formed literal out of range (e.g. a negative count)."""
+    with _BUILDING:
+        _BUILDER.file, _BUILDER.source = file, text
+        return _build_parser().parse(text)
 
 
 def parse_file(path: str | Path) -> n.Program:
