@@ -152,6 +152,7 @@ def test_one_generate_call_mixes_adapters_as_separate_calls_would(base, dist, tm
     import torch
 
     from srpo_dsl.backends.base import GenRequest
+    from srpo_dsl.backends.decoding import make_decoder
 
     policies, _ = shared(base, tmp_path, dist)
     backend = policies["a"].backend
@@ -171,6 +172,11 @@ def test_one_generate_call_mixes_adapters_as_separate_calls_would(base, dist, tm
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5)
     by_adapter = [tuple(tuple(r.response_token_ids) for r in mixed[i : i + 3]) for i in (0, 3, 6)]
     assert len(set(by_adapter)) == 3  # the adapters really differ
+    backend.decoder = make_decoder("static", backend.model, backend.pad_id, backend.eos_ids)
+    static = backend.generate(requests, seed=0)  # a fixed-shape batch routed through the adapters
+    assert [r.response_token_ids for r in static] == [r.response_token_ids for r in mixed]
+    for x, y in zip(static, mixed):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5)
 
 
 DSL_CASES = [

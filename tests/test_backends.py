@@ -10,9 +10,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from srpo_dsl.backends import BackendError, GenRequest, hf, logprobs, make_backend, resolve_model_spec
+from srpo_dsl.backends import BackendError, GenRequest, make_backend, resolve_model_spec
 from srpo_dsl.backends.base import RolloutEngine
-from srpo_dsl.backends.hf import HFBackend, encode_prompts, nucleus, sample_next
+from srpo_dsl.backends.decoding import nucleus, sample_next
+from srpo_dsl.backends.hf import HFBackend, encode_prompts
 from srpo_dsl.backends.logprobs import (
     distinct_rows,
     pack_sequences,
@@ -167,10 +168,6 @@ def test_sample_next_draws_from_the_tempered_distribution() -> None:
 
 
 # --- the shared log-prob math --------------------------------------------------------------
-
-
-def test_hf_keeps_exporting_the_logprob_helpers() -> None:
-    assert (hf.pack_sequences, hf.token_logprobs) == (logprobs.pack_sequences, logprobs.token_logprobs)
 
 
 def test_pad_rows_and_distinct_rows() -> None:

@@ -144,3 +144,29 @@ def test_failed_run_leaves_no_output_folder(tmp_path):
     )
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert not out.exists() and not list(tmp_path.glob(".never*"))
+
+
+def test_run_and_eval_decode_with_a_static_cache(tmp_path):
+    """The embedded model through the hf engine's static-cache loop; an unknown mode is a usage error."""
+    r = cli("run", "workflows/quickstart.srpo", "--decode", "static", "--limit", "2", "--out", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("2 episodes") and (tmp_path / "r" / "traces.jsonl").is_file()
+    e = cli(
+        "eval",
+        "workflows/quickstart.srpo",
+        "--decode",
+        "static",
+        "-k",
+        "2",
+        "--limit",
+        "2",
+        "--out",
+        tmp_path / "e",
+    )
+    assert e.returncode == 0, e.stderr
+    assert json.loads((tmp_path / "e" / "metrics.json").read_text())
+    bad = cli(
+        "run", "workflows/quickstart.srpo", "--decode", "eager", "--limit", "1", "--out", tmp_path / "x"
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "'eager' is not one of" in bad.stderr
+    assert not (tmp_path / "x").exists()

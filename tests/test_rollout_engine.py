@@ -31,6 +31,7 @@ class RecordingEngine(HFBackend):
     def sleep(self):
         self.LOG.append(("sleep", id(self)))
         super().sleep()
+        self.LOG.append(("kept caches", id(self), len(getattr(self.decoder, "caches", {}))))
 
     def wake_up(self, tags=None):
         self.LOG.append(("wake", id(self), tuple(tags or ())))
@@ -50,7 +51,9 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
 FROZEN_B = TEAM.replace('policy b = hf("model-b") with', 'policy b = hf("model-b") frozen with')
 
 
-def train_recorded(models, tmp_path, monkeypatch, zero: int, team: str = TEAM) -> tuple[dict, list[tuple]]:
+def train_recorded(
+    models, tmp_path, monkeypatch, zero: int, team: str = TEAM, decode: str = "auto"
+) -> tuple[dict, list[tuple]]:
     from srpo_dsl.rl import engine, trainer
 
     monkeypatch.setattr(engine, "HFBackend", RecordingEngine)
@@ -71,6 +74,7 @@ def train_recorded(models, tmp_path, monkeypatch, zero: int, team: str = TEAM) -
         {**QUIET, "zero": zero},
         models={"a": str(models[0]), "b": str(models[1])},
         device="cpu",
+        decode=decode,
         progress=False,
     )
     return built, RecordingEngine.LOG
@@ -84,6 +88,8 @@ def calls_of(log: list[tuple], engine_id: int) -> list[str]:
             continue
         if call[0] == "wake":
             words.append("wake:" + ",".join(call[2]))
+        elif call[0] == "kept caches":
+            continue
         elif call[0] == "load":
             words.append("load" if call[2] is not None else "load-shared")
         else:
@@ -92,10 +98,14 @@ def calls_of(log: list[tuple], engine_id: int) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("zero", "team"), [(0, TEAM), (3, TEAM), (0, FROZEN_B)])
-def test_each_step_sleeps_updates_loads_then_wakes(models, tmp_path, monkeypatch, dist, zero, team):
+@pytest.mark.parametrize(
+    ("zero", "team", "decode"), [(0, TEAM, "auto"), (3, TEAM, "static"), (0, FROZEN_B, "static")]
+)
+def test_each_step_sleeps_updates_loads_then_wakes(models, tmp_path, monkeypatch, dist, zero, team, decode):
     assert "frozen" in FROZEN_B
-    built, log = train_recorded(models, tmp_path, monkeypatch, zero, team)
+    built, log = train_recorded(models, tmp_path, monkeypatch, zero, team, decode)
+    assert {p.backend.decoder.mode for p in built.values()} == {"dynamic" if decode == "auto" else decode}
+    assert all(call[2] == 0 for call in log if call[0] == "kept caches")  # static caches go before updates
     step = ["generate", "sleep", "wake:weights", "load" if zero == 3 else "load-shared", "wake:kv_cache"]
     for name, policy in built.items():
         words = calls_of(log, id(policy.backend))

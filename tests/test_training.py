@@ -298,7 +298,7 @@ def test_token_entropy_matches_the_softmax(models):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from srpo_dsl.backends.hf import pack_sequences, token_logprobs
+    from srpo_dsl.backends.logprobs import pack_sequences, token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(models[0]).eval()
     batch = pack_sequences([[1, 5, 7], [1, 4]], [[9, 3], [8, 8, 2]], 0)

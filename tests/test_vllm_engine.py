@@ -142,12 +142,12 @@ def test_backend_generates_and_passes_sleep_and_wake_through(vllm, models):
 def test_push_weights_folds_lora_in_and_the_engine_then_samples_the_trained_policy(vllm, models, dist):
     from srpo_dsl.backends import GenRequest
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.engine import build_policy, ds_config, push_weights
+    from srpo_dsl.rl.engine import Rollout, build_policy, ds_config, push_weights
 
     opts = TrainOptions()
     config = ds_config(opts, device="cpu", world_size=dist.world_size)
     spec = policy_spec(trainable=True, lora={"r": 4, "alpha": 8, "dropout": 0.0, "targets": "all-linear"})
-    policy = build_policy("p", str(models[0]), spec, opts, dist, config, rollout="vllm")
+    policy = build_policy("p", str(models[0]), spec, opts, dist, config, rollout=Rollout("vllm"))
     llm = LLM.made[0]
     assert llm.kwargs["seed"] == dist.rank and "distributed_executor_backend" not in llm.kwargs  # one process
     with torch.no_grad():  # stands in for an optimizer step: every LoRA B moves off zero

@@ -9,6 +9,7 @@ from srpo_dsl.backends.base import Backend, BackendError, GenRequest, GenResult
 __all__ = ["Backend", "BackendError", "GenRequest", "GenResult", "make_backend", "resolve_model_spec"]
 
 KINDS = ("hf", "scripted", "vllm")
+DECODE_MODES = ("auto", "dynamic", "static", "compiled")  # the hf engine's decode loops (`decoding`)
 
 
 def resolve_model_spec(model: str) -> str:

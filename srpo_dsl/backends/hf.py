@@ -14,33 +14,10 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
-from transformers.cache_utils import Cache, DynamicCache
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
-from srpo_dsl.backends.logprobs import (
-    TokenBatch,
-    distinct_rows,
-    mask_positions,
-    pack_sequences,
-    pad_rows,
-    picked_logprobs,
-    scaled_logits,
-    sequence_logprobs,
-    token_logprobs,
-)
-from srpo_dsl.backends.routing import routed
-from srpo_dsl.lang.graph import BASE_ADAPTER
-
-# the log-prob helpers stay importable from here for callers written before `logprobs` existed
-__all__ = [
-    "HFBackend",
-    "TokenBatch",
-    "encode_prompts",
-    "pack_sequences",
-    "sequence_logprobs",
-    "token_logprobs",
-]
+from srpo_dsl.backends.decoding import Chunk, make_decoder, resolve_mode
 
 
 def encode_prompts(
@@ -81,6 +58,7 @@ class HFBackend:
         dtype: torch.dtype | str | None = None,
         use_chat_template: bool | None = None,
         max_batch_size: int = 256,
+        decode: str = "auto",
     ):
         if isinstance(model_or_path, (str, Path)):
             try:
@@ -114,6 +92,8 @@ class HFBackend:
         self.version = 0
         self.awake = True
         self.hosts_adapters = hasattr(model, "peft_config")  # a PeftModel: requests may name an adapter
+        mode = resolve_mode(decode, self.device)
+        self.decoder = make_decoder(mode, model, self.pad_id, self.eos_ids)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | None = None) -> int:
         """After an optimizer step: copy (name, tensor) pairs into the module's parameters (none when
@@ -127,9 +107,10 @@ class HFBackend:
         return self.version
 
     def sleep(self) -> None:
-        """Before the update: the KV cache is freed after every call, so only the allocator's cached
-        blocks are handed back (CUDA)."""
+        """Before the update: the kept static caches are dropped (a dynamic cache lives for one call),
+        and the allocator's cached blocks are handed back (CUDA)."""
         self.awake = False
+        self.decoder.release()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -190,68 +171,11 @@ class HFBackend:
         top_p: float,
         adapters: list[str | None] | None = None,
     ) -> list[GenResult]:
-        """Prefill each distinct prompt once, then decode every request; a row leaves the batch
-        (and its cache) as soon as it emits end-of-sequence or reaches its own `max_tokens`.
-
-        `adapters`: each row's LoRA adapter (one batch may mix them); a prompt is prefilled
-        once per adapter that reads it."""
-        keyed = prompts if adapters is None else [[*p, a] for p, a in zip(prompts, adapters)]
-        distinct, index = distinct_rows(keyed)
-        first = {k: i for i, k in reversed(list(enumerate(index)))}
-        heads = [first[k] for k in range(len(distinct))]  # a request of each distinct (prompt, adapter)
-        names = None if adapters is None else [a or BASE_ADAPTER for a in adapters]
-        logits, cache, mask = self._prefill(
-            [prompts[i] for i in heads], None if names is None else [names[i] for i in heads]
-        )
-        rows = torch.tensor(index, device=self.device)
-        cache.batch_select_indices(rows)  # one cache row per request (prompts repeat within groups)
-        logits, mask = logits[rows], mask[rows]
-        limits = torch.tensor(max_tokens, device=self.device)
-        eos = torch.tensor(sorted(self.eos_ids), device=self.device)
-        tokens = torch.full((len(prompts), max(max_tokens)), self.pad_id, device=self.device)
-        logprobs = torch.zeros(tokens.shape, device=self.device)
-        active = torch.arange(len(prompts), device=self.device)
-        for step in range(tokens.shape[1]):
-            picked = sample_next(logits, temperature, top_p)
-            tokens[active, step] = picked
-            logprobs[active, step] = picked_logprobs(logits, picked, temperature)
-            going = ~torch.isin(picked, eos) & (limits[active] > step + 1)
-            if not going.any():
-                break
-            if not going.all():
-                kept = going.nonzero().squeeze(-1)
-                active, picked, mask = active[kept], picked[kept], mask[kept]
-                cache.batch_select_indices(kept)
-                names = None if names is None else [names[k] for k in kept.tolist()]
-            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
-            logits = self._next_logits(picked[:, None], mask, cache, names)
+        """Decode one chunk with the engine's decode loop (`decoding`); `adapters`: each row's LoRA
+        adapter (one batch may mix them)."""
+        chunk = Chunk(prompts, max_tokens, temperature, top_p, adapters)
+        tokens, logprobs = self.decoder.decode(chunk)
         return self._results(prompts, tokens.tolist(), logprobs.tolist(), max_tokens)
-
-    def _prefill(
-        self, prompts: list[list[int]], adapters: list[str] | None = None
-    ) -> tuple[torch.Tensor, Cache, torch.Tensor]:
-        """Left-padded forward over `prompts`: the last position's logits, the KV cache, the mask."""
-        input_ids, mask = pad_rows(prompts, self.pad_id, max(map(len, prompts)), left=True)
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        cache = DynamicCache(config=self.model.config)
-        return self._next_logits(input_ids, mask, cache, adapters), cache, mask
-
-    def _next_logits(
-        self, input_ids: torch.Tensor, mask: torch.Tensor, cache: Cache, adapters: list[str] | None = None
-    ) -> torch.Tensor:
-        """`[n, V]` logits after the last of `input_ids`, extending `cache` (positions follow `mask`);
-        row i through LoRA adapter `adapters[i]` when the model hosts several."""
-        positions = mask_positions(mask)[:, -input_ids.shape[1] :]
-        with routed(adapters):
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-        return out.logits[:, -1]
 
     def _results(
         self,
@@ -273,22 +197,3 @@ class HFBackend:
             GenResult(p, ids[:n], lps[:n], text, f)
             for p, ids, lps, n, text, f in zip(prompts, tokens, logprobs, kept, texts, finishes)
         ]
-
-
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """`[n]` next tokens: argmax at temperature 0, else drawn from `softmax(logits / T)` cut to top-p."""
-    if temperature <= 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(scaled_logits(logits, temperature), dim=-1)
-    if top_p < 1.0:
-        probs = nucleus(probs, top_p)
-    cdf = probs.cumsum(-1)
-    u = (1.0 - torch.rand_like(cdf[:, -1:])) * cdf[:, -1:]  # uniform in (0, total mass]
-    return (cdf < u).sum(-1)  # inverse CDF: the first token whose cumulative mass reaches u
-
-
-def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """`probs` with zeros outside the smallest set of most likely tokens whose mass reaches `top_p`."""
-    ranked, order = probs.sort(dim=-1, descending=True)
-    before = ranked.cumsum(-1) - ranked  # mass of the more likely tokens; 0 for the first, which stays
-    return torch.zeros_like(probs).scatter_(-1, order, ranked.masked_fill(before >= top_p, 0.0))

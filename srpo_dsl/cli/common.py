@@ -7,6 +7,9 @@ from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
 
+import typer
+
+from srpo_dsl.backends import DECODE_MODES
 from srpo_dsl.rl.names import DEVICES
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -30,6 +33,13 @@ def choices(name: str, names: Iterable[str]) -> type[Enum]:
 
 
 Device = choices("Device", DEVICES)
+Decode = choices("Decode", DECODE_MODES)
+DECODE = typer.Option(
+    Decode.auto,
+    "--decode",
+    help="The hf engine's decode loop: dynamic (rows leave as they end), static (a fixed-shape KV cache), "
+    "compiled (static, its step under torch.compile: CUDA graphs); auto = compiled on CUDA, else dynamic.",
+)
 
 
 def eprint(*parts: object) -> None:

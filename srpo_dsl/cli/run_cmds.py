@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from srpo_dsl.backends import KINDS
-from srpo_dsl.cli.common import EXIT_INPUT, CliError, Device, choices
+from srpo_dsl.cli.common import DECODE, EXIT_INPUT, CliError, Decode, Device, choices
 from srpo_dsl.io import write_atomic
 
 BackendKind = choices("BackendKind", KINDS)
@@ -32,7 +32,7 @@ MODEL = typer.Option(
 DEVICE = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available).")
 
 
-def _setup(workflow: Path, backend: BackendKind, model: list[str], device: Device | None):
+def _setup(workflow: Path, backend: BackendKind, model: list[str], device: Device | None, decode: Decode):
     """Compile the workflow and build its backends and tools, with one-line errors."""
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
@@ -54,7 +54,8 @@ def _setup(workflow: Path, backend: BackendKind, model: list[str], device: Devic
         overrides = parse_model_overrides(model, list(wf.graph.policies))
         if backend is BackendKind.scripted and not overrides:
             raise CliError("--backend scripted needs the reply script: --model replies.json")
-        options = {"device": device.value} if device and backend is BackendKind.hf else {}
+        options = {"decode": decode.value} | ({"device": device.value} if device else {})
+        options = options if backend is BackendKind.hf else {}
         backends = build_backends(wf, backend.value, overrides, **options)
         tools = build_tools(wf)
     except (BackendError, RetrieverError, ValueError, OSError) as exc:
@@ -110,6 +111,7 @@ def run(
     backend: BackendKind = BACKEND,
     model: list[str] = MODEL,
     device: Device | None = DEVICE,
+    decode: Decode = DECODE,
     out: Path = typer.Option(
         Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json, graph.json)."
     ),
@@ -125,7 +127,7 @@ def run(
     from srpo_dsl.rl.runlog import write_graph
     from srpo_dsl.runtime.traces import to_trace, write_traces
 
-    wf, backends, tools = _setup(workflow, backend, model, device)
+    wf, backends, tools = _setup(workflow, backend, model, device, decode)
     tasks = _tasks(wf, data, limit, "train")
     episodes = _rollouts(wf, backends, tools, tasks, samples, seed, "rollouts")
     traces = [to_trace(ep, wf.graph.hash) for ep in episodes]
@@ -198,6 +200,7 @@ def eval_cmd(
     backend: BackendKind = BACKEND,
     model: list[str] = MODEL,
     device: Device | None = DEVICE,
+    decode: Decode = DECODE,
     out: Path = typer.Option(
         Path("runs/eval"), "--out", help="Output folder (metrics.json, traces, graph.json)."
     ),
@@ -217,7 +220,7 @@ def eval_cmd(
     from srpo_dsl.runtime.metrics import dataset_metrics, macro_average
     from srpo_dsl.runtime.traces import to_trace, write_traces
 
-    wf, backends, tools = _setup(workflow, backend, model, device)
+    wf, backends, tools = _setup(workflow, backend, model, device, decode)
     sets = [(p.stem, _tasks(wf, p, limit, "eval")) for p in data] or [
         (wf.name, _tasks(wf, None, limit, "eval"))
     ]

@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INPUT, CliError, Device, choices
+from srpo_dsl.cli.common import DECODE, EXIT_INPUT, CliError, Decode, Device, choices
 from srpo_dsl.rl.names import OBJECTIVES, OFFLOAD, ROLLOUT_ENGINES, SET_NORMS
 
 Objective = choices("Objective", OBJECTIVES)
@@ -111,6 +111,7 @@ def train_cmd(
     seed: int | None = SEED,
     device: Device | None = DEVICE,
     backend: RolloutEngine = BACKEND,
+    decode: Decode = DECODE,
     verbose: bool = VERBOSE,
     local_rank: int = LOCAL_RANK,
 ) -> None:
@@ -139,7 +140,7 @@ def train_cmd(
     flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
     overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
     options = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
-    options |= {"offload": offload.value, "backend": backend.value}
+    options |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}
     with libraries_quiet(not verbose):
         history = run_training(workflow, out, overrides, resume, model, options)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher

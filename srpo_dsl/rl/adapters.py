@@ -151,7 +151,7 @@ _SELECT: dict[Any, torch.Tensor] = {}  # the last forward's selection masks (eve
 def selection(ranks: tuple[tuple[str, int, float], ...], runs: list[tuple[str, int, int]], x: torch.Tensor):
     """`[rows, 1.., sum r]` (shaped, placed and typed like `x`): row i's scaling over its adapter's rank
     slice, zeros elsewhere; built once per (adapter layout, row runs) and kept until they change."""
-    key = (ranks, tuple(runs), x.dim(), x.device, x.dtype)
+    key = (ranks, tuple(runs), x.shape[0], x.dim(), x.device, x.dtype)  # rows: base rows are not in runs
     if key not in _SELECT:
         offsets = dict(zip([n for n, _, _ in ranks], pairwise([0, *accumulate(r for _, r, _ in ranks)])))
         mask = torch.zeros(x.shape[0], offsets[ranks[-1][0]][1])

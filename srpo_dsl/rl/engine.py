@@ -51,6 +51,15 @@ class Dist:
     device: torch.device
 
 
+@dataclass(frozen=True)
+class Rollout:
+    """How a run generates: the rollout engine (`hf`, or `vllm` colocated on the GPU) and the `hf`
+    engine's decode loop (`srpo_dsl.backends.decoding`)."""
+
+    engine: str = "hf"
+    decode: str = "auto"
+
+
 @dataclass
 class Policy:
     """A policy's module, its rollout backend and, when trainable, its engine (None when frozen).
@@ -236,13 +245,15 @@ def build_policies(
     opts: TrainOptions,
     dist: Dist,
     config: Mapping[str, Any],
-    rollout: str = "hf",
+    rollout: Rollout = Rollout(),
 ) -> dict[str, Policy]:
     """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters;
-    `rollout` is the rollout engine's kind (`hf` or `vllm`)."""
+    `rollout` says how they generate."""
     hosts = list(dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None))
-    if hosts and rollout != "hf":
-        raise BackendError(f"--backend {rollout}: adapter(...) policies generate with the hf backend only")
+    if hosts and rollout.engine != "hf":
+        raise BackendError(
+            f"--backend {rollout.engine}: adapter(...) policies generate with the hf backend only"
+        )
     out: dict[str, Policy] = {}
     for name, spec in graph.policies.items():
         if spec.base is None and name not in hosts:
@@ -250,7 +261,7 @@ def build_policies(
             out[name] = build_policy(name, paths[name], spec, opts, dist, config, rollout)
     for base in hosts:
         torch.manual_seed(seed_of("init", opts.seed, base))
-        out |= build_adapter_group(graph, base, paths[base], opts, dist, config)
+        out |= build_adapter_group(graph, base, paths[base], opts, dist, config, rollout.decode)
     return {name: out[name] for name in graph.policies}
 
 
@@ -261,28 +272,38 @@ def build_policy(
     opts: TrainOptions,
     dist: Dist,
     config: Mapping[str, Any],
-    rollout: str = "hf",
+    rollout: Rollout = Rollout(),
 ) -> Policy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
     model, tokenizer = _load(path, _dtype(dist))
     if not spec.trainable:  # under vllm the engine holds the weights on the GPU: the module stays here
-        model.to(dist.device if rollout == "hf" else "cpu").eval().requires_grad_(False)
-        backend = vllm_engine(path, dist) if rollout == "vllm" else HFBackend(model, tokenizer=tokenizer)
-        return Policy(name, model, backend)
+        model.to(dist.device if rollout.engine == "hf" else "cpu").eval().requires_grad_(False)
+        return Policy(name, model, rollout_engine(rollout, model, tokenizer, path, dist))
     reference = None
     if opts.kl > 0:
         reference = _load(path, _dtype(dist))[0].to(dist.device).eval().requires_grad_(False)
     wrap = (lambda m: _with_lora(m, spec.lora)) if spec.lora else (lambda m: m)
     engine = _engine(wrap(model), opts, config)
-    if rollout == "vllm":
-        backend = vllm_engine(path, dist)
-    else:
-        backend = HFBackend(hf_rollout_module(engine, path, wrap, dist), tokenizer=tokenizer)
+    module = None if rollout.engine == "vllm" else hf_rollout_module(engine, path, wrap, dist)
+    backend = rollout_engine(rollout, module, tokenizer, path, dist)
     return Policy(name, engine.module, backend, engine, reference)
 
 
+def rollout_engine(rollout: Rollout, module: Any, tokenizer: Any, path: str, dist: Dist) -> RolloutEngine:
+    """`vllm` loading `path` itself, or `hf` generating with `module`."""
+    if rollout.engine == "vllm":
+        return vllm_engine(path, dist)
+    return HFBackend(module, tokenizer=tokenizer, decode=rollout.decode)
+
+
 def build_adapter_group(
-    graph: EventGraph, base: str, path: str, opts: TrainOptions, dist: Dist, config: Mapping[str, Any]
+    graph: EventGraph,
+    base: str,
+    path: str,
+    opts: TrainOptions,
+    dist: Dist,
+    config: Mapping[str, Any],
+    decode: str = "auto",
 ) -> dict[str, Policy]:
     """The frozen `base` and its adapter policies: one model in memory, one engine training every adapter
     (each clipped on its own, so DeepSpeed's clipping is off), one backend generating for all of them."""
@@ -291,7 +312,7 @@ def build_adapter_group(
     model.requires_grad_(False)
     wrap = lambda m: with_adapters(m, adapters)  # noqa: E731
     engine = _engine(wrap(model), opts, {**config, "gradient_clipping": 0.0})
-    backend = HFBackend(hf_rollout_module(engine, path, wrap, dist), tokenizer=tokenizer)
+    backend = HFBackend(hf_rollout_module(engine, path, wrap, dist), tokenizer=tokenizer, decode=decode)
     reference = engine.module if opts.kl > 0 else None  # scored without adapters: the base
     group = {base: Policy(base, engine.module, backend, adapter=BASE_ADAPTER, owner=base)}
     for name, adapter in graph.adapters.items():

@@ -26,7 +26,7 @@ from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
-from srpo_dsl.rl.engine import Dist, Policy, all_reduce, barrier, engine_owners, push_weights
+from srpo_dsl.rl.engine import Dist, Policy, Rollout, all_reduce, barrier, engine_owners, push_weights
 from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
 from srpo_dsl.rl.names import ROLLOUT_ENGINES
@@ -75,13 +75,15 @@ def train(
     offload: str = "none",
     device: str | None = None,
     backend: str = "hf",
+    decode: str = "auto",
     progress: bool = True,
     eval_data: Sequence[Path] = (),
 ) -> list[dict[str, float]]:
     """Train a workflow's trainable policies with its `train` options (`overrides` win).
 
     models: policy -> model path/spec (default: the workflow's); backend: the rollout engine
-    (`hf`, or `vllm` colocated on the GPU); eval_data: held-out data files in place of the task's own
+    (`hf`, or `vllm` colocated on the GPU); decode: the `hf` engine's decode loop (`auto`,
+    `dynamic`, `static`, `compiled`); eval_data: held-out data files in place of the task's own
     eval split (one dataset each, macro-averaged). Writes OUT/metrics.jsonl,
     OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts of the last
     checkpointed step) and OUT/checkpoints/step-N. Returns this call's per-step metrics.
@@ -95,7 +97,7 @@ def train(
         ds_config,
         offload,
         device,
-        backend,
+        Rollout(backend, decode),
         eval_data,
     )
     try:
@@ -311,7 +313,7 @@ def prepare_run(
     ds_config: Path | None,
     offload: str,
     device: str | None,
-    backend: str = "hf",
+    rollout: Rollout = Rollout(),
     eval_data: Sequence[Path] = (),
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
@@ -323,7 +325,7 @@ def prepare_run(
     wf = load_workflow(workflow_path)
     opts = resolve_options(wf.graph.train, overrides)
     device = check_device(device)
-    check_backend(backend, device)
+    check_backend(rollout.engine, device)
     check_trainable(wf)
     tasks, eval_sets = task_data(wf, split="train"), held_out_sets(wf, eval_data, opts.eval_size)
     if len(tasks) < opts.batch:
@@ -334,7 +336,7 @@ def prepare_run(
         raise TrainError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     dist = init_distributed(device)
     paths = model_paths(wf.graph, models, dist)
-    check_memory(wf.graph, paths, Layout(opts.zero, dist.world_size, offload, backend), dist)
+    check_memory(wf.graph, paths, Layout(opts.zero, dist.world_size, offload, rollout.engine), dist)
     engine_config = make_ds_config(
         opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds
     )
@@ -348,11 +350,12 @@ def prepare_run(
         "device": device,
         "world_size": dist.world_size,
         "offload": offload,
-        "backend": backend,
+        "backend": rollout.engine,
+        "decode": rollout.decode,
         "ds_config": engine_config,
     } | ({"eval_data": [str(p) for p in eval_data]} if eval_data else {})  # absent: the task's eval split
     state = resumable_state(found, config) if resume and found else None
-    policies = build_policies(wf.graph, paths, opts, dist, engine_config, backend)
+    policies = build_policies(wf.graph, paths, opts, dist, engine_config, rollout)
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
     start = restore(found, state, policies, dist) if state is not None else 0
@@ -429,7 +432,7 @@ def resumable_state(found: Path, config: Mapping[str, Any]) -> dict[str, Any]:
     """The checkpoint's run state, if it was written with this config (only `steps` may change)."""
     state = read_state(found)
     before = state["config"]
-    changed = [k for k in config if k not in ("options", "backend") and before.get(k) != config[k]]
+    changed = [k for k in config if k not in ("options", "backend", "decode") and before.get(k) != config[k]]
     changed += [k for k, v in config["options"].items() if k != "steps" and before["options"].get(k) != v]
     if changed:
         raise TrainError(f"cannot resume {found}: {', '.join(changed)} changed since it was written")

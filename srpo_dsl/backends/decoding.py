@@ -1,0 +1,262 @@
+"""The `hf` engine's decode loops: one chunk of requests (equal temperature and top-p) in, tokens and
+their log-probs out.
+
+- `dynamic`: a `DynamicCache`. Each distinct prompt is prefilled once, and a row leaves the batch
+  (and its cache) as soon as it ends, so no step computes a finished row. The host checks every step
+  whether rows ended: cheap on CPU, a GPU synchronisation per token on CUDA.
+- `static`: a `StaticCache` of one shape for the whole chunk. Rows stay in the batch after they end
+  (their further tokens are discarded), and the host asks whether every row has ended only every
+  `CHECK_EVERY` steps, so the GPU is never waited on within those steps. The batch is padded to a
+  power of two and the cache to a multiple of `LENGTH_STEP` tokens, so a few shapes recur; each
+  shape's cache is kept for the next call of that shape until `release()`.
+- `compiled`: `static` with the one-token decode step `torch.compile`d in mode `reduce-overhead`
+  (CUDA graphs on CUDA), the way transformers' `generate` compiles a static-cache decode. Prefill
+  runs eagerly, and so do the steps of rows routed through several adapters (the routing is Python
+  state that a compiled step would re-trace for every mix). The first call of each shape compiles
+  (or records) it.
+- `auto`: `compiled` on CUDA, `dynamic` elsewhere.
+
+Every mode samples with `sample_next` and scores with `picked_logprobs`, the trainer's definition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache, StaticCache
+from transformers.masking_utils import create_masks_for_generate
+
+from srpo_dsl.backends import DECODE_MODES
+from srpo_dsl.backends.base import BackendError
+from srpo_dsl.backends.logprobs import distinct_rows, mask_positions, pad_rows, picked_logprobs, scaled_logits
+from srpo_dsl.backends.routing import routed
+from srpo_dsl.lang.graph import BASE_ADAPTER
+
+CHECK_EVERY = 8  # static decode: steps between the host's checks that every row has ended
+LENGTH_STEP = 64  # static decode: the cache length is rounded up to a multiple of this
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows decoded together: prompt ids, each row's token limit, the sampling settings, and each row's
+    LoRA adapter when the model hosts several (None: the model as it is)."""
+
+    prompts: list[list[int]]
+    max_tokens: list[int]
+    temperature: float
+    top_p: float
+    adapters: list[str | None] | None = None
+
+    def names(self) -> list[str] | None:
+        """Each row's adapter for `routed` (the base's own name for rows without one)."""
+        return None if self.adapters is None else [a or BASE_ADAPTER for a in self.adapters]
+
+
+def resolve_mode(mode: str, device: torch.device) -> str:
+    """The decode loop `mode` runs as (`auto`: `compiled` on CUDA, else `dynamic`)."""
+    if mode not in DECODE_MODES:
+        raise BackendError(f"unknown decode mode `{mode}`: expected one of {', '.join(DECODE_MODES)}")
+    if mode == "auto":
+        return "compiled" if device.type == "cuda" else "dynamic"
+    return mode
+
+
+def make_decoder(mode: str, model: PreTrainedModel, pad_id: int, eos_ids: Collection[int]) -> Decoder:
+    """The decoder for a resolved `mode`."""
+    if mode == "dynamic":
+        return Decoder(model, pad_id, eos_ids)
+    return StaticDecoder(model, pad_id, eos_ids, compiled=mode == "compiled")
+
+
+class Decoder:
+    """The `dynamic` loop (see the module's docstring)."""
+
+    mode = "dynamic"
+
+    def __init__(self, model: PreTrainedModel, pad_id: int, eos_ids: Collection[int]):
+        self.model = model
+        self.pad_id = pad_id
+        self.device = next(model.parameters()).device
+        self.eos = torch.tensor(sorted(eos_ids), device=self.device)
+
+    def release(self) -> None:
+        """Drop what is kept between calls (nothing here)."""
+
+    def decode(self, chunk: Chunk) -> tuple[torch.Tensor, torch.Tensor]:
+        """`[n, T]` sampled tokens (pad after a row's end) and their log-probs (0 there), T = max tokens."""
+        names = chunk.names()
+        keyed = chunk.prompts if names is None else [[*p, a] for p, a in zip(chunk.prompts, names)]
+        distinct, index = distinct_rows(keyed)
+        first = {k: i for i, k in reversed(list(enumerate(index)))}
+        heads = [first[k] for k in range(len(distinct))]  # a request of each distinct (prompt, adapter)
+        input_ids, mask = self._padded([chunk.prompts[i] for i in heads])
+        cache = DynamicCache(config=self.model.config)
+        logits = self.forward(input_ids, mask, cache, None if names is None else [names[i] for i in heads])
+        rows = torch.tensor(index, device=self.device)
+        cache.batch_select_indices(rows)  # one cache row per request (prompts repeat within groups)
+        logits, mask = logits[rows], mask[rows]
+        limits = torch.tensor(chunk.max_tokens, device=self.device)
+        tokens = torch.full((len(rows), max(chunk.max_tokens)), self.pad_id, device=self.device)
+        logprobs = torch.zeros(tokens.shape, device=self.device)
+        active = torch.arange(len(rows), device=self.device)
+        for step in range(tokens.shape[1]):
+            picked = sample_next(logits, chunk.temperature, chunk.top_p)
+            tokens[active, step] = picked
+            logprobs[active, step] = picked_logprobs(logits, picked, chunk.temperature)
+            going = ~torch.isin(picked, self.eos) & (limits[active] > step + 1)
+            if not going.any():
+                break
+            if not going.all():
+                kept = going.nonzero().squeeze(-1)
+                active, picked, mask = active[kept], picked[kept], mask[kept]
+                cache.batch_select_indices(kept)
+                names = None if names is None else [names[k] for k in kept.tolist()]
+            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
+            logits = self.forward(picked[:, None], mask, cache, names)
+        return tokens, logprobs
+
+    def _padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        input_ids, mask = pad_rows(prompts, self.pad_id, max(map(len, prompts)), left=True)
+        return input_ids.to(self.device), mask.to(self.device)
+
+    def forward(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, cache: Cache, adapters: list[str] | None = None
+    ) -> torch.Tensor:
+        """`[n, V]` logits after the last of `input_ids`, extending `cache` (positions follow `mask`);
+        row i through LoRA adapter `adapters[i]` when the model hosts several."""
+        positions = mask_positions(mask)[:, -input_ids.shape[1] :]
+        with routed(adapters):
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        return out.logits[:, -1]
+
+
+class StaticDecoder(Decoder):
+    """The `static` and `compiled` loops (see the module's docstring)."""
+
+    def __init__(self, model: PreTrainedModel, pad_id: int, eos_ids: Collection[int], *, compiled: bool):
+        super().__init__(model, pad_id, eos_ids)
+        self.mode = "compiled" if compiled else "static"
+        self.caches: dict[tuple[int, int], StaticCache] = {}
+        self._step: Callable[..., object] | None = None
+
+    def release(self) -> None:
+        """Drop the kept caches (before an update: their memory goes back to the allocator)."""
+        self.caches.clear()
+
+    def decode(self, chunk: Chunk) -> tuple[torch.Tensor, torch.Tensor]:
+        """As `Decoder.decode`, over a fixed-shape batch (module docstring)."""
+        n, width, new = len(chunk.prompts), max(map(len, chunk.prompts)), max(chunk.max_tokens)
+        rows = 1 << (n - 1).bit_length()  # padded with one-token rows that end before they start
+        limits = torch.tensor(chunk.max_tokens + [0] * (rows - n), device=self.device)
+        names = chunk.names()
+        names = None if names is None else names + [BASE_ADAPTER] * (rows - n)
+        input_ids, prompt_mask = self._padded(chunk.prompts + [[self.pad_id]] * (rows - n))
+        length = -(-(width + new) // LENGTH_STEP) * LENGTH_STEP
+        mask = torch.zeros(rows, length, dtype=torch.long, device=self.device)
+        mask[:, :width] = prompt_mask
+        cache = self._cache(rows, length)
+        logits = self.forward(input_ids, prompt_mask, cache, names)  # prefill, eager
+        position = mask_positions(prompt_mask)[:, -1:]
+        tokens = torch.full((rows, new), self.pad_id, device=self.device)
+        logprobs = torch.zeros(tokens.shape, device=self.device)
+        ended = limits == 0
+        for step in range(new):
+            picked = sample_next(logits, chunk.temperature, chunk.top_p).masked_fill(ended, self.pad_id)
+            tokens[:, step] = picked
+            logprobs[:, step] = picked_logprobs(logits, picked, chunk.temperature).masked_fill(ended, 0.0)
+            ended = ended | torch.isin(picked, self.eos) | (limits <= step + 1)
+            if step + 1 == new or ((step + 1) % CHECK_EVERY == 0 and bool(ended.all())):
+                break
+            mask[:, width + step] = 1
+            position = position + 1
+            logits = self.step(picked[:, None], mask, position, cache, names)
+        return tokens[:n], logprobs[:n]
+
+    def _cache(self, rows: int, length: int) -> StaticCache:
+        """This shape's cache, emptied (kept between calls: a compiled step's buffers stay where they are)."""
+        cache = self.caches.get((rows, length))
+        if cache is None:
+            cache = self.caches[(rows, length)] = StaticCache(config=self.model.config, max_cache_len=length)
+        else:
+            cache.reset()
+        return cache
+
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor,
+        position: torch.Tensor,
+        cache: StaticCache,
+        adapters: list[str] | None,
+    ) -> torch.Tensor:
+        """`[rows, V]` logits after one token per row; `mask` covers the whole cache (0 past the end)."""
+        embeds = torch.empty((input_ids.shape[0], 1, 0), dtype=self.model.dtype, device=self.device)
+        attention = create_masks_for_generate(
+            config=self.model.config,
+            inputs_embeds=embeds,  # read for its batch size, length, dtype and device
+            attention_mask=mask,
+            past_key_values=cache,
+            position_ids=position,
+        )
+        forward = self._forward(adapters is not None)
+        with routed(adapters):
+            out = forward(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=position,
+                past_key_values=cache,
+                use_cache=True,
+            )
+        return out.logits[:, -1]
+
+    def _forward(self, routed_rows: bool) -> Callable[..., object]:
+        """The model's call; under `compiled` and unrouted, torch.compile'd once (CUDA graphs on CUDA)."""
+        if self.mode != "compiled" or routed_rows:
+            return self.model
+        if self._step is None:
+            self._step = compiled_call(self.model)
+        torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed
+        return self._step
+
+
+def compiled_call(model: PreTrainedModel) -> Callable[..., object]:
+    """`model`'s call under torch.compile (`reduce-overhead`); a failure to compile is one line."""
+    compiled = torch.compile(model.__call__, mode="reduce-overhead")
+
+    def call(**inputs: object) -> object:
+        try:
+            return compiled(**inputs)
+        except torch._dynamo.exc.TorchDynamoException as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BackendError(f"compiling the decode step failed ({reason}): use decode `static`") from None
+
+    return call
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """`[n]` next tokens: argmax at temperature 0, else drawn from `softmax(logits / T)` cut to top-p."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(scaled_logits(logits, temperature), dim=-1)
+    if top_p < 1.0:
+        probs = nucleus(probs, top_p)
+    cdf = probs.cumsum(-1)
+    u = (1.0 - torch.rand_like(cdf[:, -1:])) * cdf[:, -1:]  # uniform in (0, total mass]
+    return (cdf < u).sum(-1)  # inverse CDF: the first token whose cumulative mass reaches u
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` with zeros outside the smallest set of most likely tokens whose mass reaches `top_p`."""
+    ranked, order = probs.sort(dim=-1, descending=True)
+    before = ranked.cumsum(-1) - ranked  # mass of the more likely tokens; 0 for the first, which stays
+    return torch.zeros_like(probs).scatter_(-1, order, ranked.masked_fill(before >= top_p, 0.0))

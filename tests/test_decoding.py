@@ -1,0 +1,134 @@
+"""The hf engine's decode loops: `static` and `compiled` decode what `dynamic` decodes, report the
+trainer's log-probs, keep and release their caches, and follow weights changed in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from srpo_dsl.backends import BackendError, GenRequest, resolve_model_spec
+from srpo_dsl.backends.decoding import LENGTH_STEP, StaticDecoder, make_decoder, resolve_mode
+from srpo_dsl.backends.hf import HFBackend
+from srpo_dsl.backends.logprobs import sequence_logprobs
+
+PROMPTS = ["S 17+25=", "hello", "the answer is the answer is", "S 1+2=", "S 40+2="]
+
+
+def load(path: Path | str) -> tuple[torch.nn.Module, object]:
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def random_lm(tiny_random_model: Path):
+    """A random model: rows rarely end, so responses run to their limits."""
+    return load(tiny_random_model)
+
+
+@pytest.fixture(scope="module")
+def trained_lm():
+    """The embedded model: greedy answers end with end-of-sequence after a few tokens."""
+    return load(resolve_model_spec("builtin:tiny"))
+
+
+def requests(limits: list[int], temperature: float = 0.0, top_p: float = 1.0) -> list[GenRequest]:
+    return [GenRequest(PROMPTS[i % len(PROMPTS)], m, temperature, top_p) for i, m in enumerate(limits)]
+
+
+def decoded(lm, mode: str, reqs: list[GenRequest], seed: int = 0):
+    model, tokenizer = lm
+    return HFBackend(model, tokenizer=tokenizer, decode=mode).generate(reqs, seed=seed)
+
+
+def assert_same(one, other) -> None:
+    assert [r.response_token_ids for r in one] == [r.response_token_ids for r in other]
+    assert [r.finish_reason for r in one] == [r.finish_reason for r in other]
+    for a, b in zip(one, other):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+@pytest.mark.parametrize("lm_name", ["random_lm", "trained_lm"])
+def test_static_greedy_decodes_what_dynamic_decodes(lm_name, request):
+    """Rows end at their own limits or at end-of-sequence, in a batch padded from 7 rows to 8, over a
+    response long enough to cross a cache-length boundary."""
+    lm = request.getfixturevalue(lm_name)
+    reqs = requests([5, 1, LENGTH_STEP + 3, 9, 2, 30, 12])
+    static = decoded(lm, "static", reqs)
+    assert_same(static, decoded(lm, "dynamic", reqs))
+    assert [len(r.response_token_ids) for r in static] <= [q.max_tokens for q in reqs]
+    if lm_name == "trained_lm":
+        assert {r.finish_reason for r in static} == {"stop", "length"}
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9)])
+def test_static_samples_report_the_trainers_logprobs_and_reproduce(random_lm, temperature, top_p):
+    model, _ = random_lm
+    reqs = requests([6] * 4 + [3] * 4, temperature, top_p)  # a prompt repeated: independent draws
+    first = decoded(random_lm, "static", reqs, seed=3)
+    recomputed = sequence_logprobs(
+        model, [r.prompt_token_ids for r in first], [r.response_token_ids for r in first], temperature
+    )
+    for res, lp in zip(first, recomputed):
+        assert torch.allclose(lp, torch.tensor(res.logprobs), atol=1e-4)
+    assert_same(first, decoded(random_lm, "static", reqs, seed=3))
+    other = decoded(random_lm, "static", reqs, seed=4)
+    assert [r.response_token_ids for r in other] != [r.response_token_ids for r in first]
+    assert len({tuple(r.response_token_ids) for r in first[:4] + first[5:6]}) > 1
+
+
+def test_static_keeps_a_cache_per_shape_emptied_on_reuse_and_released_by_sleep(random_lm):
+    model, tokenizer = random_lm
+    engine = HFBackend(model, tokenizer=tokenizer, decode="static")
+    assert isinstance(engine.decoder, StaticDecoder)
+    long, short = requests([20, 4, 7]), requests([3, 3])
+    other = [GenRequest(p, q.max_tokens) for p, q in zip(["S 9+9=", "hi", "S 5+5="], long)]  # long's shape
+    engine.generate(long, seed=0)
+    (cache,) = engine.decoder.caches.values()
+    engine.generate(short, seed=0)  # another shape: a second cache
+    assert len(engine.decoder.caches) == 2
+    reused = engine.generate(other, seed=0)  # long's cache again: emptied, as good as new
+    assert engine.decoder.caches[(4, LENGTH_STEP)] is cache
+    assert_same(reused, decoded(random_lm, "static", other))
+    engine.sleep()
+    assert engine.decoder.caches == {}
+    engine.wake_up()
+    assert_same(engine.generate(other, seed=0), reused)
+
+
+def test_decode_modes_resolve_and_unknown_ones_are_one_line_errors(random_lm):
+    assert resolve_mode("auto", torch.device("cpu")) == "dynamic"
+    assert resolve_mode("auto", torch.device("cuda")) == "compiled"
+    assert resolve_mode("static", torch.device("cuda")) == "static"
+    model, tokenizer = random_lm
+    with pytest.raises(BackendError, match="unknown decode mode `eager`: expected one of auto, dynamic"):
+        HFBackend(model, tokenizer=tokenizer, decode="eager")
+    assert HFBackend(model, tokenizer=tokenizer).decoder.mode == "dynamic"  # auto, on CPU
+
+
+@pytest.mark.slow
+def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_place(random_lm):
+    """torch.compile on CPU (inductor; CUDA graphs need CUDA): the same tokens; after an in-place
+    update of the weights (what an optimizer step does to the shared module) the compiled step
+    decodes with the new weights, not stale ones."""
+    model, tokenizer = load(random_lm[0].name_or_path)
+    reqs = requests([7, 2, 5])
+    compiled = HFBackend(model, tokenizer=tokenizer, decode="compiled")
+    assert_same(compiled.generate(reqs, seed=0), decoded((model, tokenizer), "dynamic", reqs))
+    before = compiled.generate(reqs, seed=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    after = compiled.generate(reqs, seed=0)
+    assert [r.response_token_ids for r in after] != [r.response_token_ids for r in before]
+    assert_same(after, decoded((model, tokenizer), "dynamic", reqs))
+
+
+def test_make_decoder_names_its_mode(random_lm):
+    model, tokenizer = random_lm
+    eos = {tokenizer.eos_token_id}
+    modes = {
+        m: make_decoder(m, model, tokenizer.pad_token_id, eos).mode for m in ("dynamic", "static", "compiled")
+    }
+    assert modes == {"dynamic": "dynamic", "static": "static", "compiled": "compiled"}
