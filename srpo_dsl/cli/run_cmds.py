@@ -30,6 +30,11 @@ MODEL = typer.Option(
     "for --backend scripted, the reply script.",
 )
 DEVICE = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available).")
+EVAL_DATA = typer.Option(
+    [],
+    "--data",
+    help="Benchmark file(s); repeat for several (one table row each). Default: the workflow's eval data.",
+)
 
 
 def _setup(workflow: Path, backend: BackendKind, model: list[str], device: Device | None, decode: Decode):
@@ -187,13 +192,7 @@ def metrics_table(
 
 def eval_cmd(
     workflow: Path = WORKFLOW,
-    data: list[Path] = typer.Option(
-        [],
-        "--data",
-        help=(
-            "Benchmark file(s); repeat for several (one table row each). Default: the workflow's eval data."
-        ),
-    ),
+    data: list[Path] = EVAL_DATA,
     k: int = typer.Option(16, "-k", min=1, help="Samples per query (Avg@k, Pass@k)."),
     limit: int | None = LIMIT,
     seed: int = SEED,
