@@ -11,11 +11,13 @@ it decode to nothing). A random model rarely emits end-of-sequence, so every res
 `--tokens`: throughput is measured at a fixed length.
 
 Parts (each case in its own process, so GPU memory and process groups start clean):
-  rollout  the `hf` rollout engine (`HFBackend.generate`: prefill once per prompt, then one
-           batched decode) against raw `model.generate` (sampling, no top-k) on the same batch of
-           prompts x group rows, and transformers' continuous batching (`generate_batch` with
-           per-token log-probs, where the installed version has it; else reported as failed):
-           generated tokens/s (1 warm-up call, median of --repeats).
+  rollout  the `hf` rollout engine (`HFBackend.generate`) in each decode loop (`dynamic`,
+           `static`, `compiled`: `srpo_dsl.backends.decoding`) against raw `model.generate`
+           (sampling, no top-k; with its dynamic cache, and with a static cache, which it compiles
+           on CUDA) on the same batch of prompts x group rows, and transformers' continuous
+           batching (`generate_batch` with per-token log-probs, where the installed version has
+           it; else reported as failed): generated tokens/s (median of --repeats) after a first
+           call, whose time (compilation included) is reported too.
   update   `srpo-dsl train` of a one-agent workflow for --steps steps at ZeRO 0 and ZeRO 3:
            median step time and its update part, update tokens/s (prompt + response tokens of
            every row), MFU = 6 x parameters x update tokens/s / the GPU's dense bf16 peak
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +61,14 @@ VOCAB = 151936
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by GPU name
 PARTS = ("rollout", "update", "trl", "team")
 GENERATORS = {  # the rollout part's generators: result key -> label
-    "hf_engine": "srpo-dsl hf engine",
-    "generate": "transformers generate",
+    "hf_dynamic": "srpo-dsl hf engine, decode dynamic",
+    "hf_static": "srpo-dsl hf engine, decode static",
+    "hf_compiled": "srpo-dsl hf engine, decode compiled",
+    "generate": "transformers generate (dynamic cache)",
+    "generate_static": "transformers generate (static cache; compiled on CUDA)",
     "continuous_batching": "transformers generate_batch (continuous batching)",
 }
+ENGINE_MODES = ("dynamic", "static", "compiled")  # the hf engine's decode loops the rollout part times
 
 SOLVER = """workflow gpu_bench
 policy lm = hf("MODEL") with (temperature = 1.0)
@@ -166,10 +173,15 @@ def prompts_of(workflow: Path, batch: int) -> list[str]:
 
 
 def timed(fn: Callable[[], int], device: str, repeats: int) -> dict:
-    """1 warm-up call, then the median seconds and tokens/s of `repeats` calls (fn returns its tokens)."""
+    """1 warm-up call (timed: compilation shows there), then the median seconds and tokens/s of
+    `repeats` calls (fn returns its tokens)."""
     import torch
 
+    t0 = time.perf_counter()
     fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    first = time.perf_counter() - t0
     runs = []
     for _ in range(repeats):
         if device == "cuda":
@@ -184,6 +196,7 @@ def timed(fn: Callable[[], int], device: str, repeats: int) -> dict:
         "seconds": seconds,
         "tokens": runs[0][1],
         "tokens_per_s": statistics.median(n / s for s, n in runs),
+        "first_seconds": first,
     }
 
 
@@ -198,7 +211,7 @@ def left_padded(ids: list[list[int]], pad: int, device: str) -> tuple[Any, Any]:
 
 
 def rollout_case(model_path: str, workflow: str, args: dict) -> dict:
-    """The hf engine and raw `generate` on the same prompts x group rows."""
+    """The hf engine in each decode loop, raw `generate` and continuous batching on the same rows."""
     quiet()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -210,50 +223,60 @@ def rollout_case(model_path: str, workflow: str, args: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
     prompts = prompts_of(Path(workflow), args["rollout_batch"])
-    engine = HFBackend(model, tokenizer=tokenizer)
     requests = [GenRequest(p, args["tokens"]) for p in prompts for _ in range(args["group"])]
-
-    def hf_engine() -> int:
-        return sum(len(r.response_token_ids) for r in engine.generate(requests, seed=0))
-
     ids = encode_prompts(tokenizer, [r.prompt for r in requests], use_chat_template=False)
-    pad = tokenizer.pad_token_id
-    input_ids, mask = left_padded(ids, pad, device)
-    width = input_ids.shape[1]
+    result: dict[str, Any] = {"rows": len(requests), "prompt_tokens": statistics.mean(map(len, ids))}
+    for mode in ENGINE_MODES:
+        engine = HFBackend(model, tokenizer=tokenizer, decode=mode)
+        result[f"hf_{mode}"] = attempt(partial(generated_tokens, engine, requests), device, args)
+    for key, generator in baselines(model, tokenizer, ids, args).items():
+        result[key] = attempt(generator, device, args)
+    return result
 
-    def raw_generate() -> int:
+
+def generated_tokens(engine: Any, requests: list) -> int:
+    return sum(len(r.response_token_ids) for r in engine.generate(requests, seed=0))
+
+
+def attempt(fn: Callable[[], int], device: str, args: dict) -> dict:
+    """`timed(fn)`, or the first line of what it raised (an unsupported generator, say)."""
+    try:
+        return timed(fn, device, args["repeats"])
+    except Exception as exc:  # a generator this machine or version lacks: recorded, the others go on
+        return {"error": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:100]}"}
+
+
+def baselines(model: Any, tokenizer: Any, ids: list[list[int]], args: dict) -> dict[str, Callable[[], int]]:
+    """transformers' own generators on the same rows, each returning its generated tokens."""
+    import torch
+    from transformers import GenerationConfig
+
+    pad, eos, device = tokenizer.pad_token_id, tokenizer.eos_token_id, args["device"]
+    input_ids, mask = left_padded(ids, pad, device)
+    sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "pad_token_id": pad}
+
+    def generate(**cache: Any) -> int:
         with torch.no_grad():
             out = model.generate(
-                input_ids=input_ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                max_new_tokens=args["tokens"], pad_token_id=pad,
-            )  # fmt: skip
-        new = out[:, width:]
-        stopped = (new == tokenizer.eos_token_id).cumsum(-1)
-        return int(((stopped == 0) | ((stopped == 1) & (new == tokenizer.eos_token_id))).sum())
+                input_ids=input_ids, attention_mask=mask, max_new_tokens=args["tokens"], **sampling, **cache
+            )
+        new = out[:, input_ids.shape[1] :]
+        stopped = (new == eos).cumsum(-1)
+        return int(((stopped == 0) | ((stopped == 1) & (new == eos))).sum())
 
     def continuous_batching() -> int:
-        from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-        config = GenerationConfig(
-            do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=args["tokens"],
-            eos_token_id=tokenizer.eos_token_id, pad_token_id=pad,
-        )  # fmt: skip
+        config = GenerationConfig(max_new_tokens=args["tokens"], eos_token_id=eos, **sampling)
         cb = ContinuousBatchingConfig(return_logprobs=True)  # what an engine built on it would need
         out = model.generate_batch(ids, generation_config=config, continuous_batching_config=cb)
         return sum(len(o.generated_tokens) for o in out.values())
 
-    result = {
-        "rows": len(requests),
-        "prompt_tokens": statistics.mean(map(len, ids)),
-        "hf_engine": timed(hf_engine, device, args["repeats"]),
-        "generate": timed(raw_generate, device, args["repeats"]),
+    return {
+        "generate": generate,
+        "generate_static": lambda: generate(cache_implementation="static"),
+        "continuous_batching": continuous_batching,
     }
-    try:  # transformers' continuous batching (paged KV cache, CUDA graphs), where the version has it
-        result["continuous_batching"] = timed(continuous_batching, device, args["repeats"])
-    except (ImportError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
-        result["continuous_batching"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"}
-    return result
 
 
 # --- update (srpo-dsl train) and TRL --------------------------------------------------------------
@@ -322,22 +345,32 @@ def update_row(name: str, run: dict, prompt_tokens: float, params: int, peak: fl
             f"{per_s:,.0f} | {mfu} | {gen:,.0f} | {run['peak_gib']:.1f} |")  # fmt: skip
 
 
+def rollout_report(r: dict) -> list[str]:
+    """The rollout part's table, and each engine loop's speed against `generate` with either cache."""
+    lines = [f"Rollout, {r['rows']} rows (mean prompt {r['prompt_tokens']:.0f} tokens), up to {r['tokens']} new tokens each:", "",
+             "| generator | first call s | seconds | generated tokens | tokens/s |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for key, label in GENERATORS.items():
+        c = r.get(key, {"error": "not run"})
+        if "error" in c:
+            lines.append(f"| {label} | failed: {c['error']} | | | |")
+        else:
+            lines.append(f"| {label} | {c['first_seconds']:.2f} | {c['seconds']:.2f} | {c['tokens']} | "
+                         f"{c['tokens_per_s']:,.0f} |")  # fmt: skip
+    lines.append("")
+    for mode in ENGINE_MODES:
+        for base in ("generate", "generate_static"):
+            if "error" not in r[f"hf_{mode}"] and "error" not in r[base]:
+                ratio = r[f"hf_{mode}"]["tokens_per_s"] / r[base]["tokens_per_s"]
+                lines.append(f"hf engine ({mode}) / {GENERATORS[base]}: {ratio:.2f}x")
+    return [*lines, ""]
+
+
 def size_report(size: str, params: int, result: dict, peak: float | None) -> list[str]:
     lines = [f"### {size}: {params:,} parameters", ""]
     lines += [f"{key}: failed, {value['error']}" for key, value in result.items() if "error" in value]
     result = {k: v for k, v in result.items() if isinstance(v, dict) and "error" not in v}
     if "rollout" in result:
-        r = result["rollout"]
-        lines += [f"Rollout, {r['rows']} rows (mean prompt {r['prompt_tokens']:.0f} tokens), up to {r['tokens']} new tokens each:", "",
-                  "| generator | seconds | generated tokens | tokens/s |", "|---|---:|---:|---:|"]  # fmt: skip
-        for key, label in GENERATORS.items():
-            c = r.get(key, {"error": "not run"})
-            if "error" in c:
-                lines.append(f"| {label} | failed: {c['error']} | | |")
-            else:
-                lines.append(f"| {label} | {c['seconds']:.2f} | {c['tokens']} | {c['tokens_per_s']:,.0f} |")
-        ratio = r["hf_engine"]["tokens_per_s"] / r["generate"]["tokens_per_s"]
-        lines += ["", f"hf engine / generate: {ratio:.2f}x", ""]
+        lines += rollout_report(result["rollout"])
     runs = {k: v for k, v in result.items() if k.startswith("zero") or k == "trl"}
     if runs:
         prompt = result.get("rollout", {}).get("prompt_tokens", 0.0)

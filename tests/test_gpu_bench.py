@@ -49,12 +49,14 @@ def test_cpu_mode_runs_and_reports_both_generators_and_stages(tmp_path):
     result = json.loads(out.read_text())["results"]["tiny"]
     rollout = result["rollout"]
     assert rollout["rows"] == 4 * 2  # prompts x group
-    for generator in ("hf_engine", "generate"):
+    for generator in ("hf_dynamic", "hf_static", "hf_compiled", "generate", "generate_static"):
+        assert "error" not in rollout[generator], rollout[generator]
         assert 0 < rollout[generator]["tokens"] <= 8 * 8 and rollout[generator]["tokens_per_s"] > 0
+    assert rollout["hf_dynamic"]["tokens"] == rollout["hf_static"]["tokens"] == 8 * 8  # random: no row ends
     for stage in ("zero0", "zero3"):
         run = result[stage]
         assert "error" not in run, run
         assert len(run["step_times"]) == 2 and all(
             0 < u < s for u, s in zip(run["update_times"], run["step_times"])
         )
-    assert "| srpo-dsl hf engine |" in done.stdout and "| srpo-dsl ZeRO-3 |" in done.stdout
+    assert "| srpo-dsl hf engine, decode compiled |" in done.stdout and "| srpo-dsl ZeRO-3 |" in done.stdout
