@@ -111,7 +111,7 @@ def test_decode_modes_resolve_and_unknown_ones_are_one_line_errors(random_lm):
 def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_place(random_lm):
     """torch.compile on CPU (inductor; CUDA graphs need CUDA): the same tokens; after an in-place
     update of the weights (what an optimizer step does to the shared module) the compiled step
-    decodes with the new weights, not stale ones."""
+    decodes with the new weights, not stale ones, on the cache it kept through the update."""
     model, tokenizer = load(random_lm[0].name_or_path)
     reqs = requests([7, 2, 5])
     compiled = HFBackend(model, tokenizer=tokenizer, decode="compiled")
@@ -120,7 +120,11 @@ def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_pl
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
+    compiled.sleep()  # an update: the compiled step's cache stays (a CUDA graph replays on its buffers)
+    (cache,) = compiled.decoder.caches.values()
+    compiled.wake_up()
     after = compiled.generate(reqs, seed=0)
+    assert compiled.decoder.caches == {(4, LENGTH_STEP): cache}
     assert [r.response_token_ids for r in after] != [r.response_token_ids for r in before]
     assert_same(after, decoded((model, tokenizer), "dynamic", reqs))
 

@@ -105,7 +105,7 @@ def test_each_step_sleeps_updates_loads_then_wakes(models, tmp_path, monkeypatch
     assert "frozen" in FROZEN_B
     built, log = train_recorded(models, tmp_path, monkeypatch, zero, team, decode)
     assert {p.backend.decoder.mode for p in built.values()} == {"dynamic" if decode == "auto" else decode}
-    assert all(call[2] == 0 for call in log if call[0] == "kept caches")  # static caches go before updates
+    assert all(call[2] == 0 for call in log if call[0] == "kept caches")  # static: caches go before updates
     step = ["generate", "sleep", "wake:weights", "load" if zero == 3 else "load-shared", "wake:kv_cache"]
     for name, policy in built.items():
         words = calls_of(log, id(policy.backend))

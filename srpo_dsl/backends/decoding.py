@@ -8,12 +8,13 @@ their log-probs out.
   (their further tokens are discarded), and the host asks whether every row has ended only every
   `CHECK_EVERY` steps, so the GPU is never waited on within those steps. The batch is padded to a
   power of two and the cache to a multiple of `LENGTH_STEP` tokens, so a few shapes recur; each
-  shape's cache is kept for the next call of that shape until `release()`.
+  shape's cache is kept for the next call of that shape until `release()`, before an update.
 - `compiled`: `static` with the one-token decode step `torch.compile`d in mode `reduce-overhead`
   (CUDA graphs on CUDA), the way transformers' `generate` compiles a static-cache decode. Prefill
   runs eagerly, and so do the steps of rows routed through several adapters (the routing is Python
   state that a compiled step would re-trace for every mix). The first call of each shape compiles
-  (or records) it.
+  (or records) it, and its cache stays through updates, as transformers keeps a compiled
+  `generate`'s cache: the graph replays on that cache's buffers.
 - `auto`: `compiled` on CUDA, `dynamic` elsewhere.
 
 Every mode samples with `sample_next` and scores with `picked_logprobs`, the trainer's definition.
@@ -150,8 +151,11 @@ class StaticDecoder(Decoder):
         self._step: Callable[..., object] | None = None
 
     def release(self) -> None:
-        """Drop the kept caches (before an update: their memory goes back to the allocator)."""
-        self.caches.clear()
+        """Before an update: `static` drops its kept caches (their memory goes back to the allocator).
+        `compiled` keeps them: a CUDA graph is recorded on its cache's buffers, so a new cache would mean
+        a new recording of every shape after every update."""
+        if self.mode == "static":
+            self.caches.clear()
 
     def decode(self, chunk: Chunk) -> tuple[torch.Tensor, torch.Tensor]:
         """As `Decoder.decode`, over a fixed-shape batch (module docstring)."""

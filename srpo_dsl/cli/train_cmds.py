@@ -53,7 +53,7 @@ LIBRARIES = (
 
 OUT_OF_MEMORY = (
     "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
-    "more --micro-batches, a smaller --batch or --group, or shorter max_tokens"
+    "more --micro-batches, a smaller --batch or --group, shorter max_tokens, or --decode dynamic"
 )
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
