@@ -9,6 +9,7 @@ their log-probs out.
   `CHECK_EVERY` steps, so the GPU is never waited on within those steps. The batch is padded to a
   power of two and the cache to a multiple of `LENGTH_STEP` tokens, so a few shapes recur; each
   shape's cache is kept for the next call of that shape until `release()`, before an update.
+  Every row is prefilled, a prompt repeated G times too (one forward over all rows).
 - `compiled`: `static` with the one-token decode step `torch.compile`d in mode `reduce-overhead`
   (CUDA graphs on CUDA), the way transformers' `generate` compiles a static-cache decode. Prefill
   runs eagerly, and so do the steps of rows routed through several adapters (the routing is Python
