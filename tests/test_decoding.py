@@ -15,6 +15,10 @@ from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.logprobs import sequence_logprobs
 
 PROMPTS = ["S 17+25=", "hello", "the answer is the answer is", "S 1+2=", "S 40+2="]
+DEVICES = [  # on a GPU machine the compiled loop runs as CUDA graphs: `pytest tests/test_decoding.py`
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+]
 
 
 def load(path: Path | str) -> tuple[torch.nn.Module, object]:
@@ -49,11 +53,13 @@ def assert_same(one, other) -> None:
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("lm_name", ["random_lm", "trained_lm"])
-def test_static_greedy_decodes_what_dynamic_decodes(lm_name, request):
+def test_static_greedy_decodes_what_dynamic_decodes(lm_name, device, request):
     """Rows end at their own limits or at end-of-sequence, in a batch padded from 7 rows to 8, over a
     response long enough to cross a cache-length boundary."""
-    lm = request.getfixturevalue(lm_name)
+    model, tokenizer = request.getfixturevalue(lm_name)
+    lm = (model if device == "cpu" else load(model.name_or_path)[0].to(device)), tokenizer
     reqs = requests([5, 1, LENGTH_STEP + 3, 9, 2, 30, 12])
     static = decoded(lm, "static", reqs)
     assert_same(static, decoded(lm, "dynamic", reqs))
@@ -108,11 +114,13 @@ def test_decode_modes_resolve_and_unknown_ones_are_one_line_errors(random_lm):
 
 
 @pytest.mark.slow
-def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_place(random_lm):
-    """torch.compile on CPU (inductor; CUDA graphs need CUDA): the same tokens; after an in-place
-    update of the weights (what an optimizer step does to the shared module) the compiled step
-    decodes with the new weights, not stale ones, on the cache it kept through the update."""
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_place(random_lm, device):
+    """torch.compile (on CPU inductor alone, on CUDA with CUDA graphs; fp32): the same tokens; after an
+    in-place update of the weights (what an optimizer step does to the shared module) the compiled
+    step decodes with the new weights, not stale ones, on the cache it kept through the update."""
     model, tokenizer = load(random_lm[0].name_or_path)
+    model.to(device)
     reqs = requests([7, 2, 5])
     compiled = HFBackend(model, tokenizer=tokenizer, decode="compiled")
     assert_same(compiled.generate(reqs, seed=0), decoded((model, tokenizer), "dynamic", reqs))
