@@ -28,7 +28,11 @@ def _fast_parser(grammar: str) -> Lark:
     "rule,grown,text",
     [
         ('tool_decl: "tool" NAME "=" call', 'tool_decl: "tool" NAME [FROZEN] "=" call', "tool t = bm25()"),
-        ("route_step: ROUTE NAME", "route_step: ROUTE NAME [FROZEN]", "route r"),
+        (
+            "event_step: step_keyword NAME [selector]",
+            "event_step: step_keyword NAME [selector] [FROZEN]",
+            "route r",
+        ),
         ("cond: NAME COMPARE NAME", "cond: NAME COMPARE NAME [FROZEN]", "break if v == x"),
     ],
 )
