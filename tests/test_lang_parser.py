@@ -71,6 +71,14 @@ def test_expected_steps_and_declarations_are_named_as_groups():
     assert diag.message == "unexpected `3` (expected a declaration, a step or the end of the file)"
 
 
+def test_a_contract_expected_is_a_name_though_step_keywords_are_accepted_there():
+    """`emits route(solver)`: a contract's name may spell a step keyword; the message says "a name"."""
+    (diag,) = analyze('workflow w\nagent a uses lm prompt "p" emits 3\n', "t.srpo").diagnostics
+    assert diag.message == "unexpected `3` (expected a name or a string in double quotes)"
+    (diag,) = analyze("workflow w\nreward f(a, 3)\n", "t.srpo").diagnostics
+    assert diag.message == "unexpected `3` (expected `task` or a name)"  # other keywords are still named
+
+
 def test_recovery_resumes_at_a_keyword_not_at_a_name_that_starts_like_one():
     text = BASE.replace('policy lm = hf("m")', 'policy lm hf("m")\n  agents_note = 1')
     text = text.replace("verify verifier\n", "verify 3\n")

@@ -66,6 +66,7 @@ class Statements:
     steps: frozenset[str]  # the keywords that start a step (`route`, `repeat`, ...)
     declarations: frozenset[str]  # the keywords that start a declaration (`agent`, `task`, ...)
     boundaries: frozenset[str]  # those, `workflow`, and the `}` that closes a block
+    step_kinds: frozenset[str]  # the keywords of the step table (`route`, `verify`, ...): `step_keyword`
 
 
 @functools.lru_cache(maxsize=4)
@@ -86,4 +87,4 @@ def statements(parser: Lark) -> Statements:
     steps = first("step")
     items = first("item")
     closes = frozenset(expansion[-1].name for expansion in rules["block"])
-    return Statements(steps, items - steps, items | first("workflow_decl") | closes)
+    return Statements(steps, items - steps, items | first("workflow_decl") | closes, first("step_keyword"))

@@ -89,6 +89,8 @@ def _expected(err: UnexpectedInput, parser: Lark) -> str:
         if group <= accepts:
             accepts -= group
             labels.add(label)
+    if "NAME" in accepts and groups.step_kinds <= accepts:  # a contract: its name may spell a step keyword
+        accepts -= groups.step_kinds
     names = {_describe(t, parser) for t in accepts} | labels
     words = sorted(names, key=lambda w: (not w.startswith("`"), w))
     if not words:
