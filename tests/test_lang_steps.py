@@ -150,6 +150,55 @@ def test_registering_a_kind_changes_the_parser_and_unregistering_restores_it(pol
         register_step(POLL)
 
 
+FORMS_WORKFLOW = """workflow forms
+policy lm = hf("m")
+task math(data = "d.jsonl")
+agent solver[3] uses lm prompt "p.j2" emits boxed
+agent voter[2] uses lm prompt "p.j2" emits verdict(approve, reject)
+agent router uses lm prompt "p.j2" emits route(solver)
+agent agg uses lm prompt "p.j2" emits final_boxed
+{step}
+aggregate agg
+reward math_equiv(agg, task.answer)
+"""
+
+
+@pytest.mark.parametrize(
+    "step,replicas,cardinality",
+    [
+        ("verify voter", (1,), (1, 1)),
+        ("verify voter[2]", (2,), (1, 1)),  # a step of one replica may name it
+        ("revise solver[3]", (3,), (1, 1)),
+        ("parallel solver", (1, 2, 3), (3, 3)),
+        ("parallel solver[1, 3]", (1, 3), (2, 2)),
+    ],
+)
+def test_a_step_s_members_follow_its_form(folder, step, replicas, cardinality):
+    text = FORMS_WORKFLOW.format(step=step)
+    node = analyze(text, "w.srpo", [folder]).program.nodes["n1"]
+    assert (node.kind, node.replicas, node.cardinality, node.routed_by) == (
+        step.split()[0],
+        replicas,
+        cardinality,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    "step,message",
+    [
+        ("revise solver[1, 2]", "`revise` takes one replica (`revise A` or `revise A[i]`)"),
+        ("aggregate agg by router", "`aggregate` takes one replica (`aggregate A` or `aggregate A[i]`)"),
+    ],
+)
+def test_a_form_a_built_in_kind_does_not_take_is_an_error_at_the_step(folder, step, message):
+    text = FORMS_WORKFLOW.format(step=step)
+    found = [
+        (d.code, d.span.line, d.span.col, d.message) for d in analyze(text, "w.srpo", [folder]).diagnostics
+    ]
+    assert ("E047", 8, 1, message) in found
+
+
 # ---- the table is the one source ---------------------------------------------------------------------
 _WRITTEN = {"singleton": "{kw} a[1]", "pool": "{kw} a[1, 2]", "routed": "{kw} a by r"}
 
