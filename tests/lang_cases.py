@@ -53,6 +53,7 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "E044": ("  route router\n", ""),
     "E045": ("aggregate agg\n", "aggregate verifier\n"),
     "E046": ("call web on searcher", "call web on verifier"),
+    "E047": ("verify verifier\n", "verify verifier by router\n"),
     "E050": ("repeat at most 2 {", "repeat {"),
     "E051": ("repeat at most 2 {", "repeat at most 0 {"),
     "E052": ("aggregate agg\n", "repeat at most 2 { }\naggregate agg\n"),

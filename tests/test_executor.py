@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.backends.scripted import ScriptedBackend
-from srpo_dsl.runtime.executor import INVALID, Executor
+from srpo_dsl.runtime.effects import INVALID
+from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import read_traces, to_trace, write_traces
 

@@ -45,6 +45,7 @@ GOLDEN = [
         15,
         "`call` runs a tool on the agent's outputs, but `verifier` emits `verdict` (a decision, not a query)",
     ),
+    ("E047", 13, 3, "`verify` takes one replica (`verify A` or `verify A[i]`)"),
     ("E050", 10, 1, "loop has no bound: an episode could run forever"),
     ("E051", 10, 1, "loop bound must be at least 1"),
     ("E052", 17, 1, "empty loop"),

@@ -107,7 +107,7 @@ def test_spans_run_from_first_to_last_token_as_written():
     par, branch = loop.body
     assert _at(par.span) == (5, 3, 5, 28) and par.by.name == "router"
     assert _at(branch.span) == (6, 3, 6, 69)  # through the else block's `}`
-    assert branch.then[0].replica == 2 and _at(branch.then[0].span) == (6, 20, 6, 36)
+    assert branch.then[0].replicas == (2,) and _at(branch.then[0].span) == (6, 20, 6, 36)
     assert branch.orelse[0].replicas == (1, 3) and _at(branch.orelse[0].span) == (6, 46, 6, 67)
     (reward,) = p.rewards
     assert reward.field == ("task", "answer") and _at(reward.field_span) == (8, 27, 8, 38)

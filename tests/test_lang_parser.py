@@ -28,7 +28,11 @@ def _fast_parser(grammar: str) -> Lark:
     "rule,grown,text",
     [
         ('tool_decl: "tool" NAME "=" call', 'tool_decl: "tool" NAME [FROZEN] "=" call', "tool t = bm25()"),
-        ("route_step: ROUTE NAME", "route_step: ROUTE NAME [FROZEN]", "route r"),
+        (
+            "event_step: step_keyword NAME [selector]",
+            "event_step: step_keyword NAME [selector] [FROZEN]",
+            "route r",
+        ),
         ("cond: NAME COMPARE NAME", "cond: NAME COMPARE NAME [FROZEN]", "break if v == x"),
     ],
 )
@@ -65,6 +69,14 @@ def test_expected_steps_and_declarations_are_named_as_groups():
     assert diag.message == "unexpected `3` (expected `}` or a step)"
     (diag,) = analyze("workflow w\n3\n", "t.srpo").diagnostics
     assert diag.message == "unexpected `3` (expected a declaration, a step or the end of the file)"
+
+
+def test_a_contract_expected_is_a_name_though_step_keywords_are_accepted_there():
+    """`emits route(solver)`: a contract's name may spell a step keyword; the message says "a name"."""
+    (diag,) = analyze('workflow w\nagent a uses lm prompt "p" emits 3\n', "t.srpo").diagnostics
+    assert diag.message == "unexpected `3` (expected a name or a string in double quotes)"
+    (diag,) = analyze("workflow w\nreward f(a, 3)\n", "t.srpo").diagnostics
+    assert diag.message == "unexpected `3` (expected `task` or a name)"  # other keywords are still named
 
 
 def test_recovery_resumes_at_a_keyword_not_at_a_name_that_starts_like_one():

@@ -18,10 +18,13 @@ _EXPORTS = {
     "Diagnostic": "errors",
     "Span": "errors",
     "SrpoError": "errors",
-    "EVENT_KINDS": "graph",
     "EventGraph": "graph",
     "parse": "parser",
     "parse_file": "parser",
+    "STEP_KINDS": "steps",
+    "Shape": "steps",
+    "StepKind": "steps",
+    "register_step": "steps",
 }
 
 __all__ = sorted(_EXPORTS)

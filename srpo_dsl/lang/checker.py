@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.declarations import AgentInfo, Binding, PolicyInfo, RewardInfo
 from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef, RefProblem, UseName, locate_ref
 from srpo_dsl.lang.schema import (
@@ -25,54 +24,8 @@ from srpo_dsl.lang.schema import (
     PythonTool,
     TrainOptions,
 )
+from srpo_dsl.lang.steps import FORMS, STEP_KINDS, StepKind, deciding, routers, takes
 from srpo_dsl.lang.templates import check_template
-
-
-@dataclass(frozen=True)
-class PolicyInfo:
-    name: str
-    kind: str  # hf | builtin | adapter
-    model: str  # repo id, local path or `builtin:tiny` (an adapter: its base's)
-    trainable: bool
-    lora: dict | None  # LoRA options: of the policy's own `lora(...)`, or of an adapter
-    generation: dict
-    base: str | None = None  # an adapter's base policy (frozen; it holds the weights)
-
-
-@dataclass(frozen=True)
-class AgentInfo:
-    name: str
-    replicas: int
-    policy: str
-    prompt: str
-    contract: str
-    contract_args: tuple[str, ...]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    parser: CodeRef | None = None  # a Python contract (`contract` is then its reference)
-
-
-@dataclass(frozen=True)
-class RewardInfo:
-    fn: str  # a built-in name, or the reference of a Python reward
-    agent: str
-    field: str | None  # the task field of a built-in reward, e.g. "answer"
-    penalty: float
-    code: CodeRef | None = None
-
-
-@dataclass(frozen=True)
-class Binding:
-    """A task or tool declaration: its kind (`math`, `bm25`, ..., `python`) and its validated options."""
-
-    kind: str
-    options: Mapping[str, Any]
-    code: CodeRef | None = None  # the function of a `python` binding
-
-    def attrs(self) -> dict[str, Any]:
-        ref = {"ref": self.code.text} if self.code else {}
-        return {"kind": self.kind, **ref, "options": dict(self.options)}
 
 
 @dataclass
@@ -108,6 +61,15 @@ def _value(v: n.Value) -> object:
 
 def _is_adapter(pol: n.Policy) -> bool:
     return isinstance(pol.source.kind, n.Ident) and pol.source.kind.name == "adapter"
+
+
+_CONTRACT_ARGS = {"none": "", "pool": "(POOL)", "words": "(...)", "tag": "(NAME)"}
+
+
+def _contract_form(name: str) -> str:
+    """How a contract is written, e.g. `route(POOL)`."""
+    spec = CONTRACTS.get(name)
+    return f"`{name}{_CONTRACT_ARGS.get(spec.args, '') if spec else ''}`"
 
 
 def _contract_name(c: n.Contract) -> str:
@@ -588,7 +550,7 @@ class _Checker(n.StepVisitor[None]):
         if not self.known_agent(s.agent):
             return
         contract = self.contract_of(s.agent)
-        if contract and contract[0] in ("route", "verdict"):
+        if contract and deciding(contract[0]):
             self.error(
                 "E046",
                 f"`call` runs a tool on the agent's outputs, but `{s.agent.name}` emits `{contract[0]}` "
@@ -605,78 +567,77 @@ class _Checker(n.StepVisitor[None]):
             )
 
     def visit_event(self, s: n.EventStep, in_loop: bool, routed: set[str]) -> None:
+        """What every event step is checked for; its kind's entry in the step table says how."""
         if not self.known_agent(s.agent):
             return
-        self.event_contract(s)
-        if isinstance(s, n.Route):
+        kind = STEP_KINDS[s.kind]
+        self.event_contract(s, kind)
+        if not takes(s):
+            forms = " or ".join(FORMS[f].syntax for f in FORMS if f in kind.cardinality)
+            self.error("E047", f"`{s.kind}` takes {forms.format(kw=s.kind)}", s.span)
+        else:
+            self.replicas(s)
+            self.router(s, routed)
+        if kind.routes:
             routed.add(s.agent.name)
-        elif isinstance(s, n.Parallel):
-            self.parallel(s, routed)
-        elif isinstance(s, n.Revise) and not 1 <= s.replica <= self.pool_of(s.agent):
-            self.error(
-                "E041",
-                f"replica {s.replica} is out of range: `{s.agent.name}` has "
-                f"{self.pool_of(s.agent)} replica(s)",
-                s.span,
-            )
         self.act(s.agent.name)
 
-    def event_contract(self, s: n.EventStep) -> None:
-        """`route` steps need a router, `verify` steps a verifier; other steps need neither."""
+    def event_contract(self, s: n.EventStep, kind: StepKind) -> None:
+        """A kind may require its agent's contracts (`verify` a verdict); an agent whose contract records a
+        decision (a route, a verdict) acts only in the steps that record it."""
         contract, _args = self.contract_of(s.agent) or ("", ())
-        if isinstance(s, n.Route) and contract != "route":
+        if kind.contracts is not None and contract not in kind.contracts:
+            needs = " or ".join(_contract_form(c) for c in sorted(kind.contracts))
             self.error(
                 "E045",
-                f"`route` needs an agent that emits `route(POOL)`; `{s.agent.name}` emits `{contract}`",
+                f"`{s.kind}` needs an agent that emits {needs}; `{s.agent.name}` emits `{contract}`",
                 s.agent.span,
             )
-        elif isinstance(s, n.Verify) and contract != "verdict":
+        elif kind.contracts is None and deciding(contract):
+            steps = " or ".join(f"`{k}`" for k in deciding(contract))
             self.error(
                 "E045",
-                f"`verify` needs an agent that emits `verdict(...)`; `{s.agent.name}` emits `{contract}`",
-                s.agent.span,
-            )
-        elif not isinstance(s, (n.Route, n.Verify)) and contract in ("route", "verdict"):
-            step = "route" if contract == "route" else "verify"
-            self.error(
-                "E045",
-                f"`{s.agent.name}` emits `{contract}`: use it in a `{step}` step, not `{s.kind}`",
+                f"`{s.agent.name}` emits `{contract}`: use it in a {steps} step, not `{s.kind}`",
                 s.agent.span,
             )
 
-    def parallel(self, s: n.Parallel, routed: set[str]) -> None:
+    def replicas(self, s: n.EventStep) -> None:
+        """Replicas written `[i, j]` exist and differ."""
         size = self.pool_of(s.agent)
-        if s.replicas is not None:
-            for i, r in enumerate(s.replicas):
-                if not 1 <= r <= size:
-                    self.error(
-                        "E041",
-                        f"replica {r} is out of range: `{s.agent.name}` has {size} replica(s)",
-                        s.span,
-                        f"replicas are numbered 1..{size}",
-                    )
-                if r in s.replicas[:i]:
-                    self.error("E042", f"replica {r} is selected twice", s.span)
+        for i, r in enumerate(s.replicas or ()):
+            if not 1 <= r <= size:
+                self.error(
+                    "E041",
+                    f"replica {r} is out of range: `{s.agent.name}` has {size} replica(s)",
+                    s.span,
+                    f"replicas are numbered 1..{size}",
+                )
+            if r in s.replicas[:i]:  # type: ignore[index]
+                self.error("E042", f"replica {r} is selected twice", s.span)
+
+    def router(self, s: n.EventStep, routed: set[str]) -> None:
+        """`KIND P by R`: R routes over P, and a step recording R's choice comes first in the same block."""
         if s.by is None or not self.known_agent(s.by):
             return
         contract = self.contract_of(s.by)
-        if contract is None or contract[0] != "route" or contract[1] != (s.agent.name,):
+        choices = [c for k in routers() for c in sorted(k.contracts or ())]  # the contracts that select
+        if contract is None or contract[0] not in choices or contract[1] != (s.agent.name,):
             what = (
                 f"routes over `{contract[1][0]}`"
-                if contract and contract[0] == "route" and contract[1]
+                if contract and contract[0] in choices and contract[1]
                 else f"emits `{contract[0] if contract else '?'}`"
             )
             self.error(
                 "E043",
                 f"`{s.by.name}` does not route over `{s.agent.name}`: it {what}",
                 s.by.span,
-                f"declare it with `emits route({s.agent.name})`",
+                f"declare it with `emits {choices[0]}({s.agent.name})`" if choices else None,
             )
         elif s.by.name not in routed:
+            steps = " or ".join(f"`{k.keyword} {s.by.name}`" for k in routers())
             self.error(
                 "E044",
-                f"`parallel {s.agent.name} by {s.by.name}` needs a `route {s.by.name}` step "
-                "before it in the same block",
+                f"`{s.kind} {s.agent.name} by {s.by.name}` needs a {steps} step before it in the same block",
                 s.span,
             )
 

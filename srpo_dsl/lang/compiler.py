@@ -20,14 +20,14 @@ import re
 from dataclasses import dataclass
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.checker import AgentInfo, Checked
+from srpo_dsl.lang.checker import Checked
+from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.errors import Diagnostic, SrpoError
 from srpo_dsl.lang.graph import (
     Atom,
     Bounds,
     Edge,
     EventGraph,
-    EventKind,
     EventNode,
     Node,
     Terminal,
@@ -35,6 +35,7 @@ from srpo_dsl.lang.graph import (
     Way,
     Where,
 )
+from srpo_dsl.lang.steps import STEP_KINDS, members
 
 Conj = tuple[Atom, ...]  # all must hold; () always holds
 
@@ -149,7 +150,7 @@ class _Bounds(n.StepVisitor[None]):
 
     def visit_event(self, s: n.EventStep, total: Cost) -> None:
         a = self.agents[s.agent.name]
-        k = (len(s.replicas) if s.replicas else a.replicas) if isinstance(s, n.Parallel) else 1
+        k = members(s, a.replicas).cardinality[1]
         total.events += 1
         total.calls += k
         total.tokens += k * a.max_tokens
@@ -232,24 +233,21 @@ class _Compiler(n.StepVisitor[Frontier]):
             out += [(u, chained) for q in leave if (chained := _chain(p, q)) is not None]
         return out
 
-    def event_node(self, s: n.EventStep, kind: EventKind) -> str:
+    def event_node(self, s: n.EventStep) -> str:
         name = s.agent.name
         agent = self.c.agents[name]
-        base = f"{kind}:{name}"
+        base = f"{s.kind}:{name}"
         seen = self.event_types[base] = self.event_types.get(base, 0) + 1
-        by = s.by.name if isinstance(s, n.Parallel) and s.by else None
-        if isinstance(s, n.Parallel):
-            reps = tuple(s.replicas) if s.replicas and not by else tuple(range(1, agent.replicas + 1))
-            card = (1 if by else len(reps), len(reps))
-            label = f"parallel {name} by {by}" if by else f"parallel {name} K={len(reps)}"
-        else:
-            reps = (s.replica if isinstance(s, n.Revise) else 1,)
-            card = (1, 1)
-            label = f"{kind} {name}"
+        who = members(s, agent.replicas)
         nid = self._new("n")
         self.spans[nid] = s.span
         event_type = base if seen == 1 else f"{base}#{seen}"
-        return self._add(EventNode(nid, kind, self.where(s.span), label, agent, event_type, reps, card, by))
+        by = s.by.name if s.by else None
+        step = STEP_KINDS[s.kind]
+        where = self.where(s.span)
+        return self._add(
+            EventNode(nid, step, where, who.label, agent, event_type, who.replicas, who.cardinality, by)
+        )
 
     def block(self, steps: tuple[n.Step, ...], frontier: Frontier, exits: list[Frontier]) -> Frontier:
         """Compile `steps` after `frontier`; `exits` collects the ways out of each enclosing loop.
@@ -257,20 +255,23 @@ class _Compiler(n.StepVisitor[Frontier]):
         A router's STOP leaves the innermost loop; outside loops it skips past the router's next routed
         step in this block (and skips nothing when there is none).
         """
-        last_routed = {s.by.name: i for i, s in enumerate(steps) if isinstance(s, n.Parallel) and s.by}
+        events = [s if isinstance(s, n.EventStep) else None for s in steps]
+        last_routed = {e.by.name: i for i, e in enumerate(events) if e and e.by}
         stops: dict[str, Frontier] = {}  # router -> its STOP ways, waiting to skip past its routed step
-        for i, s in enumerate(steps):
+        for i, (s, e) in enumerate(zip(steps, events)):
             frontier = self.visit(s, frontier, exits)
-            if isinstance(s, n.Route) and (exits or last_routed.get(s.agent.name, -1) > i):
-                stop = Atom("var", s.agent.name, "==", "STOP")
-                (exits[-1] if exits else stops.setdefault(s.agent.name, [])).extend(_restrict(frontier, stop))
+            if e is None:
+                continue
+            if STEP_KINDS[e.kind].routes and (exits or last_routed.get(e.agent.name, -1) > i):
+                stop = Atom("var", e.agent.name, "==", "STOP")
+                (exits[-1] if exits else stops.setdefault(e.agent.name, [])).extend(_restrict(frontier, stop))
                 frontier = _restrict(frontier, stop.negated())
-            elif isinstance(s, n.Parallel) and s.by is not None and s.by.name in stops:
-                frontier = frontier + stops.pop(s.by.name)
+            elif e.by is not None and e.by.name in stops:
+                frontier = frontier + stops.pop(e.by.name)
         return frontier
 
     def visit_event(self, s: n.EventStep, frontier: Frontier, exits: list[Frontier]) -> Frontier:
-        v = self.event_node(s, s.kind)  # type: ignore[arg-type]
+        v = self.event_node(s)
         self.connect(frontier, v)
         return [(v, Way(()))]
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from srpo_dsl.lang.steps import STEP_KINDS, Shape
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -24,32 +26,23 @@ def from_json(text: str) -> nx.DiGraph:
 
 def _label(data: dict) -> str:
     label = data.get("label", data["kind"])
-    card = data.get("cardinality")
-    if card and data["kind"] == "parallel" and data.get("routed_by"):
-        label += f" ({card['min']}..{card['max']})"
-    if data["kind"] == "tool":
-        label += f" (top {data['top_k']})" if data["top_k"] is not None else ""
+    if data.get("routed_by"):  # a routed step: how many of the pool may act
+        label += f" ({data['cardinality']['min']}..{data['cardinality']['max']})"
+    if data.get("top_k") is not None:  # a retriever's documents per query
+        label += f" (top {data['top_k']})"
     return label
 
 
-class _Shape(NamedTuple):
-    """How a node kind is drawn: Mermaid's brackets around the label, Graphviz's shape."""
-
-    mermaid_open: str
-    mermaid_close: str
-    dot: str
-
-
-_SHAPES = {
-    "start": _Shape("((", "))", "circle"),
-    "end": _Shape("((", "))", "doublecircle"),
-    "route": _Shape("{{", "}}", "diamond"),
-    "verify": _Shape("{", "}", "diamond"),
-    "parallel": _Shape("[[", "]]", "box3d"),
-    "tool": _Shape("[(", ")]", "cylinder"),
-    "revise": _Shape("[/", "/]", "box"),
-    "aggregate": _Shape("([", "])", "box"),
+# The nodes that are not event steps; an event step is drawn as its kind's entry in the step table says.
+_OTHER_SHAPES = {
+    "start": Shape("((", "))", "circle"),
+    "end": Shape("((", "))", "doublecircle"),
+    "tool": Shape("[(", ")]", "cylinder"),
 }
+
+
+def _shape(kind: str) -> Shape:
+    return _OTHER_SHAPES[kind] if kind in _OTHER_SHAPES else STEP_KINDS.lookup(kind).shape
 
 
 def to_mermaid(graph: nx.DiGraph) -> str:
@@ -57,7 +50,7 @@ def to_mermaid(graph: nx.DiGraph) -> str:
     ident = lambda v: v.upper() if v in ("start", "end") else v  # noqa: E731  (`end` is reserved)
     out = ["flowchart TD"]
     for v, d in graph.nodes(data=True):
-        shape = _SHAPES[d["kind"]]
+        shape = _shape(d["kind"])
         label = _label(d).replace(chr(34), "#quot;")
         out.append(f'    {ident(v)}{shape.mermaid_open}"{label}"{shape.mermaid_close}')
     for u, v, d in graph.edges(data=True):
@@ -72,7 +65,7 @@ def to_dot(graph: nx.DiGraph) -> str:
     q = lambda s: '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'  # noqa: E731
     out = [f"digraph {q(graph.graph.get('name', 'workflow'))} {{", "    rankdir=TB;"]
     for v, d in graph.nodes(data=True):
-        out.append(f"    {q(v)} [label={q(_label(d))}, shape={_SHAPES[d['kind']].dot}];")
+        out.append(f"    {q(v)} [label={q(_label(d))}, shape={_shape(d['kind']).dot}];")
     for u, v, d in graph.edges(data=True):
         when = d.get("when", "always")
         out.append(

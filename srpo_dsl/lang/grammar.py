@@ -2,12 +2,14 @@
 
 The grammar is the one source of the syntax: which keywords start a step or a declaration is
 read from its rules (the first terminal of each alternative of `step` and `item`), never listed
-by hand.
+by hand. The one rule the file leaves open, `step_keyword`, is made of the step table's keywords
+(`srpo_dsl.lang.steps`), so every parser is built for the kinds registered when it is built.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from importlib import resources
@@ -16,21 +18,44 @@ from pathlib import Path
 from lark import Lark
 from lark.grammar import Symbol
 
+from srpo_dsl.lang.steps import step_keywords
 
-def grammar_text() -> str:
-    """The grammar: package data when installed, else the repository's `grammar/srpo.lark`."""
+_LITERAL = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)"')
+
+
+@functools.lru_cache(maxsize=1)
+def grammar_file() -> str:
+    """The file: package data when installed, else the repository's `grammar/srpo.lark`."""
     packaged = resources.files("srpo_dsl").joinpath("_data/grammar/srpo.lark")
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
     return (Path(__file__).resolve().parents[2] / "grammar" / "srpo.lark").read_text(encoding="utf-8")
 
 
-@functools.lru_cache(maxsize=2)
+def grammar_text() -> str:
+    """The grammar of the language as registered now: the file, and `step_keyword` from the step table."""
+    return _with_steps(step_keywords())
+
+
+@functools.lru_cache(maxsize=8)
+def _with_steps(keywords: tuple[str, ...]) -> str:
+    text = grammar_file()
+    taken = set(keywords) & set(_LITERAL.findall(re.sub(r"//[^\n]*", "", text)))
+    if taken:
+        raise ValueError(f"step keyword(s) {', '.join(sorted(taken))}: already a keyword of the language")
+    return text + "\n?step_keyword: " + " | ".join(f'"{k}"' for k in keywords) + "\n"
+
+
 def lark_parser(strict: bool = False) -> Lark:
     """Lark's own pipeline (basic lexer, parse tree): what syntax errors are found and explained with."""
-    # `cache=True` stores the LALR tables in the temp folder, keyed by the grammar's hash.
+    return _lark_parser(grammar_text(), strict)
+
+
+@functools.lru_cache(maxsize=4)
+def _lark_parser(grammar: str, strict: bool) -> Lark:
+    # `cache=True` stores the LALR tables in the temp folder, keyed by the grammar's hash (keywords included).
     return Lark(
-        grammar_text(), parser="lalr", lexer="basic", maybe_placeholders=True, strict=strict, cache=not strict
+        grammar, parser="lalr", lexer="basic", maybe_placeholders=True, strict=strict, cache=not strict
     )
 
 
@@ -41,6 +66,7 @@ class Statements:
     steps: frozenset[str]  # the keywords that start a step (`route`, `repeat`, ...)
     declarations: frozenset[str]  # the keywords that start a declaration (`agent`, `task`, ...)
     boundaries: frozenset[str]  # those, `workflow`, and the `}` that closes a block
+    step_kinds: frozenset[str]  # the keywords of the step table (`route`, `verify`, ...): `step_keyword`
 
 
 @functools.lru_cache(maxsize=4)
@@ -61,4 +87,4 @@ def statements(parser: Lark) -> Statements:
     steps = first("step")
     items = first("item")
     closes = frozenset(expansion[-1].name for expansion in rules["block"])
-    return Statements(steps, items - steps, items | first("workflow_decl") | closes)
+    return Statements(steps, items - steps, items | first("workflow_decl") | closes, first("step_keyword"))

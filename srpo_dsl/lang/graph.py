@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from srpo_dsl.lang.checker import AgentInfo, Binding, PolicyInfo, RewardInfo
+from srpo_dsl.lang.declarations import AgentInfo, Binding, PolicyInfo, RewardInfo
 from srpo_dsl.lang.pycode import CodeRef
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.steps import StepKind
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -30,10 +31,6 @@ BASE_ADAPTER = "__base__"  # peft's name, in per-row `adapter_names`, for rows o
 def adapter_name(policy: str) -> str:
     """The peft adapter of an adapter policy (peft warns about names inside its `lora_` prefix)."""
     return f"adapter_{policy}"
-
-
-EventKind = Literal["route", "parallel", "verify", "revise", "aggregate"]
-EVENT_KINDS: tuple[EventKind, ...] = ("route", "parallel", "verify", "revise", "aggregate")
 
 
 class Atom(NamedTuple):
@@ -121,7 +118,7 @@ class EventNode:
     """A step that produces one decision event: its members are `replicas` of `agent`'s pool."""
 
     id: str
-    kind: EventKind
+    step: StepKind  # its kind's entry in the step table: effects, shape, ...
     where: Where
     label: str
     agent: AgentInfo
@@ -129,6 +126,11 @@ class EventNode:
     replicas: tuple[int, ...]  # member slots (a routed step: the whole pool, the router picks)
     cardinality: tuple[int, int]  # (min K, max K)
     routed_by: str | None
+
+    @property
+    def kind(self) -> str:
+        """The step's keyword (`verify`, `parallel`, ...)."""
+        return self.step.keyword
 
     @property
     def policy(self) -> str:
@@ -264,38 +266,11 @@ class EventGraph:
             "max_tool_calls": self.bounds.tool_calls,
             "max_tokens": self.bounds.tokens,
             "loops": dict(self.loops),
-            "policies": {k: _policy_attrs(p) for k, p in self.policies.items()},
-            "agents": {k: _agent_attrs(a) for k, a in self.agents.items()},
+            "policies": {k: p.attrs() for k, p in self.policies.items()},
+            "agents": {k: a.attrs() for k, a in self.agents.items()},
             "task": self.task.attrs() if self.task else None,
             "tools": {k: t.attrs() for k, t in self.tools.items()},
-            "reward": _reward_attrs(self.reward) if self.reward else None,
+            "reward": self.reward.attrs() if self.reward else None,
             "train": self.train.model_dump(),
             "code": [ref.attrs() for ref in self.code],
         }
-
-
-def _policy_attrs(p: PolicyInfo) -> dict[str, Any]:
-    return {
-        "kind": p.kind,
-        "model": p.model,
-        "trainable": p.trainable,
-        "lora": p.lora,
-        "generation": p.generation,
-    }
-
-
-def _agent_attrs(a: AgentInfo) -> dict[str, Any]:
-    return {
-        "replicas": a.replicas,
-        "policy": a.policy,
-        "prompt": a.prompt,
-        "contract": a.contract,
-        "contract_args": list(a.contract_args),
-        "max_tokens": a.max_tokens,
-        "temperature": a.temperature,
-        "top_p": a.top_p,
-    }
-
-
-def _reward_attrs(r: RewardInfo) -> dict[str, Any]:
-    return {"fn": r.fn, "agent": r.agent, "field": r.field, "penalty": r.penalty}

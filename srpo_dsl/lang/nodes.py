@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar, get_args
+from typing import Any, ClassVar, Generic, TypeVar
 
 from srpo_dsl.lang.errors import Span
 
@@ -134,50 +134,17 @@ class _StepNode:
     blocks: ClassVar[tuple[tuple[Step, ...], ...]] = ()
 
 
+@dataclass(frozen=True)
 class EventStep(_StepNode):
-    """A step in which one agent acts (a set of its replicas, for `parallel`): one decision event."""
+    """A step in which one agent acts (one replica, or a set of its pool): one decision event.
 
+    `kind` is its keyword, a key of the step table (`srpo_dsl.lang.steps`), which says what the
+    step means to each stage."""
+
+    kind: str
     agent: Ident
-    span: Span
-
-    @property
-    def kind(self) -> str:
-        """The step's keyword: `route`, `parallel`, `verify`, `revise` or `aggregate`."""
-        return type(self).__name__.lower()
-
-
-@dataclass(frozen=True)
-class Route(EventStep):
-    agent: Ident
-    span: Span
-
-
-@dataclass(frozen=True)
-class Parallel(EventStep):
-    """One active set: all replicas, explicit 1-based replicas, or the subset a router chose."""
-
-    agent: Ident
-    by: Ident | None
-    replicas: tuple[int, ...] | None
-    span: Span
-
-
-@dataclass(frozen=True)
-class Verify(EventStep):
-    agent: Ident
-    span: Span
-
-
-@dataclass(frozen=True)
-class Revise(EventStep):
-    agent: Ident
-    replica: int  # 1-based
-    span: Span
-
-
-@dataclass(frozen=True)
-class Aggregate(EventStep):
-    agent: Ident
+    by: Ident | None  # `KIND P by R`: the router whose choice selects the members
+    replicas: tuple[int, ...] | None  # `KIND P[i, j]`: 1-based replicas, as written
     span: Span
 
 
@@ -220,12 +187,11 @@ class Break(_StepNode):
     span: Span
 
 
-Step = Route | Parallel | Verify | Revise | Aggregate | CallTool | Repeat | If | Break
-EVENT_STEPS = tuple(kind for kind in get_args(Step) if issubclass(kind, EventStep))
+Step = EventStep | CallTool | Repeat | If | Break
 
 # Which method of a `StepVisitor` each kind of step goes to.
 _VISIT_METHODS: dict[type, str] = {
-    **dict.fromkeys(EVENT_STEPS, "visit_event"),
+    EventStep: "visit_event",
     CallTool: "visit_call",
     Repeat: "visit_repeat",
     If: "visit_if",
@@ -237,9 +203,9 @@ class StepVisitor(ABC, Generic[R]):
     """What each kind of step means to one pass over the steps (checks, compilation, bounds).
 
     `visit(step, *args)` calls the method for the step's kind with `args`: one table lookup, no
-    chain of isinstance tests. The five event steps share `visit_event`: control flows through
-    them alike, and `step.kind` tells them apart where they differ. A subclass defines every
-    method (else it cannot be instantiated): a pass cannot forget a kind of step.
+    chain of isinstance tests. Event steps share `visit_event`: control flows through them alike,
+    and what their kind means is looked up in the step table (`srpo_dsl.lang.steps`). A subclass
+    defines every method (else it cannot be instantiated): a pass cannot forget a kind of step.
     """
 
     _methods: ClassVar[dict[type, Callable[..., Any]]] = {}
@@ -293,4 +259,4 @@ def walk_steps(steps: tuple[Step, ...]) -> Iterator[Step]:
 
 def walk_events(steps: tuple[Step, ...]) -> Iterator[EventStep]:
     """The event steps among `walk_steps(steps)`."""
-    return (s for s in walk_steps(steps) if isinstance(s, EVENT_STEPS))
+    return (s for s in walk_steps(steps) if isinstance(s, EventStep))

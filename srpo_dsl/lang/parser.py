@@ -163,9 +163,7 @@ class _Build:
         _open, number, close = items
         return _Part(self._count(number), close)
 
-    replica = pool  # "[" NUMBER "]" after `revise NAME`
-
-    def contract(self, items: list) -> n.Contract:  # (NAME | ROUTE) ("(" [NAME ("," NAME)*] ")")?
+    def contract(self, items: list) -> n.Contract:  # (NAME | step_keyword) ("(" [NAME ("," NAME)*] ")")?
         name, *in_parens = items
         args = tuple(self._id(t) for t in in_parens if t is not None and t.type == "NAME")
         return n.Contract(self._id(name), args, self._span(items))
@@ -215,10 +213,6 @@ class _Build:
         agent, op, word = items
         return n.Cond(self._id(agent), str(op), self._id(word), self._span(items))
 
-    def route_step(self, items: list) -> n.Route:  # ROUTE NAME
-        _route, agent = items
-        return n.Route(self._id(agent), self._span(items))
-
     def by_router(self, items: list) -> _Part:  # "by" NAME
         _by, router = items
         return _Part(self._id(router), router)
@@ -227,27 +221,16 @@ class _Build:
         _open, *listed, close = items
         return _Part(tuple(self._count(t) for t in listed if t.type == "NUMBER"), close)
 
-    def parallel_step(self, items: list) -> n.Parallel:  # "parallel" NAME [selector]
-        _parallel, agent, selector = items
+    def event_step(self, items: list) -> n.EventStep:  # step_keyword NAME [selector]
+        keyword, agent, selector = items
         chosen = selector.value if selector else None
-        return n.Parallel(
+        return n.EventStep(
+            str(keyword),
             self._id(agent),
             chosen if isinstance(chosen, n.Ident) else None,
             chosen if isinstance(chosen, tuple) else None,
             self._span(items),
         )
-
-    def verify_step(self, items: list) -> n.Verify:  # "verify" NAME
-        _verify, agent = items
-        return n.Verify(self._id(agent), self._span(items))
-
-    def revise_step(self, items: list) -> n.Revise:  # "revise" NAME [replica]
-        _revise, agent, replica = items
-        return n.Revise(self._id(agent), replica.value if replica else 1, self._span(items))
-
-    def aggregate_step(self, items: list) -> n.Aggregate:  # "aggregate" NAME
-        _aggregate, agent = items
-        return n.Aggregate(self._id(agent), self._span(items))
 
     def call_step(self, items: list) -> n.CallTool:  # "call" NAME "on" NAME
         _call, tool, _on, agent = items
@@ -300,11 +283,15 @@ _BUILDER = _Build()
 _BUILDING = threading.Lock()  # the builder holds the file being parsed
 
 
-@functools.lru_cache(maxsize=1)
 def _build_parser() -> Lark:
     """The fast pipeline: one-regex lexer, LALR parser, nodes built as rules reduce (no parse tree)."""
+    return _parser_for(grammar_text())
+
+
+@functools.lru_cache(maxsize=4)
+def _parser_for(grammar: str) -> Lark:
     return Lark(
-        grammar_text(),
+        grammar,
         parser="lalr",
         lexer=ScanLexer,
         keep_all_tokens=True,

@@ -53,14 +53,15 @@ def _situation(err: UnexpectedToken) -> int:
     return err.interactive_parser.parser_state.state_stack[-1]
 
 
-@functools.lru_cache(maxsize=1)
-def _example_labels() -> dict[int, tuple[str, str]]:
-    """Like Lark's `match_examples`, keyed by the LR state alone: context before the error does not matter."""
+@functools.lru_cache(maxsize=4)
+def _example_labels(parser: Lark) -> dict[int, tuple[str, str]]:
+    """Like Lark's `match_examples`, keyed by the LR state alone: context before the error does not matter.
+    (`parser`'s own states: registering a step kind builds another parser.)"""
     labels: dict[int, tuple[str, str]] = {}
     for label, examples in _EXAMPLES.items():
         for example in examples:
             try:
-                lark_parser().parse(example)
+                parser.parse(example)
             except UnexpectedToken as err:
                 labels.setdefault(_situation(err), label)
     return labels
@@ -88,6 +89,8 @@ def _expected(err: UnexpectedInput, parser: Lark) -> str:
         if group <= accepts:
             accepts -= group
             labels.add(label)
+    if "NAME" in accepts and groups.step_kinds <= accepts:  # a contract: its name may spell a step keyword
+        accepts -= groups.step_kinds
     names = {_describe(t, parser) for t in accepts} | labels
     words = sorted(names, key=lambda w: (not w.startswith("`"), w))
     if not words:
@@ -124,7 +127,7 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark) -> Dia
         ("E003" if _at_end(err) else "E002" if isinstance(err, UnexpectedCharacters) else "E001"),
         None,
     )
-    label = _example_labels().get(_situation(err)) if isinstance(err, UnexpectedToken) else None
+    label = _example_labels(parser).get(_situation(err)) if isinstance(err, UnexpectedToken) else None
     if label is not None:
         code, hint = label
     return Diagnostic(code, _found(err) + _expected(err, parser), span, hint)

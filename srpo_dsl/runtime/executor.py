@@ -18,12 +18,11 @@ from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.graph import EventGraph, EventNode, ToolNode
+from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
-
-INVALID = "INVALID"  # the recorded state of a verdict or route that broke its contract
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,12 @@ class Executor:
             raise ValueError(f"no backend for policies: {', '.join(sorted(missing))}")
         if graph.reward is None:
             raise ValueError(f"workflow `{graph.name}` declares no reward")
+        unknown = sorted({e for v in graph.event_nodes for e in v.step.effects} - set(EFFECTS))
+        if unknown:
+            raise ValueError(
+                f"no handler for the step effect(s) {', '.join(unknown)}: register one on "
+                "`srpo_dsl.runtime.effects.EFFECTS`"
+            )
         self.g = graph
         self.backends = backends
         self.renderer = renderer
@@ -205,7 +210,8 @@ class Executor:
         return self.g.nodes[event.node].agent.name  # type: ignore[union-attr]
 
     def _commit(self, ep: Episode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str) -> None:
-        """Parse every member, record the event, then make its outputs visible to later roles."""
+        """Parse every member, record the event, make its outputs visible to later roles, then apply the
+        step's effects (`srpo_dsl.runtime.effects`)."""
         node: EventNode = self.g.nodes[ep.node]  # type: ignore[assignment]
         version = self.backends[node.policy].version
         members = [self._member(node, s, r, version) for s, r in pairs if r is not None]
@@ -220,13 +226,8 @@ class Executor:
             {"role": m.role, "replica": m.replica, "text": m.text, "valid": m.valid, "value": m.parsed}
             for m in members
         ]
-        if node.kind == "verify":
-            ep.feedback.extend(m.text for m in members)
-        if node.kind in ("verify", "route"):
-            first = members[0] if members else None
-            ep.state[node.agent.name] = (
-                _recorded(first.parsed) if first is not None and first.valid else INVALID
-            )
+        for effect in node.step.effects:
+            EFFECTS[effect](ep, node, members)
 
     def _parse(self, node: EventNode, text: str) -> Parsed:
         a = node.agent
@@ -280,11 +281,6 @@ def _documents(tool: str, query: str, docs: list) -> dict:
         "query": query,
         "documents": [{"id": d.id, "title": d.title, "text": d.text} for d in docs],
     }
-
-
-def _recorded(value: object) -> object:
-    """A route's selection as a tuple (it is compared and iterated), a verdict's word as is."""
-    return tuple(value) if isinstance(value, list) else value
 
 
 def _plain(value: object) -> object:

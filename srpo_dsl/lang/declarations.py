@@ -1,0 +1,85 @@
+"""The resolved declarations a compiled graph carries: policies, agents, task and tool bindings, the reward.
+
+The checker builds them from the syntax tree (names resolved, options validated); `EventGraph` holds
+them, and every later stage (executor, trainer, metrics) reads them from there. `attrs()` is each one's
+entry in the graph attributes of the documented `networkx.DiGraph` (docs/dsl.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from srpo_dsl.lang.pycode import CodeRef
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    name: str
+    kind: str  # hf | builtin | adapter
+    model: str  # repo id, local path or `builtin:tiny` (an adapter: its base's)
+    trainable: bool
+    lora: dict | None  # LoRA options: of the policy's own `lora(...)`, or of an adapter
+    generation: dict
+    base: str | None = None  # an adapter's base policy (frozen; it holds the weights)
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "model": self.model,
+            "trainable": self.trainable,
+            "lora": self.lora,
+            "generation": self.generation,
+        }
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    name: str
+    replicas: int
+    policy: str
+    prompt: str
+    contract: str
+    contract_args: tuple[str, ...]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    parser: CodeRef | None = None  # a Python contract (`contract` is then its reference)
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "replicas": self.replicas,
+            "policy": self.policy,
+            "prompt": self.prompt,
+            "contract": self.contract,
+            "contract_args": list(self.contract_args),
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
+
+
+@dataclass(frozen=True)
+class RewardInfo:
+    fn: str  # a built-in name, or the reference of a Python reward
+    agent: str
+    field: str | None  # the task field of a built-in reward, e.g. "answer"
+    penalty: float
+    code: CodeRef | None = None
+
+    def attrs(self) -> dict[str, Any]:
+        return {"fn": self.fn, "agent": self.agent, "field": self.field, "penalty": self.penalty}
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A task or tool declaration: its kind (`math`, `bm25`, ..., `python`) and its validated options."""
+
+    kind: str
+    options: Mapping[str, Any]
+    code: CodeRef | None = None  # the function of a `python` binding
+
+    def attrs(self) -> dict[str, Any]:
+        ref = {"ref": self.code.text} if self.code else {}
+        return {"kind": self.kind, **ref, "options": dict(self.options)}
