@@ -24,12 +24,14 @@ import torch
 
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
 from srpo_dsl.rl.engine import Dist, Policy, Rollout, all_reduce, barrier, engine_owners, push_weights
 from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
-from srpo_dsl.rl.names import ROLLOUT_ENGINES
+from srpo_dsl.rl.objectives import Objective
+from srpo_dsl.rl.plugins import training_objective
 from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
 from srpo_dsl.rl.rows import Rows, build_rows
 from srpo_dsl.rl.runlog import METRICS, RunLog
@@ -48,6 +50,7 @@ class Run:
     out: Path
     workflow: Workflow
     opts: TrainOptions
+    objective: Objective  # as `opts` name it: its terms, aggregation and advantage estimator
     dist: Dist
     policies: Mapping[str, Policy]
     executor: Executor
@@ -139,7 +142,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     # a checkpointed step's rollouts go to OUT/traces.jsonl, with what the update did with each event
     traced = run.log is not None and due(step, run.opts.save_every, run.opts.steps)
     clips = torch.zeros(len(rows), 2, dtype=torch.float64) if traced else None
-    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys, clips)
+    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys, clips, run.objective)
     clock.append(time.perf_counter())
     sync_weights(run.policies)
     clock.append(time.perf_counter())
@@ -169,7 +172,7 @@ def rollout(run: Run, step: int) -> list[Episode]:
 
 def training_rows(run: Run, episodes: list[Episode]) -> Rows:
     """One row per member of every complete event with a trainable member, with its advantage."""
-    rows = build_rows(episodes, run.opts.objective)
+    rows = build_rows(episodes, run.objective)
     return rows.select(trainable_rows(rows, run.policies))
 
 
@@ -324,6 +327,7 @@ def prepare_run(
 
     wf = load_workflow(workflow_path)
     opts = resolve_options(wf.graph.train, overrides)
+    objective = training_objective(opts, wf.folder)  # the user's objective and estimator are imported here
     device = check_device(device)
     check_backend(rollout.engine, device)
     check_trainable(wf)
@@ -362,7 +366,20 @@ def prepare_run(
     log = RunLog(out, config, start, wf.graph) if dist.rank == 0 else None
     temperatures, keys = node_temperatures(wf.graph), MetricKeys.of(wf.graph)
     return Run(
-        out, wf, opts, dist, policies, executor, tasks, eval_sets, temperatures, keys, config, start, log
+        out,
+        wf,
+        opts,
+        objective,
+        dist,
+        policies,
+        executor,
+        tasks,
+        eval_sets,
+        temperatures,
+        keys,
+        config,
+        start,
+        log,
     )
 
 
