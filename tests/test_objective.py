@@ -330,7 +330,9 @@ def test_the_builtin_objectives_and_what_they_train_on() -> None:
         "drmas": ("token-mean", "agent"),
     }
     assert all(get_objective(n).name == n for n in BUILTIN_OBJECTIVES)
-    assert all(get_objective(n).estimator is ADVANTAGE_ESTIMATORS[get_objective(n).advantage] for n in OBJECTIVES)
+    assert all(
+        get_objective(n).estimator is ADVANTAGE_ESTIMATORS[get_objective(n).advantage] for n in OBJECTIVES
+    )
 
 
 def test_registering_twice_or_with_unknown_names_fails() -> None:
