@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from srpo_dsl import registries
 from srpo_dsl.cli.common import CliError
 from srpo_dsl.cli.train_cmds import (
     Device,
@@ -28,7 +29,6 @@ from srpo_dsl.cli.train_cmds import (
     read_jsonl,
     report,
 )
-from srpo_dsl import registries
 from srpo_dsl.rl import names
 from tests.clitools import cli
 from tests.test_training import _env
