@@ -257,3 +257,15 @@ def test_validate_of_a_workflow_with_plugins_imports_no_torch() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip().splitlines()[-2:] == ["0", "[]"], r.stderr
+
+
+def test_an_objective_named_on_the_command_line_is_checked_before_anything_loads(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "srpo_dsl", "train", str(GSPO), "--out", str(tmp_path / "run")]
+    r = subprocess.run(
+        [*args, "--option", "objective=plugins/gspo.py:los"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert r.returncode == 2 and not (tmp_path / "run").exists()
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: training option `objective` = 'plugins/gspo.py:los': error[E093]: "
+        f"{GSPO.parent / 'plugins' / 'gspo.py'} defines no top-level function `los` (did you mean `loss`?)"
+    )
