@@ -9,7 +9,7 @@ anything. Plugins add entries with `add` or the `register` decorator; a name is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, TypeVar
@@ -32,12 +32,13 @@ class _ByPath:
     path: str
 
 
-class Registry(Mapping[str, T]):
+class Registry(MutableMapping[str, T]):
     """`what`'s entries by name, in registration order (built-ins first).
 
     `builtins` maps names to import paths, imported at the first lookup of each. Reading the
     names (`in`, iteration, `len`) imports nothing; `lookup` of an unknown name is a ValueError
-    that lists the known ones.
+    that lists the known ones. `add` and `register` refuse a name twice; item assignment
+    replaces an entry on purpose (a test standing in for a built-in).
     """
 
     def __init__(self, what: str, builtins: Mapping[str, str] | None = None):
@@ -49,6 +50,12 @@ class Registry(Mapping[str, T]):
         if isinstance(entry, _ByPath):
             entry = self._entries[name] = load(entry.path)
         return entry
+
+    def __setitem__(self, name: str, entry: T) -> None:
+        self._entries[name] = entry
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)

@@ -56,6 +56,9 @@ def test_lookup_add_and_register() -> None:
         registry.add("b", 4)
     with pytest.raises(ValueError, match="unknown thing 'd'; known: a, b, c"):
         registry.lookup("d")
+    registry["b"] = 5  # item assignment replaces on purpose (a test standing in for an entry)
+    del registry["c"]
+    assert list(registry) == ["a", "b"] and registry["b"] == 5
 
 
 def test_every_builtin_entry_resolves() -> None:
@@ -102,6 +105,31 @@ def test_train_options_and_the_checker_accept_a_registered_objective(scratch, tm
     assert diagnostics(tmp_path, text) == []
     (error,) = diagnostics(tmp_path, text.replace("token_srpo", "token_srp"))
     assert error.code == "E024" and "'token_srpo'" in error.message
+
+
+def test_a_registered_aggregation_serves_any_objective_with_terms_of_its_rank(scratch, tmp_path) -> None:
+    import torch
+
+    from srpo_dsl.rl.aggregation import Aggregation, register_aggregation
+    from srpo_dsl.rl.plugins import training_objective
+
+    scratch(registries.AGGREGATIONS)
+    register_aggregation("token-sum-per-row", Aggregation("num_rows", 2))  # sum over tokens, mean over rows
+    objective = training_objective(TrainOptions(objective="grpo", aggregation="token-sum-per-row"), tmp_path)
+    lp = torch.tensor([[-1.0, -2.0], [-0.5, -9.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True], [True, False]])
+    adv = torch.tensor([1.0, -3.0], dtype=torch.float64)
+    loss, metrics = objective(lp, lp.clone(), mask, torch.arange(2), adv)
+    assert loss.item() == pytest.approx(
+        -(1.0 + 1.0 - 3.0) / 2
+    )  # on-policy, each token's term is A_i; / 2 rows
+    assert (
+        metrics["num_rows"] == 2 and metrics["num_units"] == 3
+    )  # its count (rows), its terms' units (tokens)
+    shared, _ = objective(lp, lp.clone(), mask, torch.arange(2), adv, num_rows=4)  # 4 rows over all ranks
+    assert shared.item() == pytest.approx(-(1.0 + 1.0 - 3.0) / 4)
+    with pytest.raises(ValueError, match="counts one of num_events, num_tokens, num_rows"):
+        Aggregation("num_prompts", 1)
 
 
 def test_a_registered_contract_is_checked_and_parsed(scratch, tmp_path) -> None:

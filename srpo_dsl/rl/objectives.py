@@ -90,14 +90,25 @@ class Objective:
         metrics = terms.metrics()
         unit = get_aggregation(self.aggregation).count
         given = {"num_events": num_events, "num_tokens": num_tokens, "num_rows": num_rows}[unit]
-        objective = aggregate(terms.values, self.aggregation, global_count(unit, given, metrics["num_units"]))
-        metrics[unit] = metrics["num_units"]
+        metrics[unit] = local_count(unit, batch, terms, metrics["num_units"])
+        objective = aggregate(terms.values, self.aggregation, global_count(unit, given, metrics[unit]))
         penalty, extra = regularisers(batch, num_tokens, ref_logprobs, kl_coef, entropy, entropy_coef)
         return -objective + penalty, metrics | extra, terms
 
     def advantages(self, inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
         """[N] row advantages for this objective (its estimator)."""
         return self.estimator(inputs, eps)
+
+
+def local_count(unit: str, batch: PolicyBatch, terms: PolicyTerms, num_units: float) -> float:
+    """This call's own count of `unit`: the terms' valid units when they are that unit (tokens: [B, T]
+    terms; events: terms over sets; rows: [B] terms), else counted from the batch."""
+    dims, over_sets = terms.values.dim(), terms.unit_of_row is not None
+    if unit == "num_rows":
+        return num_units if dims == 1 and not over_sets else float(batch.mask.shape[0])
+    if unit == "num_tokens":
+        return num_units if dims == 2 else float(batch.mask.sum())
+    return num_units if over_sets else float(torch.unique(batch.event_ids).numel())
 
 
 def global_count(unit: str, given: int | None, local: float) -> int:
