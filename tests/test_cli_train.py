@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from srpo_dsl import registries
 from srpo_dsl.cli.common import CliError
 from srpo_dsl.cli.train_cmds import (
     Device,
@@ -54,33 +55,36 @@ def run_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
 # --- one source for every list of names ------------------------------------------------------
 
 
-def test_choices_come_from_the_names() -> None:
-    from srpo_dsl.backends import KINDS
+def test_choices_come_from_the_registries_and_the_names() -> None:
     from srpo_dsl.cli.run_cmds import BackendKind
+    from srpo_dsl.cli.train_cmds import RolloutEngine
 
     values = lambda enum: tuple(e.value for e in enum)  # noqa: E731
-    assert values(Objective) == names.OBJECTIVES
-    assert values(SetNorm) == names.SET_NORMS
+    assert values(Objective) == tuple(registries.OBJECTIVES) == ("srpo", "grpo", "seq", "drmas")
+    assert values(SetNorm) == tuple(registries.SET_NORMS) == ("sqrt", "mean", "none")
     assert values(Offload) == names.OFFLOAD
     assert values(Device) == names.DEVICES
-    assert values(BackendKind) == KINDS
+    assert values(BackendKind) == tuple(registries.BACKENDS) == ("hf", "scripted", "vllm")
+    assert values(RolloutEngine) == tuple(registries.ROLLOUT_ENGINES) == ("hf", "vllm")
 
 
 def test_train_options_accept_exactly_the_names() -> None:
     from pydantic import ValidationError
 
-    from srpo_dsl.lang.schema import REWARD_FUNCTIONS, TrainOptions
+    from srpo_dsl.lang.schema import TrainOptions
 
-    assert [TrainOptions(objective=n).objective for n in names.OBJECTIVES] == list(names.OBJECTIVES)
-    assert [TrainOptions(set_norm=n).set_norm for n in names.SET_NORMS] == list(names.SET_NORMS)
+    assert [TrainOptions(objective=n).objective for n in registries.OBJECTIVES] == list(registries.OBJECTIVES)
+    assert [TrainOptions(set_norm=n).set_norm for n in registries.SET_NORMS] == list(registries.SET_NORMS)
     with pytest.raises(ValidationError, match="'srpo', 'grpo', 'seq' or 'drmas'"):
         TrainOptions(objective="ppo")
-    assert REWARD_FUNCTIONS == ("math_equiv", "exact_match", "f1")
+    with pytest.raises(ValidationError, match="'sqrt', 'mean' or 'none'"):
+        TrainOptions(set_norm="sum")
+    assert tuple(registries.REWARDS) == ("math_equiv", "exact_match", "f1")
 
 
 def test_names_and_schema_import_no_heavy_library() -> None:
     code = (
-        "import sys, srpo_dsl.lang.schema, srpo_dsl.rl.names, srpo_dsl.cli.main\n"
+        "import sys, srpo_dsl.lang.schema, srpo_dsl.registries, srpo_dsl.rl.names, srpo_dsl.cli.main\n"
         "print(sorted(m for m in ('torch', 'transformers', 'deepspeed', 'math_verify', 'sympy') if m in sys.modules))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -1,14 +1,19 @@
-"""Generation backends (`hf`, `scripted`, `vllm`) behind one protocol, and a factory."""
+"""Generation backends (`hf`, `scripted`, `vllm`) behind one protocol, opened by name.
+
+The backends `run` and `eval` generate with are the entries of `srpo_dsl.registries.BACKENDS`:
+`open(model, **options) -> Backend`, where `model` is a model spec (`resolve_model_spec`) or,
+for `scripted`, the reply script (a JSON file). `BACKENDS.register(name)` adds one.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from srpo_dsl.backends.base import Backend, BackendError, GenRequest, GenResult
+from srpo_dsl.registries import BACKENDS
 
 __all__ = ["Backend", "BackendError", "GenRequest", "GenResult", "make_backend", "resolve_model_spec"]
 
-KINDS = ("hf", "scripted", "vllm")
 DECODE_MODES = ("auto", "dynamic", "static", "compiled")  # the hf engine's decode loops (`decoding`)
 
 
@@ -19,18 +24,26 @@ def resolve_model_spec(model: str) -> str:
     return resolve_model(model.removeprefix("hf:"))
 
 
+def open_hf(model: str, **options: object) -> Backend:
+    from srpo_dsl.backends.hf import HFBackend
+
+    return HFBackend(resolve_model_spec(model), **options)  # type: ignore[arg-type]
+
+
+def open_scripted(model: str, **options: object) -> Backend:
+    from srpo_dsl.backends.scripted import ScriptedBackend
+
+    return ScriptedBackend(Path(model), **options)  # type: ignore[arg-type]
+
+
+def open_vllm(model: str, **options: object) -> Backend:
+    from srpo_dsl.backends.vllm import VLLMBackend
+
+    return VLLMBackend(resolve_model_spec(model), **options)  # type: ignore[arg-type]
+
+
 def make_backend(kind: str, model: str, **options: object) -> Backend:
-    """The backend `kind` for `model`; for `scripted`, `model` is the reply script (a JSON file)."""
-    if kind == "scripted":
-        from srpo_dsl.backends.scripted import ScriptedBackend
-
-        return ScriptedBackend(Path(model), **options)  # type: ignore[arg-type]
-    if kind == "hf":
-        from srpo_dsl.backends.hf import HFBackend
-
-        return HFBackend(resolve_model_spec(model), **options)  # type: ignore[arg-type]
-    if kind == "vllm":
-        from srpo_dsl.backends.vllm import VLLMBackend
-
-        return VLLMBackend(resolve_model_spec(model), **options)  # type: ignore[arg-type]
-    raise BackendError(f"unknown backend `{kind}`: expected one of {', '.join(KINDS)}")
+    """The backend `kind` (`BACKENDS`) for `model`; for `scripted`, `model` is the reply script."""
+    if kind not in BACKENDS:
+        raise BackendError(f"unknown backend `{kind}`: expected one of {', '.join(BACKENDS)}")
+    return BACKENDS[kind](model, **options)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import typer
 
-from srpo_dsl.backends import KINDS
 from srpo_dsl.cli.common import DECODE, EXIT_INPUT, CliError, Decode, Device, choices
 from srpo_dsl.io import write_atomic
+from srpo_dsl.registries import BACKENDS
 
-BackendKind = choices("BackendKind", KINDS)
+BackendKind = choices("BackendKind", BACKENDS)
 
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)

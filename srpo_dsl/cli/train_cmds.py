@@ -1,6 +1,7 @@
 """`srpo-dsl train` and `srpo-dsl plot`: train a workflow's policies, draw its training dynamics.
 
-Choices come from their one source (`srpo_dsl.rl.names`), never restated here. Unless
+Choices come from their one source (the registries of `srpo_dsl.registries`, the fixed settings of
+`srpo_dsl.rl.names`), never restated here. Unless
 `--verbose`, what the libraries report while training (progress bars, INFO and WARNING
 logs, Python warnings, lines printed on stdout such as DeepSpeed's op builds) is hidden;
 srpo-dsl's own progress bar (stderr) stays, and the run ends with the held-out result.
@@ -23,7 +24,8 @@ from typing import Any
 import typer
 
 from srpo_dsl.cli.common import DECODE, EXIT_INPUT, CliError, Decode, Device, choices
-from srpo_dsl.rl.names import OBJECTIVES, OFFLOAD, ROLLOUT_ENGINES, SET_NORMS
+from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
+from srpo_dsl.rl.names import OFFLOAD
 
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
@@ -59,7 +61,11 @@ OUT_OF_MEMORY = (
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
 OUT = typer.Option(Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints).")
 STEPS = typer.Option(None, "--steps", min=1, help="Training steps (rollout batches).")
-OBJECTIVE = typer.Option(None, "--objective", help="The policy loss (SRPO or a baseline).")
+OBJECTIVE = typer.Option(
+    None,
+    "--objective",
+    help='The policy loss (SRPO or a baseline); a Python one: --option objective="f.py:fn".',
+)
 SET_NORM = typer.Option(None, "--set-norm", help="SRPO's set reduction c(K): K^-1/2, 1/K or 1.")
 LR = typer.Option(None, "--lr", min=0.0, help="Learning rate.")
 GROUP = typer.Option(None, "--group", "-G", min=1, help="Rollouts per prompt (G).")

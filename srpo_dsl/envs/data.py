@@ -20,15 +20,25 @@ of one prompt, so they must be unique: a repeated id gets `@<row>` appended.
 Kinds `math` and `qa` require a question and an answer in every record. The generic kinds
 `jsonl` and `parquet` (a file of that suffix) require only the mapped fields and add
 `question` / `answer` / `answers` where they are found, for rewards that read other fields.
+`arith` generates additions (or reads a file as `math` does). Each kind's loader here is the
+`make` of its entry in `srpo_dsl.lang.schema.TASK_KINDS`:
+
+    loader(options, split, data, limit) -> [row, ...]
+
+`options` are the binding's (path options resolved), `split` is `train` or `eval`, `data` a
+file read in place of the binding's own (`--data`, `--eval-data`), `limit` the most rows.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from srpo_dsl.envs.arith import make_arith_tasks
+from srpo_dsl.lang.schema import TASK_KINDS
 
 QUESTION_FIELDS = ("question", "problem", "prompt", "query")
 ANSWER_FIELDS = (
@@ -42,8 +52,6 @@ ANSWER_FIELDS = (
 )
 ID_FIELDS = ("id", "unique_id", "extra_info.index")
 DETECTED = {"question": QUESTION_FIELDS, "answer": ANSWER_FIELDS, "id": ID_FIELDS}
-GENERIC_KINDS = ("jsonl", "parquet")
-TASK_KINDS = ("math", "qa", "arith", *GENERIC_KINDS)
 
 # Prompt wrappers around the question: (how the wrapper starts, what precedes the question, its tail).
 _WRAPPERS = (
@@ -216,33 +224,82 @@ def normalize_record(
     return task
 
 
+@dataclass(frozen=True)
+class FileTasks:
+    """The loader of a task kind read from a local file.
+
+    `strict`: every record needs a question and an answer; `suffix`: the one file type the kind
+    reads (None: .jsonl, .json or .parquet).
+    """
+
+    kind: str
+    strict: bool = True
+    suffix: str | None = None
+
+    def read(self, path: Path | None, fields: dict | None = None, limit: int | None = None) -> list[dict]:
+        """Tasks from `path`. Raises FileNotFoundError or ValueError with a one-line message."""
+        unknown = sorted(set(fields or {}) - set(DETECTED))
+        if unknown:
+            raise ValueError(f"unknown field mapping {', '.join(unknown)} (known: {', '.join(DETECTED)})")
+        if path is None:
+            raise ValueError(f"a `{self.kind}` task needs a data file")
+        path = Path(path)
+        if self.suffix is not None and path.suffix != self.suffix:
+            got = path.suffix or "no suffix"
+            raise ValueError(f"{path}: a `{self.kind}` task reads a {self.suffix} file, not {got}")
+        if not path.is_file():
+            raise FileNotFoundError(f"cannot read {path}: no such file")
+        tasks, seen = [], set()
+        for i, (where, record) in enumerate(_records(path, limit)):
+            task = normalize_record(record, i, where, path.stem, fields, strict=self.strict)
+            if task["id"] in seen:  # merged sets (Search-R1's NQ + HotpotQA) repeat per-set ids
+                task["id"] = f"{task['id']}@{i}"
+            seen.add(task["id"])
+            tasks.append(task)
+        if not tasks:
+            raise ValueError(f"{path}: no records")
+        return tasks
+
+    def __call__(
+        self, options: Mapping[str, Any], split: str, data: Path | None, limit: int | None
+    ) -> list[dict]:
+        """The binding's tasks of `split`: `data`, else its `eval_data` (eval, when given) or `data`."""
+        own = options.get("eval_data") if split == "eval" and options.get("eval_data") else options["data"]
+        fields = {k: options[k] for k in DETECTED if options.get(k)} or None
+        return self.read(Path(data or own), fields, limit or options.get("limit"))
+
+
+@dataclass(frozen=True)
+class Arithmetic(FileTasks):
+    """`arith`: additions generated from its options (held-out pairs for `eval`), or read from a file."""
+
+    def read(self, path: Path | None, fields: dict | None = None, limit: int | None = None) -> list[dict]:
+        return make_arith_tasks(limit or 1000) if path is None else super().read(path, fields, limit)
+
+    def __call__(
+        self, options: Mapping[str, Any], split: str, data: Path | None, limit: int | None
+    ) -> list[dict]:
+        if data is not None:
+            return self.read(Path(data), None, limit)
+        heldout = split == "eval"
+        n = options["eval_n"] if heldout else options["n"]
+        rows = make_arith_tasks(n, options["seed"], options["max_operand"], heldout=heldout)
+        return rows[:limit] if limit else rows
+
+
+MATH, QA = FileTasks("math"), FileTasks("qa")
+JSONL = FileTasks("jsonl", strict=False, suffix=".jsonl")
+PARQUET = FileTasks("parquet", strict=False, suffix=".parquet")
+ARITH = Arithmetic("arith")
+
+
 def load_tasks(
     path: Path | None, *, kind: str, fields: dict | None = None, limit: int | None = None
 ) -> list[dict]:
-    """Tasks of `kind` (see TASK_KINDS) from a local file; `arith` without a file generates `limit`
-    (default 1000) additions. `fields` maps `question`, `answer`, `id` to field names. Raises
+    """Tasks of the task kind `kind` (`TASK_KINDS`) from a local file; `arith` without a file generates
+    `limit` (default 1000) additions. `fields` maps `question`, `answer`, `id` to field names. Raises
     FileNotFoundError or ValueError with a one-line message."""
-    if kind not in TASK_KINDS:
-        raise ValueError(f"unknown task kind {kind!r} (known: {', '.join(TASK_KINDS)})")
-    unknown = sorted(set(fields or {}) - set(DETECTED))
-    if unknown:
-        raise ValueError(f"unknown field mapping {', '.join(unknown)} (known: {', '.join(DETECTED)})")
-    if path is None:
-        if kind != "arith":
-            raise ValueError(f"a `{kind}` task needs a data file")
-        return make_arith_tasks(limit or 1000)
-    path = Path(path)
-    if kind in GENERIC_KINDS and path.suffix != f".{kind}":
-        raise ValueError(f"{path}: a `{kind}` task reads a .{kind} file, not {path.suffix or 'no suffix'}")
-    if not path.is_file():
-        raise FileNotFoundError(f"cannot read {path}: no such file")
-    tasks, seen = [], set()
-    for i, (where, record) in enumerate(_records(path, limit)):
-        task = normalize_record(record, i, where, path.stem, fields, strict=kind not in GENERIC_KINDS)
-        if task["id"] in seen:  # merged sets (Search-R1's NQ + HotpotQA) repeat per-set ids
-            task["id"] = f"{task['id']}@{i}"
-        seen.add(task["id"])
-        tasks.append(task)
-    if not tasks:
-        raise ValueError(f"{path}: no records")
-    return tasks
+    loader = TASK_KINDS.lookup(kind).maker
+    if not isinstance(loader, FileTasks):
+        raise ValueError(f"a `{kind}` task is not read from a file")
+    return loader.read(path, fields, limit)

@@ -3,12 +3,15 @@
 A corpus line is `{"id": ..., "contents": "\\"Title\\"\\ntext"}` (the Search-R1 / FlashRAG
 layout: the first line of `contents` is the title, in quotes) or `{"id", "title", "text"}`.
 Both retrievers answer a batch of queries at once: `search(queries, top_k)` returns one
-list of documents per query, best first.
+list of documents per query, best first. Each is the `make` of its tool kind in
+`srpo_dsl.lang.schema.TOOL_KINDS`, called with the binding's options but `top_k` (path options
+resolved): `bm25_retriever(corpus)`, `HttpRetriever(url, timeout, retries)`.
 """
 
 from __future__ import annotations
 
 import http.client
+import inspect
 import json
 import os
 import time
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
+
+from srpo_dsl.lang.schema import TOOL_KINDS
 
 
 class RetrieverError(Exception):
@@ -156,27 +161,28 @@ def _bm25(path: Path, mtime_ns: int) -> Bm25Retriever:
     return Bm25Retriever(path)
 
 
-def make_retriever(kind: str, **options: object) -> Retriever:
-    """The retriever of a workflow's `tool NAME = bm25(corpus = PATH)` or `http(url = URL, timeout = S)`.
-
-    `corpus` must already be resolved against the workflow's folder; a corpus is indexed
-    once per process (again only if the file changes). `top_k` is the caller's, per search.
-    """
-    accepted = {"bm25": {"corpus"}, "http": {"url", "timeout", "retries"}}
-    if kind not in accepted:
-        raise RetrieverError(f"unknown retriever `{kind}` (known: {', '.join(accepted)})")
-    unknown = set(options) - accepted[kind]
-    if unknown:
-        raise RetrieverError(
-            f"`{kind}` retriever has no option {', '.join(sorted(unknown))} "
-            f"(options: {', '.join(sorted(accepted[kind]))})"
-        )
-    required = "corpus" if kind == "bm25" else "url"
-    if required not in options:
-        raise RetrieverError(f"`{kind}` retriever needs `{required}`")
-    if kind == "http":
-        return HttpRetriever(**options)  # type: ignore[arg-type]
-    path = Path(options["corpus"]).resolve()  # type: ignore[arg-type]
+def bm25_retriever(corpus: str | Path) -> Bm25Retriever:
+    """BM25 over the corpus file (already resolved against the workflow's folder), indexed once per
+    process (again only if the file changes)."""
+    path = Path(corpus).resolve()
     if not path.is_file():
         raise RetrieverError(f"cannot read corpus {path}: no such file")
     return _bm25(path, os.stat(path).st_mtime_ns)
+
+
+def make_retriever(kind: str, **options: object) -> Retriever:
+    """The retriever of a workflow's `tool NAME = bm25(corpus = PATH)` or `http(url = URL, timeout = S)`,
+    or of a tool kind a plugin registered (`TOOL_KINDS`). `top_k` is the caller's, per search."""
+    if kind not in TOOL_KINDS:
+        raise RetrieverError(f"unknown retriever `{kind}` (known: {', '.join(TOOL_KINDS)})")
+    make = TOOL_KINDS[kind].maker
+    params = inspect.signature(make).parameters
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        raise RetrieverError(
+            f"`{kind}` retriever has no option {', '.join(unknown)} (options: {', '.join(sorted(params))})"
+        )
+    missing = [p for p, param in params.items() if param.default is param.empty and p not in options]
+    if missing:
+        raise RetrieverError(f"`{kind}` retriever needs `{missing[0]}`")
+    return make(**options)

@@ -4,8 +4,9 @@
 (score 0; the invalid-action penalty is the executor's). `field` names the task field
 holding the gold answer: a string or a list of accepted answers.
 
-This registry is the one list of reward names (`lang.schema.REWARD_FUNCTIONS` reads it), so
-importing it stays light: math-verify (sympy) is imported when `math_equiv` first scores.
+They are the entries of `srpo_dsl.registries.REWARDS` (the checker reads the names there, by
+import path here); `@register_reward(name)` adds one. math-verify (sympy) is imported when
+`math_equiv` first scores.
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from srpo_dsl.envs.answers import exact_match, f1
-from srpo_dsl.registry import Registry
+from srpo_dsl.registries import REWARDS
 
 RewardFn = Callable[[str | None, dict, str], float]
-
-
-REWARDS: Registry[RewardFn] = Registry("reward function")
 register_reward = REWARDS.register
 
 
@@ -29,7 +27,6 @@ def _golds(task: dict, field: str) -> list[str]:
     return [str(g) for g in gold] if isinstance(gold, Sequence) and not isinstance(gold, str) else [str(gold)]
 
 
-@register_reward("math_equiv")
 def math_reward(pred: str | None, task: dict, field: str) -> float:
     """1.0 when `pred` is mathematically equivalent to any gold answer."""
     from srpo_dsl.envs.math import math_equiv  # math-verify and sympy: only when math is scored
@@ -37,11 +34,9 @@ def math_reward(pred: str | None, task: dict, field: str) -> float:
     return float(pred is not None and any(math_equiv(pred, g) for g in _golds(task, field)))
 
 
-@register_reward("exact_match")
 def exact_match_reward(pred: str | None, task: dict, field: str) -> float:
     return exact_match(pred, _golds(task, field))
 
 
-@register_reward("f1")
 def f1_reward(pred: str | None, task: dict, field: str) -> float:
     return f1(pred, _golds(task, field))

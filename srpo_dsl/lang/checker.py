@@ -10,14 +10,14 @@ from pydantic import ValidationError
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.declarations import AgentInfo, Binding, PolicyInfo, RewardInfo
 from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
-from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef, RefProblem, UseName, locate_ref
+from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef, RefProblem, UseName, is_reference, locate_ref
 from srpo_dsl.lang.schema import (
     CONTRACTS,
     DEFAULT_MAX_TOKENS,
     POLICY_KINDS,
-    REWARD_FUNCTIONS,
     TASK_KINDS,
     TOOL_KINDS,
+    BindingKind,
     ContractSpec,
     Generation,
     LoraOptions,
@@ -26,6 +26,8 @@ from srpo_dsl.lang.schema import (
 )
 from srpo_dsl.lang.steps import FORMS, STEP_KINDS, StepKind, deciding, routers, takes
 from srpo_dsl.lang.templates import check_template
+from srpo_dsl.registries import REWARDS
+from srpo_dsl.registry import Registry
 
 
 @dataclass
@@ -39,16 +41,18 @@ class Checked:
     task: Binding | None = None
     reward: RewardInfo | None = None
     train: TrainOptions = field(default_factory=TrainOptions)
+    train_code: list[CodeRef] = field(default_factory=list)  # the train block's objective, estimator
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     @property
     def code(self) -> tuple[CodeRef, ...]:
-        """The user's Python the workflow names: the task, the tools, the parsers, the reward."""
+        """The user's Python the workflow names: the task, the tools, the parsers, the reward, and the
+        train block's objective and advantage estimator."""
         refs = [self.task.code if self.task else None]
         refs += [t.code for t in self.tools.values()]
         refs += [a.parser for a in self.agents.values()]
         refs.append(self.reward.code if self.reward else None)
-        return tuple(r for r in refs if r is not None)
+        return tuple(r for r in [*refs, *self.train_code] if r is not None)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -214,8 +218,19 @@ class _Checker(n.StepVisitor[None]):
             opts = self.options(TrainOptions, self.p.trains[0].options, "train", (), self.p.trains[0].span)
             if opts is not None:
                 self.out.train = TrainOptions(**opts)
+            self.train_code(self.p.trains[0])
 
-    def binding(self, call: n.Call, kinds: dict, code: str, what: str) -> Binding | None:
+    def train_code(self, train: n.Train) -> None:
+        """The objective and advantage estimator a train block names as Python code, read with `ast`
+        (`train` imports them), each error at its string."""
+        for opt in train.options:
+            if opt.name in ("objective", "advantage") and is_reference(opt.value):
+                use: UseName = "objective" if opt.name == "objective" else "advantage"
+                code = self.code_ref(n.Ref(str(opt.value), opt.value_span or opt.span), use)
+                if code is not None:
+                    self.out.train_code.append(code)
+
+    def binding(self, call: n.Call, kinds: Registry[BindingKind], code: str, what: str) -> Binding | None:
         """The validated `kind(...)`, or None after reporting an unknown kind or bad options."""
         kind = call.kind
         if isinstance(kind, n.Ref):
@@ -228,8 +243,8 @@ class _Checker(n.StepVisitor[None]):
                 did_you_mean(kind.name, kinds) or f"known: {', '.join(kinds)}",
             )
             return None
-        model, pos = kinds[kind.name]
-        opts = self.options(model, call.args, f"{what} `{kind.name}`", pos, call.span)
+        spec = kinds[kind.name]
+        opts = self.options(spec.options, call.args, f"{what} `{kind.name}`", spec.positional, call.span)
         return Binding(kind.name, opts) if opts is not None else None
 
     def code_binding(self, call: n.Call, ref: n.Ref, what: str) -> Binding | None:
@@ -431,13 +446,13 @@ class _Checker(n.StepVisitor[None]):
                 self.out.reward = RewardInfo(r.fn.text, r.agent.name, None, r.penalty, code)
             return
         ok = agent_ok
-        if r.fn.name not in REWARD_FUNCTIONS:
+        if r.fn.name not in REWARDS:
             self.error(
                 "E028",
                 f"unknown reward function `{r.fn.name}`",
                 r.fn.span,
-                did_you_mean(r.fn.name, REWARD_FUNCTIONS)
-                or f'known: {", ".join(REWARD_FUNCTIONS)}, or a Python function "file.py:function"',
+                did_you_mean(r.fn.name, REWARDS)
+                or f'known: {", ".join(REWARDS)}, or a Python function "file.py:function"',
             )
             ok = False
         if r.field is None or len(r.field) != 2 or r.field[0] != "task":

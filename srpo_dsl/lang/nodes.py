@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from srpo_dsl.lang.errors import Span
@@ -45,6 +45,7 @@ class Option:
     name: str | None
     value: Value
     span: Span
+    value_span: Span | None = field(default=None, compare=False)  # the value alone
 
 
 @dataclass(frozen=True)

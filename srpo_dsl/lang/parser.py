@@ -109,11 +109,14 @@ class _Build:
 
     def kwarg(self, items: list) -> n.Option:  # NAME "=" value
         name, _eq, value = items
-        return n.Option(str(name), value.value, self._span(items))
+        return n.Option(str(name), value.value, self._span(items), _tok_span(self.file, value.last))
 
     def arg(self, items: list) -> n.Option:  # value | kwarg
         (item,) = items
-        return item if isinstance(item, n.Option) else n.Option(None, item.value, self._span((item.last,)))
+        if isinstance(item, n.Option):
+            return item
+        span = self._span((item.last,))
+        return n.Option(None, item.value, span, span)
 
     def _callee(self, tok: Token) -> n.Ident | n.Ref:
         """A built-in name, or a quoted Python reference."""

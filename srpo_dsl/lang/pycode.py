@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-UseName = Literal["reward", "loader", "tool", "parser"]
+UseName = Literal["reward", "loader", "tool", "parser", "objective", "advantage"]
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -36,6 +36,8 @@ USES: dict[str, Use] = {
     "loader": Use("loader(split, **options) -> list of dict rows", 0, ("split",)),
     "tool": Use("tool(queries, **options) -> list of str, one per query", 1),
     "parser": Use("parser(text) -> (valid, value)", 1),
+    "objective": Use("objective(batch: PolicyBatch, config: LossConfig) -> PolicyTerms", 2),
+    "advantage": Use("advantage(inputs: AdvantageInputs, eps: float) -> Tensor [N]", 2),
 }
 TOOL_OPTIONS = ("timeout", "batch")  # a Python tool's options that srpo-dsl keeps (the rest are passed on)
 
@@ -147,6 +149,11 @@ class RefProblem(Exception):
     def __init__(self, code: str, message: str, hint: str | None = None):
         super().__init__(message)
         self.code, self.hint = code, hint
+
+
+def is_reference(value: object) -> bool:
+    """Whether an option's value names Python code (`"file.py:function"`), not a registered name."""
+    return isinstance(value, str) and ":" in value
 
 
 def split_ref(text: str) -> tuple[str, str]:

@@ -2,41 +2,95 @@
 
 The option blocks are pydantic models, so the checker and the trainer share one definition
 of every user-facing setting (the trainer reads `TrainOptions` and applies CLI overrides).
-Lists of names are not restated here: objectives, set norms and the like come from
-`srpo_dsl.rl.names`, reward functions from their registry; neither imports torch.
+Lists of names are never restated: output contracts and binding kinds are the registries here
+(each entry holds what the checker needs, and what runs it by import path, imported at first
+use); objectives, set norms, estimators, aggregations and reward functions are the registries of
+`srpo_dsl.registries`, read when an option is checked, so an entry a plugin registered in Python
+is accepted. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
-from srpo_dsl.envs.rewards import REWARDS
-from srpo_dsl.rl.names import OBJECTIVES, OLD_LOGPROBS, SET_NORMS
+from srpo_dsl.lang.pycode import is_reference
+from srpo_dsl.registries import ADVANTAGE_ESTIMATORS, AGGREGATIONS, OBJECTIVES, SET_NORMS
+from srpo_dsl.registry import Registry, load
+
+ContractArgs = Literal["none", "pool", "words", "tag"]
 
 
 @dataclass(frozen=True)
 class ContractSpec:
-    """An output contract: what its arguments are (`pool` for route, `words` for verdict)."""
+    """An output contract: what its arguments are (`pool` for route, `words` for verdict), and its parser.
 
-    args: Literal["none", "pool", "words", "tag"]
+    `parse(text, *args) -> Parsed` (srpo_dsl.runtime.parsers), or its import path: it receives the
+    text, then by `args`: nothing, the pool size, the tuple of words, or the tag's name.
+    """
+
+    args: ContractArgs
     describe: str
+    parse: str | Callable[..., Any]
+
+    @property
+    def parser(self) -> Callable[..., Any]:
+        return load(self.parse) if isinstance(self.parse, str) else self.parse
 
 
-CONTRACTS: dict[str, ContractSpec] = {
-    "route": ContractSpec("pool", "`<route>1,3</route>` or `<route>STOP</route>` over a pool"),
-    "verdict": ContractSpec("words", "exactly one `<verify>WORD</verify>` with an allowed word"),
-    "boxed": ContractSpec("none", "an answer in `\\boxed{...}`"),
-    "final_boxed": ContractSpec("none", "one `FINAL: \\boxed{...}`"),
-    "search": ContractSpec("none", "`<think>...</think>` and exactly one `<search>query</search>`"),
-    "answer": ContractSpec("none", "`<think>...</think>` and exactly one `<answer>...</answer>`"),
-    "tag": ContractSpec("tag", "exactly one `<NAME>...</NAME>` outside thinking (NAME as declared)"),
-    "text": ContractSpec("none", "free text"),
-}
+PARSERS = "srpo_dsl.runtime.parsers"
+CONTRACTS: Registry[ContractSpec] = Registry("output contract")
+CONTRACTS.add(
+    "route",
+    ContractSpec(
+        "pool", "`<route>1,3</route>` or `<route>STOP</route>` over a pool", f"{PARSERS}:parse_route"
+    ),
+)
+CONTRACTS.add(
+    "verdict",
+    ContractSpec(
+        "words", "exactly one `<verify>WORD</verify>` with an allowed word", f"{PARSERS}:parse_verdict"
+    ),
+)
+CONTRACTS.add("boxed", ContractSpec("none", "an answer in `\\boxed{...}`", f"{PARSERS}:parse_boxed"))
+CONTRACTS.add(
+    "final_boxed", ContractSpec("none", "one `FINAL: \\boxed{...}`", f"{PARSERS}:parse_final_boxed")
+)
+CONTRACTS.add(
+    "search",
+    ContractSpec(
+        "none", "`<think>...</think>` and exactly one `<search>query</search>`", f"{PARSERS}:parse_search"
+    ),
+)
+CONTRACTS.add(
+    "answer",
+    ContractSpec(
+        "none", "`<think>...</think>` and exactly one `<answer>...</answer>`", f"{PARSERS}:parse_answer"
+    ),
+)
+CONTRACTS.add(
+    "tag",
+    ContractSpec(
+        "tag", "exactly one `<NAME>...</NAME>` outside thinking (NAME as declared)", f"{PARSERS}:parse_tag"
+    ),
+)
+CONTRACTS.add("text", ContractSpec("none", "free text", f"{PARSERS}:parse_text"))
 
-REWARD_FUNCTIONS = tuple(REWARDS)
+
+def register_contract(name: str, *, args: ContractArgs = "none", describe: str) -> Callable[[Any], Any]:
+    """A decorator: its function `(text, *args) -> Parsed` parses the output contract `name`."""
+
+    def register(parse: Callable[..., Any]) -> Callable[..., Any]:
+        CONTRACTS.add(name, ContractSpec(args, describe, parse))
+        return parse
+
+    return register
+
+
 DEFAULT_MAX_TOKENS = 512
 
 
@@ -112,11 +166,28 @@ class PythonTool(_Options):
     batch: int | None = Field(None, ge=1, description="queries per call (default: all of a round)")
 
 
+def registered(registry: Registry[Any], value: str, *, code: bool = False) -> str:
+    """`value` if `registry` holds it (or, with `code`, it names Python code); else a literal error."""
+    if value in registry or (code and is_reference(value)):
+        return value
+    names = [f"'{n}'" for n in registry]
+    expected = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
+    if code:
+        expected += ', or a Python function "file.py:function"'
+    raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+
+
 class TrainOptions(_Options):
     """The `train with (...)` block; every field can be overridden on the command line."""
 
-    objective: Literal[OBJECTIVES] = "srpo"
-    set_norm: Literal[SET_NORMS] = "sqrt"
+    objective: str = Field("srpo", description='a registered objective, or "file.py:function"')
+    advantage: str | None = Field(
+        None, description='the advantage estimator, or "file.py:function"; default: the objective\'s own'
+    )
+    aggregation: str | None = Field(
+        None, validate_default=True, description="how terms become J; default: the objective's own"
+    )
+    set_norm: str = "sqrt"
     clip: float = Field(0.2, gt=0.0)
     group: int = Field(8, ge=1, description="rollouts per prompt (G)")
     batch: int = Field(8, ge=1, description="prompts per step")
@@ -134,26 +205,77 @@ class TrainOptions(_Options):
     eval_k: int = Field(4, ge=1)
     save_every: int = Field(20, ge=1)
     seed: int = 0
-    old_logprobs: Literal[OLD_LOGPROBS] = "recompute"
+    old_logprobs: Literal["recompute", "rollout"] = "recompute"
+
+    @field_validator("objective")
+    @classmethod
+    def _objective(cls, value: str) -> str:
+        return registered(OBJECTIVES, value, code=True)
+
+    @field_validator("advantage")
+    @classmethod
+    def _advantage(cls, value: str | None) -> str | None:
+        return None if value is None else registered(ADVANTAGE_ESTIMATORS, value, code=True)
+
+    @field_validator("aggregation")
+    @classmethod
+    def _aggregation(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and is_reference(info.data.get("objective")):
+            expected = ", ".join(AGGREGATIONS)
+            raise PydanticCustomError(
+                "missing", "Field required with a Python objective ({expected})", {"expected": expected}
+            )
+        return None if value is None else registered(AGGREGATIONS, value)
+
+    @field_validator("set_norm")
+    @classmethod
+    def _set_norm(cls, value: str) -> str:
+        return registered(SET_NORMS, value)
 
 
-# Binding kinds: the option model and the names of positional arguments, in order.
-POLICY_KINDS: dict[str, tuple[type[_Options], tuple[str, ...]]] = {
-    "hf": (HfPolicy, ("model",)),
-    "builtin": (BuiltinPolicy, ("name",)),
-    "adapter": (AdapterPolicy, ("base",)),
-}
-TASK_KINDS: dict[str, tuple[type[_Options], tuple[str, ...]]] = {
-    "math": (DataTask, ("data",)),
-    "qa": (DataTask, ("data",)),
-    "arith": (ArithTask, ()),
-    "jsonl": (DataTask, ("data",)),
-    "parquet": (DataTask, ("data",)),
-}
-TOOL_KINDS: dict[str, tuple[type[_Options], tuple[str, ...]]] = {
-    "bm25": (Bm25Tool, ("corpus",)),
-    "http": (HttpTool, ("url",)),
-}
+@dataclass(frozen=True)
+class BindingKind:
+    """A built-in kind of policy, task or tool: its option model, the names of its positional arguments
+    in order, the options that are paths (relative to the workflow's folder), and what makes it.
+
+    `make` (a function, or its import path, imported at first use): a task kind's loader
+    `(options, split, data, limit) -> [row, ...]` (srpo_dsl.envs.data), a tool kind's retriever
+    `(**options) -> Retriever` (srpo_dsl.envs.retrieval); policies are built by the backends.
+    """
+
+    options: type[_Options]
+    positional: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    make: str | Callable[..., Any] | None = field(default=None, compare=False)
+
+    @property
+    def maker(self) -> Callable[..., Any]:
+        if self.make is None:
+            raise ValueError(f"a {self.options.__name__} binding is not made from its options")
+        return load(self.make) if isinstance(self.make, str) else self.make
+
+    def resolved(self, options: Mapping[str, Any], resolve: Callable[[str], Any]) -> dict[str, Any]:
+        """`options` with each path option (when given) resolved by `resolve` (the workflow's folder)."""
+        return {k: resolve(v) if k in self.paths and v is not None else v for k, v in options.items()}
+
+
+POLICY_KINDS: Registry[BindingKind] = Registry("policy kind")
+POLICY_KINDS.add("hf", BindingKind(HfPolicy, ("model",)))
+POLICY_KINDS.add("builtin", BindingKind(BuiltinPolicy, ("name",)))
+POLICY_KINDS.add("adapter", BindingKind(AdapterPolicy, ("base",)))
+
+DATA, DATA_PATHS = "srpo_dsl.envs.data", ("data", "eval_data")
+TASK_KINDS: Registry[BindingKind] = Registry("task kind")
+TASK_KINDS.add("math", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:MATH"))
+TASK_KINDS.add("qa", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:QA"))
+TASK_KINDS.add("arith", BindingKind(ArithTask, (), (), f"{DATA}:ARITH"))
+TASK_KINDS.add("jsonl", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:JSONL"))
+TASK_KINDS.add("parquet", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:PARQUET"))
+
+RETRIEVAL = "srpo_dsl.envs.retrieval"
+TOOL_KINDS: Registry[BindingKind] = Registry("tool kind")  # the retrievers
+TOOL_KINDS.add("bm25", BindingKind(Bm25Tool, ("corpus",), ("corpus",), f"{RETRIEVAL}:bm25_retriever"))
+TOOL_KINDS.add("http", BindingKind(HttpTool, ("url",), (), f"{RETRIEVAL}:HttpRetriever"))
 
 # The top-level names a role's prompt template may use (the runtime provides all of them).
 CONTEXT_VARIABLES = frozenset(

@@ -1,7 +1,7 @@
 """Training-side math: the SRPO objective, its baselines, advantages and event-atomic batching.
 
-Names are imported on first use, so `srpo_dsl.rl.names` (read by the CLI and the option
-schema) does not pay for torch.
+Names are imported on first use, so `srpo_dsl.rl.names` (read by the CLI) does not pay
+for torch.
 """
 
 from __future__ import annotations

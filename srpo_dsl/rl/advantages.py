@@ -7,7 +7,10 @@
     agent   groups (prompt, role): Dr. MAS's agent-wise normalisation; one sample per row       (drmas)
 
 Each objective names its estimator when it is registered (objectives.py), so nothing here
-or in the rows branches on an objective's name.
+or in the rows branches on an objective's name. The estimators are the entries of
+`srpo_dsl.registries.ADVANTAGE_ESTIMATORS`; `register_advantage_estimator` adds one, and a
+workflow may name a user's function instead (`train with (advantage = "file.py:function")`,
+plugins.py). An estimator is `(inputs: AdvantageInputs, eps: float) -> [N] float Tensor`.
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from srpo_dsl.registry import Registry
-from srpo_dsl.rl import names
+from srpo_dsl.registries import ADVANTAGE_ESTIMATORS
 from srpo_dsl.rl.objective import at_least_fp32
 
 
@@ -45,7 +47,6 @@ class AdvantageInputs:
 
 
 Estimator = Callable[[AdvantageInputs, float], Tensor]
-ADVANTAGE_ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
 register_advantage_estimator = ADVANTAGE_ESTIMATORS.register
 get_advantage_estimator = ADVANTAGE_ESTIMATORS.lookup
 
@@ -89,25 +90,19 @@ def event_advantages(returns: Tensor, group_ids: Tensor, event_ids: Tensor, eps:
     return group_advantages(returns[first_row], group_ids[first_row], eps)[inverse]
 
 
-@register_advantage_estimator("event")
 def per_event(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
     """SRPO: groups (prompt, event type), one sample per event."""
     groups = group_index(inputs.prompt_ids, inputs.event_types)
     return event_advantages(inputs.returns, groups, inputs.event_ids, eps)
 
 
-@register_advantage_estimator("row")
 def per_row(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
     """GRPO: groups (prompt, event type), one sample per row (response)."""
     groups = group_index(inputs.prompt_ids, inputs.event_types)
     return group_advantages(inputs.returns, groups, eps)
 
 
-@register_advantage_estimator("agent")
 def per_agent(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
     """Dr. MAS: groups (prompt, role), one sample per row."""
     groups = group_index(inputs.prompt_ids, inputs.roles)
     return group_advantages(inputs.returns, groups, eps)
-
-
-names.require_exactly(tuple(ADVANTAGE_ESTIMATORS), names.ADVANTAGE_ESTIMATORS, "advantage estimators")

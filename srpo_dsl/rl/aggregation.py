@@ -6,6 +6,7 @@
 
 The count is GLOBAL (all ranks and micro-batches of the optimizer step), so a call's value
 is its share of one mean, and the shares sum to the full-batch value whatever the layout.
+The modes are the entries of `srpo_dsl.registries.AGGREGATIONS`; `register_aggregation` adds one.
 """
 
 from __future__ import annotations
@@ -14,24 +15,31 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from srpo_dsl.registry import Registry
-from srpo_dsl.rl import names
+from srpo_dsl.registries import AGGREGATIONS
 
 
 @dataclass(frozen=True)
 class Aggregation:
     """What a mode averages over: the keyword (and metric) holding the count, and the terms' rank."""
 
-    count: str  # num_events | num_tokens | num_rows
+    count: str  # one of COUNTS
     dims: int  # terms are [E] events, [B, T] tokens (0 off the mask) or [B] rows
 
+    def __post_init__(self) -> None:
+        if self.count not in COUNTS or self.dims not in (1, 2):
+            raise ValueError(f"an aggregation counts one of {', '.join(COUNTS)} over 1-d or 2-d terms")
 
-AGGREGATIONS: Registry[Aggregation] = Registry("aggregation")
-AGGREGATIONS.add("event-mean", Aggregation("num_events", 1))
-AGGREGATIONS.add("token-mean", Aggregation("num_tokens", 2))
-AGGREGATIONS.add("row-mean", Aggregation("num_rows", 1))
-names.require_exactly(tuple(AGGREGATIONS), names.AGGREGATIONS, "aggregations")
+
+COUNTS = ("num_events", "num_tokens", "num_rows")  # the global counts an objective is given
+
+
+EVENT_MEAN = Aggregation("num_events", 1)
+TOKEN_MEAN = Aggregation("num_tokens", 2)
+ROW_MEAN = Aggregation("num_rows", 1)
 get_aggregation = AGGREGATIONS.lookup
+
+
+register_aggregation = AGGREGATIONS.add  # (name, Aggregation(count, dims)): J = sum(terms) / the count
 
 
 def aggregate(terms: Tensor, mode: str, global_count: int) -> Tensor:

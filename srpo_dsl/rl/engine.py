@@ -36,6 +36,7 @@ from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.checker import PolicyInfo
 from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.adapters import lora_config, with_adapters
 from srpo_dsl.rl.data_order import seed_of
 from srpo_dsl.rl.names import OFFLOAD
@@ -290,10 +291,14 @@ def build_policy(
 
 
 def rollout_engine(rollout: Rollout, module: Any, tokenizer: Any, path: str, dist: Dist) -> RolloutEngine:
-    """`vllm` loading `path` itself, or `hf` generating with `module`."""
-    if rollout.engine == "vllm":
-        return vllm_engine(path, dist)
-    return HFBackend(module, tokenizer=tokenizer, decode=rollout.decode)
+    """The engine `rollout.engine` names (`ROLLOUT_ENGINES`): `hf` generating with `module`, or `vllm`
+    loading `path` itself; each is called `(module, tokenizer, path, dist, decode)`."""
+    return ROLLOUT_ENGINES.lookup(rollout.engine)(module, tokenizer, path, dist, rollout.decode)
+
+
+def hf_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str) -> RolloutEngine:
+    """`hf`: generates with the trainer's own module (its weights need no copy)."""
+    return HFBackend(module, tokenizer=tokenizer, decode=decode)
 
 
 def build_adapter_group(
@@ -354,9 +359,9 @@ def hf_rollout_module(engine: Any, path: str, wrap: Any, dist: Dist) -> torch.nn
     return rollout.eval().requires_grad_(False)
 
 
-def vllm_engine(path: str, dist: Dist) -> RolloutEngine:
-    """A colocated `vllm.LLM` on this rank's GPU: sleep mode on; under a launcher one engine per rank
-    (`external_launcher`). Its share of GPU memory: SRPO_DSL_VLLM_MEMORY (default 0.3)."""
+def vllm_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str) -> RolloutEngine:
+    """`vllm`: a colocated `vllm.LLM` loading `path` on this rank's GPU: sleep mode on; under a launcher
+    one engine per rank (`external_launcher`). Its share of GPU memory: SRPO_DSL_VLLM_MEMORY (default 0.3)."""
     from srpo_dsl.backends.vllm import VLLMBackend
     from srpo_dsl.rl.fit import vllm_memory_share
 

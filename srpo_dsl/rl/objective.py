@@ -8,37 +8,32 @@ For member j of decision event e (a row of the batch), with generated-token mask
     term_e = min(rho_e A_e, clip(rho_e, 1-eps, 1+eps) A_e)
 
 J = 1/|B| * sum_e term_e is the event-mean of these terms (aggregation.py); the loss is -J.
+
+These types are also the plugin interface: a policy loss is `terms(batch: PolicyBatch, config:
+LossConfig) -> PolicyTerms` (docs/objective.md, "Your own objective").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from srpo_dsl.rl import names
+from srpo_dsl.registries import SET_NORMS
 
 MAX_LOG_RATIO = 20.0  # |log rho| is clamped here before exp: rho in [e^-20, e^20]
 
-SET_REDUCTIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "sqrt": torch.rsqrt,  # c(K) = K^-1/2
-    "mean": torch.reciprocal,  # c(K) = 1/K
-    "none": torch.ones_like,  # c(K) = 1
-}
-names.require_exactly(tuple(SET_REDUCTIONS), names.SET_NORMS, "set norms")
-
 
 def check_set_norm(set_norm: str) -> None:
-    if set_norm not in SET_REDUCTIONS:
-        raise ValueError(f"set_norm must be one of {names.SET_NORMS}, got {set_norm!r}")
+    if set_norm not in SET_NORMS:
+        raise ValueError(f"set_norm must be one of {', '.join(SET_NORMS)}, got {set_norm!r}")
 
 
 def set_reduction_scale(k: Tensor, set_norm: str) -> Tensor:
-    """c(K_e), the factor applied to the summed member log-ratios of each event."""
+    """c(K_e), the factor applied to the summed member log-ratios of each event (`SET_NORMS`)."""
     check_set_norm(set_norm)
-    return SET_REDUCTIONS[set_norm](k)
+    return SET_NORMS[set_norm](k)
 
 
 def at_least_fp32(x: Tensor) -> Tensor:

@@ -1,9 +1,8 @@
-"""The policy-loss registry: SRPO and the paper's baselines behind one call signature.
+"""The policy losses: SRPO and the paper's baselines behind one call signature.
 
-Each loss is registered with `@register_policy_loss(name, aggregation=..., advantage=...)`
-and computes only its per-unit terms; `aggregate` (aggregation.py) turns them into J over
-the GLOBAL count of the unit; the advantage estimator is looked up in its own registry
-(advantages.py):
+An objective is its per-unit terms (`terms(batch, config) -> PolicyTerms`, objective.py), the
+aggregation that turns them into J over the GLOBAL count of the unit (aggregation.py), and the
+advantage estimator it trains on (advantages.py):
 
     name    terms                                        aggregation   advantages
     srpo    one ratio and clip per event (c(K_e) sum)    event-mean    event (prompt x event type, per event)
@@ -11,8 +10,11 @@ the GLOBAL count of the unit; the advantage estimator is looked up in its own re
     seq     one ratio and clip per row (srpo, K_e = 1)   row-mean      row
     drmas   as grpo                                      token-mean    agent (prompt x role, per row)
 
-Every objective optionally adds a KL penalty to a frozen reference (k3 estimator) and an
-entropy bonus, both token means over `num_tokens`, both off by default.
+They are the entries of `srpo_dsl.registries.OBJECTIVES` (built-ins by import path, so the
+option schema reads the names without torch); `@register_policy_loss(name, aggregation=...,
+advantage=...)` adds one, and a workflow may name a user's terms function instead (plugins.py).
+Every objective optionally adds a KL penalty to a frozen reference (k3 estimator) and an entropy
+bonus, both token means over `num_tokens`, both off by default.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from srpo_dsl.registry import Registry
-from srpo_dsl.rl import names
-from srpo_dsl.rl.advantages import AdvantageInputs, get_advantage_estimator
+from srpo_dsl.registries import OBJECTIVES
+from srpo_dsl.rl.advantages import AdvantageInputs, Estimator, get_advantage_estimator
 from srpo_dsl.rl.aggregation import aggregate, get_aggregation
 from srpo_dsl.rl.objective import (
     MAX_LOG_RATIO,
@@ -45,12 +46,13 @@ TermsFn = Callable[[PolicyBatch, LossConfig], PolicyTerms]
 
 @dataclass(frozen=True)
 class Objective:
-    """A registered policy loss: its per-unit terms, how they are averaged, which advantages it trains on."""
+    """A policy loss: its per-unit terms, how they are averaged, which advantages it trains on."""
 
-    name: str
+    name: str  # a registered name, or the reference of a user's function
     terms: TermsFn
-    aggregation: str  # a mode of aggregation.py
-    advantage: str  # an estimator of advantages.py
+    aggregation: str  # a mode of AGGREGATIONS
+    advantage: str  # an estimator of ADVANTAGE_ESTIMATORS, or the reference of a user's function
+    estimator: Estimator  # the function `advantage` names
 
     def __call__(self, *args: Tensor, **kwargs: Any) -> tuple[Tensor, Metrics]:
         """(loss, metrics) of `evaluate` (same arguments), without its terms."""
@@ -88,14 +90,25 @@ class Objective:
         metrics = terms.metrics()
         unit = get_aggregation(self.aggregation).count
         given = {"num_events": num_events, "num_tokens": num_tokens, "num_rows": num_rows}[unit]
-        objective = aggregate(terms.values, self.aggregation, global_count(unit, given, metrics["num_units"]))
-        metrics[unit] = metrics["num_units"]
+        metrics[unit] = local_count(unit, batch, terms, metrics["num_units"])
+        objective = aggregate(terms.values, self.aggregation, global_count(unit, given, metrics[unit]))
         penalty, extra = regularisers(batch, num_tokens, ref_logprobs, kl_coef, entropy, entropy_coef)
         return -objective + penalty, metrics | extra, terms
 
     def advantages(self, inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
-        """[N] row advantages for this objective (its registered estimator)."""
-        return get_advantage_estimator(self.advantage)(inputs, eps)
+        """[N] row advantages for this objective (its estimator)."""
+        return self.estimator(inputs, eps)
+
+
+def local_count(unit: str, batch: PolicyBatch, terms: PolicyTerms, num_units: float) -> float:
+    """This call's own count of `unit`: the terms' valid units when they are that unit (tokens: [B, T]
+    terms; events: terms over sets; rows: [B] terms), else counted from the batch."""
+    dims, over_sets = terms.values.dim(), terms.unit_of_row is not None
+    if unit == "num_rows":
+        return num_units if dims == 1 and not over_sets else float(batch.mask.shape[0])
+    if unit == "num_tokens":
+        return num_units if dims == 2 else float(batch.mask.sum())
+    return num_units if over_sets else float(torch.unique(batch.event_ids).numel())
 
 
 def global_count(unit: str, given: int | None, local: float) -> int:
@@ -107,26 +120,30 @@ def global_count(unit: str, given: int | None, local: float) -> int:
     return given
 
 
-OBJECTIVES: Registry[Objective] = Registry("objective")
 get_objective = OBJECTIVES.lookup
+
+
+def policy_loss(name: str, terms: TermsFn, *, aggregation: str, advantage: str) -> Objective:
+    """The objective `name` of `terms`; an unknown aggregation or estimator is a ValueError now, not at
+    the first step."""
+    get_aggregation(aggregation)
+    return Objective(name, terms, aggregation, advantage, get_advantage_estimator(advantage))
 
 
 def register_policy_loss(name: str, *, aggregation: str, advantage: str) -> Callable[[TermsFn], TermsFn]:
     """Register `terms(batch, config) -> PolicyTerms` as the objective `name`."""
-    get_aggregation(aggregation)  # unknown names fail at import, not at the first step
+    if name in OBJECTIVES:
+        raise ValueError(f"objective {name!r} is registered twice")
+    get_aggregation(aggregation)
     get_advantage_estimator(advantage)
 
     def register(terms: TermsFn) -> TermsFn:
-        OBJECTIVES.add(name, Objective(name, terms, aggregation, advantage))
+        OBJECTIVES.add(name, policy_loss(name, terms, aggregation=aggregation, advantage=advantage))
         return terms
 
     return register
 
 
-register_policy_loss("srpo", aggregation="event-mean", advantage="event")(setwise_terms)
-
-
-@register_policy_loss("grpo", aggregation="token-mean", advantage="row")
 def token_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
     """GRPO: r_iu = exp(log q_cur - log q_old) per token, clipped per token, [B, T] terms."""
     log_ratio = token_log_ratio(batch)
@@ -134,15 +151,16 @@ def token_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
     return clipped_terms(log_ratio, adv, config.clip_eps, batch.mask)
 
 
-@register_policy_loss("seq", aggregation="row-mean", advantage="row")
 def member_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
     """Sequence level: one ratio and one clip per row, [B] terms (srpo with every row its own event)."""
     rows = torch.arange(batch.event_ids.numel(), device=batch.event_ids.device)
     return setwise_terms(replace(batch, event_ids=rows), config)
 
 
-register_policy_loss("drmas", aggregation="token-mean", advantage="agent")(token_terms)
-names.require_exactly(tuple(OBJECTIVES), names.OBJECTIVES, "objectives")
+SRPO = policy_loss("srpo", setwise_terms, aggregation="event-mean", advantage="event")
+GRPO = policy_loss("grpo", token_terms, aggregation="token-mean", advantage="row")
+SEQ = policy_loss("seq", member_terms, aggregation="row-mean", advantage="row")
+DRMAS = policy_loss("drmas", token_terms, aggregation="token-mean", advantage="agent")
 
 
 def k3_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor) -> Tensor:

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from srpo_dsl.rl.advantages import AdvantageInputs
 from srpo_dsl.rl.batching import drop_incomplete
-from srpo_dsl.rl.objectives import get_objective
+from srpo_dsl.rl.objectives import Objective, get_objective
 
 
 class _Member(Protocol):
@@ -100,9 +100,10 @@ def _pick(column: list, index: Sequence[int]) -> list:
     return [column[i] for i in index]
 
 
-def build_rows(episodes: Sequence[_Episode], objective: str) -> Rows:
-    """Rows of the complete events of `episodes`, with the advantages of `objective` (a registered name)."""
-    estimate = get_objective(objective).advantages
+def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows:
+    """Rows of the complete events of `episodes`, with the advantages of `objective` (or of the registered
+    objective of that name)."""
+    estimate = (get_objective(objective) if isinstance(objective, str) else objective).advantages
     flat = [(ep, e, m) for ep in episodes for e in ep.events if e.complete for m in e.members]
     marked = sum(not e.complete for ep in episodes for e in ep.events)  # recorded incomplete by the executor
     kept, dropped = drop_incomplete(

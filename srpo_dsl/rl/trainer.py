@@ -16,20 +16,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
 from srpo_dsl.rl.engine import Dist, Policy, Rollout, all_reduce, barrier, engine_owners, push_weights
 from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
-from srpo_dsl.rl.names import ROLLOUT_ENGINES
+from srpo_dsl.rl.objectives import Objective
+from srpo_dsl.rl.plugins import locate, training_objective
 from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
 from srpo_dsl.rl.rows import Rows, build_rows
 from srpo_dsl.rl.runlog import METRICS, RunLog
@@ -58,6 +61,10 @@ class Run:
     config: Mapping[str, Any]
     start: int
     log: RunLog | None  # rank 0 only
+    objective: Objective = field(init=False)  # as `opts` name it; the user's code is imported here
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "objective", training_objective(self.opts, self.workflow.folder))
 
     @property
     def graph(self) -> EventGraph:
@@ -139,7 +146,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     # a checkpointed step's rollouts go to OUT/traces.jsonl, with what the update did with each event
     traced = run.log is not None and due(step, run.opts.save_every, run.opts.steps)
     clips = torch.zeros(len(rows), 2, dtype=torch.float64) if traced else None
-    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys, clips)
+    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys, clips, run.objective)
     clock.append(time.perf_counter())
     sync_weights(run.policies)
     clock.append(time.perf_counter())
@@ -169,7 +176,7 @@ def rollout(run: Run, step: int) -> list[Episode]:
 
 def training_rows(run: Run, episodes: list[Episode]) -> Rows:
     """One row per member of every complete event with a trainable member, with its advantage."""
-    rows = build_rows(episodes, run.opts.objective)
+    rows = build_rows(episodes, run.objective)
     return rows.select(trainable_rows(rows, run.policies))
 
 
@@ -280,20 +287,26 @@ def progress_bar(run: Run, progress: bool) -> Any:
 # --- preparing (or resuming) a run --------------------------------------------------------
 
 
-def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any]) -> TrainOptions:
-    """The workflow's `train` options with the non-None `overrides` applied (validated)."""
+def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], folder: Path) -> TrainOptions:
+    """The workflow's `train` options with the non-None `overrides` applied (validated; the Python code an
+    override names is read with `ast` from `folder`, as validate reads the workflow's own)."""
     from pydantic import ValidationError
 
     unknown = set(overrides) - set(TrainOptions.model_fields)
     if unknown:
         raise TrainError(f"unknown training option(s): {', '.join(sorted(unknown))}")
     try:
-        return TrainOptions(
+        opts = TrainOptions(
             **{**train_block.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
         )
     except ValidationError as exc:
         err = exc.errors()[0]
         raise TrainError(f"training option `{'.'.join(map(str, err['loc']))}`: {err['msg']}") from None
+    uses: tuple[UseName, ...] = ("objective", "advantage")
+    for use in uses:
+        if use in overrides and is_reference(overrides[use]):
+            locate(overrides[use], use, folder)  # a one-line ValueError if it does not resolve
+    return opts
 
 
 def node_temperatures(graph: EventGraph) -> dict[str, dict[str, float]]:
@@ -323,7 +336,7 @@ def prepare_run(
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 
     wf = load_workflow(workflow_path)
-    opts = resolve_options(wf.graph.train, overrides)
+    opts = resolve_options(wf.graph.train, overrides, wf.folder)
     device = check_device(device)
     check_backend(rollout.engine, device)
     check_trainable(wf)

@@ -28,7 +28,7 @@ from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.adapters import clip_per_adapter
 from srpo_dsl.rl.batching import plan_batches
 from srpo_dsl.rl.engine import Dist, Policy, all_reduce, engine_owners, step_with_norm
-from srpo_dsl.rl.objectives import get_objective
+from srpo_dsl.rl.objectives import Objective, get_objective
 from srpo_dsl.rl.role_metrics import MetricKeys
 from srpo_dsl.rl.rows import Rows
 
@@ -175,6 +175,7 @@ class Step:
     leads: Mapping[str, Policy]  # engine -> a policy it trains (`engine_owners`)
     batch: Batch
     opts: TrainOptions
+    objective: Objective
     dist: Dist
     groups: list[Group]
     counts: Counts
@@ -220,8 +221,7 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
     """
     width = logprobs.shape[1]
     logprobs = logprobs.detach().requires_grad_(True)
-    objective = get_objective(s.opts.objective)
-    loss, _, terms = objective.evaluate(
+    loss, _, terms = s.objective.evaluate(
         logprobs,
         old,
         s.mask[idx, :width],
@@ -351,13 +351,15 @@ def update(
     temperatures: Temperatures,
     keys: MetricKeys | None = None,
     row_clips: Tensor | None = None,
+    objective: Objective | None = None,
 ) -> dict[str, float]:
     """`opts.epochs` optimizer steps of every engine on this rank's `rows` (collective over ranks).
 
     Returns loss, grad_norm, clip_fraction (means over epochs) and the global counts; with
     `keys`, also the clip fraction of each role and event type (`role/R/clip_fraction`, ...).
     A given `row_clips` ([N, 2] float64, zeros) receives each row's (clipped units, units) over
-    every epoch, for the traces (`rl/event_updates.py`).
+    every epoch, for the traces (`rl/event_updates.py`). `objective`: default the registered
+    `opts.objective` (`rl/plugins.py` builds one as the options name it).
     """
     device = dist.device
     batch = Batch.of(rows, temperatures, policies)
@@ -372,7 +374,8 @@ def update(
     old = old_logprobs(leads, batch, plan, groups, opts, device)
     ref = score_rows(leads, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
     mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
-    s = Step(leads, batch, opts, dist, groups, counts, old, ref, mask, event_ids, advantages)
+    objective = objective or get_objective(opts.objective)
+    s = Step(leads, batch, opts, objective, dist, groups, counts, old, ref, mask, event_ids, advantages)
     epochs = [run_epoch(s, plan) for _ in range(opts.epochs)]
     clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
     if row_clips is not None:

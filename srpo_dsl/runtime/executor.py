@@ -18,6 +18,7 @@ from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.graph import EventGraph, EventNode, ToolNode
+from srpo_dsl.lang.schema import CONTRACTS
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
@@ -233,7 +234,8 @@ class Executor:
         a = node.agent
         if a.parser is not None:
             return self.parsers[a.name](text)
-        pool = self.g.agents[a.contract_args[0]].replicas if a.contract == "route" else None
+        routes = CONTRACTS[a.contract].args == "pool"  # over the pool its first argument names
+        pool = self.g.agents[a.contract_args[0]].replicas if routes else None
         return parse_output(a.contract, text, pool_size=pool, args=a.contract_args)
 
     def _member(self, node: EventNode, slot: _Slot, r: GenResult, version: int) -> Member:

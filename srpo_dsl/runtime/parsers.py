@@ -7,8 +7,9 @@ Thinking never counts: tags and boxes inside `<think>...</think>` are ignored; a
 unclosed `<think>` hides the rest of the text; a leading `</think>` with no opening tag
 closes thinking that the chat template opened in the prompt. Words are case-sensitive
 and compared after stripping whitespace (`<verify> approve </verify>` is `approve`,
-`<verify>Approve</verify>` is not). The contract names are those of the language
-(`srpo_dsl.lang.schema.CONTRACTS`).
+`<verify>Approve</verify>` is not). Each parser is the `parse` of its contract's entry in
+`srpo_dsl.lang.schema.CONTRACTS`: `parse(text, *args) -> Parsed`, its arguments after the text
+by the kind of the contract's declared arguments (`ARGUMENTS`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from srpo_dsl.lang.schema import CONTRACTS
 
 
 @dataclass(frozen=True)
@@ -204,35 +207,41 @@ def parse_text(text: str) -> Parsed:
     return Parsed(True, text.strip())
 
 
-CONTRACT_PARSERS: dict[str, Callable[..., Parsed]] = {
-    "route": parse_route,
-    "verdict": parse_verdict,
-    "boxed": parse_boxed,
-    "final_boxed": parse_final_boxed,
-    "search": parse_search,
-    "answer": parse_answer,
-    "tag": parse_tag,
-    "text": parse_text,
+def _no_args(contract: str, pool_size: int | None, args: tuple[str, ...]) -> tuple:
+    return ()
+
+
+def _pool(contract: str, pool_size: int | None, args: tuple[str, ...]) -> tuple:
+    if pool_size is None or pool_size < 1:
+        raise ValueError(f"the {contract} contract needs a pool size >= 1, got {pool_size}")
+    return (pool_size,)
+
+
+def _words(contract: str, pool_size: int | None, args: tuple[str, ...]) -> tuple:
+    if not args:
+        raise ValueError(f"the {contract} contract needs its allowed words")
+    return (args,)
+
+
+def _tag(contract: str, pool_size: int | None, args: tuple[str, ...]) -> tuple:
+    if len(args) != 1:
+        raise ValueError(f"the {contract} contract needs exactly one tag name")
+    return (args[0],)
+
+
+ARGUMENTS: dict[str, Callable[[str, int | None, tuple[str, ...]], tuple]] = {
+    "none": _no_args,
+    "pool": _pool,
+    "words": _words,
+    "tag": _tag,
 }
-"""Every contract's parser: `route` also takes the pool size, `verdict` its words, `tag` its name."""
+"""What a parser receives after the text, by the kind of its contract's arguments (`ContractSpec.args`)."""
 
 
 def parse_output(
     contract: str, text: str, *, pool_size: int | None = None, args: tuple[str, ...] = ()
 ) -> Parsed:
-    """Parse `text` under the named contract with its declared `args` (`route` also needs `pool_size`)."""
-    if contract not in CONTRACT_PARSERS:
-        raise ValueError(f"unknown output contract {contract!r} (known: {', '.join(CONTRACT_PARSERS)})")
-    if contract == "route":
-        if pool_size is None or pool_size < 1:
-            raise ValueError(f"the route contract needs a pool size >= 1, got {pool_size}")
-        return parse_route(text, pool_size)
-    if contract == "verdict":
-        if not args:
-            raise ValueError("the verdict contract needs its allowed words")
-        return parse_verdict(text, args)
-    if contract == "tag":
-        if len(args) != 1:
-            raise ValueError("the tag contract needs exactly one tag name")
-        return parse_tag(text, args[0])
-    return CONTRACT_PARSERS[contract](text)
+    """Parse `text` under the named contract with its declared `args` (a `pool` contract also needs
+    `pool_size`); ValueError for an unknown contract or missing arguments."""
+    spec = CONTRACTS.lookup(contract)
+    return spec.parser(text, *ARGUMENTS[spec.args](contract, pool_size, args))

@@ -55,31 +55,21 @@ def task_data(
     wf: Workflow, *, split: str = "train", data: Path | None = None, limit: int | None = None
 ) -> list[dict]:
     """The prompts of the workflow's task: from `data` if given, else from its own binding."""
-    from srpo_dsl.envs.arith import make_arith_tasks
     from srpo_dsl.envs.data import load_tasks
+    from srpo_dsl.lang.schema import TASK_KINDS
 
     task = wf.graph.task
     if task is None:
         raise ValueError(f"{wf.path}: the workflow declares no task")
-    kind, opts = task.kind, task.options
     if task.code is not None:
         if data is not None:  # a file in place of the loader's rows: read it as a generic task
             return load_tasks(Path(data), kind=Path(data).suffix.lstrip("."), limit=limit)
         from srpo_dsl.runtime.hooks import load_rows
 
-        rows = load_rows(task.code, split, opts)
+        rows = load_rows(task.code, split, task.options)
         return rows[:limit] if limit else rows
-    if kind == "arith" and data is None:
-        heldout = split == "eval"
-        rows = make_arith_tasks(
-            opts["eval_n"] if heldout else opts["n"], opts["seed"], opts["max_operand"], heldout=heldout
-        )
-        return rows[:limit] if limit else rows
-    if data is None:
-        source = opts.get("eval_data") if split == "eval" and opts.get("eval_data") else opts["data"]
-        data = wf.resolve(source)
-    fields = {k: opts[k] for k in ("question", "answer", "id") if opts.get(k)} or None
-    return load_tasks(Path(data), kind=kind, fields=fields, limit=limit or opts.get("limit"))
+    kind = TASK_KINDS.lookup(task.kind)
+    return kind.maker(kind.resolved(task.options, wf.resolve), split, data, limit)
 
 
 def build_backends(wf: Workflow, kind: str = "hf", models: dict[str, str] | None = None, **options) -> dict:
@@ -95,8 +85,10 @@ def build_backends(wf: Workflow, kind: str = "hf", models: dict[str, str] | None
 
 
 def build_tools(wf: Workflow) -> dict:
-    """Each tool: a retriever (bm25, http) or a Python tool (its module imported here)."""
+    """Each tool: a retriever of its tool kind (`TOOL_KINDS`: bm25, http) or a Python tool (its module
+    imported here); `top_k` is the executor's, per search."""
     from srpo_dsl.envs.retrieval import make_retriever
+    from srpo_dsl.lang.schema import TOOL_KINDS
     from srpo_dsl.runtime.hooks import UserTool
 
     tools: dict = {}
@@ -104,9 +96,7 @@ def build_tools(wf: Workflow) -> dict:
         if t.code is not None:
             tools[name] = UserTool(t.code, t.options)
             continue
-        opts = dict(t.options)
-        if t.kind == "bm25":
-            opts["corpus"] = wf.resolve(opts["corpus"])
+        opts = TOOL_KINDS.lookup(t.kind).resolved(t.options, wf.resolve)
         opts.pop("top_k", None)
         tools[name] = make_retriever(t.kind, **opts)
     return tools
