@@ -32,7 +32,7 @@ GOLDEN = [
     ("E029", 18, 24, "the reference answer is a task field: `task.FIELD`"),
     ("E030", 9, 39, "unknown output contract `final_box`"),
     ("E031", 9, 39, "`final_boxed` takes no arguments"),
-    ("E032", 7, 61, "verdict word `approve` is listed twice"),
+    ("E032", 7, 61, "`verdict` word `approve` is listed twice"),
     ("E040", 6, 7, "pool `solver` must have at least 1 replica"),
     ("E041", 14, 3, "replica 3 is out of range: `searcher` has 2 replica(s)"),
     ("E042", 14, 3, "replica 2 is selected twice"),

@@ -408,9 +408,9 @@ class _Checker(n.StepVisitor[None]):
         elif spec.args == "none" and c.args:
             self.error("E031", f"`{c.name.name}` takes no arguments", c.span)
         elif spec.args == "tag" and len(c.args) != 1:
-            self.error("E031", "`tag` names exactly one tag: `tag(answer)`", c.span)
+            self.error("E031", f"`{c.name.name}` names exactly one tag: `{c.name.name}(answer)`", c.span)
         elif spec.args == "pool" and len(c.args) != 1:
-            self.error("E031", "`route` names exactly one pool: `route(solver)`", c.span)
+            self.error("E031", f"`{c.name.name}` names exactly one pool: `{c.name.name}(solver)`", c.span)
         elif spec.args == "pool" and c.args[0].name not in self.by_name:
             self.error(
                 "E012",
@@ -419,12 +419,12 @@ class _Checker(n.StepVisitor[None]):
                 did_you_mean(c.args[0].name, self.by_name),
             )
         elif spec.args == "words" and not c.args:
-            self.error("E031", "`verdict` lists its words: `verdict(approve, reject)`", c.span)
+            self.error("E031", f"`{c.name.name}` lists its words: `{c.name.name}(approve, reject)`", c.span)
         elif spec.args == "words":
             words = [w.name for w in c.args]
             for i, w in enumerate(c.args):
                 if w.name in words[:i]:
-                    self.error("E032", f"verdict word `{w.name}` is listed twice", w.span)
+                    self.error("E032", f"`{c.name.name}` word `{w.name}` is listed twice", w.span)
         return spec
 
     def reward(self) -> None:
