@@ -31,19 +31,19 @@ def held(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
-def refuse_existing(folder: Path, way_on: str) -> None:
-    """`folder` holds files: one line, `FOLDER already exists (a, b): WAY_ON, or choose another --out`."""
+def refuse_existing(folder: Path, advice: str) -> None:
+    """`folder` holds files: one line, `FOLDER already exists (a, b, ...): ADVICE`."""
     names = held(folder)
     if names:
         shown = ", ".join(names[:SHOWN]) + (f", ... ({len(names)} entries)" if len(names) > SHOWN else "")
-        raise fail(f"{folder} already exists ({shown}): {way_on}, or choose another --out")
+        raise fail(f"{folder} already exists ({shown}): {advice}")
 
 
 def check_out(out: Path, overwrite: bool, inputs: Iterable[Path | None] = ()) -> None:
     """`--out` of a command that replaces its folder: absent or empty, or `--overwrite` given; never a
     folder that holds the current folder or one of the command's `inputs` (replacing it would delete them)."""
     if not overwrite:
-        refuse_existing(out, "pass --overwrite to replace it")
+        refuse_existing(out, "pass --overwrite to replace it, or choose another --out")
         return
     held(out)
     target = out.resolve()

@@ -128,7 +128,7 @@ def train_cmd(
     """
     check_files([workflow, ds_config, *eval_data])
     if not resume:
-        refuse_existing(out, "pass --resume to continue the run in it")
+        refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
     check_device(device and device.value)
     flags = {"steps": steps, "lr": lr, "group": group, "batch": batch, "zero": zero, "seed": seed}
     flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
