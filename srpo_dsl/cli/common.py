@@ -34,11 +34,13 @@ LIBRARIES = (
 
 
 class CliError(Exception):
-    """A user-facing failure: printed as one line, exits with `code`."""
+    """A user-facing failure: printed as one line, exits with `code`. `shown`: what stderr shows in its
+    place (a workflow's errors as `validate` renders them: position, source line, caret, hint)."""
 
-    def __init__(self, message: str, code: int = EXIT_USAGE):
+    def __init__(self, message: str, code: int = EXIT_USAGE, shown: str | None = None):
         super().__init__(message)
         self.code = code
+        self.shown = shown
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> CliError:
@@ -66,8 +68,8 @@ def eprint(*parts: object) -> None:
 
 
 def print_error(err: CliError) -> None:
-    """The one line a user reads for a failure: `error: MESSAGE` on stderr."""
-    eprint(f"error: {err}")
+    """The one line a user reads for a failure, on stderr: `error: MESSAGE`, or the error as shown."""
+    eprint(err.shown if err.shown is not None else f"error: {err}")
 
 
 def read_text(path: Path) -> str:
@@ -88,9 +90,9 @@ def read_text(path: Path) -> str:
     return text
 
 
-def workflow_failure(err: SrpoError, workflow: Path) -> typer.Exit:
-    """A workflow that does not compile, for a command that runs it: its errors on stderr as `validate`
-    prints them (position, source line, caret, hint), and the exit to raise (code 1)."""
+def workflow_failure(err: SrpoError, workflow: Path) -> CliError:
+    """A workflow that does not compile, for a command that runs it (exit 1): its first error is the
+    message (`FILE:LINE:COL: error[CODE]: ...`); stderr shows every error as `validate` does."""
     from srpo_dsl.lang.errors import render_pretty
 
     try:
@@ -98,8 +100,9 @@ def workflow_failure(err: SrpoError, workflow: Path) -> typer.Exit:
     except CliError:
         source = None
     errors = [d for d in err.diagnostics if d.severity == "error"] or err.diagnostics
-    eprint("\n\n".join(render_pretty(d, source) for d in errors))
-    return typer.Exit(EXIT_INPUT)
+    first = errors[0]
+    message = f"{first.span}: {first.severity}[{first.code}]: {first.message}"
+    return CliError(message, EXIT_INPUT, "\n\n".join(render_pretty(d, source) for d in errors))
 
 
 def check_device(device: str | None) -> None:
