@@ -283,7 +283,10 @@ def _evaluate(wf, backends, tools, sets, k: int, seed: int, keys):
 
 def audit(
     traces: Path = typer.Argument(
-        ..., help="A run folder (of `run`, `eval` or `train`) or its traces.jsonl.", show_default=False
+        ...,
+        help="A run folder (of `run`, `eval` or `train`) or its traces.jsonl.",
+        metavar="RUN_OR_TRACES",
+        show_default=False,
     ),
     episodes: int = typer.Option(3, "--episodes", "-n", min=1, help="How many episodes to show."),
     width: int = typer.Option(40, "--width", min=8, help="Characters of each output to show."),
