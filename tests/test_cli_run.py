@@ -198,11 +198,13 @@ OFFLINE = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}  # the 
         (["--device", "cuda"], "error: --device cuda: no CUDA device is available (use --device cpu)"),
     ],
 )
-def test_every_input_is_checked_before_the_model_loads(command, flags, line):
+def test_every_input_is_checked_before_the_model_loads(command, flags, line, tmp_path):
     """math_routed's model (Qwen3-4B) is not on this machine: had it been loaded first, its error would show."""
     if "cuda" in flags and torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
-    r = cli(command, "workflows/math_routed.srpo", *flags, env=OFFLINE)
+    r = cli(
+        command, "workflows/math_routed.srpo", "--out", tmp_path / "new", *flags, env=OFFLINE
+    )  # last wins
     assert r.returncode == 2 and r.stderr.startswith(line), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
