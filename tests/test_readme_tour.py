@@ -187,3 +187,16 @@ def test_every_command_line_in_the_docs_parses() -> None:
             parse_srpo_dsl(launched(argv))
         except (SystemExit, Exception) as exc:  # click's usage errors, argparse's exits, the asserts
             pytest.fail(f"{where}: {shlex.join(argv)}: {type(exc).__name__}: {exc}")
+
+
+@pytest.mark.slow
+def test_the_deepspeed_launcher_starts_a_command_as_the_docs_write_it() -> None:
+    """DeepSpeed's own launcher (one local process): `--module srpo_dsl`, `--local_rank=0` put before the command."""
+    runner = "from deepspeed.launcher.runner import main; main()"
+    argv = [sys.executable, "-c", runner, "--num_gpus", "1", "--module", "srpo_dsl", "validate"]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [*argv, "workflows/quickstart.srpo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]  # the child saw `--local_rank=0 validate ...`
+    assert done.stderr == "1 file(s) checked: 0 error(s), 0 warning(s)\n"
