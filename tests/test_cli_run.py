@@ -1,8 +1,13 @@
-"""`run`, `eval`, `audit`, `render` as a user runs them (scripted backend: no model needed)."""
+"""`run`, `eval`, `audit`, `render` as a user runs them (scripted backend: no model needed), and the
+rules every command shares: inputs checked before anything loads, results folders never replaced
+silently, the libraries' output hidden unless --verbose."""
 
 import json
+import os
 
-from clitools import cli
+import pytest
+import torch
+from clitools import ROOT, cli
 
 SCRIPT = {
     "solver": ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}"],
@@ -49,6 +54,8 @@ def test_run_then_audit(tmp_path):
     ]
     assert rows[0].split(" | ")[3] == "3" and rows[0].endswith("-> verify:verifier |")
     assert "4 episodes, 12 events, 0 incomplete" in a.stdout
+    folder = cli("audit", out, "-n", "1")  # the run folder, as `view` takes it
+    assert folder.returncode == 0 and folder.stdout == a.stdout
 
 
 def test_eval_reports_avg_and_pass(tmp_path):
@@ -151,6 +158,7 @@ def test_run_and_eval_decode_with_a_static_cache(tmp_path):
     r = cli("run", "workflows/quickstart.srpo", "--decode", "static", "--limit", "2", "--out", tmp_path / "r")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("2 episodes") and (tmp_path / "r" / "traces.jsonl").is_file()
+    assert "Loading weights" not in r.stderr and "Warning" not in r.stderr  # the libraries stay quiet
     e = cli(
         "eval",
         "workflows/quickstart.srpo",
@@ -170,3 +178,111 @@ def test_run_and_eval_decode_with_a_static_cache(tmp_path):
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "'eager' is not one of" in bad.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_run_and_eval_show_the_libraries_only_with_verbose(tmp_path):
+    r = cli("run", "workflows/quickstart.srpo", "--limit", "1", "--out", tmp_path / "r", "--verbose")
+    assert r.returncode == 0, r.stderr
+    assert "Loading weights" in r.stderr and r.stdout.startswith("1 episodes")
+
+
+OFFLINE = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}  # the workflow's model: not here
+
+
+@pytest.mark.parametrize("command", ["run", "eval"])
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (["--data", "none.jsonl"], "error: cannot read none.jsonl: no such file"),
+        (["--out", "workflows"], "error: workflows already exists (countdown, countdown.py, "),
+        (["--device", "cuda"], "error: --device cuda: no CUDA device is available (use --device cpu)"),
+    ],
+)
+def test_every_input_is_checked_before_the_model_loads(command, flags, line, tmp_path):
+    """math_routed's model (Qwen3-4B) is not on this machine: had it been loaded first, its error would show."""
+    if "cuda" in flags and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    r = cli(
+        command, "workflows/math_routed.srpo", "--out", tmp_path / "new", *flags, env=OFFLINE
+    )  # last wins
+    assert r.returncode == 2 and r.stderr.startswith(line), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def _scripted(tmp_path, out, *extra):
+    args = ["--backend", "scripted", "--model", _script(tmp_path), "--limit", "1", "--out", out, *extra]
+    return cli("run", "workflows/math_fixed.srpo", *args)
+
+
+def test_an_existing_out_folder_is_replaced_only_with_overwrite(tmp_path):
+    out = tmp_path / "r1"
+    out.mkdir()
+    (out / "view.html").write_text("a page the user made")
+    refused = _scripted(tmp_path, out)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        f"error: {out} already exists (view.html): pass --overwrite to replace it, or choose another --out"
+    )
+    assert (out / "view.html").read_text() == "a page the user made"
+    failed = cli(
+        "run",
+        "workflows/math_fixed.srpo",
+        "--backend",
+        "scripted",
+        "--model",
+        _script(tmp_path, {"solver": ["\\boxed{1}"]}),
+        "--limit",
+        "1",
+        "--out",
+        out,
+        "--overwrite",
+    )
+    assert failed.returncode != 0 and (out / "view.html").is_file()  # a failed run keeps the old folder
+    replaced = _scripted(tmp_path, out, "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["graph.json", "summary.json", "traces.jsonl"]
+    assert _scripted(tmp_path, tmp_path / "empty").returncode == 0  # absent (or empty): no flag needed
+    ws = tmp_path / "ws"  # replacing it would delete the workflow in it, or the folder the command runs in
+    ws.mkdir()
+    (ws / "w.srpo").write_text((ROOT / "workflows" / "math_fixed.srpo").read_text())
+    args = ["--backend", "scripted", "--model", _script(tmp_path), "--overwrite"]
+    here = cli("run", ws / "w.srpo", *args, "--out", ".", cwd=ws, env=OFFLINE)
+    assert here.returncode == 2 and "replacing . would delete the current folder" in here.stderr
+    holder = cli("run", ws / "w.srpo", *args, "--out", ws, env=OFFLINE)
+    assert holder.returncode == 2 and f"would delete {ws / 'w.srpo'}" in holder.stderr
+    assert sorted(p.name for p in ws.iterdir()) == ["w.srpo"]
+
+
+def test_train_export_and_sweep_refuse_a_folder_that_holds_files(tmp_path):
+    out = tmp_path / "full"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    train = cli("train", "workflows/quickstart.srpo", "--out", out)
+    assert train.returncode == 2 and train.stderr.strip() == (
+        f"error: {out} already exists (notes.txt): pass --resume to continue the run in it, "
+        "or choose another --out"
+    )
+    export = cli("export", tmp_path / "no-run", "--out", out)
+    assert export.returncode == 2 and export.stderr.startswith(
+        f"error: {out} already exists (notes.txt): pass --overwrite"
+    )
+    sweep = cli("sweep", "experiments/toy_ablation.toml", "--out", out)
+    assert sweep.returncode == 2 and "it holds no sweep to go on with" in sweep.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_a_broken_workflow_shows_its_errors_as_validate_does(tmp_path):
+    broken = tmp_path / "broken.srpo"
+    text = (ROOT / "workflows" / "quickstart.srpo").read_text()
+    broken.write_text(text.replace("parallel solver", "parallel solvers"))
+    (tmp_path / "quickstart").symlink_to(ROOT / "workflows" / "quickstart")
+    line = next(i for i, s in enumerate(broken.read_text().splitlines(), 1) if "parallel solvers" in s)
+    for args in (["run", broken, "--out", tmp_path / "r"], ["render", broken, "--role", "solver"]):
+        r = cli(*args)
+        assert r.returncode == 1, r.stderr
+        _, source, caret, hint = r.stderr.strip().splitlines()[-4:]
+        assert (
+            r.stderr.startswith(f"{broken}:{line}:") and "error[E012]: undefined agent `solvers`" in r.stderr
+        )
+        assert "error:" not in r.stderr and "parallel solvers" in source and "^^^^^^^" in caret
+        assert hint.strip() == "= hint: did you mean `solver`?"
+    assert not (tmp_path / "r").exists()

@@ -116,7 +116,7 @@ def test_heldout_summary_from_the_first_and_last_rows(tmp_path: Path) -> None:
 def test_the_report_ends_with_the_heldout_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     history = [{"step": 100, "score": 0.61, "loss": -0.0123, "grad_norm": 0.456}]
     report(history, tmp_path)  # no eval.jsonl: the step line only
-    assert capsys.readouterr().out == f"step 100: score 0.610, loss -0.0123, grad norm 0.456 -> {tmp_path}\n"
+    assert capsys.readouterr().out == f"step 100: score 0.610, grad norm 0.456 -> {tmp_path}\n"
     write_jsonl(tmp_path / "eval.jsonl", EVAL_ROWS)
     report([], tmp_path)
     lines = capsys.readouterr().out.splitlines()
@@ -260,5 +260,7 @@ def test_option_pairs_are_parsed_and_checked_by_the_trainer(tmp_path):
     result = cli(
         "train", "workflows/quickstart.srpo", "--out", tmp_path / "r", "--option", "clipp=0.1", env=_env()
     )
-    assert result.returncode == 2 and result.stderr.strip() == "error: unknown training option(s): clipp"
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "error: --option clipp=0.1: no training option `clipp` (did you mean `clip`?)"
+    )
     assert not (tmp_path / "r").exists()

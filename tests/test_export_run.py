@@ -97,7 +97,8 @@ def exported(run: Path) -> Path:
     stale = run / "export" / "a" / "stale.txt"  # a re-export replaces a policy's folder whole
     stale.parent.mkdir(parents=True)
     stale.write_text("from an earlier export")
-    assert export(run) == 0
+    assert export(run) == 2 and stale.exists()  # only when asked to
+    assert export(run, "--overwrite") == 0
     assert not stale.exists()
     return run / "export"
 

@@ -2,9 +2,11 @@
 Manager never downloads anything). Skipped when Chromium is missing, unless SRPO_DSL_BROWSER_TESTS=required
 (set by .ci/run), which makes a missing browser a failure."""
 
+import json
 import os
 import shutil
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,26 @@ def test_a_training_run_shows_advantages_clipping_and_curves(browser, run: Path,
     assert event.find_element("css selector", ".badge.clipped").text == "ratio clipped"
     first = browser.find_elements("css selector", "#timeline .event")[0]
     assert first.find_element("css selector", ".badge.unclipped").text == "ratio not clipped"
+
+
+def test_chart_tick_labels_are_round_and_fit_their_panel(browser, run: Path, tmp_path: Path) -> None:
+    training = as_training_run(run, tmp_path / "t")
+    metrics = [json.loads(line) for line in (training / "metrics.jsonl").read_text().splitlines()]
+    clip = [m | {f"role/{r}/clip_fraction": 0.0 for r in ("solver", "aggregator")} for m in metrics]
+    (training / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in clip))
+    assert open_page(browser, page_of(training)) == []
+    score, held, _, flat = browser.find_elements("css selector", "#curves-panel svg.chart")
+    labels = [
+        t for t in score.find_elements("css selector", "text") if t.get_attribute("text-anchor") == "end"
+    ]
+    assert [t.text for t in labels] == ["0.05", "0.10", "0.15", "0.20", "0.25", "0.30"]  # 0.05..0.3 measured
+    panel = score.rect
+    boxes = [t.rect for t in labels]
+    assert all(panel["x"] <= b["x"] and b["x"] + b["width"] <= panel["x"] + panel["width"] for b in boxes)
+    assert all(a["y"] + a["height"] <= b["y"] for b, a in pairwise(boxes))  # bottom-up, none overlaps
+    assert [t.text for t in held.find_elements("css selector", "text")][1:5] == ["20", "40", "60", "80"]
+    assert flat.find_elements("css selector", "polyline") == []
+    assert flat.find_element("css selector", "text.note").text == "solver, aggregator: 0 at every step (1–3)"
 
 
 @pytest.mark.slow

@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, CliError, choices, eprint, print_error, read_text
+from srpo_dsl.cli.common import (
+    EXIT_INPUT,
+    EXIT_USAGE,
+    VERBOSE,
+    CliError,
+    choices,
+    eprint,
+    libraries_quiet,
+    print_error,
+    read_text,
+)
 from srpo_dsl.io import write_atomic
 from srpo_dsl.lang.export import FORMATS
 
@@ -78,6 +88,7 @@ def compile_cmd(
         Emit.mermaid, "--emit", "-e", help="json (node-link) | mermaid | dot | graphml."
     ),
     out: Path | None = typer.Option(None, "--output", "-o", help="Write the graph here instead of stdout."),
+    verbose: bool = VERBOSE,
 ) -> None:
     """Compile a workflow into its event graph and report static cost bounds per episode.
 
@@ -105,7 +116,9 @@ def compile_cmd(
         f"{bounds.events} events, {bounds.calls} model calls, {bounds.tool_calls} tool calls, "
         f"{bounds.tokens} generated tokens"
     )
-    summary = "\n".join([summary, *adapter_report(program)])
+    with libraries_quiet(not verbose):  # an adapter's size is read off its base's config by transformers
+        adapters = adapter_report(program)
+    summary = "\n".join([summary, *adapters])
     if out is None:
         print(rendered, end="")
         eprint(summary)
@@ -140,16 +153,10 @@ def adapter_report(graph: EventGraph) -> list[str]:
 
 def adapter_sizes(graph: EventGraph, base: str) -> dict[str, int]:
     """{peft adapter name: parameter count} of `base`'s adapters; empty when its config is not local."""
-    import warnings
-
     from srpo_dsl.backends import resolve_model_spec
     from srpo_dsl.rl.adapters import trainable_parameters
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the libraries' deprecation notices are not the user's business
-            return trainable_parameters(
-                resolve_model_spec(graph.policies[base].model), graph.adapters_on(base)
-            )
+        return trainable_parameters(resolve_model_spec(graph.policies[base].model), graph.adapters_on(base))
     except (OSError, ValueError):
         return {}

@@ -47,6 +47,13 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    local_rank: int = typer.Option(
+        -1,
+        "--local_rank",
+        "--local-rank",
+        hidden=True,
+        help="Set by the `deepspeed` launcher (before the command); the LOCAL_RANK variable is what is used.",
+    ),
 ) -> None:
     """Multi-agent LLM workflows as text: validate, compile, run, evaluate and train them with SRPO."""
 

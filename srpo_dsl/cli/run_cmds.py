@@ -1,17 +1,31 @@
-"""`srpo-dsl run`, `eval`, `audit` and `render`: rollouts of a workflow and what they recorded."""
+"""`srpo-dsl run`, `eval`, `audit` and `render`: rollouts of a workflow and what they recorded.
+
+`run` and `eval` check every input (the workflow, its data, the reply script, the output folder,
+the device) before anything heavy loads; the libraries' output is hidden unless `--verbose`.
+"""
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 import typer
 
-from srpo_dsl.cli.common import DECODE, EXIT_INPUT, CliError, Decode, Device, choices
+from srpo_dsl.cli.common import (
+    DECODE,
+    EXIT_INPUT,
+    VERBOSE,
+    CliError,
+    Decode,
+    Device,
+    check_device,
+    check_files,
+    choices,
+    libraries_quiet,
+    workflow_failure,
+)
+from srpo_dsl.cli.outputs import OVERWRITE, check_out, staged_output
 from srpo_dsl.io import write_atomic
 from srpo_dsl.registries import BACKENDS
 
@@ -37,35 +51,52 @@ EVAL_DATA = typer.Option(
 )
 
 
-def _setup(workflow: Path, backend: BackendKind, model: list[str], device: Device | None, decode: Decode):
-    """Compile the workflow and build its backends and tools, with one-line errors."""
-    from srpo_dsl.backends.base import BackendError
-    from srpo_dsl.envs.retrieval import RetrieverError
+def load_checked(workflow: Path):
+    """The compiled workflow; a missing file is one line (exit 2), a broken one its errors (exit 1)."""
     from srpo_dsl.lang.errors import SrpoError
-    from srpo_dsl.runtime.setup import build_backends, build_tools, load_workflow, parse_model_overrides
+    from srpo_dsl.runtime.setup import load_workflow
 
-    if not workflow.is_file():
-        raise CliError(f"cannot read {workflow}: no such file")
+    check_files([workflow])
     try:
-        wf = load_workflow(workflow)
+        return load_workflow(workflow)
     except SrpoError as err:
-        first = err.diagnostics[0]
-        raise CliError(
-            f"{first.span}: error[{first.code}]: {first.message} "
-            f"(run `srpo-dsl validate {workflow}` for all diagnostics)",
-            EXIT_INPUT,
-        ) from None
+        raise workflow_failure(err, workflow) from None
+
+
+def _checked(workflow: Path, data: Sequence[Path], out: Path, overwrite: bool, backend, model, device):
+    """Every input of `run`/`eval`, before anything heavy loads: the files, the output folder, the
+    device, the workflow (compiled), the model overrides. Returns the workflow and the overrides."""
+    from srpo_dsl.runtime.setup import parse_model_overrides
+
+    scripted = backend is BackendKind.scripted
+    if scripted and not model:
+        raise CliError("--backend scripted needs the reply script: --model replies.json")
+    check_files([workflow, *data])
+    check_out(out, overwrite, [workflow, *data])
+    check_device(device.value if device else None)
+    wf = load_checked(workflow)
     try:
         overrides = parse_model_overrides(model, list(wf.graph.policies))
-        if backend is BackendKind.scripted and not overrides:
-            raise CliError("--backend scripted needs the reply script: --model replies.json")
-        options = {"decode": decode.value} | ({"device": device.value} if device else {})
-        options = options if backend is BackendKind.hf else {}
-        backends = build_backends(wf, backend.value, overrides, **options)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    check_files(Path(p) for p in (overrides.values() if scripted else ()))
+    return wf, overrides
+
+
+def _engines(wf, backend: BackendKind, overrides: dict[str, str], device: Device | None, decode: Decode):
+    """The workflow's tools, then its backends (the models load here), with one-line errors."""
+    from srpo_dsl.backends.base import BackendError
+    from srpo_dsl.envs.retrieval import RetrieverError
+    from srpo_dsl.runtime.setup import build_backends, build_tools
+
+    options = {"decode": decode.value} | ({"device": device.value} if device else {})
+    options = options if backend is BackendKind.hf else {}
+    try:
         tools = build_tools(wf)
+        backends = build_backends(wf, backend.value, overrides, **options)
     except (BackendError, RetrieverError, ValueError, OSError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-    return wf, backends, tools
+    return backends, tools
 
 
 def _tasks(wf, data: Path | None, limit: int | None, split: str) -> list[dict]:
@@ -80,21 +111,6 @@ def _tasks(wf, data: Path | None, limit: int | None, split: str) -> list[dict]:
     if not tasks:
         raise CliError("no tasks to run (empty data file?)", EXIT_INPUT)
     return tasks
-
-
-@contextmanager
-def staged_output(out: Path) -> Iterator[Path]:
-    """Write into a temporary sibling folder; it replaces `out` only when everything succeeded."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
-    try:
-        yield stage
-        if out.exists():
-            shutil.rmtree(out)
-        stage.rename(out)
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _rollouts(wf, backends, tools, tasks, samples: int, seed: int, desc: str):
@@ -120,6 +136,8 @@ def run(
     out: Path = typer.Option(
         Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json, graph.json)."
     ),
+    overwrite: bool = OVERWRITE,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/1).
 
@@ -127,14 +145,16 @@ def run(
 
       srpo-dsl run workflows/quickstart.srpo --limit 8 --samples 2 --out runs/r1
 
-      srpo-dsl run workflows/math_fixed.srpo --backend scripted --model replies.json --limit 2
+      srpo-dsl run workflows/math_fixed.srpo --backend scripted --model workflows/math_replies.json --limit 2
     """
     from srpo_dsl.rl.runlog import write_graph
     from srpo_dsl.runtime.traces import to_trace, write_traces
 
-    wf, backends, tools = _setup(workflow, backend, model, device, decode)
+    wf, overrides = _checked(workflow, [data] if data else [], out, overwrite, backend, model, device)
     tasks = _tasks(wf, data, limit, "train")
-    episodes = _rollouts(wf, backends, tools, tasks, samples, seed, "rollouts")
+    with libraries_quiet(not verbose):
+        backends, tools = _engines(wf, backend, overrides, device, decode)
+        episodes = _rollouts(wf, backends, tools, tasks, samples, seed, "rollouts")
     traces = [to_trace(ep, wf.graph.hash) for ep in episodes]
     with staged_output(out) as stage:
         write_traces(stage / "traces.jsonl", traces)
@@ -203,6 +223,8 @@ def eval_cmd(
     out: Path = typer.Option(
         Path("runs/eval"), "--out", help="Output folder (metrics.json, traces, graph.json)."
     ),
+    overwrite: bool = OVERWRITE,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, cost per query.
 
@@ -214,25 +236,22 @@ def eval_cmd(
 
       srpo-dsl eval workflows/quickstart.srpo -k 4 --limit 64
     """
-    from srpo_dsl.rl.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
+    from srpo_dsl.rl.role_metrics import MetricKeys
     from srpo_dsl.rl.runlog import write_graph
-    from srpo_dsl.runtime.metrics import dataset_metrics, macro_average
-    from srpo_dsl.runtime.traces import to_trace, write_traces
+    from srpo_dsl.runtime.metrics import macro_average
+    from srpo_dsl.runtime.traces import write_traces
 
-    wf, backends, tools = _setup(workflow, backend, model, device, decode)
+    wf, overrides = _checked(workflow, data, out, overwrite, backend, model, device)
     sets = [(p.stem, _tasks(wf, p, limit, "eval")) for p in data] or [
         (wf.name, _tasks(wf, None, limit, "eval"))
     ]
     keys = MetricKeys.of(wf.graph)
-    rows, invalid, all_traces = [], [], []
-    for name, tasks in sets:
-        episodes = _rollouts(wf, backends, tools, tasks, k, seed, f"eval {name}")
-        all_traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
-        rows.append(dataset_metrics(name, episodes, k))
-        invalid.append(role_invalid_rates(keys, role_invalid_sums(keys, episodes)))
+    with libraries_quiet(not verbose):
+        backends, tools = _engines(wf, backend, overrides, device, decode)
+        rows, invalid, traces = _evaluate(wf, backends, tools, sets, k, seed, keys)
     avg, pas = macro_average(rows)
     with staged_output(out) as stage:
-        write_traces(stage / "traces.jsonl", all_traces)
+        write_traces(stage / "traces.jsonl", traces)
         write_graph(stage, wf.graph)
         metrics = {
             "k": k,
@@ -247,8 +266,28 @@ def eval_cmd(
     print(f"-> {out / 'metrics.json'}")
 
 
+def _evaluate(wf, backends, tools, sets, k: int, seed: int, keys):
+    """Each dataset's row of metrics, its per-role invalid-output rates, and every trace."""
+    from srpo_dsl.rl.role_metrics import role_invalid_rates, role_invalid_sums
+    from srpo_dsl.runtime.metrics import dataset_metrics
+    from srpo_dsl.runtime.traces import to_trace
+
+    rows, invalid, traces = [], [], []
+    for name, tasks in sets:
+        episodes = _rollouts(wf, backends, tools, tasks, k, seed, f"eval {name}")
+        traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
+        rows.append(dataset_metrics(name, episodes, k))
+        invalid.append(role_invalid_rates(keys, role_invalid_sums(keys, episodes)))
+    return rows, invalid, traces
+
+
 def audit(
-    traces: Path = typer.Argument(..., help="A traces.jsonl written by `run`, `eval` or `train`."),
+    traces: Path = typer.Argument(
+        ...,
+        help="A run folder (of `run`, `eval` or `train`) or its traces.jsonl.",
+        metavar="RUN_OR_TRACES",
+        show_default=False,
+    ),
     episodes: int = typer.Option(3, "--episodes", "-n", min=1, help="How many episodes to show."),
     width: int = typer.Option(40, "--width", min=8, help="Characters of each output to show."),
 ) -> None:
@@ -256,12 +295,19 @@ def audit(
 
     Incomplete events (a member missing) are flagged; the exit code is 1 if any exists.
 
-    Example:
+    Examples:
+
+      srpo-dsl audit runs/r1 -n 2
 
       srpo-dsl audit runs/r1/traces.jsonl -n 2
     """
+    from srpo_dsl.rl.runlog import TRACES
     from srpo_dsl.runtime.traces import TraceError, read_traces
 
+    if traces.is_dir():
+        if not (traces / TRACES).is_file():
+            raise CliError(f"{traces}: no {TRACES} in it (is it a run folder?)")
+        traces = traces / TRACES
     try:
         eps = read_traces(traces)
     except TraceError as exc:
@@ -303,17 +349,10 @@ def render(
 
       srpo-dsl render workflows/math_routed.srpo --role solver
     """
-    from srpo_dsl.lang.errors import SrpoError
     from srpo_dsl.runtime.episode import Episode
     from srpo_dsl.runtime.prompts import PromptError
-    from srpo_dsl.runtime.setup import load_workflow
 
-    if not workflow.is_file():
-        raise CliError(f"cannot read {workflow}: no such file")
-    try:
-        wf = load_workflow(workflow)
-    except SrpoError as err:
-        raise CliError(str(err).splitlines()[0], EXIT_INPUT) from None
+    wf = load_checked(workflow)
     agents = wf.graph.agents
     if role not in agents:
         raise CliError(f"no agent `{role}` in {workflow} (agents: {', '.join(agents)})")

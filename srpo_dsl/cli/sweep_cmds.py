@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from srpo_dsl.cli.common import EXIT_INPUT, CliError, eprint
+from srpo_dsl.cli.outputs import refuse_existing
 
 if TYPE_CHECKING:
     from srpo_dsl.sweep.runner import Job, Sweep
@@ -59,8 +60,10 @@ def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
     from srpo_dsl.sweep.experiment import ExperimentError, load_experiment, workflow_errors
     from srpo_dsl.sweep.progress import summary
     from srpo_dsl.sweep.runner import Sweep
-    from srpo_dsl.sweep.state import open_state
+    from srpo_dsl.sweep.state import STATE, open_state
 
+    if not (out / STATE).is_file():  # a sweep's folder is its own: new, or the one it goes on with
+        refuse_existing(out, "it holds no sweep to go on with; choose another --out")
     try:
         exp = load_experiment(experiment)
         problems = workflow_errors(exp)

@@ -1,29 +1,36 @@
 """`srpo-dsl train` and `srpo-dsl plot`: train a workflow's policies, draw its training dynamics.
 
 Choices come from their one source (the registries of `srpo_dsl.registries`, the fixed settings of
-`srpo_dsl.rl.names`), never restated here. Unless
-`--verbose`, what the libraries report while training (progress bars, INFO and WARNING
-logs, Python warnings, lines printed on stdout such as DeepSpeed's op builds) is hidden;
+`srpo_dsl.rl.names`), never restated here. Unless `--verbose`, what the libraries report while
+training is hidden (`common.libraries_quiet`);
 srpo-dsl's own progress bar (stderr) stays, and the run ends with the held-out result.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shlex
-import sys
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stdout, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from srpo_dsl.cli.common import DECODE, EXIT_INPUT, CliError, Decode, Device, choices
+from srpo_dsl.cli.common import (
+    DECODE,
+    EXIT_INPUT,
+    VERBOSE,
+    CliError,
+    Decode,
+    Device,
+    check_device,
+    check_files,
+    choices,
+    libraries_quiet,
+    workflow_failure,
+)
+from srpo_dsl.cli.outputs import OVERWRITE, check_out, refuse_existing, staged_output
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 from srpo_dsl.rl.names import OFFLOAD
 
@@ -43,15 +50,6 @@ ROLE_PANELS = {  # metrics.jsonl `role/ROLE/<metric>` -> panel `role_<metric>`, 
     "invalid_rate": "Invalid-output rate per role",
     "response_length": "Response length per role (tokens)",
 }
-
-QUIET_ENV = {  # read by the libraries when they are imported
-    "TRANSFORMERS_VERBOSITY": "error",
-    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
-    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' "Loading weights", "Writing model shards"
-}
-LIBRARIES = (
-    r"(torch|transformers|deepspeed|accelerate|huggingface_hub|peft|safetensors|tokenizers|srpo_dsl)(\.|$)"
-)
 
 OUT_OF_MEMORY = (
     "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
@@ -91,10 +89,6 @@ DEVICE = typer.Option(None, "--device", help="Default: cuda when available.")
 BACKEND = typer.Option(
     RolloutEngine.hf, "--backend", help="Rollout engine: hf (in-process) or vllm (colocated on the GPU)."
 )
-VERBOSE = typer.Option(False, "--verbose", "-v", help="Show the libraries' logs, warnings and progress bars.")
-LOCAL_RANK = typer.Option(
-    -1, "--local_rank", "--local-rank", hidden=True, help="Set by `deepspeed`; LOCAL_RANK is what is used."
-)
 
 
 def train_cmd(
@@ -119,7 +113,6 @@ def train_cmd(
     backend: RolloutEngine = BACKEND,
     decode: Decode = DECODE,
     verbose: bool = VERBOSE,
-    local_rank: int = LOCAL_RANK,
 ) -> None:
     """Train a workflow's trainable policies with SRPO (or a baseline); flags override its `train` block.
 
@@ -139,9 +132,10 @@ def train_cmd(
 
       torchrun --nproc_per_node 2 -m srpo_dsl train workflows/quickstart.srpo --zero 3 --out runs/q2
     """
-    for path in (workflow, ds_config, *eval_data):
-        if path is not None and not path.is_file():
-            raise CliError(f"cannot read {path}: no such file")
+    check_files([workflow, ds_config, *eval_data])
+    if not resume:
+        refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
+    check_device(device and device.value)
     flags = {"steps": steps, "lr": lr, "group": group, "batch": batch, "zero": zero, "seed": seed}
     flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
     overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
@@ -154,13 +148,19 @@ def train_cmd(
 
 
 def parse_options(values: list[str]) -> dict[str, str]:
-    """`--option NAME=VALUE` pairs (the trainer checks the names and types against `TrainOptions`)."""
+    """`--option NAME=VALUE` pairs, each NAME one of `TrainOptions` (the trainer checks the values)."""
+    from srpo_dsl.lang.errors import did_you_mean
+    from srpo_dsl.lang.schema import TrainOptions
+
     out = {}
     for v in values:
-        name, sep, value = v.partition("=")
-        if not sep or not name.strip():
+        name, sep, value = (part.strip() for part in v.partition("="))
+        if not sep or not name:
             raise CliError(f"--option {v}: expected NAME=VALUE, e.g. clip=0.1")
-        out[name.strip()] = value.strip()
+        if name not in TrainOptions.model_fields:
+            hint = did_you_mean(name, TrainOptions.model_fields)
+            raise CliError(f"--option {v}: no training option `{name}`" + (f" ({hint})" if hint else ""))
+        out[name] = value
     return out
 
 
@@ -184,73 +184,18 @@ def run_training(
         models = parse_model_overrides(model, list(load_workflow(workflow).graph.policies))
         return train(workflow, out, overrides, resume, models=models, **options)
     except SrpoError as err:
-        first = err.diagnostics[0]
-        raise CliError(
-            f"{first.span}: error[{first.code}]: {first.message} "
-            f"(run `srpo-dsl validate {workflow}` for all diagnostics)",
-            EXIT_INPUT,
-        ) from None
+        raise workflow_failure(err, workflow) from None
     except (TrainError, BackendError, ValueError, OSError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     except torch.cuda.OutOfMemoryError:
         raise CliError(OUT_OF_MEMORY, EXIT_INPUT) from None
 
 
-@contextmanager
-def libraries_quiet(enabled: bool) -> Iterator[None]:
-    """Hide the libraries' progress bars, INFO/WARNING logs, warnings and stdout for the block.
-
-    stdout is silenced at the file-descriptor level too, so lines that compiled extensions
-    print (DeepSpeed's CPU Adam) are hidden as well; srpo-dsl reports on stderr meanwhile.
-    """
-    if not enabled:
-        yield
-        return
-    unset = [key for key in QUIET_ENV if key not in os.environ]  # a value the user set wins
-    os.environ.update({key: QUIET_ENV[key] for key in unset})
-    previous_disable = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings(), stdout_silenced():
-            warnings.filterwarnings("ignore", module=LIBRARIES)
-            yield
-    finally:
-        logging.disable(previous_disable)
-        for key in unset:
-            del os.environ[key]
-
-
-@contextmanager
-def stdout_silenced() -> Iterator[None]:
-    """sys.stdout and file descriptor 1 go to the null device for the block (C buffers flushed first)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with open(os.devnull, "w") as null, redirect_stdout(null):
-        os.dup2(null.fileno(), 1)
-        try:
-            yield
-        finally:
-            _flush_c_stdio()
-            os.dup2(saved, 1)
-            os.close(saved)
-
-
-def _flush_c_stdio() -> None:
-    """fflush(NULL): what C code buffered while stdout was silenced is dropped now, not printed later."""
-    import ctypes
-
-    with suppress(OSError, AttributeError):  # no C library to reach (not Linux or macOS)
-        ctypes.CDLL(None).fflush(None)
-
-
 def report(history: list[dict[str, float]], out: Path) -> None:
     """The last step, then the held-out result the run was for (from OUT/eval.jsonl)."""
     if history:
         last = history[-1]
-        print(
-            f"step {last['step']}: score {last['score']:.3f}, loss {last['loss']:.4f}, "
-            f"grad norm {last['grad_norm']:.3f} -> {out}"
-        )
+        print(f"step {last['step']}: score {last['score']:.3f}, grad norm {last['grad_norm']:.3f} -> {out}")
     else:
         print(f"nothing to do: {out} already reached its last step")
     evals = read_jsonl(out / "eval.jsonl") if (out / "eval.jsonl").is_file() else []
@@ -472,6 +417,7 @@ def export_cmd(
     ),
     step: int | None = typer.Option(None, "--step", min=0, help="The step to export (default: the latest)."),
     out: Path | None = typer.Option(None, "--out", help="Where to write (default: RUN/export)."),
+    overwrite: bool = OVERWRITE,
     verbose: bool = VERBOSE,
 ) -> None:
     """Export a checkpoint's trained policies as Hugging Face models, one folder per policy.
@@ -480,7 +426,8 @@ def export_cmd(
     OUT/POLICY/adapter (load with peft's `PeftModel.from_pretrained(base, path)`) and
     OUT/POLICY/merged (the adapter merged into its base); a fully fine-tuned policy gets
     OUT/POLICY/merged. Each `merged` loads with `AutoModelForCausalLM.from_pretrained` and holds
-    the tokenizer; weights are fp32. Every policy folder is written, or none.
+    the tokenizer; weights are fp32. Every policy folder is written, or none; a folder OUT that
+    holds files is refused unless --overwrite (its policy folders are then replaced).
 
     Examples:
 
@@ -490,9 +437,8 @@ def export_cmd(
     """
     from contextlib import ExitStack
 
-    from srpo_dsl.cli.run_cmds import staged_output
-
     target = out or run / "export"
+    check_out(target, overwrite, [run])
     created = not target.exists()
     with libraries_quiet(not verbose):
         from srpo_dsl.rl.export import ExportError, export_engine, plan_export  # quiet: imports transformers

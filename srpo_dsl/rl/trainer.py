@@ -127,7 +127,7 @@ def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
         evaluate(run, 0)
     for step in bar:
         history.append(train_step(run, step))
-        bar.set_postfix(score=f"{history[-1]['score']:.3f}", loss=f"{history[-1]['loss']:.4f}")
+        bar.set_postfix_str(f"score {history[-1]['score']:.3f}, grad norm {history[-1]['grad_norm']:.3f}")
         if due(step, run.opts.eval_every, run.opts.steps):
             evaluate(run, step)
         if due(step, run.opts.save_every, run.opts.steps):
