@@ -109,7 +109,7 @@ def bench_model(shape: Shape, cache: Path) -> Path:
     import torch
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
-    from srpo_dsl.backends import resolve_model_spec
+    from srpo_dsl.models.specs import resolve_model_spec
 
     tiny = resolve_model_spec("builtin:tiny")
     config = AutoConfig.from_pretrained(tiny)
@@ -338,9 +338,9 @@ def generation_requests(plan: Plan) -> dict[str, list]:
 
 def generation_case(plan: Plan, threads: int) -> dict:
     """Seconds and generated tokens per run of both ways, alternating which goes first."""
-    from srpo_dsl.backends import resolve_model_spec
     from srpo_dsl.backends.hf import HFBackend
     from srpo_dsl.lang import load_graph
+    from srpo_dsl.models.specs import resolve_model_spec
     from srpo_dsl.rl.adapters import with_adapters
 
     quiet(threads)

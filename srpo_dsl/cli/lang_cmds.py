@@ -142,7 +142,7 @@ def adapter_sizes(graph: EventGraph, base: str) -> dict[str, int]:
     """{peft adapter name: parameter count} of `base`'s adapters; empty when its config is not local."""
     import warnings
 
-    from srpo_dsl.backends import resolve_model_spec
+    from srpo_dsl.models.specs import resolve_model_spec
     from srpo_dsl.rl.adapters import trainable_parameters
 
     try:

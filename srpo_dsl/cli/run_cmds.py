@@ -42,6 +42,7 @@ def _setup(workflow: Path, backend: BackendKind, model: list[str], device: Devic
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
     from srpo_dsl.lang.errors import SrpoError
+    from srpo_dsl.models.specs import policy_models
     from srpo_dsl.runtime.setup import build_backends, build_tools, load_workflow, parse_model_overrides
 
     if not workflow.is_file():
@@ -61,7 +62,8 @@ def _setup(workflow: Path, backend: BackendKind, model: list[str], device: Devic
             raise CliError("--backend scripted needs the reply script: --model replies.json")
         options = {"decode": decode.value} | ({"device": device.value} if device else {})
         options = options if backend is BackendKind.hf else {}
-        backends = build_backends(wf, backend.value, overrides, **options)
+        models = policy_models(wf.graph, overrides, resolve=backend is not BackendKind.scripted)
+        backends = build_backends(wf, backend.value, models, **options)
         tools = build_tools(wf)
     except (BackendError, RetrieverError, ValueError, OSError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None

@@ -26,11 +26,12 @@ from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
+from srpo_dsl.rl.ds_engine import read_ds_config
 from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
 from srpo_dsl.rl.names import ROLLOUT_ENGINES
 from srpo_dsl.rl.policies import Policy, Rollout, engine_owners
-from srpo_dsl.rl.process_group import Dist, all_reduce, barrier
+from srpo_dsl.rl.process_group import Dist, all_reduce, barrier, init_distributed
 from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
 from srpo_dsl.rl.rows import Rows, build_rows
 from srpo_dsl.rl.runlog import METRICS, RunLog
@@ -320,10 +321,8 @@ def prepare_run(
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.ds_engine import ds_config as make_ds_config
-    from srpo_dsl.rl.ds_engine import read_ds_config
     from srpo_dsl.rl.fit import Layout
     from srpo_dsl.rl.policies import build_policies
-    from srpo_dsl.rl.process_group import init_distributed
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 
     wf = load_workflow(workflow_path)
@@ -422,7 +421,7 @@ def check_trainable(wf: Workflow) -> None:
 
 def model_paths(graph: EventGraph, models: Mapping[str, str], dist: Dist) -> dict[str, str]:
     """Each policy's local path or repo id; rank 0 resolves first (it builds a missing `builtin:tiny`)."""
-    from srpo_dsl.backends import resolve_model_spec
+    from srpo_dsl.models.specs import resolve_model_spec
 
     if dist.rank != 0:
         barrier()
