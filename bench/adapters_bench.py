@@ -109,7 +109,7 @@ def bench_model(shape: Shape, cache: Path) -> Path:
     import torch
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
-    from srpo_dsl.backends import resolve_model_spec
+    from srpo_dsl.models.specs import resolve_model_spec
 
     tiny = resolve_model_spec("builtin:tiny")
     config = AutoConfig.from_pretrained(tiny)
@@ -189,7 +189,8 @@ def quiet(threads: int) -> None:
 def serve_base(path: Path, device: str) -> dict:
     """The reference: the frozen base serving every role, one rollout of step 1's prompts."""
     from srpo_dsl.rl.data_order import seed_of, step_prompts
-    from srpo_dsl.rl.engine import build_policies, init_distributed
+    from srpo_dsl.rl.policies import build_policies
+    from srpo_dsl.rl.process_group import init_distributed
     from srpo_dsl.rl.trainer import model_paths
     from srpo_dsl.runtime.executor import Executor
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
@@ -337,9 +338,9 @@ def generation_requests(plan: Plan) -> dict[str, list]:
 
 def generation_case(plan: Plan, threads: int) -> dict:
     """Seconds and generated tokens per run of both ways, alternating which goes first."""
-    from srpo_dsl.backends import resolve_model_spec
     from srpo_dsl.backends.hf import HFBackend
     from srpo_dsl.lang import load_graph
+    from srpo_dsl.models.specs import resolve_model_spec
     from srpo_dsl.rl.adapters import with_adapters
 
     quiet(threads)

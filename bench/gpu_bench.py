@@ -101,9 +101,9 @@ def build_model(size: str, folder: Path, device: str) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    from srpo_dsl.models.tiny import resolve_model
+    from srpo_dsl.models.specs import resolve_model_spec
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny"))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_spec("builtin:tiny"))
     config = Qwen3Config(
         vocab_size=len(tokenizer) if size == "tiny" else VOCAB,
         tie_word_embeddings=True,

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from srpo_dsl.lang.graph import EventNode
+from srpo_dsl.models.specs import policy_models
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import Workflow, build_backends, build_tools, load_workflow
 
@@ -64,7 +65,7 @@ def main() -> None:
     from srpo_dsl.envs.arith import make_arith_tasks
 
     tasks = [{**t, "question": f"What is {t['question']}?"} for t in make_arith_tasks(args.prompts, seed=1)]
-    backends = build_backends(wf, "hf", dict.fromkeys(wf.graph.policies, args.model))
+    backends = build_backends(wf, "hf", policy_models(wf.graph, dict.fromkeys(wf.graph.policies, args.model)))
     ((policy, backend),) = backends.items()
     tools = build_tools(wf)
 

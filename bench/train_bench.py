@@ -484,13 +484,13 @@ def main() -> None:
     import transformers
     import trl
 
-    from srpo_dsl.models.tiny import resolve_model
+    from srpo_dsl.models.specs import resolve_model_spec
 
     if args.threads:
         threads, why = args.threads, "--threads"
     else:
         threads, why = default_threads()
-    model = resolve_model(args.model)  # a local folder both workers load
+    model = resolve_model_spec(args.model)  # a local folder both workers load
     setup = Setup(Path(args.workflow), max(args.steps, args.warmup_steps), args.batch, args.group)
     srpo_set = srpo_options(args.set)
     options = {

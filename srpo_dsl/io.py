@@ -40,13 +40,6 @@ def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every non-blank line as a JSON object; [] when the file does not exist."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def complete_lines(text: str) -> tuple[list[str], int | None]:
     """The lines of a JSON Lines text but an unfinished last one (a writer killed mid-line: no final
     newline and not valid JSON), and that line's 1-based number (None: the text is whole)."""
@@ -58,10 +51,3 @@ def complete_lines(text: str) -> tuple[list[str], int | None]:
     except json.JSONDecodeError:
         return lines[:-1], len(lines)
     return lines, None
-
-
-def truncate_jsonl(path: Path, last_step: int) -> None:
-    """Keep the rows up to `last_step` (a resumed run rewrites what came after its checkpoint)."""
-    if path.exists():
-        rows = [row for row in read_jsonl(path) if row["step"] <= last_step]
-        write_lines_atomic(path, [json.dumps(row) + "\n" for row in rows])

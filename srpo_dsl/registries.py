@@ -12,7 +12,7 @@ the entry's module. A plugin adds an entry with the registry's decorator, in its
     REWARDS               (pred, task, field) -> float              envs.rewards.register_reward
     BACKENDS              (model, **options) -> Backend: run, eval  BACKENDS.register
     ROLLOUT_ENGINES       (module, tokenizer, path, dist, decode)   ROLLOUT_ENGINES.register
-                          -> RolloutEngine: train (rl/engine.py)
+                          -> RolloutEngine: train (rl/policies.py)
 
 The language's own kinds (output contracts, task and tool kinds, policy kinds) are registries of
 `srpo_dsl.lang.schema`, whose entries carry their option models.
@@ -76,7 +76,7 @@ BACKENDS: Registry[Any] = Registry(
 ROLLOUT_ENGINES: Registry[Any] = Registry(
     "rollout engine",
     {
-        "hf": "srpo_dsl.rl.engine:hf_engine",
-        "vllm": "srpo_dsl.rl.engine:vllm_engine",
+        "hf": "srpo_dsl.rl.policies:hf_engine",
+        "vllm": "srpo_dsl.rl.policies:vllm_engine",
     },
 )

@@ -65,7 +65,7 @@ def seeded_lora(module, pattern: str, seed: int) -> None:
 
 def lora_state(module, adapter: str) -> dict:
     """{name with the adapter's name as `default`: value} of one adapter's LoRA weights (gathered)."""
-    from srpo_dsl.rl.engine import full_state
+    from srpo_dsl.rl.weight_sync import full_state
 
     with full_state(module) as state:
         return {
@@ -76,7 +76,8 @@ def lora_state(module, adapter: str) -> dict:
 def shared(base: Path, folder: Path, dist, **options):
     """The base with adapters a and b: one engine."""
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.engine import build_policies, ds_config
+    from srpo_dsl.rl.ds_engine import ds_config
+    from srpo_dsl.rl.policies import build_policies
 
     graph = graph_of(base, folder)
     opts = TrainOptions(**options)
@@ -90,7 +91,8 @@ def shared(base: Path, folder: Path, dist, **options):
 def separate(base: Path, dist, **options):
     """Two models, each the base with one LoRA of its own (its own engine, its own clipping)."""
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.engine import build_policy, ds_config
+    from srpo_dsl.rl.ds_engine import ds_config
+    from srpo_dsl.rl.policies import build_policy
 
     opts = TrainOptions(**options)
     config = ds_config(opts, device="cpu", world_size=1, user=SGD)
@@ -242,7 +244,8 @@ def test_kl_reference_of_an_adapter_is_its_base(base, dist, tmp_path):
     import torch
 
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.engine import build_policies, ds_config
+    from srpo_dsl.rl.ds_engine import ds_config
+    from srpo_dsl.rl.policies import build_policies
     from srpo_dsl.rl.rows import build_rows
     from srpo_dsl.rl.update import update
 

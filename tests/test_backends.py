@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from srpo_dsl.backends import BackendError, GenRequest, make_backend, resolve_model_spec
+from srpo_dsl.backends import BackendError, GenRequest, make_backend
 from srpo_dsl.backends.base import RolloutEngine
 from srpo_dsl.backends.decoding import nucleus, sample_next
 from srpo_dsl.backends.hf import HFBackend, encode_prompts
@@ -249,7 +249,9 @@ def test_vllm_import_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_factory(tiny_random_model: Path) -> None:
-    assert isinstance(make_backend("hf", f"hf:{tiny_random_model}"), HFBackend)
+    from srpo_dsl.models.specs import resolve_model_spec
+
+    assert isinstance(make_backend("hf", resolve_model_spec(f"hf:{tiny_random_model}")), HFBackend)
     assert resolve_model_spec("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
     with pytest.raises(BackendError, match="unknown backend `tgi`"):
         make_backend("tgi", "m")

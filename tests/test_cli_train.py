@@ -22,14 +22,13 @@ from srpo_dsl.cli.train_cmds import (
     Objective,
     Offload,
     SetNorm,
-    eval_curve,
     heldout_summary,
     libraries_quiet,
     parse_options,
-    read_jsonl,
     report,
 )
 from srpo_dsl.rl import names
+from srpo_dsl.rl.runlog import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
 from tests.clitools import cli
 from tests.test_training import _env
 
@@ -125,12 +124,15 @@ def test_the_report_ends_with_the_heldout_line(tmp_path: Path, capsys: pytest.Ca
 
 
 @pytest.mark.parametrize("text", ['{"step": 0}\n', "{oops\n"])
-def test_a_broken_eval_file_is_one_line(tmp_path: Path, text: str) -> None:
+def test_a_broken_eval_file_is_one_line(tmp_path: Path, text: str, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "eval.jsonl"
     path.write_text(text)
-    with pytest.raises(CliError) as err:
+    with pytest.raises(RunError) as err:
         eval_curve(read_jsonl(path), path)
-    assert str(path) in str(err.value) and "\n" not in str(err.value) and err.value.code == 1
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(CliError) as cli_err:  # the end-of-run report says it in one line, exit 1
+        report([], tmp_path)
+    assert str(cli_err.value) == str(err.value) and cli_err.value.code == 1
 
 
 # --- plot ----------------------------------------------------------------------------------------
@@ -167,7 +169,6 @@ def test_plot_adds_the_heldout_panel(tmp_path: Path) -> None:
 
 def test_plot_adds_the_per_role_panels_when_logged(tmp_path: Path) -> None:
     from srpo_dsl.cli.main import app
-    from srpo_dsl.cli.train_cmds import RoleSeries, read_dynamics
 
     base = {"score": 0.5, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1.5}
     solver = {
@@ -190,9 +191,12 @@ def test_plot_adds_the_per_role_panels_when_logged(tmp_path: Path) -> None:
     assert png_width(plots / "role_invalid_rate.png") == png_width(plots / "role_response_length.png") == 600
     assert png_width(plots / "training_dynamics.png") == 6 * 600  # 4 panels + 2 per-role panels
     write_jsonl(tmp_path / "metrics.jsonl", [{**rows[0], "role/judge/invalid_rate": "n/a"}])
-    with pytest.raises(CliError, match="not a metrics file") as err:
+    with pytest.raises(RunError, match="not a metrics file") as err:
         read_dynamics(tmp_path)
     assert "\n" not in str(err.value)
+    result = CliRunner().invoke(app, ["plot", str(tmp_path)])  # `main` prints it as one line, exit 1
+    assert isinstance(result.exception, CliError) and result.exception.code == 1
+    assert str(result.exception) == str(err.value)
 
 
 # --- library output ------------------------------------------------------------------------------

@@ -9,10 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from srpo_dsl.backends import BackendError, GenRequest, resolve_model_spec
+from srpo_dsl.backends import BackendError, GenRequest
 from srpo_dsl.backends.decoding import LENGTH_STEP, StaticDecoder, make_decoder, resolve_mode
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.logprobs import sequence_logprobs
+from srpo_dsl.models.specs import resolve_model_spec
 
 PROMPTS = ["S 17+25=", "hello", "the answer is the answer is", "S 1+2=", "S 40+2="]
 DEVICES = [  # on a GPU machine the compiled loop runs as CUDA graphs: `pytest tests/test_decoding.py`

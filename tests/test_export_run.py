@@ -11,8 +11,8 @@ import pytest
 import torch
 from clitools import cli
 
-from srpo_dsl.backends import resolve_model_spec
 from srpo_dsl.cli.main import main
+from srpo_dsl.models.specs import resolve_model_spec
 
 CODE = """
 def length(answer, row):

@@ -54,18 +54,18 @@ FROZEN_B = TEAM.replace('policy b = hf("model-b") with', 'policy b = hf("model-b
 def train_recorded(
     models, tmp_path, monkeypatch, zero: int, team: str = TEAM, decode: str = "auto"
 ) -> tuple[dict, list[tuple]]:
-    from srpo_dsl.rl import engine, trainer
+    from srpo_dsl.rl import policies, trainer
 
-    monkeypatch.setattr(engine, "HFBackend", RecordingEngine)
+    monkeypatch.setattr(policies, "HFBackend", RecordingEngine)
     RecordingEngine.LOG = []
     built: dict = {}
-    real_build = engine.build_policies
+    real_build = policies.build_policies
 
     def recording_build(*args):
         built.update(real_build(*args))
         return built
 
-    monkeypatch.setattr(engine, "build_policies", recording_build)
+    monkeypatch.setattr(policies, "build_policies", recording_build)
     varied_reward()
     workflow = write_team(tmp_path / "wf", team)
     trainer.train(
@@ -126,7 +126,7 @@ def test_each_step_sleeps_updates_loads_then_wakes(models, tmp_path, monkeypatch
 
 @pytest.mark.slow
 def test_zero3_streams_the_gathered_weights_into_the_full_copy(models, tmp_path, monkeypatch, dist):
-    from srpo_dsl.rl.engine import full_state
+    from srpo_dsl.rl.weight_sync import full_state
 
     built, log = train_recorded(models, tmp_path, monkeypatch, zero=3)
     for policy in built.values():
@@ -142,11 +142,30 @@ def test_zero3_streams_the_gathered_weights_into_the_full_copy(models, tmp_path,
         assert any(not torch.equal(loads[0][k], loads[-1][k]) for k in trained)  # each step's own weights
 
 
+def test_rollout_engines_declare_the_pad_id_the_trainer_pads_with(models):
+    """`pad_id` belongs to `RolloutEngine`: the hf engine's is the tokenizer's pad token, else its
+    end-of-sequence token; a policy's rows pad with its engine's; without one, no rollout engine."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from srpo_dsl.backends.base import RolloutEngine
+    from srpo_dsl.rl.policies import Policy
+
+    model = AutoModelForCausalLM.from_pretrained(models[0])
+    tokenizer = AutoTokenizer.from_pretrained(models[0])
+    engine = HFBackend(model, tokenizer=tokenizer)
+    assert isinstance(engine, RolloutEngine) and engine.pad_id == tokenizer.pad_token_id == 0
+    assert Policy("a", model, engine).pad_id == 0
+    tokenizer.pad_token = None
+    assert HFBackend(model, tokenizer=tokenizer).pad_id == tokenizer.eos_token_id == 2
+    del engine.pad_id
+    assert not isinstance(engine, RolloutEngine)
+
+
 def test_merged_lora_weights_equal_peft_merge_and_leave_the_module_alone(models):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from srpo_dsl.rl.engine import rollout_weights
+    from srpo_dsl.rl.weight_sync import rollout_weights
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(models[0])

@@ -12,11 +12,12 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import srpo_dsl
-from srpo_dsl.backends import GenRequest, resolve_model_spec
+from srpo_dsl.backends import GenRequest
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.envs.arith import make_arith_tasks
 from srpo_dsl.models import tiny
 from srpo_dsl.models.build_tiny import differing_files, largest_weight_difference
+from srpo_dsl.models.specs import resolve_model_spec
 from srpo_dsl.models.tiny import (
     RECIPE,
     SHIPPED,

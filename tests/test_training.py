@@ -51,7 +51,7 @@ SGD = {"optimizer": {"type": "SGD", "params": {"lr": 1.0}}}  # update = -grad: p
 
 def policy_spec(trainable: bool, lora: dict | None = None):
     """A checked `policy` declaration (what build_policy reads from the compiled graph)."""
-    from srpo_dsl.lang.checker import PolicyInfo
+    from srpo_dsl.lang.declarations import PolicyInfo
 
     return PolicyInfo("p", "hf", "unused", trainable, lora, {})
 
@@ -140,7 +140,8 @@ TEMPERATURES = {"a": {"n1": 1.0, "n2": 1.0}, "b": {"n1": 1.0}}
 def build(paths: dict, dist, **options) -> dict:
     """One engine per policy, with SGD (lr 1) unless `ds` says otherwise."""
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.engine import build_policy, ds_config
+    from srpo_dsl.rl.ds_engine import ds_config
+    from srpo_dsl.rl.policies import build_policy
 
     ds = options.pop("ds", SGD)
     opts = TrainOptions(**{"grad_clip": 1e9, **options})
@@ -153,7 +154,7 @@ def build(paths: dict, dist, **options) -> dict:
 
 def parameters(policies: dict) -> dict:
     """Full parameters of every policy (gathered under ZeRO-3), as copies."""
-    from srpo_dsl.rl.engine import full_state
+    from srpo_dsl.rl.weight_sync import full_state
 
     out = {}
     for name, p in policies.items():
@@ -363,7 +364,8 @@ def test_zero_stages_step_like_stage_0(models, dist, stage):
 @pytest.mark.slow
 def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.engine import build_policy, ds_config
+    from srpo_dsl.rl.ds_engine import ds_config
+    from srpo_dsl.rl.policies import build_policy
     from srpo_dsl.rl.rows import build_rows
     from srpo_dsl.rl.update import update
 
@@ -389,7 +391,7 @@ def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
 
 def test_ds_config_merges_user_overrides_and_checks_them():
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.engine import ds_config
+    from srpo_dsl.rl.ds_engine import ds_config
 
     opts = TrainOptions(zero=2, micro_batches=4, grad_clip=0.5)
     config = ds_config(
@@ -438,7 +440,7 @@ def sharded_update(dist, model_a: str, model_b: str) -> tuple[dict, dict]:
 def update_worker(out: str, model_a: str, model_b: str) -> None:
     import torch
 
-    from srpo_dsl.rl.engine import init_distributed
+    from srpo_dsl.rl.process_group import init_distributed
 
     dist = init_distributed("cpu")
     params, stats = sharded_update(dist, model_a, model_b)
@@ -509,7 +511,7 @@ def train_worker(workflow: str, out: str, model_a: str, model_b: str, overrides:
 
 
 def _free_port() -> int:
-    from srpo_dsl.rl.engine import free_port
+    from srpo_dsl.rl.process_group import free_port
 
     return free_port()
 

@@ -142,7 +142,9 @@ def test_backend_generates_and_passes_sleep_and_wake_through(vllm, models):
 def test_push_weights_folds_lora_in_and_the_engine_then_samples_the_trained_policy(vllm, models, dist):
     from srpo_dsl.backends import GenRequest
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.engine import Rollout, build_policy, ds_config, push_weights
+    from srpo_dsl.rl.ds_engine import ds_config
+    from srpo_dsl.rl.policies import Rollout, build_policy
+    from srpo_dsl.rl.weight_sync import push_weights
 
     opts = TrainOptions()
     config = ds_config(opts, device="cpu", world_size=dist.world_size)
@@ -155,7 +157,7 @@ def test_push_weights_folds_lora_in_and_the_engine_then_samples_the_trained_poli
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     policy.backend.sleep()
-    push_weights(policy)
+    push_weights(policy.backend, policy.module)
     assert [c[0] for c in llm.calls] == ["sleep", "wake_up", "apply_model", "reset_prefix_cache", "wake_up"]
     assert policy.backend.version == 1 and policy.pad_id == llm.tokenizer.pad_token_id  # rows pad with it
     merged = copy.deepcopy(policy.module).merge_and_unload()

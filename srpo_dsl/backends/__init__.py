@@ -1,7 +1,8 @@
 """Generation backends (`hf`, `scripted`, `vllm`) behind one protocol, opened by name.
 
 The backends `run` and `eval` generate with are the entries of `srpo_dsl.registries.BACKENDS`:
-`open(model, **options) -> Backend`, where `model` is a model spec (`resolve_model_spec`) or,
+`open(model, **options) -> Backend`, where `model` is a local path or repo id
+(`srpo_dsl.models.specs.resolve_model_spec`) or,
 for `scripted`, the reply script (a JSON file). `BACKENDS.register(name)` adds one.
 """
 
@@ -12,22 +13,15 @@ from pathlib import Path
 from srpo_dsl.backends.base import Backend, BackendError, GenRequest, GenResult
 from srpo_dsl.registries import BACKENDS
 
-__all__ = ["Backend", "BackendError", "GenRequest", "GenResult", "make_backend", "resolve_model_spec"]
+__all__ = ["Backend", "BackendError", "GenRequest", "GenResult", "make_backend"]
 
 DECODE_MODES = ("auto", "dynamic", "static", "compiled")  # the hf engine's decode loops (`decoding`)
-
-
-def resolve_model_spec(model: str) -> str:
-    """A local path or repo id for `builtin:tiny` (the shipped model), `hf:NAME`, a path or a repo id."""
-    from srpo_dsl.models.tiny import resolve_model
-
-    return resolve_model(model.removeprefix("hf:"))
 
 
 def open_hf(model: str, **options: object) -> Backend:
     from srpo_dsl.backends.hf import HFBackend
 
-    return HFBackend(resolve_model_spec(model), **options)  # type: ignore[arg-type]
+    return HFBackend(model, **options)  # type: ignore[arg-type]
 
 
 def open_scripted(model: str, **options: object) -> Backend:
@@ -39,11 +33,12 @@ def open_scripted(model: str, **options: object) -> Backend:
 def open_vllm(model: str, **options: object) -> Backend:
     from srpo_dsl.backends.vllm import VLLMBackend
 
-    return VLLMBackend(resolve_model_spec(model), **options)  # type: ignore[arg-type]
+    return VLLMBackend(model, **options)  # type: ignore[arg-type]
 
 
 def make_backend(kind: str, model: str, **options: object) -> Backend:
-    """The backend `kind` (`BACKENDS`) for `model`; for `scripted`, `model` is the reply script."""
+    """The backend `kind` (`BACKENDS`) for `model`, a local path or repo id (`srpo_dsl.models.specs`
+    resolves a workflow's specs); for `scripted`, `model` is the reply script (a JSON file)."""
     if kind not in BACKENDS:
         raise BackendError(f"unknown backend `{kind}`: expected one of {', '.join(BACKENDS)}")
     return BACKENDS[kind](model, **options)

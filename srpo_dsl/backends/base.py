@@ -62,10 +62,12 @@ class RolloutEngine(Backend, Protocol):
     `load_weights(...)` (policy version + 1) -> `wake_up(("kv_cache",))`. `load_weights(None)`
     means the engine generates with the trained module itself: there is nothing to copy.
     `merged_weights` says whether LoRA must come folded into the base weights under the
-    base model's names (`vllm`) or as the module's own parameters (`hf`).
+    base model's names (`vllm`) or as the module's own parameters (`hf`). `pad_id` is the
+    token id the trainer pads its rows with (the tokenizer's pad token, else its EOS).
     """
 
     merged_weights: bool
+    pad_id: int
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | None = None) -> int: ...
 

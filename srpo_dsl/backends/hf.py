@@ -37,6 +37,11 @@ def encode_prompts(
     return [[bos, *row] for row in ids] if bos is not None else ids
 
 
+def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The token id rows are padded with: the tokenizer's pad token, else its end-of-sequence token."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def _resolve_dtype(dtype: torch.dtype | str | None, device: str) -> torch.dtype:
     if dtype is None:
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
@@ -83,7 +88,7 @@ class HFBackend:
         self.max_batch_size = max_batch_size
         eos = model.generation_config.eos_token_id
         self.eos_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = pad_id_of(tokenizer)
         if pad is None or not self.eos_ids:
             raise BackendError(
                 "the tokenizer needs an end-of-sequence token (and a pad token, or EOS as pad)"

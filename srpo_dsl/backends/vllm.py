@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
-from srpo_dsl.backends.hf import encode_prompts
+from srpo_dsl.backends.hf import encode_prompts, pad_id_of
 
 MISSING = "the vllm backend needs the optional extra: pip install 'srpo-dsl[vllm]' (CUDA GPU required)"
 
@@ -60,8 +60,7 @@ class VLLMBackend:
         self.sleep_mode = enable_sleep_mode
         self.asleep: set[str] = set()  # what level-2 sleep released and no wake_up has restored yet
         self.tokenizer = self.llm.get_tokenizer()
-        pad = self.tokenizer.pad_token_id
-        self.pad_id: int = pad if pad is not None else self.tokenizer.eos_token_id  # the trainer pads with it
+        self.pad_id: int = pad_id_of(self.tokenizer)  # the trainer pads with it
         self.use_chat_template = (
             bool(self.tokenizer.chat_template) if use_chat_template is None else use_chat_template
         )

@@ -153,7 +153,8 @@ def adapter_report(graph: EventGraph) -> list[str]:
 
 def adapter_sizes(graph: EventGraph, base: str) -> dict[str, int]:
     """{peft adapter name: parameter count} of `base`'s adapters; empty when its config is not local."""
-    from srpo_dsl.backends import resolve_model_spec
+
+    from srpo_dsl.models.specs import resolve_model_spec
     from srpo_dsl.rl.adapters import trainable_parameters
 
     try:

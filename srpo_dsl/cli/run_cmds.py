@@ -87,13 +87,15 @@ def _engines(wf, backend: BackendKind, overrides: dict[str, str], device: Device
     """The workflow's tools, then its backends (the models load here), with one-line errors."""
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
+    from srpo_dsl.models.specs import policy_models
     from srpo_dsl.runtime.setup import build_backends, build_tools
 
     options = {"decode": decode.value} | ({"device": device.value} if device else {})
     options = options if backend is BackendKind.hf else {}
     try:
         tools = build_tools(wf)
-        backends = build_backends(wf, backend.value, overrides, **options)
+        models = policy_models(wf.graph, overrides, resolve=backend is not BackendKind.scripted)
+        backends = build_backends(wf, backend.value, models, **options)
     except (BackendError, RetrieverError, ValueError, OSError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     return backends, tools

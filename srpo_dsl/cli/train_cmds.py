@@ -8,12 +8,10 @@ srpo-dsl's own progress bar (stderr) stays, and the run ends with the held-out r
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -34,22 +32,15 @@ from srpo_dsl.cli.outputs import OVERWRITE, check_out, refuse_existing, staged_o
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 from srpo_dsl.rl.names import OFFLOAD
 
+if TYPE_CHECKING:
+    from srpo_dsl.rl.runlog import Dynamics, EvalCurve, RoleSeries
+
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
 Offload = choices("Offload", OFFLOAD)
 RolloutEngine = choices("RolloutEngine", ROLLOUT_ENGINES)
 
-PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics figure)
-    "score": "Score (mean reward)",
-    "grad_norm": "Gradient norm",
-    "response_length": "Response length (tokens)",
-    "mean_set_size": "Mean active-set size",
-}
-EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps
-ROLE_PANELS = {  # metrics.jsonl `role/ROLE/<metric>` -> panel `role_<metric>`, one line per role
-    "invalid_rate": "Invalid-output rate per role",
-    "response_length": "Response length per role (tokens)",
-}
+EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (the others: runlog.PANELS)
 
 OUT_OF_MEMORY = (
     "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
@@ -193,37 +184,19 @@ def run_training(
 
 def report(history: list[dict[str, float]], out: Path) -> None:
     """The last step, then the held-out result the run was for (from OUT/eval.jsonl)."""
+    from srpo_dsl.rl.runlog import RunError, read_curve
+
     if history:
         last = history[-1]
         print(f"step {last['step']}: score {last['score']:.3f}, grad norm {last['grad_norm']:.3f} -> {out}")
     else:
         print(f"nothing to do: {out} already reached its last step")
-    evals = read_jsonl(out / "eval.jsonl") if (out / "eval.jsonl").is_file() else []
-    if evals:
-        print(heldout_summary(eval_curve(evals, out / "eval.jsonl"), out))
-
-
-@dataclass(frozen=True)
-class EvalCurve:
-    """Held-out Avg@k and Pass@k (percent) at each evaluated step, from eval.jsonl."""
-
-    k: int
-    steps: list[int]
-    avg: list[float]
-    passed: list[float]
-
-
-def eval_curve(rows: list[dict[str, Any]], path: Path) -> EvalCurve:
-    """The curve of eval.jsonl's rows; CliError when a row lacks its fields."""
     try:
-        return EvalCurve(
-            int(rows[-1]["k"]),
-            [int(r["step"]) for r in rows],
-            [100 * float(r["avg_at_k"]) for r in rows],
-            [100 * float(r["pass_at_k"]) for r in rows],
-        )
-    except (IndexError, KeyError, TypeError, ValueError) as exc:
-        raise CliError(f"{path}: not an eval file ({type(exc).__name__}: {exc})", EXIT_INPUT) from None
+        curve = read_curve(out)
+    except RunError as exc:
+        raise CliError(str(exc), EXIT_INPUT) from None
+    if curve is not None:
+        print(heldout_summary(curve, out))
 
 
 def heldout_summary(curve: EvalCurve, run: Path) -> str:
@@ -244,16 +217,6 @@ def _change(name: str, first: float, last: float) -> str:
     return f"{name} {first:.1f}% -> {last:.1f}% ({last - first:+.1f})"
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSON Lines file; CliError (one line) when it is missing or not JSON."""
-    if not path.is_file():
-        raise CliError(f"cannot read {path}: no such file (is {path.parent} a training run?)")
-    try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CliError(f"{path}: not JSON Lines ({exc})", EXIT_INPUT) from None
-
-
 def ema(values: list[float], alpha: float) -> list[float]:
     """s_t = alpha s_{t-1} + (1 - alpha) x_t, started at x_0."""
     out, s = [], values[0] if values else 0.0
@@ -263,55 +226,23 @@ def ema(values: list[float], alpha: float) -> list[float]:
     return out
 
 
-@dataclass(frozen=True)
-class RoleSeries:
-    """One role's values of one metric at the steps that have it (a role no episode reached has none)."""
+def read_run(run: Path) -> Dynamics:
+    """What `plot` draws from RUN (`rl.runlog.read_dynamics`), with one-line errors."""
+    from srpo_dsl.rl.runlog import METRICS, RunError, read_dynamics
 
-    role: str
-    steps: list[int]
-    values: list[float]
-
-
-@dataclass(frozen=True)
-class Dynamics:
-    """What `plot` draws: the per-step metrics, the per-role ones (when logged), the held-out curve."""
-
-    steps: list[int]
-    series: dict[str, list[float]]
-    curve: EvalCurve | None
-    roles: dict[str, list[RoleSeries]]  # metric of ROLE_PANELS -> one series per role; {} for older runs
-
-
-def read_dynamics(run: Path) -> Dynamics:
-    path = run / "metrics.jsonl"
-    rows = read_jsonl(path)
-    if not rows:
-        raise CliError(f"{path}: no steps recorded yet", EXIT_INPUT)
+    if not (run / METRICS).is_file():
+        raise CliError(f"cannot read {run / METRICS}: no such file (is {run} a training run?)")
     try:
-        steps = [int(r["step"]) for r in rows]
-        series = {key: [float(r[key]) for r in rows] for key in PANELS}
-        roles = {metric: role_series(rows, metric) for metric in ROLE_PANELS}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CliError(f"{path}: not a metrics file ({type(exc).__name__}: {exc})", EXIT_INPUT) from None
-    evals = read_jsonl(run / "eval.jsonl") if (run / "eval.jsonl").is_file() else []
-    curve = eval_curve(evals, run / "eval.jsonl") if evals else None
-    return Dynamics(steps, series, curve, {m: s for m, s in roles.items() if s})
-
-
-def role_series(rows: list[dict[str, Any]], metric: str) -> list[RoleSeries]:
-    """Each role's `role/ROLE/metric` over the steps that logged it, roles in order of appearance."""
-    names = [k.split("/")[1] for r in rows for k in r if k.startswith("role/") and k.endswith(f"/{metric}")]
-    out = []
-    for role in dict.fromkeys(names):
-        key = f"role/{role}/{metric}"
-        logged = [r for r in rows if key in r]
-        out.append(RoleSeries(role, [int(r["step"]) for r in logged], [float(r[key]) for r in logged]))
-    return out
+        return read_dynamics(run)
+    except RunError as exc:
+        raise CliError(str(exc), EXIT_INPUT) from None
 
 
 def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None:
     """Raw values faint, their EMA solid; the gradient-norm panel names its coefficient of variation."""
     from matplotlib.ticker import MaxNLocator
+
+    from srpo_dsl.rl.runlog import PANELS
 
     values = dynamics.series[key]
     line = ax.plot(dynamics.steps, values, alpha=0.25, linewidth=1)[0]
@@ -327,6 +258,8 @@ def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None
 def draw_roles(ax: Any, series: list[RoleSeries], metric: str, smoothing: float) -> None:
     """One colour per role: raw values faint, their EMA solid, named in the legend."""
     from matplotlib.ticker import MaxNLocator
+
+    from srpo_dsl.rl.runlog import ROLE_PANELS
 
     for s in series:
         line = ax.plot(s.steps, s.values, alpha=0.25, linewidth=1)[0]
@@ -375,11 +308,11 @@ def plot_cmd(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dynamics = read_dynamics(run)
+    dynamics = read_run(run)
     folder = out or run / "plots"
     folder.mkdir(parents=True, exist_ok=True)
     roles = [f"role_{metric}" for metric in dynamics.roles]
-    names = [*PANELS, *roles, *([EVAL_PANEL] if dynamics.curve is not None else [])]
+    names = [*dynamics.series, *roles, *([EVAL_PANEL] if dynamics.curve is not None else [])]
     written = []
     for name in names:
         fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -105,11 +105,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("SRPO_DSL_CACHE") or Path.home() / ".cache" / "srpo-dsl")
 
 
-def resolve_model(spec: str) -> str:
-    """A local path for `builtin:tiny` (the shipped folder); any other spec unchanged."""
-    return str(ensure_tiny_model()) if spec == TINY_MODEL_ID else spec
-
-
 def ensure_tiny_model(cache_dir: Path | None = None, *, progress: bool = True, seed: int = 0) -> Path:
     """The finished tiny model's folder: the shipped one (seed 0), else the cache's, built if needed."""
     if seed == 0 and (SHIPPED / MARKER).exists():

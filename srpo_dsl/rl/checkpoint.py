@@ -14,9 +14,11 @@ import numpy as np
 import torch
 
 from srpo_dsl.io import write_json
-from srpo_dsl.rl.engine import Dist, Policy, barrier, load_engines, save_engines
+from srpo_dsl.rl.policies import Policy, engine_owners
+from srpo_dsl.rl.process_group import Dist, barrier
 
 CHECKPOINTS = "checkpoints"
+ENGINE_TAG = "state"  # the tag each engine is saved under, in step-N/<engine owner>/
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -64,6 +66,19 @@ def save_checkpoint(
 def read_state(folder: Path) -> dict[str, Any]:
     """The run state a checkpoint was written with (step, data cursor, config, policy versions)."""
     return json.loads((folder / "state.json").read_text(encoding="utf-8"))
+
+
+def save_engines(policies: Mapping[str, Policy], folder: Path) -> None:
+    """Every engine's module, optimizer and scheduler state under folder/<owner> (collective)."""
+    for owner, p in engine_owners(policies).items():
+        p.engine.save_checkpoint(str(folder / owner), tag=ENGINE_TAG, save_latest=False)
+
+
+def load_engines(policies: Mapping[str, Policy], folder: Path) -> None:
+    for owner, p in engine_owners(policies).items():
+        path, _ = p.engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
+        if path is None:
+            raise ValueError(f"checkpoint {folder} holds no state for policy `{owner}`")
 
 
 def load_checkpoint(folder: Path, policies: Mapping[str, Policy], dist: Dist) -> None:

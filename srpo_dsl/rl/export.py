@@ -26,11 +26,10 @@ import torch
 
 from srpo_dsl.lang.graph import adapter_name
 from srpo_dsl.rl.adapters import with_adapters
-from srpo_dsl.rl.checkpoint import CHECKPOINTS, latest_checkpoint, read_state
+from srpo_dsl.rl.checkpoint import CHECKPOINTS, ENGINE_TAG, latest_checkpoint, read_state
 from srpo_dsl.rl.runlog import CONFIG
 
 ADAPTER, MERGED = "adapter", "merged"
-TAG = "state"  # the tag engines are saved under (`save_engines`)
 OWN_LORA = "default"  # peft's adapter name of a policy's own `lora(...)`
 PEFT_PREFIX = "base_model.model."  # how a PeftModel's state dict keys start
 
@@ -157,7 +156,7 @@ def saved_module(folder: Path, zero: int, mmap: bool = False) -> dict[str, torch
     from deepspeed.utils.zero_to_fp32 import get_model_state_file
 
     def load() -> dict[str, torch.Tensor]:
-        file = get_model_state_file(str(folder / TAG), zero)
+        file = get_model_state_file(str(folder / ENGINE_TAG), zero)
         return torch.load(file, map_location="cpu", mmap=mmap, weights_only=False)["module"]
 
     return _read(folder, zero, load)
@@ -173,7 +172,9 @@ def read_weights(folder: Path, zero: int) -> dict[str, torch.Tensor]:
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     if zero > 0:
-        return _read(folder, zero, lambda: get_fp32_state_dict_from_zero_checkpoint(str(folder), tag=TAG))
+        return _read(
+            folder, zero, lambda: get_fp32_state_dict_from_zero_checkpoint(str(folder), tag=ENGINE_TAG)
+        )
     return {k: v.float() if v.is_floating_point() else v for k, v in saved_module(folder, zero).items()}
 
 

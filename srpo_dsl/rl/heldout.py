@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srpo_dsl.rl.data_order import seed_of
-from srpo_dsl.rl.engine import Dist, all_reduce
+from srpo_dsl.rl.process_group import Dist, all_reduce
 from srpo_dsl.rl.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.metrics import pass_at_k

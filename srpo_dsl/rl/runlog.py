@@ -1,14 +1,17 @@
-"""A training run's outputs, written by rank 0: metrics.jsonl, eval.jsonl, TensorBoard, traces, config,
-the event graph."""
+"""A training run's folder: its outputs, written by rank 0 (metrics.jsonl, eval.jsonl, TensorBoard,
+traces, config, the event graph), and the readers of what `plot`, `view`, `sweep` and the end-of-run
+report show from it. A file cut by a killed writer is read up to its last complete line."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.io import append_jsonl, truncate_jsonl, write_atomic, write_json
+from srpo_dsl.io import append_jsonl, complete_lines, write_atomic, write_json, write_lines_atomic
 from srpo_dsl.lang.export import to_json
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.runtime.episode import Episode
@@ -22,6 +25,21 @@ METRICS, EVAL, CONFIG, TRACES, GRAPH = (
     "graph.json",
 )
 EVAL_PROMPTS = "eval_prompts.jsonl"  # per evaluation: each held-out prompt's correct samples out of k
+
+PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics figure)
+    "score": "Score (mean reward)",
+    "grad_norm": "Gradient norm",
+    "response_length": "Response length (tokens)",
+    "mean_set_size": "Mean active-set size",
+}
+ROLE_PANELS = {  # metrics.jsonl `role/ROLE/<metric>` -> panel `role_<metric>`, one line per role
+    "invalid_rate": "Invalid-output rate per role",
+    "response_length": "Response length per role (tokens)",
+}
+
+
+class RunError(ValueError):
+    """A run file that cannot be read as what it should hold; the message is one line."""
 
 
 def write_graph(out: Path, graph: EventGraph) -> None:
@@ -86,3 +104,124 @@ class RunLog:
         shutil.rmtree(self.out / "tb", ignore_errors=True)
         if not any(self.out.iterdir()):
             self.out.rmdir()
+
+
+def truncate_jsonl(path: Path, last_step: int) -> None:
+    """Keep the rows up to `last_step` (a resumed run rewrites what came after its checkpoint)."""
+    if path.exists():
+        rows = [row for row in read_jsonl(path) if row["step"] <= last_step]
+        write_lines_atomic(path, [json.dumps(row) + "\n" for row in rows])
+
+
+# --- reading a run -------------------------------------------------------------------------
+
+
+def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """A run file's rows ([] when it does not exist) up to its last complete line: an unfinished one (its
+    writer was killed mid-line) is left out, and said in `notes`; RunError when it is not JSON Lines."""
+    if not path.is_file():
+        return []
+    try:
+        lines, cut = complete_lines(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunError(f"cannot read {path}: {type(exc).__name__}") from None
+    rows = []
+    for i, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError as exc:
+            raise RunError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
+        if row is not None:
+            rows.append(row)
+    if cut is not None and notes is not None:
+        notes.append(f"{path.name}: line {cut} is unfinished (the run was stopped mid-step); left out")
+    return rows
+
+
+def read_config(run: Path) -> dict[str, Any] | None:
+    """RUN/config.json, the settings the run was started with (None when absent); RunError when it is not
+    a JSON object."""
+    path = run / CONFIG
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunError(f"{path} is not readable JSON ({type(exc).__name__})") from None
+    if not isinstance(config, dict):
+        raise RunError(f"{path} is not a JSON object")
+    return config
+
+
+@dataclass(frozen=True)
+class EvalCurve:
+    """Held-out Avg@k and Pass@k (percent) at each evaluated step, from eval.jsonl."""
+
+    k: int
+    steps: list[int]
+    avg: list[float]
+    passed: list[float]
+
+
+def eval_curve(rows: list[dict[str, Any]], path: Path) -> EvalCurve:
+    """The curve of eval.jsonl's rows (read from `path`); RunError when a row lacks its fields."""
+    try:
+        return EvalCurve(
+            int(rows[-1]["k"]),
+            [int(r["step"]) for r in rows],
+            [100 * float(r["avg_at_k"]) for r in rows],
+            [100 * float(r["pass_at_k"]) for r in rows],
+        )
+    except (IndexError, KeyError, TypeError, ValueError) as exc:
+        raise RunError(f"{path}: not an eval file ({type(exc).__name__}: {exc})") from None
+
+
+def read_curve(run: Path) -> EvalCurve | None:
+    """The held-out curve of RUN/eval.jsonl (None before the first evaluation)."""
+    rows = read_jsonl(run / EVAL)
+    return eval_curve(rows, run / EVAL) if rows else None
+
+
+@dataclass(frozen=True)
+class RoleSeries:
+    """One role's values of one metric at the steps that have it (a role no episode reached has none)."""
+
+    role: str
+    steps: list[int]
+    values: list[float]
+
+
+def role_series(rows: list[dict[str, Any]], metric: str) -> list[RoleSeries]:
+    """Each role's `role/ROLE/metric` over the steps that logged it, roles in order of appearance."""
+    names = [k.split("/")[1] for r in rows for k in r if k.startswith("role/") and k.endswith(f"/{metric}")]
+    out = []
+    for role in dict.fromkeys(names):
+        key = f"role/{role}/{metric}"
+        logged = [r for r in rows if key in r]
+        out.append(RoleSeries(role, [int(r["step"]) for r in logged], [float(r[key]) for r in logged]))
+    return out
+
+
+@dataclass(frozen=True)
+class Dynamics:
+    """What `plot` draws: the per-step metrics, the per-role ones (when logged), the held-out curve."""
+
+    steps: list[int]
+    series: dict[str, list[float]]  # PANELS key -> its value at each step
+    curve: EvalCurve | None
+    roles: dict[str, list[RoleSeries]]  # metric of ROLE_PANELS -> one series per role; {} for older runs
+
+
+def read_dynamics(run: Path) -> Dynamics:
+    """RUN/metrics.jsonl's panels and RUN/eval.jsonl's curve; RunError when there is nothing to draw."""
+    path = run / METRICS
+    rows = read_jsonl(path)
+    if not rows:
+        raise RunError(f"{path}: no steps recorded yet")
+    try:
+        steps = [int(r["step"]) for r in rows]
+        series = {key: [float(r[key]) for r in rows] for key in PANELS}
+        roles = {metric: role_series(rows, metric) for metric in ROLE_PANELS}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RunError(f"{path}: not a metrics file ({type(exc).__name__}: {exc})") from None
+    return Dynamics(steps, series, read_curve(run), {m: s for m, s in roles.items() if s})

@@ -28,15 +28,18 @@ from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from srpo_dsl.rl.data_order import seed_of, step_prompts
-from srpo_dsl.rl.engine import Dist, Policy, Rollout, all_reduce, barrier, engine_owners, push_weights
+from srpo_dsl.rl.ds_engine import read_ds_config
 from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
 from srpo_dsl.rl.objectives import Objective
 from srpo_dsl.rl.plugins import locate, training_objective
+from srpo_dsl.rl.policies import Policy, Rollout, engine_owners
+from srpo_dsl.rl.process_group import Dist, all_reduce, barrier, init_distributed
 from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
 from srpo_dsl.rl.rows import Rows, build_rows
 from srpo_dsl.rl.runlog import METRICS, RunLog
 from srpo_dsl.rl.update import Temperatures, TrainError, update
+from srpo_dsl.rl.weight_sync import push_weights
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import Workflow
@@ -198,7 +201,7 @@ def sync_weights(policies: Mapping[str, Policy]) -> None:
     """After the update (also one that trained nothing: a level-2 sleep discarded vLLM's weights), each
     engine's weights reach its rollout engine, which wakes: policy version + 1 (collective at ZeRO-3)."""
     for p in engine_owners(policies).values():
-        push_weights(p)
+        push_weights(p.backend, p.module)
 
 
 def memory_metrics(dist: Dist) -> dict[str, float]:
@@ -330,9 +333,9 @@ def prepare_run(
     eval_data: Sequence[Path] = (),
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
-    from srpo_dsl.rl.engine import build_policies, init_distributed, read_ds_config
-    from srpo_dsl.rl.engine import ds_config as make_ds_config
+    from srpo_dsl.rl.ds_engine import ds_config as make_ds_config
     from srpo_dsl.rl.fit import Layout
+    from srpo_dsl.rl.policies import build_policies
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 
     wf = load_workflow(workflow_path)
@@ -431,7 +434,7 @@ def check_trainable(wf: Workflow) -> None:
 
 def model_paths(graph: EventGraph, models: Mapping[str, str], dist: Dist) -> dict[str, str]:
     """Each policy's local path or repo id; rank 0 resolves first (it builds a missing `builtin:tiny`)."""
-    from srpo_dsl.backends import resolve_model_spec
+    from srpo_dsl.models.specs import resolve_model_spec
 
     if dist.rank != 0:
         barrier()

@@ -27,8 +27,10 @@ from srpo_dsl.lang.graph import BASE_ADAPTER
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.adapters import clip_per_adapter
 from srpo_dsl.rl.batching import plan_batches
-from srpo_dsl.rl.engine import Dist, Policy, all_reduce, engine_owners, step_with_norm
+from srpo_dsl.rl.ds_engine import step_with_norm
 from srpo_dsl.rl.objectives import Objective, get_objective
+from srpo_dsl.rl.policies import Policy, engine_owners
+from srpo_dsl.rl.process_group import Dist, all_reduce
 from srpo_dsl.rl.role_metrics import MetricKeys
 from srpo_dsl.rl.rows import Rows
 

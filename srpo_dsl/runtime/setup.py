@@ -72,16 +72,15 @@ def task_data(
     return kind.maker(kind.resolved(task.options, wf.resolve), split, data, limit)
 
 
-def build_backends(wf: Workflow, kind: str = "hf", models: dict[str, str] | None = None, **options) -> dict:
-    """One backend per policy (non-sharing policies never share weights); an adapter without a model of
-    its own (`--model POLICY=PATH`, e.g. an exported one) generates with its base's backend."""
+def build_backends(wf: Workflow, kind: str, models: dict[str, str], **options) -> dict:
+    """One backend per policy of `models` (policy -> the model it loads, `models.specs.policy_models`;
+    non-sharing policies never share weights); an adapter not in it (no `--model POLICY=PATH` of its
+    own, e.g. an exported one) generates with its base's backend."""
     from srpo_dsl.backends import make_backend
 
-    models = models or {}
     policies = wf.graph.policies
-    own = {n for n, p in policies.items() if p.base is None or n in models}
-    backends = {n: make_backend(kind, models.get(n, policies[n].model), **options) for n in own}
-    return {n: backends[n] if n in own else backends[policies[n].base] for n in policies}  # type: ignore[index]
+    backends = {n: make_backend(kind, model, **options) for n, model in models.items()}
+    return {n: backends[n] if n in backends else backends[policies[n].base] for n in policies}  # type: ignore[index]
 
 
 def build_tools(wf: Workflow) -> dict:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from srpo_dsl.io import read_jsonl
+from srpo_dsl.rl.runlog import EVAL, EVAL_PROMPTS, read_jsonl
 from srpo_dsl.sweep.state import SweepState, run_dir
 from srpo_dsl.sweep.stats import (
     BOOTSTRAP_SEED,
@@ -56,8 +56,8 @@ class RunResult:
 
 def read_run(folder: Path, seed: int, wall_s: float) -> RunResult:
     """ValueError (one line) when the run has no evaluation."""
-    rows = read_jsonl(folder / "eval.jsonl")
-    prompts = read_jsonl(folder / "eval_prompts.jsonl")
+    rows = read_jsonl(folder / EVAL)
+    prompts = read_jsonl(folder / EVAL_PROMPTS)
     if not rows or not prompts:
         raise ValueError(f"{folder}: no held-out evaluation recorded (eval.jsonl, eval_prompts.jsonl)")
     avg = [100 * r["avg_at_k"] for r in rows]

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.io import read_jsonl, write_json
+from srpo_dsl.io import write_json
+from srpo_dsl.rl.runlog import METRICS, read_config, read_jsonl
 from srpo_dsl.sweep.experiment import Experiment, ExperimentError
 
 STATE = "sweep.json"
@@ -108,8 +109,8 @@ def open_state(folder: Path, exp: Experiment) -> SweepState:
 def finished(folder: Path) -> bool:
     """A run folder that reached its last step: its final checkpoint and metrics row are on disk."""
     try:
-        steps = json.loads((folder / "config.json").read_text(encoding="utf-8"))["options"]["steps"]
-        rows = read_jsonl(folder / "metrics.jsonl")
+        steps = (read_config(folder) or {})["options"]["steps"]
+        rows = read_jsonl(folder / METRICS)
     except (OSError, ValueError, KeyError):
         return False
     return (

@@ -9,6 +9,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from srpo_dsl.rl.runlog import EVAL, PANELS, ROLE_PANELS, RunError, eval_curve, role_series
 from srpo_dsl.view.charts import Series, line_chart
 from srpo_dsl.view.episodes import episode_json
 from srpo_dsl.view.graph_svg import graph_svg
@@ -70,8 +71,6 @@ def script_json(data: Any) -> str:
 
 def curves(source: Source) -> list[str]:
     """The training curves: score, held-out Avg@k / Pass@k, then each per-role metric logged."""
-    from srpo_dsl.cli.train_cmds import PANELS, ROLE_PANELS, eval_curve, role_series
-
     charts = []
     rows, evals = source.metrics, source.evals
     try:
@@ -80,7 +79,7 @@ def curves(source: Source) -> list[str]:
             lines = [Series(key, steps, [float(r[key]) for r in rows]) for key in ("score", "accuracy")]
             charts.append(line_chart(PANELS["score"], [s for s in lines if len(s.values) == len(steps)]))
         if evals:
-            curve = eval_curve(evals, source.traces.parent / "eval.jsonl")
+            curve = eval_curve(evals, source.traces.parent / EVAL)
             held = [
                 Series(f"Avg@{curve.k}", curve.steps, curve.avg),
                 Series(f"Pass@{curve.k}", curve.steps, curve.passed),
@@ -89,6 +88,8 @@ def curves(source: Source) -> list[str]:
         for metric, title in (ROLE_PANELS | ROLE_UPDATE_PANELS).items():
             series = [Series(s.role, s.steps, s.values) for s in role_series(rows, metric)]
             charts.append(line_chart(title, series))
+    except RunError as exc:  # eval.jsonl's rows, named by the reader
+        raise ViewError(str(exc)) from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ViewError(
             f"{source.traces.parent}: not a training run's metrics ({type(exc).__name__}: {exc})"

@@ -2,18 +2,17 @@
 
 The traces are required; the event graph comes from `--workflow`, else the run's graph.json,
 else the workflow named in its config.json; a training run adds its metrics.jsonl and
-eval.jsonl. A file cut by a killed writer is read up to its last complete line, with a note.
+eval.jsonl (read by `srpo_dsl.rl.runlog`). A file cut by a killed writer is read up to its last
+complete line, with a note.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.io import complete_lines
-from srpo_dsl.rl.runlog import CONFIG, EVAL, GRAPH, METRICS, TRACES
+from srpo_dsl.rl.runlog import EVAL, GRAPH, METRICS, TRACES, RunError, read_config, read_jsonl
 from srpo_dsl.runtime.traces import TraceEpisode, TraceError, read_partial_traces
 
 if TYPE_CHECKING:
@@ -53,43 +52,22 @@ def load_source(path: Path, workflow: Path | None = None) -> Source:
             f"showing the {len(partial.episodes)} complete episodes before it"
         )
     folder = traces.parent
-    config = read_config(folder / CONFIG, notes)
-    metrics = read_rows(folder / METRICS, notes)
-    evals = read_rows(folder / EVAL, notes)
+    config = run_config(folder, notes)
+    try:
+        metrics, evals = read_jsonl(folder / METRICS, notes), read_jsonl(folder / EVAL, notes)
+    except RunError as exc:
+        raise ViewError(str(exc)) from None
     graph = find_graph(folder, config, workflow, partial.episodes, notes)
     return Source(traces, partial.episodes, graph, config, metrics, evals, notes)
 
 
-def read_config(path: Path, notes: list[str]) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
+def run_config(folder: Path, notes: list[str]) -> dict[str, Any] | None:
+    """The run's config.json, or None (with a note when it is there but unreadable)."""
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        notes.append(f"{path.name} is not readable JSON ({type(exc).__name__}): its settings are not shown")
+        return read_config(folder)
+    except RunError as exc:
+        notes.append(f"{exc}: its settings are not shown")
         return None
-    return config if isinstance(config, dict) else None
-
-
-def read_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
-    """The rows of a metrics file (none if absent), without an unfinished last line."""
-    if not path.is_file():
-        return []
-    try:
-        lines, cut = complete_lines(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ViewError(f"cannot read {path}: {type(exc).__name__}") from None
-    rows = []
-    for i, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError as exc:
-            raise ViewError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
-        if row is not None:
-            rows.append(row)
-    if cut is not None:
-        notes.append(f"{path.name}: line {cut} is unfinished (the run was stopped mid-step); left out")
-    return rows
 
 
 def find_graph(

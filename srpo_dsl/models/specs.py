@@ -1,0 +1,30 @@
+"""Which model each policy loads: a workflow's or `--model`'s spec as a local path or repo id.
+
+A spec is `builtin:tiny` (the embedded model, `tiny.py`: the shipped folder, built on first
+use where it is missing), `hf:NAME` (a Hugging Face repo id or path, said explicitly), a
+local path or a repo id. Resolving lives here, above the backends: they load what they are
+given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from srpo_dsl.lang.graph import EventGraph
+
+
+def resolve_model_spec(model: str) -> str:
+    """A local path or repo id for `builtin:tiny`, `hf:NAME`, a path or a repo id."""
+    from srpo_dsl.models.tiny import TINY_MODEL_ID, ensure_tiny_model
+
+    spec = model.removeprefix("hf:")
+    return str(ensure_tiny_model()) if spec == TINY_MODEL_ID else spec
+
+
+def policy_models(graph: EventGraph, overrides: Mapping[str, str], resolve: bool = True) -> dict[str, str]:
+    """Each policy that loads a model of its own -> that model: its override, else the workflow's,
+    resolved (`resolve=False`: as given, e.g. the `scripted` backend's reply script). Every policy loads
+    one but an adapter without an override: it generates with its base's model."""
+    policies = graph.policies
+    own = {n: overrides.get(n, p.model) for n, p in policies.items() if p.base is None or n in overrides}
+    return {n: resolve_model_spec(m) for n, m in own.items()} if resolve else own

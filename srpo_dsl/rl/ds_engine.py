@@ -1,0 +1,129 @@
+"""DeepSpeed engines: their config, their construction over a module, their optimizer step.
+
+The config is built from the workflow's `train` options (ZeRO stage, offload, bf16 on CUDA /
+fp32 on CPU, gradient clipping, linear LR warm-up, `gradient_accumulation_steps` =
+micro-batches) and merged with the user's JSON overrides (`--ds-config`). deepspeed itself is
+imported only where an engine is built, after `process_group.init_distributed`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.rl.names import OFFLOAD
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge: `override` wins, nested dicts are merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = (
+            merge(out[key], value)
+            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+            else value
+        )
+    return out
+
+
+def read_ds_config(path: Path) -> dict[str, Any]:
+    """User overrides from a JSON file (ValueError with a one-line reason)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"cannot read {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
+    return data
+
+
+def ds_config(
+    opts: TrainOptions,
+    *,
+    device: str,
+    world_size: int,
+    offload: str = "none",
+    user: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The DeepSpeed config of one engine; `user` keys override the package's."""
+    if offload not in OFFLOAD:
+        raise ValueError(f"offload must be one of {', '.join(OFFLOAD)}, got {offload!r}")
+    if offload in ("params", "all") and opts.zero != 3:
+        raise ValueError("parameter offload needs ZeRO stage 3 (--zero 3)")
+    if offload != "none" and opts.zero == 0:
+        raise ValueError("optimizer offload needs ZeRO stage 1, 2 or 3")
+    zero: dict[str, Any] = {"stage": opts.zero}
+    if device == "cpu":
+        zero["stage3_param_persistence_threshold"] = 0  # else a tiny model is never partitioned
+    if offload in ("optimizer", "all"):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": device == "cuda"}
+    if offload in ("params", "all"):
+        zero["offload_param"] = {"device": "cpu", "pin_memory": device == "cuda"}
+    base = {
+        "train_micro_batch_size_per_gpu": 1,  # nominal: a micro-batch is a set of whole events
+        "gradient_accumulation_steps": opts.micro_batches,
+        "train_batch_size": opts.micro_batches * world_size,
+        "gradient_clipping": opts.grad_clip,
+        "zero_optimization": zero,
+        "bf16": {"enabled": device == "cuda"},
+        "zero_allow_untested_optimizer": True,  # torch AdamW (DeepSpeedCPUAdam compiles for minutes)
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+    config = merge(base, user or {})
+    if config["gradient_accumulation_steps"] != opts.micro_batches:
+        raise ValueError(
+            "set micro-batches with --micro-batches, not gradient_accumulation_steps in the config"
+        )
+    config["train_batch_size"] = (
+        config["gradient_accumulation_steps"] * config["train_micro_batch_size_per_gpu"] * world_size
+    )
+    return config
+
+
+def warmup_schedule(warmup: int):
+    """LR factor min(1, (s + 1) / (warmup + 1)) at optimizer step s: linear warm-up, then constant."""
+    return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1))
+    )
+
+
+def build_engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str, Any]) -> Any:
+    """A DeepSpeed engine over `model`'s trainable parameters."""
+    import deepspeed
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    # torch AdamW unless the user's config names one of DeepSpeed's optimizers
+    optimizer = None if "optimizer" in config else torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.0)
+    scheduler = None if "scheduler" in config else warmup_schedule(opts.warmup)
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer, model_parameters=params, lr_scheduler=scheduler, config=dict(config)
+    )
+    engine.module.eval()  # dropout off: recomputed old log-probs equal the update's at the first epoch
+    plain = not (engine.bfloat16_enabled() or engine.fp16_enabled())  # no DeepSpeed optimizer wrapper
+    if plain and engine.zero_optimization_stage() == 0 and engine.dp_world_size == 1:
+        # DeepSpeed would still flatten every gradient into one buffer and "average" it over one rank:
+        # a transient copy of all the trainable gradients per step, for nothing (bf16/fp16 engines
+        # keep DeepSpeed's path: their optimizer wrappers, unrun here, take part in it)
+        engine.enable_backward_allreduce = False
+    return engine
+
+
+def step_with_norm(engine: Any) -> float:
+    """`engine.step()` at the accumulation boundary; returns the gradient norm before clipping."""
+    norm = None
+    if engine.zero_optimization_stage() == 0 and not engine.bfloat16_enabled():  # DeepSpeed reports none here
+        grads = [p.grad.float().norm() for p in engine.module.parameters() if p.grad is not None]
+        norm = float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
+    engine.step()
+    return norm if norm is not None else float(engine.get_global_grad_norm() or 0.0)

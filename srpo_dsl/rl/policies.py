@@ -1,0 +1,210 @@
+"""A workflow's policies, built for training: each one's module, its rollout engine and, when trainable,
+its DeepSpeed engine.
+
+A shared policy (LLM-sharing) is one engine; non-sharing workflows declare one policy per
+role, hence one engine per role. Frozen policies get no engine: a plain eval module.
+Each policy generates through a rollout engine (`RolloutEngine`: `hf` or `vllm`). The `hf`
+engine shares the trained module, except under ZeRO-3 where the module is partitioned: it
+then generates with a full copy, so generation runs no collectives and ranks may generate
+different numbers of tokens, or nothing. `vllm` holds its own copy, colocated on the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from srpo_dsl.backends.base import BackendError, RolloutEngine
+from srpo_dsl.backends.hf import HFBackend
+from srpo_dsl.lang.declarations import PolicyInfo
+from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
+from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.registries import ROLLOUT_ENGINES
+from srpo_dsl.rl.adapters import lora_config, with_adapters
+from srpo_dsl.rl.data_order import seed_of
+from srpo_dsl.rl.ds_engine import build_engine
+from srpo_dsl.rl.process_group import Dist
+from srpo_dsl.rl.weight_sync import full_state
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """How a run generates: the rollout engine (`hf`, or `vllm` colocated on the GPU) and the `hf`
+    engine's decode loop (`srpo_dsl.backends.decoding`)."""
+
+    engine: str = "hf"
+    decode: str = "auto"
+
+
+@dataclass
+class Policy:
+    """A policy's module, its rollout engine and, when trainable, its DeepSpeed engine (None when frozen).
+
+    Policies on one shared base (adapters, and the base itself) share its module, backend and
+    engine: `adapter` is the peft adapter their rows go through, `owner` the policy whose name
+    the engine is saved under, `adapters` every adapter the engine trains.
+    """
+
+    name: str
+    module: torch.nn.Module
+    backend: RolloutEngine
+    engine: Any = None  # deepspeed.DeepSpeedEngine
+    reference: Any = None  # frozen initial weights, for the KL penalty (an adapter's: the shared module)
+    adapter: str | None = None
+    owner: str = ""
+    adapters: tuple[str, ...] = ()
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The forward entry point: the engine when trainable (ZeRO hooks), else the module."""
+        return self.engine if self.engine is not None else self.module
+
+    @property
+    def engine_owner(self) -> str:
+        return self.owner or self.name
+
+    @property
+    def pad_id(self) -> int:
+        """The token id its rows are padded with: its rollout engine's."""
+        return self.backend.pad_id
+
+
+def engine_owners(policies: Mapping[str, Policy]) -> dict[str, Policy]:
+    """One policy per engine, keyed by the name the engine is saved under (adapters share their base's)."""
+    out: dict[str, Policy] = {}
+    for p in policies.values():
+        if p.engine is not None:
+            out.setdefault(p.engine_owner, p)
+    return out
+
+
+def load_model(path: str, dist: Dist) -> tuple[Any, Any]:
+    """The causal LM at `path` (bf16 on CUDA, fp32 on CPU) and its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if dist.device.type == "cuda" else torch.float32
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype), AutoTokenizer.from_pretrained(path)
+
+
+def _with_lora(model: torch.nn.Module, lora: Mapping[str, Any]) -> torch.nn.Module:
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(lora))
+
+
+def build_policies(
+    graph: EventGraph,
+    paths: Mapping[str, str],
+    opts: TrainOptions,
+    dist: Dist,
+    config: Mapping[str, Any],
+    rollout: Rollout = Rollout(),
+) -> dict[str, Policy]:
+    """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters;
+    `rollout` says how they generate."""
+    hosts = list(dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None))
+    if hosts and rollout.engine != "hf":
+        raise BackendError(
+            f"--backend {rollout.engine}: adapter(...) policies generate with the hf backend only"
+        )
+    out: dict[str, Policy] = {}
+    for name, spec in graph.policies.items():
+        if spec.base is None and name not in hosts:
+            torch.manual_seed(seed_of("init", opts.seed, name))  # LoRA weights: the run's seed, per engine
+            out[name] = build_policy(name, paths[name], spec, opts, dist, config, rollout)
+    for base in hosts:
+        torch.manual_seed(seed_of("init", opts.seed, base))
+        out |= build_adapter_group(graph, base, paths[base], opts, dist, config, rollout.decode)
+    return {name: out[name] for name in graph.policies}
+
+
+def build_policy(
+    name: str,
+    path: str,
+    spec: PolicyInfo,
+    opts: TrainOptions,
+    dist: Dist,
+    config: Mapping[str, Any],
+    rollout: Rollout = Rollout(),
+) -> Policy:
+    """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
+    model, tokenizer = load_model(path, dist)
+    if not spec.trainable:  # under vllm the engine holds the weights on the GPU: the module stays here
+        model.to(dist.device if rollout.engine == "hf" else "cpu").eval().requires_grad_(False)
+        return Policy(name, model, rollout_engine(rollout, model, tokenizer, path, dist))
+    reference = None
+    if opts.kl > 0:
+        reference = load_model(path, dist)[0].to(dist.device).eval().requires_grad_(False)
+    wrap = (lambda m: _with_lora(m, spec.lora)) if spec.lora else (lambda m: m)
+    engine = build_engine(wrap(model), opts, config)
+    module = None if rollout.engine == "vllm" else hf_rollout_module(engine, path, wrap, dist)
+    backend = rollout_engine(rollout, module, tokenizer, path, dist)
+    return Policy(name, engine.module, backend, engine, reference)
+
+
+def build_adapter_group(
+    graph: EventGraph,
+    base: str,
+    path: str,
+    opts: TrainOptions,
+    dist: Dist,
+    config: Mapping[str, Any],
+    decode: str = "auto",
+) -> dict[str, Policy]:
+    """The frozen `base` and its adapter policies: one model in memory, one engine training every adapter
+    (each clipped on its own, so DeepSpeed's clipping is off), one backend generating for all of them."""
+    adapters = graph.adapters_on(base)
+    model, tokenizer = load_model(path, dist)
+    model.requires_grad_(False)
+    wrap = lambda m: with_adapters(m, adapters)  # noqa: E731
+    engine = build_engine(wrap(model), opts, {**config, "gradient_clipping": 0.0})
+    backend = HFBackend(hf_rollout_module(engine, path, wrap, dist), tokenizer=tokenizer, decode=decode)
+    reference = engine.module if opts.kl > 0 else None  # scored without adapters: the base
+    group = {base: Policy(base, engine.module, backend, adapter=BASE_ADAPTER, owner=base)}
+    for name, adapter in graph.adapters.items():
+        if graph.policies[name].base == base:
+            group[name] = Policy(
+                name, engine.module, backend, engine, reference, adapter, base, tuple(adapters)
+            )
+    return group
+
+
+def rollout_engine(rollout: Rollout, module: Any, tokenizer: Any, path: str, dist: Dist) -> RolloutEngine:
+    """The engine `rollout.engine` names (`ROLLOUT_ENGINES`): `hf` generating with `module`, or `vllm`
+    loading `path` itself; each is called `(module, tokenizer, path, dist, decode)`."""
+    return ROLLOUT_ENGINES.lookup(rollout.engine)(module, tokenizer, path, dist, rollout.decode)
+
+
+def hf_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str) -> RolloutEngine:
+    """`hf`: generates with the trainer's own module (its weights need no copy)."""
+    return HFBackend(module, tokenizer=tokenizer, decode=decode)
+
+
+def hf_rollout_module(engine: Any, path: str, wrap: Any, dist: Dist) -> torch.nn.Module:
+    """The module the `hf` engine generates with: the engine's own, or under ZeRO-3 a full copy."""
+    if engine.zero_optimization_stage() != 3:
+        return engine.module
+    rollout = wrap(load_model(path, dist)[0]).to(dist.device)
+    with full_state(engine.module) as state:
+        rollout.load_state_dict(state)
+    return rollout.eval().requires_grad_(False)
+
+
+def vllm_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str) -> RolloutEngine:
+    """`vllm`: a colocated `vllm.LLM` loading `path` on this rank's GPU: sleep mode on; under a launcher
+    one engine per rank (`external_launcher`). Its share of GPU memory: SRPO_DSL_VLLM_MEMORY (default 0.3)."""
+    from srpo_dsl.backends.vllm import VLLMBackend
+    from srpo_dsl.rl.fit import vllm_memory_share
+
+    launched = dist.world_size > 1
+    return VLLMBackend(
+        path,
+        dtype="bfloat16",
+        gpu_memory_utilization=vllm_memory_share(),
+        enable_sleep_mode=True,
+        seed=dist.rank,
+        **({"distributed_executor_backend": "external_launcher"} if launched else {}),
+    )

@@ -1,0 +1,78 @@
+"""This process's place in the data-parallel group, and the group's collectives.
+
+One process runs without a launcher (`init_distributed` fills in the rendezvous variables);
+under `deepspeed`/`torchrun` the launcher's variables are used (gloo on CPU, nccl on GPU).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in the data-parallel group."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+
+def all_reduce(values: Sequence[float], device: torch.device) -> list[float]:
+    """Element-wise sum over ranks (the values themselves with one process)."""
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        torch.distributed.all_reduce(t)
+    return t.tolist()
+
+
+def barrier() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(device: str) -> Dist:
+    """Join (or, alone, create) the process group; call before anything imports deepspeed."""
+    if device == "cpu":
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    os.environ.setdefault(
+        "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "srpo-dsl" / "torch_extensions")
+    )
+    if "RANK" not in os.environ:  # no launcher: a group of one
+        os.environ.update(
+            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
+        )
+    import deepspeed
+    import deepspeed.ops
+
+    if os.environ["WORLD_SIZE"] == "1":  # alone there is nothing to all-reduce: skip the shared-memory
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # op (its first build takes ~1 min)
+
+    warnings.filterwarnings(
+        "ignore", category=FutureWarning, module="torch.distributed"
+    )  # from ZeRO's internals
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    return Dist(
+        torch.distributed.get_rank(),
+        local_rank,
+        torch.distributed.get_world_size(),
+        torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu"),
+    )

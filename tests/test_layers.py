@@ -1,0 +1,67 @@
+"""No module imports a layer above its own, and no two sub-packages import each other.
+
+Every import counts, also one inside a function or under TYPE_CHECKING: each is a dependency
+of the code that holds it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "srpo_dsl"
+
+LAYERS = (  # lowest first: a module imports its own layer and those below it, never one above
+    ("__init__", "io", "registry", "registries", "lazy"),  # files written by every stage, plugin registries
+    ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
+    ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds
+    ("backends", "runtime"),  # generation; rolling a workflow out through the backends
+    ("models",),  # the embedded model, built and evaluated with the runtime; model specs
+    ("rl",),  # training, and a training run's folder (runlog)
+    ("view", "sweep"),  # the viewer and experiments, over the runs' folders
+    ("cli",),
+    ("__main__",),
+)
+LAYER = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+
+
+def part_of(module: str) -> str:
+    """`srpo_dsl.rl.runlog` -> `rl`; `srpo_dsl.io` -> `io`; `srpo_dsl` -> `__init__`."""
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def imports() -> list[tuple[str, str]]:
+    """(file relative to the repository, imported srpo_dsl module) for every import in the package."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            rel = path.relative_to(PACKAGE.parent).as_posix()
+            found += [(rel, n) for n in names if n == "srpo_dsl" or n.startswith("srpo_dsl.")]
+    return found
+
+
+def own_part(rel: str) -> str:
+    parts = Path(rel).with_suffix("").parts
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_part_has_a_layer() -> None:
+    parts = {own_part(rel) for rel, _ in imports()} | {part_of(m) for _, m in imports()}
+    assert parts <= set(LAYER), parts - set(LAYER)
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = {(rel, m) for rel, m in imports() if LAYER[part_of(m)] > LAYER[own_part(rel)]}
+    assert upward == set()
+
+
+def test_no_two_parts_import_each_other() -> None:
+    edges = {(own_part(rel), part_of(m)) for rel, m in imports()}
+    mutual = sorted((a, b) for a, b in edges if a < b and (b, a) in edges)
+    assert mutual == []

@@ -1,0 +1,26 @@
+"""Which model each policy loads (`srpo_dsl.models.specs`): specs resolved above the backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from srpo_dsl.lang.analysis import load_graph
+from srpo_dsl.models.specs import policy_models, resolve_model_spec
+from srpo_dsl.models.tiny import SHIPPED
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_specs_resolve_to_what_loaders_take() -> None:
+    assert resolve_model_spec("builtin:tiny") == resolve_model_spec("hf:builtin:tiny") == str(SHIPPED)
+    assert resolve_model_spec("hf:Qwen/Qwen3-4B") == resolve_model_spec("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
+    assert resolve_model_spec("./models/mine") == "./models/mine"
+
+
+def test_adapters_load_their_base_unless_given_a_model_of_their_own() -> None:
+    graph = load_graph(ROOT / "workflows/quickstart_adapters.srpo")
+    assert policy_models(graph, {}) == {"base": str(SHIPPED)}  # the adapters generate with the base's
+    mine = policy_models(graph, {"solving": "hf:runs/export/solving/merged"})
+    assert mine == {"base": str(SHIPPED), "solving": "runs/export/solving/merged"}
+    script = policy_models(graph, dict.fromkeys(graph.policies, "replies.json"), resolve=False)
+    assert script == dict.fromkeys(["base", "solving", "verifying", "answering"], "replies.json")
