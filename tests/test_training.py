@@ -250,19 +250,14 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
         logprobs, entropy = logprobs.index_put((idx,), pad(lp)), entropy.index_put((idx,), pad(h))
     # old = rollout log-probs: ratios far from 1, some events clipped
     loss, metrics = get_objective("srpo")(
-        logprobs,
-        batch.behaviour,
-        batch.mask,
-        rows.event_ids,
-        rows.advantages,
-        clip_eps=0.2,
-        entropy=entropy if entropy_coef else None,
-        entropy_coef=entropy_coef,
+        logprobs, batch.behaviour, batch.mask, rows.event_ids, rows.advantages, clip_eps=0.2
     )
+    mean_entropy = entropy[batch.mask].sum() / batch.mask.sum()  # over the step's generated tokens
+    loss = loss - entropy_coef * mean_entropy
     loss.backward()
     with torch.no_grad():
         expected = {f"{n}.{k}": v - v.grad for n, m in ref.items() for k, v in m.named_parameters()}
-    return rows, expected, loss.item(), metrics
+    return rows, expected, loss.item(), metrics | {"entropy": mean_entropy.item()}
 
 
 @pytest.mark.slow
