@@ -570,7 +570,7 @@ def test_sigkill_then_resume_continues_exactly(models, tmp_path, team):
     a, b = _metrics(full), _metrics(cut)
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 7))
     for x, y in zip(a, b):
-        for key in ("loss", "grad_norm", "score", "clip_fraction", "response_length"):
+        for key in ("loss", "grad_norm", "return", "clip_fraction", "response_length"):
             assert x[key] == pytest.approx(y[key], rel=1e-6, abs=1e-9), (x["step"], key)
     assert any(r["loss"] != 0 for r in a) and any(r["clip_fraction"] > 0 for r in a)
     evals = [json.loads(line)["step"] for line in (cut / "eval.jsonl").read_text().splitlines()]
@@ -629,7 +629,7 @@ def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monk
     two = _metrics(tmp_path / "two")
     assert [r["num_events"] for r in one] == [r["num_events"] for r in two] == [8, 8]
     for x, y in zip(one, two):
-        for key in ("loss", "grad_norm", "score", "mean_set_size"):
+        for key in ("loss", "grad_norm", "return", "mean_set_size"):
             assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-7), (x["step"], key)
     assert one[0]["mean_set_size"] == pytest.approx(1.5) and any(r["grad_norm"] > 0 for r in one)
     with pytest.raises(TrainError, match="already holds a run"):
@@ -659,7 +659,7 @@ def test_plot_writes_the_pngs(tmp_path):
     rows = [
         {
             "step": s,
-            "score": rng.random(),
+            "return": rng.random(),
             "grad_norm": rng.random(),
             "response_length": 10 + s,
             "mean_set_size": 1.5,
@@ -671,7 +671,7 @@ def test_plot_writes_the_pngs(tmp_path):
     result = CliRunner().invoke(_app(), ["plot", str(tmp_path)])
     assert result.exit_code == 0, result.output
     names = {
-        "score.png",
+        "return.png",
         "grad_norm.png",
         "response_length.png",
         "mean_set_size.png",

@@ -24,6 +24,7 @@ import typer
 
 from srpo_dsl.cli.common import DECODE, EXIT_INPUT, CliError, Decode, Device, choices
 from srpo_dsl.rl.names import OBJECTIVES, OFFLOAD, ROLLOUT_ENGINES, SET_NORMS
+from srpo_dsl.rl.runlog import current_keys
 
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
@@ -31,7 +32,7 @@ Offload = choices("Offload", OFFLOAD)
 RolloutEngine = choices("RolloutEngine", ROLLOUT_ENGINES)
 
 PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics figure)
-    "score": "Score (mean reward)",
+    "return": "Return (mean; task score + invalid penalty)",
     "grad_norm": "Gradient norm",
     "response_length": "Response length (tokens)",
     "mean_set_size": "Mean active-set size",
@@ -242,7 +243,7 @@ def report(history: list[dict[str, float]], out: Path) -> None:
     if history:
         last = history[-1]
         print(
-            f"step {last['step']}: score {last['score']:.3f}, loss {last['loss']:.4f}, "
+            f"step {last['step']}: return {last['return']:.3f}, loss {last['loss']:.4f}, "
             f"grad norm {last['grad_norm']:.3f} -> {out}"
         )
     else:
@@ -332,8 +333,9 @@ class Dynamics:
 
 
 def read_dynamics(run: Path) -> Dynamics:
+    """The run's metrics, an older run's under the keys of today (`current_keys`)."""
     path = run / "metrics.jsonl"
-    rows = read_jsonl(path)
+    rows = [current_keys(row) for row in read_jsonl(path)]
     if not rows:
         raise CliError(f"{path}: no steps recorded yet", EXIT_INPUT)
     try:
@@ -408,7 +410,7 @@ def plot_cmd(
     out: Path | None = typer.Option(None, "--out", help="Where to write the PNGs (default: RUN/plots)."),
     smoothing: float = typer.Option(0.9, "--ema", min=0.0, max=0.999, help="EMA factor of the solid line."),
 ) -> None:
-    """Plot score, gradient norm, response length, active-set size, per-role panels, held-out Avg@k / Pass@k.
+    """Plot return, gradient norm, response length, active-set size, per-role panels, held-out Avg@k / Pass@k.
 
     Raw values faint, their EMA solid; the per-role panels (runs that logged `role/...`
     metrics) have one line per role; the held-out panel (from eval.jsonl, when the run

@@ -22,6 +22,12 @@ METRICS, EVAL, CONFIG, TRACES, GRAPH = (
     "graph.json",
 )
 EVAL_PROMPTS = "eval_prompts.jsonl"  # per evaluation: each held-out prompt's correct samples out of k
+RENAMED = {"score": "return", "accuracy": "task_score"}  # metrics.jsonl: an older run's key -> its name now
+
+
+def current_keys(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics.jsonl row with the keys an older run wrote (`RENAMED`) under their names now."""
+    return {RENAMED.get(key, key): value for key, value in row.items()}
 
 
 def write_graph(out: Path, graph: EventGraph) -> None:
