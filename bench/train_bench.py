@@ -144,7 +144,7 @@ def run_srpo(
         "step_times": times,
         "tokens": tokens,
         "wall": wall,
-        "score": [row["score"] for row in history],
+        "return": [row["return"] for row in history],
         "update_times": [row["time/update"] for row in history],
         "rows": [row["num_events"] * row["mean_set_size"] for row in history],
         "peak_gib": max((row.get("memory/peak_gib", 0.0) for row in history), default=0.0),

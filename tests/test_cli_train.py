@@ -113,9 +113,9 @@ def test_heldout_summary_from_the_first_and_last_rows(tmp_path: Path) -> None:
 
 
 def test_the_report_ends_with_the_heldout_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    history = [{"step": 100, "score": 0.61, "loss": -0.0123, "grad_norm": 0.456}]
+    history = [{"step": 100, "return": 0.61, "loss": -0.0123, "grad_norm": 0.456}]
     report(history, tmp_path)  # no eval.jsonl: the step line only
-    assert capsys.readouterr().out == f"step 100: score 0.610, grad norm 0.456 -> {tmp_path}\n"
+    assert capsys.readouterr().out == f"step 100: return 0.610, grad norm 0.456 -> {tmp_path}\n"
     write_jsonl(tmp_path / "eval.jsonl", EVAL_ROWS)
     report([], tmp_path)
     lines = capsys.readouterr().out.splitlines()
@@ -148,7 +148,7 @@ def test_plot_adds_the_heldout_panel(tmp_path: Path) -> None:
     from srpo_dsl.cli.main import app
 
     metrics = [
-        {"step": s, "score": s / 10, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1.5}
+        {"step": s, "return": s / 10, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1.5}
         for s in range(1, 11)
     ]
     write_jsonl(tmp_path / "metrics.jsonl", metrics)
@@ -170,7 +170,7 @@ def test_plot_adds_the_heldout_panel(tmp_path: Path) -> None:
 def test_plot_adds_the_per_role_panels_when_logged(tmp_path: Path) -> None:
     from srpo_dsl.cli.main import app
 
-    base = {"score": 0.5, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1.5}
+    base = {"return": 0.5, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1.5}
     solver = {
         "role/solver/invalid_rate": 0.5,
         "role/solver/response_length": 8.0,
@@ -248,7 +248,9 @@ def test_train_shows_the_result_not_the_libraries(tmp_path: Path, tiny_random_mo
     quiet = run_cli(*args, "--out", str(tmp_path / "quiet"), env=env, timeout=300)
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     lines = quiet.stdout.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("step 1: score") and lines[1].startswith("held-out Avg@2 ")
+    assert (
+        len(lines) == 2 and lines[0].startswith("step 1: return") and lines[1].startswith("held-out Avg@2 ")
+    )
     assert (
         "Loading weights" not in quiet.stderr and "WARNING" not in quiet.stderr and "train:" in quiet.stderr
     )

@@ -1,4 +1,5 @@
-"""Avg@k, Pass@k (unbiased estimator), cost proxies and the macro average, against hand values."""
+"""Avg@k, Pass@k (unbiased estimator), cost proxies and the macro average, against hand values; the
+held-out evaluation of training and the sweep's per-prompt outcomes compute them the same way."""
 
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -10,7 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from srpo_dsl.runtime.episode import Cost
-from srpo_dsl.runtime.metrics import DatasetMetrics, dataset_metrics, macro_average, pass_at_k
+from srpo_dsl.runtime.metrics import (
+    AtK,
+    DatasetMetrics,
+    at_k,
+    dataset_metrics,
+    is_correct,
+    macro_average,
+    pass_at_k,
+    prompt_at_k,
+)
 
 
 @pytest.mark.parametrize(
@@ -84,10 +94,10 @@ def test_dataset_metrics_hand_values():
     assert m.avg_at_k == pytest.approx(0.25)
     # Pass@2: q1 (n=4, c=1) 1 - 3/6 = 1/2; q2 (c=2) 1 - 1/6 = 5/6; q3 0 -> mean 4/9.
     assert m.pass_at_k == pytest.approx((0.5 + 5 / 6 + 0) / 3)
-    # Costs: mean over the 12 trajectories (4 of each query).
-    assert m.tokens_per_trajectory == pytest.approx((10 + 20 + 30) / 3)
-    assert m.calls_per_trajectory == pytest.approx((3 + 5 + 1) / 3)
-    # Tool calls to answer one query: 0, 2 and 1 per trajectory -> 1, whatever the number of samples.
+    # Costs: mean over the 12 episodes (4 of each query).
+    assert m.tokens_per_episode == pytest.approx((10 + 20 + 30) / 3)
+    assert m.calls_per_episode == pytest.approx((3 + 5 + 1) / 3)
+    # Tool calls to answer one query: 0, 2 and 1 per episode -> 1, whatever the number of samples.
     assert m.tool_calls_per_query == pytest.approx(1.0)
 
 
@@ -113,3 +123,26 @@ def test_macro_average_is_unweighted():
     assert macro_average([big]) == (0.6, 0.9)
     with pytest.raises(ValueError, match="no datasets"):
         macro_average([])
+
+
+def test_at_k_is_the_mean_over_prompts_of_each_prompts_outcome():
+    assert prompt_at_k(4, 1, 2) == AtK(0.25, 0.5)
+    assert prompt_at_k(4, 0, 4) == AtK(0.0, 0.0) and prompt_at_k(4, 2, 4) == AtK(0.5, 1.0)
+    # q1 (n=4, c=1): 1/4 and 1/2; q2 (c=2): 1/2 and 5/6; q3 (c=0): 0 and 0
+    got = at_k([(4, 1), (4, 2), (4, 0)], 2)
+    assert got.avg_at_k == pytest.approx(0.25) and got.pass_at_k == pytest.approx((0.5 + 5 / 6) / 3)
+    assert at_k([], 2) == AtK(0.0, 0.0)
+    assert macro_average([AtK(0.5, 1.0), AtK(0.25, 0.5)]) == AtK(0.375, 0.75)
+    assert is_correct(1.0) and is_correct(1.0 - 1e-12) and not is_correct(0.99) and not is_correct(1.0 - 1e-6)
+
+
+def test_training_and_eval_give_the_same_avg_and_pass_for_the_same_outcomes():
+    """`rl/heldout.py` (per-prompt correct counts of k samples) and `dataset_metrics` (episodes) agree."""
+    from srpo_dsl.rl.heldout import EvalSet, heldout_row
+
+    eps = _episodes()
+    m = dataset_metrics("toy", eps, k=4)
+    correct = [sum(is_correct(e.score) for e in eps if e.prompt_id == q) for q in ("q1", "q2", "q3")]
+    row = heldout_row([EvalSet("toy", [{}, {}, {}])], [correct], k=4, step=0)
+    assert row["datasets"]["toy"] == {"avg_at_k": m.avg_at_k, "pass_at_k": m.pass_at_k, "n_prompts": 3}
+    assert (row["avg_at_k"], row["pass_at_k"]) == macro_average([m])

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from srpo_dsl.rl.heldout import EvalSet, heldout_row
+from srpo_dsl.runtime.metrics import at_k
+from srpo_dsl.sweep.results import outcome
 from srpo_dsl.sweep.stats import paired_bootstrap, spread
 
 
@@ -74,3 +76,13 @@ def test_heldout_row_is_the_macro_mean_of_per_prompt_outcomes():
         "b": {"avg_at_k": 0.375, "pass_at_k": 0.5, "n_prompts": 4},
     }
     assert (row["avg_at_k"], row["pass_at_k"], row["n_prompts"], row["step"]) == (0.5, 0.75, 6, 7)
+
+
+def test_the_paired_outcomes_average_to_the_logged_avg_and_pass():
+    """Per prompt (c of k = 4 correct): Avg c / 4, Pass 1 when any is; their means are the dataset's."""
+    correct = [4, 1, 0, 2]
+    assert outcome(correct, 4, "avg_at_k").tolist() == [1.0, 0.25, 0.0, 0.5]
+    assert outcome(correct, 4, "pass_at_k").tolist() == [1.0, 1.0, 0.0, 1.0]
+    logged = at_k([(4, c) for c in correct], 4)
+    assert outcome(correct, 4, "avg_at_k").mean() == logged.avg_at_k
+    assert outcome(correct, 4, "pass_at_k").mean() == logged.pass_at_k

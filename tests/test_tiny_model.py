@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from srpo_dsl.models.tiny import (
     evaluate_team,
     warmup_report,
 )
+from srpo_dsl.runtime.prompts import PromptRenderer
 
 # The held-out figures README.md and docs/benchmarks.md give (256 questions, seed 0).
 DOCUMENTED_SAMPLED, DOCUMENTED_GREEDY = 0.3671875, 0.92578125  # 36.7% and 92.6%
@@ -109,3 +111,22 @@ def test_the_check_names_what_differs(tmp_path: Path) -> None:
     assert largest_weight_difference(a / "model.safetensors", b / "model.safetensors") == 0.5
     save_file({"w": torch.zeros(3)}, b / "model.safetensors")
     assert largest_weight_difference(a / "model.safetensors", b / "model.safetensors") == float("inf")
+
+
+def test_team_prompts_are_rendered_from_the_executors_episode_context(tmp_path: Path) -> None:
+    """Every name of the executor's context is there (strict rendering: a missing one is an error), with
+    the memory an executed episode has at each step: outputs accepted so far, the verdict as feedback."""
+    (tmp_path / "quickstart").mkdir()
+    probe = (
+        "{{ step }}|{{ memory.accepted | map(attribute='text') | join(',') }}|{{ feedback | join(',') }}"
+        "|{{ observations | length }}{{ memory.observations | length }}|{{ pool_size }}"
+    )
+    for template in tiny.TEMPLATES.values():
+        (tmp_path / template).write_text(probe)
+    [task] = make_arith_tasks(1, 0)
+    (solver, one), (again, two), (verifier, verdict), (aggregator, _) = tiny._episode(
+        random.Random(0), task, PromptRenderer([tmp_path])
+    )
+    assert solver == again == "1|||00|2"
+    assert verifier == f"2|{one},{two}||00|1"
+    assert aggregator == f"3|{one},{two},{verdict}|{verdict}|00|1"

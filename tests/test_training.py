@@ -251,19 +251,14 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
         logprobs, entropy = logprobs.index_put((idx,), pad(lp)), entropy.index_put((idx,), pad(h))
     # old = rollout log-probs: ratios far from 1, some events clipped
     loss, metrics = get_objective("srpo")(
-        logprobs,
-        batch.behaviour,
-        batch.mask,
-        rows.event_ids,
-        rows.advantages,
-        clip_eps=0.2,
-        entropy=entropy if entropy_coef else None,
-        entropy_coef=entropy_coef,
+        logprobs, batch.behaviour, batch.mask, rows.event_ids, rows.advantages, clip_eps=0.2
     )
+    mean_entropy = entropy[batch.mask].sum() / batch.mask.sum()  # over the step's generated tokens
+    loss = loss - entropy_coef * mean_entropy
     loss.backward()
     with torch.no_grad():
         expected = {f"{n}.{k}": v - v.grad for n, m in ref.items() for k, v in m.named_parameters()}
-    return rows, expected, loss.item(), metrics
+    return rows, expected, loss.item(), metrics | {"entropy": mean_entropy.item()}
 
 
 @pytest.mark.slow
@@ -577,7 +572,7 @@ def test_sigkill_then_resume_continues_exactly(models, tmp_path, team):
     a, b = _metrics(full), _metrics(cut)
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 7))
     for x, y in zip(a, b):
-        for key in ("loss", "grad_norm", "score", "clip_fraction", "response_length"):
+        for key in ("loss", "grad_norm", "return", "clip_fraction", "response_length"):
             assert x[key] == pytest.approx(y[key], rel=1e-6, abs=1e-9), (x["step"], key)
     assert any(r["loss"] != 0 for r in a) and any(r["clip_fraction"] > 0 for r in a)
     evals = [json.loads(line)["step"] for line in (cut / "eval.jsonl").read_text().splitlines()]
@@ -636,7 +631,7 @@ def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monk
     two = _metrics(tmp_path / "two")
     assert [r["num_events"] for r in one] == [r["num_events"] for r in two] == [8, 8]
     for x, y in zip(one, two):
-        for key in ("loss", "grad_norm", "score", "mean_set_size"):
+        for key in ("loss", "grad_norm", "return", "mean_set_size"):
             assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-7), (x["step"], key)
     assert one[0]["mean_set_size"] == pytest.approx(1.5) and any(r["grad_norm"] > 0 for r in one)
     with pytest.raises(TrainError, match="already holds a run"):
@@ -666,7 +661,7 @@ def test_plot_writes_the_pngs(tmp_path):
     rows = [
         {
             "step": s,
-            "score": rng.random(),
+            "return": rng.random(),
             "grad_norm": rng.random(),
             "response_length": 10 + s,
             "mean_set_size": 1.5,
@@ -678,7 +673,7 @@ def test_plot_writes_the_pngs(tmp_path):
     result = CliRunner().invoke(_app(), ["plot", str(tmp_path)])
     assert result.exit_code == 0, result.output
     names = {
-        "score.png",
+        "return.png",
         "grad_norm.png",
         "response_length.png",
         "mean_set_size.png",

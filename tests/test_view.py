@@ -104,7 +104,7 @@ def test_a_run_without_its_workflow_still_shows_its_graph(run: Path, tmp_path: P
     done = cli("view", training, "-o", tmp_path / "page.html", env=_env())
     assert done.returncode == 0 and done.stderr == ""
     html = (tmp_path / "page.html").read_text()
-    assert html.count('class="chart"') == 3  # score, held-out, the per-role invalid rate
+    assert html.count('class="chart"') == 3  # return and task score, held-out, the per-role invalid rate
     assert "Held-out Avg@4 / Pass@4 (%)" in html and 'data-event-type="parallel:solver"' in html
     assert page_json(html)["objective"] == "srpo"
     (training / "graph.json").unlink()
@@ -131,7 +131,7 @@ def test_a_cut_last_line_shows_the_complete_episodes_with_a_note(run: Path, tmp_
     assert (len(partial.episodes), partial.cut_line) == (5, 6)
     with pytest.raises(TraceError, match=r"traces.jsonl:6: invalid JSON"):
         read_traces(cut)
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "score": 0.5, "accuracy": 0.5}\n{"step": 2, "sc')
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "return": 0.5, "task_score": 0.5}\n{"step": 2, "re')
     done = cli("view", cut, env=_env())
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [

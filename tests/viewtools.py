@@ -43,7 +43,7 @@ def as_training_run(run: Path, out: Path) -> Path:
     (out / "config.json").write_text(json.dumps({"workflow": "gone.srpo", "options": {"objective": "srpo"}}))
     roles = {"router": 0.1, "solver": 0.3, "verifier": 0.0, "aggregator": 0.2}
     metrics = [
-        {"step": s, "score": 0.1 * s, "accuracy": 0.05 * s}
+        {"step": s, "return": 0.1 * s, "task_score": 0.05 * s}
         | {f"role/{r}/invalid_rate": v / s for r, v in roles.items()}
         for s in (1, 2, 3)
     ]

@@ -192,12 +192,13 @@ def metrics_table(
     (`invalid[i]`: role -> rate of `rows[i]`; `-` for a role without outputs).
     """
     table = [
-        f"| dataset | queries | Avg@{k} | Pass@{k} | tokens / traj. | calls / traj. | tool calls / query |",
+        f"| dataset | queries | Avg@{k} | Pass@{k} | tokens / episode | calls / episode "
+        "| tool calls / query |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     table += [
         f"| {r.name} | {r.queries} | {100 * r.avg_at_k:.1f} | {100 * r.pass_at_k:.1f} | "
-        f"{r.tokens_per_trajectory:.1f} | {r.calls_per_trajectory:.2f} | {r.tool_calls_per_query:.2f} |"
+        f"{r.tokens_per_episode:.1f} | {r.calls_per_episode:.2f} | {r.tool_calls_per_query:.2f} |"
         for r in rows
     ]
     table.append(f"| **macro** | | **{100 * avg:.1f}** | **{100 * pas:.1f}** | | | |")

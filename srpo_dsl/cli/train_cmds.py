@@ -188,7 +188,7 @@ def report(history: list[dict[str, float]], out: Path) -> None:
 
     if history:
         last = history[-1]
-        print(f"step {last['step']}: score {last['score']:.3f}, grad norm {last['grad_norm']:.3f} -> {out}")
+        print(f"step {last['step']}: return {last['return']:.3f}, grad norm {last['grad_norm']:.3f} -> {out}")
     else:
         print(f"nothing to do: {out} already reached its last step")
     try:
@@ -292,7 +292,7 @@ def plot_cmd(
     out: Path | None = typer.Option(None, "--out", help="Where to write the PNGs (default: RUN/plots)."),
     smoothing: float = typer.Option(0.9, "--ema", min=0.0, max=0.999, help="EMA factor of the solid line."),
 ) -> None:
-    """Plot score, gradient norm, response length, active-set size, per-role panels, held-out Avg@k / Pass@k.
+    """Plot return, gradient norm, response length, active-set size, per-role panels, held-out Avg@k / Pass@k.
 
     Raw values faint, their EMA solid; the per-role panels (runs that logged `role/...`
     metrics) have one line per role; the held-out panel (from eval.jsonl, when the run

@@ -9,11 +9,12 @@ without the folder, build on first use (about 2-3 minutes on one core) into
 The model: a byte-level BPE tokenizer (digits split one by one; no chat template, prompts
 are BOS + text) and a 2-layer Llama trained by a short supervised pass on synthetic
 transcripts of every quickstart role. The prompts are rendered from
-`workflows/quickstart/*.j2` with the runtime's `PromptRenderer`, so they are token for
-token what the executor sends.
+`workflows/quickstart/*.j2` with the runtime's `PromptRenderer` from the executor's own
+`Episode.context`, so they are token for token what the executor sends.
 
-Episodes follow the executor: `team_context` holds every earlier output in order (the
-aggregator sees both solvers' answers and the verdict), parsed by the runtime's parsers.
+Episodes follow the executor: each event's outputs, parsed by the runtime's parsers, join
+the episode's `team_context` in order (the aggregator sees both solvers' answers and the
+verdict).
 The transcripts are deliberately imperfect, so RL has room: solvers are right 60% of
 the time (else off by a small amount; sometimes malformed), the verifier approves
 when both solvers are right (with noise), and the aggregator copies a candidate, often
@@ -32,6 +33,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -45,6 +47,7 @@ from srpo_dsl.backends.base import Backend, GenRequest
 from srpo_dsl.backends.hf import HFBackend, encode_prompts
 from srpo_dsl.backends.logprobs import TokenBatch, pack_sequences, token_logprobs
 from srpo_dsl.envs.arith import make_arith_tasks
+from srpo_dsl.runtime.episode import Episode, context_entry
 from srpo_dsl.runtime.parsers import Parsed, parse_boxed, parse_final_boxed, parse_verdict
 from srpo_dsl.runtime.prompts import PromptRenderer
 
@@ -54,10 +57,10 @@ SHIPPED = Path(__file__).with_name(TINY_NAME)  # package data, made by `python -
 MARKER = "warmup.json"  # written last: its presence means the folder is complete
 
 SOLVERS = 2
+POOL_SIZE = {"solver": SOLVERS, "verifier": 1, "aggregator": 1}  # as in workflows/quickstart.srpo
 MAX_TOKENS = {"solver": 12, "verifier": 8, "aggregator": 16}  # as in workflows/quickstart.srpo
 TEMPLATES = {role: f"quickstart/{role}.j2" for role in MAX_TOKENS}
 VERDICTS = ("approve", "reject")
-STEPS_OF = {"solver": 1, "verifier": 2, "aggregator": 3}  # the event counter when each role acts
 
 # Transcript statistics and warm-up schedule (tuned for 20-60% sampled team accuracy).
 P_CORRECT = 0.6  # a solver's answer is right
@@ -163,28 +166,29 @@ def _templates_dir() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "workflows"
 
 
-def _context(task: dict, role: str, replica: int, team: list[dict]) -> dict[str, object]:
-    """A quickstart role's prompt context (the names of `srpo_dsl.runtime.prompts`; the
-    quickstart templates read `task` and `team_context`)."""
-    feedback = [m["text"] for m in team if m["role"] == "verifier"]
-    return {
-        "task": task,
-        "step": STEPS_OF[role],
-        "turn": 1,
-        "max_turns": 1,
-        "role": role,
-        "replica": replica,
-        "pool_size": SOLVERS if role == "solver" else 1,
-        "team_context": team,
-        "feedback": feedback,
-        "documents": [],
-        "memory": {"accepted": [], "feedback": feedback, "documents": []},
-    }
+def _prompt(renderer: PromptRenderer, ep: Episode, role: str, replica: int) -> str:
+    """`role`'s prompt at `ep`'s state, rendered from the executor's own context (`Episode.context`)."""
+    ctx = ep.context(role=role, replica=replica, pool_size=POOL_SIZE[role], turn=1, max_turns=1)
+    return renderer.render(TEMPLATES[role], ctx)
 
 
-def _entry(role: str, replica: int, text: str, parsed: Parsed) -> dict[str, object]:
-    """A `team_context` item, as the executor commits it."""
-    return {"role": role, "replica": replica, "text": text, "valid": parsed.valid, "value": parsed.value}
+def _commit(ep: Episode, role: str, texts: list[str], parse: Callable[[str], Parsed]) -> None:
+    """One event of `role` (replicas 1..K in order), as the executor commits it: the event counter
+    moves on, every output joins the team context, a verifier's texts the feedback."""
+    ep.step += 1
+    for replica, text in enumerate(texts, start=1):
+        parsed = parse(text)
+        ep.team_context.append(context_entry(role, replica, text, parsed.valid, parsed.value))
+    if role == "verifier":
+        ep.feedback += texts
+
+
+def _start(task: dict) -> Episode:
+    return Episode(episode_id=f"{task['id']}/0", prompt_id=str(task["id"]), sample=0, task=task)
+
+
+def _verdict(text: str) -> Parsed:
+    return parse_verdict(text, VERDICTS)
 
 
 def _near_miss(rng: random.Random, total: int) -> str:
@@ -201,29 +205,29 @@ def _maybe_malformed(rng: random.Random, good: str) -> str:
 def _episode(rng: random.Random, task: dict, renderer: PromptRenderer) -> list[tuple[str, str]]:
     """(prompt, response) of the two solvers, the verifier and the aggregator of one episode."""
     total = int(task["answer"])
-    solver_prompt = renderer.render(TEMPLATES["solver"], _context(task, "solver", 1, []))
-    rows, team = [], []
-    for replica in range(1, SOLVERS + 1):
+    ep = _start(task)
+    prompts = [_prompt(renderer, ep, "solver", replica) for replica in range(1, SOLVERS + 1)]
+    solved = []
+    for _ in range(SOLVERS):
         value = task["answer"] if rng.random() < P_CORRECT else _near_miss(rng, total)
-        text = _maybe_malformed(rng, f"\\boxed{{{value}}}")
-        rows.append((solver_prompt, text))
-        team.append(_entry("solver", replica, text, parse_boxed(text)))
-    right = [m["value"] == task["answer"] for m in team]
+        solved.append(_maybe_malformed(rng, f"\\boxed{{{value}}}"))
+    _commit(ep, "solver", solved, parse_boxed)
+    right = [m["value"] == task["answer"] for m in ep.team_context]
     approve = all(right) != (rng.random() < P_VERIFIER_NOISE)
     verdict = f"<verify>{VERDICTS[0] if approve else VERDICTS[1]}</verify>"
     verdict = verdict if rng.random() >= P_MALFORMED else verdict[: -len("</verify>")]
-    rows.append((renderer.render(TEMPLATES["verifier"], _context(task, "verifier", 1, team)), verdict))
-    candidates = [m["value"] for m in team if m["valid"]]
+    prompts.append(_prompt(renderer, ep, "verifier", 1))
+    candidates = [m["value"] for m in ep.team_context if m["valid"]]
     if any(right) and rng.random() < P_PICK_RIGHT:
         final = task["answer"]
     elif candidates:
         final = rng.choice(candidates)
     else:
         final = task["answer"] if rng.random() < P_CORRECT else _near_miss(rng, total)
-    team = [*team, _entry("verifier", 1, verdict, parse_verdict(verdict, VERDICTS))]
+    _commit(ep, "verifier", [verdict], _verdict)
+    prompts.append(_prompt(renderer, ep, "aggregator", 1))
     answer = _maybe_malformed(rng, f"FINAL: \\boxed{{{final}}}")
-    rows.append((renderer.render(TEMPLATES["aggregator"], _context(task, "aggregator", 1, team)), answer))
-    return rows
+    return list(zip(prompts, [*solved, verdict, answer]))
 
 
 # --- build -------------------------------------------------------------------------------
@@ -369,36 +373,27 @@ class TeamScore:
 
 def evaluate_team(backend: Backend, tasks: list[dict], *, temperature: float, seed: int = 0) -> TeamScore:
     """Run the quickstart team on `tasks`: both solvers, then the verifier, then the aggregator."""
-    render = PromptRenderer([_templates_dir()]).render
+    renderer = PromptRenderer([_templates_dir()])
+    episodes = [_start(t) for t in tasks]
 
-    def generate(role: str, contexts: list[dict], step_seed: int) -> list[str]:
+    def act(role: str, replicas: int, step_seed: int, parse: Callable[[str], Parsed]) -> list[str]:
+        """Every episode's event of `role`, generated in one batch and committed; the texts, in order."""
         requests = [
-            GenRequest(render(TEMPLATES[role], c), MAX_TOKENS[role], temperature, role=role) for c in contexts
+            GenRequest(_prompt(renderer, ep, role, r), MAX_TOKENS[role], temperature, role=role)
+            for ep in episodes
+            for r in range(1, replicas + 1)
         ]
-        return [r.text for r in backend.generate(requests, seed=step_seed)]
+        texts = [r.text for r in backend.generate(requests, seed=step_seed)]
+        for i, ep in enumerate(episodes):
+            _commit(ep, role, texts[i * replicas : (i + 1) * replicas], parse)
+        return texts
 
-    solved = generate(
-        "solver", [_context(t, "solver", r, []) for t in tasks for r in range(1, SOLVERS + 1)], seed
-    )
-    teams = [
-        [
-            _entry("solver", r, text, parse_boxed(text))
-            for r, text in enumerate(solved[k : k + SOLVERS], start=1)
-        ]
-        for k in range(0, len(solved), SOLVERS)
-    ]
-    verdicts = generate(
-        "verifier", [_context(t, "verifier", 1, team) for t, team in zip(tasks, teams)], seed + 1
-    )
-    teams = [
-        [*team, _entry("verifier", 1, v, parse_verdict(v, VERDICTS))] for team, v in zip(teams, verdicts)
-    ]
-    finals = generate(
-        "aggregator", [_context(t, "aggregator", 1, team) for t, team in zip(tasks, teams)], seed + 2
-    )
+    act("solver", SOLVERS, seed, parse_boxed)
+    act("verifier", 1, seed + 1, _verdict)
+    finals = act("aggregator", 1, seed + 2, parse_final_boxed)
     team_right = solver_right = verdict_right = 0
-    for task, team, final in zip(tasks, teams, finals):
-        solvers, verifier = team[:SOLVERS], team[SOLVERS]
+    for task, ep, final in zip(tasks, episodes, finals):
+        solvers, verifier = ep.team_context[:SOLVERS], ep.team_context[SOLVERS]
         solver_right += sum(m["value"] == task["answer"] for m in solvers)
         both = all(m["value"] == task["answer"] for m in solvers)
         verdict_right += verifier["value"] == (VERDICTS[0] if both else VERDICTS[1])

@@ -16,7 +16,7 @@ from srpo_dsl.rl.data_order import seed_of
 from srpo_dsl.rl.process_group import Dist, all_reduce
 from srpo_dsl.rl.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
 from srpo_dsl.runtime.executor import Executor
-from srpo_dsl.runtime.metrics import pass_at_k
+from srpo_dsl.runtime.metrics import at_k, is_correct, macro_average
 
 HELDOUT = "heldout"  # the name of the task's own eval split
 
@@ -49,7 +49,7 @@ def evaluate_sets(
         local = [0.0] * len(data.tasks)
         for j in range(len(share)):
             local[dist.rank + j * dist.world_size] = sum(
-                ep.score >= 1.0 - 1e-9 for ep in episodes[j * k : (j + 1) * k]
+                is_correct(ep.score) for ep in episodes[j * k : (j + 1) * k]
             )
         counts.append(local)
         sums = [len(episodes), sum(e.cost.tokens for e in episodes), sum(e.cost.calls for e in episodes)]
@@ -77,19 +77,13 @@ def evaluate_sets(
 def heldout_row(
     sets: Sequence[EvalSet], correct: Sequence[Sequence[int]], k: int, step: int
 ) -> dict[str, Any]:
-    """eval.jsonl's metrics: per dataset the means over prompts of c/k and Pass@k, then their macro means."""
-    datasets = {
-        d.name: {
-            "avg_at_k": sum(c / k for c in cs) / max(len(cs), 1),
-            "pass_at_k": sum(pass_at_k(k, c, k) for c in cs) / max(len(cs), 1),
-            "n_prompts": len(cs),
-        }
-        for d, cs in zip(sets, correct)
-    }
+    """eval.jsonl's metrics: per dataset Avg@k and Pass@k over its prompts (k samples each), then their
+    macro means."""
+    per_set = [at_k([(k, c) for c in cs], k) for cs in correct]
+    datasets = {d.name: m._asdict() | {"n_prompts": len(cs)} for d, m, cs in zip(sets, per_set, correct)}
     return {
         "step": step,
-        "avg_at_k": sum(m["avg_at_k"] for m in datasets.values()) / len(datasets),
-        "pass_at_k": sum(m["pass_at_k"] for m in datasets.values()) / len(datasets),
+        **macro_average(per_set)._asdict(),
         "k": k,
         "n_prompts": sum(m["n_prompts"] for m in datasets.values()),
         "datasets": datasets,

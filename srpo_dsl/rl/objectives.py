@@ -13,8 +13,9 @@ advantage estimator it trains on (advantages.py):
 They are the entries of `srpo_dsl.registries.OBJECTIVES` (built-ins by import path, so the
 option schema reads the names without torch); `@register_policy_loss(name, aggregation=...,
 advantage=...)` adds one, and a workflow may name a user's terms function instead (plugins.py).
-Every objective optionally adds a KL penalty to a frozen reference (k3 estimator) and an entropy
-bonus, both token means over `num_tokens`, both off by default.
+Every objective optionally adds a KL penalty to a frozen reference (k3 estimator), a token
+mean over `num_tokens`, off by default. The entropy bonus is the update's (`rl/update.py`):
+the objective sees detached log-probs, through which no entropy gradient could flow.
 """
 
 from __future__ import annotations
@@ -74,15 +75,13 @@ class Objective:
         num_rows: int | None = None,
         ref_logprobs: Tensor | None = None,
         kl_coef: float = 0.0,
-        entropy: Tensor | None = None,
-        entropy_coef: float = 0.0,
     ) -> tuple[Tensor, Metrics, PolicyTerms]:
-        """(-J + kl_coef * KL - entropy_coef * H, metrics, per-unit terms) on one micro-batch.
+        """(-J + kl_coef * KL, metrics, per-unit terms) on one micro-batch.
 
         [B, T] log-probs (current, behaviour) and mask, [B] event ids and advantages.
         num_events / num_tokens / num_rows: GLOBAL counts of the optimizer step (each
         defaults to the count in this call); the loss reads the one of its aggregation,
-        and num_tokens for the KL and entropy terms. set_norm is checked for every loss
+        and num_tokens for the KL term. set_norm is checked for every loss
         and changes only srpo (grpo, seq and drmas have no sets).
         """
         batch = PolicyBatch.of(logprobs, old_logprobs, response_mask, event_ids, advantages)
@@ -92,7 +91,7 @@ class Objective:
         given = {"num_events": num_events, "num_tokens": num_tokens, "num_rows": num_rows}[unit]
         metrics[unit] = local_count(unit, batch, terms, metrics["num_units"])
         objective = aggregate(terms.values, self.aggregation, global_count(unit, given, metrics[unit]))
-        penalty, extra = regularisers(batch, num_tokens, ref_logprobs, kl_coef, entropy, entropy_coef)
+        penalty, extra = regularisers(batch, num_tokens, ref_logprobs, kl_coef)
         return -objective + penalty, metrics | extra, terms
 
     def advantages(self, inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
@@ -175,28 +174,15 @@ def regularisers(
     num_tokens: int | None,
     ref_logprobs: Tensor | None,
     kl_coef: float,
-    entropy: Tensor | None,
-    entropy_coef: float,
 ) -> tuple[Tensor | float, Metrics]:
-    """kl_coef * KL - entropy_coef * H, both token means over the global `num_tokens`, and their metrics."""
+    """kl_coef * KL, a token mean over the global `num_tokens`, and its metric."""
     if kl_coef and ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs ref_logprobs")
-    if entropy_coef and entropy is None:
-        raise ValueError("entropy_coef > 0 needs entropy")
-    if ref_logprobs is None and entropy is None:
+    if ref_logprobs is None:
         return 0.0, {}
     tokens = global_count("num_tokens", num_tokens, float(batch.mask.sum()))
-    penalty: Tensor | float = 0.0
-    metrics: Metrics = {}
-    if ref_logprobs is not None:
-        kl = aggregate(k3_kl(batch.logprobs, ref_logprobs, batch.mask), "token-mean", tokens)
-        penalty = penalty + kl_coef * kl
-        metrics["kl"] = kl.item()
-    if entropy is not None:
-        mean_entropy = aggregate(torch.where(batch.mask, at_least_fp32(entropy), 0.0), "token-mean", tokens)
-        penalty = penalty - entropy_coef * mean_entropy
-        metrics["entropy"] = mean_entropy.item()
-    return penalty, metrics
+    kl = aggregate(k3_kl(batch.logprobs, ref_logprobs, batch.mask), "token-mean", tokens)
+    return kl_coef * kl, {"kl": kl.item()}
 
 
 def setwise_loss(

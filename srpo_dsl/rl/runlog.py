@@ -25,9 +25,16 @@ METRICS, EVAL, CONFIG, TRACES, GRAPH = (
     "graph.json",
 )
 EVAL_PROMPTS = "eval_prompts.jsonl"  # per evaluation: each held-out prompt's correct samples out of k
+RENAMED = {"score": "return", "accuracy": "task_score"}  # metrics.jsonl: an older run's key -> its name now
+
+
+def current_keys(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics.jsonl row with the keys an older run wrote (`RENAMED`) under their names now."""
+    return {RENAMED.get(key, key): value for key, value in row.items()}
+
 
 PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics figure)
-    "score": "Score (mean reward)",
+    "return": "Return (mean; task score + invalid penalty)",
     "grad_norm": "Gradient norm",
     "response_length": "Response length (tokens)",
     "mean_set_size": "Mean active-set size",
@@ -213,9 +220,10 @@ class Dynamics:
 
 
 def read_dynamics(run: Path) -> Dynamics:
-    """RUN/metrics.jsonl's panels and RUN/eval.jsonl's curve; RunError when there is nothing to draw."""
+    """RUN/metrics.jsonl's panels (an older run's under the keys of today, `current_keys`) and
+    RUN/eval.jsonl's curve; RunError when there is nothing to draw."""
     path = run / METRICS
-    rows = read_jsonl(path)
+    rows = [current_keys(row) for row in read_jsonl(path)]
     if not rows:
         raise RunError(f"{path}: no steps recorded yet")
     try:

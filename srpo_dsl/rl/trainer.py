@@ -130,7 +130,7 @@ def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
         evaluate(run, 0)
     for step in bar:
         history.append(train_step(run, step))
-        bar.set_postfix_str(f"score {history[-1]['score']:.3f}, grad norm {history[-1]['grad_norm']:.3f}")
+        bar.set_postfix_str(f"return {history[-1]['return']:.3f}, grad norm {history[-1]['grad_norm']:.3f}")
         if due(step, run.opts.eval_every, run.opts.steps):
             evaluate(run, step)
         if due(step, run.opts.save_every, run.opts.steps):
@@ -233,8 +233,8 @@ def step_metrics(
     n_episodes, reward, score, response_tokens, dropped, *by_key = all_reduce(local, run.dist.device)
     return {
         "step": step,
-        "score": reward / max(n_episodes, 1),
-        "accuracy": score / max(n_episodes, 1),
+        "return": reward / max(n_episodes, 1),  # mean episode return: task score + invalid-output penalty
+        "task_score": score / max(n_episodes, 1),  # mean task score: the reward function alone
         "grad_norm": stats.get("grad_norm", 0.0),
         "response_length": response_tokens / max(stats["num_rows"], 1),
         "mean_set_size": stats["num_rows"] / max(stats["num_events"], 1),

@@ -66,6 +66,11 @@ class Cost:
     tool_calls: int
 
 
+def context_entry(role: str, replica: int, text: str, valid: bool, value: object) -> dict:
+    """One committed output as later roles see it: an item of `team_context` (and `memory.accepted`)."""
+    return {"role": role, "replica": replica, "text": text, "valid": valid, "value": value}
+
+
 @dataclass
 class Episode:
     """A rollout of the graph for one task; `sample` is its index in the prompt's group."""

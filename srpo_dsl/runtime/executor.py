@@ -20,7 +20,7 @@ from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.graph import EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS
 from srpo_dsl.runtime.effects import EFFECTS
-from srpo_dsl.runtime.episode import Episode, Event, Member
+from srpo_dsl.runtime.episode import Episode, Event, Member, context_entry
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
@@ -223,10 +223,7 @@ class Executor:
         ep.events.append(event)
         ep.invalid_actions += sum(not m.valid for m in members)
         ep.last_output[node.agent.name] = members
-        ep.team_context += [
-            {"role": m.role, "replica": m.replica, "text": m.text, "valid": m.valid, "value": m.parsed}
-            for m in members
-        ]
+        ep.team_context += [context_entry(m.role, m.replica, m.text, m.valid, m.parsed) for m in members]
         for effect in node.step.effects:
             EFFECTS[effect](ep, node, members)
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from srpo_dsl.rl.runlog import EVAL, EVAL_PROMPTS, read_jsonl
+from srpo_dsl.runtime.metrics import prompt_at_k
 from srpo_dsl.sweep.state import SweepState, run_dir
 from srpo_dsl.sweep.stats import (
     BOOTSTRAP_SEED,
@@ -37,7 +38,7 @@ METRICS = (
     "calls_per_episode",
     "wall_s",
 )
-PAIRED = {"final_avg": "avg", "final_pass": "pass"}  # metric -> per-prompt outcome compared
+PAIRED = {"final_avg": "avg_at_k", "final_pass": "pass_at_k"}  # metric -> per-prompt outcome compared
 SCHEME = "two-stage: seeds with replacement, then each dataset's prompts with replacement within each seed"
 
 
@@ -89,9 +90,9 @@ class CellResult:
 
 
 def outcome(correct: list[int], k: int, which: str) -> np.ndarray:
-    """Per prompt: the fraction of k samples correct (avg) or whether any is (pass: Pass@k with n = k)."""
-    c = np.asarray(correct, dtype=float)
-    return c / k if which == "avg" else (c > 0).astype(float)
+    """Per prompt its `which` of `AtK` from c of k samples correct: Avg@k c / k, or Pass@k (with n = k,
+    whether any sample is correct)."""
+    return np.array([getattr(prompt_at_k(k, c, k), which) for c in correct], dtype=float)
 
 
 def compare(cell: list[RunResult], base: list[RunResult], which: str) -> Difference | str:

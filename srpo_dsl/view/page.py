@@ -9,12 +9,14 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from srpo_dsl.rl.runlog import EVAL, PANELS, ROLE_PANELS, RunError, eval_curve, role_series
+from srpo_dsl.rl.runlog import EVAL, ROLE_PANELS, RunError, current_keys, eval_curve, role_series
 from srpo_dsl.view.charts import Series, line_chart
 from srpo_dsl.view.episodes import episode_json
 from srpo_dsl.view.graph_svg import graph_svg
 from srpo_dsl.view.source import Source, ViewError
 
+RETURN_TITLE = "Return and task score (means per episode)"
+RETURN_LINES = {"return": "return", "task_score": "task score"}  # metrics.jsonl key -> legend
 ROLE_UPDATE_PANELS = {  # charted after the per-role panels of `plot`: what the update did per role
     "abs_advantage": "Mean |advantage| per role",
     "clip_fraction": "Clip fraction per role",
@@ -37,15 +39,15 @@ TEMPLATE = """<!DOCTYPE html>
     <h2>Episodes</h2>
     <form id="filters" autocomplete="off">
       <label>prompt <input id="f-prompt" type="search" placeholder="prompt id contains"></label>
-      <label>reward ≥ <input id="f-min" type="number" step="any"></label>
-      <label>reward ≤ <input id="f-max" type="number" step="any"></label>
+      <label>return ≥ <input id="f-min" type="number" step="any"></label>
+      <label>return ≤ <input id="f-max" type="number" step="any"></label>
       <label>invalid outputs <select id="f-invalid">
         <option value="">any</option><option value="with">some</option><option value="without">none</option>
       </select></label>
       <label>event type <select id="f-type"><option value="">any</option></select></label>
     </form>
     <p id="count"></p>
-    <table id="episodes"><thead><tr><th>episode</th><th>reward</th><th>score</th><th>answer</th>
+    <table id="episodes"><thead><tr><th>episode</th><th>return</th><th>task score</th><th>answer</th>
       <th>invalid</th><th>events</th><th>tokens</th></tr></thead><tbody></tbody></table>
     <nav id="pager"><button id="prev" type="button">◀ previous</button><span id="page"></span>
       <button id="next" type="button">next ▶</button></nav>
@@ -70,14 +72,15 @@ def script_json(data: Any) -> str:
 
 
 def curves(source: Source) -> list[str]:
-    """The training curves: score, held-out Avg@k / Pass@k, then each per-role metric logged."""
+    """The training curves: return and task score, held-out Avg@k / Pass@k, then each per-role metric
+    logged. An older run's metrics read under the keys of today (`current_keys`)."""
     charts = []
-    rows, evals = source.metrics, source.evals
+    rows, evals = [current_keys(r) for r in source.metrics], source.evals
     try:
         if rows:
             steps = [int(r["step"]) for r in rows]
-            lines = [Series(key, steps, [float(r[key]) for r in rows]) for key in ("score", "accuracy")]
-            charts.append(line_chart(PANELS["score"], [s for s in lines if len(s.values) == len(steps)]))
+            lines = [Series(name, steps, [float(r[key]) for r in rows]) for key, name in RETURN_LINES.items()]
+            charts.append(line_chart(RETURN_TITLE, [s for s in lines if len(s.values) == len(steps)]))
         if evals:
             curve = eval_curve(evals, source.traces.parent / EVAL)
             held = [

@@ -24,14 +24,14 @@
   }
 
   function summary() {
-    let events = 0, incomplete = 0, reward = 0;
+    let events = 0, incomplete = 0, total = 0;
     for (const ep of episodes) {
       events += ep.events.length;
-      reward += ep.reward;
+      total += ep.return;
       for (const e of ep.events) if (!e.complete) incomplete += 1;
     }
-    const mean = episodes.length ? reward / episodes.length : 0;
-    let text = `${episodes.length} episodes, ${events} events (${incomplete} incomplete), mean reward ${fmt(mean)}`;
+    const mean = episodes.length ? total / episodes.length : 0;
+    let text = `${episodes.length} episodes, ${events} events (${incomplete} incomplete), mean return ${fmt(mean)}`;
     if (data.objective) text += `; trained with ${data.objective}`;
     $("summary").textContent = text + ` — ${data.traces}`;
   }
@@ -50,7 +50,7 @@
 
   function keep(ep, f) {
     if (f.prompt && !ep.prompt.toLowerCase().includes(f.prompt)) return false;
-    if (ep.reward < f.min || ep.reward > f.max) return false;
+    if (ep.return < f.min || ep.return > f.max) return false;
     if (f.invalid === "with" && ep.invalid === 0) return false;
     if (f.invalid === "without" && ep.invalid > 0) return false;
     if (f.type && !ep.events.some((e) => e.type === f.type)) return false;
@@ -87,7 +87,7 @@
     const ep = episodes[i];
     const tr = el("tr", i === state.selected ? "selected" : "");
     tr.dataset.index = String(i);
-    const cells = [ep.id, fmt(ep.reward), fmt(ep.score), shown(ep.answer), ep.invalid, ep.events.length, ep.cost[0]];
+    const cells = [ep.id, fmt(ep.return), fmt(ep.taskScore), shown(ep.answer), ep.invalid, ep.events.length, ep.cost[0]];
     for (const c of cells) tr.appendChild(el("td", "", c));
     if (ep.invalid > 0) tr.classList.add("has-invalid");
     tr.addEventListener("click", () => select(i));
@@ -106,7 +106,7 @@
     $("episode-title").textContent = `Episode ${ep.id}`;
     const box = $("timeline");
     box.replaceChildren();
-    const head = `prompt ${ep.prompt} · sample ${ep.sample} · reward ${fmt(ep.reward)} · score ${fmt(ep.score)}` +
+    const head = `prompt ${ep.prompt} · sample ${ep.sample} · return ${fmt(ep.return)} · task score ${fmt(ep.taskScore)}` +
       ` · answer ${shown(ep.answer)} · invalid ${ep.invalid} · ${ep.cost[0]} tokens, ${ep.cost[1]} calls,` +
       ` ${ep.cost[2]} tool calls`;
     box.appendChild(el("p", "episode-head", head));
