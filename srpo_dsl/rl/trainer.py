@@ -159,12 +159,11 @@ def due(step: int, every: int, last: int) -> bool:
 
 
 def rollout(run: Run, step: int) -> list[Episode]:
-    """This rank's share of the step's prompts (whole groups of G on one rank), G episodes each."""
+    """This rank's share of the step's prompts (whole groups of G on one rank), G episodes each. The
+    draws' seeds follow from the step and each prompt's id (`Executor.run`), not from the rank."""
     prompts = [run.tasks[i] for i in step_prompts(len(run.tasks), run.opts.batch, step, run.opts.seed)]
     mine = prompts[run.dist.rank :: run.dist.world_size]
-    return run.executor.run(
-        mine, samples=run.opts.group, seed=seed_of("rollout", run.opts.seed, step, run.dist.rank)
-    )
+    return run.executor.run(mine, samples=run.opts.group, seed=seed_of("rollout", run.opts.seed, step))
 
 
 def training_rows(run: Run, episodes: list[Episode]) -> Rows:
