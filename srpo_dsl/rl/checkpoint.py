@@ -17,6 +17,7 @@ from srpo_dsl.io import write_json
 from srpo_dsl.rl.engine import Dist, Policy, barrier, load_engines, save_engines
 
 CHECKPOINTS = "checkpoints"
+RESUMABLE = ("backend", "decode")  # config keys a resume may change (and the option `steps`)
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -64,6 +65,36 @@ def save_checkpoint(
 def read_state(folder: Path) -> dict[str, Any]:
     """The run state a checkpoint was written with (step, data cursor, config, policy versions)."""
     return json.loads((folder / "state.json").read_text(encoding="utf-8"))
+
+
+def resume_conflicts(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The run config's keys (and `options`' keys) whose values differ between a checkpoint's run and
+    this one, either way: a key only one side has differs (`eval_data` given then left out). File
+    paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode` and `steps` may change."""
+    changed = [
+        k
+        for k in _union(before, now)
+        if k not in ("options", *RESUMABLE) and _comparable(k, before.get(k)) != _comparable(k, now.get(k))
+    ]
+    was, will = before.get("options", {}), now.get("options", {})
+    return changed + [k for k in _union(was, will) if k != "steps" and was.get(k) != will.get(k)]
+
+
+def _union(one: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    return [*other, *(k for k in one if k not in other)]
+
+
+def _comparable(key: str, value: Any) -> Any:
+    """`value` with its file paths resolved: the workflow, held-out files, and models that are local."""
+    if value is None:
+        return None
+    if key == "workflow":
+        return str(Path(value).resolve())
+    if key == "eval_data":
+        return [str(Path(p).resolve()) for p in value]
+    if key == "models":
+        return {n: str(Path(m).resolve()) if Path(m).exists() else m for n, m in value.items()}
+    return value
 
 
 def load_checkpoint(folder: Path, policies: Mapping[str, Policy], dist: Dist) -> None:

@@ -24,7 +24,13 @@ import torch
 
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
+from srpo_dsl.rl.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    read_state,
+    resume_conflicts,
+    save_checkpoint,
+)
 from srpo_dsl.rl.data_order import seed_of, step_prompts
 from srpo_dsl.rl.engine import Dist, Policy, Rollout, all_reduce, barrier, engine_owners, push_weights
 from srpo_dsl.rl.event_updates import event_updates
@@ -340,7 +346,7 @@ def prepare_run(
         opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds
     )
     config = {
-        "workflow": str(workflow_path),
+        "workflow": str(workflow_path.resolve()),
         "graph_hash": wf.graph.hash,
         "options": opts.model_dump(),
         "models": paths,
@@ -352,7 +358,7 @@ def prepare_run(
         "backend": rollout.engine,
         "decode": rollout.decode,
         "ds_config": engine_config,
-    } | ({"eval_data": [str(p) for p in eval_data]} if eval_data else {})  # absent: the task's eval split
+    } | ({"eval_data": [str(Path(p).resolve()) for p in eval_data]} if eval_data else {})  # else: eval split
     state = resumable_state(found, config) if resume and found else None
     policies = build_policies(wf.graph, paths, opts, dist, engine_config, rollout)
     backends = {n: p.backend for n, p in policies.items()}
@@ -428,11 +434,9 @@ def model_paths(graph: EventGraph, models: Mapping[str, str], dist: Dist) -> dic
 
 
 def resumable_state(found: Path, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The checkpoint's run state, if it was written with this config (only `steps` may change)."""
+    """The checkpoint's run state, if it was written with this config (`resume_conflicts`)."""
     state = read_state(found)
-    before = state["config"]
-    changed = [k for k in config if k not in ("options", "backend", "decode") and before.get(k) != config[k]]
-    changed += [k for k, v in config["options"].items() if k != "steps" and before["options"].get(k) != v]
+    changed = resume_conflicts(state["config"], config)
     if changed:
         raise TrainError(f"cannot resume {found}: {', '.join(changed)} changed since it was written")
     return state
