@@ -341,7 +341,8 @@ def prepare_run(
         raise TrainError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     dist = init_distributed(device)
     paths = model_paths(wf.graph, models, dist)
-    check_memory(wf.graph, paths, Layout(opts.zero, dist.world_size, offload, rollout.engine), dist)
+    layout = Layout(opts.zero, dist.world_size, offload, rollout.engine, reference=opts.kl > 0)
+    check_memory(wf.graph, paths, layout, dist)
     engine_config = make_ds_config(
         opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds
     )
