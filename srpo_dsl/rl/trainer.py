@@ -324,7 +324,6 @@ def prepare_run(
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.engine import build_policies, init_distributed, read_ds_config
     from srpo_dsl.rl.engine import ds_config as make_ds_config
-    from srpo_dsl.rl.fit import Layout
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 
     wf = load_workflow(workflow_path)
@@ -341,8 +340,7 @@ def prepare_run(
         raise TrainError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     dist = init_distributed(device)
     paths = model_paths(wf.graph, models, dist)
-    layout = Layout(opts.zero, dist.world_size, offload, rollout.engine, reference=opts.kl > 0)
-    check_memory(wf.graph, paths, layout, dist)
+    check_memory(wf.graph, paths, opts, offload, rollout.engine, dist)
     engine_config = make_ds_config(
         opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds
     )
@@ -409,10 +407,14 @@ def check_backend(backend: str, device: str) -> None:
         raise TrainError("--backend vllm needs the optional extra: pip install 'srpo-dsl[vllm]'")
 
 
-def check_memory(graph: EventGraph, paths: Mapping[str, str], layout: Any, dist: Dist) -> None:
-    """On CUDA, before loading: the policies' training state must fit this GPU (rl/fit.py)."""
-    from srpo_dsl.rl.fit import check_fit
+def check_memory(
+    graph: EventGraph, paths: Mapping[str, str], opts: TrainOptions, offload: str, engine: str, dist: Dist
+) -> None:
+    """On CUDA, before loading: the policies' training state, with each trained model's KL reference copy
+    when `kl > 0`, must fit this GPU (rl/fit.py)."""
+    from srpo_dsl.rl.fit import Layout, check_fit
 
+    layout = Layout(opts.zero, dist.world_size, offload, engine, reference=opts.kl > 0)
     if problem := check_fit(graph, paths, layout, dist.device):
         raise TrainError(problem)
 
