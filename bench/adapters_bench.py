@@ -201,7 +201,7 @@ def serve_base(path: Path, device: str) -> dict:
     executor = Executor(wf.graph, {n: p.backend for n, p in policies.items()}, wf.renderer(), build_tools(wf))
     tasks = task_data(wf, split="train")
     prompts = [tasks[i] for i in step_prompts(len(tasks), opts.batch, 1, opts.seed)]
-    executor.run(prompts, samples=opts.group, seed=seed_of("rollout", opts.seed, 1, 0))
+    executor.run(prompts, samples=opts.group, seed=seed_of("rollout", opts.seed, 1))
     return policies
 
 

@@ -12,7 +12,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from srpo_dsl.backends import BackendError, GenRequest, make_backend
 from srpo_dsl.backends.base import RolloutEngine
-from srpo_dsl.backends.decoding import nucleus, sample_next
 from srpo_dsl.backends.hf import HFBackend, encode_prompts
 from srpo_dsl.backends.logprobs import (
     distinct_rows,
@@ -22,6 +21,7 @@ from srpo_dsl.backends.logprobs import (
     sequence_logprobs,
     token_logprobs,
 )
+from srpo_dsl.backends.sampling import counter_uniform, nucleus, sample_next
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.runtime.prompts import CONTEXT_VARIABLES, PromptError, PromptRenderer
 
@@ -152,19 +152,70 @@ def test_nucleus_keeps_the_smallest_set_reaching_top_p() -> None:
     )  # the top token always stays
 
 
-def test_sample_next_draws_from_the_tempered_distribution() -> None:
+def splitmix_uniform(seed: int, position: int, entry: int) -> float:
+    """The noise of `counter_uniform` in Python's unbounded integers, modulo 2^64 by hand."""
+    full = (1 << 64) - 1
+
+    def mix(z: int) -> int:
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & full
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB & full
+        return z ^ (z >> 31)
+
+    golden = 0x9E3779B97F4A7C15
+    key = mix((seed + (position + 1) * golden) & full)
+    return ((mix((key + (entry + 1) * golden) & full) >> 41) + 0.5) / 2**23
+
+
+def test_counter_noise_is_the_splitmix_hash_of_seed_position_and_entry() -> None:
+    """Vectorised int64 tensor ops (wrapping products, masked shifts) give the unsigned 64-bit hash exactly,
+    seeds with the top bit set and positions per row or shared alike."""
+    seeds = [0, 1, 2**40 + 3, 2**63 - 1]
+    shared = counter_uniform(torch.tensor(seeds), torch.tensor(9), 33)
+    per_row = counter_uniform(torch.tensor(seeds), torch.tensor([0, 5, 9, 2**31]), 33)
+    for i, seed in enumerate(seeds):
+        assert shared[i].tolist() == [splitmix_uniform(seed, 9, v) for v in range(33)]
+        assert per_row[i].tolist() == [splitmix_uniform(seed, [0, 5, 9, 2**31][i], v) for v in range(33)]
+    assert shared.dtype == torch.float32 and shared.min() > 0 and shared.max() < 1
+    assert torch.equal(shared[2], per_row[2])
+
+
+def chi_square(tokens: torch.Tensor, probs: list[float]) -> float:
+    """Pearson's statistic of the drawn `tokens` against `probs` (tokens of probability 0: never drawn)."""
+    counts = torch.bincount(tokens, minlength=len(probs)).double()
+    expected = torch.tensor(probs, dtype=torch.float64) * len(tokens)
+    assert (counts[expected == 0] == 0).all()
+    kept = expected > 0
+    return float(((counts[kept] - expected[kept]) ** 2 / expected[kept]).sum())
+
+
+# Pearson's chi-square at p = 0.001, by the number of possible tokens (2 and 1 degrees of freedom)
+CRITICAL = {3: 13.82, 2: 10.83}
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_p", "probs"),
+    [
+        (1.0, 1.0, [0.5, 0.3, 0.2, 0.0]),
+        (0.5, 1.0, [25 / 38, 9 / 38, 4 / 38, 0.0]),  # T = 0.5 squares the probabilities: 25 : 9 : 4 of 38
+        (1.0, 0.6, [0.625, 0.375, 0.0, 0.0]),  # {0.5, 0.3} renormalised
+    ],
+)
+def test_sample_next_draws_from_the_tempered_distribution(temperature, top_p, probs) -> None:
+    """40,000 draws of one logits vector, by 40,000 seeds at one position and by one seed along 40,000
+    positions: frequencies within 0.01 of the distribution and Pearson's chi-square below p = 0.001."""
     logits = torch.log(torch.tensor([0.5, 0.3, 0.2, 0.0])).expand(40_000, 4)
-    torch.manual_seed(0)
-    counts = torch.bincount(sample_next(logits, 1.0, 1.0), minlength=4) / 40_000
-    assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.01) and counts[3] == 0
-    # T = 0.5 squares the probabilities: 25 : 9 : 4 of 38
-    counts = torch.bincount(sample_next(logits, 0.5, 1.0), minlength=4) / 40_000
-    assert torch.allclose(counts, torch.tensor([25, 9, 4, 0]) / 38, atol=0.01)
-    counts = torch.bincount(sample_next(logits, 1.0, 0.6), minlength=4) / 40_000
-    assert torch.allclose(
-        counts, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=0.01
-    )  # {0.5, 0.3} renormalised
-    assert sample_next(logits[:2], 0.0, 1.0).tolist() == [0, 0]
+    by_seed = sample_next(logits, temperature, top_p, torch.arange(40_000), torch.tensor(0))
+    along = sample_next(logits, temperature, top_p, torch.full((40_000,), 7), torch.arange(40_000))
+    for tokens in (by_seed, along):
+        frequencies = torch.bincount(tokens, minlength=4) / 40_000
+        assert torch.allclose(frequencies, torch.tensor(probs), atol=0.01)
+        assert chi_square(tokens, probs) < CRITICAL[sum(p > 0 for p in probs)]
+    assert not torch.equal(by_seed, along)
+
+
+def test_sample_next_is_greedy_at_temperature_zero() -> None:
+    logits = torch.tensor([[0.1, 2.0, 0.3], [5.0, 0.0, 4.9]])
+    assert sample_next(logits, 0.0, 1.0, torch.tensor([1, 2]), torch.tensor(0)).tolist() == [1, 0]
 
 
 # --- the shared log-prob math --------------------------------------------------------------

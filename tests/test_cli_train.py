@@ -270,3 +270,44 @@ def test_option_pairs_are_parsed_and_checked_by_the_trainer(tmp_path):
         "error: --option clipp=0.1: no training option `clipp` (did you mean `clip`?)"
     )
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_resume_compares_the_config_both_ways_with_paths_resolved(
+    tmp_path: Path, tiny_random_model: Path
+) -> None:
+    """A run trained with `--eval-data` may not resume without it (a key removed is a change too), while
+    the same workflow and held-out file named `./team.srpo` and `./held.jsonl` instead of `team.srpo` and
+    `held.jsonl` resume it."""
+    from srpo_dsl.envs.arith import make_arith_tasks
+
+    (tmp_path / "solver.j2").write_text("S {{ task.question }}=")
+    (tmp_path / "aggregator.j2").write_text("A {{ task.question }}=")
+    (tmp_path / "team.srpo").write_text(TEAM)
+    write_jsonl(tmp_path / "held.jsonl", make_arith_tasks(3, 7, 9, heldout=True))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+
+    def train(workflow: str, *flags: str) -> subprocess.CompletedProcess:
+        args = [workflow, "--out", "run", "--model", str(tiny_random_model), "--device", "cpu", *flags]
+        return subprocess.run(
+            [sys.executable, "-m", "srpo_dsl", "train", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+        )
+
+    first = train("team.srpo", "--eval-data", "held.jsonl")
+    assert first.returncode == 0, first.stderr[-2000:]
+    dropped = train("team.srpo", "--resume", "--steps", "2")
+    assert dropped.returncode == 2 and dropped.stderr == (
+        "error: cannot resume run/checkpoints/step-1: eval_data changed since it was written\n"
+    )
+    resumed = train("./team.srpo", "--resume", "--steps", "2", "--eval-data", "./held.jsonl")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in metrics] == [1, 2]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["eval_data"] == [
+        str(tmp_path / "held.jsonl")
+    ]

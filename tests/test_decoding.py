@@ -1,5 +1,6 @@
-"""The hf engine's decode loops: `static` and `compiled` decode what `dynamic` decodes, report the
-trainer's log-probs, keep and release their caches, and follow weights changed in place."""
+"""The hf engine's decode loops: `static` and `compiled` decode and sample what `dynamic` does, a row's
+draw does not depend on its batch, they report the trainer's log-probs, keep and release their caches,
+and follow weights changed in place."""
 
 from __future__ import annotations
 
@@ -85,6 +86,37 @@ def test_static_samples_report_the_trainers_logprobs_and_reproduce(random_lm, te
     assert len({tuple(r.response_token_ids) for r in first[:4] + first[5:6]}) > 1
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9)])
+def test_static_samples_what_dynamic_samples(random_lm, device, temperature, top_p):
+    """Sampling on: a row's draw at position t depends on its seed, t and its logits only, so the loops
+    sample alike (7 rows padded to 8, a prompt repeated, one row past a cache-length boundary)."""
+    model, tokenizer = random_lm
+    lm = (model if device == "cpu" else load(model.name_or_path)[0].to(device)), tokenizer
+    reqs = requests([5, 1, LENGTH_STEP + 3, 9, 2, 30, 12], temperature, top_p)
+    static = decoded(lm, "static", reqs, seed=11)
+    assert_same(static, decoded(lm, "dynamic", reqs, seed=11))
+    assert len({tuple(r.response_token_ids) for r in static}) == len(reqs)
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_a_rows_draw_does_not_depend_on_its_batch(random_lm, mode):
+    """A request with its own seed samples the same response alone, in a batch, in another order and
+    beside other prompts (other padding, another batch size, its prompt shared or not)."""
+    model, tokenizer = random_lm
+    engine = HFBackend(model, tokenizer=tokenizer, decode=mode)
+    reqs = [
+        GenRequest(p, m, 1.0, seed=100 + i) for i, (p, m) in enumerate(zip(PROMPTS * 2, [6, 3, 9, 4, 7] * 2))
+    ]
+    batch = engine.generate(reqs)
+    alone = [r for q in reqs for r in engine.generate([q])]
+    assert_same(batch, alone)
+    others = [GenRequest("S 99+1=", 5, 1.0, seed=7), GenRequest("an unrelated longer prompt here", 8, 1.0)]
+    mixed = engine.generate(others[:1] + reqs[::-1] + others[1:])
+    assert_same(mixed[1:-1][::-1], batch)
+    assert len({tuple(r.response_token_ids) for r in batch}) == len(reqs)  # a repeated prompt draws anew
+
+
 def test_static_keeps_a_cache_per_shape_emptied_on_reuse_and_released_by_sleep(random_lm):
     model, tokenizer = random_lm
     engine = HFBackend(model, tokenizer=tokenizer, decode="static")
@@ -125,6 +157,8 @@ def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_pl
     reqs = requests([7, 2, 5])
     compiled = HFBackend(model, tokenizer=tokenizer, decode="compiled")
     assert_same(compiled.generate(reqs, seed=0), decoded((model, tokenizer), "dynamic", reqs))
+    sampled = requests([7, 2, 5], 0.7, 0.9)
+    assert_same(compiled.generate(sampled, seed=5), decoded((model, tokenizer), "dynamic", sampled, seed=5))
     before = compiled.generate(reqs, seed=0)
     with torch.no_grad():
         for p in model.parameters():

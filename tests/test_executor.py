@@ -301,3 +301,45 @@ def test_a_tool_called_from_two_nodes_records_each_call_on_its_own_event(tmp_pat
     assert [o["query"] for o in checked.observations] == ["Jane Austen"]
     assert all(len(o["documents"]) == 2 for o in searched.observations + checked.observations)
     assert ep.tool_calls == 3 and len(ep.documents) == 6
+
+
+class SeedLog(ScriptedBackend):
+    """The scripted backend noting each request's (role, seed)."""
+
+    def __init__(self, script: dict, log: list):
+        super().__init__(script)
+        self.log = log
+
+    def generate(self, requests, *, seed=None):
+        self.log.extend((r.role, r.seed) for r in requests)
+        return super().generate(requests, seed=seed)
+
+
+def _draws(tasks: list[dict], samples: int, seed: int) -> list[tuple[str, int]]:
+    """Every request's (role, seed) when three policies (one backend call each per round) run a loop of
+    a solver pool (K = 3) and a verifier that always rejects, to the loop's bound of 3 rounds."""
+    wf = load_workflow(ROOT / "workflows/math_nonsharing.srpo")
+    script = {
+        "solver": ["\\boxed{2}"],
+        "verifier": ["<verify>reject</verify>"],
+        "aggregator": ["FINAL: \\boxed{2}"],
+    }
+    log: list[tuple[str, int]] = []
+    backends = {name: SeedLog(script, log) for name in wf.graph.policies}
+    Executor(wf.graph, backends, wf.renderer(), {}).run(tasks, samples=samples, seed=seed)
+    return log
+
+
+def test_every_draw_of_a_run_has_a_seed_of_its_own():
+    """One seed per (run seed, round, prompt, sample, member): none shared between the members of an
+    event, the samples of a prompt, the rounds of a loop or the policies of a round; the same again for
+    the same run seed; a prompt's draws the same beside other prompts as alone."""
+    tasks = [{"id": f"m{i}", "question": "1+1?", "answer": "2", "answers": ["2"]} for i in range(3)]
+    draws = _draws(tasks, samples=2, seed=5)
+    assert len(draws) == 3 * 2 * (3 * 3 + 3 + 1)  # per episode: 3 rounds of 3 solvers and a verifier
+    seeds = [s for _, s in draws]
+    assert None not in seeds and len(set(seeds)) == len(seeds)
+    assert _draws(tasks, samples=2, seed=5) == draws
+    assert not set(seeds) & {s for _, s in _draws(tasks, samples=2, seed=6)}
+    alone = _draws(tasks[1:2], samples=2, seed=5)
+    assert set(alone) < set(draws)

@@ -87,3 +87,65 @@ def test_needed_bytes_per_kind_of_policy(tmp_path, backend):
         "tuned": 2 * n,  # lora(...): the base's weights; the LoRA state is left out
         "base": 2 * n,  # hosts adapter `one`, counted once here
     }
+
+
+@pytest.mark.parametrize(("zero", "world", "backend"), [(0, 1, "hf"), (3, 4, "hf"), (3, 4, "vllm")])
+def test_kl_adds_a_reference_copy_per_trained_model(tmp_path, zero, world, backend):
+    """kl > 0: each model trained in full or with lora(...) keeps its initial weights, 2 bytes per parameter
+    unsplit at every stage; a base hosting adapters scores the reference itself (no copy); frozen: none."""
+    from srpo_dsl.rl.fit import needed_bytes, parameter_count
+    from srpo_dsl.runtime.setup import load_workflow
+    from tests.test_training import make_models
+
+    model = make_models(tmp_path)[0]
+    (tmp_path / "p.j2").write_text("{{ task.question }}")
+    (tmp_path / "team.srpo").write_text(TEAM)
+    graph = load_workflow(tmp_path / "team.srpo").graph
+    paths, n = dict.fromkeys(graph.policies, str(model)), parameter_count(str(model))
+    without = needed_bytes(graph, paths, Layout(zero, world, "none", backend))
+    with_kl = needed_bytes(graph, paths, Layout(zero, world, "none", backend, reference=True))
+    assert {name: with_kl[name] - without[name] for name in with_kl} == {
+        "solver": 2 * n,
+        "judge": 0,
+        "tuned": 2 * n,
+        "base": 0,
+    }
+    if (zero, backend) == (3, "hf"):  # by hand: 16 bytes split over 4 ranks, the rollout copy, the reference
+        assert with_kl["solver"] == pytest.approx(16 * n / 4 + 2 * n + 2 * n)
+
+
+def test_a_kl_reference_that_does_not_fit_is_named():
+    """One 1e9-parameter model trained in full on one GPU of 16 GiB: 16e9 bytes (14.9 GiB) fit, 18e9 with
+    the reference (16.8 GiB) do not."""
+    layout, with_kl = Layout(0, 1, "none", "hf"), Layout(0, 1, "none", "hf", reference=True)
+    assert fit_problem({"solver": training_bytes(B, B, layout)}, 16 * 2**30, layout) is None
+    needed = {"solver": training_bytes(B, B, with_kl) + 2 * B}
+    message = fit_problem(needed, 16 * 2**30, with_kl)
+    assert message.startswith(
+        "the policies' weights, gradients, optimizer states and KL reference copies need at least 16.8 GiB"
+    )
+
+
+def test_the_trainer_checks_memory_with_the_reference_when_kl_is_on(tmp_path, monkeypatch):
+    """The layout the trainer checks before loading anything says whether kl > 0 (the check itself only runs
+    on CUDA: replaced here by one that records the layout and refuses)."""
+    from srpo_dsl.rl import fit
+    from srpo_dsl.rl.trainer import TrainError, train
+    from tests.test_training import make_models, write_team
+
+    seen = []
+    monkeypatch.setattr(
+        fit, "check_fit", lambda graph, paths, layout, device: seen.append(layout) or "no room"
+    )
+    models = make_models(tmp_path / "models")
+    workflow = write_team(tmp_path / "wf")
+    for kl in (0.0, 0.1):
+        with pytest.raises(TrainError, match="no room"):
+            train(
+                workflow,
+                tmp_path / f"run-{kl}",
+                {"kl": kl},
+                models={"a": str(models[0]), "b": str(models[1])},
+            )
+    assert [layout.reference for layout in seen] == [False, True]
+    assert not (tmp_path / "run-0.1").exists()

@@ -32,7 +32,7 @@ from srpo_dsl.models.tiny import (
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 # The held-out figures README.md and docs/benchmarks.md give (256 questions, seed 0).
-DOCUMENTED_SAMPLED, DOCUMENTED_GREEDY = 0.3671875, 0.92578125  # 36.7% and 92.6%
+DOCUMENTED_SAMPLED, DOCUMENTED_GREEDY = 0.35546875, 0.92578125  # 35.5% and 92.6%
 
 
 def test_builtin_tiny_is_the_shipped_folder_and_nothing_is_built(

@@ -15,6 +15,7 @@ import torch
 
 from srpo_dsl.backends.base import BackendError, RolloutEngine
 from srpo_dsl.backends.hf import HFBackend, encode_prompts
+from srpo_dsl.seeds import seed_of
 from tests.test_training import make_models, policy_spec
 
 
@@ -76,10 +77,10 @@ class LLM:
         assert not self.asleep, "generate while asleep"
         engine = HFBackend(self.hf, tokenizer=self.tokenizer)
         out = []
+        self.seeds = [p.seed for p in params]  # each request's own generator seed
         for prompt, p in zip(prompts, params):
-            torch.manual_seed(p.seed)
             ids = prompt["prompt_token_ids"]
-            (r,) = engine._generate_chunk([ids], [p.max_tokens], p.temperature, p.top_p)
+            (r,) = engine._generate_chunk([ids], [p.max_tokens], [p.seed], p.temperature, p.top_p)
             logprobs = [
                 {t: types.SimpleNamespace(logprob=lp)} for t, lp in zip(r.response_token_ids, r.logprobs)
             ]
@@ -117,7 +118,8 @@ def test_backend_generates_and_passes_sleep_and_wake_through(vllm, models):
     assert isinstance(engine, RolloutEngine) and engine.merged_weights
     llm = LLM.made[0]
     assert llm.kwargs["logprobs_mode"] == "processed_logprobs" and llm.kwargs["enable_sleep_mode"]
-    results = engine.generate([GenRequest("S 1+2=", 5), GenRequest("S 3+4=", 5)], seed=7)
+    results = engine.generate([GenRequest("S 1+2=", 5, seed=11), GenRequest("S 3+4=", 5)], seed=7)
+    assert llm.seeds == [11, seed_of(7, 1)]  # a request's own seed, else the call's with its index
     assert [len(r.logprobs) for r in results] == [len(r.response_token_ids) for r in results]
     with pytest.raises(BackendError, match="needs \\(name, tensor\\)"):
         engine.load_weights(None)
@@ -164,9 +166,8 @@ def test_push_weights_folds_lora_in_and_the_engine_then_samples_the_trained_poli
     engine_weights = dict(llm.hf.named_parameters())
     for name, p in merged.named_parameters():
         assert torch.allclose(engine_weights[name], p, atol=1e-6), name
-    request = [GenRequest("S 17+25=", 6, temperature=1.0)]
+    request = [GenRequest("S 17+25=", 6, temperature=1.0, seed=3)]
     reference = HFBackend(merged, tokenizer=llm.tokenizer)
-    torch.manual_seed(3)
-    want = reference._generate_chunk(encode_prompts(llm.tokenizer, ["S 17+25="], False), [6], 1.0, 1.0)
-    got = policy.backend.generate(request, seed=3)  # request 0 is seeded with seed + 0
+    want = reference._generate_chunk(encode_prompts(llm.tokenizer, ["S 17+25="], False), [6], [3], 1.0, 1.0)
+    got = policy.backend.generate(request)
     assert got[0].response_token_ids == want[0].response_token_ids

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from srpo_dsl.seeds import seed_of
+
 if TYPE_CHECKING:
     import torch
 
@@ -21,6 +23,8 @@ class GenRequest:
     `role` lets backends that care (scripted) tell agents apart; `tag` is opaque and
     is for the caller's bookkeeping (results come back in request order). `adapter` names
     the LoRA adapter of a model that hosts several (`hf` with a shared base); others ignore it.
+    `seed` fixes the request's own random draw (in the `hf` engine independently of the rest of the
+    batch); without one, `generate`'s `seed` gives a default (`request_seeds`).
     """
 
     prompt: str
@@ -30,6 +34,15 @@ class GenRequest:
     role: str = ""
     tag: object = None
     adapter: str | None = None
+    seed: int | None = None
+
+
+def request_seeds(requests: Sequence[GenRequest], seed: int | None) -> list[int | None]:
+    """Each request's seed: its own; else, with a call `seed`, `seed_of(seed, i)` for request `i`;
+    else None (the backend's own randomness)."""
+    return [
+        r.seed if r.seed is not None or seed is None else seed_of(seed, i) for i, r in enumerate(requests)
+    ]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ their log-probs out.
 - `auto`: `compiled` on CUDA, `dynamic` elsewhere.
 
 Every mode samples with `sample_next` and scores with `picked_logprobs`, the trainer's definition.
+A row's draw at response position t depends on its seed, t and its logits only (`sampling`), so
+the three loops sample alike and a row samples alike in any batch.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from transformers.masking_utils import create_masks_for_generate
 
 from srpo_dsl.backends import DECODE_MODES
 from srpo_dsl.backends.base import BackendError
-from srpo_dsl.backends.logprobs import distinct_rows, mask_positions, pad_rows, picked_logprobs, scaled_logits
+from srpo_dsl.backends.logprobs import distinct_rows, mask_positions, pad_rows, picked_logprobs
 from srpo_dsl.backends.routing import routed
+from srpo_dsl.backends.sampling import sample_next
 from srpo_dsl.lang.graph import BASE_ADAPTER
 
 CHECK_EVERY = 8  # static decode: steps between the host's checks that every row has ended
@@ -43,11 +46,12 @@ LENGTH_STEP = 64  # static decode: the cache length is rounded up to a multiple 
 
 @dataclass(frozen=True)
 class Chunk:
-    """Rows decoded together: prompt ids, each row's token limit, the sampling settings, and each row's
-    LoRA adapter when the model hosts several (None: the model as it is)."""
+    """Rows decoded together: prompt ids, each row's token limit and sampling seed, the sampling
+    settings, and each row's LoRA adapter when the model hosts several (None: the model as it is)."""
 
     prompts: list[list[int]]
     max_tokens: list[int]
+    seeds: list[int]
     temperature: float
     top_p: float
     adapters: list[str | None] | None = None
@@ -101,11 +105,13 @@ class Decoder:
         cache.batch_select_indices(rows)  # one cache row per request (prompts repeat within groups)
         logits, mask = logits[rows], mask[rows]
         limits = torch.tensor(chunk.max_tokens, device=self.device)
+        seeds = torch.tensor(chunk.seeds, device=self.device)
         tokens = torch.full((len(rows), max(chunk.max_tokens)), self.pad_id, device=self.device)
         logprobs = torch.zeros(tokens.shape, device=self.device)
         active = torch.arange(len(rows), device=self.device)
+        t = torch.zeros((), dtype=torch.long, device=self.device)  # the response position
         for step in range(tokens.shape[1]):
-            picked = sample_next(logits, chunk.temperature, chunk.top_p)
+            picked = sample_next(logits, chunk.temperature, chunk.top_p, seeds[active], t)
             tokens[active, step] = picked
             logprobs[active, step] = picked_logprobs(logits, picked, chunk.temperature)
             going = ~torch.isin(picked, self.eos) & (limits[active] > step + 1)
@@ -117,6 +123,7 @@ class Decoder:
                 cache.batch_select_indices(kept)
                 names = None if names is None else [names[k] for k in kept.tolist()]
             mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
+            t = t + 1
             logits = self.forward(picked[:, None], mask, cache, names)
         return tokens, logprobs
 
@@ -163,6 +170,7 @@ class StaticDecoder(Decoder):
         n, width, new = len(chunk.prompts), max(map(len, chunk.prompts)), max(chunk.max_tokens)
         rows = 1 << (n - 1).bit_length()  # padded with one-token rows that end before they start
         limits = torch.tensor(chunk.max_tokens + [0] * (rows - n), device=self.device)
+        seeds = torch.tensor(chunk.seeds + [0] * (rows - n), device=self.device)
         names = chunk.names()
         names = None if names is None else names + [BASE_ADAPTER] * (rows - n)
         input_ids, prompt_mask = self._padded(chunk.prompts + [[self.pad_id]] * (rows - n))
@@ -172,18 +180,21 @@ class StaticDecoder(Decoder):
         cache = self._cache(rows, length)
         logits = self.forward(input_ids, prompt_mask, cache, names)  # prefill, eager
         position = mask_positions(prompt_mask)[:, -1:]
+        t = torch.zeros((), dtype=torch.long, device=self.device)  # the response position
         tokens = torch.full((rows, new), self.pad_id, device=self.device)
         logprobs = torch.zeros(tokens.shape, device=self.device)
         ended = limits == 0
         for step in range(new):
-            picked = sample_next(logits, chunk.temperature, chunk.top_p).masked_fill(ended, self.pad_id)
+            picked = sample_next(logits, chunk.temperature, chunk.top_p, seeds, t).masked_fill(
+                ended, self.pad_id
+            )
             tokens[:, step] = picked
             logprobs[:, step] = picked_logprobs(logits, picked, chunk.temperature).masked_fill(ended, 0.0)
             ended = ended | torch.isin(picked, self.eos) | (limits <= step + 1)
             if step + 1 == new or ((step + 1) % CHECK_EVERY == 0 and bool(ended.all())):
                 break
             mask[:, width + step] = 1
-            position = position + 1
+            position, t = position + 1, t + 1
             logits = self.step(picked[:, None], mask, position, cache, names)
         return tokens[:n], logprobs[:n]
 
@@ -246,22 +257,3 @@ def compiled_call(model: PreTrainedModel) -> Callable[..., object]:
             raise BackendError(f"compiling the decode step failed ({reason}): use decode `static`") from None
 
     return call
-
-
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """`[n]` next tokens: argmax at temperature 0, else drawn from `softmax(logits / T)` cut to top-p."""
-    if temperature <= 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(scaled_logits(logits, temperature), dim=-1)
-    if top_p < 1.0:
-        probs = nucleus(probs, top_p)
-    cdf = probs.cumsum(-1)
-    u = (1.0 - torch.rand_like(cdf[:, -1:])) * cdf[:, -1:]  # uniform in (0, total mass]
-    return (cdf < u).sum(-1)  # inverse CDF: the first token whose cumulative mass reaches u
-
-
-def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """`probs` with zeros outside the smallest set of most likely tokens whose mass reaches `top_p`."""
-    ranked, order = probs.sort(dim=-1, descending=True)
-    before = ranked.cumsum(-1) - ranked  # mass of the more likely tokens; 0 for the first, which stays
-    return torch.zeros_like(probs).scatter_(-1, order, ranked.masked_fill(before >= top_p, 0.0))

@@ -9,15 +9,15 @@ part of the action and carries a log-prob.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
+from srpo_dsl.backends.base import BackendError, GenRequest, GenResult, request_seeds
 from srpo_dsl.backends.decoding import Chunk, make_decoder, resolve_mode
+from srpo_dsl.seeds import SEED_BITS
 
 
 def encode_prompts(
@@ -40,6 +40,11 @@ def encode_prompts(
 def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int | None:
     """The token id rows are padded with: the tokenizer's pad token, else its end-of-sequence token."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _fresh_seed() -> int:
+    """A seed for a request that has none: drawn from torch's global generator (`torch.manual_seed`)."""
+    return int(torch.randint(0, 2**SEED_BITS - 1, ()))
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None, device: str) -> torch.dtype:
@@ -123,26 +128,22 @@ class HFBackend:
         self.awake = True
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
-        """One batched decode per chunk of requests with equal (temperature, top_p)."""
+        """One batched decode per chunk of requests with equal (temperature, top_p); each request draws
+        with its seed (`request_seeds`; without any, one from torch's global generator)."""
         if not requests:
             return []
         if not self.awake:
             raise BackendError("the hf engine is asleep (between sleep() and wake_up()): it cannot generate")
         prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests], self.use_chat_template)
+        seeds = [s if s is not None else _fresh_seed() for s in request_seeds(requests, seed)]
         groups: dict[tuple[float, float], list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault((r.temperature, r.top_p), []).append(i)
         results: list[GenResult | None] = [None] * len(requests)
-        devices = [self.device] if self.device.type == "cuda" else []
         was_training = self.model.training
         self.model.eval()
         try:
-            with (
-                torch.random.fork_rng(devices=devices) if seed is not None else nullcontext(),
-                torch.no_grad(),
-            ):
-                if seed is not None:
-                    torch.manual_seed(seed)
+            with torch.no_grad():
                 for (temperature, top_p), members in groups.items():
                     # less padding per chunk; each adapter's rows together (LoRA runs over row blocks)
                     members.sort(key=lambda i: (requests[i].adapter or "", len(prompt_ids[i])))
@@ -151,6 +152,7 @@ class HFBackend:
                         outs = self._generate_chunk(
                             [prompt_ids[i] for i in chunk],
                             [requests[i].max_tokens for i in chunk],
+                            [seeds[i] for i in chunk],
                             temperature,
                             top_p,
                             self._routing([requests[i] for i in chunk]),
@@ -172,13 +174,14 @@ class HFBackend:
         self,
         prompts: list[list[int]],
         max_tokens: list[int],
+        seeds: list[int],
         temperature: float,
         top_p: float,
         adapters: list[str | None] | None = None,
     ) -> list[GenResult]:
-        """Decode one chunk with the engine's decode loop (`decoding`); `adapters`: each row's LoRA
-        adapter (one batch may mix them)."""
-        chunk = Chunk(prompts, max_tokens, temperature, top_p, adapters)
+        """Decode one chunk with the engine's decode loop (`decoding`); `seeds`: each row's sampling
+        seed; `adapters`: each row's LoRA adapter (one batch may mix them)."""
+        chunk = Chunk(prompts, max_tokens, seeds, temperature, top_p, adapters)
         tokens, logprobs = self.decoder.decode(chunk)
         return self._results(prompts, tokens.tolist(), logprobs.tolist(), max_tokens)
 

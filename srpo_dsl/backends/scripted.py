@@ -45,7 +45,8 @@ class ScriptedBackend:
         self._served: Counter[str] = Counter()
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
-        """The next scripted reply of each request's role; `seed` is ignored (always deterministic)."""
+        """The next scripted reply of each request's role; no draw, so seeds (the call's and the
+        requests') are ignored."""
         return [self._reply(r) for r in requests]
 
     def _reply(self, request: GenRequest) -> GenResult:

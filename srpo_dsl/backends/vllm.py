@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
+from srpo_dsl.backends.base import BackendError, GenRequest, GenResult, request_seeds
 from srpo_dsl.backends.hf import encode_prompts, pad_id_of
 
 MISSING = "the vllm backend needs the optional extra: pip install 'srpo-dsl[vllm]' (CUDA GPU required)"
@@ -67,7 +67,8 @@ class VLLMBackend:
         self.version = 0
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
-        """One `LLM.generate` call for the whole batch; request `i` is seeded with `seed + i`.
+        """One `LLM.generate` call for the whole batch; each request is seeded with its own seed
+        (`request_seeds`: `SamplingParams(seed=...)`, vLLM's per-request generator).
 
         Prompts are tokenised as in the `hf` backend (`encode_prompts`), so both format alike.
         """
@@ -83,9 +84,9 @@ class VLLMBackend:
                 top_p=r.top_p,
                 max_tokens=r.max_tokens,
                 logprobs=0,
-                seed=None if seed is None else seed + i,
+                seed=request_seed,
             )
-            for i, r in enumerate(requests)
+            for r, request_seed in zip(requests, request_seeds(requests, seed))
         ]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
         results = []

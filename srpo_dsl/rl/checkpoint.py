@@ -19,6 +19,7 @@ from srpo_dsl.rl.process_group import Dist, barrier
 
 CHECKPOINTS = "checkpoints"
 ENGINE_TAG = "state"  # the tag each engine is saved under, in step-N/<engine owner>/
+RESUMABLE = ("backend", "decode")  # config keys a resume may change (and the option `steps`)
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -79,6 +80,36 @@ def load_engines(policies: Mapping[str, Policy], folder: Path) -> None:
         path, _ = p.engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
         if path is None:
             raise ValueError(f"checkpoint {folder} holds no state for policy `{owner}`")
+
+
+def resume_conflicts(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The run config's keys (and `options`' keys) whose values differ between a checkpoint's run and
+    this one, either way: a key only one side has differs (`eval_data` given then left out). File
+    paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode` and `steps` may change."""
+    changed = [
+        k
+        for k in _union(before, now)
+        if k not in ("options", *RESUMABLE) and _comparable(k, before.get(k)) != _comparable(k, now.get(k))
+    ]
+    was, will = before.get("options", {}), now.get("options", {})
+    return changed + [k for k in _union(was, will) if k != "steps" and was.get(k) != will.get(k)]
+
+
+def _union(one: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    return [*other, *(k for k in one if k not in other)]
+
+
+def _comparable(key: str, value: Any) -> Any:
+    """`value` with its file paths resolved: the workflow, held-out files, and models that are local."""
+    if value is None:
+        return None
+    if key == "workflow":
+        return str(Path(value).resolve())
+    if key == "eval_data":
+        return [str(Path(p).resolve()) for p in value]
+    if key == "models":
+        return {n: str(Path(m).resolve()) if Path(m).exists() else m for n, m in value.items()}
+    return value
 
 
 def load_checkpoint(folder: Path, policies: Mapping[str, Policy], dist: Dist) -> None:

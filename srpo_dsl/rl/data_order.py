@@ -1,15 +1,12 @@
-"""Which prompts a step trains on, and the seeds of every random draw: the same on every machine."""
+"""Which prompts a step trains on: the same on every machine (seeds: `srpo_dsl.seeds`, re-exported)."""
 
 from __future__ import annotations
 
-import zlib
-
 import torch
 
+from srpo_dsl.seeds import seed_of
 
-def seed_of(*parts: object) -> int:
-    """A stable 31-bit seed from any parts (same on every machine and run)."""
-    return zlib.crc32(repr(parts).encode()) & 0x7FFFFFFF
+__all__ = ["seed_of", "step_prompts"]
 
 
 def step_prompts(num_tasks: int, batch: int, step: int, seed: int) -> list[int]:

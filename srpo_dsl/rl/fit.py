@@ -7,7 +7,10 @@ mixed-precision layout DeepSpeed uses on CUDA): weights 2 bytes per parameter (s
 ranks under ZeRO-3), gradients 2 per trainable parameter (split from ZeRO-2), optimizer state
 12 per trainable parameter (split from ZeRO-1; none on the GPU when offloaded). The `hf`
 rollout engine adds a full bf16 copy under ZeRO-3 (it cannot generate from shards); the `vllm`
-engine takes its share of the GPU (`vllm_memory_share`) and holds frozen policies. Activations
+engine takes its share of the GPU (`vllm_memory_share`) and holds frozen policies. With `kl > 0`
+every trained model (in full or `lora(...)`) keeps a frozen reference copy of its initial weights
+on the GPU, 2 bytes per parameter at every stage (adapters score their reference through the base
+they share, no copy). Activations
 and logits come on top, so this is a lower bound: exceeding it means the run cannot fit at all.
 LoRA and adapter parameters are left out of the trainable count (a few percent at most).
 """
@@ -38,6 +41,7 @@ class Layout:
     world_size: int
     offload: str  # none | optimizer | params | all
     backend: str  # hf | vllm
+    reference: bool = False  # kl > 0: each trained model's frozen reference copy
 
 
 def training_bytes(params: int, trainable: int, layout: Layout) -> float:
@@ -76,7 +80,8 @@ def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: Layout) ->
             out[name] = float(WEIGHT * params) if layout.backend == "hf" else 0.0
             continue
         trainable = params if spec.trainable and not spec.lora else 0
-        out[name] = training_bytes(params, trainable, layout)
+        reference = WEIGHT * params if layout.reference and spec.trainable else 0.0
+        out[name] = training_bytes(params, trainable, layout) + reference
     return out
 
 
@@ -87,8 +92,11 @@ def fit_problem(needed: Mapping[str, float], available: float, layout: Layout) -
         return None
     largest = max(needed, key=needed.__getitem__)
     gib = {name: f"{value / 2**30:.1f}" for name, value in {**needed, "": total, " ": available}.items()}
+    state = "weights, gradients and optimizer states"
+    if layout.reference:
+        state = "weights, gradients, optimizer states and KL reference copies"
     return (
-        f"the policies' weights, gradients and optimizer states need at least {gib['']} GiB per GPU under "
+        f"the policies' {state} need at least {gib['']} GiB per GPU under "
         f"ZeRO-{layout.zero} on {layout.world_size} GPU(s) (`{largest}` alone {gib[largest]} GiB), more "
         f"than the {gib[' ']} GiB of the GPU left for training: use --zero 3 on more GPUs, --offload "
         "optimizer (or all with --zero 3), or a lora(...) or adapter(...) policy"

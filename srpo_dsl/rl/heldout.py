@@ -44,8 +44,7 @@ def evaluate_sets(
     counts, totals = [], [0.0, 0.0, 0.0, *([0.0] * 2 * len(keys.roles))]  # episodes, tokens, calls, roles
     for index, data in enumerate(sets):
         share = data.tasks[dist.rank :: dist.world_size]
-        parts = ("eval", seed, step, dist.rank) + ((index,) if index else ())  # the first set: as before
-        episodes = executor.run(share, samples=k, seed=seed_of(*parts)) if share else []
+        episodes = executor.run(share, samples=k, seed=seed_of("eval", seed, step, index)) if share else []
         local = [0.0] * len(data.tasks)
         for j in range(len(share)):
             local[dist.rank + j * dist.world_size] = sum(

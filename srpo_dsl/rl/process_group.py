@@ -6,6 +6,8 @@ under `deepspeed`/`torchrun` the launcher's variables are used (gloo on CPU, ncc
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import socket
 import warnings
@@ -46,7 +48,8 @@ def free_port() -> int:
 
 
 def init_distributed(device: str) -> Dist:
-    """Join (or, alone, create) the process group; call before anything imports deepspeed."""
+    """Join (or, alone, create) the process group, destroyed at exit (`destroy_distributed`); call before
+    anything imports deepspeed."""
     if device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
     os.environ.setdefault(
@@ -67,6 +70,7 @@ def init_distributed(device: str) -> Dist:
     )  # from ZeRO's internals
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
+        atexit.register(destroy_distributed)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device == "cuda":
         torch.cuda.set_device(local_rank)
@@ -76,3 +80,18 @@ def init_distributed(device: str) -> Dist:
         torch.distributed.get_world_size(),
         torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu"),
     )
+
+
+def destroy_distributed() -> None:
+    """Destroy the process groups `init_distributed` created, at exit while the interpreter is whole.
+
+    A gloo group's worker thread may still hold a finished collective (its tensors, a completion
+    callback) after its caller has moved on; left to interpreter finalization, that thread takes the
+    GIL, is ended mid-destructor, and the process aborts ("terminate called without an active
+    exception"). Destroying the groups (DeepSpeed's references too) and collecting the objects that
+    still hold one (engines are reference cycles) joins those threads first."""
+    if torch.distributed.is_initialized():
+        import deepspeed.comm
+
+        deepspeed.comm.destroy_process_group()
+    gc.collect()

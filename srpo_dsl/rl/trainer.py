@@ -26,7 +26,13 @@ from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import ROLLOUT_ENGINES
-from srpo_dsl.rl.checkpoint import latest_checkpoint, load_checkpoint, read_state, save_checkpoint
+from srpo_dsl.rl.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    read_state,
+    resume_conflicts,
+    save_checkpoint,
+)
 from srpo_dsl.rl.data_order import seed_of, step_prompts
 from srpo_dsl.rl.ds_engine import read_ds_config
 from srpo_dsl.rl.event_updates import event_updates
@@ -169,12 +175,11 @@ def due(step: int, every: int, last: int) -> bool:
 
 
 def rollout(run: Run, step: int) -> list[Episode]:
-    """This rank's share of the step's prompts (whole groups of G on one rank), G episodes each."""
+    """This rank's share of the step's prompts (whole groups of G on one rank), G episodes each. The
+    draws' seeds follow from the step and each prompt's id (`Executor.run`), not from the rank."""
     prompts = [run.tasks[i] for i in step_prompts(len(run.tasks), run.opts.batch, step, run.opts.seed)]
     mine = prompts[run.dist.rank :: run.dist.world_size]
-    return run.executor.run(
-        mine, samples=run.opts.group, seed=seed_of("rollout", run.opts.seed, step, run.dist.rank)
-    )
+    return run.executor.run(mine, samples=run.opts.group, seed=seed_of("rollout", run.opts.seed, step))
 
 
 def training_rows(run: Run, episodes: list[Episode]) -> Rows:
@@ -334,7 +339,6 @@ def prepare_run(
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.ds_engine import ds_config as make_ds_config
-    from srpo_dsl.rl.fit import Layout
     from srpo_dsl.rl.policies import build_policies
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 
@@ -352,12 +356,12 @@ def prepare_run(
         raise TrainError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     dist = init_distributed(device)
     paths = model_paths(wf.graph, models, dist)
-    check_memory(wf.graph, paths, Layout(opts.zero, dist.world_size, offload, rollout.engine), dist)
+    check_memory(wf.graph, paths, opts, offload, rollout.engine, dist)
     engine_config = make_ds_config(
         opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds
     )
     config = {
-        "workflow": str(workflow_path),
+        "workflow": str(workflow_path.resolve()),
         "graph_hash": wf.graph.hash,
         "options": opts.model_dump(),
         "models": paths,
@@ -369,7 +373,7 @@ def prepare_run(
         "backend": rollout.engine,
         "decode": rollout.decode,
         "ds_config": engine_config,
-    } | ({"eval_data": [str(p) for p in eval_data]} if eval_data else {})  # absent: the task's eval split
+    } | ({"eval_data": [str(Path(p).resolve()) for p in eval_data]} if eval_data else {})  # else: eval split
     state = resumable_state(found, config) if resume and found else None
     policies = build_policies(wf.graph, paths, opts, dist, engine_config, rollout)
     backends = {n: p.backend for n, p in policies.items()}
@@ -419,10 +423,14 @@ def check_backend(backend: str, device: str) -> None:
         raise TrainError("--backend vllm needs the optional extra: pip install 'srpo-dsl[vllm]'")
 
 
-def check_memory(graph: EventGraph, paths: Mapping[str, str], layout: Any, dist: Dist) -> None:
-    """On CUDA, before loading: the policies' training state must fit this GPU (rl/fit.py)."""
-    from srpo_dsl.rl.fit import check_fit
+def check_memory(
+    graph: EventGraph, paths: Mapping[str, str], opts: TrainOptions, offload: str, engine: str, dist: Dist
+) -> None:
+    """On CUDA, before loading: the policies' training state, with each trained model's KL reference copy
+    when `kl > 0`, must fit this GPU (rl/fit.py)."""
+    from srpo_dsl.rl.fit import Layout, check_fit
 
+    layout = Layout(opts.zero, dist.world_size, offload, engine, reference=opts.kl > 0)
     if problem := check_fit(graph, paths, layout, dist.device):
         raise TrainError(problem)
 
@@ -445,11 +453,9 @@ def model_paths(graph: EventGraph, models: Mapping[str, str], dist: Dist) -> dic
 
 
 def resumable_state(found: Path, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The checkpoint's run state, if it was written with this config (only `steps` may change)."""
+    """The checkpoint's run state, if it was written with this config (`resume_conflicts`)."""
     state = read_state(found)
-    before = state["config"]
-    changed = [k for k in config if k not in ("options", "backend", "decode") and before.get(k) != config[k]]
-    changed += [k for k, v in config["options"].items() if k != "steps" and before["options"].get(k) != v]
+    changed = resume_conflicts(state["config"], config)
     if changed:
         raise TrainError(f"cannot resume {found}: {', '.join(changed)} changed since it was written")
     return state

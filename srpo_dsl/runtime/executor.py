@@ -24,6 +24,7 @@ from srpo_dsl.runtime.episode import Episode, Event, Member, context_entry
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
+from srpo_dsl.seeds import seed_of
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class Executor:
         seed: int = 0,
         on_done: Callable[[Episode], None] | None = None,
     ) -> list[Episode]:
-        """`samples` episodes per task (the group G); results in task-major order."""
+        """`samples` episodes per task (the group G); results in task-major order. Every draw has a seed
+        of its own: `seed_of(seed_of(seed, round), prompt id, sample, member)`."""
         episodes = [Episode(f"{t['id']}/{s}", str(t["id"]), s, t) for t in tasks for s in range(samples)]
         rnd = 0
         while True:
@@ -92,7 +94,7 @@ class Executor:
             active = [ep for ep in episodes if not ep.done]
             if not active:
                 return episodes
-            self._round(active, seed * 1_000_003 + rnd)
+            self._round(active, seed_of(seed, rnd))
             rnd += 1
 
     # ---- control flow -------------------------------------------------------
@@ -139,8 +141,8 @@ class Executor:
                 tool_calls[node.id].append(ep)
                 continue
             states[ep.episode_id] = ep.state_id()
-            slots[self.call_of[node.policy]] += self._requests(ep, node)
-        results = self._generate(slots, seed)
+            slots[self.call_of[node.policy]] += self._requests(ep, node, seed)
+        results = self._generate(slots)
         for node_id, calls in tool_calls.items():
             self._call_tool(self.g.nodes[node_id], calls)  # type: ignore[arg-type]
         for ep in active:
@@ -148,8 +150,9 @@ class Executor:
                 self._commit(ep, results[ep.episode_id], states[ep.episode_id])
             self._follow(ep)
 
-    def _requests(self, ep: Episode, node: EventNode) -> list[_Slot]:
-        """One request per member of `ep`'s pending event, all rendered from the same state."""
+    def _requests(self, ep: Episode, node: EventNode, seed: int) -> list[_Slot]:
+        """One request per member of `ep`'s pending event, all rendered from the same state, each with
+        its own seed (from the round's `seed`)."""
         a = node.agent
         loop = node.where.loop
         turn, max_turns = (ep.loops.get(loop, 1), self.g.loops[loop]) if loop else (1, 1)
@@ -160,18 +163,19 @@ class Executor:
             )
             prompt = self.renderer.render(a.prompt, ctx)
             adapter = self.g.adapters.get(node.policy)
-            request = GenRequest(prompt, a.max_tokens, a.temperature, a.top_p, a.name, adapter=adapter)
+            draw = seed_of(seed, ep.prompt_id, ep.sample, i)
+            request = GenRequest(
+                prompt, a.max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
+            )
             out.append(_Slot(ep, i, replica, request))
         return out
 
-    def _generate(
-        self, slots: Mapping[str, list[_Slot]], seed: int
-    ) -> dict[str, list[tuple[_Slot, GenResult | None]]]:
+    def _generate(self, slots: Mapping[str, list[_Slot]]) -> dict[str, list[tuple[_Slot, GenResult | None]]]:
         """One call per backend (policies sharing a base share it); per episode its (slot, result) pairs in
         member order."""
         by_episode: dict[str, list[tuple[_Slot, GenResult | None]]] = defaultdict(list)
-        for k, (policy, batch) in enumerate(sorted(slots.items())):
-            out = self.backends[policy].generate([s.request for s in batch], seed=seed + k)
+        for policy, batch in sorted(slots.items()):
+            out = self.backends[policy].generate([s.request for s in batch])
             out = list(out) + [None] * (len(batch) - len(out))  # a short reply leaves members missing
             for s, r in zip(batch, out):
                 by_episode[s.episode.episode_id].append((s, r))

@@ -1,0 +1,76 @@
+"""The `hf` engine's next-token draw: Gumbel-max over the tempered, top-p-cut logits with counter-based
+noise, so a row's draw depends on its own seed, its response position and its logits only.
+
+Row `i`'s noise for vocabulary entry `v` at response position `t` is a pure integer hash of
+(`seeds[i]`, `t`, `v`): SplitMix64's output function applied twice, first to key the row's
+position (`key = mix(seed + (t + 1) * GOLDEN)`), then to each entry (`mix(key + (v + 1) * GOLDEN)`),
+in vectorised int64 tensor ops (multiplication wraps modulo 2^64, shifts are made logical by a
+mask). Its top 23 bits give a uniform `u` in (0, 1) exactly representable in float32, and
+`argmax(logits / T + gumbel(u))` over the kept tokens is an exact draw from their renormalised
+softmax (the Gumbel-max trick), up to the 23-bit resolution of `u` (the draws of `torch.rand`
+have 24). No generator state: batch composition, padding, row order and the decode loop leave a
+row's draw unchanged, the host never synchronises, and `t` is a tensor (nothing in the step is a
+Python number that changes per token).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from srpo_dsl.backends.logprobs import scaled_logits
+
+INT64 = 1 << 64
+
+
+def _signed(value: int) -> int:
+    """A 64-bit constant as the int64 with the same bits."""
+    return value - INT64 if value >= 1 << 63 else value
+
+
+GOLDEN = _signed(0x9E3779B97F4A7C15)  # SplitMix64's increment
+MIX = (_signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB))  # its output function's multipliers
+UNIFORM_BITS = 23  # float32 holds (k + 0.5) / 2^23 exactly for every 23-bit k
+
+
+def _shifted(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """`x >> bits` as unsigned 64-bit (the arithmetic shift's copied sign bits masked off)."""
+    return (x >> bits).bitwise_and_((1 << (64 - bits)) - 1)
+
+
+def mix(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's output function on int64 tensors (wrapping multiplication), elementwise, in place
+    (one scratch tensor of `x`'s size at a time)."""
+    x.bitwise_xor_(_shifted(x, 30)).mul_(MIX[0])
+    x.bitwise_xor_(_shifted(x, 27)).mul_(MIX[1])
+    return x.bitwise_xor_(_shifted(x, 31))
+
+
+def counter_uniform(seeds: torch.Tensor, position: torch.Tensor, vocab: int) -> torch.Tensor:
+    """`[n, vocab]` float32 uniforms in (0, 1): entry (i, v) hashes (`seeds[i]`, `position`, v) only.
+
+    `seeds`: `[n]` int64; `position`: an int64 tensor, one per row (`[n]`) or shared (`[]`)."""
+    key = mix(seeds + (position + 1) * GOLDEN)
+    entries = torch.arange(1, vocab + 1, dtype=torch.long, device=seeds.device) * GOLDEN
+    bits = _shifted(mix(key[:, None] + entries), 64 - UNIFORM_BITS)
+    return (bits.float() + 0.5) * 2.0**-UNIFORM_BITS
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: float, top_p: float, seeds: torch.Tensor, position: torch.Tensor
+) -> torch.Tensor:
+    """`[n]` next tokens: argmax at temperature 0, else drawn from `softmax(logits / T)` cut to top-p,
+    row `i` with the noise of (`seeds[i]`, `position`) (`counter_uniform`)."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    scaled = scaled_logits(logits, temperature)
+    if top_p < 1.0:
+        scaled = scaled.masked_fill(nucleus(torch.softmax(scaled, dim=-1), top_p) == 0, float("-inf"))
+    gumbel = -torch.log(-torch.log(counter_uniform(seeds, position, logits.shape[-1])))
+    return (scaled + gumbel).argmax(-1)
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` with zeros outside the smallest set of most likely tokens whose mass reaches `top_p`."""
+    ranked, order = probs.sort(dim=-1, descending=True)
+    before = ranked.cumsum(-1) - ranked  # mass of the more likely tokens; 0 for the first, which stays
+    return torch.zeros_like(probs).scatter_(-1, order, ranked.masked_fill(before >= top_p, 0.0))
