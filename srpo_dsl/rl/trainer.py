@@ -34,6 +34,7 @@ from srpo_dsl.rl.checkpoint import (
     save_checkpoint,
 )
 from srpo_dsl.rl.data_order import seed_of, step_prompts
+from srpo_dsl.rl.determinism import deterministic_kernels
 from srpo_dsl.rl.ds_engine import read_ds_config
 from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
@@ -117,7 +118,8 @@ def train(
         eval_data,
     )
     try:
-        history = train_steps(run, progress)
+        with deterministic_kernels(run.dist.device):  # bitwise-reproducible steps on CPU
+            history = train_steps(run, progress)
     except BaseException:  # a fresh run that fails before its first checkpoint leaves no files behind
         if run.log is not None and run.start == 0 and latest_checkpoint(run.out) is None:
             run.log.discard()
