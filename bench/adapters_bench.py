@@ -188,12 +188,13 @@ def quiet(threads: int) -> None:
 
 def serve_base(path: Path, device: str) -> dict:
     """The reference: the frozen base serving every role, one rollout of step 1's prompts."""
-    from srpo_dsl.rl.data_order import seed_of, step_prompts
+    from srpo_dsl.rl.data_order import step_prompts
     from srpo_dsl.rl.policies import build_policies
     from srpo_dsl.rl.process_group import init_distributed
     from srpo_dsl.rl.trainer import model_paths
     from srpo_dsl.runtime.executor import Executor
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
+    from srpo_dsl.seeds import seed_of
 
     wf = load_workflow(path)
     opts, dist = wf.graph.train, init_distributed(device)

@@ -1,12 +1,10 @@
-"""Which prompts a step trains on: the same on every machine (seeds: `srpo_dsl.seeds`, re-exported)."""
+"""Which prompts a step trains on: the same on every machine (its seeds: `srpo_dsl.seeds`)."""
 
 from __future__ import annotations
 
 import torch
 
 from srpo_dsl.seeds import seed_of
-
-__all__ = ["seed_of", "step_prompts"]
 
 
 def step_prompts(num_tasks: int, batch: int, step: int, seed: int) -> list[int]:

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from srpo_dsl.rl.data_order import seed_of
 from srpo_dsl.rl.process_group import Dist, all_reduce
 from srpo_dsl.rl.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.metrics import at_k, is_correct, macro_average
+from srpo_dsl.seeds import seed_of
 
 HELDOUT = "heldout"  # the name of the task's own eval split
 

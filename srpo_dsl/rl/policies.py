@@ -24,10 +24,10 @@ from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.adapters import lora_config, with_adapters
-from srpo_dsl.rl.data_order import seed_of
 from srpo_dsl.rl.ds_engine import build_engine
 from srpo_dsl.rl.process_group import Dist
 from srpo_dsl.rl.weight_sync import full_state
+from srpo_dsl.seeds import seed_of
 
 
 @dataclass(frozen=True)

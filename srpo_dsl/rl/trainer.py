@@ -33,7 +33,7 @@ from srpo_dsl.rl.checkpoint import (
     resume_conflicts,
     save_checkpoint,
 )
-from srpo_dsl.rl.data_order import seed_of, step_prompts
+from srpo_dsl.rl.data_order import step_prompts
 from srpo_dsl.rl.determinism import deterministic_kernels
 from srpo_dsl.rl.ds_engine import read_ds_config
 from srpo_dsl.rl.event_updates import event_updates
@@ -50,6 +50,7 @@ from srpo_dsl.rl.weight_sync import push_weights
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import Workflow
+from srpo_dsl.seeds import seed_of
 
 __all__ = ["TrainError", "train"]
 
