@@ -52,7 +52,7 @@ GOLDEN = [
     ("E053", 17, 1, "`break` outside a loop"),
     ("E054", 1, 10, "the workflow has no steps"),
     ("E055", 17, 1, "a round of this loop can take no step: it would repeat unchanged"),
-    ("E060", 16, 9, "conditions test a verdict, but `agg` emits `final_boxed`"),
+    ("E060", 16, 9, "conditions test a verdict or an action, but `agg` emits `final_boxed`"),
     ("E061", 16, 21, "`verifier` never emits `approved` (its words: approve, reject)"),
     ("E062", 10, 4, "unreachable: `verifier` has not given a verdict before this condition"),
     (

@@ -29,8 +29,8 @@ def _fast_parser(grammar: str) -> Lark:
     [
         ('tool_decl: "tool" NAME "=" call', 'tool_decl: "tool" NAME [FROZEN] "=" call', "tool t = bm25()"),
         (
-            "event_step: step_keyword NAME [selector]",
-            "event_step: step_keyword NAME [selector] [FROZEN]",
+            "event_step: step_keyword NAME [selector] [only]",
+            "event_step: step_keyword NAME [selector] [only] [FROZEN]",
             "route r",
         ),
         ("cond: NAME COMPARE NAME", "cond: NAME COMPARE NAME [FROZEN]", "break if v == x"),
@@ -53,6 +53,7 @@ def test_statement_keywords_are_read_off_the_grammar():
         "VERIFY",
         "REVISE",
         "AGGREGATE",
+        "ACT",
         "CALL",
         "REPEAT",
         "IF",

@@ -368,6 +368,7 @@ def render(
         pool_size=agents[role].replicas,
         turn=1,
         max_turns=wf.graph.loops[loop_of] if loop_of else 1,
+        actions=agents[role].actions,
     )
     try:
         print(wf.renderer().render(agents[role].prompt, ctx))

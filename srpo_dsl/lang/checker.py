@@ -81,6 +81,16 @@ def _contract_name(c: n.Contract) -> str:
     return c.name.text if isinstance(c.name, n.Ref) else c.name.name
 
 
+def _actions(c: n.Contract) -> tuple[str, ...]:
+    """The actions of an acting contract (`act(search, answer)`, or a Python parser's declared list)."""
+    spec = CONTRACTS.get(c.name.name) if isinstance(c.name, n.Ident) else None
+    acts = isinstance(c.name, n.Ref) or (spec is not None and spec.acts)
+    return tuple(w.name for w in c.args) if acts else ()
+
+
+_LISTS = {"words": ("word", "(approve, reject)"), "actions": ("action", "(search, answer)")}
+
+
 class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
     """Whether steps can be passed through, and whether a `break` can be taken, without a step that
     acts (an event or a tool call)."""
@@ -365,6 +375,8 @@ class _Checker(n.StepVisitor[None]):
         self.used.add(a.policy.name)
         c = a.contract
         parser = self.code_ref(c.name, "parser") if isinstance(c.name, n.Ref) else None
+        if parser is not None:
+            self.unique_words(c, "action")
         known = parser is not None if isinstance(c.name, n.Ref) else self.contract(c) is not None
         gen = self.options(Generation, a.options, f"agent `{a.name.name}`", (), a.span)
         pol = self.out.policies.get(a.policy.name)
@@ -389,6 +401,7 @@ class _Checker(n.StepVisitor[None]):
             pick("temperature", 1.0),
             pick("top_p", 1.0),
             parser,
+            _actions(c),
         )
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):
             self.out.diagnostics.append(diag)
@@ -418,14 +431,19 @@ class _Checker(n.StepVisitor[None]):
                 c.args[0].span,
                 did_you_mean(c.args[0].name, self.by_name),
             )
-        elif spec.args == "words" and not c.args:
-            self.error("E031", f"`{c.name.name}` lists its words: `{c.name.name}(approve, reject)`", c.span)
-        elif spec.args == "words":
-            words = [w.name for w in c.args]
-            for i, w in enumerate(c.args):
-                if w.name in words[:i]:
-                    self.error("E032", f"`{c.name.name}` word `{w.name}` is listed twice", w.span)
+        elif spec.args in _LISTS and not c.args:
+            what, example = _LISTS[spec.args]
+            self.error("E031", f"`{c.name.name}` lists its {what}s: `{c.name.name}{example}`", c.span)
+        elif spec.args in _LISTS:
+            self.unique_words(c, _LISTS[spec.args][0])
         return spec
+
+    def unique_words(self, c: n.Contract, what: str) -> None:
+        """A contract's words (a verdict's, or an acting contract's actions) are listed once each."""
+        words = [w.name for w in c.args]
+        for i, w in enumerate(c.args):
+            if w.name in words[:i]:
+                self.error("E032", f"`{_contract_name(c)}` {what} `{w.name}` is listed twice", w.span)
 
     def reward(self) -> None:
         if not self.p.rewards:
@@ -565,7 +583,17 @@ class _Checker(n.StepVisitor[None]):
         if not self.known_agent(s.agent):
             return
         contract = self.contract_of(s.agent)
-        if contract and deciding(contract[0]):
+        actions = self.actions_of(s.agent)
+        if actions and s.tool.name not in actions:
+            self.error(
+                "E063",
+                f"`{s.agent.name}` never asks for `{s.tool.name}`: a tool serves the members whose action "
+                f"is its name, and `{s.agent.name}` acts with {', '.join(actions)}",
+                s.tool.span,
+                f"name the tool after the action (`tool {actions[0]} = ...`), "
+                f"or add `{s.tool.name}` to its actions",
+            )
+        elif contract and deciding(contract[0]):
             self.error(
                 "E046",
                 f"`call` runs a tool on the agent's outputs, but `{s.agent.name}` emits `{contract[0]}` "
@@ -587,6 +615,7 @@ class _Checker(n.StepVisitor[None]):
             return
         kind = STEP_KINDS[s.kind]
         self.event_contract(s, kind)
+        self.only(s)
         if not takes(s):
             forms = " or ".join(FORMS[f].syntax for f in FORMS if f in kind.cardinality)
             self.error("E047", f"`{s.kind}` takes {forms.format(kw=s.kind)}", s.span)
@@ -656,28 +685,66 @@ class _Checker(n.StepVisitor[None]):
                 s.span,
             )
 
+    def actions_of(self, ident: n.Ident) -> tuple[str, ...]:
+        a = self.by_name.get(ident.name)
+        return _actions(a.contract) if a else ()
+
     def cond(self, c: n.Cond) -> None:
+        """A condition tests a verdict agent's word, or an acting agent's action, once it may have acted."""
         if not self.known_agent(c.agent):
             return
         contract, words = self.contract_of(c.agent) or ("", ())
-        if contract != "verdict":
+        acts = bool(self.actions_of(c.agent))
+        if contract != "verdict" and not acts:
             self.error(
-                "E060", f"conditions test a verdict, but `{c.agent.name}` emits `{contract}`", c.agent.span
+                "E060",
+                f"conditions test a verdict or an action, but `{c.agent.name}` emits `{contract}`",
+                c.agent.span,
+                "test an agent that emits `verdict(...)` (after its `verify` step), or let "
+                f"`{c.agent.name}` decide: `emits act(ACTION, ..., FINAL)`, "
+                f"then `until {c.agent.name} == FINAL`",
             )
         elif c.word.name not in words:
+            what = "actions" if acts else "words"
             self.error(
                 "E061",
-                f"`{c.agent.name}` never emits `{c.word.name}` (its words: {', '.join(words)})",
+                f"`{c.agent.name}` never emits `{c.word.name}` (its {what}: {', '.join(words)})",
                 c.word.span,
                 did_you_mean(c.word.name, words),
             )
         elif c.agent.name not in self.acted:
             self.error(
                 "E062",
-                f"unreachable: `{c.agent.name}` has not given a verdict before this condition",
+                f"unreachable: `{c.agent.name}` has not "
+                f"{'acted' if acts else 'given a verdict'} before this condition",
                 c.span,
-                f"put `verify {c.agent.name}` before it",
+                f"put {'a step of' if acts else '`verify'} {c.agent.name}{'' if acts else '`'} before it",
             )
+
+    def only(self, s: n.EventStep) -> None:
+        """`KIND A only X, Y`: A acts, and X, Y are distinct actions of its contract."""
+        if not s.only:
+            return
+        actions = self.actions_of(s.agent)
+        if not actions:
+            contract = (self.contract_of(s.agent) or ("?",))[0]
+            self.error(
+                "E048",
+                f"`only` narrows an acting agent's actions, but `{s.agent.name}` emits `{contract}`",
+                s.only[0].span,
+                "declare its actions: `emits act(search, answer)`",
+            )
+            return
+        for i, w in enumerate(s.only):
+            if w.name not in actions:
+                self.error(
+                    "E048",
+                    f"`{s.agent.name}` has no action `{w.name}` (its actions: {', '.join(actions)})",
+                    w.span,
+                    did_you_mean(w.name, actions),
+                )
+            elif w.name in [x.name for x in s.only[:i]]:
+                self.error("E048", f"action `{w.name}` is listed twice", w.span)
 
     def unused(self) -> None:
         for decl in list(self.p.agents) + list(self.p.policies) + list(self.p.tools):

@@ -245,8 +245,11 @@ class _Compiler(n.StepVisitor[Frontier]):
         by = s.by.name if s.by else None
         step = STEP_KINDS[s.kind]
         where = self.where(s.span)
+        only = tuple(w.name for w in s.only or ())
+        label = f"{who.label} only {', '.join(only)}" if only else who.label
+        actions = only or agent.actions
         return self._add(
-            EventNode(nid, step, where, who.label, agent, event_type, who.replicas, who.cardinality, by)
+            EventNode(nid, step, where, label, agent, event_type, who.replicas, who.cardinality, by, actions)
         )
 
     def block(self, steps: tuple[n.Step, ...], frontier: Frontier, exits: list[Frontier]) -> Frontier:

@@ -46,6 +46,12 @@ class AgentInfo:
     temperature: float
     top_p: float
     parser: CodeRef | None = None  # a Python contract (`contract` is then its reference)
+    actions: tuple[str, ...] = ()  # an acting contract's actions, the final one last; () if it does not act
+
+    @property
+    def final_action(self) -> str | None:
+        """The action that ends the agent's turns (its answer): the last one its contract lists."""
+        return self.actions[-1] if self.actions else None
 
     def attrs(self) -> dict[str, Any]:
         return {
@@ -54,6 +60,7 @@ class AgentInfo:
             "prompt": self.prompt,
             "contract": self.contract,
             "contract_args": list(self.contract_args),
+            "actions": list(self.actions),
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,

@@ -126,6 +126,7 @@ class EventNode:
     replicas: tuple[int, ...]  # member slots (a routed step: the whole pool, the router picks)
     cardinality: tuple[int, int]  # (min K, max K)
     routed_by: str | None
+    actions: tuple[str, ...] = ()  # the actions an acting agent may take here (`only`, else all); ()
 
     @property
     def kind(self) -> str:
@@ -150,6 +151,7 @@ class EventNode:
             "routed_by": self.routed_by,
             "contract": a.contract,
             "contract_args": list(a.contract_args),
+            "actions": list(self.actions),
             "template": a.prompt,
             "max_tokens": a.max_tokens,
             "temperature": a.temperature,

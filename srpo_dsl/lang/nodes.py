@@ -147,6 +147,7 @@ class EventStep(_StepNode):
     by: Ident | None  # `KIND P by R`: the router whose choice selects the members
     replicas: tuple[int, ...] | None  # `KIND P[i, j]`: 1-based replicas, as written
     span: Span
+    only: tuple[Ident, ...] | None = None  # `... only answer`: the actions an acting agent may take here
 
 
 @dataclass(frozen=True)

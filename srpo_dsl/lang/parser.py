@@ -171,9 +171,10 @@ class _Build:
         args = tuple(self._id(t) for t in in_parens if t is not None and t.type == "NAME")
         return n.Contract(self._id(name), args, self._span(items))
 
-    def code_contract(self, items: list) -> n.Contract:  # STRING
-        (ref,) = items
-        return n.Contract(self._callee(ref), (), self._span(items))
+    def code_contract(self, items: list) -> n.Contract:  # STRING ["(" NAME ("," NAME)* ")"]
+        ref, *in_parens = items
+        args = tuple(self._id(t) for t in in_parens if t is not None and t.type == "NAME")
+        return n.Contract(self._callee(ref), args, self._span(items))
 
     def agent_decl(self, items: list) -> n.Agent:
         # "agent" NAME [pool] "uses" NAME "prompt" STRING "emits" contract [options]
@@ -224,8 +225,13 @@ class _Build:
         _open, *listed, close = items
         return _Part(tuple(self._count(t) for t in listed if t.type == "NUMBER"), close)
 
-    def event_step(self, items: list) -> n.EventStep:  # step_keyword NAME [selector]
-        keyword, agent, selector = items
+    def only(self, items: list) -> _Part:  # "only" NAME ("," NAME)*
+        _only, *listed = items
+        names = [t for t in listed if t.type == "NAME"]
+        return _Part(tuple(self._id(t) for t in names), names[-1])
+
+    def event_step(self, items: list) -> n.EventStep:  # step_keyword NAME [selector] [only]
+        keyword, agent, selector, only = items
         chosen = selector.value if selector else None
         return n.EventStep(
             str(keyword),
@@ -233,6 +239,7 @@ class _Build:
             chosen if isinstance(chosen, n.Ident) else None,
             chosen if isinstance(chosen, tuple) else None,
             self._span(items),
+            only.value if only else None,
         )
 
     def call_step(self, items: list) -> n.CallTool:  # "call" NAME "on" NAME

@@ -22,7 +22,7 @@ from srpo_dsl.lang.pycode import is_reference
 from srpo_dsl.registries import ADVANTAGE_ESTIMATORS, AGGREGATIONS, OBJECTIVES, SET_NORMS
 from srpo_dsl.registry import Registry, load
 
-ContractArgs = Literal["none", "pool", "words", "tag"]
+ContractArgs = Literal["none", "pool", "words", "tag", "actions"]
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,19 @@ class ContractSpec:
     """An output contract: what its arguments are (`pool` for route, `words` for verdict), and its parser.
 
     `parse(text, *args) -> Parsed` (srpo_dsl.runtime.parsers), or its import path: it receives the
-    text, then by `args`: nothing, the pool size, the tuple of words, or the tag's name.
+    text, then by `args`: nothing, the pool size, the tuple of words, the tag's name, or the tuple of
+    actions. A contract with `actions` *acts*: its parsed value is `{"action": KIND, "value": ...}`, the
+    agent's recorded state is the action taken, conditions test it and a tool serves the members whose
+    action is the tool's name.
     """
 
     args: ContractArgs
     describe: str
     parse: str | Callable[..., Any]
+
+    @property
+    def acts(self) -> bool:
+        return self.args == "actions"
 
     @property
     def parser(self) -> Callable[..., Any]:
@@ -79,6 +86,14 @@ CONTRACTS.add(
     ),
 )
 CONTRACTS.add("text", ContractSpec("none", "free text", f"{PARSERS}:parse_text"))
+CONTRACTS.add(
+    "act",
+    ContractSpec(
+        "actions",
+        "exactly one `<ACTION>...</ACTION>` outside thinking, ACTION one of those declared (the last ends)",
+        f"{PARSERS}:parse_act",
+    ),
+)
 
 
 def register_contract(name: str, *, args: ContractArgs = "none", describe: str) -> Callable[[Any], Any]:
@@ -292,5 +307,7 @@ CONTEXT_VARIABLES = frozenset(
         "documents",
         "observations",
         "memory",
+        "actions",
+        "history",
     }
 )

@@ -91,7 +91,8 @@ def _one(step: EventStep, pool_size: int) -> Members:
 def _fixed(step: EventStep, pool_size: int) -> Members:
     replicas = step.replicas or tuple(range(1, pool_size + 1))
     k = len(replicas)
-    return Members(replicas, (k, k), f"{step.kind} {step.agent.name} K={k}")
+    size = f" K={k}" if pool_size > 1 else ""
+    return Members(replicas, (k, k), f"{step.kind} {step.agent.name}{size}")
 
 
 def _routed(step: EventStep, pool_size: int) -> Members:
@@ -164,5 +165,6 @@ for _kind in (
     StepKind("verify", _ONE, frozenset({"verdict"}), (RECORD, "feedback"), Shape("{", "}", "diamond")),
     StepKind("revise", _ONE, None, (), Shape("[/", "/]", "box")),
     StepKind("aggregate", _ONE, None, (), Shape("([", "])", "box")),
+    StepKind("act", frozenset({"pool", "routed"}), None, (), Shape("[", "]", "box")),
 ):
     register_step(_kind)

@@ -88,6 +88,7 @@ class Episode:
     feedback: list[str] = field(default_factory=list)
     documents: list[str] = field(default_factory=list)
     observations: list[dict] = field(default_factory=list)  # Python tools' {tool, query, result|error}
+    history: list[dict] = field(default_factory=list)  # outputs and tool observations, in order
     events: list[Event] = field(default_factory=list)
     invalid_actions: int = 0
     tool_calls: int = 0
@@ -118,9 +119,30 @@ class Episode:
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def context(self, *, role: str, replica: int, pool_size: int, turn: int, max_turns: int) -> dict:
+    def commit_outputs(self, members: list[Member]) -> None:
+        """An event's outputs become visible to the roles that act after it."""
+        entries = [context_entry(m.role, m.replica, m.text, m.valid, m.parsed) for m in members]
+        self.team_context += entries
+        self.history += [{"kind": "output", **e} for e in entries]
+
+    def observe(self, replica: int, observation: dict) -> None:
+        """A tool's observation for the member `replica` that asked joins the history."""
+        self.history.append({"kind": "observation", "replica": replica, **observation})
+
+    def context(
+        self,
+        *,
+        role: str,
+        replica: int,
+        pool_size: int,
+        turn: int,
+        max_turns: int,
+        actions: tuple[str, ...] = (),
+    ) -> dict:
         """The template variables of DESIGN.md §3 (see `srpo_dsl.runtime.prompts`)."""
         return {
+            "actions": list(actions),
+            "history": list(self.history),
             "task": self.task,
             "step": self.step + 1,
             "turn": turn,

@@ -19,8 +19,9 @@ from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.graph import EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS
+from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
 from srpo_dsl.runtime.effects import EFFECTS
-from srpo_dsl.runtime.episode import Episode, Event, Member, context_entry
+from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
@@ -69,7 +70,9 @@ class Executor:
         code = graph.reward.code
         self.reward_fn = REWARDS.lookup(graph.reward.fn) if code is None else None
         self.user_reward = UserReward(code, graph.reward.agent, list(graph.agents)) if code else None
-        self.parsers = {n: UserParser(a.parser, n) for n, a in graph.agents.items() if a.parser is not None}
+        self.parsers = {
+            n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
+        }
         # policies sharing one backend (adapters on a base) are generated for in one call, each
         # request through its own adapter; the call is named after the first of them
         first = {id(b): name for name, b in reversed(list(backends.items()))}
@@ -159,7 +162,12 @@ class Executor:
         out = []
         for i, replica in enumerate(self._replicas(ep, node)):
             ctx = ep.context(
-                role=a.name, replica=replica, pool_size=a.replicas, turn=turn, max_turns=max_turns
+                role=a.name,
+                replica=replica,
+                pool_size=a.replicas,
+                turn=turn,
+                max_turns=max_turns,
+                actions=node.actions,
             )
             prompt = self.renderer.render(a.prompt, ctx)
             adapter = self.g.adapters.get(node.policy)
@@ -183,33 +191,48 @@ class Executor:
             pairs.sort(key=lambda pair: pair[0].member_index)
         return by_episode
 
+    def _queries(self, ep: Episode, node: ToolNode) -> list[tuple[int, str]]:
+        """(replica, query) of the members of `node.on`'s last event the tool serves: every valid one, or
+        for an acting agent those whose action is the tool's name."""
+        members = ep.last_output.get(node.on, [])
+        if self.g.agents[node.on].actions:
+            return asked(members, node.tool)
+        return [
+            (m.replica, m.parsed if isinstance(m.parsed, str) else json.dumps(m.parsed))
+            for m in members
+            if m.valid
+        ]
+
     def _call_tool(self, node: ToolNode, episodes: list[Episode]) -> None:
         """One batched call for every query of every episode at this tool node."""
-        queries = [[m.parsed for m in ep.last_output.get(node.on, []) if m.valid] for ep in episodes]
-        flat = [q if isinstance(q, str) else json.dumps(q) for qs in queries for q in qs]
+        queries = [self._queries(ep, node) for ep in episodes]
+        flat = [q for qs in queries for _, q in qs]
         tool = self.tools[node.tool]
         if isinstance(tool, UserTool):
             results = iter(tool.call(flat) if flat else [])
             for ep, qs in zip(episodes, queries):
-                self._observe(ep, node, [next(results).observation(node.tool) for _ in qs])
+                self._observe(ep, node, [(r, next(results).observation(node.tool)) for r, _ in qs])
             return
         docs = iter(tool.search(flat, node.top_k or 1) if flat else [])
         for ep, qs in zip(episodes, queries):
-            found = [(q, next(docs)) for q in qs]
+            found = [(r, q, next(docs)) for r, q in qs]
             ep.documents.extend(
-                d.text if not d.title else f"{d.title}: {d.text}" for _, ds in found for d in ds
+                d.text if not d.title else f"{d.title}: {d.text}" for _, _, ds in found for d in ds
             )
-            self._observe(ep, node, [_documents(node.tool, q, ds) for q, ds in found])
+            self._observe(ep, node, [(r, _documents(node.tool, q, ds)) for r, q, ds in found])
 
-    def _observe(self, ep: Episode, node: ToolNode, observations: list[dict]) -> None:
-        """Count the calls, record them on the queried event; a Python tool's also join the memory."""
+    def _observe(self, ep: Episode, node: ToolNode, observations: list[tuple[int, dict]]) -> None:
+        """Count the calls, record them on the queried event and in the history (for the replica that
+        asked); a Python tool's also join the memory."""
         ep.tool_calls += len(observations)
-        ep.tool_errors += sum("error" in o for o in observations)
+        ep.tool_errors += sum("error" in o for _, o in observations)
         if node.top_k is None:
-            ep.observations.extend(observations)
+            ep.observations.extend(o for _, o in observations)
+        for replica, o in observations:
+            ep.observe(replica, o)
         last = next((e for e in reversed(ep.events) if self._agent_of(e) == node.on), None)
         if last is not None:
-            last.observations.extend(observations)
+            last.observations.extend(o for _, o in observations)
 
     def _agent_of(self, event: Event) -> str:
         return self.g.nodes[event.node].agent.name  # type: ignore[union-attr]
@@ -227,17 +250,19 @@ class Executor:
         ep.events.append(event)
         ep.invalid_actions += sum(not m.valid for m in members)
         ep.last_output[node.agent.name] = members
-        ep.team_context += [context_entry(m.role, m.replica, m.text, m.valid, m.parsed) for m in members]
+        ep.commit_outputs(members)
+        if node.agent.actions:
+            ep.state[node.agent.name] = action_state(members)
         for effect in node.step.effects:
             EFFECTS[effect](ep, node, members)
 
     def _parse(self, node: EventNode, text: str) -> Parsed:
         a = node.agent
         if a.parser is not None:
-            return self.parsers[a.name](text)
+            return allowed(self.parsers[a.name](text), node.actions)
         routes = CONTRACTS[a.contract].args == "pool"  # over the pool its first argument names
         pool = self.g.agents[a.contract_args[0]].replicas if routes else None
-        return parse_output(a.contract, text, pool_size=pool, args=a.contract_args)
+        return allowed(parse_output(a.contract, text, pool_size=pool, args=a.contract_args), node.actions)
 
     def _member(self, node: EventNode, slot: _Slot, r: GenResult, version: int) -> Member:
         a = node.agent
@@ -259,8 +284,12 @@ class Executor:
     def _finish(self, ep: Episode) -> None:
         """Team return: the reward of the rewarded agent's last output plus the invalid-action penalty
         (per role too, when a Python reward scored roles)."""
-        last = ep.last_output.get(self.reward.agent, [])
-        ep.answer = last[-1].parsed if last and last[-1].valid else None
+        agent = self.g.agents[self.reward.agent]
+        last = (ep.last_output.get(agent.name) or [None])[-1]
+        if agent.actions:
+            ep.answer = final_answer(agent, last)
+        else:
+            ep.answer = last.parsed if last is not None and last.valid else None
         value = self._score(ep)
         penalty = self.reward.penalty * ep.invalid_actions
         ep.score = value.score

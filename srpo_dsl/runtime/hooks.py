@@ -74,9 +74,11 @@ class UserReward:
 
 
 class UserParser:
-    def __init__(self, ref: CodeRef, agent: str):
+    """A Python output parser; one that declares actions returns `(True, {"action": A, "value": v})`."""
+
+    def __init__(self, ref: CodeRef, agent: str, actions: tuple[str, ...] = ()):
         self.fn = load_function(ref)
-        self.agent = agent
+        self.agent, self.actions = agent, actions
 
     def __call__(self, text: str) -> Parsed:
         value = self.fn(text, about=lambda: f"the output of `{self.agent}` {shorten(text)}")
@@ -92,6 +94,11 @@ class UserParser:
             raise self.fn.fail(
                 f"returned the value {shorten(parsed)} on {shorten(text)}: "
                 "a parsed value is JSON data (str, number, bool, None, list, dict)"
+            )
+        if self.actions and not (isinstance(parsed, dict) and parsed.get("action") in self.actions):
+            raise self.fn.fail(
+                f"returned the value {shorten(parsed)} on {shorten(text)}: `{self.agent}` acts, so a valid "
+                f'value is {{"action": A, "value": ...}} with A one of {", ".join(self.actions)}'
             )
         return Parsed(True, list(parsed) if isinstance(parsed, tuple) else parsed)
 

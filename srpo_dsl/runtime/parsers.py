@@ -203,6 +203,23 @@ def parse_tag(text: str, name: str) -> Parsed:
     return Parsed(True, body[1])
 
 
+def parse_act(text: str, actions: tuple[str, ...]) -> Parsed:
+    """Exactly one action outside thinking: a non-empty `<ACTION>...</ACTION>`, ACTION in `actions`
+    (`<search>q</search>` or `<answer>a</answer>`). The value is `{"action": ACTION, "value": content}`."""
+    visible = _visible(text).text
+    taken = [a for a in actions if f"<{a}>" in visible or f"</{a}>" in visible]
+    if len(taken) != 1:
+        tags = " or ".join(f"<{a}>...</{a}>" for a in actions)
+        found = f"found {', '.join(f'<{a}>' for a in taken)}" if taken else "found none"
+        return _bad(f"expected exactly one action, {tags}, outside thinking; {found}")
+    body = _one_tag(visible, taken[0])
+    if isinstance(body, Parsed):
+        return body
+    if not body[1]:
+        return _bad(f"empty <{taken[0]}></{taken[0]}>")
+    return Parsed(True, {"action": taken[0], "value": body[1]})
+
+
 def parse_text(text: str) -> Parsed:
     return Parsed(True, text.strip())
 
@@ -234,6 +251,7 @@ ARGUMENTS: dict[str, Callable[[str, int | None, tuple[str, ...]], tuple]] = {
     "pool": _pool,
     "words": _words,
     "tag": _tag,
+    "actions": _words,
 }
 """What a parser receives after the text, by the kind of its contract's arguments (`ContractSpec.args`)."""
 

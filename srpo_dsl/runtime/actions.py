@@ -1,0 +1,57 @@
+"""What an acting agent's outputs mean to the episode (an agent that decides its own turns).
+
+An acting contract (`emits act(search, answer)`, or a Python parser that declares its actions) parses
+an output into `{"action": KIND, "value": ...}`. From that:
+- a step may narrow the actions (`act researcher only answer`): another action is an invalid output;
+- the agent's recorded state, which conditions test (`until researcher == answer`), is the action
+  every member of its last event took (an invalid member, or members that disagree, record INVALID
+  or MIXED, which no action equals);
+- a tool called on the agent serves only the members whose action is the tool's name;
+- its answer, when it is the rewarded agent, is the value of its last output if that output took
+  the final action (the last one its contract lists); otherwise there is no answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from srpo_dsl.lang.declarations import AgentInfo
+from srpo_dsl.runtime.effects import INVALID
+from srpo_dsl.runtime.episode import Member
+from srpo_dsl.runtime.parsers import Parsed
+
+MIXED = "MIXED"  # the recorded state of an event whose members took different actions
+
+
+def allowed(parsed: Parsed, actions: Sequence[str]) -> Parsed:
+    """`parsed`, or invalid when it took an action the step does not allow."""
+    if not parsed.valid or not isinstance(parsed.value, dict) or parsed.value.get("action") in actions:
+        return parsed
+    taken = parsed.value.get("action")
+    return Parsed(False, None, f"action `{taken}` is not allowed here (only {', '.join(actions)})")
+
+
+def action_of(member: Member) -> str | None:
+    """The action a valid member took; None for an invalid one."""
+    value = member.parsed
+    return value.get("action") if member.valid and isinstance(value, dict) else None
+
+
+def action_state(members: Sequence[Member]) -> str:
+    """The action all members took: what conditions on the agent compare with."""
+    taken = {action_of(m) for m in members}
+    if not members or None in taken:
+        return INVALID
+    return taken.pop() if len(taken) == 1 else MIXED  # type: ignore[return-value]
+
+
+def asked(members: Sequence[Member], tool: str) -> list[tuple[int, str]]:
+    """(replica, query) of each member whose action is `tool`, in member order."""
+    return [(m.replica, str(m.parsed["value"])) for m in members if action_of(m) == tool]  # type: ignore[index]
+
+
+def final_answer(agent: AgentInfo, last: Member | None) -> object:
+    """The rewarded agent's answer: its last output's value if that took the final action."""
+    if last is None or action_of(last) != agent.final_action:
+        return None
+    return last.parsed["value"]  # type: ignore[index]
