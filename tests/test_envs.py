@@ -5,10 +5,10 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from retrieval_server import RetrievalServer
 
 from srpo_dsl.envs.answers import exact_match, f1, normalize_answer
 from srpo_dsl.envs.arith import is_heldout, make_arith_tasks
@@ -271,69 +271,8 @@ def test_corpus_layouts_and_errors(tmp_path):
             Bm25Retriever(corpus)
 
 
-class _Server:
-    """A Search-R1 retrieval server on 127.0.0.1 (free port) answering from a Bm25Retriever."""
-
-    def __init__(
-        self, retriever: Bm25Retriever, fail_first: int = 0, status: int = 503, reply: bytes | None = None
-    ):
-        self.requests: list[dict] = []
-        self.calls: list[tuple[str, str, str]] = []  # (method, path, content type)
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                outer.calls.append((self.command, self.path, self.headers["Content-Type"]))
-                if len(outer.requests) <= fail_first:
-                    self.send_error(status)
-                    return
-                found = retriever.search(body["queries"], body["topk"])
-                payload = (
-                    reply
-                    if reply is not None
-                    else json.dumps(
-                        {
-                            "result": [
-                                [
-                                    {
-                                        "document": {"id": d.id, "contents": f'"{d.title}"\n{d.text}'},
-                                        "score": 1.0,
-                                    }
-                                    for d in docs
-                                ]
-                                for docs in found
-                            ]
-                        }
-                    ).encode()
-                )
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/retrieve"
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    def __enter__(self) -> "_Server":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def test_http_retriever_speaks_the_search_r1_protocol(bm25):
-    with _Server(bm25) as server:
+    with RetrievalServer(bm25) as server:
         client = HttpRetriever(server.url, timeout=5)
         results = client.search(["capital city of australia", "red planet"], top_k=2)
         assert server.requests == [
@@ -358,7 +297,7 @@ def test_http_retriever_reads_the_reply_in_order(bm25):
         ],
         [{"document": {"id": "8", "contents": "no title line"}, "score": 1.0}],
     ]
-    with _Server(bm25, reply=json.dumps({"result": hits}).encode()) as server:
+    with RetrievalServer(bm25, reply=json.dumps({"result": hits}).encode()) as server:
         results = HttpRetriever(server.url, timeout=5).search(["norway capital", "anything"], 2)
     assert results == [
         [
@@ -378,25 +317,28 @@ def test_http_retriever_rejects_a_bad_url():
 
 
 def test_http_retriever_retries_server_errors(bm25):
-    with _Server(bm25, fail_first=1) as server:
+    with RetrievalServer(bm25, fail_first=1) as server:
         assert (
             HttpRetriever(server.url, timeout=5, retries=1, backoff=0.01).search(["mars"], 1)[0][0].title
             == "Mars"
         )
-    with _Server(bm25, fail_first=9) as server, pytest.raises(RetrieverError, match="HTTP 503"):
+    with RetrievalServer(bm25, fail_first=9) as server, pytest.raises(RetrieverError, match="HTTP 503"):
         HttpRetriever(server.url, timeout=5, retries=2, backoff=0.01).search(["mars"], 1)
     assert len(server.requests) == 3
-    with _Server(bm25, fail_first=9, status=404) as server, pytest.raises(RetrieverError, match="HTTP 404"):
+    with (
+        RetrievalServer(bm25, fail_first=9, status=404) as server,
+        pytest.raises(RetrieverError, match="HTTP 404"),
+    ):
         HttpRetriever(server.url, timeout=5, retries=2, backoff=0.01).search(["mars"], 1)
     assert len(server.requests) == 1  # a client error is not retried
     for reply in (b'{"result": []}', b'{"error": "index not loaded"}', b'{"result": [[{"score": 1.0}]]}'):
         with (
-            _Server(bm25, reply=reply) as server,
+            RetrievalServer(bm25, reply=reply) as server,
             pytest.raises(RetrieverError, match="unexpected reply") as bad,
         ):
             HttpRetriever(server.url, timeout=5).search(["mars"], 1)
         assert "\n" not in str(bad.value)
-    with _Server(bm25, reply=b"<html>") as server, pytest.raises(RetrieverError, match="not JSON"):
+    with RetrievalServer(bm25, reply=b"<html>") as server, pytest.raises(RetrieverError, match="not JSON"):
         HttpRetriever(server.url, timeout=5).search(["mars"], 1)
 
 

@@ -141,7 +141,7 @@ def run(
     overwrite: bool = OVERWRITE,
     verbose: bool = VERBOSE,
 ) -> None:
-    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/1).
+    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/2).
 
     Examples:
 

@@ -53,6 +53,7 @@ class Event:
     complete: bool
     members: list[Member]
     observations: list[dict] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)  # what its acting agent could take; [] if none
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,7 @@ class Executor:
         complete = len(members) == len(pairs)
         event_id = f"{ep.episode_id}/e{ep.step}"
         event = Event(event_id, node.event_type, node.id, state_id, len(pairs), complete, members)
+        event.actions = list(node.actions)
         ep.events.append(event)
         ep.invalid_actions += sum(not m.valid for m in members)
         ep.last_output[node.agent.name] = members

@@ -1,8 +1,11 @@
-"""Event traces (`srpo-trace/1`): the contract between rollouts and training.
+"""Event traces (`srpo-trace/2`): the contract between rollouts and training.
 
 JSON Lines, one episode per line, written atomically. `read_traces` validates every line
 with pydantic and reports incomplete events; the trainer reads nothing else. A training
 run's traces also carry, per trained event, what the update did with it (`EventUpdate`).
+
+Version 2 adds an event's `actions` (those its acting agent could take there); a version 1 file
+reads as version 2 with the field's default.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from srpo_dsl.io import complete_lines, write_lines_atomic
 from srpo_dsl.runtime.episode import Cost, Episode, Event, Member
 
-SCHEMA = "srpo-trace/1"
+SCHEMA = "srpo-trace/2"
+READABLE = ("srpo-trace/1", SCHEMA)  # older versions read with the new fields' defaults
 
 
 class TraceError(Exception):
@@ -48,6 +52,7 @@ class TraceEvent(BaseModel):
     complete: bool
     members: list[Member]
     observations: list[dict] = []
+    actions: list[str] = []  # v2: the actions its acting agent could take here; [] if it does not act
     update: EventUpdate | None = None  # training traces only: the event was trained at this step
 
     @model_validator(mode="after")
@@ -63,7 +68,7 @@ class TraceEvent(BaseModel):
 class TraceEpisode(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    schema_: Literal["srpo-trace/1"] = SCHEMA
+    schema_: Literal["srpo-trace/1", "srpo-trace/2"] = SCHEMA
     episode_id: str
     prompt_id: str
     sample: int
@@ -82,7 +87,8 @@ class TraceEpisode(BaseModel):
 
     def model_dump_line(self) -> str:
         data = self.model_dump()
-        data["schema"] = data.pop("schema_")
+        data.pop("schema_")
+        data = {"schema": SCHEMA, **data}  # every field of this version is written, whatever was read
         for event in data["events"]:
             if event["update"] is None:  # rollouts outside training: the key is left out
                 del event["update"]
@@ -152,10 +158,11 @@ def parse_episode(path: Path, lineno: int, line: str) -> TraceEpisode:
     """One line as an episode; `TraceError` at `path:lineno` for bad JSON, schema or fields."""
     try:
         data = json.loads(line)
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        if not isinstance(data, dict) or data.get("schema") not in READABLE:
             found = data.get("schema") if isinstance(data, dict) else type(data).__name__
             raise TraceError(
-                f"{path}:{lineno}: schema {found!r} is not {SCHEMA} (written by another version of srpo-dsl?)"
+                f"{path}:{lineno}: schema {found!r} is not one of {', '.join(READABLE)} "
+                "(written by another version of srpo-dsl?)"
             )
         data["schema_"] = data.pop("schema")
         return TraceEpisode.model_validate(data)
