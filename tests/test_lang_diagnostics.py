@@ -59,8 +59,9 @@ GOLDEN = [
         "E070",
         17,
         1,
-        "`agg` acts after the last reward point: its trainable actions never reach the reward of `verifier`",
+        "`agg` acts after the last reward point: its trainable actions never reach the reward of `solver`",
     ),
+    ("E073", 18, 19, "`verifier` emits `verdict`, a decision: the reward would score it, not an answer"),
     ("E071", 19, 19, "the rewarded agent `spare` never acts"),
     ("E080", 9, 26, "template not found"),
     ("E081", 9, 26, "template `broken.j2` line 1: unexpected '}'"),
@@ -166,3 +167,21 @@ def test_every_code_the_checker_can_emit_is_documented():
     documented = set(re.findall(r"^\| ([EW]0\d\d) \|", (root / "docs" / "dsl.md").read_text(), re.M))
     assert {"E090", "E095", "W003"} <= codes
     assert codes <= documented, sorted(codes - documented)
+
+
+@pytest.mark.parametrize(
+    "agent,decides", [("router", True), ("verifier", True), ("solver", False), ("agg", False)]
+)
+def test_rewarding_an_agent_that_emits_a_decision_is_e073(template_dir, agent, decides):
+    """A route or a verdict is a decision recorded by its step kind (the step table's `deciding`)."""
+    text = BASE.replace("reward math_equiv(agg", f"reward math_equiv({agent}")
+    found = [
+        (d.code, d.span.line, d.span.col, d.hint) for d in analyze(text, "t.srpo", [template_dir]).diagnostics
+    ]
+    e073 = (
+        "E073",
+        18,
+        19,
+        "reward the agent that answers; to score a decision, give the agent a Python parser contract",
+    )
+    assert (e073 in found) == decides, found
