@@ -128,10 +128,21 @@ def test_several_semantic_errors_in_one_run(template_dir):
     assert {"E012", "E013"} <= codes
 
 
-def test_keywords_are_reserved():
-    text = BASE.replace("agent agg uses", "agent verify uses")
-    diags = analyze(text, "t.srpo").diagnostics
-    assert diags[0].code == "E001" and diags[0].message.startswith("unexpected `verify`")
+@pytest.mark.parametrize(
+    "old,new,word,col",
+    [
+        ("agent agg uses", "agent agent uses", "agent", 7),  # a declaration keyword
+        ("agent agg uses", "agent repeat uses", "repeat", 7),  # a step keyword of the grammar
+        ("agent agg uses", "agent verify uses", "verify", 7),  # a step kind's keyword (the step table)
+        ("tool web =", "tool call =", "call", 6),
+        ("agent agg uses", "agent task uses", "task", 7),
+    ],
+)
+def test_a_keyword_used_as_a_name_is_named_as_a_keyword(old, new, word, col):
+    (diag,) = analyze(BASE.replace(old, new), "t.srpo").diagnostics
+    assert (diag.code, diag.span.col, diag.span.end_col - diag.span.col) == ("E001", col, len(word))
+    assert diag.message == f"`{word}` is a keyword and cannot be a name"
+    assert diag.hint == f"pick another name, e.g. `{word}_1`"
 
 
 @pytest.mark.parametrize(
