@@ -196,3 +196,49 @@ def test_rewarding_an_agent_that_emits_a_decision_is_e073(template_dir, agent, d
         "reward the agent that answers; to score a decision, give the agent a Python parser contract",
     )
     assert (e073 in found) == decides, found
+
+
+@pytest.mark.parametrize(
+    "old,new,code,col,message",
+    [
+        (
+            "repeat at most 2 {",
+            "repeat at most 10001 {",
+            "E051",
+            16,
+            "a loop bound must be at most 10000, not 10001",
+        ),
+        (
+            "repeat at most 2 {",
+            "repeat at most 99999999999999999999 {",
+            "E051",
+            16,
+            "a loop bound must be at most 10000, not 99999999999999999999",
+        ),
+        (
+            "agent solver[3]",
+            "agent solver[99999999999999999999]",
+            "E040",
+            14,
+            "a pool's replica count must be at most 10000, not 99999999999999999999",
+        ),
+        (
+            "agent solver[3]",
+            "agent solver[10001]",
+            "E040",
+            14,
+            "a pool's replica count must be at most 10000, not 10001",
+        ),
+    ],
+)
+def test_a_count_above_the_maximum_is_an_error_at_the_number(template_dir, old, new, code, col, message):
+    (diag,) = analyze(BASE.replace(old, new), "t.srpo", [template_dir]).diagnostics
+    assert (diag.code, diag.span.col, diag.message) == (code, col, message)
+    assert diag.span.end_col - diag.span.col == len(message.rsplit(" ", 1)[-1])  # the caret spans the number
+
+
+@pytest.mark.parametrize(
+    "old,new", [("repeat at most 2 {", "repeat at most 10000 {"), ("agent solver[3]", "agent solver[10000]")]
+)
+def test_a_count_at_the_maximum_is_accepted(template_dir, old, new):
+    assert analyze(BASE.replace(old, new), "t.srpo", [template_dir]).diagnostics == []
