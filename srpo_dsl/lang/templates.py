@@ -144,7 +144,7 @@ def _undefined_words(template: str, var: str, line: int, set_elsewhere: bool) ->
     if set_elsewhere:
         return (
             f"template `{template}` line {line} uses `{var}`, which is not set on every path to it",
-            "set it before this line on every branch (templates render strictly: an unset variable is an error)",
+            "set it on every branch before this line (rendering is strict: an unset variable is an error)",
         )
     hint = did_you_mean(var, CONTEXT_VARIABLES) or f"available: {', '.join(sorted(CONTEXT_VARIABLES))}"
     return f"template `{template}` line {line} uses `{var}`, which no step provides", hint

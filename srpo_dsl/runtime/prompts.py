@@ -2,8 +2,9 @@
 
 Templates are looked up in the workflow's folders, then in the package defaults
 (`srpo_dsl/templates/`); a template given as a path (absolute, or with `..`) is read from
-that file, relative to the workflow's folder (`TemplateLoader`, shared with the checker). Rendering is strict: an undefined variable is an error, never
-an empty string. The executor provides these top-level names (`CONTEXT_VARIABLES`):
+that file, relative to the workflow's folder (`TemplateLoader`, shared with the checker).
+Rendering is strict: an undefined variable is an error, never an empty string. The executor
+provides these top-level names (`CONTEXT_VARIABLES`):
 
 - `task`: the task record (dict: `id`, `question`, `answer`, `answers`, ...).
 - `step`: 1-based event counter in the episode.
