@@ -66,7 +66,8 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "E060": ("until verifier == approve", "until agg == approve"),
     "E061": ("until verifier == approve", "until verifier == approved"),
     "E062": ("repeat at most 2 {", "if verifier == reject { verify verifier }\nrepeat at most 2 {"),
-    "E070": ("reward math_equiv(agg", "reward math_equiv(verifier"),
+    "E070": ("reward math_equiv(agg", "reward math_equiv(solver"),
+    "E073": ("reward math_equiv(agg", "reward math_equiv(verifier"),
     "E071": (
         "reward math_equiv(agg",
         'agent spare uses lm prompt "p.j2" emits text\nreward math_equiv(spare',

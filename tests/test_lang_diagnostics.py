@@ -59,8 +59,9 @@ GOLDEN = [
         "E070",
         17,
         1,
-        "`agg` acts after the last reward point: its trainable actions never reach the reward of `verifier`",
+        "`agg` acts after the last reward point: its trainable actions never reach the reward of `solver`",
     ),
+    ("E073", 18, 19, "`verifier` emits `verdict`, a decision: the reward would score it, not an answer"),
     ("E071", 19, 19, "the rewarded agent `spare` never acts"),
     ("E080", 9, 26, "template not found"),
     ("E081", 9, 26, "template `broken.j2` line 1: unexpected '}'"),
@@ -127,10 +128,21 @@ def test_several_semantic_errors_in_one_run(template_dir):
     assert {"E012", "E013"} <= codes
 
 
-def test_keywords_are_reserved():
-    text = BASE.replace("agent agg uses", "agent verify uses")
-    diags = analyze(text, "t.srpo").diagnostics
-    assert diags[0].code == "E001" and diags[0].message.startswith("unexpected `verify`")
+@pytest.mark.parametrize(
+    "old,new,word,col",
+    [
+        ("agent agg uses", "agent agent uses", "agent", 7),  # a declaration keyword
+        ("agent agg uses", "agent repeat uses", "repeat", 7),  # a step keyword of the grammar
+        ("agent agg uses", "agent verify uses", "verify", 7),  # a step kind's keyword (the step table)
+        ("tool web =", "tool call =", "call", 6),
+        ("agent agg uses", "agent task uses", "task", 7),
+    ],
+)
+def test_a_keyword_used_as_a_name_is_named_as_a_keyword(old, new, word, col):
+    (diag,) = analyze(BASE.replace(old, new), "t.srpo").diagnostics
+    assert (diag.code, diag.span.col, diag.span.end_col - diag.span.col) == ("E001", col, len(word))
+    assert diag.message == f"`{word}` is a keyword and cannot be a name"
+    assert diag.hint == f"pick another name, e.g. `{word}_1`"
 
 
 @pytest.mark.parametrize(
@@ -166,3 +178,67 @@ def test_every_code_the_checker_can_emit_is_documented():
     documented = set(re.findall(r"^\| ([EW]0\d\d) \|", (root / "docs" / "dsl.md").read_text(), re.M))
     assert {"E090", "E095", "W003"} <= codes
     assert codes <= documented, sorted(codes - documented)
+
+
+@pytest.mark.parametrize(
+    "agent,decides", [("router", True), ("verifier", True), ("solver", False), ("agg", False)]
+)
+def test_rewarding_an_agent_that_emits_a_decision_is_e073(template_dir, agent, decides):
+    """A route or a verdict is a decision recorded by its step kind (the step table's `deciding`)."""
+    text = BASE.replace("reward math_equiv(agg", f"reward math_equiv({agent}")
+    found = [
+        (d.code, d.span.line, d.span.col, d.hint) for d in analyze(text, "t.srpo", [template_dir]).diagnostics
+    ]
+    e073 = (
+        "E073",
+        18,
+        19,
+        "reward the agent that answers; to score a decision, give the agent a Python parser contract",
+    )
+    assert (e073 in found) == decides, found
+
+
+@pytest.mark.parametrize(
+    "old,new,code,col,message",
+    [
+        (
+            "repeat at most 2 {",
+            "repeat at most 10001 {",
+            "E051",
+            16,
+            "a loop bound must be at most 10000, not 10001",
+        ),
+        (
+            "repeat at most 2 {",
+            "repeat at most 99999999999999999999 {",
+            "E051",
+            16,
+            "a loop bound must be at most 10000, not 99999999999999999999",
+        ),
+        (
+            "agent solver[3]",
+            "agent solver[99999999999999999999]",
+            "E040",
+            14,
+            "a pool's replica count must be at most 10000, not 99999999999999999999",
+        ),
+        (
+            "agent solver[3]",
+            "agent solver[10001]",
+            "E040",
+            14,
+            "a pool's replica count must be at most 10000, not 10001",
+        ),
+    ],
+)
+def test_a_count_above_the_maximum_is_an_error_at_the_number(template_dir, old, new, code, col, message):
+    (diag,) = analyze(BASE.replace(old, new), "t.srpo", [template_dir]).diagnostics
+    assert (diag.code, diag.span.col, diag.message) == (code, col, message)
+    assert diag.span.end_col - diag.span.col == len(message.rsplit(" ", 1)[-1])  # the caret spans the number
+
+
+@pytest.mark.parametrize(
+    "old,new", [("repeat at most 2 {", "repeat at most 10000 {"), ("agent solver[3]", "agent solver[10000]")]
+)
+def test_a_count_at_the_maximum_is_accepted(template_dir, old, new):
+    assert analyze(BASE.replace(old, new), "t.srpo", [template_dir]).diagnostics == []

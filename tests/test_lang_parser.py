@@ -103,3 +103,46 @@ def test_columns_of_the_first_line_ignore_the_byte_order_mark():
 def test_a_byte_order_mark_elsewhere_is_still_an_error():
     (diag,) = analyze("workflow w\n" + BOM + "aggregate a\n", "t.srpo").diagnostics
     assert (diag.code, diag.span.line, diag.span.col) == ("E002", 2, 1)
+
+
+LOOP = BASE[BASE.index("repeat") : BASE.index("aggregate agg\n")]
+
+
+@pytest.mark.parametrize(
+    "loop,line,col,found",
+    [
+        # the `}` of a one-line `else` block is missing: the loop's `}` closes it, and `until` is left over
+        (
+            LOOP.replace(
+                "  verify verifier\n", "  if verifier == reject { revise solver[1] } else { verify verifier\n"
+            ),
+            16,
+            3,
+            "unexpected `until`",
+        ),
+        # the loop's `}` is missing before `until`
+        (LOOP.replace("} until", "until"), 16, 1, "unexpected `until`"),
+        # a block's first step on the line of `repeat`, its `}` missing, more steps after it
+        (
+            "repeat at most 2 { route router parallel solver by router\nverify verifier\n",
+            13,
+            1,
+            "unexpected `reward`",
+        ),
+    ],
+)
+def test_a_missing_closing_brace_is_one_error_that_says_a_block_is_open(loop, line, col, found):
+    text = BASE.replace(LOOP, loop)
+    (diag,) = analyze(text, "t.srpo").diagnostics
+    assert (diag.code, diag.span.line, diag.span.col) == ("E001", line, col)
+    assert diag.message == f"{found} (expected `}}` or a step)"
+    assert (
+        diag.hint
+        == f"a block is still open here: is a `}}` missing before `{found.split('`')[1]}` or earlier?"
+    )
+
+
+def test_recovery_does_not_blank_a_closing_brace_on_the_erroneous_line():
+    text = BASE.replace("  verify verifier\n", "  verify 3 }\n").replace("} until verifier == approve\n", "")
+    (diag,) = analyze(text, "t.srpo").diagnostics
+    assert (diag.code, diag.span.line, diag.message) == ("E001", 13, "unexpected `3` (expected a name)")

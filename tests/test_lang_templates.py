@@ -1,10 +1,11 @@
 """One template search path: the checker and the runtime look up a role's template alike."""
 
+import pytest
 from lang_cases import BASE
 
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.templates import PACKAGE_TEMPLATES, template_search_path
-from srpo_dsl.runtime.prompts import PromptRenderer
+from srpo_dsl.runtime.prompts import PromptError, PromptRenderer
 
 CONTEXT = {
     "task": {"question": "17+25"},
@@ -47,3 +48,75 @@ def test_a_template_in_the_workflow_folder_shadows_the_package_default_for_both(
     )
     (tmp_path / "default_role.j2").write_text("mine: {{ task.question }}")
     assert PromptRenderer([tmp_path]).render("default_role.j2", CONTEXT) == "mine: 17+25"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "{% if feedback %}{% set last = feedback[-1] %}{{ last }}{% endif %}",
+        "{% for o in team_context %}{% set who = o.role %}{{ who }}{% endfor %}",
+        "{% with who = role %}{% if who %}{% set n = 1 %}{{ n }}{% endif %}{% endwith %}",
+        "{% macro show(o) %}{% if o %}{% set t = o.question %}{{ t }}{% endif %}{% endmacro %}{{ show(task) }}",
+        "{% if feedback %}{% set last = 1 %}{% elif documents %}{% set last = 2 %}"
+        "{% else %}{% set last = 3 %}{% endif %}{{ last }}",
+    ],
+)
+def test_a_variable_the_template_sets_before_using_it_is_not_e082(tmp_path, body):
+    """Jinja2's `meta` counts a name set inside an `{% if %}` as read from the context; it is not."""
+    (tmp_path / "set.j2").write_text(body)
+    assert analyze(_workflow(tmp_path, "set.j2"), str(tmp_path / "w.srpo")).diagnostics == []
+    context = {**CONTEXT, "feedback": ["ok"], "team_context": [{"role": "solver", "text": "x"}]}
+    PromptRenderer([tmp_path]).render("set.j2", context)  # renders under StrictUndefined
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (
+            "{% if feedback %}{% set last = 1 %}{% endif %}\n{{ last }}",
+            "template `set.j2` line 2 uses `last`, which is not set on every path to it",
+        ),
+        (
+            "{% for o in team_context %}{% set who = o %}{% endfor %}\n\n{{ who }}",
+            "template `set.j2` line 3 uses `who`, which is not set on every path to it",
+        ),
+        (
+            "{# tsak #}\n{{ task.question }}\n{{ tsak }}",
+            "template `set.j2` line 3 uses `tsak`, which no step provides",
+        ),
+    ],
+)
+def test_a_variable_unset_where_it_is_read_is_still_e082(tmp_path, body, message):
+    (tmp_path / "set.j2").write_text(body)
+    (diag,) = analyze(_workflow(tmp_path, "set.j2"), str(tmp_path / "w.srpo")).diagnostics
+    assert (diag.code, diag.message) == ("E082", message)
+    assert diag.span.line == 9  # the agent's `prompt "..."`
+    if "tsak" in body:
+        assert diag.hint == "did you mean `task`?"
+
+
+def _shared_template(tmp_path):
+    """`tmp_path/shared/role.j2`, and a workflow folder `tmp_path/flows` beside it."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "role.j2").write_text("shared: {{ task.question }}")
+    (tmp_path / "flows").mkdir()
+    return tmp_path / "flows"
+
+
+@pytest.mark.parametrize("given", ["../shared/role.j2", "ABSOLUTE"])
+def test_a_template_given_as_a_path_is_found_by_the_checker_and_the_renderer(tmp_path, given):
+    flows = _shared_template(tmp_path)
+    name = str(tmp_path / "shared" / "role.j2") if given == "ABSOLUTE" else given
+    assert analyze(_workflow(flows, name), str(flows / "w.srpo")).diagnostics == []
+    assert PromptRenderer([flows]).render(name, CONTEXT) == "shared: 17+25"
+
+
+def test_a_missing_template_path_says_which_file_was_looked_for(tmp_path):
+    flows = _shared_template(tmp_path)
+    (diag,) = analyze(_workflow(flows, "../shared/nope.j2"), str(flows / "w.srpo")).diagnostics
+    assert (diag.code, diag.message) == ("E080", "template not found")
+    assert diag.hint == f"looked for {tmp_path / 'shared' / 'nope.j2'}"
+    with pytest.raises(
+        PromptError, match=r"template `\.\./shared/nope\.j2` not found \(looked for .*nope\.j2\)"
+    ):
+        PromptRenderer([flows]).render("../shared/nope.j2", CONTEXT)

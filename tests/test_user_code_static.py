@@ -204,3 +204,16 @@ def test_the_reward_gets_its_episode_when_it_asks_for_it():
     assert list(arity.values()) == [2, 3, 3, 2]  # a third parameter with a default is not the episode
     one = Params.of_ast(ast.parse("def f(a): pass").body[0])
     assert call_problem("reward", one, ()) == "it takes 1 positional argument(s), srpo-dsl passes 2"
+
+
+@pytest.mark.parametrize("reward,late", [('"user.py:score_episode"(a)', False), ('"user.py:score"(a)', True)])
+def test_an_agent_after_the_rewarded_one_is_e070_unless_the_reward_reads_the_episode(folder, reward, late):
+    """A three-argument reward gets the whole episode, so `b`'s actions after `a` reach it."""
+    text = WORKFLOW.replace('reward "user.py:score"(b)', f"reward {reward}")
+    codes = [(code, line, message) for code, line, _col, message, _hint in diagnostics(folder, text)]
+    e070 = (
+        "E070",
+        9,
+        "`b` acts after the last reward point: its trainable actions never reach the reward of `a`",
+    )
+    assert codes == ([e070] if late else [])

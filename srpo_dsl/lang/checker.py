@@ -457,7 +457,7 @@ class _Checker(n.StepVisitor[None]):
         for extra in self.p.rewards[1:]:
             self.error("E026", "only one `reward` is allowed", extra.span)
         r = self.p.rewards[0]
-        agent_ok = self.known_agent(r.agent)
+        agent_ok = self.known_agent(r.agent) and self.rewards_an_answer(r.agent)
         if isinstance(r.fn, n.Ref):
             code = self.python_reward(r)
             if code is not None and agent_ok:
@@ -491,6 +491,18 @@ class _Checker(n.StepVisitor[None]):
             )
         code = self.code_ref(r.fn, "reward")
         return code if r.field is None else None
+
+    def rewards_an_answer(self, agent: n.Ident) -> bool:
+        """The rewarded agent's output is an answer, not a decision (a verdict, a route): E073 otherwise."""
+        contract, _args = self.contract_of(agent) or ("", ())
+        if deciding(contract):
+            self.error(
+                "E073",
+                f"`{agent.name}` emits `{contract}`, a decision: the reward would score it, not an answer",
+                agent.span,
+                "reward the agent that answers; to score a decision, give the agent a Python parser contract",
+            )
+        return not deciding(contract)
 
     # ---- steps -------------------------------------------------------------
     def known_agent(self, ident: n.Ident) -> bool:

@@ -364,9 +364,10 @@ class _Compiler(n.StepVisitor[Frontier]):
 
 def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diagnostic]:
     """A trainable action with no path to the rewarded agent can never be credited (E070).
+    A Python reward with three arguments reads the whole episode: every action reaches it.
 
     `spans`: the source span of every event node."""
-    if graph.reward is None:
+    if graph.reward is None or (graph.reward.code is not None and graph.reward.code.arity == 3):
         return []
     pred: dict[str, list[str]] = {v: [] for v in graph.nodes}
     for e in graph.edges:

@@ -23,6 +23,11 @@ _UNESCAPE = re.compile(r"\\(.)")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _WHOLE = re.compile(r"[0-9]+")
 
+# The largest loop bound and pool size. Each counts model calls in one episode (rounds of a loop,
+# replicas of an event); ten thousand is already beyond any episode's budget, so a larger count
+# is a typo (and a pool's replica slots are materialised: `agent s[10**20]` could not be built).
+MAX_COUNT = 10_000
+
 
 class _Part(NamedTuple):
     """A piece of a rule that is not a node (a block, a selector, a `[N]`), with its closing token."""
@@ -85,6 +90,22 @@ class _Build:
                 [Diagnostic("E001", f"expected a whole number, found `{tok}`", _tok_span(self.file, tok))]
             )
         return int(self._number(tok))
+
+    def _at_most(self, tok: Token, code: str, what: str) -> int:
+        """A count no larger than `MAX_COUNT`, else `code` at the number."""
+        count = self._count(tok)
+        if count > MAX_COUNT:
+            raise SrpoError(
+                [
+                    Diagnostic(
+                        code,
+                        f"{what} must be at most {MAX_COUNT}, not {tok}",
+                        _tok_span(self.file, tok),
+                        f"it counts model calls in one episode: more than {MAX_COUNT} is a typo",
+                    )
+                ]
+            )
+        return count
 
     # values
     def string(self, items: list) -> _Part:
@@ -164,7 +185,7 @@ class _Build:
 
     def pool(self, items: list) -> _Part:  # "[" NUMBER "]"
         _open, number, close = items
-        return _Part(self._count(number), close)
+        return _Part(self._at_most(number, "E040", "a pool's replica count"), close)
 
     def contract(self, items: list) -> n.Contract:  # (NAME | step_keyword) ("(" [NAME ("," NAME)*] ")")?
         name, *in_parens = items
@@ -248,7 +269,7 @@ class _Build:
 
     def bound(self, items: list) -> _Part:  # "at" "most" NUMBER
         _at, _most, number = items
-        return _Part(self._count(number), number)
+        return _Part(self._at_most(number, "E051", "a loop bound"), number)
 
     def until(self, items: list) -> n.Cond:  # "until" cond
         _until, cond = items

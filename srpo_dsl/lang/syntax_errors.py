@@ -2,7 +2,8 @@
 
 The text a fast parse rejected is parsed again by Lark's own pipeline, which stops at the first
 error with what it expected there. The erroneous statement is then blanked and the parse resumed
-at the next statement, when that is safe.
+at the next statement, when that is safe: not after a block left open (a missing `}`), which
+blanking cannot close, so every later statement would be reported again.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
-from lark import Lark
+from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from srpo_dsl.lang.errors import Diagnostic, Span
@@ -112,7 +113,34 @@ def _found(err: UnexpectedInput) -> str:
     return f"unexpected `{err.token}`"  # type: ignore[attr-defined]
 
 
-def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark) -> Diagnostic:
+@functools.lru_cache(maxsize=4)
+def _closing_brace(parser: Lark) -> str:
+    """The terminal that closes a block (`}`), read off the grammar's `block` rule."""
+    return next(r.expansion[-1].name for r in parser.rules if r.origin.name == "block")
+
+
+def _block_left_open(err: UnexpectedInput, parser: Lark) -> bool:
+    """Whether a `}` before the unexpected token would let the parse go on: a block is missing its `}`."""
+    if not isinstance(err, UnexpectedToken) or getattr(err, "interactive_parser", None) is None:
+        return False
+    close = _closing_brace(parser)
+    state = err.interactive_parser.copy()
+    if close not in state.accepts():
+        return False
+    state.feed_token(Token(close, "}"))
+    return err.token.type in state.accepts()
+
+
+def _keyword_as_name(err: UnexpectedInput, parser: Lark) -> str | None:
+    """The keyword written where a name is expected (`agent agent ...`): a token the grammar's NAME
+    pattern matches but the lexer read as a keyword (the grammar's, or a step kind's)."""
+    if not isinstance(err, UnexpectedToken) or "NAME" not in (err.expected or ()):
+        return None
+    name = parser.get_terminal("NAME").pattern.to_regexp()
+    return str(err.token) if err.token.type != "NAME" and re.fullmatch(name, err.token) else None
+
+
+def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_block: bool) -> Diagnostic:
     line, col = max(1, getattr(err, "line", 1) or 1), max(1, getattr(err, "column", 1) or 1)
     width = 1
     if _at_end(err):
@@ -127,9 +155,20 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark) -> Dia
         ("E003" if _at_end(err) else "E002" if isinstance(err, UnexpectedCharacters) else "E001"),
         None,
     )
+    keyword = _keyword_as_name(err, parser)
+    if keyword is not None:
+        return Diagnostic(
+            "E001",
+            f"`{keyword}` is a keyword and cannot be a name",
+            span,
+            f"pick another name, e.g. `{keyword}_1`",
+        )
     label = _example_labels(parser).get(_situation(err)) if isinstance(err, UnexpectedToken) else None
     if label is not None:
         code, hint = label
+    elif open_block:
+        where = "at the end" if _at_end(err) else f"before `{err.token}`"  # type: ignore[attr-defined]
+        hint = f"a block is still open here: is a `}}` missing {where} or earlier?"
     return Diagnostic(code, _found(err) + _expected(err, parser), span, hint)
 
 
@@ -153,6 +192,10 @@ def _blank_from(text: str, line: int, parser: Lark) -> str:
     return "\n".join(lines)
 
 
+def _depth(text: str) -> int:
+    return text.count("{") - text.count("}")
+
+
 def syntax_errors(text: str, file: str = "<string>") -> list[Diagnostic]:
     """Every syntax error found (up to a limit), resuming after each at the next statement when safe."""
     parser = lark_parser()
@@ -163,16 +206,19 @@ def syntax_errors(text: str, file: str = "<string>") -> list[Diagnostic]:
             parser.parse(work)
             break
         except UnexpectedInput as err:
-            diag = _diagnostic(err, file, text, parser)
+            open_block = _block_left_open(err, parser)
+            diag = _diagnostic(err, file, text, parser, open_block)
             if diags and (diag.span.line, diag.span.col) <= (diags[-1].span.line, diags[-1].span.col):
                 break  # no progress: recovery would only repeat itself
             diags.append(diag)
-            if diag.code == "E003" or (
-                isinstance(err, UnexpectedToken) and err.token.type in statements(parser).boundaries
+            if (
+                open_block
+                or diag.code == "E003"
+                or (isinstance(err, UnexpectedToken) and err.token.type in statements(parser).boundaries)
             ):
-                break  # the statement before is unfinished: no safe place to resume
+                break  # a block or the statement before is unfinished: no safe place to resume
             recovered = _blank_from(work, diag.span.line, parser)
-            if recovered == work or recovered.count("{") != work.count("{"):
+            if recovered == work or _depth(recovered) != _depth(work):
                 break  # blanking would unbalance the braces: later errors would be noise
             work = recovered
     return diags

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import jinja2
-from jinja2 import meta
+from jinja2 import meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
 from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
@@ -23,9 +22,44 @@ def template_search_path(dirs: Sequence[Path]) -> list[Path]:
     return [*dirs, PACKAGE_TEMPLATES]
 
 
-def _line_of(source: str, name: str) -> int:
-    match = re.search(rf"\b{re.escape(name)}\b", source)
-    return source.count("\n", 0, match.start()) + 1 if match else 1
+def _is_path(name: str) -> bool:
+    """A name Jinja2's loader refuses: an absolute path, or one that climbs with `..`."""
+    return Path(name).is_absolute() or ".." in Path(name).parts
+
+
+class TemplateLoader(jinja2.FileSystemLoader):
+    """Jinja2's file loader over `template_search_path(dirs)`, which also takes a prompt given as a
+    path, as data files and Python references are: absolute, or relative to the workflow's folder
+    with `..` in it. Such a file is read by a loader rooted at its own folder; includes it makes
+    are looked up on the search path, as any template's."""
+
+    def __init__(self, dirs: Sequence[Path]):
+        super().__init__(template_search_path(dirs))
+        self.dirs = tuple(dirs)
+
+    def resolved(self, name: str) -> list[Path]:
+        """The files a path-like `name` may mean, in order (empty for a plain template name)."""
+        if not _is_path(name):
+            return []
+        return (
+            [Path(name).resolve()] if Path(name).is_absolute() else [(d / name).resolve() for d in self.dirs]
+        )
+
+    def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
+        candidates = self.resolved(template)
+        if not candidates:
+            return super().get_source(environment, template)
+        found = next((p for p in candidates if p.is_file()), None)
+        if found is None:
+            raise jinja2.TemplateNotFound(template)
+        return jinja2.FileSystemLoader(found.parent).get_source(environment, found.name)
+
+    def looked_in(self, name: str) -> str:
+        """Where `name` was looked for, in words."""
+        paths = self.resolved(name)
+        if paths:
+            return "looked for " + ", ".join(str(p) for p in paths)
+        return f"looked in {', '.join(str(d) for d in self.dirs) or '.'} and the package defaults"
 
 
 def check_template(name: str, at: Span, dirs: list[Path]) -> list[Diagnostic]:
@@ -37,13 +71,90 @@ def check_template(name: str, at: Span, dirs: list[Path]) -> list[Diagnostic]:
 
 @functools.lru_cache(maxsize=256)
 def _environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
-    return SandboxedEnvironment(loader=jinja2.FileSystemLoader(template_search_path(dirs)))
+    return SandboxedEnvironment(loader=TemplateLoader(dirs))
+
+
+# Nodes whose inner names stay inside (a `set` in a loop body is gone after the loop).
+_SCOPES = (
+    nodes.For,
+    nodes.Macro,
+    nodes.CallBlock,
+    nodes.With,
+    nodes.FilterBlock,
+    nodes.Scope,
+    nodes.Block,
+    nodes.OverlayScope,
+    nodes.ScopedEvalContextModifier,
+)
+
+
+class _Reads:
+    """The reads of `names` where the template has not set them, on every path, before: name -> first line."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+        self.unset: dict[str, int] = {}
+
+    def walk(self, node: nodes.Node, assigned: set[str]) -> set[str]:
+        """Visit `node` in the order it runs; `assigned` grows by what it sets in the current scope."""
+        if isinstance(node, nodes.Name):
+            if node.ctx in ("store", "param"):
+                assigned.add(node.name)
+            elif node.name in self.names and node.name not in assigned:
+                self.unset.setdefault(node.name, node.lineno)
+        elif isinstance(node, (nodes.Assign, nodes.AssignBlock)):
+            value = [node.node] if isinstance(node, nodes.Assign) else node.body
+            for child in [*value, node.target]:
+                self.walk(child, assigned)
+        elif isinstance(node, nodes.If):
+            branches = [node.body, *(e.body for e in node.elif_), node.else_]
+            for test in [node.test, *(e.test for e in node.elif_)]:
+                self.walk(test, assigned)
+            assigned |= set.intersection(*(self.walk_all(b, set(assigned)) for b in branches))
+        elif isinstance(node, _SCOPES):
+            self.walk_all(node.iter_child_nodes(), set(assigned))
+            if isinstance(node, nodes.Macro):
+                assigned.add(node.name)
+        else:
+            self.walk_all(node.iter_child_nodes(), assigned)
+        return assigned
+
+    def walk_all(self, children: Iterable[nodes.Node], assigned: set[str]) -> set[str]:
+        for child in children:
+            self.walk(child, assigned)
+        return assigned
+
+
+def _undefined(tree: nodes.Template) -> dict[str, int]:
+    """Each variable the template reads that neither the runtime nor the template provides -> the line
+    of its first such read. Jinja2's `meta` also counts a name that a `{% set %}` inside an `{% if %}`
+    assigns (the branch may not run, so Jinja2 looks the name up in the context first); such a name is
+    the template's own where every path to the read sets it."""
+    reads = _Reads(meta.find_undeclared_variables(tree) - CONTEXT_VARIABLES)
+    reads.walk(tree, set())
+    return reads.unset
+
+
+def _assigned_somewhere(tree: nodes.Template, name: str) -> bool:
+    return any(n.name == name for n in tree.find_all(nodes.Name) if n.ctx == "store")
+
+
+def _undefined_words(template: str, var: str, line: int, set_elsewhere: bool) -> tuple[str, str]:
+    """E082's message and hint: a name nothing provides, or one the template sets on some paths only."""
+    if set_elsewhere:
+        return (
+            f"template `{template}` line {line} uses `{var}`, which is not set on every path to it",
+            "set it on every branch before this line (rendering is strict: an unset variable is an error)",
+        )
+    hint = did_you_mean(var, CONTEXT_VARIABLES) or f"available: {', '.join(sorted(CONTEXT_VARIABLES))}"
+    return f"template `{template}` line {line} uses `{var}`, which no step provides", hint
 
 
 @functools.lru_cache(maxsize=1024)
 def _template_problems(name: str, dirs: tuple[Path, ...]) -> tuple[tuple[str, str, str | None], ...]:
     """(code, message, hint) for each problem; cached, since workflows share templates."""
     env = _environment(dirs)
+    loader: TemplateLoader = env.loader  # type: ignore[assignment]
     diags: list[tuple[str, str, str | None]] = []
     seen: set[str] = set()
     pending = [name]
@@ -53,25 +164,17 @@ def _template_problems(name: str, dirs: tuple[Path, ...]) -> tuple[tuple[str, st
             continue
         seen.add(current)
         try:
-            source = env.loader.get_source(env, current)[0]  # type: ignore[union-attr]
+            source = loader.get_source(env, current)[0]
         except jinja2.TemplateNotFound:
-            where = ", ".join(str(d) for d in dirs) or "."
             what = "template" if current == name else f"template `{current}` (included by `{name}`)"
-            diags.append(("E080", f"{what} not found", f"looked in {where} and the package defaults"))
+            diags.append(("E080", f"{what} not found", loader.looked_in(current)))
             continue
         try:
             tree = env.parse(source, name=current)
         except jinja2.TemplateSyntaxError as exc:
             diags.append(("E081", f"template `{current}` line {exc.lineno}: {exc.message}", None))
             continue
-        for var in sorted(meta.find_undeclared_variables(tree) - CONTEXT_VARIABLES):
-            diags.append(
-                (
-                    "E082",
-                    f"template `{current}` line {_line_of(source, var)} uses `{var}`, which no step provides",
-                    did_you_mean(var, CONTEXT_VARIABLES)
-                    or f"available: {', '.join(sorted(CONTEXT_VARIABLES))}",
-                )
-            )
+        for var, line in sorted(_undefined(tree).items()):
+            diags.append(("E082", *_undefined_words(current, var, line, _assigned_somewhere(tree, var))))
         pending.extend(t for t in meta.find_referenced_templates(tree) if t is not None)
     return tuple(diags)

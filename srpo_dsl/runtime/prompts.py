@@ -1,8 +1,10 @@
 """Role prompts: sandboxed Jinja2 templates rendered from the executor's context.
 
 Templates are looked up in the workflow's folders, then in the package defaults
-(`srpo_dsl/templates/`). Rendering is strict: an undefined variable is an error, never
-an empty string. The executor provides these top-level names (`CONTEXT_VARIABLES`):
+(`srpo_dsl/templates/`); a template given as a path (absolute, or with `..`) is read from
+that file, relative to the workflow's folder (`TemplateLoader`, shared with the checker).
+Rendering is strict: an undefined variable is an error, never an empty string. The executor
+provides these top-level names (`CONTEXT_VARIABLES`):
 
 - `task`: the task record (dict: `id`, `question`, `answer`, `answers`, ...).
 - `step`: 1-based event counter in the episode.
@@ -21,11 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import jinja2
-from jinja2 import FileSystemLoader, StrictUndefined
+from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
-from srpo_dsl.lang.templates import template_search_path
+from srpo_dsl.lang.templates import TemplateLoader
 
 __all__ = ["CONTEXT_VARIABLES", "PromptError", "PromptRenderer"]
 
@@ -38,9 +40,10 @@ class PromptRenderer:
     """Renders role templates from `search_dirs`, then the package defaults."""
 
     def __init__(self, search_dirs: list[Path]):
-        self.search_dirs = template_search_path(search_dirs)
+        self._loader = TemplateLoader(search_dirs)
+        self.search_dirs = [Path(p) for p in self._loader.searchpath]
         self._env = SandboxedEnvironment(
-            loader=FileSystemLoader(self.search_dirs),
+            loader=self._loader,
             undefined=StrictUndefined,
             keep_trailing_newline=False,
             autoescape=False,
@@ -52,8 +55,9 @@ class PromptRenderer:
         try:
             return self._env.get_template(template).render(context)
         except jinja2.TemplateNotFound as exc:
-            where = ", ".join(str(d) for d in self.search_dirs)
-            raise PromptError(f"template `{exc.name}` not found (looked in {where})") from None
+            raise PromptError(
+                f"template `{exc.name}` not found ({self._loader.looked_in(str(exc.name))})"
+            ) from None
         except jinja2.UndefinedError as exc:
             raise PromptError(f"template `{template}`: {exc.message}") from None
         except jinja2.TemplateSyntaxError as exc:
