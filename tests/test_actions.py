@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from retrieval_server import RetrievalServer
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.envs.retrieval import Bm25Retriever, HttpRetriever
@@ -17,6 +16,9 @@ from srpo_dsl.runtime.parsers import Parsed, parse_act, parse_output
 from srpo_dsl.runtime.setup import load_workflow, task_data
 from srpo_dsl.runtime.traces import read_traces, to_trace, write_traces
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.clitools import cli
+from tests.retrieval_server import RetrievalServer
+from tests.viewtools import page_json
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTS = ("search", "answer")
@@ -303,3 +305,20 @@ def test_search_r1_compiles_to_its_shape():
     assert [v.label for v in g.event_nodes] == ["act researcher", "act researcher only answer"]
     assert g.bounds.events == 5 and g.bounds.tool_calls == 4
     assert g.to_networkx().nodes["n3"]["actions"] == ["answer"]
+
+
+def test_audit_and_view_show_each_members_action(pool):
+    replies = ["<search>a</search>", "<answer>x</answer>", "junk", "<answer>x</answer>"]
+    (pool / "replies.json").write_text(json.dumps({"worker": replies}))
+    args = ("--backend", "scripted", "--model", pool / "replies.json", "--out", pool / "out")
+    assert cli("run", pool / "pool.srpo", *args).returncode == 0
+    audit = cli("audit", pool / "out")
+    assert audit.returncode == 0, audit.stderr
+    e1 = next(line for line in audit.stdout.splitlines() if line.startswith("| e1 "))
+    assert "worker#1 [search]: <search>a</search>; worker#2 [answer]" in e1 and "worker#3 (invalid)" in e1
+    assert e1.endswith("| 1 results | -> act:worker |")
+    assert cli("view", pool / "out").returncode == 0
+    (member, *_), *_ = [
+        e["members"] for e in page_json((pool / "out/view.html").read_text())["episodes"][0]["events"]
+    ]
+    assert (member["action"], member["parsed"], member["text"][slice(*member["hl"])]) == ("search", "a", "a")

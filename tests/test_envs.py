@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from retrieval_server import RetrievalServer
 
 from srpo_dsl.envs.answers import exact_match, f1, normalize_answer
 from srpo_dsl.envs.arith import is_heldout, make_arith_tasks
@@ -17,6 +16,7 @@ from srpo_dsl.envs.math import math_equiv
 from srpo_dsl.envs.retrieval import Bm25Retriever, Document, HttpRetriever, RetrieverError, make_retriever
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.runtime.parsers import last_boxed
+from tests.retrieval_server import RetrievalServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"

@@ -15,17 +15,12 @@ from srpo_dsl.view.charts import Series, line_chart, nice_ticks, x_ticks
 from srpo_dsl.view.episodes import highlight
 from tests.clitools import cli
 from tests.test_training import _env
-from tests.viewtools import as_training_run, many_episodes, scripted_run, traces_of
+from tests.viewtools import as_training_run, many_episodes, page_json, scripted_run, traces_of
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return scripted_run(tmp_path_factory.mktemp("view"))
-
-
-def page_json(html: str) -> dict:
-    found = re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.S)
-    return json.loads(found.group(1))
 
 
 def test_highlight_finds_the_last_occurrence_of_the_parsed_value() -> None:

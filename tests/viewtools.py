@@ -2,6 +2,7 @@
 invalid outputs; no model), the same episodes as a training step would record them, and a large trace."""
 
 import json
+import re
 from pathlib import Path
 
 from tests.clitools import cli
@@ -65,3 +66,9 @@ def many_episodes(run: Path, out: Path, n: int) -> Path:
             f.write(json.dumps(ep) + "\n")
     (out / "graph.json").write_text((run / "graph.json").read_text())
     return out
+
+
+def page_json(html: str) -> dict:
+    """The data a `view` page embeds."""
+    found = re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(found.group(1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -28,6 +29,9 @@ from srpo_dsl.cli.common import (
 from srpo_dsl.cli.outputs import OVERWRITE, check_out, staged_output
 from srpo_dsl.io import write_atomic
 from srpo_dsl.registries import BACKENDS
+
+if TYPE_CHECKING:
+    from srpo_dsl.runtime.episode import Member
 
 BackendKind = choices("BackendKind", BACKENDS)
 
@@ -326,10 +330,8 @@ def audit(
         print("|---|---|---|---:|---|---|---|")
         for i, e in enumerate(ep.events):
             nxt = ep.events[i + 1].event_type if i + 1 < len(ep.events) else "end"
-            outs = "; ".join(
-                f"{m.role}#{m.replica}{'' if m.valid else ' (invalid)'}: {short(m.text)}" for m in e.members
-            )
-            obs = f"{sum(len(o['documents']) for o in e.observations)} docs" if e.observations else ""
+            outs = "; ".join(f"{_who(m, bool(e.actions))}: {short(m.text)}" for m in e.members)
+            obs = _observed(e.observations)
             k = f"{len(e.members)}" if e.complete else f"{len(e.members)}/{e.cardinality} INCOMPLETE"
             print(f"| e{i + 1} | {e.event_type} | {e.state_id[:8]} | {k} | {outs} | {obs} | -> {nxt} |")
         print()
@@ -338,6 +340,22 @@ def audit(
     print(f"{len(eps)} episodes, {events} events, {incomplete} incomplete")
     if incomplete:
         raise typer.Exit(EXIT_INPUT)
+
+
+def _who(m: Member, acts: bool) -> str:
+    """A member as the audit names it: `role#replica`, its action when the agent acts, or `(invalid)`."""
+    if not m.valid:
+        return f"{m.role}#{m.replica} (invalid)"
+    return f"{m.role}#{m.replica} [{m.parsed['action']}]" if acts else f"{m.role}#{m.replica}"  # type: ignore[index]
+
+
+def _observed(observations: list[dict]) -> str:
+    """An event's observations in a few words: documents retrieved, Python tool results and errors."""
+    docs = sum(len(o["documents"]) for o in observations if "documents" in o)
+    results = sum("result" in o for o in observations)
+    errors = sum("error" in o for o in observations)
+    parts = [f"{n} {what}" for n, what in ((docs, "docs"), (results, "results"), (errors, "errors")) if n]
+    return ", ".join(parts)
 
 
 def render(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from srpo_dsl.runtime.episode import Member
 from srpo_dsl.runtime.traces import TraceEpisode, TraceEvent
 
 if TYPE_CHECKING:
@@ -63,6 +64,24 @@ def _cycles_through(graph: nx.DiGraph, node: str) -> list[list[str]]:
     return sorted(paths, key=len)
 
 
+def _member_json(m: Member, acts: bool) -> dict[str, Any]:
+    """A member; an acting agent's action apart, and its value as what it parsed (and highlights)."""
+    action = m.parsed.get("action") if acts and m.valid and isinstance(m.parsed, dict) else None
+    parsed = m.parsed.get("value") if action is not None else m.parsed  # type: ignore[union-attr]
+    return {
+        "role": m.role,
+        "replica": m.replica,
+        "policy": m.policy,
+        "version": m.policy_version,
+        "text": m.text,
+        "valid": m.valid,
+        "action": action,
+        "parsed": parsed,
+        "tokens": len(m.response_token_ids),
+        "hl": highlight(m.text, parsed) if m.valid else None,
+    }
+
+
 def event_json(graph: nx.DiGraph | None, e: TraceEvent, following: TraceEvent | None) -> dict[str, Any]:
     return {
         "type": e.event_type,
@@ -70,20 +89,7 @@ def event_json(graph: nx.DiGraph | None, e: TraceEvent, following: TraceEvent | 
         "state": e.state_id,
         "k": e.cardinality,
         "complete": e.complete,
-        "members": [
-            {
-                "role": m.role,
-                "replica": m.replica,
-                "policy": m.policy,
-                "version": m.policy_version,
-                "text": m.text,
-                "valid": m.valid,
-                "parsed": m.parsed,
-                "tokens": len(m.response_token_ids),
-                "hl": highlight(m.text, m.parsed) if m.valid else None,
-            }
-            for m in e.members
-        ],
+        "members": [_member_json(m, acts=bool(e.actions)) for m in e.members],
         "obs": e.observations,
         "next": transition(
             graph, e.node, following.node if following else "end", following.event_type if following else None

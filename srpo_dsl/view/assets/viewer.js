@@ -154,6 +154,7 @@
     head.appendChild(el("strong", "", `${m.role}#${m.replica}`));
     head.appendChild(el("span", "", `${m.policy} v${m.version}`));
     head.appendChild(el("span", "validity", m.valid ? "valid" : "invalid"));
+    if (m.action) head.appendChild(el("span", "action", `action ${m.action}`));
     head.appendChild(el("span", "", `${m.tokens} tokens`));
     if (adv !== null) head.appendChild(el("span", "", `A ${fmt(adv)}`));
     card.appendChild(head);
