@@ -322,3 +322,35 @@ def test_audit_and_view_show_each_members_action(pool):
         e["members"] for e in page_json((pool / "out/view.html").read_text())["episodes"][0]["events"]
     ]
     assert (member["action"], member["parsed"], member["text"][slice(*member["hl"])]) == ("search", "a", "a")
+
+
+def test_a_supervisor_decides_who_acts_next_and_a_react_worker_its_own_turns():
+    """workflows/supervisor.srpo (LangGraph's supervisor): decisions route to workers by action."""
+    from srpo_dsl.runtime.setup import build_tools
+
+    wf = load_workflow(ROOT / "workflows/supervisor.srpo")
+    script = {
+        "supervisor": [
+            "<research>who wrote it</research>",
+            "<compute>1813 + 2</compute>",
+            "<finish>Jane Austen</finish>",
+        ],
+        "researcher": [
+            f"{THINK}<search>pride and prejudice</search>",
+            f"{THINK}<answer>Jane Austen</answer>",
+        ],
+        "calculator": ["<python>print(1813 + 2)</python>"],
+    }
+    executor = Executor(wf.graph, {"lm": ScriptedBackend(script)}, wf.renderer(), build_tools(wf))
+    (ep,) = executor.run(task_data(wf)[:1])
+    assert [e.event_type for e in ep.events] == [
+        "act:supervisor",
+        "act:researcher",
+        "act:researcher",
+        "act:supervisor",
+        "act:calculator",
+        "act:supervisor",
+    ]
+    assert [len(e.observations) for e in ep.events] == [0, 1, 0, 0, 1, 0]
+    assert ep.events[4].observations[0]["result"].strip() == "1815"
+    assert ep.answer == "Jane Austen" and ep.score == 1.0 and ep.tool_calls == 2

@@ -69,7 +69,10 @@ def _conj_and(c1: Conj, c2: Conj) -> Conj | None:
     if not c1 or not c2:
         return c1 or c2
     conj = c1 + tuple(a for a in c2 if a not in c1)
-    return None if _contradicts(conj) else conj
+    if _contradicts(conj):
+        return None
+    fixed = {a.name for a in conj if a.kind == "var" and a.op == "=="}  # `x == a` implies `x != b`
+    return tuple(a for a in conj if not (a.kind == "var" and a.op == "!=" and a.name in fixed))
 
 
 def _chain(p1: Way, p2: Way) -> Way | None:
