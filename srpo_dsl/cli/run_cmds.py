@@ -321,6 +321,10 @@ def audit(
             f"episode {ep.episode_id}  reward {ep.reward:+.3f}  answer {ep.answer!r}  "
             f"invalid {ep.invalid_actions}  cost {ep.cost.tokens} tokens / {ep.cost.calls} calls / "
             f"{ep.cost.tool_calls} tool calls"
+            + "".join(
+                f"  env {k}: {v.steps} steps, done {v.done}, reward {v.reward:+.3f}"
+                for k, v in ep.envs.items()
+            )
         )
         print("| event | type | state | K | outputs consumed | observations | transition |")
         print("|---|---|---|---:|---|---|---|")
@@ -329,7 +333,8 @@ def audit(
             outs = "; ".join(
                 f"{m.role}#{m.replica}{'' if m.valid else ' (invalid)'}: {short(m.text)}" for m in e.members
             )
-            obs = f"{sum(len(o['documents']) for o in e.observations)} docs" if e.observations else ""
+            docs = sum(len(o.get("documents", ())) for o in e.observations)  # a Python tool's, an env's: none
+            obs = f"{docs} docs" if docs else f"{len(e.observations)} obs" if e.observations else ""
             k = f"{len(e.members)}" if e.complete else f"{len(e.members)}/{e.cardinality} INCOMPLETE"
             print(f"| e{i + 1} | {e.event_type} | {e.state_id[:8]} | {k} | {outs} | {obs} | -> {nxt} |")
         print()
