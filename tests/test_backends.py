@@ -325,6 +325,7 @@ def _context(team: list[dict]) -> dict:
         "feedback": [],
         "documents": [],
         "observations": [],
+        "observation": None,
         "memory": {"accepted": [], "feedback": [], "documents": [], "observations": []},
     }
 

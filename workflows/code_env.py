@@ -91,7 +91,8 @@ def run_tests(outputs: dict, row: dict, state: dict, time_limit: float = 5.0):
         return {"coder": "no tests yet", "tester": "no tests: write `assert` lines in <tests>"}, False, reward
     failures = [f for f in run_program(program, tests, time_limit) if f is not None]
     if not failures:
-        return {"coder": f"all {len(tests)} tests pass", "tester": f"all {len(tests)} tests pass"}, True, reward
+        text = f"all {len(tests)} tests pass"
+        return {"coder": text, "tester": text}, True, reward
     shown = "\n".join(failures[:MAX_SHOWN])
     text = f"turn {state['turn']}: {len(failures)} of {len(tests)} tests fail:\n{shown}"
     return {"coder": text, "tester": text}, False, reward

@@ -214,12 +214,9 @@ class _Checker(n.StepVisitor[None]):
     # ---- declarations ------------------------------------------------------
     def declarations(self) -> None:
         seen: dict[str, n.Ident] = {}
-        for ident in (
-            [x.name for x in self.p.policies]
-            + [x.name for x in self.p.agents]
-            + [x.name for x in self.p.tools]
-            + [x.name for x in self.p.envs]
-        ):
+        names = [x.name for x in self.p.policies] + [x.name for x in self.p.agents]
+        names += [x.name for x in self.p.tools] + [x.name for x in self.p.envs]
+        for ident in sorted(names, key=lambda i: (i.span.line, i.span.col)):  # the first written is defined
             if ident.name in seen:
                 first = seen[ident.name].span
                 self.error("E010", f"`{ident.name}` is already defined (line {first.line})", ident.span)
