@@ -33,6 +33,7 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "E011": ("agent agg uses lm", "agent agg uses llm"),
     "E012": ("aggregate agg\n", "aggregate agr\n"),
     "E013": ("call web on", "call wbe on"),
+    "E014": ("call web on", "step wbe on"),
     "E020": ('policy lm = hf("m")', 'policy lm = hff("m")'),
     "E021": ("task math(data", "task maths(data"),
     "E022": ("tool web = bm25(", "tool web = bm26("),

@@ -325,7 +325,10 @@ def _context(team: list[dict]) -> dict:
         "feedback": [],
         "documents": [],
         "observations": [],
+        "observation": None,
         "memory": {"accepted": [], "feedback": [], "documents": [], "observations": []},
+        "actions": [],
+        "history": [],
     }
 
 

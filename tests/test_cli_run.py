@@ -194,7 +194,7 @@ OFFLINE = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}  # the 
     "flags, line",
     [
         (["--data", "none.jsonl"], "error: cannot read none.jsonl: no such file"),
-        (["--out", "workflows"], "error: workflows already exists (countdown, countdown.py, "),
+        (["--out", "workflows"], "error: workflows already exists (code_env, code_env.py, "),
         (["--device", "cuda"], "error: --device cuda: no CUDA device is available (use --device cpu)"),
     ],
 )

@@ -20,6 +20,7 @@ GOLDEN = [
     ("E011", 9, 16, "undefined policy `llm`"),
     ("E012", 17, 11, "undefined agent `agr`"),
     ("E013", 15, 8, "undefined tool `wbe`"),
+    ("E014", 15, 8, "undefined environment `wbe`"),
     ("E020", 2, 13, "unknown policy kind `hff`"),
     ("E021", 3, 6, "unknown task kind `maths`"),
     ("E022", 4, 12, "unknown tool kind `bm26`"),

@@ -18,6 +18,7 @@ repeat at most 3 {
     repeat at most 2 { parallel s[1, 3] break if v == approve }
   } else {
     call web on q
+    step box on q
   }
 } until v == approve
 aggregate a
@@ -34,6 +35,7 @@ DEPTH_FIRST = [
     "parallel",
     "Break",
     "CallTool",
+    "EnvStep",
     "aggregate",
 ]
 
@@ -72,6 +74,9 @@ class _Names(n.StepVisitor[str]):
     def visit_call(self, step, tag):
         return f"call:{tag}"
 
+    def visit_env(self, step, tag):
+        return f"env:{tag}"
+
     def visit_repeat(self, step, tag):
         return f"repeat:{tag}"
 
@@ -96,6 +101,7 @@ def test_visitor_dispatches_each_kind_of_step_to_its_method():
         "event:parallel:7",
         "break:7",
         "call:7",
+        "env:7",
         "event:aggregate:7",
     ]
 

@@ -55,11 +55,12 @@ def test_statement_keywords_are_read_off_the_grammar():
         "AGGREGATE",
         "ACT",
         "CALL",
+        "STEP",
         "REPEAT",
         "IF",
         "BREAK",
     }
-    assert words.declarations == {"POLICY", "TASK", "TOOL", "AGENT", "REWARD", "TRAIN"}
+    assert words.declarations == {"POLICY", "TASK", "TOOL", "ENV", "AGENT", "REWARD", "TRAIN"}
     assert words.boundaries == words.steps | words.declarations | {"WORKFLOW", "RBRACE"}
     grown = grammar_text().replace("| break_step", '| break_step\n     | stop_step\nstop_step: "stop"')
     assert statements(Lark(grown, parser="lalr")).steps == words.steps | {"STOP"}

@@ -325,6 +325,10 @@ def audit(
             f"episode {ep.episode_id}  reward {ep.reward:+.3f}  answer {ep.answer!r}  "
             f"invalid {ep.invalid_actions}  cost {ep.cost.tokens} tokens / {ep.cost.calls} calls / "
             f"{ep.cost.tool_calls} tool calls"
+            + "".join(
+                f"  env {k}: {v.steps} steps, done {v.done}, reward {v.reward:+.3f}"
+                for k, v in ep.envs.items()
+            )
         )
         print("| event | type | state | K | outputs consumed | observations | transition |")
         print("|---|---|---|---:|---|---|---|")

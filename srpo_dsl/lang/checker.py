@@ -10,7 +10,16 @@ from pydantic import ValidationError
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.declarations import AgentInfo, Binding, PolicyInfo, RewardInfo
 from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
-from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef, RefProblem, UseName, is_reference, locate_ref
+from srpo_dsl.lang.graph import ENV_DONE
+from srpo_dsl.lang.pycode import (
+    ENV_OPTIONS,
+    TOOL_OPTIONS,
+    CodeRef,
+    RefProblem,
+    UseName,
+    is_reference,
+    locate_ref,
+)
 from srpo_dsl.lang.schema import (
     CONTRACTS,
     DEFAULT_MAX_TOKENS,
@@ -21,6 +30,7 @@ from srpo_dsl.lang.schema import (
     ContractSpec,
     Generation,
     LoraOptions,
+    PythonEnv,
     PythonTool,
     TrainOptions,
 )
@@ -38,6 +48,7 @@ class Checked:
     policies: dict[str, PolicyInfo] = field(default_factory=dict)
     agents: dict[str, AgentInfo] = field(default_factory=dict)
     tools: dict[str, Binding] = field(default_factory=dict)
+    envs: dict[str, Binding] = field(default_factory=dict)
     task: Binding | None = None
     reward: RewardInfo | None = None
     train: TrainOptions = field(default_factory=TrainOptions)
@@ -46,10 +57,11 @@ class Checked:
 
     @property
     def code(self) -> tuple[CodeRef, ...]:
-        """The user's Python the workflow names: the task, the tools, the parsers, the reward, and the
-        train block's objective and advantage estimator."""
+        """The user's Python the workflow names: the task, the tools, the environments, the parsers, the
+        reward, and the train block's objective and advantage estimator."""
         refs = [self.task.code if self.task else None]
         refs += [t.code for t in self.tools.values()]
+        refs += [e.code for e in self.envs.values()]
         refs += [a.parser for a in self.agents.values()]
         refs.append(self.reward.code if self.reward else None)
         return tuple(r for r in [*refs, *self.train_code] if r is not None)
@@ -66,6 +78,13 @@ def _value(v: n.Value) -> object:
 def _is_adapter(pol: n.Policy) -> bool:
     return isinstance(pol.source.kind, n.Ident) and pol.source.kind.name == "adapter"
 
+
+# What srpo-dsl keeps of the options of a Python tool or environment (the rest go to the function).
+_KEPT_OPTIONS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "tool": (PythonTool, TOOL_OPTIONS),
+    "env": (PythonEnv, ENV_OPTIONS),
+}
+_CODE_USES: dict[str, UseName] = {"task": "loader", "tool": "tool", "env": "env"}
 
 _CONTRACT_ARGS = {"none": "", "pool": "(POOL)", "words": "(...)", "tag": "(NAME)"}
 
@@ -93,7 +112,7 @@ _LISTS = {"words": ("word", "(approve, reject)"), "actions": ("action", "(search
 
 class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
     """Whether steps can be passed through, and whether a `break` can be taken, without a step that
-    acts (an event or a tool call)."""
+    acts (an event, a tool call or an environment step)."""
 
     def block(self, steps: tuple[n.Step, ...]) -> tuple[bool, bool]:
         breaks = False
@@ -108,6 +127,9 @@ class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
         return False, False
 
     def visit_call(self, step: n.CallTool) -> tuple[bool, bool]:
+        return False, False
+
+    def visit_env(self, step: n.EnvStep) -> tuple[bool, bool]:
         return False, False
 
     def visit_break(self, step: n.Break) -> tuple[bool, bool]:
@@ -136,6 +158,7 @@ class _Checker(n.StepVisitor[None]):
         self.used: set[str] = set()
         self.by_name = {a.name.name: a for a in program.agents}
         self.tool_names = [t.name.name for t in program.tools]
+        self.env_names = [e.name.name for e in program.envs]
         self.acted: set[str] = set()  # agents that may have acted before the step being checked
         self.acted_log: list[str] = []  # the order they were added in, to undo a branch
 
@@ -201,11 +224,9 @@ class _Checker(n.StepVisitor[None]):
     # ---- declarations ------------------------------------------------------
     def declarations(self) -> None:
         seen: dict[str, n.Ident] = {}
-        for ident in (
-            [x.name for x in self.p.policies]
-            + [x.name for x in self.p.agents]
-            + [x.name for x in self.p.tools]
-        ):
+        names = [x.name for x in self.p.policies] + [x.name for x in self.p.agents]
+        names += [x.name for x in self.p.tools] + [x.name for x in self.p.envs]
+        for ident in sorted(names, key=lambda i: (i.span.line, i.span.col)):  # the first written is defined
             if ident.name in seen:
                 first = seen[ident.name].span
                 self.error("E010", f"`{ident.name}` is already defined (line {first.line})", ident.span)
@@ -219,6 +240,8 @@ class _Checker(n.StepVisitor[None]):
             bound = self.binding(tool.source, TOOL_KINDS, "E022", "tool")
             if bound is not None:
                 self.out.tools[tool.name.name] = bound
+        for env in self.p.envs:
+            self.env(env)
         for agent in self.p.agents:
             self.agent(agent)
         self.reward()
@@ -267,16 +290,32 @@ class _Checker(n.StepVisitor[None]):
                 self.error("E024", f"the options of Python code are named: `key = value` ({what})", opt.span)
                 return None
         data = {o.name: _value(o.value) for o in call.args}
-        if what == "tool":
-            ours = tuple(o for o in call.args if o.name in TOOL_OPTIONS)  # the rest go to the function
-            opts = self.options(PythonTool, ours, "Python tool", (), call.span)
+        use = _CODE_USES[what]
+        model, kept = _KEPT_OPTIONS.get(use, (None, ()))
+        if model is not None:
+            ours = tuple(o for o in call.args if o.name in kept)  # the rest go to the function
+            opts = self.options(model, ours, f"Python {what}", (), call.span)
             if opts is None:
                 return None
             data = {**opts, **data}
-        use: UseName = "loader" if what == "task" else "tool"
-        passed = tuple(k for k in data if not (use == "tool" and k in TOOL_OPTIONS))
+        passed = tuple(k for k in data if k not in kept)
         code = self.code_ref(ref, use, passed)
         return Binding("python", data, code) if code is not None else None
+
+    def env(self, env: n.Env) -> None:
+        """`env NAME = "file.py:function"(timeout = 10, key = value, ...)`: always the user's Python."""
+        kind = env.source.kind
+        if isinstance(kind, n.Ident):
+            self.error(
+                "E090",
+                f"an environment is the user's Python, not `{kind.name}`",
+                kind.span,
+                f'write `env {env.name.name} = "file.py:function"(key = value, ...)`',
+            )
+            return
+        bound = self.code_binding(env.source, kind, "env")
+        if bound is not None:
+            self.out.envs[env.name.name] = bound
 
     def code_ref(self, ref: n.Ref, use: UseName, options: tuple[str, ...] = ()) -> CodeRef | None:
         """The located function of a reference (read with `ast`, never run); None after reporting why not."""
@@ -457,6 +496,9 @@ class _Checker(n.StepVisitor[None]):
         for extra in self.p.rewards[1:]:
             self.error("E026", "only one `reward` is allowed", extra.span)
         r = self.p.rewards[0]
+        if r.agent is None:
+            self.env_reward(r)
+            return
         agent_ok = self.known_agent(r.agent) and self.rewards_an_answer(r.agent)
         if isinstance(r.fn, n.Ref):
             code = self.python_reward(r)
@@ -478,6 +520,27 @@ class _Checker(n.StepVisitor[None]):
             ok = False
         if ok and r.field is not None:
             self.out.reward = RewardInfo(r.fn.name, r.agent.name, r.field[1], r.penalty)
+
+    def env_reward(self, r: n.Reward) -> None:
+        """`reward ENV [invalid P]`: the episode's score is the sum of the rewards ENV returned."""
+        assert isinstance(r.fn, n.Ident)
+        name = r.fn.name
+        self.used.add(name)
+        if name in self.env_names:
+            if name in self.out.envs:
+                self.out.reward = RewardInfo(name, None, None, r.penalty, env=name)
+            return
+        if name in REWARDS:
+            why, hint = (
+                "is a reward function: it scores an agent",
+                f"write `reward {name}(AGENT, task.FIELD)`",
+            )
+        elif name in self.by_name:
+            why, hint = "is an agent", f"write e.g. `reward exact_match({name}, task.answer)`"
+        else:
+            why = "is not a declared environment"
+            hint = did_you_mean(name, self.env_names) or 'declare it: `env NAME = "file.py:function"(...)`'
+        self.error("E028", f"`reward {name}` names an environment, but `{name}` {why}", r.fn.span, hint)
 
     def python_reward(self, r: n.Reward) -> CodeRef | None:
         """A Python reward gets the whole task row, so it names no field."""
@@ -570,6 +633,9 @@ class _Checker(n.StepVisitor[None]):
         if s.bound and s.bound > 1:  # from the second round on, every agent of the body may have acted
             for x in n.walk_events(s.body):
                 self.act(x.agent.name)
+            for e in n.walk_steps(s.body):
+                if isinstance(e, n.EnvStep):
+                    self.act(e.env.name)
         self.steps(s.body, True)
         if s.until:
             self.cond(s.until)
@@ -620,6 +686,26 @@ class _Checker(n.StepVisitor[None]):
                 s.span,
                 f"put a step of `{s.agent.name}` before it",
             )
+
+    def visit_env(self, s: n.EnvStep, in_loop: bool, routed: set[str]) -> None:
+        """`step ENV on A, B`: a declared environment, on agents that may have acted before it."""
+        self.used.add(s.env.name)
+        if s.env.name not in self.env_names:
+            self.error(
+                "E014",
+                f"undefined environment `{s.env.name}`",
+                s.env.span,
+                did_you_mean(s.env.name, self.env_names),
+            )
+        for agent in s.on:
+            if self.known_agent(agent) and agent.name not in self.acted:
+                self.error(
+                    "E062",
+                    f"unreachable: `{agent.name}` has no outputs before this step of `{s.env.name}`",
+                    agent.span,
+                    f"put a step of `{agent.name}` before it",
+                )
+        self.act(s.env.name)
 
     def visit_event(self, s: n.EventStep, in_loop: bool, routed: set[str]) -> None:
         """What every event step is checked for; its kind's entry in the step table says how."""
@@ -703,6 +789,9 @@ class _Checker(n.StepVisitor[None]):
 
     def cond(self, c: n.Cond) -> None:
         """A condition tests a verdict agent's word, or an acting agent's action, once it may have acted."""
+        if c.agent.name in self.env_names:
+            self.env_cond(c)
+            return
         if not self.known_agent(c.agent):
             return
         contract, words = self.contract_of(c.agent) or ("", ())
@@ -758,8 +847,26 @@ class _Checker(n.StepVisitor[None]):
             elif w.name in [x.name for x in s.only[:i]]:
                 self.error("E048", f"action `{w.name}` is listed twice", w.span)
 
+    def env_cond(self, c: n.Cond) -> None:
+        """`ENV == done` (or `!=`): the environment said the episode is done at its last step."""
+        self.used.add(c.agent.name)
+        if c.word.name != ENV_DONE:
+            self.error(
+                "E061",
+                f"`{c.agent.name}` is an environment: a condition tests `{ENV_DONE}`, not `{c.word.name}`",
+                c.word.span,
+                f"write `{c.agent.name} {c.op} {ENV_DONE}`",
+            )
+        elif c.agent.name not in self.acted:
+            self.error(
+                "E062",
+                f"unreachable: `{c.agent.name}` has not stepped before this condition",
+                c.span,
+                f"put `step {c.agent.name} on AGENT` before it",
+            )
+
     def unused(self) -> None:
-        for decl in list(self.p.agents) + list(self.p.policies) + list(self.p.tools):
+        for decl in list(self.p.agents) + list(self.p.policies) + list(self.p.tools) + list(self.p.envs):
             if decl.name.name not in self.used:
                 self.warn("W001", f"`{decl.name.name}` is declared but never used", decl.name.span)
 
@@ -768,9 +875,15 @@ class _Checker(n.StepVisitor[None]):
         if not self.p.steps:
             self.error("E054", "the workflow has no steps", self.p.name.span, "add e.g. `aggregate answerer`")
         self.steps(self.p.steps, False)
-        if self.out.reward and self.out.reward.agent not in {
-            s.agent.name for s in n.walk_events(self.p.steps)
-        }:
+        stepped = {s.env.name for s in n.walk_steps(self.p.steps) if isinstance(s, n.EnvStep)}
+        if self.out.reward and self.out.reward.env is not None and self.out.reward.env not in stepped:
+            env = self.out.reward.env
+            self.error("E071", f"the rewarded environment `{env}` never steps", self.p.rewards[0].fn.span)
+        elif (
+            self.out.reward
+            and self.out.reward.agent is not None
+            and self.out.reward.agent not in {s.agent.name for s in n.walk_events(self.p.steps)}
+        ):
             r = self.p.rewards[0]
             self.error("E071", f"the rewarded agent `{r.agent.name}` never acts", r.agent.span)
         self.unused()

@@ -27,6 +27,7 @@ from srpo_dsl.lang.graph import (
     Atom,
     Bounds,
     Edge,
+    EnvNode,
     EventGraph,
     EventNode,
     Node,
@@ -160,6 +161,9 @@ class _Bounds(n.StepVisitor[None]):
 
     def visit_call(self, s: n.CallTool, total: Cost) -> None:
         total.tool_calls += self.agents[s.agent.name].replicas
+
+    def visit_env(self, s: n.EnvStep, total: Cost) -> None:
+        pass  # an environment step generates nothing and calls no tool
 
     def visit_repeat(self, s: n.Repeat, total: Cost) -> None:
         total += self.block(s.body) * (s.bound or 0)
@@ -323,6 +327,12 @@ class _Compiler(n.StepVisitor[Frontier]):
         self.connect(frontier, v)
         return [(v, Way(()))]
 
+    def visit_env(self, s: n.EnvStep, frontier: Frontier, exits: list[Frontier]) -> Frontier:
+        node = EnvNode(self._new("n"), self.where(s.span), s.env.name, tuple(a.name for a in s.on))
+        v = self._add(node)
+        self.connect(frontier, v)
+        return [(v, Way(()))]
+
     def atom_text(self, a: Atom) -> str:
         if a.kind == "loop":
             return f"{'loop' if len(self.loop_names) == 1 else 'loop' + a.name[1:]} {a.op} {a.value}"
@@ -362,6 +372,7 @@ class _Compiler(n.StepVisitor[Frontier]):
             reward=c.reward,
             train=c.train,
             code=c.code,
+            envs=c.envs,
         )
 
 
@@ -375,7 +386,13 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
     pred: dict[str, list[str]] = {v: [] for v in graph.nodes}
     for e in graph.edges:
         pred[e.target].append(e.source)
-    reach = {v.id for v in graph.event_nodes if v.agent.name == graph.reward.agent}
+    reward = graph.reward
+    reach = {  # the reward points: the rewarded agent's steps, or the rewarded environment's
+        v.id
+        for v in graph.nodes.values()
+        if (isinstance(v, EventNode) and v.agent.name == reward.agent)
+        or (isinstance(v, EnvNode) and v.env == reward.env)
+    }
     todo = list(reach)  # one backward walk from all rewarded nodes: linear, however often the agent acts
     while todo:
         for u in pred[todo.pop()]:
@@ -387,7 +404,7 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
         Diagnostic(
             "E070",
             f"`{v.agent.name}` acts after the last reward point: its trainable actions never "
-            f"reach the reward of `{graph.reward.agent}`",
+            f"reach the reward of `{reward.agent or reward.env}`",
             spans[v.id],
             "move the step before the rewarded agent, or freeze its policy",
         )

@@ -69,14 +69,21 @@ class AgentInfo:
 
 @dataclass(frozen=True)
 class RewardInfo:
-    fn: str  # a built-in name, or the reference of a Python reward
-    agent: str
+    fn: str  # a built-in name, the reference of a Python reward, or an environment's name
+    agent: str | None  # the rewarded agent; None for an environment's reward
     field: str | None  # the task field of a built-in reward, e.g. "answer"
     penalty: float
     code: CodeRef | None = None
+    env: str | None = None  # `reward ENV`: the sum of the rewards the environment returned
 
     def attrs(self) -> dict[str, Any]:
-        return {"fn": self.fn, "agent": self.agent, "field": self.field, "penalty": self.penalty}
+        return {
+            "fn": self.fn,
+            "agent": self.agent,
+            "field": self.field,
+            "penalty": self.penalty,
+            "env": self.env,
+        }
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ _OTHER_SHAPES = {
     "start": Shape("((", "))", "circle"),
     "end": Shape("((", "))", "doublecircle"),
     "tool": Shape("[(", ")]", "cylinder"),
+    "env": Shape("[\\", "/]", "invtrapezium"),
 }
 
 

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     import networkx as nx
 
 GRAPH_SCHEMA = "srpo-graph/1"
+ENV_DONE, ENV_RUNNING = (
+    "done",
+    "running",
+)  # an environment's recorded state after a step (what conditions test)
 BASE_ADAPTER = "__base__"  # peft's name, in per-row `adapter_names`, for rows of the base alone
 
 
@@ -189,11 +193,30 @@ class ToolNode:
         }
 
 
+@dataclass(frozen=True)
+class EnvNode:
+    """An environment step: the user's environment reads the last outputs of the agents `on` and answers
+    with observations (no generation: not an event)."""
+
+    id: str
+    where: Where
+    env: str
+    on: tuple[str, ...]
+    kind: Literal["env"] = "env"
+
+    @property
+    def label(self) -> str:
+        return f"step {self.env} on {', '.join(self.on)}"
+
+    def attrs(self) -> dict[str, Any]:
+        return {**_where(self.kind, self.where), "label": self.label, "env": self.env, "on": list(self.on)}
+
+
 def _where(kind: str, where: Where) -> dict[str, Any]:
     return {"kind": kind, "span": where.span, "line": where.line, "col": where.col, "loop": where.loop}
 
 
-Node = Terminal | EventNode | ToolNode
+Node = Terminal | EventNode | ToolNode | EnvNode
 
 
 @dataclass(frozen=True)
@@ -224,6 +247,7 @@ class EventGraph:
     reward: RewardInfo | None
     train: TrainOptions
     code: tuple[CodeRef, ...] = ()  # the user's Python it names (read, never run, by the compiler)
+    envs: Mapping[str, Binding] = field(default_factory=dict)  # the environments: `env NAME = ...`
     out_edges: Mapping[str, tuple[Edge, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -272,6 +296,7 @@ class EventGraph:
             "agents": {k: a.attrs() for k, a in self.agents.items()},
             "task": self.task.attrs() if self.task else None,
             "tools": {k: t.attrs() for k, t in self.tools.items()},
+            "envs": {k: e.attrs() for k, e in self.envs.items()},
             "reward": self.reward.attrs() if self.reward else None,
             "train": self.train.model_dump(),
             "code": [ref.attrs() for ref in self.code],

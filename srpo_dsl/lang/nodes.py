@@ -81,6 +81,15 @@ class Tool:
 
 
 @dataclass(frozen=True)
+class Env:
+    """`env NAME = "file.py:function"(...)`: the user's environment, stepped by `step NAME on ...`."""
+
+    name: Ident
+    source: Call
+    span: Span
+
+
+@dataclass(frozen=True)
 class Contract:
     """The output contract of an agent: `boxed`, `route(solver)`, `verdict(approve, reject)`, or a
     Python parser `"parsers.py:parse"` (a `Ref`, without arguments)."""
@@ -105,8 +114,10 @@ class Agent:
 
 @dataclass(frozen=True)
 class Reward:
+    """`reward FN(AGENT, task.FIELD)`, `reward "f.py:fn"(AGENT)`, or `reward ENV` (`fn` the env, no agent)."""
+
     fn: Ident | Ref
-    agent: Ident
+    agent: Ident | None
     field: tuple[str, ...] | None  # e.g. ("task", "answer"); None when not written
     field_span: Span | None
     penalty: float
@@ -158,6 +169,15 @@ class CallTool(_StepNode):
 
 
 @dataclass(frozen=True)
+class EnvStep(_StepNode):
+    """`step ENV on A, B`: the environment reads the last outputs of the agents `on`."""
+
+    env: Ident
+    on: tuple[Ident, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
 class Repeat(_StepNode):
     bound: int | None
     body: tuple[Step, ...]
@@ -189,12 +209,13 @@ class Break(_StepNode):
     span: Span
 
 
-Step = EventStep | CallTool | Repeat | If | Break
+Step = EventStep | CallTool | EnvStep | Repeat | If | Break
 
 # Which method of a `StepVisitor` each kind of step goes to.
 _VISIT_METHODS: dict[type, str] = {
     EventStep: "visit_event",
     CallTool: "visit_call",
+    EnvStep: "visit_env",
     Repeat: "visit_repeat",
     If: "visit_if",
     Break: "visit_break",
@@ -226,6 +247,9 @@ class StepVisitor(ABC, Generic[R]):
     def visit_call(self, step: CallTool, *args: Any) -> R: ...
 
     @abstractmethod
+    def visit_env(self, step: EnvStep, *args: Any) -> R: ...
+
+    @abstractmethod
     def visit_repeat(self, step: Repeat, *args: Any) -> R: ...
 
     @abstractmethod
@@ -249,6 +273,7 @@ class Program:
     steps: tuple[Step, ...]
     file: str
     source: str
+    envs: tuple[Env, ...] = ()
 
 
 def walk_steps(steps: tuple[Step, ...]) -> Iterator[Step]:

@@ -183,6 +183,10 @@ class _Build:
         _tool, name, _eq, call = items
         return n.Tool(self._id(name), call, self._span(items))
 
+    def env_decl(self, items: list) -> n.Env:  # "env" NAME "=" call
+        _env, name, _eq, call = items
+        return n.Env(self._id(name), call, self._span(items))
+
     def pool(self, items: list) -> _Part:  # "[" NUMBER "]"
         _open, number, close = items
         return _Part(self._at_most(number, "E040", "a pool's replica count"), close)
@@ -229,6 +233,10 @@ class _Build:
             self._span(items),
         )
 
+    def env_reward_decl(self, items: list) -> n.Reward:  # "reward" NAME [penalty]
+        _reward, env, penalty = items
+        return n.Reward(self._id(env), None, None, None, penalty.value if penalty else 0.0, self._span(items))
+
     def train_decl(self, items: list) -> n.Train:  # "train" options
         _train, options = items
         return n.Train(options.value, self._span(items))
@@ -266,6 +274,11 @@ class _Build:
     def call_step(self, items: list) -> n.CallTool:  # "call" NAME "on" NAME
         _call, tool, _on, agent = items
         return n.CallTool(self._id(tool), self._id(agent), self._span(items))
+
+    def env_step(self, items: list) -> n.EnvStep:  # "step" NAME "on" NAME ("," NAME)*
+        _step, env, _on, *listed = items
+        agents = tuple(self._id(t) for t in listed if t.type == "NAME")
+        return n.EnvStep(self._id(env), agents, self._span(items))
 
     def bound(self, items: list) -> _Part:  # "at" "most" NUMBER
         _at, _most, number = items
@@ -307,6 +320,7 @@ class _Build:
             tuple(steps),
             self.file,
             self.source,
+            tuple(declared[n.Env]),
         )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-UseName = Literal["reward", "loader", "tool", "parser", "objective", "advantage"]
+UseName = Literal["reward", "loader", "tool", "env", "parser", "objective", "advantage"]
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -35,11 +35,13 @@ USES: dict[str, Use] = {
     "reward": Use("reward(answer, row[, episode]) -> float or {role: float}", 2),
     "loader": Use("loader(split, **options) -> list of dict rows", 0, ("split",)),
     "tool": Use("tool(queries, **options) -> list of str, one per query", 1),
+    "env": Use("env(outputs, row, state, **options) -> (observations, done[, reward])", 3),
     "parser": Use("parser(text) -> (valid, value)", 1),
     "objective": Use("objective(batch: PolicyBatch, config: LossConfig) -> PolicyTerms", 2),
     "advantage": Use("advantage(inputs: AdvantageInputs, eps: float) -> Tensor [N]", 2),
 }
 TOOL_OPTIONS = ("timeout", "batch")  # a Python tool's options that srpo-dsl keeps (the rest are passed on)
+ENV_OPTIONS = ("timeout",)  # an environment's options that srpo-dsl keeps (the rest are passed on)
 
 
 @dataclass(frozen=True)

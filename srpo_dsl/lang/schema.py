@@ -181,6 +181,12 @@ class PythonTool(_Options):
     batch: int | None = Field(None, ge=1, description="queries per call (default: all of a round)")
 
 
+class PythonEnv(_Options):
+    """The options srpo-dsl keeps of an environment (`pycode.ENV_OPTIONS`); the others go to the function."""
+
+    timeout: float = Field(30.0, gt=0, description="seconds per step of the environment")
+
+
 def registered(registry: Registry[Any], value: str, *, code: bool = False) -> str:
     """`value` if `registry` holds it (or, with `code`, it names Python code); else a literal error."""
     if value in registry or (code and is_reference(value)):
@@ -306,6 +312,7 @@ CONTEXT_VARIABLES = frozenset(
         "feedback",
         "documents",
         "observations",
+        "observation",
         "memory",
         "actions",
         "history",

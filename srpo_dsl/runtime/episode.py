@@ -67,6 +67,17 @@ class Cost:
     tool_calls: int
 
 
+@dataclass
+class EnvProgress:
+    """An environment's part of one episode: the state it keeps (created empty for each episode, kept
+    across its steps, mutated by the environment), its steps so far, its last `done`, its rewards' sum."""
+
+    state: dict = field(default_factory=dict)
+    steps: int = 0
+    done: bool = False
+    reward: float = 0.0
+
+
 def context_entry(role: str, replica: int, text: str, valid: bool, value: object) -> dict:
     """One committed output as later roles see it: an item of `team_context` (and `memory.accepted`)."""
     return {"role": role, "replica": replica, "text": text, "valid": valid, "value": value}
@@ -88,8 +99,10 @@ class Episode:
     team_context: list[dict] = field(default_factory=list)
     feedback: list[str] = field(default_factory=list)
     documents: list[str] = field(default_factory=list)
-    observations: list[dict] = field(default_factory=list)  # Python tools' {tool, query, result|error}
+    # Python tools' {tool, query, result|error} and environments' {env, agent, result}
+    observations: list[dict] = field(default_factory=list)
     history: list[dict] = field(default_factory=list)  # outputs and tool observations, in order
+    envs: dict[str, EnvProgress] = field(default_factory=dict)  # environment -> its part of the episode
     events: list[Event] = field(default_factory=list)
     invalid_actions: int = 0
     tool_calls: int = 0
@@ -155,6 +168,7 @@ class Episode:
             "feedback": list(self.feedback),
             "documents": list(self.documents),
             "observations": list(self.observations),
+            "observation": self.observation_for(role),
             "memory": {
                 "accepted": list(self.team_context),
                 "feedback": list(self.feedback),
@@ -162,6 +176,12 @@ class Episode:
                 "observations": list(self.observations),
             },
         }
+
+    def observation_for(self, role: str) -> str | None:
+        """The latest observation an environment addressed to `role` (None before any)."""
+        return next(
+            (o["result"] for o in reversed(self.observations) if "env" in o and o["agent"] == role), None
+        )
 
     @property
     def cost(self) -> Cost:

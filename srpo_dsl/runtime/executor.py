@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
-from srpo_dsl.lang.graph import EventGraph, EventNode, ToolNode
+from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS
 from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
 from srpo_dsl.runtime.effects import EFFECTS
+from srpo_dsl.runtime.environments import load_envs
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_output
@@ -41,7 +42,7 @@ class _Slot:
 class Executor:
     """Runs a compiled workflow with one backend per policy and one retriever or Python tool per tool.
 
-    The workflow's Python (reward, parsers) is imported here, once per process: building an
+    The workflow's Python (reward, parsers, environments) is imported here, once per process: building an
     executor is running the workflow."""
 
     def __init__(
@@ -68,11 +69,14 @@ class Executor:
         self.tools = tools or {}
         self.reward = graph.reward
         code = graph.reward.code
-        self.reward_fn = REWARDS.lookup(graph.reward.fn) if code is None else None
+        self.reward_fn = (
+            REWARDS.lookup(graph.reward.fn) if code is None and graph.reward.env is None else None
+        )
         self.user_reward = UserReward(code, graph.reward.agent, list(graph.agents)) if code else None
         self.parsers = {
             n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
         }
+        self.envs = load_envs(graph.envs, list(graph.agents))
         # policies sharing one backend (adapters on a base) are generated for in one call, each
         # request through its own adapter; the call is named after the first of them
         first = {id(b): name for name, b in reversed(list(backends.items()))}
@@ -142,6 +146,9 @@ class Executor:
             node = self.g.nodes[ep.node]
             if isinstance(node, ToolNode):
                 tool_calls[node.id].append(ep)
+                continue
+            if isinstance(node, EnvNode):  # no generation: each episode's own step, now
+                self.envs[node.env].step(ep, node, self._agent_of)
                 continue
             states[ep.episode_id] = ep.state_id()
             slots[self.call_of[node.policy]] += self._requests(ep, node, seed)
@@ -283,14 +290,9 @@ class Executor:
         )
 
     def _finish(self, ep: Episode) -> None:
-        """Team return: the reward of the rewarded agent's last output plus the invalid-action penalty
-        (per role too, when a Python reward scored roles)."""
-        agent = self.g.agents[self.reward.agent]
-        last = (ep.last_output.get(agent.name) or [None])[-1]
-        if agent.actions:
-            ep.answer = final_answer(agent, last)
-        else:
-            ep.answer = last.parsed if last is not None and last.valid else None
+        """Team return: the reward of the rewarded agent's last output (or of the rewarded environment's
+        steps) plus the invalid-action penalty (per role too, when a Python reward scored roles)."""
+        ep.answer = self._answer(ep)
         value = self._score(ep)
         penalty = self.reward.penalty * ep.invalid_actions
         ep.score = value.score
@@ -298,7 +300,21 @@ class Executor:
         ep.role_rewards = {role: score + penalty for role, score in value.roles.items()}
         ep.done = True
 
+    def _answer(self, ep: Episode) -> object:
+        """The rewarded agent's last valid parsed output (an acting agent's: its final action's value);
+        None for an environment's reward."""
+        if self.reward.agent is None:
+            return None
+        agent = self.g.agents[self.reward.agent]
+        last = (ep.last_output.get(agent.name) or [None])[-1]
+        if agent.actions:
+            return final_answer(agent, last)
+        return last.parsed if last is not None and last.valid else None
+
     def _score(self, ep: Episode) -> RewardValue:
+        if self.reward.env is not None:  # `reward ENV`: the rewards it returned in this episode
+            progress = ep.envs.get(self.reward.env)
+            return RewardValue(progress.reward if progress else 0.0, {})
         pred = ep.answer
         if self.user_reward is None:
             assert self.reward_fn is not None and self.reward.field is not None

@@ -14,6 +14,8 @@ provides these top-level names (`CONTEXT_VARIABLES`):
   committed before this role acts, in order. Members of one parallel event never see
   each other's current outputs.
 - `feedback`: verifier output texts so far; `documents`: retrieved document texts so far.
+- `observations`: Python tools' `{tool, query, result|error}` and environments' `{env, agent,
+  result}` so far; `observation`: the latest text an environment addressed to this role, or None.
 - `memory`: dict with `accepted`, `feedback` and `documents`.
 """
 

@@ -65,6 +65,16 @@ class TraceEvent(BaseModel):
         return self
 
 
+class EnvSummary(BaseModel):
+    """An environment's part of an episode: its steps, whether its last step said done, its rewards' sum."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int
+    done: bool
+    reward: float
+
+
 class TraceEpisode(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -81,6 +91,7 @@ class TraceEpisode(BaseModel):
     events: list[TraceEvent]
     role_rewards: dict[str, float] = {}
     tool_errors: int = 0
+    envs: dict[str, EnvSummary] = {}  # workflows with environments only (the key is left out otherwise)
 
     def return_of(self, role: str) -> float:
         return self.role_rewards.get(role, self.reward)
@@ -92,6 +103,8 @@ class TraceEpisode(BaseModel):
         for event in data["events"]:
             if event["update"] is None:  # rollouts outside training: the key is left out
                 del event["update"]
+        if not data["envs"]:
+            del data["envs"]
         return json.dumps(data, separators=(",", ":"))
 
     @property
@@ -115,6 +128,7 @@ def to_trace(ep: Episode, graph_hash: str, updates: Mapping[str, EventUpdate] | 
         events=[_event(e, updates.get(e.event_id)) for e in ep.events],
         role_rewards=ep.role_rewards,
         tool_errors=ep.tool_errors,
+        envs={k: EnvSummary(steps=p.steps, done=p.done, reward=p.reward) for k, p in ep.envs.items()},
     )
 
 

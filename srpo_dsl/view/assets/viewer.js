@@ -174,7 +174,7 @@
   function observations(obs) {
     const list = el("ul", "observations");
     for (const o of obs) {
-      const item = el("li", "", `${o.tool}(${shown(o.query)}) → `);
+      const item = el("li", "", o.env !== undefined ? `${o.env} → ${o.agent}: ` : `${o.tool}(${shown(o.query)}) → `);
       if (o.documents) {
         item.appendChild(el("span", "", o.documents.map((d) => `[${d.id}] ${d.title}`).join("; ")));
       } else if (o.error !== undefined) {
