@@ -405,7 +405,7 @@ def test_code_env_feeds_the_failures_back_to_both_and_rewards_the_hidden_tests(t
     )
     assert r.returncode == 0, r.stderr
     (ep,) = read_traces(out / "traces.jsonl")
-    assert [e.event_type for e in ep.events] == ["parallel:coder", "parallel:tester"] * 2  # 2 of 5 turns
+    assert [e.event_type for e in ep.events] == ["act:coder", "act:tester"] * 2  # 2 of 5 turns
     feedback = "turn 1: 1 of 2 tests fail:\nfailed: assert add(0, 0) == 0"
     for event in ep.events[2:]:
         assert feedback in bytes(event.members[0].prompt_token_ids).decode()
