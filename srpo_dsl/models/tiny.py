@@ -78,8 +78,8 @@ TOOL_TURNS = 3
 TOOL_MAX_TOKENS = 16
 TOOL_TEMPLATE = "quickstart_tools/solver.j2"
 P_CALL = 0.35  # a first turn (or one after a malformed output) asks the calculator, at any difficulty
-P_DIRECT = {"easy": 0.9, "medium": 0.6, "hard": 0.05}  # a direct answer is right
-P_COPY = 0.8  # after a result, the answer copies it (else a near miss of it)
+P_DIRECT = {"easy": 0.9, "medium": 0.5, "hard": 0.02}  # a direct answer is right
+P_COPY = 0.95  # after a result, the answer copies it (else a near miss of it)
 P_RECALL = 0.05  # after a result, the agent asks again
 HARD_OFFSETS = (-100, -10, -1, 1, 10, 100)  # a near miss of a product
 
