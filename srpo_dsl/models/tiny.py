@@ -77,7 +77,8 @@ TOOL_ACTIONS = (TOOL, "answer")
 TOOL_TURNS = 3
 TOOL_MAX_TOKENS = 16
 TOOL_TEMPLATE = "quickstart_tools/solver.j2"
-P_CALL = 0.35  # a first turn (or one after a malformed output) asks the calculator, at any difficulty
+P_CALL = 0.5  # a first turn (or one after a malformed output) asks the calculator, at any difficulty
+P_MISCOPY = 0.1  # the query is the question with one operand off: the answer must come from the result
 P_DIRECT = {"easy": 0.9, "medium": 0.5, "hard": 0.02}  # a direct answer is right
 P_COPY = 0.95  # after a result, the answer copies it (else a near miss of it)
 P_RECALL = 0.05  # after a result, the agent asks again
@@ -92,8 +93,8 @@ class Recipe:
     layers: int = 2
     intermediate: int = 256
     episodes: int = 16_000  # synthetic team episodes (4 transcripts each)
-    tool_episodes: int = 16_000  # synthetic tool-agent episodes (1-4 transcripts each)
-    steps: int = 1_000
+    tool_episodes: int = 24_000  # synthetic tool-agent episodes (1-4 transcripts each)
+    steps: int = 1_200
     batch: int = 128
     lr: float = 2e-3
     eval_questions: int = 256
@@ -314,8 +315,16 @@ def _act(rng: random.Random, task: dict, run: ToolRun) -> str:
         right = rng.random() < P_DIRECT[task["difficulty"]]
         value = task["answer"] if right else _near_miss(rng, int(task["answer"]), offsets)
     else:
-        return _broken(rng, f"<{TOOL}>{task['question']}</{TOOL}>")
+        return _broken(rng, f"<{TOOL}>{_query(rng, task['question'])}</{TOOL}>")
     return _broken(rng, f"<answer>{value}</answer>")
+
+
+def _query(rng: random.Random, question: str) -> str:
+    """The question, or (sometimes) the question with its first operand off by one."""
+    if rng.random() >= P_MISCOPY:
+        return question
+    first, op, second = re.fullmatch(r"(\d+)([+*])(\d+)", question).groups()  # type: ignore[union-attr]
+    return f"{abs(int(first) + rng.choice((-1, 1)))}{op}{second}"
 
 
 def _broken(rng: random.Random, good: str) -> str:
