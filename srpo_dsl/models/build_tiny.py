@@ -1,6 +1,6 @@
 """Rebuild the shipped `builtin:tiny` (package data), or check that a rebuild reproduces it.
 
-    python -m srpo_dsl.models.build_tiny           # rewrite srpo_dsl/models/tiny-v1/ (2-3 min, one core)
+    python -m srpo_dsl.models.build_tiny           # rewrite srpo_dsl/models/tiny-v1/ (about 7 min, one core)
     python -m srpo_dsl.models.build_tiny --check   # build in a temporary folder, compare file by file
 
 The build runs on one CPU thread with fixed seeds, so it is deterministic for a given

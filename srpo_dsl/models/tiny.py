@@ -1,27 +1,34 @@
-"""The embedded default model `builtin:tiny`: a ~0.4M-parameter Llama warmed on the quickstart team.
+"""The embedded default model `builtin:tiny`: a ~0.4M-parameter Llama warmed on the quickstart team
+and the tool quickstart's agent.
 
 It ships with the package (`srpo_dsl/models/tiny-v1/`, about 1.5 MB), made by
 `python -m srpo_dsl.models.build_tiny`, which runs the build below on one CPU thread so a
 rebuild gives the same bytes. Other seeds (`ensure_tiny_model(seed=...)`), or a package
-without the folder, build on first use (about 2-3 minutes on one core) into
+without the folder, build on first use (about 7 minutes on one core) into
 `<cache>/tiny-v1/`, where the cache is `$SRPO_DSL_CACHE` or `~/.cache/srpo-dsl`.
 
 The model: a byte-level BPE tokenizer (digits split one by one; no chat template, prompts
 are BOS + text) and a 2-layer Llama trained by a short supervised pass on synthetic
-transcripts of every quickstart role. The prompts are rendered from
-`workflows/quickstart/*.j2` with the runtime's `PromptRenderer` from the executor's own
-`Episode.context`, so they are token for token what the executor sends.
+transcripts of every quickstart role and of the tool agent. The prompts are rendered from
+`workflows/quickstart/*.j2` and `workflows/quickstart_tools/solver.j2` with the runtime's
+`PromptRenderer` from the executor's own `Episode.context`, so they are token for token
+what the executor sends.
 
 Episodes follow the executor: each event's outputs, parsed by the runtime's parsers, join
-the episode's `team_context` in order (the aggregator sees both solvers' answers and the
-verdict).
+the episode's `team_context` and `history` in order (the aggregator sees both solvers'
+answers and the verdict; the tool agent sees its calls and the calculator's results).
 The transcripts are deliberately imperfect, so RL has room: solvers are right 60% of
 the time (else off by a small amount; sometimes malformed), the verifier approves
 when both solvers are right (with noise), and the aggregator copies a candidate, often
-but not always the right one. Greedy decoding of the result is much more accurate than
-sampling: early RL gains are partly *sharpening* (see `warmup.json` in the model folder,
-which records both). Held-out pairs (`srpo_dsl.envs.arith.is_heldout`) are never seen
-in the warm-up; the report is measured on them.
+but not always the right one. The tool agent (graded questions, `mix = "graded"`) asks the
+calculator on half of its first turns whatever the difficulty, else answers directly
+(right on 90% of one-digit sums, 50% of two-digit sums, 2% of products; else a near miss),
+answers with the result it got (95%; one call in ten asks a slightly wrong question, so the
+answer must be read from the result, not recomputed), and is sometimes malformed.
+Greedy decoding of the result is much more accurate than sampling: early RL gains are
+partly *sharpening* (see `warmup.json` in the model folder, which records both). Held-out
+questions (`srpo_dsl.envs.arith.is_heldout`) are never seen in the warm-up; the report is
+measured on them.
 """
 
 from __future__ import annotations
