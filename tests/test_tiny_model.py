@@ -116,7 +116,11 @@ def test_the_check_names_what_differs(tmp_path: Path) -> None:
     (a / "config.json").write_text("{}")
     (b / "config.json").write_text("{}")
     (a / "extra.txt").write_text("x")
-    assert differing_files(a, b) == ["extra.txt", "model.safetensors"]
+    (a / "generation_config.json").write_text('{"pad_token_id": 0, "transformers_version": "5.23.0"}')
+    (b / "generation_config.json").write_text('{"transformers_version": "5.24.0", "pad_token_id": 0}')
+    assert differing_files(a, b) == ["extra.txt", "model.safetensors"]  # the writing version aside
+    (b / "config.json").write_text('{"vocab_size": 313}')
+    assert differing_files(a, b) == ["config.json", "extra.txt", "model.safetensors"]
     assert largest_weight_difference(a / "model.safetensors", b / "model.safetensors") == 0.5
     save_file({"w": torch.zeros(3)}, b / "model.safetensors")
     assert largest_weight_difference(a / "model.safetensors", b / "model.safetensors") == float("inf")
