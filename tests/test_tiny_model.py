@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import srpo_dsl
 from srpo_dsl.backends import GenRequest
 from srpo_dsl.backends.hf import HFBackend
+from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.envs.arith import make_arith_tasks
 from srpo_dsl.models import tiny
 from srpo_dsl.models.build_tiny import differing_files, largest_weight_difference
@@ -27,12 +29,15 @@ from srpo_dsl.models.tiny import (
     build_tiny_model,
     ensure_tiny_model,
     evaluate_team,
+    evaluate_tools,
     warmup_report,
 )
+from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.prompts import PromptRenderer
+from srpo_dsl.runtime.setup import build_tools, load_workflow
 
 # The held-out figures README.md and docs/benchmarks.md give (256 questions, seed 0).
-DOCUMENTED_SAMPLED, DOCUMENTED_GREEDY = 0.35546875, 0.92578125  # 35.5% and 92.6%
+DOCUMENTED_SAMPLED, DOCUMENTED_GREEDY = 0.41015625, 0.91796875  # 41.0% and 91.8%
 
 
 def test_builtin_tiny_is_the_shipped_folder_and_nothing_is_built(
@@ -64,11 +69,15 @@ def test_shipped_weights_load_and_give_the_documented_heldout_figures() -> None:
     assert greedy.solver == pytest.approx(report.greedy_solver_accuracy, abs=one)
     assert sampled.team == pytest.approx(report.sampled_team_accuracy, abs=3 * one)
     assert sampled.verifier == pytest.approx(report.sampled_verifier_accuracy, abs=3 * one)
+    graded = make_arith_tasks(RECIPE.eval_questions, 0, heldout=True, mix="graded")
+    tools = evaluate_tools(backend, graded, temperature=0.0)
+    assert tools.accuracy == pytest.approx(report.greedy_tool_accuracy, abs=one)
+    assert tools.call_rate == pytest.approx(report.greedy_tool_call_rate, abs=one)
 
 
 def test_tokenizer_round_trips_the_role_contracts() -> None:
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
-    for text in ["\\boxed{42}", "<verify>approve</verify>", "FINAL: \\boxed{137}"]:
+    for text in ["\\boxed{42}", "<verify>approve</verify>", "FINAL: \\boxed{137}", "<calc>47*86</calc>"]:
         assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
     assert len(tokenizer("\\boxed{", add_special_tokens=False)["input_ids"]) == 1
 
@@ -90,7 +99,7 @@ def test_the_cache_serves_when_the_package_data_is_absent(
 
 
 def test_the_build_is_deterministic(tmp_path: Path) -> None:
-    small = Recipe(hidden=16, layers=1, intermediate=32, episodes=48, steps=4, batch=8, eval_questions=4)
+    small = Recipe(16, 1, 32, episodes=48, tool_episodes=48, steps=4, batch=8, eval_questions=4)
     first = build_tiny_model(tmp_path / "a", recipe=small, progress=False)
     again = build_tiny_model(tmp_path / "b", recipe=small, progress=False)
     build_tiny_model(tmp_path / "c", recipe=small, progress=False, seed=1)
@@ -107,7 +116,11 @@ def test_the_check_names_what_differs(tmp_path: Path) -> None:
     (a / "config.json").write_text("{}")
     (b / "config.json").write_text("{}")
     (a / "extra.txt").write_text("x")
-    assert differing_files(a, b) == ["extra.txt", "model.safetensors"]
+    (a / "generation_config.json").write_text('{"pad_token_id": 0, "transformers_version": "5.23.0"}')
+    (b / "generation_config.json").write_text('{"transformers_version": "5.24.0", "pad_token_id": 0}')
+    assert differing_files(a, b) == ["extra.txt", "model.safetensors"]  # the writing version aside
+    (b / "config.json").write_text('{"vocab_size": 313}')
+    assert differing_files(a, b) == ["config.json", "extra.txt", "model.safetensors"]
     assert largest_weight_difference(a / "model.safetensors", b / "model.safetensors") == 0.5
     save_file({"w": torch.zeros(3)}, b / "model.safetensors")
     assert largest_weight_difference(a / "model.safetensors", b / "model.safetensors") == float("inf")
@@ -130,3 +143,41 @@ def test_team_prompts_are_rendered_from_the_executors_episode_context(tmp_path: 
     assert solver == again == "1|||00|2"
     assert verifier == f"2|{one},{two}||00|1"
     assert aggregator == f"3|{one},{two},{verdict}|{verdict}|00|1"
+
+
+class _Recorder:
+    """The scripted backend, recording the prompts it is sent (its byte tokens need no length cap)."""
+
+    def __init__(self, replies: list[str]):
+        self.inner = ScriptedBackend({"solver": replies})
+        self.name, self.version, self.prompts = "scripted", 0, []
+
+    def generate(self, requests, *, seed=None):
+        self.prompts += [r.prompt for r in requests]
+        return self.inner.generate([replace(r, max_tokens=64) for r in requests], seed=seed)
+
+
+def test_tool_transcripts_are_what_the_executor_sends_and_parses() -> None:
+    """Replayed through the executor on workflows/quickstart_tools.srpo, each synthetic episode's
+    responses get exactly its prompts (calculator results included), are parsed to the same validity,
+    and take as many turns; among them calls, malformed outputs and forced last turns."""
+    workflow = load_workflow(Path(__file__).resolve().parents[1] / "workflows" / "quickstart_tools.srpo")
+    renderer, rng, tools = PromptRenderer([tiny._templates_dir()]), random.Random(0), build_tools(workflow)
+    tasks = make_arith_tasks(300, 0, mix="graded")
+    seen = {"calc": 0, "invalid": 0, "forced": 0}
+    for task in tasks:
+        rows = tiny._tool_episode(rng, task, renderer)
+        backend = _Recorder([text for _, text in rows])
+        [ep] = Executor(workflow.graph, {"lm": backend}, workflow.renderer(), tools).run([task])
+        assert backend.prompts == [prompt for prompt, _ in rows]
+        members = [m for e in ep.events for m in e.members]
+        assert [m.text for m in members] == [text for _, text in rows]
+        run = tiny.ToolRun(tiny._start(task))
+        for prompt, text in rows:
+            assert run.prompt(renderer) == prompt
+            run.commit(text)
+        assert run.answer == ep.answer and run.ep.history == ep.history
+        seen["calc"] += ep.tool_calls > 0
+        seen["invalid"] += ep.invalid_actions > 0
+        seen["forced"] += len(members) == tiny.TOOL_TURNS + 1
+    assert all(seen.values()), seen

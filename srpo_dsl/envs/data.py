@@ -283,7 +283,9 @@ class Arithmetic(FileTasks):
             return self.read(Path(data), None, limit)
         heldout = split == "eval"
         n = options["eval_n"] if heldout else options["n"]
-        rows = make_arith_tasks(n, options["seed"], options["max_operand"], heldout=heldout)
+        rows = make_arith_tasks(
+            n, options["seed"], options["max_operand"], heldout=heldout, mix=options["mix"]
+        )
         return rows[:limit] if limit else rows
 
 

@@ -156,11 +156,18 @@ class DataTask(_Options):
     limit: int | None = Field(None, ge=1)
 
 
+ARITH_MIXES = ("sums", "graded")  # the `arith` task's question mixes (srpo_dsl.envs.arith)
+
+
 class ArithTask(_Options):
+    """`arith(...)`: generated questions (`srpo_dsl.envs.arith`); `mix`: `sums` (a+b) or `graded`
+    (easy one-digit sums, medium two-digit sums, hard two-digit products; rows carry `difficulty`)."""
+
     n: int = Field(1000, ge=1)
     seed: int = 0
     max_operand: int = Field(99, ge=1)
     eval_n: int = Field(128, ge=1)
+    mix: Literal[ARITH_MIXES] = "sums"
 
 
 class Bm25Tool(_Options):

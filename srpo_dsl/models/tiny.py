@@ -1,27 +1,34 @@
-"""The embedded default model `builtin:tiny`: a ~0.4M-parameter Llama warmed on the quickstart team.
+"""The embedded default model `builtin:tiny`: a ~0.4M-parameter Llama warmed on the quickstart team
+and the tool quickstart's agent.
 
 It ships with the package (`srpo_dsl/models/tiny-v1/`, about 1.5 MB), made by
 `python -m srpo_dsl.models.build_tiny`, which runs the build below on one CPU thread so a
 rebuild gives the same bytes. Other seeds (`ensure_tiny_model(seed=...)`), or a package
-without the folder, build on first use (about 2-3 minutes on one core) into
+without the folder, build on first use (about 7 minutes on one core) into
 `<cache>/tiny-v1/`, where the cache is `$SRPO_DSL_CACHE` or `~/.cache/srpo-dsl`.
 
 The model: a byte-level BPE tokenizer (digits split one by one; no chat template, prompts
 are BOS + text) and a 2-layer Llama trained by a short supervised pass on synthetic
-transcripts of every quickstart role. The prompts are rendered from
-`workflows/quickstart/*.j2` with the runtime's `PromptRenderer` from the executor's own
-`Episode.context`, so they are token for token what the executor sends.
+transcripts of every quickstart role and of the tool agent. The prompts are rendered from
+`workflows/quickstart/*.j2` and `workflows/quickstart_tools/solver.j2` with the runtime's
+`PromptRenderer` from the executor's own `Episode.context`, so they are token for token
+what the executor sends.
 
 Episodes follow the executor: each event's outputs, parsed by the runtime's parsers, join
-the episode's `team_context` in order (the aggregator sees both solvers' answers and the
-verdict).
+the episode's `team_context` and `history` in order (the aggregator sees both solvers'
+answers and the verdict; the tool agent sees its calls and the calculator's results).
 The transcripts are deliberately imperfect, so RL has room: solvers are right 60% of
 the time (else off by a small amount; sometimes malformed), the verifier approves
 when both solvers are right (with noise), and the aggregator copies a candidate, often
-but not always the right one. Greedy decoding of the result is much more accurate than
-sampling: early RL gains are partly *sharpening* (see `warmup.json` in the model folder,
-which records both). Held-out pairs (`srpo_dsl.envs.arith.is_heldout`) are never seen
-in the warm-up; the report is measured on them.
+but not always the right one. The tool agent (graded questions, `mix = "graded"`) asks the
+calculator on half of its first turns whatever the difficulty, else answers directly
+(right on 90% of one-digit sums, 50% of two-digit sums, 2% of products; else a near miss),
+answers with the result it got (95%; one call in ten asks a slightly wrong question, so the
+answer must be read from the result, not recomputed), and is sometimes malformed.
+Greedy decoding of the result is much more accurate than sampling: early RL gains are
+partly *sharpening* (see `warmup.json` in the model folder, which records both). Held-out
+questions (`srpo_dsl.envs.arith.is_heldout`) are never seen in the warm-up; the report is
+measured on them.
 """
 
 from __future__ import annotations
@@ -46,9 +53,11 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from srpo_dsl.backends.base import Backend, GenRequest
 from srpo_dsl.backends.hf import HFBackend, encode_prompts
 from srpo_dsl.backends.logprobs import TokenBatch, pack_sequences, token_logprobs
-from srpo_dsl.envs.arith import make_arith_tasks
-from srpo_dsl.runtime.episode import Episode, context_entry
-from srpo_dsl.runtime.parsers import Parsed, parse_boxed, parse_final_boxed, parse_verdict
+from srpo_dsl.envs.arith import calculate, make_arith_tasks
+from srpo_dsl.runtime.actions import action_of, allowed
+from srpo_dsl.runtime.episode import Episode, Member, context_entry
+from srpo_dsl.runtime.hooks import ToolResult
+from srpo_dsl.runtime.parsers import Parsed, parse_act, parse_boxed, parse_final_boxed, parse_verdict
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 TINY_MODEL_ID = "builtin:tiny"
@@ -69,6 +78,19 @@ P_VERIFIER_NOISE = 0.1  # the verdict is flipped
 P_PICK_RIGHT = 0.7  # the aggregator copies the right candidate when there is one
 OFFSETS = (-10, -2, -1, 1, 2, 10)
 
+# The tool agent of workflows/quickstart_tools.srpo: `act(calc, answer)`, 3 turns, then a forced answer.
+TOOL = "calc"
+TOOL_ACTIONS = (TOOL, "answer")
+TOOL_TURNS = 3
+TOOL_MAX_TOKENS = 16
+TOOL_TEMPLATE = "quickstart_tools/solver.j2"
+P_CALL = 0.5  # a first turn (or one after a malformed output) asks the calculator, at any difficulty
+P_MISCOPY = 0.1  # the query is the question with one operand off: the answer must come from the result
+P_DIRECT = {"easy": 0.9, "medium": 0.5, "hard": 0.02}  # a direct answer is right
+P_COPY = 0.95  # after a result, the answer copies it (else a near miss of it)
+P_RECALL = 0.05  # after a result, the agent asks again
+HARD_OFFSETS = (-100, -10, -1, 1, 10, 100)  # a near miss of a product
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -78,7 +100,8 @@ class Recipe:
     layers: int = 2
     intermediate: int = 256
     episodes: int = 16_000  # synthetic team episodes (4 transcripts each)
-    steps: int = 1_000
+    tool_episodes: int = 24_000  # synthetic tool-agent episodes (1-4 transcripts each)
+    steps: int = 1_200
     batch: int = 128
     lr: float = 2e-3
     eval_questions: int = 256
@@ -102,6 +125,10 @@ class WarmupReport:
     greedy_solver_accuracy: float
     sampled_verifier_accuracy: float  # approve iff both solvers are right
     greedy_verifier_accuracy: float
+    sampled_tool_accuracy: float  # the tool agent's final answer is right (graded held-out questions)
+    greedy_tool_accuracy: float
+    sampled_tool_call_rate: float  # the tool agent's first turn asks the calculator
+    greedy_tool_call_rate: float
 
 
 def cache_root() -> Path:
@@ -191,8 +218,8 @@ def _verdict(text: str) -> Parsed:
     return parse_verdict(text, VERDICTS)
 
 
-def _near_miss(rng: random.Random, total: int) -> str:
-    return str(abs(total + rng.choice(OFFSETS)))
+def _near_miss(rng: random.Random, total: int, offsets: tuple[int, ...] = OFFSETS) -> str:
+    return str(abs(total + rng.choice(offsets)))
 
 
 def _maybe_malformed(rng: random.Random, good: str) -> str:
@@ -228,6 +255,101 @@ def _episode(rng: random.Random, task: dict, renderer: PromptRenderer) -> list[t
     prompts.append(_prompt(renderer, ep, "aggregator", 1))
     answer = _maybe_malformed(rng, f"FINAL: \\boxed{{{final}}}")
     return list(zip(prompts, [*solved, verdict, answer]))
+
+
+# --- the tool agent ----------------------------------------------------------------------
+
+
+@dataclass
+class ToolRun:
+    """One episode of workflows/quickstart_tools.srpo as the executor runs it: up to `TOOL_TURNS` turns
+    (a `calc` action is answered by the calculator, whose observation joins the history; an answer
+    ends the episode), then one turn that may only answer."""
+
+    ep: Episode
+    turns: int = 0  # outputs so far
+    first_action: str | None = None
+    answer: str | None = None  # the final action's value, when the last output took it
+    done: bool = False
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        return TOOL_ACTIONS if self.turns < TOOL_TURNS else TOOL_ACTIONS[-1:]
+
+    def prompt(self, renderer: PromptRenderer) -> str:
+        """The next turn's prompt, from the executor's own context (`Episode.context`)."""
+        looping = self.turns < TOOL_TURNS
+        turn, max_turns = (self.turns + 1, TOOL_TURNS) if looping else (1, 1)
+        ctx = self.ep.context(
+            role="solver", replica=1, pool_size=1, turn=turn, max_turns=max_turns, actions=self.actions
+        )
+        return renderer.render(TOOL_TEMPLATE, ctx)
+
+    def commit(self, text: str) -> None:
+        """The output committed as the executor commits it; a `calc` action's query answered by
+        `calculate` (what the workflow's tool returns) as the tool's observation."""
+        parsed = allowed(parse_act(text, TOOL_ACTIONS), self.actions)
+        member = Member(0, "solver", 1, "lm", 0, [], [], [], text, parsed.valid, parsed.value)
+        forced = self.turns == TOOL_TURNS
+        self.ep.step += 1
+        self.ep.commit_outputs([member])
+        self.turns += 1
+        action = action_of(member)
+        self.first_action = self.first_action if self.turns > 1 else action
+        if action == TOOL:
+            query = str(parsed.value["value"])  # type: ignore[index]
+            observation = ToolResult(query, calculate(query), None).observation(TOOL)
+            self.ep.observations.append(observation)
+            self.ep.observe(1, observation)
+        self.answer = parsed.value["value"] if action == TOOL_ACTIONS[-1] else None  # type: ignore[index]
+        self.done = action == TOOL_ACTIONS[-1] or forced
+
+    def last_result(self) -> str | None:
+        """The latest calculator result in the history, if any."""
+        found = [h["result"] for h in self.ep.history if h["kind"] == "observation" and "result" in h]
+        return found[-1] if found else None
+
+
+def _act(rng: random.Random, task: dict, run: ToolRun) -> str:
+    """The synthetic agent's next output: ask the calculator, answer directly (right by difficulty),
+    or answer with the last result (mostly copied right); sometimes malformed."""
+    offsets = HARD_OFFSETS if task["difficulty"] == "hard" else OFFSETS
+    result = run.last_result()
+    may_ask = TOOL in run.actions
+    if result is not None and not (may_ask and rng.random() < P_RECALL):
+        value = result if rng.random() < P_COPY else _near_miss(rng, int(result), offsets)
+    elif result is None and not (may_ask and rng.random() < P_CALL):
+        right = rng.random() < P_DIRECT[task["difficulty"]]
+        value = task["answer"] if right else _near_miss(rng, int(task["answer"]), offsets)
+    else:
+        return _broken(rng, f"<{TOOL}>{_query(rng, task['question'])}</{TOOL}>")
+    return _broken(rng, f"<answer>{value}</answer>")
+
+
+def _query(rng: random.Random, question: str) -> str:
+    """The question, or (sometimes) the question with its first operand off by one."""
+    if rng.random() >= P_MISCOPY:
+        return question
+    first, op, second = re.fullmatch(r"(\d+)([+*])(\d+)", question).groups()  # type: ignore[union-attr]
+    return f"{abs(int(first) + rng.choice((-1, 1)))}{op}{second}"
+
+
+def _broken(rng: random.Random, good: str) -> str:
+    """Mostly `good`; sometimes a contract-breaking variant: unclosed, untagged or empty."""
+    if rng.random() >= P_MALFORMED:
+        return good
+    return rng.choice([good[:-1], re.sub(r"<[^>]*>", "", good), re.sub(r">[^<]*<", "><", good)])
+
+
+def _tool_episode(rng: random.Random, task: dict, renderer: PromptRenderer) -> list[tuple[str, str]]:
+    """(prompt, response) of every turn of one tool-agent episode."""
+    run, rows = ToolRun(_start(task)), []
+    while not run.done:
+        prompt = run.prompt(renderer)
+        text = _act(rng, task, run)
+        run.commit(text)
+        rows.append((prompt, text))
+    return rows
 
 
 # --- build -------------------------------------------------------------------------------
@@ -268,6 +390,9 @@ def _build(out: Path, recipe: Recipe, *, seed: int, progress: bool) -> WarmupRep
         questions = make_arith_tasks(recipe.eval_questions, seed, heldout=True)
         sampled = evaluate_team(backend, questions, temperature=1.0, seed=seed)
         greedy = evaluate_team(backend, questions, temperature=0.0, seed=seed)
+        graded = make_arith_tasks(recipe.eval_questions, seed, heldout=True, mix="graded")
+        sampled_tools = evaluate_tools(backend, graded, temperature=1.0, seed=seed)
+        greedy_tools = evaluate_tools(backend, graded, temperature=0.0, seed=seed)
     finally:
         torch.set_num_threads(threads)
     return WarmupReport(
@@ -282,6 +407,10 @@ def _build(out: Path, recipe: Recipe, *, seed: int, progress: bool) -> WarmupRep
         greedy_solver_accuracy=greedy.solver,
         sampled_verifier_accuracy=sampled.verifier,
         greedy_verifier_accuracy=greedy.verifier,
+        sampled_tool_accuracy=sampled_tools.accuracy,
+        greedy_tool_accuracy=greedy_tools.accuracy,
+        sampled_tool_call_rate=sampled_tools.call_rate,
+        greedy_tool_call_rate=greedy_tools.call_rate,
     )
 
 
@@ -314,6 +443,9 @@ def _transcripts(recipe: Recipe, seed: int) -> tuple[PreTrainedTokenizerFast, To
     rng = random.Random(seed)
     renderer = PromptRenderer([_templates_dir()])
     rows = [row for task in make_arith_tasks(recipe.episodes, seed) for row in _episode(rng, task, renderer)]
+    tool_rng = random.Random(f"{seed}/tools")  # its own stream: the team's transcripts stay as they were
+    graded = make_arith_tasks(recipe.tool_episodes, seed, mix="graded")
+    rows += [row for task in graded for row in _tool_episode(tool_rng, task, renderer)]
     prompts, responses = [p for p, _ in rows], [r for _, r in rows]
     unique_prompts, unique_responses = sorted(set(prompts)), sorted(set(responses))
     tokenizer = _train_tokenizer(unique_prompts + responses)
@@ -400,3 +532,25 @@ def evaluate_team(backend: Backend, tasks: list[dict], *, temperature: float, se
         team_right += parse_final_boxed(final).value == task["answer"]
     n = len(tasks)
     return TeamScore(team_right / n, solver_right / (SOLVERS * n), verdict_right / n)
+
+
+@dataclass(frozen=True)
+class ToolScore:
+    """Fractions of questions: the tool agent's final answer is right; its first turn asks the calculator."""
+
+    accuracy: float
+    call_rate: float
+
+
+def evaluate_tools(backend: Backend, tasks: list[dict], *, temperature: float, seed: int = 0) -> ToolScore:
+    """Run the tool agent on graded `tasks`: every unfinished episode's next turn in one batch per round."""
+    renderer = PromptRenderer([_templates_dir()])
+    runs = [ToolRun(_start(t)) for t in tasks]
+    for round_ in range(TOOL_TURNS + 1):
+        live = [r for r in runs if not r.done]
+        requests = [GenRequest(r.prompt(renderer), TOOL_MAX_TOKENS, temperature, role="solver") for r in live]
+        for run, out in zip(live, backend.generate(requests, seed=seed + round_) if live else []):
+            run.commit(out.text)
+    right = sum(r.answer == t["answer"] for r, t in zip(runs, tasks))
+    calls = sum(r.first_action == TOOL for r in runs)
+    return ToolScore(right / len(tasks), calls / len(tasks))
