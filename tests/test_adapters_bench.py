@@ -79,8 +79,10 @@ def test_quick_run_measures_every_layout(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    # the quick model is the embedded model's shape: hidden 128, 2 layers, MLP 256, vocab 313 (tied)
-    base = 4 * (313 * 128 + 2 * (4 * 128 * 128 + 3 * 128 * 256 + 2 * 128) + 128)  # 1,473,536 bytes
+    # the quick model is the embedded model's shape: hidden 128, 2 layers, MLP 256, its vocabulary (tied)
+    vocab = json.loads((ROOT / "srpo_dsl/models/tiny-v1/config.json").read_text())["vocab_size"]
+    assert vocab == 384  # the tokenizer trained on the quickstart's and the tool agent's transcripts
+    base = 4 * (vocab * 128 + 2 * (4 * 128 * 128 + 3 * 128 * 256 + 2 * 128) + 128)  # 1,509,888 bytes
     lora = 4 * 2 * 16 * (4 * (128 + 128) + 3 * (128 + 256))  # r = 16 on all 7 linears of 2 layers
     expected = {  # kind: (parameter bytes, trainable bytes, engines) with 2 roles
         "full": (2 * base, 2 * base, 2),
