@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 KEYS = MetricKeys(
     ("solver", "judge", "writer"),
     ("parallel:solver", "revise:solver", "verify:judge", "aggregate:writer"),
-    (0, 0, 1, 2),
 )
 
 
@@ -64,6 +63,10 @@ class TrainedRows:
 
     event_types: list[str]
     advantages: torch.Tensor
+
+    @property
+    def roles(self) -> list[str]:
+        return [t.split(":")[1] for t in self.event_types]  # one agent per event type here
 
 
 ROWS = TrainedRows(
@@ -171,7 +174,6 @@ def test_keys_of_a_compiled_workflow() -> None:
         "verify:verifier#2",
         "aggregate:aggregator",
     )
-    assert keys.owner == (0, 1, 0, 1, 2)
     assert keys.prefixes[:3] == ["role/solver", "role/verifier", "role/aggregator"]
 
 

@@ -134,7 +134,7 @@ def make_episodes(mixed: bool, n_prompts: int = 3, group: int = 4, seed: int = 0
     return episodes
 
 
-TEMPERATURES = {"a": {"n1": 1.0, "n2": 1.0}, "b": {"n1": 1.0}}
+TEMPERATURES = {"a": {"solver": 1.0, "aggregator": 1.0}, "b": {"solver": 1.0}}  # policy -> role
 
 
 def build(paths: dict, dist, **options) -> dict:

@@ -709,11 +709,14 @@ class _Checker(n.StepVisitor[None]):
 
     def visit_event(self, s: n.EventStep, in_loop: bool, routed: set[str]) -> None:
         """What every event step is checked for; its kind's entry in the step table says how."""
-        if not self.known_agent(s.agent):
+        known = [self.known_agent(a) for a in s.agents]  # every unknown one is reported
+        if not all(known):
             return
         kind = STEP_KINDS[s.kind]
-        self.event_contract(s, kind)
+        for agent in s.agents:
+            self.event_contract(s, kind, agent)
         self.only(s)
+        self.mixed(s)
         if not takes(s):
             forms = " or ".join(FORMS[f].syntax for f in FORMS if f in kind.cardinality)
             self.error("E047", f"`{s.kind}` takes {forms.format(kw=s.kind)}", s.span)
@@ -722,25 +725,37 @@ class _Checker(n.StepVisitor[None]):
             self.router(s, routed)
         if kind.routes:
             routed.add(s.agent.name)
-        self.act(s.agent.name)
+        for agent in s.agents:
+            self.act(agent.name)
 
-    def event_contract(self, s: n.EventStep, kind: StepKind) -> None:
+    def mixed(self, s: n.EventStep) -> None:
+        """`KIND A, B`: distinct agents, whose members form one active set."""
+        for i, agent in enumerate(s.agents):
+            if agent.name in [a.name for a in s.agents[:i]]:
+                self.error(
+                    "E049",
+                    f"`{agent.name}` is listed twice: a mixed set takes each agent's replicas once",
+                    agent.span,
+                    f"write `{s.kind} {agent.name}` for all its replicas",
+                )
+
+    def event_contract(self, s: n.EventStep, kind: StepKind, agent: n.Ident) -> None:
         """A kind may require its agent's contracts (`verify` a verdict); an agent whose contract records a
         decision (a route, a verdict) acts only in the steps that record it."""
-        contract, _args = self.contract_of(s.agent) or ("", ())
+        contract, _args = self.contract_of(agent) or ("", ())
         if kind.contracts is not None and contract not in kind.contracts:
             needs = " or ".join(_contract_form(c) for c in sorted(kind.contracts))
             self.error(
                 "E045",
-                f"`{s.kind}` needs an agent that emits {needs}; `{s.agent.name}` emits `{contract}`",
-                s.agent.span,
+                f"`{s.kind}` needs an agent that emits {needs}; `{agent.name}` emits `{contract}`",
+                agent.span,
             )
         elif kind.contracts is None and deciding(contract):
             steps = " or ".join(f"`{k}`" for k in deciding(contract))
             self.error(
                 "E045",
-                f"`{s.agent.name}` emits `{contract}`: use it in a {steps} step, not `{s.kind}`",
-                s.agent.span,
+                f"`{agent.name}` emits `{contract}`: use it in a {steps} step, not `{s.kind}`",
+                agent.span,
             )
 
     def replicas(self, s: n.EventStep) -> None:

@@ -155,9 +155,10 @@ class _Bounds(n.StepVisitor[None]):
     def visit_event(self, s: n.EventStep, total: Cost) -> None:
         a = self.agents[s.agent.name]
         k = members(s, a.replicas).cardinality[1]
+        others = [self.agents[o.name] for o in s.others]
         total.events += 1
-        total.calls += k
-        total.tokens += k * a.max_tokens
+        total.calls += k + sum(o.replicas for o in others)
+        total.tokens += k * a.max_tokens + sum(o.replicas * o.max_tokens for o in others)
 
     def visit_call(self, s: n.CallTool, total: Cost) -> None:
         total.tool_calls += self.agents[s.agent.name].replicas
@@ -241,8 +242,9 @@ class _Compiler(n.StepVisitor[Frontier]):
         return out
 
     def event_node(self, s: n.EventStep) -> str:
-        name = s.agent.name
-        agent = self.c.agents[name]
+        name = "+".join(a.name for a in s.agents)
+        agent = self.c.agents[s.agent.name]
+        others = tuple(self.c.agents[o.name] for o in s.others)
         base = f"{s.kind}:{name}"
         seen = self.event_types[base] = self.event_types.get(base, 0) + 1
         who = members(s, agent.replicas)
@@ -255,8 +257,14 @@ class _Compiler(n.StepVisitor[Frontier]):
         only = tuple(w.name for w in s.only or ())
         label = f"{who.label} only {', '.join(only)}" if only else who.label
         actions = only or agent.actions
+        if others:  # one set of every replica of each agent
+            k = len(who.replicas) + sum(o.replicas for o in others)
+            who = who._replace(cardinality=(k, k))
+            label = f"{s.kind} {', '.join(a.name for a in s.agents)} K={k}"
         return self._add(
-            EventNode(nid, step, where, label, agent, event_type, who.replicas, who.cardinality, by, actions)
+            EventNode(
+                nid, step, where, label, agent, event_type, who.replicas, who.cardinality, by, actions, others
+            )
         )
 
     def block(self, steps: tuple[n.Step, ...], frontier: Frontier, exits: list[Frontier]) -> Frontier:
@@ -390,7 +398,7 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
     reach = {  # the reward points: the rewarded agent's steps, or the rewarded environment's
         v.id
         for v in graph.nodes.values()
-        if (isinstance(v, EventNode) and v.agent.name == reward.agent)
+        if (isinstance(v, EventNode) and reward.agent in {a.name for a in v.agents})
         or (isinstance(v, EnvNode) and v.env == reward.env)
     }
     todo = list(reach)  # one backward walk from all rewarded nodes: linear, however often the agent acts
@@ -399,7 +407,11 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
             if u not in reach:
                 reach.add(u)
                 todo.append(u)
-    late = [v for v in graph.event_nodes if v.id not in reach and graph.policies[v.policy].trainable]
+    late = [
+        v
+        for v in graph.event_nodes
+        if v.id not in reach and any(graph.policies[a.policy].trainable for a in v.agents)
+    ]
     return [
         Diagnostic(
             "E070",

@@ -131,6 +131,17 @@ class EventNode:
     cardinality: tuple[int, int]  # (min K, max K)
     routed_by: str | None
     actions: tuple[str, ...] = ()  # the actions an acting agent may take here (`only`, else all); ()
+    others: tuple[AgentInfo, ...] = ()  # a mixed set (`parallel a, b`): the agents answering with `agent`
+
+    @property
+    def agents(self) -> tuple[AgentInfo, ...]:
+        return (self.agent, *self.others)
+
+    @property
+    def slots(self) -> tuple[tuple[AgentInfo, int], ...]:
+        """(agent, replica) of every member slot: `agent`'s replicas, then every replica of each other."""
+        rest = tuple((o, r) for o in self.others for r in range(1, o.replicas + 1))
+        return tuple((self.agent, r) for r in self.replicas) + rest
 
     @property
     def kind(self) -> str:
@@ -142,15 +153,16 @@ class EventNode:
         return self.agent.policy
 
     def attrs(self) -> dict[str, Any]:
-        a, k = self.agent, len(self.replicas)
+        a, slots = self.agent, self.slots
         return {
             **_where(self.kind, self.where),
             "label": self.label,
             "agent": a.name,
+            "agents": [x.name for x in self.agents],
             "event_type": self.event_type,
-            "roles": [a.name] * k,
-            "replicas": list(self.replicas),
-            "policy": [a.policy] * k,
+            "roles": [x.name for x, _ in slots],
+            "replicas": [r for _, r in slots],
+            "policy": [x.policy for x, _ in slots],
             "cardinality": {"min": self.cardinality[0], "max": self.cardinality[1]},
             "routed_by": self.routed_by,
             "contract": a.contract,

@@ -159,6 +159,12 @@ class EventStep(_StepNode):
     replicas: tuple[int, ...] | None  # `KIND P[i, j]`: 1-based replicas, as written
     span: Span
     only: tuple[Ident, ...] | None = None  # `... only answer`: the actions an acting agent may take here
+    others: tuple[Ident, ...] = ()  # `parallel a, b`: the agents answering with `agent` (a mixed set)
+
+    @property
+    def agents(self) -> tuple[Ident, ...]:
+        """Every agent whose members form the step's event, in the written order."""
+        return (self.agent, *self.others)
 
 
 @dataclass(frozen=True)

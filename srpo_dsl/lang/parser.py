@@ -271,6 +271,11 @@ class _Build:
             only.value if only else None,
         )
 
+    def mixed_step(self, items: list) -> n.EventStep:  # step_keyword NAME ("," NAME)+
+        keyword, *names = items
+        agents = [self._id(t) for t in names if t.type == "NAME"]
+        return n.EventStep(str(keyword), agents[0], None, None, self._span(items), None, tuple(agents[1:]))
+
     def call_step(self, items: list) -> n.CallTool:  # "call" NAME "on" NAME
         _call, tool, _on, agent = items
         return n.CallTool(self._id(tool), self._id(agent), self._span(items))

@@ -132,6 +132,8 @@ def written_form(step: EventStep) -> Cardinality:
     """The form a step is written in: `by R` is routed; else its kind's pool, or one replica."""
     if step.by is not None:
         return "routed"
+    if step.others:  # `KIND A, B`: every replica of each agent, one set
+        return "pool"
     if "pool" in STEP_KINDS[step.kind].cardinality or (step.replicas and len(step.replicas) > 1):
         return "pool"
     return "singleton"
@@ -143,7 +145,8 @@ def takes(step: EventStep) -> bool:
 
 
 def members(step: EventStep, pool_size: int) -> Members:
-    """Who acts in a step its kind takes (`takes(step)`), its agent having `pool_size` replicas."""
+    """Who acts in a step its kind takes (`takes(step)`), its (first) agent having `pool_size` replicas.
+    A mixed step's other agents are listed by the compiler (`EventNode.slots`)."""
     return FORMS[written_form(step)].members(step, pool_size)
 
 

@@ -2,7 +2,8 @@
 
 The keys are static (the graph's acting agents and its event types, in graph order), so each
 rank sums its share into one fixed-order list and one `all_reduce` makes the sums global. An
-event belongs to the agent of its event node; a role's sums are those of its event types.
+event counts for its event type, and for each role with members in it (a mixed set: for each of its
+agents), with that role's members.
 
     events           events of the step's rollouts (every event, incomplete ones too)
     mean_k           members per event
@@ -31,6 +32,7 @@ TRAINING = ("rows", "abs_advantage")  # summed over the training rows
 
 
 class _Member(Protocol):
+    role: str
     valid: bool
     response_token_ids: list[int]
 
@@ -46,40 +48,36 @@ class _Episode(Protocol):
 
 class _Rows(Protocol):
     event_types: list[str]
+    roles: list[str]
     advantages: Tensor
 
 
 @dataclass(frozen=True)
 class MetricKeys:
-    """The graph's roles and event types; `owner[i]` is the index in `roles` of event type i's agent."""
+    """The graph's acting roles and its event types, in graph order."""
 
     roles: tuple[str, ...]
     event_types: tuple[str, ...]
-    owner: tuple[int, ...]
 
     @classmethod
     def of(cls, graph: EventGraph) -> MetricKeys:
         nodes = graph.event_nodes
-        acting = {v.agent.name for v in nodes}
-        roles = tuple(a for a in graph.agents if a in acting)
-        return cls(roles, tuple(v.event_type for v in nodes), tuple(roles.index(v.agent.name) for v in nodes))
+        acting = {a.name for v in nodes for a in v.agents}  # a mixed set's agents each act in it
+        return cls(tuple(a for a in graph.agents if a in acting), tuple(v.event_type for v in nodes))
 
     @property
     def prefixes(self) -> list[str]:
         """`role/ROLE` of every role, then `event/TYPE` of every event type."""
         return [f"role/{r}" for r in self.roles] + [f"event/{t}" for t in self.event_types]
 
-    def sums(self, values: Tensor, event_types: Sequence[str]) -> Tensor:
-        """[roles + event types, C]: the [N, C] `values` of N items (of `event_types`) summed per key."""
-        index = {t: i for i, t in enumerate(self.event_types)}
-        unknown = next((t for t in event_types if t not in index), None)
-        if unknown is not None:
-            raise ValueError(f"event type {unknown!r} is not in the workflow's graph")
-        slots = torch.tensor([index[t] for t in event_types], dtype=torch.long, device=values.device)
-        by_type = values.new_zeros(len(self.event_types), values.shape[1]).index_add(0, slots, values)
-        owner = torch.tensor(self.owner, dtype=torch.long, device=values.device)
-        by_role = values.new_zeros(len(self.roles), values.shape[1]).index_add(0, owner, by_type)
-        return torch.cat([by_role, by_type])
+    def sums(
+        self, by_role: Tensor, roles: Sequence[str], by_type: Tensor, event_types: Sequence[str]
+    ) -> Tensor:
+        """[roles + event types, C]: the rows of `by_role` summed per their role, then the rows of
+        `by_type` per their event type (the two tables may differ: a mixed event is one row per type
+        but one per role that acted in it)."""
+        type_sums = _summed(by_type, event_types, self.event_types, "event type")
+        return torch.cat([_summed(by_role, roles, self.roles, "role"), type_sums])
 
     def ratios(self, name: str, sums: Sequence[float]) -> dict[str, float]:
         """{`PREFIX/name`: numerator / denominator} from flat (numerator, denominator) pairs per key."""
@@ -87,26 +85,48 @@ class MetricKeys:
         return {f"{p}/{name}": num / den for p, num, den in pairs if den > 0}
 
 
+def _summed(values: Tensor, names: Sequence[str], keys: Sequence[str], what: str) -> Tensor:
+    """[len(keys), C]: the [N, C] `values` summed per name; a name not among `keys` is a ValueError."""
+    index = {k: i for i, k in enumerate(keys)}
+    unknown = next((x for x in names if x not in index), None)
+    if unknown is not None:
+        raise ValueError(f"{what} {unknown!r} is not in the workflow's graph")
+    slots = torch.tensor([index[x] for x in names], dtype=torch.long, device=values.device)
+    return values.new_zeros(len(keys), values.shape[1]).index_add(0, slots, values)
+
+
+def _counts(members: Sequence[_Member]) -> list[float]:
+    """One row of `ROLLOUT`: an event (or a role's part of it), its members, invalid ones, tokens."""
+    tokens = sum(len(m.response_token_ids) for m in members)
+    return [1, len(members), sum(not m.valid for m in members), tokens]
+
+
 def rollout_sums(keys: MetricKeys, episodes: Sequence[_Episode]) -> Tensor:
-    """[keys, 4] float64: events, members, invalid members, response tokens (`ROLLOUT`) per key."""
+    """[keys, 4] float64: events, members, invalid members, response tokens (`ROLLOUT`) per key; a role's
+    events are those it had members in."""
     events = [e for ep in episodes for e in ep.events]
-    values = [
-        [
-            1,
-            len(e.members),
-            sum(not m.valid for m in e.members),
-            sum(len(m.response_token_ids) for m in e.members),
-        ]
-        for e in events
-    ]
-    table = torch.tensor(values, dtype=torch.float64).reshape(len(events), len(ROLLOUT))
-    return keys.sums(table, [e.event_type for e in events])
+    parts = [(m.role, [x for x in e.members if x.role == m.role]) for e in events for m in _firsts(e.members)]
+    by_type = torch.tensor([_counts(e.members) for e in events], dtype=torch.float64)
+    by_role = torch.tensor([_counts(ms) for _, ms in parts], dtype=torch.float64)
+    return keys.sums(
+        by_role.reshape(len(parts), len(ROLLOUT)),
+        [r for r, _ in parts],
+        by_type.reshape(len(events), len(ROLLOUT)),
+        [e.event_type for e in events],
+    )
+
+
+def _firsts(members: Sequence[_Member]) -> list[_Member]:
+    """The first member of each role, in order."""
+    seen: set[str] = set()
+    return [m for m in members if not (m.role in seen or seen.add(m.role))]  # type: ignore[func-returns-value]
 
 
 def step_sums(keys: MetricKeys, episodes: Sequence[_Episode], rows: _Rows) -> list[float]:
     """This rank's sums of `ROLLOUT` and `TRAINING` per key, flat (key-major): the input of one all_reduce."""
     advantages = rows.advantages.detach().to("cpu", torch.float64)
-    training = keys.sums(torch.stack([torch.ones_like(advantages), advantages.abs()], -1), rows.event_types)
+    table = torch.stack([torch.ones_like(advantages), advantages.abs()], -1)
+    training = keys.sums(table, rows.roles, table, rows.event_types)
     return torch.cat([rollout_sums(keys, episodes), training], 1).flatten().tolist()
 
 

@@ -320,11 +320,12 @@ def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], fol
     return opts
 
 
-def node_temperatures(graph: EventGraph) -> dict[str, dict[str, float]]:
-    """temperatures[policy][node] of every event node (0 = greedy scores at temperature 1)."""
+def role_temperatures(graph: EventGraph) -> dict[str, dict[str, float]]:
+    """temperatures[policy][role] of every acting agent (0 = greedy scores at temperature 1)."""
     out: dict[str, dict[str, float]] = {}
     for node in graph.event_nodes:
-        out.setdefault(node.policy, {})[node.id] = float(node.agent.temperature)
+        for agent in node.agents:
+            out.setdefault(agent.policy, {})[agent.name] = float(agent.temperature)
     return out
 
 
@@ -383,7 +384,7 @@ def prepare_run(
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
     start = restore(found, state, policies, dist) if state is not None else 0
     log = RunLog(out, config, start, wf.graph) if dist.rank == 0 else None
-    temperatures, keys = node_temperatures(wf.graph), MetricKeys.of(wf.graph)
+    temperatures, keys = role_temperatures(wf.graph), MetricKeys.of(wf.graph)
     return Run(
         out, wf, opts, dist, policies, executor, tasks, eval_sets, temperatures, keys, config, start, log
     )

@@ -34,7 +34,7 @@ from srpo_dsl.rl.process_group import Dist, all_reduce
 from srpo_dsl.rl.role_metrics import MetricKeys
 from srpo_dsl.rl.rows import Rows
 
-Temperatures = Mapping[str, Mapping[str, float]]  # policy -> event node -> sampling temperature
+Temperatures = Mapping[str, Mapping[str, float]]  # policy -> role -> sampling temperature
 Group = tuple[str, float]  # (engine, temperature): one forward per micro-batch (adapters on a base: one)
 
 
@@ -73,7 +73,7 @@ class Batch:
         width = max(1, int(lengths.max())) if len(rows) else 1
         mask = torch.arange(width) < lengths[:, None]
         behaviour = pad_right(rows.behavior_logprobs, width)
-        row_temperatures = [temperatures[p][n] for p, n in zip(rows.policies, rows.nodes)]
+        row_temperatures = [temperatures[p][r] for p, r in zip(rows.policies, rows.roles)]
         if policies is None:
             return cls(rows, mask, behaviour, row_temperatures, list(rows.policies), [None] * len(rows))
         engines = [
@@ -382,7 +382,7 @@ def update(
     clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
     if row_clips is not None:
         row_clips.copy_(clips)
-    by_key = keys.sums(clips, rows.event_types).flatten().tolist() if keys else []
+    by_key = keys.sums(clips, rows.roles, clips, rows.event_types).flatten().tolist() if keys else []
     loss, clipped, weight, *by_key = all_reduce(
         [sum(t.loss for t, _ in epochs), *clips.sum(0).tolist(), *by_key], device
     )

@@ -47,9 +47,9 @@ class UserEnv:
         self.passed = {k: v for k, v in binding.options.items() if k not in ENV_OPTIONS}
         self.fn: UserFunction = load_function(binding.code, binding.options["timeout"], tuple(self.passed))
 
-    def step(self, ep: Episode, node: EnvNode, role_of: Callable[[Event], str]) -> None:
+    def step(self, ep: Episode, node: EnvNode, agents_of: Callable[[Event], tuple[str, ...]]) -> None:
         """Step the environment for `ep`; record its reply on the episode and on the last event of each
-        agent it observes (`role_of`: the agent of an event)."""
+        agent it observes (`agents_of`: the agents of an event)."""
         outputs = {
             agent: [
                 context_entry(m.role, m.replica, m.text, m.valid, m.parsed)
@@ -70,7 +70,7 @@ class UserEnv:
             ep.observations.append(observation)
             for replica in sorted({m.replica for m in ep.last_output.get(agent, [])} or {1}):
                 ep.observe(replica, observation)  # in `history`, for each of the agent's replicas
-            last = next((e for e in reversed(ep.events) if role_of(e) == agent), None)
+            last = next((e for e in reversed(ep.events) if agent in agents_of(e)), None)
             if last is not None:
                 last.observations.append(observation)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
+from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS
 from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
@@ -35,6 +36,7 @@ class _Slot:
 
     episode: Episode
     member_index: int
+    agent: AgentInfo
     replica: int
     request: GenRequest
 
@@ -148,10 +150,11 @@ class Executor:
                 tool_calls[node.id].append(ep)
                 continue
             if isinstance(node, EnvNode):  # no generation: each episode's own step, now
-                self.envs[node.env].step(ep, node, self._agent_of)
+                self.envs[node.env].step(ep, node, self._agents_of)
                 continue
             states[ep.episode_id] = ep.state_id()
-            slots[self.call_of[node.policy]] += self._requests(ep, node, seed)
+            for slot in self._requests(ep, node, seed):  # a mixed set: each member to its policy's call
+                slots[self.call_of[slot.agent.policy]].append(slot)
         results = self._generate(slots)
         for node_id, calls in tool_calls.items():
             self._call_tool(self.g.nodes[node_id], calls)  # type: ignore[arg-type]
@@ -163,11 +166,11 @@ class Executor:
     def _requests(self, ep: Episode, node: EventNode, seed: int) -> list[_Slot]:
         """One request per member of `ep`'s pending event, all rendered from the same state, each with
         its own seed (from the round's `seed`)."""
-        a = node.agent
         loop = node.where.loop
         turn, max_turns = (ep.loops.get(loop, 1), self.g.loops[loop]) if loop else (1, 1)
+        chosen = self._replicas(ep, node)
         out = []
-        for i, replica in enumerate(self._replicas(ep, node)):
+        for i, (a, replica) in enumerate((a, r) for a, r in node.slots if a is not node.agent or r in chosen):
             ctx = ep.context(
                 role=a.name,
                 replica=replica,
@@ -177,12 +180,12 @@ class Executor:
                 actions=node.actions,
             )
             prompt = self.renderer.render(a.prompt, ctx)
-            adapter = self.g.adapters.get(node.policy)
+            adapter = self.g.adapters.get(a.policy)
             draw = seed_of(seed, ep.prompt_id, ep.sample, i)
             request = GenRequest(
                 prompt, a.max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
             )
-            out.append(_Slot(ep, i, replica, request))
+            out.append(_Slot(ep, i, a, replica, request))
         return out
 
     def _generate(self, slots: Mapping[str, list[_Slot]]) -> dict[str, list[tuple[_Slot, GenResult | None]]]:
@@ -237,19 +240,22 @@ class Executor:
             ep.observations.extend(o for _, o in observations)
         for replica, o in observations:
             ep.observe(replica, o)
-        last = next((e for e in reversed(ep.events) if self._agent_of(e) == node.on), None)
+        last = next((e for e in reversed(ep.events) if node.on in self._agents_of(e)), None)
         if last is not None:
             last.observations.extend(o for _, o in observations)
 
+    def _agents_of(self, event: Event) -> tuple[str, ...]:
+        return tuple(a.name for a in self.g.nodes[event.node].agents)  # type: ignore[union-attr]
+
     def _agent_of(self, event: Event) -> str:
-        return self.g.nodes[event.node].agent.name  # type: ignore[union-attr]
+        """Who acted, as a reward's episode view names it: the agent, or `a+b` for a mixed set."""
+        return "+".join(self._agents_of(event))
 
     def _commit(self, ep: Episode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str) -> None:
         """Parse every member, record the event, make its outputs visible to later roles, then apply the
         step's effects (`srpo_dsl.runtime.effects`)."""
         node: EventNode = self.g.nodes[ep.node]  # type: ignore[assignment]
-        version = self.backends[node.policy].version
-        members = [self._member(node, s, r, version) for s, r in pairs if r is not None]
+        members = [self._member(node, s, r) for s, r in pairs if r is not None]
         ep.step += 1
         complete = len(members) == len(pairs)
         event_id = f"{ep.episode_id}/e{ep.step}"
@@ -257,30 +263,31 @@ class Executor:
         event.actions = list(node.actions)
         ep.events.append(event)
         ep.invalid_actions += sum(not m.valid for m in members)
-        ep.last_output[node.agent.name] = members
         ep.commit_outputs(members)
-        if node.agent.actions:
-            ep.state[node.agent.name] = action_state(members)
+        for agent in node.agents:  # each agent's own members: its last output, its action
+            own = [m for m in members if m.role == agent.name]
+            ep.last_output[agent.name] = own
+            if agent.actions:
+                ep.state[agent.name] = action_state(own)
         for effect in node.step.effects:
             EFFECTS[effect](ep, node, members)
 
-    def _parse(self, node: EventNode, text: str) -> Parsed:
-        a = node.agent
+    def _parse(self, a: AgentInfo, actions: tuple[str, ...], text: str) -> Parsed:
         if a.parser is not None:
-            return allowed(self.parsers[a.name](text), node.actions)
+            return allowed(self.parsers[a.name](text), actions)
         routes = CONTRACTS[a.contract].args == "pool"  # over the pool its first argument names
         pool = self.g.agents[a.contract_args[0]].replicas if routes else None
-        return allowed(parse_output(a.contract, text, pool_size=pool, args=a.contract_args), node.actions)
+        return allowed(parse_output(a.contract, text, pool_size=pool, args=a.contract_args), actions)
 
-    def _member(self, node: EventNode, slot: _Slot, r: GenResult, version: int) -> Member:
-        a = node.agent
-        parsed = self._parse(node, r.text)
+    def _member(self, node: EventNode, slot: _Slot, r: GenResult) -> Member:
+        a = slot.agent
+        parsed = self._parse(a, node.actions if a is node.agent else a.actions, r.text)
         return Member(
             member_index=slot.member_index,
             role=a.name,
             replica=slot.replica,
-            policy=node.policy,
-            policy_version=version,
+            policy=a.policy,
+            policy_version=self.backends[a.policy].version,
             prompt_token_ids=list(r.prompt_token_ids),
             response_token_ids=list(r.response_token_ids),
             behavior_logprobs=list(r.logprobs),
