@@ -2,7 +2,8 @@
 
     A = (R - mean_g) / (std_g + eps)          std_g: population std (unbiased=False)
 
-    event   groups (prompt, event type); one sample per EVENT in mean_g, std_g; A_e on its rows  (srpo)
+    event   groups (prompt, event type); one sample per EVENT (the mean of its rows' returns)
+            in mean_g, std_g; A_e on its rows                                                 (srpo)
     row     groups (prompt, event type); one sample per row                                     (grpo, seq)
     agent   groups (prompt, role): Dr. MAS's agent-wise normalisation; one sample per row       (drmas)
 
@@ -27,7 +28,7 @@ from srpo_dsl.rl.objective import at_least_fp32
 
 @dataclass(frozen=True)
 class AdvantageInputs:
-    """One entry per row: the team return R of its episode, its event, prompt, event type and role."""
+    """One entry per row: the return R of its member, its event, prompt, event type and role."""
 
     returns: Tensor  # [N] float
     event_ids: Tensor  # [N] int, equal id = one event
@@ -80,14 +81,19 @@ def group_advantages(returns: Tensor, group_ids: Tensor, eps: float = 1e-6) -> T
 def event_advantages(returns: Tensor, group_ids: Tensor, event_ids: Tensor, eps: float = 1e-6) -> Tensor:
     """group_advantages with one sample per EVENT, repeated on its rows: [N] -> [N].
 
-    Row-level inputs (each row carries its event's return and group); the group mean and
-    std are taken over events, so a K=5 event does not weigh five times a singleton.
+    Row-level inputs (each row carries its member's return and its event's group); an event's
+    return is the mean of its rows' (docs/objective.md §5: the set's return, the common one when
+    its members share it), and the group mean and std are taken over events, so a K=5 event
+    does not weigh five times a singleton.
     """
     events, inverse = torch.unique(event_ids, return_inverse=True)
+    r = at_least_fp32(returns)
+    size = torch.bincount(inverse, minlength=events.numel()).to(r.dtype)
+    event_return = r.new_zeros(events.numel()).index_add(0, inverse, r) / size
     rows = torch.arange(event_ids.numel(), device=event_ids.device)
     no_row = rows.numel()
     first_row = rows.new_full((events.numel(),), no_row).scatter_reduce(0, inverse, rows, "amin")
-    return group_advantages(returns[first_row], group_ids[first_row], eps)[inverse]
+    return group_advantages(event_return, group_ids[first_row], eps)[inverse]
 
 
 def per_event(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:

@@ -1,10 +1,11 @@
 """Episodes -> training rows: one row per member of every complete event (SRPO.md §3).
 
 An incomplete event (a member missing) is dropped whole and counted, never trained on in
-part. Every row carries its event's return R (the reward of its episode; its role's own, when a
-Python reward scored roles: one event is one role, so R stays equal within an event) and the
-advantage A of the objective's registered estimator (advantages.py): per event over
-(prompt, event type) groups for srpo, so all members of one event share one advantage.
+part. Every row carries its member's return R (the reward of its episode; the most specific of
+its role's, replica's and round's when a Python reward keyed its returns: runtime/credit.py) and
+the advantage A of the objective's registered estimator (advantages.py): per event over
+(prompt, event type) groups for srpo, from the mean of its members' returns, so all members of
+one event share one advantage (docs/objective.md §5).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from torch import Tensor
 from srpo_dsl.rl.advantages import AdvantageInputs
 from srpo_dsl.rl.batching import drop_incomplete
 from srpo_dsl.rl.objectives import Objective, get_objective
+from srpo_dsl.runtime.credit import role_rounds
 
 
 class _Member(Protocol):
     member_index: int
     role: str
+    replica: int
     policy: str
     prompt_token_ids: list[int]
     response_token_ids: list[int]
@@ -44,7 +47,7 @@ class _Episode(Protocol):
     reward: float
     events: Sequence[_Event]
 
-    def return_of(self, role: str) -> float: ...
+    def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Rows:
     roles: list[str]
     policies: list[str]
     members: list[tuple[str, int]]  # (event id, member index): the row's member in the traces
-    returns: Tensor  # [N] return R of the row's episode (its role's, when the reward scored roles)
+    returns: Tensor  # [N] return R of the row's member (its episode's, unless the reward keyed returns)
     advantages: Tensor  # [N]
     dropped_events: int  # incomplete events left out
 
@@ -117,7 +120,11 @@ def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows
     prompt_ids = [ep.prompt_id for ep, _, _ in flat]
     event_types = [e.event_type for _, e, _ in flat]
     roles = [m.role for _, _, m in flat]
-    returns = torch.tensor([float(ep.return_of(m.role)) for ep, _, m in flat], dtype=torch.float32)
+    round_of = {e.event_id: r for ep in episodes for e, r in zip(ep.events, role_rounds(ep.events))}
+    returns = torch.tensor(
+        [float(ep.return_of(m.role, m.replica, round_of[e.event_id][m.role])) for ep, e, m in flat],
+        dtype=torch.float32,
+    )
     advantages = estimate(AdvantageInputs(returns, event_ids, prompt_ids, event_types, roles))
     return Rows(
         [list(m.prompt_token_ids) for _, _, m in flat],

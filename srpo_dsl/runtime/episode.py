@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import ConfigDict
 
+from srpo_dsl.runtime.credit import member_return, role_rounds
+
 
 @dataclass(frozen=True)
 class Member:
@@ -110,12 +112,13 @@ class Episode:
     done: bool = False
     reward: float = 0.0  # team return: score + penalty per invalid action
     score: float = 0.0  # the reward function alone (1 = correct)
-    role_rewards: dict[str, float] = field(default_factory=dict)  # per-role returns, if the reward gave them
+    role_rewards: dict[str, float] = field(default_factory=dict)  # by credit key, if the reward keyed them
     answer: object = None
 
-    def return_of(self, role: str) -> float:
-        """The return credited to `role`'s actions: its own when the reward scored roles, else the team's."""
-        return self.role_rewards.get(role, self.reward)
+    def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
+        """The return credited to a member: its most specific key's when the reward keyed returns
+        (`runtime.credit`), else the team's."""
+        return member_return(self.role_rewards, self.reward, role, replica, round)
 
     def state_id(self) -> str:
         """Digest of the pre-action state: task, memory and counters (what every member sees)."""
@@ -192,9 +195,15 @@ class Episode:
         """A read-only copy for a Python reward: the events so far, with their roles."""
         events = tuple(
             EventView(
-                e.event_id, e.event_type, role_of(e), e.complete, tuple(e.members), tuple(e.observations)
+                e.event_id,
+                e.event_type,
+                role_of(e),
+                rounds.get(role_of(e)),
+                e.complete,
+                tuple(e.members),
+                tuple(e.observations),
             )
-            for e in self.events
+            for e, rounds in zip(self.events, role_rounds(self.events))
         )
         return EpisodeView(
             self.episode_id,
@@ -211,11 +220,13 @@ class Episode:
 
 @dataclass(frozen=True)
 class EventView:
-    """One event as a Python reward sees it: who acted, its members (outputs, validity), observations."""
+    """One event as a Python reward sees it: who acted, in which round, its members (outputs, validity,
+    replicas), observations."""
 
     event_id: str
     event_type: str
     role: str
+    round: int | None  # the role's round: its N-th event in the episode (None: no member came back)
     complete: bool
     members: tuple[Member, ...]
     observations: tuple[Mapping[str, Any], ...]

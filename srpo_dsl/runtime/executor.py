@@ -21,6 +21,7 @@ from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS
 from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
+from srpo_dsl.runtime.credit import rounds_taken
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
 from srpo_dsl.runtime.episode import Episode, Event, Member
@@ -74,7 +75,8 @@ class Executor:
         self.reward_fn = (
             REWARDS.lookup(graph.reward.fn) if code is None and graph.reward.env is None else None
         )
-        self.user_reward = UserReward(code, graph.reward.agent, list(graph.agents)) if code else None
+        pools = {name: a.replicas for name, a in graph.agents.items()}
+        self.user_reward = UserReward(code, graph.reward.agent, pools) if code else None
         self.parsers = {
             n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
         }
@@ -298,13 +300,13 @@ class Executor:
 
     def _finish(self, ep: Episode) -> None:
         """Team return: the reward of the rewarded agent's last output (or of the rewarded environment's
-        steps) plus the invalid-action penalty (per role too, when a Python reward scored roles)."""
+        steps) plus the invalid-action penalty (per member too, when a Python reward keyed its returns)."""
         ep.answer = self._answer(ep)
         value = self._score(ep)
         penalty = self.reward.penalty * ep.invalid_actions
         ep.score = value.score
         ep.reward = value.score + penalty
-        ep.role_rewards = {role: score + penalty for role, score in value.roles.items()}
+        ep.role_rewards = {key: score + penalty for key, score in value.credit.items()}
         ep.done = True
 
     def _answer(self, ep: Episode) -> object:
@@ -328,7 +330,7 @@ class Executor:
             score = self.reward_fn(pred if pred is None else str(pred), ep.task, self.reward.field)
             return RewardValue(float(score), {})
         view = ep.view(self._agent_of) if self.user_reward.wants_episode else None
-        return self.user_reward(pred, dict(ep.task), view)
+        return self.user_reward(pred, dict(ep.task), view, rounds_taken(ep.events))
 
 
 def _documents(tool: str, query: str, docs: list) -> dict:

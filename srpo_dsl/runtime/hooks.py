@@ -4,7 +4,8 @@
 Each wraps a `UserFunction` (imported once, time-limited, failures naming the user's
 file:line) and checks what it returns, so a wrong return is one clear error too:
 
-- reward `(answer, row[, episode]) -> float | {role: float}`: finite numbers only;
+- reward `(answer, row[, episode]) -> float | {key: float}`: finite numbers only, keys naming members
+  (`ROLE`, `ROLE#REPLICA`, `ROLE@ROUND`, `ROLE#REPLICA@ROUND`: `runtime.credit`);
 - parser `(text) -> (valid, value)`: a bool and plain JSON data;
 - loader `(split, **options) -> [row, ...]`: a non-empty list of dicts;
 - tool `(queries, **options) -> [str, ...]`: one string per query. A tool call that fails,
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef
+from srpo_dsl.runtime.credit import SYNTAX, CreditKey
 from srpo_dsl.runtime.parsers import Parsed
 from srpo_dsl.runtime.usercode import (
     UserCodeError,
@@ -32,45 +34,70 @@ from srpo_dsl.runtime.usercode import (
 
 @dataclass(frozen=True)
 class RewardValue:
-    """The score of the rewarded agent, and per-role scores when the reward gave them."""
+    """The score of the rewarded agent, and the returns the reward keyed by member and round."""
 
     score: float
-    roles: Mapping[str, float]  # empty: every role is scored `score`
+    credit: Mapping[str, float]  # canonical credit keys (`runtime.credit`); empty: every member gets `score`
 
 
 class UserReward:
-    def __init__(self, ref: CodeRef, rewarded: str, roles: Sequence[str]):
+    """A Python reward; `pools`: each declared role -> its number of replicas."""
+
+    def __init__(self, ref: CodeRef, rewarded: str, pools: Mapping[str, int]):
         self.fn = load_function(ref)
-        self.rewarded, self.roles = rewarded, tuple(roles)
+        self.rewarded, self.pools = rewarded, dict(pools)
 
     @property
     def wants_episode(self) -> bool:
         return self.fn.arity == 3
 
-    def __call__(self, answer: object, row: dict, episode: object = None) -> RewardValue:
+    def __call__(
+        self, answer: object, row: dict, episode: object = None, rounds: Mapping[str, int] | None = None
+    ) -> RewardValue:
+        """`rounds`: each role -> the rounds it took in the episode (what `ROLE@N` keys may name)."""
         args = (answer, row, episode) if self.wants_episode else (answer, row)
         value = self.fn(*args, about=lambda: f"answer {shorten(answer)}, task {shorten(row.get('id'))}")
         where = f"on answer {shorten(answer)}, task {shorten(row.get('id'))}"
         if isinstance(value, Mapping):
-            return self._per_role(value, where)
+            return self._credit(value, where, rounds or {})
         if not finite_number(value):
             raise self.fn.fail(
                 f"returned {shorten(value)} {where}: a reward is a finite number (or {{role: number}})"
             )
         return RewardValue(float(value), {})
 
-    def _per_role(self, value: Mapping, where: str) -> RewardValue:
-        unknown = [k for k in value if k not in self.roles]
+    def _credit(self, value: Mapping, where: str, rounds: Mapping[str, int]) -> RewardValue:
+        keys = {key: CreditKey.parse(key) for key in value}
+        malformed = [k for k, parsed in keys.items() if parsed is None]
+        if malformed:
+            raise self.fn.fail(f"returned the key(s) {shorten(malformed)} {where}: a key is {SYNTAX}")
+        unknown = [k for k, parsed in keys.items() if parsed.role not in self.pools]
         if unknown:
             raise self.fn.fail(
-                f"returned scores for {shorten(unknown)} {where}: the roles are {', '.join(self.roles)}"
+                f"returned scores for {shorten(unknown)} {where}: the roles are {', '.join(self.pools)}"
             )
+        for key, parsed in keys.items():
+            problem = self._out_of_range(parsed, rounds)
+            if problem:
+                raise self.fn.fail(f"returned the key {key!r} {where}: {problem}")
         bad = {k: v for k, v in value.items() if not finite_number(v)}
         if bad:
             raise self.fn.fail(f"returned {shorten(bad)} {where}: every score is a finite number")
-        if self.rewarded not in value:
+        credit = {str(parsed): float(value[key]) for key, parsed in keys.items()}
+        if len(credit) < len(keys):
+            raise self.fn.fail(f"returned {shorten(list(keys))} {where}: two keys name the same members")
+        if self.rewarded not in credit:
             raise self.fn.fail(f"returned no score for the rewarded agent `{self.rewarded}` {where}")
-        return RewardValue(float(value[self.rewarded]), {k: float(v) for k, v in value.items()})
+        return RewardValue(credit[self.rewarded], credit)
+
+    def _out_of_range(self, key: CreditKey, rounds: Mapping[str, int]) -> str | None:
+        """Why `key` names no member of the episode (None if it names some)."""
+        pool, taken = self.pools[key.role], rounds.get(key.role, 0)
+        if key.replica is not None and not 1 <= key.replica <= pool:
+            return f"`{key.role}` has replicas 1..{pool}"
+        if key.round is not None and not 1 <= key.round <= taken:
+            return f"rounds count from 1, and `{key.role}` took {taken} round(s) in this episode"
+        return None
 
 
 class UserParser:

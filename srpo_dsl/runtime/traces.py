@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.io import complete_lines, write_lines_atomic
+from srpo_dsl.runtime.credit import member_return
 from srpo_dsl.runtime.episode import Cost, Episode, Event, Member
 
 SCHEMA = "srpo-trace/2"
@@ -89,12 +90,12 @@ class TraceEpisode(BaseModel):
     invalid_actions: int
     cost: Cost
     events: list[TraceEvent]
-    role_rewards: dict[str, float] = {}
+    role_rewards: dict[str, float] = {}  # returns by credit key (ROLE, ROLE#R, ROLE@N, ROLE#R@N)
     tool_errors: int = 0
     envs: dict[str, EnvSummary] = {}  # workflows with environments only (the key is left out otherwise)
 
-    def return_of(self, role: str) -> float:
-        return self.role_rewards.get(role, self.reward)
+    def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
+        return member_return(self.role_rewards, self.reward, role, replica, round)
 
     def model_dump_line(self) -> str:
         data = self.model_dump()
