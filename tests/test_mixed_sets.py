@@ -153,11 +153,12 @@ def test_the_mixture_trains_both_adapters(tmp_path):
     import json
 
     from tests.clitools import cli
+    from tests.test_training import _env
 
     out = tmp_path / "run"
     options = ["steps=2", "batch=4", "group=4", "eval_every=2", "eval_size=8", "save_every=2"]
     args = [a for o in options for a in ("--option", o)]
-    done = cli("train", ROOT / "workflows/mixture.srpo", "--out", out, *args, timeout=600)
+    done = cli("train", ROOT / "workflows/mixture.srpo", "--out", out, *args, timeout=600, env=_env())
     assert done.returncode == 0, done.stderr[-2000:]
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["role/proposer_a/mean_k"] == 1.0 and last["role/proposer_b/mean_k"] == 1.0
