@@ -66,15 +66,22 @@ def server():
         yield s
 
 
+def _logged(backend: ScriptedBackend) -> tuple[ScriptedBackend, list[str]]:
+    """The backend, noting every prompt it is sent, in order."""
+    log: list[str] = []
+    generate = backend.generate
+
+    def noting(requests, **kw):
+        log.extend(r.prompt for r in requests)
+        return generate(requests, **kw)
+
+    backend.generate = noting  # type: ignore[method-assign]
+    return backend, log
+
+
 def _search_r1(server, replies: list[str], rows: int = 1):
     wf = load_workflow(ROOT / "workflows/search_r1.srpo")
-    backend = ScriptedBackend({"researcher": replies})
-    log: list = []
-    generate = backend.generate
-    backend.generate = lambda requests, **kw: (
-        log.extend(r.prompt for r in requests),
-        generate(requests, **kw),
-    )[1]
+    backend, log = _logged(ScriptedBackend({"researcher": replies}))
     executor = Executor(
         wf.graph, {"lm": backend}, wf.renderer(), {"search": HttpRetriever(server.url, timeout=5)}
     )
@@ -174,13 +181,7 @@ def _run_pool(folder: Path, replies: list[str]):
     from srpo_dsl.runtime.setup import build_tools
 
     wf = load_workflow(folder / "pool.srpo")
-    backend = ScriptedBackend({"worker": replies})
-    log: list = []
-    generate = backend.generate
-    backend.generate = lambda requests, **kw: (
-        log.extend(r.prompt for r in requests),
-        generate(requests, **kw),
-    )[1]
+    backend, log = _logged(ScriptedBackend({"worker": replies}))
     (ep,) = Executor(wf.graph, {"lm": backend}, wf.renderer(), build_tools(wf)).run(task_data(wf))
     return ep, log
 

@@ -105,7 +105,11 @@ def rollout_sums(keys: MetricKeys, episodes: Sequence[_Episode]) -> Tensor:
     """[keys, 4] float64: events, members, invalid members, response tokens (`ROLLOUT`) per key; a role's
     events are those it had members in."""
     events = [e for ep in episodes for e in ep.events]
-    parts = [(m.role, [x for x in e.members if x.role == m.role]) for e in events for m in _firsts(e.members)]
+    parts = [
+        (role, [m for m in e.members if m.role == role])
+        for e in events
+        for role in dict.fromkeys(m.role for m in e.members)
+    ]
     by_type = torch.tensor([_counts(e.members) for e in events], dtype=torch.float64)
     by_role = torch.tensor([_counts(ms) for _, ms in parts], dtype=torch.float64)
     return keys.sums(
@@ -114,12 +118,6 @@ def rollout_sums(keys: MetricKeys, episodes: Sequence[_Episode]) -> Tensor:
         by_type.reshape(len(events), len(ROLLOUT)),
         [e.event_type for e in events],
     )
-
-
-def _firsts(members: Sequence[_Member]) -> list[_Member]:
-    """The first member of each role, in order."""
-    seen: set[str] = set()
-    return [m for m in members if not (m.role in seen or seen.add(m.role))]  # type: ignore[func-returns-value]
 
 
 def step_sums(keys: MetricKeys, episodes: Sequence[_Episode], rows: _Rows) -> list[float]:
