@@ -8,6 +8,11 @@ For member j of decision event e (a row of the batch), with generated-token mask
     term_e = min(rho_e A_e, clip(rho_e, 1-eps, 1+eps) A_e)
 
 J = 1/|B| * sum_e term_e is the event-mean of these terms (aggregation.py); the loss is -J.
+q_old is the proximal policy (the weights before this update). When the rows were sampled by
+another policy mu (asynchronous rollouts, stale weights), each unit's term is also multiplied
+by its truncated importance weight, detached (docs/objective.md §8):
+
+    w_e    = min(exp(c(K_e) * sum_j sum_u m_eju * (log q_old - log mu)), C)
 
 These types are also the plugin interface: a policy loss is `terms(batch: PolicyBatch, config:
 LossConfig) -> PolicyTerms` (docs/objective.md, "Your own objective").
@@ -47,22 +52,32 @@ class LossConfig:
 
     clip_eps: float
     set_norm: str
+    importance_cap: float = 2.0  # C, the truncation of an importance weight: >= 1 (inf: none)
 
     def __post_init__(self) -> None:
         check_set_norm(self.set_norm)
         if not self.clip_eps >= 0.0:
             raise ValueError(f"clip_eps must be >= 0, got {self.clip_eps}")
+        if not self.importance_cap >= 1.0:
+            cap = self.importance_cap
+            raise ValueError(f"importance_cap must be >= 1 (an on-policy weight, 1, is never cut), got {cap}")
 
 
 @dataclass(frozen=True)
 class PolicyBatch:
-    """One call's inputs: [B, T] log-probs (current, behaviour) and bool mask; [B] event ids, advantages."""
+    """One call's inputs: [B, T] log-probs and bool mask; [B] event ids and advantages.
+
+    old_logprobs is the ratio's denominator (the proximal policy when recomputed);
+    behaviour_logprobs, when given, the policy that sampled the rows (mu), for the
+    importance weights; None: no correction.
+    """
 
     logprobs: Tensor
     old_logprobs: Tensor
     mask: Tensor
     event_ids: Tensor
     advantages: Tensor
+    behaviour_logprobs: Tensor | None = None
 
     @classmethod
     def of(
@@ -72,23 +87,25 @@ class PolicyBatch:
         response_mask: Tensor,
         event_ids: Tensor,
         advantages: Tensor,
+        behaviour_logprobs: Tensor | None = None,
     ) -> PolicyBatch:
         """Check the shapes (ValueError) and make the mask bool."""
-        if (
-            logprobs.dim() != 2
-            or old_logprobs.shape != logprobs.shape
-            or response_mask.shape != logprobs.shape
-        ):
+        same = {"old_logprobs": old_logprobs, "response_mask": response_mask}
+        if behaviour_logprobs is not None:
+            same["behaviour_logprobs"] = behaviour_logprobs
+        if logprobs.dim() != 2 or any(x.shape != logprobs.shape for x in same.values()):
+            shapes = ", ".join(f"{name} {tuple(x.shape)}" for name, x in same.items())
             raise ValueError(
-                f"logprobs, old_logprobs and response_mask must share one [B, T] shape, got "
-                f"{tuple(logprobs.shape)}, {tuple(old_logprobs.shape)}, {tuple(response_mask.shape)}"
+                f"logprobs must be [B, T] and {', '.join(same)} of its shape, got "
+                f"logprobs {tuple(logprobs.shape)}, {shapes}"
             )
         if event_ids.shape != logprobs.shape[:1] or advantages.shape != logprobs.shape[:1]:
             raise ValueError(
                 f"event_ids and advantages must be [B]=[{logprobs.shape[0]}], got "
                 f"{tuple(event_ids.shape)} and {tuple(advantages.shape)}"
             )
-        return cls(logprobs, old_logprobs, response_mask.bool(), event_ids, advantages)
+        mask = response_mask.bool()
+        return cls(logprobs, old_logprobs, mask, event_ids, advantages, behaviour_logprobs)
 
 
 @dataclass(frozen=True)
@@ -145,14 +162,19 @@ class PolicyTerms:
         return metrics
 
 
-def token_log_ratio(batch: PolicyBatch) -> Tensor:
-    """log q_cur - log q_old per token, [B, T], at least fp32, exactly 0 off the mask.
+def masked_log_ratio(numerator: Tensor, denominator: Tensor, mask: Tensor) -> Tensor:
+    """numerator - denominator per token, [B, T], at least fp32, exactly 0 off the mask.
 
     Masking is a select (torch.where), not a product, so whatever sits in masked
     positions (-1e9, inf, nan) never reaches the value or the gradient.
     """
-    log_ratio = at_least_fp32(batch.logprobs) - at_least_fp32(batch.old_logprobs.detach())
-    return torch.where(batch.mask, log_ratio, 0.0)
+    log_ratio = at_least_fp32(numerator) - at_least_fp32(denominator.detach())
+    return torch.where(mask, log_ratio, 0.0)
+
+
+def token_log_ratio(batch: PolicyBatch) -> Tensor:
+    """log q_cur - log q_old per token, [B, T], at least fp32, exactly 0 off the mask."""
+    return masked_log_ratio(batch.logprobs, batch.old_logprobs, batch.mask)
 
 
 def clipped_terms(
@@ -180,14 +202,74 @@ def event_values(row_values: Tensor, inverse: Tensor, num_events: int) -> Tensor
     return low
 
 
+def set_log_ratio(
+    row_values: Tensor, unit_of_row: Tensor, num_sets: int, set_norm: str
+) -> tuple[Tensor, Tensor]:
+    """(c(K_e) * sum_j row_values_ej, K_e) per set, [B] -> [E]: a set's log-ratio from its members'."""
+    k = torch.bincount(unit_of_row, minlength=num_sets).to(row_values.dtype)  # K_e
+    total = row_values.new_zeros(num_sets).index_add(0, unit_of_row, row_values)  # sum_j
+    return set_reduction_scale(k, set_norm) * total, k
+
+
 def setwise_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
     """SRPO: one ratio and one clip per decision event, [E] terms (events in sorted id order)."""
     events, inverse = torch.unique(batch.event_ids, return_inverse=True)
     num_events = events.numel()
     l_row = token_log_ratio(batch).sum(-1)  # l_ej
     adv_e = event_values(batch.advantages.detach().to(l_row.dtype), inverse, num_events)  # A_e
-    l_sum = l_row.new_zeros(num_events).index_add(0, inverse, l_row)  # sum_j l_ej
-    k = torch.bincount(inverse, minlength=num_events).to(l_row.dtype)  # K_e
-    log_ratio = torch.nan_to_num(set_reduction_scale(k, config.set_norm) * l_sum, nan=0.0)  # L_e, no nan
+    l_set, k = set_log_ratio(l_row, inverse, num_events, config.set_norm)  # c(K_e) sum_j l_ej, K_e
+    log_ratio = torch.nan_to_num(l_set, nan=0.0)  # L_e, no nan
     every_event = torch.ones_like(k, dtype=torch.bool)
     return clipped_terms(log_ratio, adv_e, config.clip_eps, every_event, set_size=k, unit_of_row=inverse)
+
+
+@dataclass(frozen=True)
+class ImportanceWeights:
+    """The truncated importance weight of each unit of some terms (detached), and which were cut."""
+
+    values: Tensor  # min(w, C), shaped and typed as the terms' values; exactly 1 where mu = q_old
+    capped: Tensor  # bool: w > C, the weight was truncated to C
+
+    def metrics(self, valid: Tensor) -> dict[str, float]:
+        """importance_weight_mean and importance_capped_fraction over the valid units: one sync."""
+        with torch.no_grad():
+            per_unit = valid.sum().clamp(min=1).double()
+            mean = torch.where(valid, self.values.double(), 0.0).sum() / per_unit
+            capped = (self.capped & valid).sum() / per_unit
+            values = torch.stack([mean, capped]).tolist()
+        return dict(zip(("importance_weight_mean", "importance_capped_fraction"), values))
+
+
+def unit_log_weights(token_log_w: Tensor, terms: PolicyTerms, set_norm: str) -> Tensor:
+    """[B, T] token log-weights onto the units of `terms`, read from their shape: [B, T] terms per
+    token; terms over sets (`unit_of_row`) c(K_e) times the set's sum, as L_e; [B] terms the row sum."""
+    values, unit = terms.values, terms.unit_of_row
+    if values.dim() == 2 and values.shape == token_log_w.shape:
+        return token_log_w
+    row = token_log_w.sum(-1)
+    if values.dim() == 1 and unit is None and values.shape == row.shape:
+        return row
+    if values.dim() == 1 and unit is not None and unit.shape == row.shape:
+        return set_log_ratio(row, unit, values.shape[0], set_norm)[0]
+    raise ValueError(
+        f"importance weights need [B, T] token terms, [B] row terms or [E] terms over sets with "
+        f"`unit_of_row`; got terms of shape {tuple(values.shape)} for a batch of {tuple(row.shape)} rows"
+    )
+
+
+def importance_weights(
+    batch: PolicyBatch, terms: PolicyTerms, config: LossConfig
+) -> ImportanceWeights | None:
+    """min(exp(log q_old - log mu, summed onto each unit of `terms`), C), detached; None without mu.
+
+    The log-weight is taken on the unit's scale (c(K_e) for sets, as L_e), made finite and clamped to
+    +-MAX_LOG_RATIO like the ratio: 0 where behaviour = old, hence a weight of exactly 1.
+    """
+    if batch.behaviour_logprobs is None:
+        return None
+    with torch.no_grad():
+        token_log_w = masked_log_ratio(batch.old_logprobs, batch.behaviour_logprobs, batch.mask)
+        log_w = torch.nan_to_num(unit_log_weights(token_log_w, terms, config.set_norm), nan=0.0)
+        weight = log_w.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()  # w
+        truncated = weight.clamp(max=config.importance_cap)  # min(w, C)
+    return ImportanceWeights(truncated.to(terms.values.dtype), weight > config.importance_cap)

@@ -37,6 +37,7 @@ from srpo_dsl.rl.objective import (
     PolicyTerms,
     at_least_fp32,
     clipped_terms,
+    importance_weights,
     setwise_terms,
     token_log_ratio,
 )
@@ -75,22 +76,32 @@ class Objective:
         num_rows: int | None = None,
         ref_logprobs: Tensor | None = None,
         kl_coef: float = 0.0,
+        behaviour_logprobs: Tensor | None = None,
+        importance_cap: float = 2.0,
     ) -> tuple[Tensor, Metrics, PolicyTerms]:
         """(-J + kl_coef * KL, metrics, per-unit terms) on one micro-batch.
 
-        [B, T] log-probs (current, behaviour) and mask, [B] event ids and advantages.
-        num_events / num_tokens / num_rows: GLOBAL counts of the optimizer step (each
+        [B, T] log-probs (current, old = the ratio's denominator) and mask, [B] event ids and
+        advantages. num_events / num_tokens / num_rows: GLOBAL counts of the optimizer step (each
         defaults to the count in this call); the loss reads the one of its aggregation,
         and num_tokens for the KL term. set_norm is checked for every loss
         and changes only srpo (grpo, seq and drmas have no sets).
+        behaviour_logprobs: [B, T] log mu of the policy that sampled the rows; given, each unit's
+        term is multiplied by its importance weight min(q_old / mu, importance_cap) on the unit's
+        scale (detached), and the returned terms stay unweighted.
         """
-        batch = PolicyBatch.of(logprobs, old_logprobs, response_mask, event_ids, advantages)
-        terms = self.terms(batch, LossConfig(clip_eps, set_norm))
-        metrics = terms.metrics()
+        batch = PolicyBatch.of(
+            logprobs, old_logprobs, response_mask, event_ids, advantages, behaviour_logprobs
+        )
+        config = LossConfig(clip_eps, set_norm, importance_cap)
+        terms = self.terms(batch, config)
+        weights = importance_weights(batch, terms, config)
+        metrics = terms.metrics() | ({} if weights is None else weights.metrics(terms.valid))
         unit = get_aggregation(self.aggregation).count
         given = {"num_events": num_events, "num_tokens": num_tokens, "num_rows": num_rows}[unit]
         metrics[unit] = local_count(unit, batch, terms, metrics["num_units"])
-        objective = aggregate(terms.values, self.aggregation, global_count(unit, given, metrics[unit]))
+        values = terms.values if weights is None else terms.values * weights.values  # w * term
+        objective = aggregate(values, self.aggregation, global_count(unit, given, metrics[unit]))
         penalty, extra = regularisers(batch, num_tokens, ref_logprobs, kl_coef)
         return -objective + penalty, metrics | extra, terms
 
@@ -195,17 +206,24 @@ def setwise_loss(
     clip_eps: float = 0.2,
     set_norm: str = "sqrt",
     num_events: int | None = None,
+    behaviour_logprobs: Tensor | None = None,
+    importance_cap: float = 2.0,
 ) -> tuple[Tensor, Metrics]:
     """Return (-J, metrics) of SRPO.md §2: one ratio and one clip per decision event.
 
-    logprobs, old_logprobs: [B, T] log-probs of the generated tokens (current, behaviour).
+    logprobs, old_logprobs: [B, T] log-probs of the generated tokens (current, and the
+        ratio's denominator: the proximal policy, or the behaviour when not recomputed).
     response_mask: [B, T] bool or 0/1, true on generated tokens only.
     event_ids: [B] ints, equal id = one event (any values, need not be contiguous).
     advantages: [B], the event advantage A_e repeated on every member (else ValueError).
     set_norm: "sqrt" | "mean" | "none", the set reduction c(K) = K^-1/2 | 1/K | 1.
     num_events: |B|, the global event count of the optimizer step (data parallel /
         micro-batches); default: the number of events in this call.
-    metrics: clip_fraction, num_events, mean_set_size, ratio_mean, log_ratio_abs_max.
+    behaviour_logprobs: [B, T] log mu of the policy that sampled the rows (stale weights), or
+        None; given, each event's term is multiplied by its truncated importance weight
+        w_e = min(exp(c(K_e) sum_j sum_u m (old - mu)), importance_cap), detached.
+    metrics: clip_fraction, num_events, mean_set_size, ratio_mean, log_ratio_abs_max (and,
+        with behaviour_logprobs, importance_weight_mean and importance_capped_fraction).
     """
     return OBJECTIVES["srpo"](
         logprobs,
@@ -216,4 +234,6 @@ def setwise_loss(
         clip_eps=clip_eps,
         set_norm=set_norm,
         num_events=num_events,
+        behaviour_logprobs=behaviour_logprobs,
+        importance_cap=importance_cap,
     )
