@@ -167,12 +167,15 @@ def run_training(
     import torch
 
     from srpo_dsl.backends.base import BackendError
+    from srpo_dsl.cli.launch import processes_needed, relaunch
     from srpo_dsl.lang.errors import SrpoError
     from srpo_dsl.rl.trainer import TrainError, train
     from srpo_dsl.runtime.setup import load_workflow, parse_model_overrides
 
     try:
         models = parse_model_overrides(model, list(load_workflow(workflow).graph.policies))
+        if processes := processes_needed(workflow, overrides):  # rollout workers: launch them with it
+            raise typer.Exit(relaunch(processes))
         return train(workflow, out, overrides, resume, models=models, **options)
     except SrpoError as err:
         raise workflow_failure(err, workflow) from None

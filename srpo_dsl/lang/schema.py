@@ -234,6 +234,13 @@ class TrainOptions(_Options):
     save_every: int = Field(20, ge=1)
     seed: int = 0
     old_logprobs: Literal["recompute", "rollout"] = "recompute"
+    rollout_workers: int = Field(
+        0, ge=0, description="processes that generate while the trainer trains (0: the trainer generates)"
+    )
+    max_staleness: int = Field(
+        1, ge=0, description="S: a rollout worker's weights are at most S optimizer steps old"
+    )
+    importance_cap: float = Field(2.0, gt=0.0, description="C: the cap of a stale event's importance weight")
 
     @field_validator("objective")
     @classmethod

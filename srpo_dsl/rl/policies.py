@@ -89,7 +89,7 @@ def load_model(path: str, dist: Dist) -> tuple[Any, Any]:
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype), AutoTokenizer.from_pretrained(path)
 
 
-def _with_lora(model: torch.nn.Module, lora: Mapping[str, Any]) -> torch.nn.Module:
+def with_lora(model: torch.nn.Module, lora: Mapping[str, Any]) -> torch.nn.Module:
     from peft import get_peft_model
 
     return get_peft_model(model, lora_config(lora))
@@ -138,7 +138,7 @@ def build_policy(
     reference = None
     if opts.kl > 0:
         reference = load_model(path, dist)[0].to(dist.device).eval().requires_grad_(False)
-    wrap = (lambda m: _with_lora(m, spec.lora)) if spec.lora else (lambda m: m)
+    wrap = (lambda m: with_lora(m, spec.lora)) if spec.lora else (lambda m: m)
     engine = build_engine(wrap(model), opts, config)
     module = None if rollout.engine == "vllm" else hf_rollout_module(engine, path, wrap, dist)
     backend = rollout_engine(rollout, module, tokenizer, path, dist)

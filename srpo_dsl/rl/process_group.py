@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -47,9 +48,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(device: str) -> Dist:
+def init_distributed(device: str, store: Any = None, trainers: int | None = None) -> Dist:
     """Join (or, alone, create) the process group, destroyed at exit (`destroy_distributed`); call before
-    anything imports deepspeed."""
+    anything imports deepspeed. With rollout workers in the launch, the group is the `trainers` first
+    ranks only, rendezvousing on the launcher's `store` (`rollout_link.join_launch`)."""
     if device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
     os.environ.setdefault(
@@ -59,6 +61,8 @@ def init_distributed(device: str) -> Dist:
         os.environ.update(
             RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
         )
+    if trainers is not None:  # what DeepSpeed reads of the launch: the trainers' group
+        os.environ["WORLD_SIZE"] = str(trainers)
     import deepspeed
     import deepspeed.ops
 
@@ -68,8 +72,13 @@ def init_distributed(device: str) -> Dist:
     warnings.filterwarnings(
         "ignore", category=FutureWarning, module="torch.distributed"
     )  # from ZeRO's internals
+    backend = "gloo" if device == "cpu" else "nccl"
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
+        if store is not None:
+            group_store = torch.distributed.PrefixStore("srpo-trainers", store)
+            rank = int(os.environ["RANK"])
+            torch.distributed.init_process_group(backend, store=group_store, rank=rank, world_size=trainers)
+        deepspeed.init_distributed(dist_backend=backend, verbose=False)
         atexit.register(destroy_distributed)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device == "cuda":

@@ -63,6 +63,7 @@ class Rows:
     prompt_ids: list[str]
     roles: list[str]
     policies: list[str]
+    versions: list[int]  # the policy version each row was generated with (its weights' optimizer steps)
     members: list[tuple[str, int]]  # (event id, member index): the row's member in the traces
     returns: Tensor  # [N] return R of the row's member (its episode's, unless the reward keyed returns)
     advantages: Tensor  # [N]
@@ -92,6 +93,7 @@ class Rows:
             _pick(self.prompt_ids, index),
             _pick(self.roles, index),
             _pick(self.policies, index),
+            _pick(self.versions, index),
             _pick(self.members, index),
             self.returns[idx],
             self.advantages[idx],
@@ -136,6 +138,7 @@ def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows
         prompt_ids,
         roles,
         [m.policy for _, _, m in flat],
+        [m.policy_version for _, _, m in flat],
         [(e.event_id, m.member_index) for _, e, m in flat],
         returns,
         advantages,

@@ -14,6 +14,8 @@ Every rank runs the same collectives in the same order; rank 0 writes the run's 
 
 from __future__ import annotations
 
+import signal
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,8 +45,12 @@ from srpo_dsl.rl.plugins import locate, training_objective
 from srpo_dsl.rl.policies import Policy, Rollout, engine_owners
 from srpo_dsl.rl.process_group import Dist, all_reduce, barrier, init_distributed
 from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
+from srpo_dsl.rl.rollout_feed import Feed, send_setup
+from srpo_dsl.rl.rollout_link import Link, join_launch
+from srpo_dsl.rl.rollout_worker import run_worker
 from srpo_dsl.rl.rows import Rows, build_rows
 from srpo_dsl.rl.runlog import METRICS, RunLog
+from srpo_dsl.rl.staleness import stale_rows
 from srpo_dsl.rl.update import Temperatures, TrainError, update
 from srpo_dsl.rl.weight_sync import push_weights
 from srpo_dsl.runtime.episode import Episode
@@ -67,15 +73,18 @@ class Run:
     executor: Executor
     tasks: list[dict]
     eval_sets: list[EvalSet]  # the held-out datasets, each cut to eval_size prompts
-    temperatures: Temperatures
-    keys: MetricKeys  # the roles and event types of the per-role metrics
     config: Mapping[str, Any]
     start: int
     log: RunLog | None  # rank 0 only
+    feed: Feed | None = None  # the link to the rollout workers (None: this process generates)
     objective: Objective = field(init=False)  # as `opts` name it; the user's code is imported here
+    temperatures: Temperatures = field(init=False)
+    keys: MetricKeys = field(init=False)  # the roles and event types of the per-role metrics
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", training_objective(self.opts, self.workflow.folder))
+        object.__setattr__(self, "temperatures", role_temperatures(self.graph))
+        object.__setattr__(self, "keys", MetricKeys.of(self.graph))
 
     @property
     def graph(self) -> EventGraph:
@@ -106,6 +115,9 @@ def train(
     OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts of the last
     checkpointed step) and OUT/checkpoints/step-N. Returns this call's per-step metrics.
     """
+    link = rollout_link(Path(workflow_path), overrides or {}, device, Rollout(backend, decode))
+    if link is not None and link.layout.is_worker:
+        return []
     run = prepare_run(
         Path(workflow_path),
         Path(out_dir),
@@ -117,10 +129,13 @@ def train(
         device,
         Rollout(backend, decode),
         eval_data,
+        link,
     )
     try:
         with deterministic_kernels(run.dist.device):  # bitwise-reproducible steps on CPU
             history = train_steps(run, progress)
+        if run.feed is not None:
+            run.feed.close()
     except BaseException:  # a fresh run that fails before its first checkpoint leaves no files behind
         if run.log is not None and run.start == 0 and latest_checkpoint(run.out) is None:
             run.log.discard()
@@ -128,6 +143,26 @@ def train(
     if run.log is not None:
         run.log.close()
     return history
+
+
+def rollout_link(
+    path: Path, overrides: Mapping[str, Any], device: str | None, rollout: Rollout
+) -> Link | None:
+    """With `rollout_workers`, this process's link in the launch (None without); a worker process serves
+    its batches here, and the caller returns."""
+    from srpo_dsl.runtime.setup import load_workflow
+
+    wf = load_workflow(path)
+    opts = resolve_options(wf.graph.train, overrides, wf.folder)
+    if not opts.rollout_workers:
+        return None
+    check_backend(rollout.engine, check_device(device))
+    link = join_launch(opts.rollout_workers, check_device(device))
+    if link.layout.is_worker:
+        run_worker(wf, opts, link, rollout)
+    else:  # the launcher stops every process when one fails: a trainer cleans up as on Ctrl-C
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    return link
 
 
 def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
@@ -150,7 +185,7 @@ def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
 def train_step(run: Run, step: int) -> dict[str, float]:
     """Roll out, build rows and advantages, update every engine, push the new weights, log."""
     clock = [time.perf_counter()]
-    episodes = rollout(run, step)
+    episodes, fed = rollout(run, step)
     rows = training_rows(run, episodes)
     clock.append(time.perf_counter())
     lr = next(p.engine.get_lr()[0] for p in run.policies.values() if p.engine is not None)
@@ -158,11 +193,16 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     # a checkpointed step's rollouts go to OUT/traces.jsonl, with what the update did with each event
     traced = run.log is not None and due(step, run.opts.save_every, run.opts.steps)
     clips = torch.zeros(len(rows), 2, dtype=torch.float64) if traced else None
-    stats = update(run.policies, rows, run.opts, run.dist, run.temperatures, run.keys, clips, run.objective)
+    stale = stale_rows(rows.versions, rows.policies, step - 1, run.feed.trained) if run.feed else None
+    stats = update(
+        run.policies, rows, run.opts, run.dist, run.temperatures, run.keys, clips, run.objective, stale
+    )
     clock.append(time.perf_counter())
     sync_weights(run.policies)
+    if run.feed is not None:
+        run.feed.publish(run.policies, step)
     clock.append(time.perf_counter())
-    row = step_metrics(run, step, episodes, rows, stats, lr, clock) | memory_metrics(run.dist)
+    row = step_metrics(run, step, episodes, rows, stats, lr, clock) | memory_metrics(run.dist) | fed
     if run.log is not None:
         updates = event_updates(rows.members, rows.advantages, clips) if clips is not None else {}
         run.log.step(row, episodes if traced else [], updates)
@@ -177,12 +217,16 @@ def due(step: int, every: int, last: int) -> bool:
 # --- the steps of one training step -------------------------------------------------------
 
 
-def rollout(run: Run, step: int) -> list[Episode]:
-    """This rank's share of the step's prompts (whole groups of G on one rank), G episodes each. The
-    draws' seeds follow from the step and each prompt's id (`Executor.run`), not from the rank."""
+def rollout(run: Run, step: int) -> tuple[list[Episode], dict[str, float]]:
+    """This rank's share of the step's prompts (whole groups of G on one rank), G episodes each, generated
+    here or received from a rollout worker (with the `async/` metrics). The draws' seeds follow from
+    the step and each prompt's id (`Executor.run`), not from the rank or the process."""
+    if run.feed is not None:
+        return run.feed.batch(step)
     prompts = [run.tasks[i] for i in step_prompts(len(run.tasks), run.opts.batch, step, run.opts.seed)]
     mine = prompts[run.dist.rank :: run.dist.world_size]
-    return run.executor.run(mine, samples=run.opts.group, seed=seed_of("rollout", run.opts.seed, step))
+    seed = seed_of("rollout", run.opts.seed, step)
+    return run.executor.run(mine, samples=run.opts.group, seed=seed), {}
 
 
 def training_rows(run: Run, episodes: list[Episode]) -> Rows:
@@ -340,26 +384,25 @@ def prepare_run(
     device: str | None,
     rollout: Rollout = Rollout(),
     eval_data: Sequence[Path] = (),
+    link: Link | None = None,
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.ds_engine import ds_config as make_ds_config
     from srpo_dsl.rl.policies import build_policies
-    from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
+    from srpo_dsl.runtime.setup import build_tools, load_workflow
 
     wf = load_workflow(workflow_path)
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
     device = check_device(device)
-    check_backend(rollout.engine, device)
-    check_trainable(wf)
-    tasks, eval_sets = task_data(wf, split="train"), held_out_sets(wf, eval_data, opts.eval_size)
-    if len(tasks) < opts.batch:
-        raise TrainError(f"batch = {opts.batch} prompts per step but the task has only {len(tasks)}")
+    tasks, eval_sets = checked_data(wf, opts, rollout, device, eval_data)
     user_ds = read_ds_config(ds_config) if ds_config else {}
     found = latest_checkpoint(out)
     if not resume and (found or (out / METRICS).exists()):
         raise TrainError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-    dist = init_distributed(device)
+    dist = init_distributed(device, *((link.store, link.layout.trainers) if link else ()))
     paths = model_paths(wf.graph, models, dist)
+    if link is not None:
+        send_setup(link, paths)
     check_memory(wf.graph, paths, opts, offload, rollout.engine, dist)
     engine_config = make_ds_config(
         opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds
@@ -384,10 +427,24 @@ def prepare_run(
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
     start = restore(found, state, policies, dist) if state is not None else 0
     log = RunLog(out, config, start, wf.graph) if dist.rank == 0 else None
-    temperatures, keys = role_temperatures(wf.graph), MetricKeys.of(wf.graph)
-    return Run(
-        out, wf, opts, dist, policies, executor, tasks, eval_sets, temperatures, keys, config, start, log
-    )
+    feed = Feed(link, opts, policies, dist.device) if link else None
+    if feed is not None:  # the workers start from the weights trained so far
+        feed.begin(policies, start)
+    return Run(out, wf, opts, dist, policies, executor, tasks, eval_sets, config, start, log, feed)
+
+
+def checked_data(
+    wf: Workflow, opts: TrainOptions, rollout: Rollout, device: str, eval_data: Sequence[Path]
+) -> tuple[list[dict], list[EvalSet]]:
+    """The training and held-out tasks, once the rollout engine and the policies can train them."""
+    from srpo_dsl.runtime.setup import task_data
+
+    check_backend(rollout.engine, device)
+    check_trainable(wf)
+    tasks, eval_sets = task_data(wf, split="train"), held_out_sets(wf, eval_data, opts.eval_size)
+    if len(tasks) < opts.batch:
+        raise TrainError(f"batch = {opts.batch} prompts per step but the task has only {len(tasks)}")
+    return tasks, eval_sets
 
 
 def held_out_sets(wf: Workflow, eval_data: Sequence[Path], size: int) -> list[EvalSet]:

@@ -183,6 +183,7 @@ class Step:
     counts: Counts
     old: Tensor | None  # [N, T] old log-probs; None: the update's own first-epoch log-probs are the old ones
     ref: Tensor | None  # [N, T] reference log-probs for the KL penalty
+    stale: Tensor | None  # [N] bool on the device: rows whose behaviour policy is older than the proximal
     mask: Tensor  # [N, T] on the device
     event_ids: Tensor  # [N] on the device
     advantages: Tensor  # [N] on the device
@@ -223,6 +224,9 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
     """
     width = logprobs.shape[1]
     logprobs = logprobs.detach().requires_grad_(True)
+    behaviour = None  # off-policy rows are corrected against what generated them; fresh rows: w = 1
+    if s.stale is not None:
+        behaviour = torch.where(s.stale[idx, None], s.batch.behaviour[idx.cpu(), :width].to(old.device), old)
     loss, _, terms = s.objective.evaluate(
         logprobs,
         old,
@@ -236,6 +240,8 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
         num_rows=s.counts.rows,
         ref_logprobs=None if s.ref is None else s.ref[idx, :width],
         kl_coef=s.opts.kl,
+        behaviour_logprobs=behaviour,
+        importance_cap=s.opts.importance_cap,
     )
     if not math.isfinite(loss.item()):
         raise TrainError(f"non-finite loss {loss.item()} (check the rewards and the learning rate)")
@@ -354,6 +360,7 @@ def update(
     keys: MetricKeys | None = None,
     row_clips: Tensor | None = None,
     objective: Objective | None = None,
+    stale: Tensor | None = None,
 ) -> dict[str, float]:
     """`opts.epochs` optimizer steps of every engine on this rank's `rows` (collective over ranks).
 
@@ -361,7 +368,9 @@ def update(
     `keys`, also the clip fraction of each role and event type (`role/R/clip_fraction`, ...).
     A given `row_clips` ([N, 2] float64, zeros) receives each row's (clipped units, units) over
     every epoch, for the traces (`rl/event_updates.py`). `objective`: default the registered
-    `opts.objective` (`rl/plugins.py` builds one as the options name it).
+    `opts.objective` (`rl/plugins.py` builds one as the options name it). `stale`: [N] bool, the rows
+    generated with weights older than the proximal policy's (asynchronous rollouts): their events are
+    corrected by a truncated importance weight (docs/objective.md), when the old log-probs are recomputed.
     """
     device = dist.device
     batch = Batch.of(rows, temperatures, policies)
@@ -377,7 +386,12 @@ def update(
     ref = score_rows(leads, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
     mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
     objective = objective or get_objective(opts.objective)
-    s = Step(leads, batch, opts, objective, dist, groups, counts, old, ref, mask, event_ids, advantages)
+    if stale is not None and (opts.old_logprobs == "rollout" or not stale.any()):
+        stale = None  # against the rollout's own log-probs the ratio is already off-policy: no weight
+    stale = stale.to(device) if stale is not None else None
+    s = Step(
+        leads, batch, opts, objective, dist, groups, counts, old, ref, stale, mask, event_ids, advantages
+    )
     epochs = [run_epoch(s, plan) for _ in range(opts.epochs)]
     clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
     if row_clips is not None:

@@ -1,0 +1,99 @@
+"""A rollout worker: generates the batches of its steps with the newest weights it has received.
+
+    engines  = worker_engines(...)                 # every policy's rollout engine (hf or vllm), no trainer
+    weights  = Receiver(link, last)                # a thread receiving each new version
+    for step in its steps (round robin over the workers):
+        load the newest weights, waiting only while they are more than S steps older than the step's
+        rollout(step)                              # the step's prompts and seeds, exactly as the trainer's
+        send each trainer rank its share           # with the version used and the time spent waiting
+
+A batch for step t is generated with a version v >= t - 1 - S: the trainer about to take step t
+holds t - 1, so no batch is ever more than S steps stale (S = 0: the synchronous trainer).
+The worker never sleeps: it generates while the trainer updates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import torch
+
+from srpo_dsl.backends.base import RolloutEngine
+from srpo_dsl.backends.hf import HFBackend
+from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.rl.adapters import with_adapters
+from srpo_dsl.rl.data_order import step_prompts
+from srpo_dsl.rl.policies import Rollout, load_model, rollout_engine, with_lora
+from srpo_dsl.rl.process_group import Dist
+from srpo_dsl.rl.remote_weights import Receiver, load_weights
+from srpo_dsl.rl.rollout_link import EPISODES, SETUP, Batch, Link
+from srpo_dsl.runtime.episode import Episode
+from srpo_dsl.runtime.executor import Executor
+from srpo_dsl.runtime.setup import Workflow, build_tools, task_data
+from srpo_dsl.seeds import seed_of
+
+
+def worker_engines(
+    graph: EventGraph, paths: Mapping[str, str], opts: TrainOptions, dist: Dist, rollout: Rollout
+) -> dict[str, RolloutEngine]:
+    """Each policy's rollout engine, built as the trainer builds its modules (same seeds for LoRA's
+    initial weights); policies on one base share one engine."""
+    hosts = list(dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None))
+    out: dict[str, RolloutEngine] = {}
+    for name, spec in graph.policies.items():
+        if spec.base is None and name not in hosts:
+            torch.manual_seed(seed_of("init", opts.seed, name))
+            model, tokenizer = load_model(paths[name], dist)
+            model = with_lora(model, spec.lora) if spec.lora and spec.trainable else model
+            module = model.to(dist.device).eval().requires_grad_(False) if rollout.engine == "hf" else None
+            out[name] = rollout_engine(rollout, module, tokenizer, paths[name], dist)
+    for base in hosts:
+        torch.manual_seed(seed_of("init", opts.seed, base))
+        model, tokenizer = load_model(paths[base], dist)
+        module = with_adapters(model, graph.adapters_on(base)).to(dist.device).eval().requires_grad_(False)
+        engine = HFBackend(module, tokenizer=tokenizer, decode=rollout.decode)
+        out |= {n: engine for n, p in graph.policies.items() if n == base or p.base == base}
+    return out
+
+
+def run_worker(wf: Workflow, opts: TrainOptions, link: Link, rollout: Rollout) -> None:
+    """Generate this worker's batches until the run's last step, then receive the last weights sent."""
+    layout = link.layout
+    paths = link.recv_object(0, SETUP)  # each policy's model, as the trainer resolved it
+    dist = Dist(layout.rank, 0, 1, link.device)
+    engines = worker_engines(wf.graph, paths, opts, dist, rollout)
+    executor = Executor(wf.graph, dict(engines), wf.renderer(), build_tools(wf))
+    tasks = task_data(wf, split="train")
+    receiver = Receiver(link, last=opts.steps - 1)
+    receiver.start()
+    first = receiver.take(at_least=0)  # the trainer's weights when the run starts (or resumes)
+    load_weights(engines, first)
+    version, idle = first.version, 0.0
+    for step in layout.steps_of(layout.rank, first.version + 1, opts.steps):
+        clock = time.perf_counter()
+        newest = receiver.take(at_least=step - 1 - opts.max_staleness)
+        idle += time.perf_counter() - clock
+        if newest is not None:
+            load_weights(engines, newest)
+            version = newest.version
+        prompts = [tasks[i] for i in step_prompts(len(tasks), opts.batch, step, opts.seed)]
+        episodes = executor.run(prompts, samples=opts.group, seed=seed_of("rollout", opts.seed, step))
+        clock = time.perf_counter()
+        link.flush()  # the previous batch was taken
+        idle += time.perf_counter() - clock
+        send_batch(link, step, version, idle, episodes, opts.group)
+        idle = 0.0
+    link.flush()
+    receiver.join()
+
+
+def send_batch(link: Link, step: int, version: int, idle: float, episodes: list[Episode], group: int) -> None:
+    """Each trainer rank's share: every `trainers`-th prompt from its rank on, as the synchronous trainer
+    splits a step (whole groups of `group` episodes)."""
+    trainers = link.layout.trainers
+    prompts = [episodes[i : i + group] for i in range(0, len(episodes), group)]
+    for rank in range(trainers):
+        share = [ep for g in prompts[rank::trainers] for ep in g]
+        link.send_object(Batch(step, version, idle, share), rank, EPISODES)
