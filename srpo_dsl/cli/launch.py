@@ -19,11 +19,11 @@ from typing import Any
 
 def processes_needed(workflow: Path, overrides: Mapping[str, Any]) -> int:
     """1 + R when the run has R rollout workers and no launcher started this process; else 0."""
+    if "RANK" in os.environ:
+        return 0
     from srpo_dsl.rl.trainer import resolve_options
     from srpo_dsl.runtime.setup import load_workflow
 
-    if "RANK" in os.environ:
-        return 0
     wf = load_workflow(workflow)
     workers = resolve_options(wf.graph.train, overrides, wf.folder).rollout_workers
     return 1 + workers if workers else 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,7 @@ from srpo_dsl.cli.common import (
     libraries_quiet,
     workflow_failure,
 )
+from srpo_dsl.cli.launch import processes_needed, relaunch
 from srpo_dsl.cli.outputs import OVERWRITE, check_out, refuse_existing, staged_output
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 from srpo_dsl.rl.names import OFFLOAD
@@ -132,6 +135,10 @@ def train_cmd(
     overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
     options = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
     options |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}
+    with libraries_quiet(not verbose), one_line_errors(workflow):  # rollout workers and no launcher:
+        processes = processes_needed(workflow, overrides)  # the command launches them with itself
+    if processes:
+        raise typer.Exit(relaunch(processes))
     with libraries_quiet(not verbose):
         history = run_training(workflow, out, overrides, resume, model, options)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
@@ -164,19 +171,25 @@ def run_training(
     options: dict[str, Any],
 ) -> list[dict[str, float]]:
     """`rl.trainer.train`, with every failure the user can fix as one line."""
+    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.runtime.setup import load_workflow, parse_model_overrides
+
+    with one_line_errors(workflow):
+        models = parse_model_overrides(model, list(load_workflow(workflow).graph.policies))
+        return train(workflow, out, overrides, resume, models=models, **options)
+
+
+@contextmanager
+def one_line_errors(workflow: Path) -> Iterator[None]:
+    """Every training failure the user can fix, as one line."""
     import torch
 
     from srpo_dsl.backends.base import BackendError
-    from srpo_dsl.cli.launch import processes_needed, relaunch
     from srpo_dsl.lang.errors import SrpoError
-    from srpo_dsl.rl.trainer import TrainError, train
-    from srpo_dsl.runtime.setup import load_workflow, parse_model_overrides
+    from srpo_dsl.rl.trainer import TrainError
 
     try:
-        models = parse_model_overrides(model, list(load_workflow(workflow).graph.policies))
-        if processes := processes_needed(workflow, overrides):  # rollout workers: launch them with it
-            raise typer.Exit(relaunch(processes))
-        return train(workflow, out, overrides, resume, models=models, **options)
+        yield
     except SrpoError as err:
         raise workflow_failure(err, workflow) from None
     except (TrainError, BackendError, ValueError, OSError) as exc:

@@ -240,7 +240,7 @@ class TrainOptions(_Options):
     max_staleness: int = Field(
         1, ge=0, description="S: a rollout worker's weights are at most S optimizer steps old"
     )
-    importance_cap: float = Field(2.0, gt=0.0, description="C: the cap of a stale event's importance weight")
+    importance_cap: float = Field(2.0, ge=1.0, description="C: the cap of a stale event's importance weight")
 
     @field_validator("objective")
     @classmethod

@@ -15,9 +15,11 @@ engine. Messages between two ranks arrive in the order they were sent (one tag p
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import pickle
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -125,12 +127,21 @@ class Link:
             self._wait(work, None)
         self.pending.clear()
 
+    def close(self) -> None:
+        """Abort what is still pending (a thread blocked in a receive gets a LinkError) and release the
+        groups: a process that stops, on success or not, leaves no communication thread behind."""
+        for group in {id(g): g for g in (self.objects, self.tensors)}.values():
+            group.abort()
+        self.pending.clear()
+
     def _wait(self, work: Any, peer: int | None) -> None:
         try:
             work.wait()
         except RuntimeError as exc:
             who = "a peer" if peer is None else self.describe(peer)
-            raise LinkError(f"{who} stopped: {str(exc).splitlines()[0]}") from None
+            first = str(exc).splitlines()[0]
+            reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0]  # gloo's words, not its file
+            raise LinkError(f"{who} stopped ({reason.rstrip('.')})") from None
 
     def describe(self, rank: int) -> str:
         if rank >= self.layout.trainers:
@@ -149,7 +160,9 @@ def join_launch(workers: int, device: str) -> Link:
     layout = Layout.from_env(workers)
     store, _, _ = next(dist.rendezvous("env://"))
     local = int(os.environ.get("LOCAL_RANK", 0))
-    return Link(layout, store, torch.device("cuda", local) if device == "cuda" else torch.device("cpu"))
+    link = Link(layout, store, torch.device("cuda", local) if device == "cuda" else torch.device("cpu"))
+    atexit.register(link.close)
+    return link
 
 
 def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -163,4 +176,4 @@ def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 def unflatten(flat: torch.Tensor, shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
     """The tensors `flatten` joined, as views of `flat`."""
     sizes = [int(torch.Size(s).numel()) for s in shapes]
-    return [part.view(*s) for part, s in zip(flat.split(sizes), shapes)]
+    return [part.view(tuple(s)) for part, s in zip(flat.split(sizes), shapes)]

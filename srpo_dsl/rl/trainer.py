@@ -140,6 +140,9 @@ def train(
         if run.log is not None and run.start == 0 and latest_checkpoint(run.out) is None:
             run.log.discard()
         raise
+    finally:
+        if link is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if run.log is not None:
         run.log.close()
     return history

@@ -1,0 +1,214 @@
+"""Asynchronous rollouts: the launch layout, the staleness bound, the link between processes (real gloo
+groups), and training runs with a rollout worker against the synchronous trainer."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from srpo_dsl.rl.process_group import free_port
+from srpo_dsl.rl.rollout_link import Batch, Layout, Link, LinkError, flatten, join_launch, unflatten
+from srpo_dsl.rl.staleness import episode_staleness, stale_rows, within_bound
+from srpo_dsl.runtime.episode import Episode, Event, Member
+from tests.clitools import ROOT, cli
+
+QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
+SMALL = [
+    "--steps",
+    "3",
+    "--batch",
+    "4",
+    "--group",
+    "4",
+    "--option",
+    "eval_every=3",
+    "--option",
+    "eval_size=8",
+]
+
+
+def member(policy: str, version: int) -> Member:
+    return Member(0, "solver", 0, policy, version, [1, 2], [3], [-0.5], "x", True)
+
+
+def episode(*members: Member) -> Episode:
+    ep = Episode("p/0", "p", 0, {"id": "p"})
+    ep.events = [Event(f"e{i}", "solver", "n", "s", 1, True, [m]) for i, m in enumerate(members)]
+    return ep
+
+
+# --- the layout of a launch ----------------------------------------------------------------
+
+
+def test_the_first_ranks_train_and_the_workers_take_steps_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    layout = Layout.from_env(workers=2)
+    assert (layout.trainers, layout.workers, layout.is_worker) == (2, 2, False)
+    assert [layout.worker_of(t) for t in range(1, 6)] == [2, 3, 2, 3, 2]
+    assert layout.steps_of(3, first=3, last=8) == [4, 6, 8]
+    assert Layout(3, 2, 2).is_worker
+
+
+def test_a_launch_without_a_trainer_or_a_launcher_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="rollout_workers = 2 needs at least 3 processes"):
+        Layout.from_env(workers=2)
+    monkeypatch.delenv("RANK")
+    with pytest.raises(ValueError, match="start them with `srpo-dsl train`"):
+        join_launch(1, "cpu")
+
+
+# --- the staleness bound -------------------------------------------------------------------
+
+
+def test_an_episode_is_as_stale_as_its_oldest_trained_member() -> None:
+    mixed = episode(member("lm", 4), member("lm", 2), member("judge", 0))
+    assert episode_staleness(mixed, current=5, trained={"lm"}) == 3  # the frozen judge never ages
+    assert episode_staleness(episode(member("judge", 0)), current=5, trained={"lm"}) == 0
+
+
+def test_episodes_over_the_bound_are_dropped_and_counted() -> None:
+    eps = [episode(member("lm", v)) for v in (5, 4, 2, 3)]
+    fresh = within_bound(eps, current=5, limit=1, trained={"lm"})
+    assert fresh.episodes == [eps[0], eps[1]] and fresh.staleness == [0, 1] and fresh.dropped == 2
+    assert fresh.metrics() == {"staleness_mean": 0.5, "staleness_max": 1.0, "dropped_episodes": 2.0}
+    assert within_bound(eps, current=5, limit=3, trained={"lm"}).dropped == 0
+
+
+def test_only_trained_rows_with_old_weights_are_stale() -> None:
+    rows = stale_rows([4, 5, 0, 3], ["lm", "lm", "judge", "lm"], current=5, trained={"lm"})
+    assert rows.tolist() == [True, False, False, True]
+
+
+def test_flatten_and_unflatten_round_trip() -> None:
+    parts = [torch.arange(6.0).view(2, 3), torch.tensor(7.0), torch.ones(4)]
+    flat = flatten(parts)
+    assert flat.shape == (11,)
+    back = unflatten(flat, [tuple(p.shape) for p in parts])
+    assert all(torch.equal(a, b) for a, b in zip(parts, back))
+
+
+# --- the link, over real gloo groups between two processes ---------------------------------
+
+
+def _peer(rank: int, port: int, die: bool, out: mp.Queue) -> None:
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=30))
+    link = Link(Layout(rank, 1, 1), store, torch.device("cpu"))
+    if rank == 1:  # the worker
+        if die:
+            os._exit(3)  # a crash: no goodbye
+        link.send_object(Batch(7, 6, 0.5, [episode(member("lm", 6))]), 0, 20)
+        link.send_tensor(torch.arange(5.0), 0, 40)
+        link.flush()
+        return
+    try:
+        batch = link.recv_object(1, 20)
+        tensor = link.recv_tensor(torch.zeros(5), 1, 40)
+        out.put((batch.step, batch.version, batch.episodes[0].events[0].members[0].policy, tensor.tolist()))
+    except LinkError as exc:
+        out.put(str(exc))
+
+
+def _run_pair(die: bool) -> object:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_peer, args=(r, port, die, out)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    result = out.get(timeout=60)
+    for p in procs:
+        p.join(timeout=30)
+    return result
+
+
+def test_episodes_and_tensors_cross_the_link_in_order() -> None:
+    assert _run_pair(die=False) == (7, 6, "lm", [0.0, 1.0, 2.0, 3.0, 4.0])
+
+
+def test_a_dead_worker_is_one_line_naming_it() -> None:
+    message = _run_pair(die=True)
+    assert isinstance(message, str) and message.startswith("rollout worker 0 (rank 1) stopped (")
+    assert "\n" not in message
+
+
+# --- training with a rollout worker --------------------------------------------------------
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    (path,) = (run / "checkpoints" / f"step-{step}").rglob("*model_states.pt")
+    return torch.load(path, map_location="cpu", weights_only=False)["module"]
+
+
+def env_threads(n: int) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": str(n)}
+
+
+@pytest.mark.slow
+def test_staleness_zero_gives_the_synchronous_trainers_weights(tmp_path: Path) -> None:
+    """Same seeds, one thread per process: S = 0 with a worker is the synchronous run, bit for bit."""
+    save = ["--option", "save_every=3"]
+    sync = cli("train", QUICKSTART, "--out", tmp_path / "sync", *SMALL, *save, env=env_threads(1))
+    assert sync.returncode == 0, sync.stderr[-2000:]
+    workers = ["--option", "rollout_workers=1", "--option", "max_staleness=0"]
+    run = cli("train", QUICKSTART, "--out", tmp_path / "async", *SMALL, *save, *workers, env=env_threads(2))
+    assert run.returncode == 0, run.stderr[-2000:]
+    a, b = metrics(tmp_path / "sync"), metrics(tmp_path / "async")
+    assert [(r["return"], r["loss"], r["grad_norm"]) for r in a] == [
+        (r["return"], r["loss"], r["grad_norm"]) for r in b
+    ]
+    assert all(r["async/staleness_max"] == 0 for r in b)
+    first, second = weights(tmp_path / "sync", 3), weights(tmp_path / "async", 3)
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+@pytest.mark.slow
+def test_a_stale_run_records_its_staleness_and_resumes(tmp_path: Path) -> None:
+    workers = ["--option", "rollout_workers=1", "--option", "max_staleness=1", "--option", "save_every=2"]
+    out = tmp_path / "run"
+    run = cli("train", QUICKSTART, "--out", out, *SMALL, *workers, env=env_threads(2))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines()[-1].startswith("held-out Avg@4")  # one report, from the trainer
+    rows = metrics(out)
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]  # the worker ran one step ahead
+    assert all(r["async/dropped_episodes"] == 0 and r["async/trainer_idle"] >= 0 for r in rows)
+    more = cli(
+        "train", QUICKSTART, "--out", out, *SMALL, *workers, "--resume", "--steps", "4", env=env_threads(2)
+    )
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_a_failing_worker_stops_the_run_with_one_line_and_no_files(tmp_path: Path) -> None:
+    team = tmp_path / "team.srpo"
+    shutil.copytree(ROOT / "workflows" / "quickstart", tmp_path / "quickstart")
+    (tmp_path / "r.py").write_text(  # fails on the worker's training batch, not the trainer's evaluation
+        "def score(answer, row):\n    if row['id'].startswith('arith-train'):\n        raise ValueError('no')\n"
+        "    return 0.0\n"
+    )
+    text = QUICKSTART.read_text().replace(
+        "reward exact_match(aggregator, task.answer)", 'reward "r.py:score"(aggregator)'
+    )
+    team.write_text(text)
+    workers = ["--option", "rollout_workers=1"]
+    run = cli("train", team, "--out", tmp_path / "run", *SMALL, *workers, env=env_threads(2))
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr and "terminate" not in run.stderr, run.stderr[-2000:]
+    assert "error: " + str(tmp_path / "r.py") + ":3: score() raised" in run.stderr  # the worker's own line
+    assert "error: rollout worker 0 (rank 1) stopped (" in run.stderr  # then the trainer's
+    assert not (tmp_path / "run").exists()
