@@ -80,6 +80,9 @@ class Run:
     objective: Objective = field(init=False)  # as `opts` name it; the user's code is imported here
     temperatures: Temperatures = field(init=False)
     keys: MetricKeys = field(init=False)  # the roles and event types of the per-role metrics
+    began: float = field(
+        init=False, default_factory=time.perf_counter
+    )  # engines ready: `wall_s` is from here
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", training_objective(self.opts, self.workflow.folder))
@@ -286,23 +289,28 @@ def step_metrics(
     local = [len(episodes), sum(e.reward for e in episodes), sum(e.score for e in episodes)]
     local += [float(sum(rows.response_lengths)), rows.dropped_events, *step_sums(run.keys, episodes, rows)]
     n_episodes, reward, score, response_tokens, dropped, *by_key = all_reduce(local, run.dist.device)
-    return {
-        "step": step,
-        "return": reward / max(n_episodes, 1),  # mean episode return: task score + invalid-output penalty
-        "task_score": score / max(n_episodes, 1),  # mean task score: the reward function alone
-        "grad_norm": stats.get("grad_norm", 0.0),
-        "response_length": response_tokens / max(stats["num_rows"], 1),
-        "mean_set_size": stats["num_rows"] / max(stats["num_events"], 1),
-        "num_events": stats["num_events"],
-        "dropped_events": dropped,
-        "clip_fraction": stats.get("clip_fraction", 0.0),
-        "lr": lr,
-        "loss": stats.get("loss", 0.0),
-        "time": clock[-1] - clock[0],
-        "time/rollout": clock[1] - clock[0],
-        "time/update": clock[2] - clock[1],
-        "time/sync": clock[3] - clock[2],
-    } | keyed_metrics(run.keys, by_key, stats)
+    return (
+        {
+            "step": step,
+            "return": reward / max(n_episodes, 1),  # mean episode return: task score + invalid-output penalty
+            "task_score": score / max(n_episodes, 1),  # mean task score: the reward function alone
+            "grad_norm": stats.get("grad_norm", 0.0),
+            "response_length": response_tokens / max(stats["num_rows"], 1),
+            "mean_set_size": stats["num_rows"] / max(stats["num_events"], 1),
+            "num_events": stats["num_events"],
+            "dropped_events": dropped,
+            "clip_fraction": stats.get("clip_fraction", 0.0),
+            "lr": lr,
+            "loss": stats.get("loss", 0.0),
+            "time": clock[-1] - clock[0],
+            "time/rollout": clock[1] - clock[0],
+            "time/update": clock[2] - clock[1],
+            "time/sync": clock[3] - clock[2],
+            "wall_s": clock[3] - run.began,
+        }
+        | keyed_metrics(run.keys, by_key, stats)
+        | {k: v for k, v in stats.items() if k.startswith("importance_")}
+    )
 
 
 def evaluate(run: Run, step: int) -> dict[str, Any] | None:
@@ -312,9 +320,10 @@ def evaluate(run: Run, step: int) -> dict[str, Any] | None:
         return None
     opts = run.opts
     result = evaluate_sets(run.executor, run.eval_sets, opts.eval_k, opts.seed, step, run.dist, run.keys)
+    row = result.row | {"wall_s": time.perf_counter() - run.began}  # once evaluated
     if run.log is not None:
-        run.log.evaluation(result.row, result.prompts)
-    return result.row
+        run.log.evaluation(row, result.prompts)
+    return row
 
 
 def checkpoint(run: Run, step: int) -> Path:

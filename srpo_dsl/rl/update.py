@@ -202,6 +202,7 @@ class Scored:
 class MicroStats:
     loss: float
     clips: Tensor  # [rows, 2] (clipped units, units): events for srpo, tokens for grpo/drmas, rows for seq
+    importance: tuple[float, float, float] = (0.0, 0.0, 0.0)  # off-policy: (sum of w, capped units, units)
 
 
 def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
@@ -217,17 +218,18 @@ def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
     return out
 
 
-def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[Tensor, float, Tensor]:
-    """(W, loss, clips) of the micro-batch rows `idx`: W = d(loss)/d(logprobs) on detached log-probs.
+def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[Tensor, MicroStats]:
+    """(W, stats) of the micro-batch rows `idx`: W = d(loss)/d(logprobs) on detached log-probs.
 
-    clips: [M, 2] (clipped units, units) per row of the objective's clipping unit.
+    stats: the loss, (clipped units, units) per row of the objective's clipping unit, and with stale
+    rows the importance weights' sum, capped units and units.
     """
     width = logprobs.shape[1]
     logprobs = logprobs.detach().requires_grad_(True)
     behaviour = None  # off-policy rows are corrected against what generated them; fresh rows: w = 1
     if s.stale is not None:
         behaviour = torch.where(s.stale[idx, None], s.batch.behaviour[idx.cpu(), :width].to(old.device), old)
-    loss, _, terms = s.objective.evaluate(
+    loss, metrics, terms = s.objective.evaluate(
         logprobs,
         old,
         s.mask[idx, :width],
@@ -246,7 +248,15 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
     if not math.isfinite(loss.item()):
         raise TrainError(f"non-finite loss {loss.item()} (check the rewards and the learning rate)")
     (weights,) = torch.autograd.grad(loss, logprobs)
-    return weights, loss.item(), terms.row_clips(len(idx))
+    units = metrics["num_units"]
+    importance = (0.0, 0.0, 0.0)
+    if "importance_weight_mean" in metrics:
+        importance = (
+            metrics["importance_weight_mean"] * units,
+            metrics["importance_capped_fraction"] * units,
+            units,
+        )
+    return weights, MicroStats(loss.item(), terms.row_clips(len(idx)), importance)
 
 
 def micro_logprobs(s: Step, idx: Tensor, width: int, scored: Mapping[Group, Scored]) -> tuple[Tensor, Tensor]:
@@ -309,25 +319,25 @@ def micro_step(s: Step, micro: list[int], last: bool) -> tuple[MicroStats, dict[
     bonus = {g: entropy_bonus(s, idx, sc) for g, sc in scored.items()}
     loss = sum(b.item() for b in bonus.values())
     weights = torch.zeros(len(micro), width, device=device)
-    clips = torch.zeros(len(micro), 2, dtype=torch.float64, device=device)
+    stats = MicroStats(0.0, torch.zeros(len(micro), 2, dtype=torch.float64, device=device))
     if micro:
         current, old = micro_logprobs(s, idx, width, scored)
-        weights, objective_loss, clips = token_weights(s, idx, current, old)
-        loss += objective_loss
+        weights, stats = token_weights(s, idx, current, old)
     norms = backward_engines(s, scored, weights, bonus, last)
-    return MicroStats(loss, clips), norms
+    return MicroStats(loss + stats.loss, stats.clips, stats.importance), norms
 
 
 def run_epoch(s: Step, plan: list[list[int]]) -> tuple[MicroStats, float]:
     """One optimizer step of every engine over the micro-batch `plan`; (stats of every row, grad norm)."""
-    loss, norms = 0.0, {}
+    loss, norms, importance = 0.0, {}, [0.0, 0.0, 0.0]
     clips = torch.zeros(s.mask.shape[0], 2, dtype=torch.float64, device=s.dist.device)
     for m, micro in enumerate(plan):
         micro_stats, micro_norms = micro_step(s, micro, last=m == len(plan) - 1)
         loss += micro_stats.loss
         clips[micro] = micro_stats.clips
+        importance = [a + b for a, b in zip(importance, micro_stats.importance)]
         norms.update(micro_norms)
-    return MicroStats(loss, clips), math.sqrt(sum(n**2 for n in norms.values()))
+    return MicroStats(loss, clips, tuple(importance)), math.sqrt(sum(n**2 for n in norms.values()))
 
 
 def old_logprobs(
@@ -349,6 +359,14 @@ def old_logprobs(
     if opts.epochs == 1:
         return None
     return score_rows(leads, batch, plan, groups, device)
+
+
+def corrected_rows(stale: Tensor | None, opts: TrainOptions, device: torch.device) -> Tensor | None:
+    """The stale rows on the device, or None when nothing is corrected: no stale row, or old log-probs
+    taken from the rollout (the ratio is then against the behaviour policy itself: no weight)."""
+    if stale is None or opts.old_logprobs == "rollout" or not stale.any():
+        return None
+    return stale.to(device)
 
 
 def update(
@@ -386,9 +404,7 @@ def update(
     ref = score_rows(leads, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
     mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
     objective = objective or get_objective(opts.objective)
-    if stale is not None and (opts.old_logprobs == "rollout" or not stale.any()):
-        stale = None  # against the rollout's own log-probs the ratio is already off-policy: no weight
-    stale = stale.to(device) if stale is not None else None
+    stale = corrected_rows(stale, opts, device)
     s = Step(
         leads, batch, opts, objective, dist, groups, counts, old, ref, stale, mask, event_ids, advantages
     )
@@ -396,15 +412,32 @@ def update(
     clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
     if row_clips is not None:
         row_clips.copy_(clips)
+    return update_metrics(epochs, clips, rows, counts, keys, device)
+
+
+def update_metrics(
+    epochs: list[tuple[MicroStats, float]],
+    clips: Tensor,
+    rows: Rows,
+    counts: Counts,
+    keys: MetricKeys | None,
+    device: torch.device,
+) -> dict[str, float]:
+    """Over ranks: loss and grad norm (means over epochs), clip fraction (with `keys`, also per role and
+    event type), the counts, and with off-policy rows their importance weights' mean and capped fraction."""
     by_key = keys.sums(clips, rows.roles, clips, rows.event_types).flatten().tolist() if keys else []
-    loss, clipped, weight, *by_key = all_reduce(
-        [sum(t.loss for t, _ in epochs), *clips.sum(0).tolist(), *by_key], device
+    importance = [sum(t.importance[i] for t, _ in epochs) for i in range(3)]
+    loss, clipped, weight, w_sum, capped, units, *by_key = all_reduce(
+        [sum(t.loss for t, _ in epochs), *clips.sum(0).tolist(), *importance, *by_key], device
     )
-    return {
-        "loss": loss / opts.epochs,
-        "grad_norm": sum(norm for _, norm in epochs) / opts.epochs,
+    metrics = {
+        "loss": loss / len(epochs),
+        "grad_norm": sum(norm for _, norm in epochs) / len(epochs),
         "clip_fraction": clipped / max(weight, 1e-12),
         "num_events": float(counts.events),
         "num_tokens": float(counts.tokens),
         "num_rows": float(counts.rows),
-    } | (keys.ratios("clip_fraction", by_key) if keys else {})
+    }
+    if units:
+        metrics |= {"importance_weight_mean": w_sum / units, "importance_capped_fraction": capped / units}
+    return metrics | (keys.ratios("clip_fraction", by_key) if keys else {})
