@@ -28,6 +28,9 @@ Parts (each case in its own process, so GPU memory and process groups start clea
   team     `srpo-dsl train` of a team shaped like `math_routed.srpo` (router, up to 3 solvers in
            one active set, verifier, in a loop of at most 2 rounds, aggregator) on the model:
            median step time, events and generated tokens per step.
+  async    the same team trained synchronously and with one rollout worker on the same GPU
+           (`rollout_workers = 1`, S = 1 and 2; the worker generates while the trainer updates):
+           optimizer steps per second after the first step, and the mean staleness.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ SIZES = {  # Qwen3 shapes (hidden, MLP, layers, query heads, key-value heads, he
 }  # fmt: skip
 VOCAB = 151936
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by GPU name
-PARTS = ("rollout", "update", "trl", "team")
+PARTS = ("rollout", "update", "trl", "team", "async")
+ASYNC_CELLS = {"sync": {}, "async S=1": {"rollout_workers": 1, "max_staleness": 1},
+               "async S=2": {"rollout_workers": 1, "max_staleness": 2}}  # fmt: skip
 GENERATORS = {  # the rollout part's generators: result key -> label
     "hf_dynamic": "srpo-dsl hf engine, decode dynamic",
     "hf_static": "srpo-dsl hf engine, decode static",
@@ -319,6 +324,53 @@ def team_case(model_path: str, workflow: str, args: dict) -> dict:
     }
 
 
+def async_case(model_path: str, workflow: str, args: dict) -> dict:
+    """The team's `srpo-dsl train` (a subprocess: a run with a worker launches itself) in each cell of
+    ASYNC_CELLS; steps per second over the steps after the first (no evaluation until the last)."""
+    import subprocess
+
+    out = {}
+    for cell, options in ASYNC_CELLS.items():
+        run = Path(tempfile.mkdtemp(prefix="gpu-bench-async-")) / "run"
+        steps = args["steps"] + 1
+        settings = {"steps": steps, "eval_every": steps, "eval_size": 1, "eval_k": 1, "save_every": steps}
+        settings |= {"micro_batches": args["team_micro_batches"]} | options
+        cmd = [
+            sys.executable,
+            "-m",
+            "srpo_dsl",
+            "train",
+            workflow,
+            "--out",
+            str(run),
+            "--device",
+            args["device"],
+        ]
+        for name, value in settings.items():
+            cmd += ["--option", f"{name}={value}"]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if done.returncode != 0:
+            out[cell] = {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+            continue
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        stale = [r.get("async/staleness_mean", 0.0) for r in rows[1:]]
+        out[cell] = {"steps_per_s": (len(rows) - 1) / (rows[-1]["wall_s"] - rows[0]["wall_s"]),
+                     "staleness": statistics.mean(stale)}  # fmt: skip
+    return out
+
+
+def async_report(result: dict) -> list[str]:
+    lines = ["| team, one GPU | steps/s | vs sync | mean staleness |", "|---|---:|---:|---:|"]
+    base = result.get("sync", {}).get("steps_per_s")
+    for cell, r in result.items():
+        if "error" in r:
+            lines.append(f"| {cell} | failed: {r['error']} | | |")
+            continue
+        versus = f"{r['steps_per_s'] / base:.2f}×" if base else "—"
+        lines.append(f"| {cell} | {r['steps_per_s']:.3f} | {versus} | {r['staleness']:.2f} |")
+    return [*lines, ""]
+
+
 # --- the report ---------------------------------------------------------------------------------
 
 
@@ -390,6 +442,8 @@ def size_report(size: str, params: int, result: dict, peak: float | None) -> lis
         lines += [f"Team (math_routed shape): step {1000 * steady(t['step_times']):.0f} ms, "
                   f"{statistics.mean(t['events']):.0f} events/step, mean K {statistics.mean(t['mean_set_size']):.2f}, "
                   f"{statistics.mean(t['tokens']):,.0f} generated tokens/step, peak {t['peak_gib']:.1f} GiB", ""]  # fmt: skip
+    if "async" in result:
+        lines += async_report(result["async"])
     return lines
 
 
@@ -425,6 +479,9 @@ def run_size(size: str, folder: Path, args: argparse.Namespace, parts: list[str]
     if "team" in parts:
         team = write_workflow(folder / f"team-{size}", TEAM, model, args)
         result["team"] = in_child(team_case, str(model), str(team), cfg)
+    if "async" in parts:
+        team = write_workflow(folder / f"async-{size}", TEAM, model, args)
+        result["async"] = in_child(async_case, str(model), str(team), cfg)
     return result
 
 

@@ -159,8 +159,9 @@ def join_launch(workers: int, device: str) -> Link:
         )
     layout = Layout.from_env(workers)
     store, _, _ = next(dist.rendezvous("env://"))
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    link = Link(layout, store, torch.device("cuda", local) if device == "cuda" else torch.device("cpu"))
+    local = int(os.environ.get("LOCAL_RANK", 0))  # a worker past this node's GPUs shares one (1 GPU: cuda:0)
+    gpu = torch.device("cuda", local % torch.cuda.device_count()) if device == "cuda" else None
+    link = Link(layout, store, gpu or torch.device("cpu"))
     atexit.register(link.close)
     return link
 

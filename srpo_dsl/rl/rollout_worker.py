@@ -61,6 +61,8 @@ def worker_engines(
 def run_worker(wf: Workflow, opts: TrainOptions, link: Link, rollout: Rollout) -> None:
     """Generate this worker's batches until the run's last step, then receive the last weights sent."""
     layout = link.layout
+    if link.device.type == "cuda":
+        torch.cuda.set_device(link.device)
     paths = link.recv_object(0, SETUP)  # each policy's model, as the trainer resolved it
     dist = Dist(layout.rank, 0, 1, link.device)
     engines = worker_engines(wf.graph, paths, opts, dist, rollout)
