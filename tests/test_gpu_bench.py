@@ -60,3 +60,19 @@ def test_cpu_mode_runs_and_reports_both_generators_and_stages(tmp_path):
             0 < u < s for u, s in zip(run["update_times"], run["step_times"])
         )
     assert "| srpo-dsl hf engine, decode compiled |" in done.stdout and "| srpo-dsl ZeRO-3 |" in done.stdout
+
+
+def test_async_report_is_each_cells_rate_against_sync():
+    bench = load_bench()
+    result = {
+        "sync": {"steps_per_s": 0.5, "staleness": 0.0},
+        "async S=1": {"steps_per_s": 0.75, "staleness": 1.0},
+        "async S=2": {"error": "out of GPU memory"},
+    }
+    lines = bench.async_report(result)
+    assert lines[2:5] == [
+        "| sync | 0.500 | 1.00× | 0.00 |",
+        "| async S=1 | 0.750 | 1.50× | 1.00 |",  # 0.75 / 0.5
+        "| async S=2 | failed: out of GPU memory | | |",
+    ]
+    assert set(bench.ASYNC_CELLS) == set(result) and bench.ASYNC_CELLS["async S=2"]["max_staleness"] == 2
