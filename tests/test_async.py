@@ -18,6 +18,7 @@ from srpo_dsl.rl.process_group import free_port
 from srpo_dsl.rl.rollout_link import Batch, Layout, Link, LinkError, flatten, join_launch, unflatten
 from srpo_dsl.rl.staleness import episode_staleness, stale_rows, within_bound
 from srpo_dsl.runtime.episode import Episode, Event, Member
+from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
 from tests.clitools import ROOT, cli
 
 QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
@@ -155,7 +156,10 @@ def weights(run: Path, step: int) -> dict[str, torch.Tensor]:
 
 
 def env_threads(n: int) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": str(n)}
+    """This environment with `n` torch threads and without a launcher's variables (an earlier test's
+    in-process group sets them; a run with a worker then starts its own launch)."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    return env | {"OMP_NUM_THREADS": str(n)}
 
 
 @pytest.mark.slow
