@@ -44,12 +44,12 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def timing(run: Path) -> Timing:
-    """One run's figures from its metrics.jsonl and eval.jsonl (`wall_s`: seconds since its engines were
+    """One run's figures from its metrics.jsonl and eval.jsonl (`time/elapsed`: seconds since its engines were
     ready)."""
     steps, evals = read_jsonl(run / "metrics.jsonl"), read_jsonl(run / "eval.jsonl")
-    origin, first = evals[0]["wall_s"], evals[0]["avg_at_k"]
-    reached = [e["wall_s"] - origin for e in evals if e["avg_at_k"] >= first + GAIN]
-    per_s = steps[-1]["step"] / (steps[-1]["wall_s"] - origin)
+    origin, first = evals[0]["time/elapsed"], evals[0]["avg_at_k"]
+    reached = [e["time/elapsed"] - origin for e in evals if e["avg_at_k"] >= first + GAIN]
+    per_s = steps[-1]["step"] / (steps[-1]["time/elapsed"] - origin)
     return Timing(per_s, reached[0] if reached else None, evals[-1]["avg_at_k"])
 
 

@@ -354,7 +354,7 @@ def async_case(model_path: str, workflow: str, args: dict) -> dict:
             continue
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         stale = [r.get("async/staleness_mean", 0.0) for r in rows[1:]]
-        out[cell] = {"steps_per_s": (len(rows) - 1) / (rows[-1]["wall_s"] - rows[0]["wall_s"]),
+        out[cell] = {"steps_per_s": (len(rows) - 1) / (rows[-1]["time/elapsed"] - rows[0]["time/elapsed"]),
                      "staleness": statistics.mean(stale)}  # fmt: skip
     return out
 

@@ -82,7 +82,7 @@ class Run:
     keys: MetricKeys = field(init=False)  # the roles and event types of the per-role metrics
     began: float = field(
         init=False, default_factory=time.perf_counter
-    )  # engines ready: `wall_s` is from here
+    )  # engines ready: `time/elapsed` is from here
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", training_objective(self.opts, self.workflow.folder))
@@ -306,7 +306,7 @@ def step_metrics(
             "time/rollout": clock[1] - clock[0],
             "time/update": clock[2] - clock[1],
             "time/sync": clock[3] - clock[2],
-            "wall_s": clock[3] - run.began,
+            "time/elapsed": clock[3] - run.began,
         }
         | keyed_metrics(run.keys, by_key, stats)
         | {k: v for k, v in stats.items() if k.startswith("importance_")}
@@ -320,7 +320,7 @@ def evaluate(run: Run, step: int) -> dict[str, Any] | None:
         return None
     opts = run.opts
     result = evaluate_sets(run.executor, run.eval_sets, opts.eval_k, opts.seed, step, run.dist, run.keys)
-    row = result.row | {"wall_s": time.perf_counter() - run.began}  # once evaluated
+    row = result.row | {"time/elapsed": time.perf_counter() - run.began}  # once evaluated
     if run.log is not None:
         run.log.evaluation(row, result.prompts)
     return row
