@@ -39,7 +39,7 @@ def test_update_row_is_the_stated_arithmetic():
 def test_cpu_mode_runs_and_reports_both_generators_and_stages(tmp_path):
     out = tmp_path / "gpu.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--cpu", "--parts", "rollout,update", "--json", str(out)],
+        [sys.executable, str(SCRIPT), "--cpu", "--parts", "rollout,update", "--repeats", "1", "--json", out],
         capture_output=True,
         text=True,
         timeout=600,
