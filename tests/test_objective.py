@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from srpo_dsl.registries import SET_NORMS as REGISTERED_NORMS
 from srpo_dsl.rl import (
     ADVANTAGE_ESTIMATORS,
     OBJECTIVES,
@@ -23,8 +24,8 @@ from srpo_dsl.rl import (
 from srpo_dsl.rl.advantages import AdvantageInputs, event_advantages, group_index
 from srpo_dsl.rl.objective import set_reduction_scale
 
-BUILTIN_OBJECTIVES = ("srpo", "grpo", "seq", "drmas")
-SET_NORMS = ("sqrt", "mean", "none")
+BUILTIN_OBJECTIVES = tuple(OBJECTIVES)  # the one list of names: the registries'
+SET_NORMS = tuple(REGISTERED_NORMS)
 
 PAD = 0.0
 # Two events. Event 7 (K=1): one member, l = (-1.0+1.1) + (-0.5+0.6) = 0.2, A = +1.

@@ -13,6 +13,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from srpo_dsl.registries import OBJECTIVES
+from srpo_dsl.registries import SET_NORMS as REGISTERED_NORMS
 from srpo_dsl.rl import get_objective, setwise_loss
 from srpo_dsl.rl.objective import (
     LossConfig,
@@ -25,8 +27,8 @@ from srpo_dsl.rl.objective import (
 )
 from srpo_dsl.rl.objectives import policy_loss
 
-BUILTIN_OBJECTIVES = ("srpo", "grpo", "seq", "drmas")
-SET_NORMS = ("sqrt", "mean", "none")
+BUILTIN_OBJECTIVES = tuple(OBJECTIVES)  # the one list of names: the registries'
+SET_NORMS = tuple(REGISTERED_NORMS)
 
 PAD = 0.0
 # Event 4 has K = 2 (rows 0 and 1), event 9 has K = 1 (row 2). T = 2; row 1 has one token.
