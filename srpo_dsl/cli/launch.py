@@ -1,20 +1,24 @@
-"""`srpo-dsl train` with rollout workers and no launcher: the same command again, under torch's launcher.
+"""`srpo-dsl train` with rollout workers and no launcher: the same command again, as 1 + R processes.
 
 With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers,
-`rl/rollout_link.py`). Started without `torchrun` or `deepspeed`, the command hands itself to
-torch's elastic launcher (what `torchrun --standalone` runs) and exits with the code of the
-first process that failed. The threads of this machine are shared out between the processes.
+`rl/rollout_link.py`). Started without `torchrun` or `deepspeed`, the command starts itself again
+as each of them, with the variables a launcher sets (RANK, WORLD_SIZE, MASTER_ADDR, ...; rank 0
+hosts the rendezvous store), and exits with the trainer's code. Not torch's elastic launcher:
+that stops every process when one fails, and here a worker that dies must not stop the run. The
+threads of this machine are shared out between the processes.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import signal
+import subprocess
 import sys
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
 
 
 def processes_needed(workflow: Path, overrides: Mapping[str, Any]) -> int:
@@ -30,25 +34,43 @@ def processes_needed(workflow: Path, overrides: Mapping[str, Any]) -> int:
 
 
 def relaunch(processes: int) -> int:
-    """Run this command as `processes` processes on this machine; the exit code of the first that failed."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    """Run this command as `processes` processes on this machine: rank 0 trains, the others are rollout
+    workers. Rank 0's exit code: a worker that stops does not stop the run (the trainer hands its steps
+    to the others, or stops with one line when none is left); once the trainer is done, so are they."""
+    from srpo_dsl.rl.process_group import free_port
 
     cores = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
-    os.environ["OMP_NUM_THREADS"] = str(max(1, cores // processes))
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # a failure is the child's line
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=processes,
-        run_id=f"srpo-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",
-        max_restarts=0,
-        monitor_interval=0.2,
-    )
+    env = os.environ | {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(processes),
+        "LOCAL_WORLD_SIZE": str(processes),
+        "OMP_NUM_THREADS": str(max(1, cores // processes)),
+    }
+    command = [sys.executable, "-m", "srpo_dsl", *sys.argv[1:]]
+    ranks = [  # a session of their own: a Ctrl-C reaches them once, forwarded by this process
+        subprocess.Popen(command, env=env | {"RANK": str(r), "LOCAL_RANK": str(r)}, start_new_session=True)
+        for r in range(processes)
+    ]
+    forward = {sig: signal.signal(sig, lambda s, _: [p.send_signal(s) for p in ranks]) for sig in FORWARDED}
     try:
-        elastic_launch(config, sys.executable)("-m", "srpo_dsl", *sys.argv[1:])
-    except ChildFailedError as exc:
-        return next(iter(exc.failures.values())).exitcode or 1
-    return 0
+        code = ranks[0].wait()
+        for worker in ranks[1:]:
+            stop(worker)
+    finally:
+        for sig, handler in forward.items():
+            signal.signal(sig, handler)
+    return code if code >= 0 else 128 - code
+
+
+def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """Wait for `process` to end (a worker stops once the trainer has stopped), then terminate it."""
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -19,7 +19,8 @@ from srpo_dsl.rl.process_group import Dist, barrier
 
 CHECKPOINTS = "checkpoints"
 ENGINE_TAG = "state"  # the tag each engine is saved under, in step-N/<engine owner>/
-RESUMABLE = ("backend", "decode")  # config keys a resume may change (and the option `steps`)
+RESUMABLE = ("backend", "decode")  # config keys a resume may change
+RESUMABLE_OPTIONS = ("steps", "rollout_workers")  # `train` options a resume may change
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -44,9 +45,15 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 
 def save_checkpoint(
-    out: Path, step: int, policies: Mapping[str, Policy], state: Mapping[str, Any], dist: Dist
+    out: Path,
+    step: int,
+    policies: Mapping[str, Policy],
+    state: Mapping[str, Any],
+    dist: Dist,
+    rank_state: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write OUT/checkpoints/step-N atomically: a temporary folder, renamed once every rank is done."""
+    """Write OUT/checkpoints/step-N atomically: a temporary folder, renamed once every rank is done.
+    `rank_state`: objects of this rank's own, each saved as NAME-rankR.pt (`read_rank_state`)."""
     final = out / CHECKPOINTS / f"step-{step}"
     tmp = out / CHECKPOINTS / f".step-{step}.tmp"
     if dist.rank == 0:
@@ -55,6 +62,8 @@ def save_checkpoint(
     barrier()
     save_engines(policies, tmp)
     torch.save(rng_state(), tmp / f"rng-rank{dist.rank}.pt")
+    for name, value in (rank_state or {}).items():
+        torch.save(value, tmp / f"{name}-rank{dist.rank}.pt")
     barrier()
     if dist.rank == 0:
         write_json(tmp / "state.json", state)
@@ -67,6 +76,12 @@ def save_checkpoint(
 def read_state(folder: Path) -> dict[str, Any]:
     """The run state a checkpoint was written with (step, data cursor, config, policy versions)."""
     return json.loads((folder / "state.json").read_text(encoding="utf-8"))
+
+
+def read_rank_state(folder: Path, name: str, rank: int, default: Any = None) -> Any:
+    """What `save_checkpoint` saved as `name` for `rank` (`default` when it saved none)."""
+    path = folder / f"{name}-rank{rank}.pt"
+    return torch.load(path, weights_only=False) if path.exists() else default
 
 
 def save_engines(policies: Mapping[str, Policy], folder: Path) -> None:
@@ -85,14 +100,17 @@ def load_engines(policies: Mapping[str, Policy], folder: Path) -> None:
 def resume_conflicts(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """The run config's keys (and `options`' keys) whose values differ between a checkpoint's run and
     this one, either way: a key only one side has differs (`eval_data` given then left out). File
-    paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode` and `steps` may change."""
+    paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode`, `steps` and `rollout_workers`
+    may change."""
     changed = [
         k
         for k in _union(before, now)
         if k not in ("options", *RESUMABLE) and _comparable(k, before.get(k)) != _comparable(k, now.get(k))
     ]
     was, will = before.get("options", {}), now.get("options", {})
-    return changed + [k for k in _union(was, will) if k != "steps" and was.get(k) != will.get(k)]
+    return changed + [
+        k for k in _union(was, will) if k not in RESUMABLE_OPTIONS and was.get(k) != will.get(k)
+    ]
 
 
 def _union(one: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:

@@ -37,6 +37,15 @@ def all_reduce(values: Sequence[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+def all_gather(value: Any) -> list[Any]:
+    """Every rank's `value` (picklable), in rank order (`[value]` with one process)."""
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return [value]
+    out: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, value)
+    return out
+
+
 def barrier() -> None:
     if torch.distributed.is_initialized():
         torch.distributed.barrier()

@@ -1,15 +1,14 @@
-"""New weights from the trainer to the rollout workers, after every optimizer step (`rollout_link.py`).
+"""New weights from the trainer to the rollout workers (`rollout_link.py`, `rollout_schedule.py`).
 
-Trainer rank 0 sends each engine's trained parameters as one flat tensor, with a header naming
-them (a LoRA model's weights folded into the base model's names for `vllm`, as `push_weights`
-does in-process); under ZeRO-3 every trainer rank takes part in gathering them. A worker
-receives on a thread of its own, so a message never waits for a generation to end, and its
-rollout engines load the newest version between two batches.
+Every trainer rank takes part in building a version (gathered under ZeRO-3); trainer rank 0
+keeps the newest one and sends it to the workers that need it: a header naming the parameters
+(a LoRA model's weights folded into the base model's names for `vllm`, as `push_weights` does
+in-process), then one flat tensor per engine. A worker's rollout engines load a version between
+two batches.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -17,21 +16,35 @@ import torch
 
 from srpo_dsl.backends.base import RolloutEngine
 from srpo_dsl.rl.policies import Policy, engine_owners
-from srpo_dsl.rl.rollout_link import FLAT, WEIGHTS, Link, LinkError, flatten, unflatten
+from srpo_dsl.rl.rollout_link import CONTROL, FLAT, Link, flatten, unflatten
 from srpo_dsl.rl.weight_sync import rollout_weights
 
 
 @dataclass(frozen=True)
-class Weights:
-    """One version of every trained engine: per engine, parameter names and shapes, and a flat tensor."""
+class Header:
+    """What a version's tensors are: per engine, the parameters' names and shapes, the flat tensor's dtype
+    and size."""
 
     version: int
     names: Mapping[str, list[str]]
     shapes: Mapping[str, list[tuple[int, ...]]]
+    dtypes: Mapping[str, str]
+    sizes: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Weights:
+    """One version of every trained engine: its header and one flat tensor per engine."""
+
+    header: Header
     flats: Mapping[str, torch.Tensor]
 
+    @property
+    def version(self) -> int:
+        return self.header.version
+
     def pairs(self, engine: str) -> Iterator[tuple[str, torch.Tensor]]:
-        return zip(self.names[engine], unflatten(self.flats[engine], self.shapes[engine]))
+        return zip(self.header.names[engine], unflatten(self.flats[engine], self.header.shapes[engine]))
 
 
 def trained_weights(policy: Policy) -> list[tuple[str, torch.Tensor]]:
@@ -46,36 +59,35 @@ def trained_weights(policy: Policy) -> list[tuple[str, torch.Tensor]]:
     ]
 
 
-def send_weights(link: Link, policies: Mapping[str, Policy], version: int) -> None:
-    """Every trainer rank gathers; rank 0 sends the weights of `version` to every worker (returns once the
-    previous version was received: one version's buffers at a time)."""
+def build_weights(policies: Mapping[str, Policy], version: int, device: torch.device) -> Weights:
+    """The trained engines' weights as `version` (every trainer rank: a collective under ZeRO-3)."""
     names, shapes, flats = {}, {}, {}
     for owner, policy in sorted(engine_owners(policies).items()):
         pairs = trained_weights(policy)
         names[owner] = [n for n, _ in pairs]
         shapes[owner] = [tuple(t.shape) for _, t in pairs]
-        flats[owner] = flatten([t for _, t in pairs]).to(link.device)
-    if link.layout.rank != 0:
-        return
-    link.flush()
-    header = {"version": version, "names": names, "shapes": shapes}
-    header["dtypes"] = {owner: str(flat.dtype).removeprefix("torch.") for owner, flat in flats.items()}
-    header["sizes"] = {owner: flat.numel() for owner, flat in flats.items()}
-    for worker in range(link.layout.trainers, link.layout.world):
-        link.send_object(header, worker, WEIGHTS)
-        for i, owner in enumerate(sorted(flats)):
-            link.send_tensor(flats[owner], worker, FLAT + i)
+        flats[owner] = flatten([t for _, t in pairs]).to(device)
+    dtypes = {owner: str(flat.dtype).removeprefix("torch.") for owner, flat in flats.items()}
+    sizes = {owner: flat.numel() for owner, flat in flats.items()}
+    return Weights(Header(version, names, shapes, dtypes, sizes), flats)
 
 
-def recv_weights(link: Link) -> Weights:
-    """The next version trainer rank 0 sent (blocks)."""
-    header = link.recv_object(0, WEIGHTS)
+def send_weights(link: Link, weights: Weights, worker: int) -> None:
+    """Trainer rank 0 sends a version to `worker` on its control stream (returns at once)."""
+    link.send_object(weights.header, worker, CONTROL)
+    for i, owner in enumerate(sorted(weights.flats)):
+        link.send_tensor(weights.flats[owner], worker, FLAT + i)
+
+
+def recv_flats(link: Link, header: Header) -> Weights:
+    """The tensors that follow `header` on the control stream from trainer rank 0 (blocks)."""
     flats = {}
-    for i, owner in enumerate(sorted(header["sizes"])):
-        dtype = getattr(torch, header["dtypes"][owner])
-        flat = torch.empty(header["sizes"][owner], dtype=dtype, device=link.device)
+    for i, owner in enumerate(sorted(header.sizes)):
+        flat = torch.empty(
+            header.sizes[owner], dtype=getattr(torch, header.dtypes[owner]), device=link.device
+        )
         flats[owner] = link.recv_tensor(flat, 0, FLAT + i)
-    return Weights(header["version"], header["names"], header["shapes"], flats)
+    return Weights(header, flats)
 
 
 def load_weights(engines: Mapping[str, RolloutEngine], weights: Weights) -> None:
@@ -84,37 +96,3 @@ def load_weights(engines: Mapping[str, RolloutEngine], weights: Weights) -> None
     for owner in weights.flats:
         engines[owner].load_weights(weights.pairs(owner))
         engines[owner].version = weights.version
-
-
-class Receiver(threading.Thread):
-    """A worker's thread receiving every version up to `last`; the worker takes the newest one."""
-
-    def __init__(self, link: Link, last: int):
-        super().__init__(name="srpo-weights", daemon=True)
-        self.link, self.last = link, last
-        self.ready = threading.Condition()
-        self.newest: Weights | None = None
-        self.received = -1
-        self.error: LinkError | None = None
-
-    def run(self) -> None:
-        try:
-            while self.received < self.last:
-                weights = recv_weights(self.link)
-                with self.ready:
-                    self.newest, self.received = weights, weights.version
-                    self.ready.notify_all()
-        except LinkError as exc:
-            with self.ready:
-                self.error = exc
-                self.ready.notify_all()
-
-    def take(self, at_least: int) -> Weights | None:
-        """The newest version not yet taken, waiting until one of at least `at_least` has arrived (None:
-        nothing newer than what was taken)."""
-        with self.ready:
-            self.ready.wait_for(lambda: self.received >= at_least or self.error is not None)
-            if self.error is not None and self.received < at_least:
-                raise self.error
-            weights, self.newest = self.newest, None
-            return weights

@@ -1,29 +1,49 @@
-"""The trainer's side of asynchronous rollouts: a step's batch from its worker, the new weights back.
+"""The trainer's side of asynchronous rollouts: batches in, orders and weights out, lost workers.
 
-    episodes, metrics = feed.batch(step)    # wait for the step's batch; drop episodes over the bound
+    feed.begin(policies, start, held)      # agree on the batches held (a checkpoint's); rank 0 orders
+                                           # every step and sends the weights the first steps need
+    episodes, metrics = feed.batch(step)   # this rank's share of the step (waits); NoWorkerLeft
     ... update ...
-    feed.publish(policies, step)            # version `step` to every worker (none after the last step)
+    feed.publish(policies, step)           # version `step` to the workers whose steps need it
+    feed.held_after(step)                  # at a checkpoint: later steps' batches (waits for the next lag)
+    feed.close()                           # the run is over: the workers stop
+
+Every trainer rank listens to every worker on a thread of its own and keeps the first copy of each
+step's share it receives: nothing received is dropped for a copy generated later. A worker that
+goes away (its process died, its node is gone) closes its connections; every rank notices, and
+trainer rank 0, which keeps the schedule (`rollout_schedule.py`), hands its steps not yet trained
+to the others, with the newest weights when they need them. The ranks agree before each step that
+each holds its share: when one does not and no worker is left, all stop together (NoWorkerLeft).
 
 The metrics of a step, under `async/`: the staleness of its kept episodes (mean, max), the
-episodes dropped, and the seconds the worker and the trainer waited for each other.
+episodes dropped, the seconds the worker and the trainer waited for each other, and the workers
+still running.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
 
 import torch
 
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.policies import Policy
-from srpo_dsl.rl.process_group import all_reduce
-from srpo_dsl.rl.remote_weights import send_weights
-from srpo_dsl.rl.rollout_link import EPISODES, SETUP, Batch, Link, LinkError
+from srpo_dsl.rl.process_group import all_gather, all_reduce
+from srpo_dsl.rl.remote_weights import Weights, build_weights, send_weights
+from srpo_dsl.rl.rollout_link import CONTROL, EPISODES, SETUP, Batch, Link, LinkError, Orders, Stop
+from srpo_dsl.rl.rollout_schedule import Schedule, lag
 from srpo_dsl.rl.staleness import within_bound
 from srpo_dsl.runtime.episode import Episode
 
 PREFIX = "async/"
+
+
+class NoWorkerLeft(LinkError):
+    """Every rollout worker went away before a step's batch reached every trainer rank."""
 
 
 class Feed:
@@ -32,33 +52,133 @@ class Feed:
     def __init__(self, link: Link, opts: TrainOptions, policies: Mapping[str, Policy], device: torch.device):
         self.link, self.opts, self.device = link, opts, device
         self.trained = {name for name, p in policies.items() if p.engine is not None}
+        self.lag = lag(opts.max_staleness, opts.rollout_workers)
+        self.ready = threading.Condition()
+        self.batches: dict[int, Batch] = {}  # step -> this rank's share, received and not taken
+        self.alive = set(range(link.layout.trainers, link.layout.world))
+        self.lost: list[str] = []  # why each worker went away
+        self.taken = 0  # the last step taken
+        self.schedule: Schedule | None = None  # trainer rank 0's
+        self.current: Weights | None = None  # trainer rank 0's newest version
+        self.closing = False
+
+    def begin(self, policies: Mapping[str, Policy], start: int, held: Sequence[Batch]) -> None:
+        """Before the first step (`start` steps done): this rank's held batches, the listeners, the
+        orders, and the weights the first steps need."""
+        self.taken = start
+        self.batches = {b.step: b for b in held if b.step > start}
+        common = set.intersection(*(set(steps) for steps in all_gather(sorted(self.batches))))
+        for worker in sorted(self.alive):
+            threading.Thread(target=self.listen, args=(worker,), name="srpo-feed", daemon=True).start()
+        weights = build_weights(policies, start, self.link.device)
+        if self.link.layout.rank != 0:
+            return
+        with self.ready:
+            workers = sorted(self.alive)
+            self.schedule = Schedule.plan(workers, self.opts.max_staleness, start, self.opts.steps, common)
+            for worker in workers:
+                self.link.send_object(Orders(self.schedule.orders(worker)), worker, CONTROL)
+            self.send_due(weights)
 
     def batch(self, step: int) -> tuple[list[Episode], dict[str, float]]:
         """This rank's share of `step`'s batch, within the staleness bound, and its metrics."""
         clock = time.perf_counter()
-        worker = self.link.layout.worker_of(step)
-        batch: Batch = self.link.recv_object(worker, EPISODES)
+        with self.ready:
+            self.ready.wait_for(lambda: step in self.batches or not self.alive)
+            have = step in self.batches
+        if all_reduce([float(have)], self.device)[0] < self.link.layout.trainers:
+            raise NoWorkerLeft(f"{'; '.join(self.lost)}: no rollout worker is left")
+        with self.ready:
+            batch, self.taken = self.batches.pop(step), step
+            if self.schedule is not None:
+                self.schedule.consumed = step
+            alive = len(self.alive)
         waited = time.perf_counter() - clock
-        if batch.step != step:
-            raise LinkError(f"{self.link.describe(worker)} sent step {batch.step}'s batch for step {step}")
         fresh = within_bound(batch.episodes, step - 1, self.opts.max_staleness, self.trained)
-        metrics = fresh.metrics() | {"worker_idle": batch.idle, "trainer_idle": waited}
+        metrics = fresh.metrics() | {"worker_idle": batch.idle, "trainer_idle": waited, "workers": alive}
         metrics["dropped_episodes"] = all_reduce([fresh.dropped], self.device)[0]  # over the trainer ranks
         return fresh.episodes, {PREFIX + k: v for k, v in metrics.items()}
 
-    def begin(self, policies: Mapping[str, Policy], version: int) -> None:
-        """Before the first step: the workers get the weights they start from (`version`: the steps done)."""
-        send_weights(self.link, policies, version)
-
     def publish(self, policies: Mapping[str, Policy], version: int) -> None:
-        """After the optimizer step that made `version`: the workers get the weights, unless no batch is
-        left to generate (collective over the trainer ranks under ZeRO-3)."""
-        if version < self.opts.steps:
-            send_weights(self.link, policies, version)
+        """After the optimizer step that made `version`: the workers whose steps need it get it, unless no
+        batch is left to generate (collective over the trainer ranks under ZeRO-3)."""
+        if version >= self.opts.steps:
+            return
+        weights = build_weights(policies, version, self.link.device)
+        if self.link.layout.rank != 0:
+            return
+        for worker in sorted(self.alive):  # the previous version was taken: one version's buffers at a time
+            try:
+                self.link.flush([worker])
+            except LinkError as exc:
+                self.lose(worker, exc)
+        with self.ready:
+            self.send_due(weights)
+
+    def held_after(self, step: int) -> list[Batch]:
+        """This rank's batches of the steps after `step`, once it holds the next `lag` ones: generated
+        with weights older than `step`'s, a resumed run could not generate them again."""
+        upto = min(step + self.lag, self.opts.steps)
+        with self.ready:
+            self.ready.wait_for(
+                lambda: all(t in self.batches for t in range(step + 1, upto + 1)) or not self.alive
+            )
+            return [self.batches[t] for t in sorted(self.batches) if t > step]
 
     def close(self) -> None:
-        """Wait until the workers have received everything sent."""
-        self.link.flush()
+        """The run is over: every worker still running stops."""
+        with self.ready:
+            self.closing = True
+            for worker in self.alive if self.link.layout.rank == 0 else ():
+                self.link.send_object(Stop(), worker, CONTROL)
+        for worker in sorted(self.alive):
+            with suppress(LinkError):  # it went away after its last batch: nothing is lost
+                self.link.flush([worker])
+
+    def listen(self, worker: int) -> None:
+        """A thread: every share `worker` sends, until it goes away."""
+        try:
+            while True:
+                batch: Batch = self.link.recv_object(worker, EPISODES)
+                with self.ready:
+                    if batch.step > self.taken:
+                        self.batches.setdefault(batch.step, batch)  # the first copy received is kept
+                    self.ready.notify_all()
+        except LinkError as exc:
+            self.lose(worker, exc)
+
+    def lose(self, worker: int, exc: LinkError) -> None:
+        """`worker` went away: it is forgotten, and on trainer rank 0 its steps go to the others."""
+        with self.ready:
+            if self.closing or worker not in self.alive:
+                return
+            self.alive.discard(worker)
+            self.link.forget(worker)
+            self.lost.append(str(exc))
+            if self.schedule is not None:
+                self.reassign(worker, exc)
+            self.ready.notify_all()
+
+    def reassign(self, worker: int, exc: LinkError) -> None:
+        """Trainer rank 0 (holding the lock): the lost worker's steps not yet trained to the others."""
+        assert self.schedule is not None
+        orders = self.schedule.lose(worker)
+        for other, steps in orders.items():
+            self.link.send_object(Orders(steps), other, CONTROL)
+        if self.current is not None:
+            self.send_due(self.current)
+        if self.alive:
+            left = f"{len(self.alive)} worker{'s' if len(self.alive) > 1 else ''} left"
+            print(f"warning: {exc}: its steps go to the {left}", file=sys.stderr, flush=True)
+
+    def send_due(self, weights: Weights) -> None:
+        """Trainer rank 0 (holding the lock): `weights` becomes the newest version, sent to the workers
+        whose steps need it now."""
+        assert self.schedule is not None
+        self.current = weights
+        for worker in self.schedule.due(weights.version):
+            if worker in self.alive:
+                send_weights(self.link, weights, worker)
 
 
 def send_setup(link: Link, paths: Mapping[str, str]) -> None:

@@ -6,11 +6,14 @@ T..T+R-1 generate. The trainers form the default process group among themselves,
 and every collective of the trainer see only them; all ranks share the `link` groups, built on
 the launcher's own rendezvous store (torch.distributed, no protocol of ours):
 
+    setup     trainer rank 0 -> every worker, each policy's model            gloo
+    control   trainer rank 0 -> a worker: Orders, a version's weights, Stop   gloo; the weights' tensors
+                                                                              NCCL on GPU (a pair per worker)
     episodes  worker -> each trainer rank, its share of a step's prompts     gloo
-    weights   trainer rank 0 -> every worker, after each optimizer step      gloo on CPU, NCCL on GPU
 
-A message is a pickled header (a size, then the bytes) and, for weights, one flat tensor per
-engine. Messages between two ranks arrive in the order they were sent (one tag per kind).
+An object is pickled (a size, then the bytes); weights are an object naming them and one flat
+tensor per engine. Messages between two ranks arrive in the order they were sent (one tag per kind).
+A peer that dies closes its connections: whoever waits on it gets a `LinkError` naming it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import datetime
 import os
 import pickle
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +33,7 @@ import torch.distributed as dist
 
 from srpo_dsl.runtime.episode import Episode
 
-SETUP, EPISODES, WEIGHTS, FLAT = 10, 20, 30, 40  # the tags of the kinds of message (an object: tag, tag + 1)
+SETUP, EPISODES, CONTROL, FLAT = 10, 20, 30, 40  # the tags of the kinds of message (an object: tag, tag + 1)
 TIMEOUT = datetime.timedelta(hours=2)  # a generation or an update may take long; a dead peer fails at once
 
 
@@ -44,8 +48,24 @@ class Batch:
     episodes: list[Episode]
 
 
+@dataclass(frozen=True)
+class Orders:
+    """Trainer rank 0 to a worker: generate these steps, each with weights of at least its version."""
+
+    steps: list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Trainer rank 0 to a worker: the run is over."""
+
+
 class LinkError(ConnectionError):
     """A rollout worker or a trainer rank went away (its process died or its connection closed)."""
+
+    def __init__(self, message: str, peer: int | None = None):
+        super().__init__(message)
+        self.peer = peer  # the global rank that went away (None: not known)
 
 
 @dataclass(frozen=True)
@@ -85,17 +105,16 @@ class Layout:
 
 
 class Link:
-    """The process groups of a launch with rollout workers; sends keep their buffers until waited on."""
+    """The process groups of a launch with rollout workers. Sends return at once and keep their buffers
+    until waited on (`flush`); any thread may send (one object's two parts are never interleaved)."""
 
     def __init__(self, layout: Layout, store: Any, device: torch.device):
         self.layout, self.device, self.store = layout, device, store
         objects = dist.PrefixStore("srpo-link", store)
         self.objects = dist.ProcessGroupGloo(objects, layout.rank, layout.world, TIMEOUT)
-        self.tensors = self.objects
-        if device.type == "cuda":  # the weights go GPU to GPU
-            tensors = dist.PrefixStore("srpo-link-nccl", store)
-            self.tensors = dist.ProcessGroupNCCL(tensors, layout.rank, layout.world)
-        self.pending: list[tuple[Any, Any]] = []  # (work, buffer) of sends not yet waited on
+        self.pairs = weight_pairs(layout, store) if device.type == "cuda" else {}
+        self.lock = threading.Lock()
+        self.pending: dict[int, list[tuple[Any, Any]]] = {}  # peer -> (work, buffer) of sends not waited on
 
     def send_object(self, obj: object, dst: int, tag: int) -> None:
         """Pickle `obj` to rank `dst` (returns at once; `flush` waits)."""
@@ -103,8 +122,9 @@ class Link:
             bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8
         )
         size = torch.tensor([data.numel()], dtype=torch.int64)
-        for tensor, t in ((size, tag), (data, tag + 1)):
-            self.pending.append((self.objects.send([tensor], dst, t), tensor))
+        with self.lock:
+            for tensor, t in ((size, tag), (data, tag + 1)):
+                self.pending.setdefault(dst, []).append((self.objects.send([tensor], dst, t), tensor))
 
     def recv_object(self, src: int, tag: int) -> Any:
         """The next object rank `src` sent with `tag` (blocks)."""
@@ -115,24 +135,44 @@ class Link:
         return pickle.loads(data.numpy().tobytes())
 
     def send_tensor(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
-        self.pending.append((self.tensors.send([tensor], dst, tag), tensor))
+        group, peer = self._tensor_group(dst)
+        with self.lock:
+            self.pending.setdefault(dst, []).append((group.send([tensor], peer, tag), tensor))
 
     def recv_tensor(self, tensor: torch.Tensor, src: int, tag: int) -> torch.Tensor:
-        self._wait(self.tensors.recv([tensor], src, tag), src)
+        group, peer = self._tensor_group(src)
+        self._wait(group.recv([tensor], peer, tag), src)
         return tensor
 
-    def flush(self) -> None:
-        """Wait until every send so far was received."""
-        for work, _ in self.pending:
-            self._wait(work, None)
-        self.pending.clear()
+    def flush(self, peers: Sequence[int] | None = None) -> None:
+        """Wait until every send so far to `peers` (default: every peer) was taken; a LinkError names
+        the first peer that went away."""
+        for peer in list(self.pending) if peers is None else peers:
+            with self.lock:
+                sent = self.pending.pop(peer, [])
+            for work, _ in sent:
+                self._wait(work, peer)
+
+    def forget(self, peer: int) -> None:
+        """Drop what was sent to `peer` and not taken (it went away)."""
+        with self.lock:
+            self.pending.pop(peer, None)
 
     def close(self) -> None:
         """Abort what is still pending (a thread blocked in a receive gets a LinkError) and release the
         groups: a process that stops, on success or not, leaves no communication thread behind."""
-        for group in {id(g): g for g in (self.objects, self.tensors)}.values():
+        for group in (self.objects, *self.pairs.values()):
             group.abort()
-        self.pending.clear()
+        with self.lock:
+            self.pending.clear()
+
+    def _tensor_group(self, peer: int) -> tuple[Any, int]:
+        """The group a tensor to or from `peer` goes over, and `peer`'s rank in it: gloo's (every rank),
+        or on CUDA the NCCL pair of trainer rank 0 and the worker (rank 0, then 1)."""
+        if not self.pairs:
+            return self.objects, peer
+        worker = peer if peer >= self.layout.trainers else self.layout.rank
+        return self.pairs[worker], int(peer != 0)
 
     def _wait(self, work: Any, peer: int | None) -> None:
         try:
@@ -141,12 +181,25 @@ class Link:
             who = "a peer" if peer is None else self.describe(peer)
             first = str(exc).splitlines()[0]
             reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0]  # gloo's words, not its file
-            raise LinkError(f"{who} stopped ({reason.rstrip('.')})") from None
+            raise LinkError(f"{who} stopped ({reason.rstrip('.')})", peer) from None
 
     def describe(self, rank: int) -> str:
         if rank >= self.layout.trainers:
             return f"rollout worker {rank - self.layout.trainers} (rank {rank})"
         return f"trainer rank {rank}"
+
+
+def weight_pairs(layout: Layout, store: Any) -> dict[int, Any]:
+    """On CUDA, one NCCL group per worker with trainer rank 0 (weights go GPU to GPU): a worker that
+    dies breaks its own pair only. Trainer rank 0 holds every pair, a worker its own."""
+    if layout.rank == 0:
+        workers = range(layout.trainers, layout.world)
+    else:
+        workers = [layout.rank] if layout.is_worker else []
+    return {
+        w: dist.ProcessGroupNCCL(dist.PrefixStore(f"srpo-weights-{w}", store), int(w == layout.rank), 2)
+        for w in workers
+    }
 
 
 def join_launch(workers: int, device: str) -> Link:

@@ -1,21 +1,22 @@
-"""A rollout worker: generates the batches of its steps with the newest weights it has received.
+"""A rollout worker: generates the steps trainer rank 0 orders, with the weights each step names.
 
-    engines  = worker_engines(...)                 # every policy's rollout engine (hf or vllm), no trainer
-    weights  = Receiver(link, last)                # a thread receiving each new version
-    for step in its steps (round robin over the workers):
-        load the newest weights, waiting only while they are more than S steps older than the step's
-        rollout(step)                              # the step's prompts and seeds, exactly as the trainer's
-        send each trainer rank its share           # with the version used and the time spent waiting
+    engines = worker_engines(...)                 # every policy's rollout engine (hf or vllm), no trainer
+    inbox   = Inbox(link)                         # a thread receiving orders and versions
+    while (order := inbox.next_order()):          # the smallest step ordered
+        load inbox.weights_for(order.at_least)    # the step's version (rollout_schedule.py)
+        rollout(order.step)                       # the step's prompts and seeds, exactly as the trainer's
+        send each trainer rank its share          # with the version used and the time spent waiting
 
-A batch for step t is generated with a version v >= t - 1 - S: the trainer about to take step t
-holds t - 1, so no batch is ever more than S steps stale (S = 0: the synchronous trainer).
-The worker never sleeps: it generates while the trainer updates.
+A batch for step t is generated with version max(start, t - 1 - min(S, R)): the trainer about to
+take step t holds t - 1, so no batch is ever more than S steps stale (S = 0: the synchronous
+trainer). The worker never sleeps: it generates while the trainer updates.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 
 import torch
 
@@ -27,8 +28,9 @@ from srpo_dsl.rl.adapters import with_adapters
 from srpo_dsl.rl.data_order import step_prompts
 from srpo_dsl.rl.policies import Rollout, load_model, rollout_engine, with_lora
 from srpo_dsl.rl.process_group import Dist
-from srpo_dsl.rl.remote_weights import Receiver, load_weights
-from srpo_dsl.rl.rollout_link import EPISODES, SETUP, Batch, Link
+from srpo_dsl.rl.remote_weights import load_weights
+from srpo_dsl.rl.rollout_inbox import Inbox
+from srpo_dsl.rl.rollout_link import EPISODES, SETUP, Batch, Link, LinkError
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import Workflow, build_tools, task_data
@@ -59,36 +61,30 @@ def worker_engines(
 
 
 def run_worker(wf: Workflow, opts: TrainOptions, link: Link, rollout: Rollout) -> None:
-    """Generate this worker's batches until the run's last step, then receive the last weights sent."""
-    layout = link.layout
+    """Generate the steps trainer rank 0 orders, each with the weights it names, until it says stop."""
     if link.device.type == "cuda":
         torch.cuda.set_device(link.device)
     paths = link.recv_object(0, SETUP)  # each policy's model, as the trainer resolved it
-    dist = Dist(layout.rank, 0, 1, link.device)
+    dist = Dist(link.layout.rank, 0, 1, link.device)
     engines = worker_engines(wf.graph, paths, opts, dist, rollout)
     executor = Executor(wf.graph, dict(engines), wf.renderer(), build_tools(wf))
     tasks = task_data(wf, split="train")
-    receiver = Receiver(link, last=opts.steps - 1)
-    receiver.start()
-    first = receiver.take(at_least=0)  # the trainer's weights when the run starts (or resumes)
-    load_weights(engines, first)
-    version, idle = first.version, 0.0
-    for step in layout.steps_of(layout.rank, first.version + 1, opts.steps):
-        clock = time.perf_counter()
-        newest = receiver.take(at_least=step - 1 - opts.max_staleness)
+    inbox = Inbox(link)
+    inbox.start()
+    idle, clock = 0.0, time.perf_counter()
+    while (order := inbox.next_order()) is not None:
+        weights = inbox.weights_for(order.at_least)
+        if weights is not None:
+            load_weights(engines, weights)
         idle += time.perf_counter() - clock
-        if newest is not None:
-            load_weights(engines, newest)
-            version = newest.version
-        prompts = [tasks[i] for i in step_prompts(len(tasks), opts.batch, step, opts.seed)]
-        episodes = executor.run(prompts, samples=opts.group, seed=seed_of("rollout", opts.seed, step))
+        prompts = [tasks[i] for i in step_prompts(len(tasks), opts.batch, order.step, opts.seed)]
+        episodes = executor.run(prompts, samples=opts.group, seed=seed_of("rollout", opts.seed, order.step))
         clock = time.perf_counter()
         link.flush()  # the previous batch was taken
-        idle += time.perf_counter() - clock
-        send_batch(link, step, version, idle, episodes, opts.group)
-        idle = 0.0
-    link.flush()
-    receiver.join()
+        send_batch(link, order.step, inbox.loaded, time.perf_counter() - clock + idle, episodes, opts.group)
+        idle, clock = 0.0, time.perf_counter()
+    with suppress(LinkError):  # stopped: the trainer needs nothing more (it may be gone already)
+        link.flush()
 
 
 def send_batch(link: Link, step: int, version: int, idle: float, episodes: list[Episode], group: int) -> None:

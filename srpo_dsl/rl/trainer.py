@@ -29,8 +29,10 @@ from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.checkpoint import (
+    CHECKPOINTS,
     latest_checkpoint,
     load_checkpoint,
+    read_rank_state,
     read_state,
     resume_conflicts,
     save_checkpoint,
@@ -45,7 +47,7 @@ from srpo_dsl.rl.plugins import locate, training_objective
 from srpo_dsl.rl.policies import Policy, Rollout, engine_owners
 from srpo_dsl.rl.process_group import Dist, all_reduce, barrier, init_distributed
 from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
-from srpo_dsl.rl.rollout_feed import Feed, send_setup
+from srpo_dsl.rl.rollout_feed import Feed, NoWorkerLeft, send_setup
 from srpo_dsl.rl.rollout_link import Link, join_launch
 from srpo_dsl.rl.rollout_worker import run_worker
 from srpo_dsl.rl.rows import Rows, build_rows
@@ -179,13 +181,26 @@ def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
         bar.set_postfix_str("held-out evaluation at step 0")
         evaluate(run, 0)
     for step in bar:
-        history.append(train_step(run, step))
+        try:
+            history.append(train_step(run, step))
+        except NoWorkerLeft as exc:
+            raise stopped_without_workers(run, step - 1, exc) from None
         bar.set_postfix_str(f"return {history[-1]['return']:.3f}, grad norm {history[-1]['grad_norm']:.3f}")
         if due(step, run.opts.eval_every, run.opts.steps):
             evaluate(run, step)
         if due(step, run.opts.save_every, run.opts.steps):
             checkpoint(run, step)
     return history
+
+
+def stopped_without_workers(run: Run, done: int, exc: NoWorkerLeft) -> TrainError:
+    """The last rollout worker went away: the steps trained since the last checkpoint are checkpointed
+    (with the batches received for later steps) so that `--resume` loses nothing."""
+    if done == 0:
+        return TrainError(str(exc))
+    if latest_checkpoint(run.out) != run.out / CHECKPOINTS / f"step-{done}":
+        checkpoint(run, done)
+    return TrainError(f"{exc}: step {done} is checkpointed in {run.out}, continue with --resume")
 
 
 def train_step(run: Run, step: int) -> dict[str, float]:
@@ -334,7 +349,8 @@ def checkpoint(run: Run, step: int) -> Path:
         "graph_hash": run.graph.hash,
         "versions": {n: p.backend.version for n, p in run.policies.items()},
     }
-    return save_checkpoint(run.out, step, run.policies, state, run.dist)
+    held = {"batches": run.feed.held_after(step)} if run.feed is not None else None  # asynchronous
+    return save_checkpoint(run.out, step, run.policies, state, run.dist, held)
 
 
 def progress_bar(run: Run, progress: bool) -> Any:
@@ -440,8 +456,8 @@ def prepare_run(
     start = restore(found, state, policies, dist) if state is not None else 0
     log = RunLog(out, config, start, wf.graph) if dist.rank == 0 else None
     feed = Feed(link, opts, policies, dist.device) if link else None
-    if feed is not None:  # the workers start from the weights trained so far
-        feed.begin(policies, start)
+    if feed is not None:  # the workers start from the weights trained so far, and the batches received
+        feed.begin(policies, start, read_rank_state(found, "batches", dist.rank, []) if state else [])
     return Run(out, wf, opts, dist, policies, executor, tasks, eval_sets, config, start, log, feed)
 
 
