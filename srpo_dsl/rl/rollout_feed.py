@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 
 import torch
+from tqdm.auto import tqdm
 
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.policies import Policy
@@ -169,7 +170,7 @@ class Feed:
             self.send_due(self.current)
         if self.alive:
             left = f"{len(self.alive)} worker{'s' if len(self.alive) > 1 else ''} left"
-            print(f"warning: {exc}: its steps go to the {left}", file=sys.stderr, flush=True)
+            tqdm.write(f"warning: {exc}: its steps go to the {left}", file=sys.stderr)  # above the bar
 
     def send_due(self, weights: Weights) -> None:
         """Trainer rank 0 (holding the lock): `weights` becomes the newest version, sent to the workers

@@ -1,0 +1,87 @@
+"""The rollout workers' schedule (which worker generates which step with which version, a lost worker's
+steps) and a worker's inbox (orders smallest step first, the oldest version new enough), by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from srpo_dsl.rl.remote_weights import Header, Weights
+from srpo_dsl.rl.rollout_inbox import Inbox, Order
+from srpo_dsl.rl.rollout_link import LinkError, Orders, Stop
+from srpo_dsl.rl.rollout_schedule import Schedule, lag
+
+
+def test_the_lag_is_the_bound_or_the_workers_whichever_is_smaller() -> None:
+    assert [lag(s, 1) for s in (0, 1, 2, 5)] == [0, 1, 1, 1]
+    assert [lag(s, 3) for s in (0, 2, 3, 7)] == [0, 2, 3, 3]
+
+
+def test_one_worker_one_step_behind_gets_each_version_its_next_step_needs() -> None:
+    s = Schedule.plan([1], max_staleness=1, start=0, last=4, held=())
+    assert s.orders(1) == [(1, 0), (2, 0), (3, 1), (4, 2)]  # t - 2, never below the start
+    assert s.due(0) == [1] and s.due(0) == []  # sent once
+    s.consumed = 1
+    assert s.due(1) == [1]  # step 3's version
+    s.consumed = 2
+    assert s.due(2) == [1]  # step 4's
+    s.consumed = 3
+    assert s.due(3) == []  # no step left needs it
+
+
+def test_two_workers_two_behind_take_steps_in_turn() -> None:
+    s = Schedule.plan([1, 2], max_staleness=5, start=0, last=6, held=())
+    assert s.lag == 2
+    assert s.orders(1) == [(1, 0), (3, 0), (5, 2)] and s.orders(2) == [(2, 0), (4, 1), (6, 3)]
+    assert s.due(0) == [1, 2]
+    s.consumed = 1
+    assert s.due(1) == [2]
+    s.consumed = 2
+    assert s.due(2) == [1]
+
+
+def test_a_resumed_run_generates_only_what_it_does_not_hold_from_the_start_version() -> None:
+    s = Schedule.plan([1], max_staleness=1, start=4, last=7, held={5})
+    assert s.orders(1) == [(6, 4), (7, 5)]
+    assert s.due(4) == [1]
+
+
+def test_a_lost_workers_steps_go_to_the_others_with_the_trainers_weights() -> None:
+    """Three workers, one step behind; worker 2 dies generating step 5 while the trainer holds version 4.
+    Worker 1 last got version 2 (for step 4): it needs the trainer's version 4 now, or both would wait."""
+    s = Schedule.plan([1, 2, 3], max_staleness=1, start=0, last=9, held=())
+    for version in range(4):
+        s.consumed = version
+        s.due(version)
+    s.consumed = 4
+    assert s.due(4) == [3]  # step 6's version
+    assert s.lose(2) == {1: [(5, 3)], 3: [(8, 6)]}  # its steps not trained yet, round robin
+    assert s.owner[5] == 1 and s.owner[8] == 3 and s.workers == [1, 3]
+    assert s.due(4) == [1]  # step 5 on worker 1, which holds nothing new enough
+    assert s.lose(2) == {}  # told twice: nothing more to do
+    s.lose(1)
+    assert s.lose(3) == {} and s.workers == []
+
+
+def weights(version: int) -> Weights:
+    return Weights(Header(version, {}, {}, {}, {}), {})
+
+
+def test_an_inbox_gives_the_smallest_step_first_then_stops() -> None:
+    inbox = Inbox(link=None)
+    inbox.take(Orders([(3, 1), (5, 3)]))
+    inbox.take(Orders([(2, 0)]))  # a lost worker's step, ordered later
+    assert [inbox.next_order(), inbox.next_order()] == [Order(2, 0), Order(3, 1)]
+    inbox.take(Stop())
+    assert inbox.next_order() is None
+
+
+def test_an_inbox_takes_the_oldest_version_new_enough_and_drops_the_older() -> None:
+    inbox = Inbox(link=None)
+    inbox.versions.extend(weights(v) for v in (0, 1, 2))
+    assert inbox.weights_for(1).version == 1 and inbox.loaded == 1
+    assert inbox.weights_for(0) is None and inbox.weights_for(1) is None  # the loaded one will do
+    assert [w.version for w in inbox.versions] == [2]
+    inbox.error = LinkError("trainer rank 0 stopped (Connection closed by peer)", 0)
+    with pytest.raises(LinkError, match="trainer rank 0 stopped"):
+        inbox.weights_for(3)
+    assert inbox.weights_for(2).version == 2  # what arrived before the trainer went away is used

@@ -1,0 +1,169 @@
+"""Rollout workers that die: the trainer's feed over real gloo groups between processes (a lost worker's
+steps go to the others, the first copy of a step is kept, none left is one line), then whole runs
+through the command line (a worker killed mid-run, the last one killed, `--resume`)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.rl.process_group import free_port
+from srpo_dsl.rl.rollout_feed import Feed, NoWorkerLeft
+from srpo_dsl.rl.rollout_inbox import Inbox
+from srpo_dsl.rl.rollout_link import Layout, Link
+from srpo_dsl.rl.rollout_worker import send_batch
+from srpo_dsl.runtime.episode import Episode, Event, Member
+from tests.clitools import ROOT
+from tests.test_async import QUICKSTART, SMALL, env_threads, metrics
+
+CPU = torch.device("cpu")
+STEPS = 4
+
+
+def marked(worker: int, step: int, version: int) -> Episode:
+    """An episode that says who generated which step with which version."""
+    ep = Episode(f"w{worker}-s{step}", f"w{worker}-s{step}", 0, {"id": "p"})
+    member = Member(0, "solver", 0, "lm", version, [1], [2], [-0.5], "x", True)
+    ep.events = [Event("e1", "solver", "n", "s", 1, True, [member])]
+    return ep
+
+
+def _worker(rank: int, port: int, dies_after: int) -> None:
+    """Generates what it is ordered (a marked episode per step); dies right after sending `dies_after`."""
+    store = dist.TCPStore("127.0.0.1", port, 3, False, datetime.timedelta(seconds=30))
+    link = Link(Layout(rank, 1, 2), store, CPU)
+    inbox = Inbox(link)
+    inbox.start()
+    while (order := inbox.next_order()) is not None:
+        inbox.weights_for(order.at_least)
+        link.flush()
+        send_batch(link, order.step, inbox.loaded, 0.0, [marked(rank, order.step, inbox.loaded)], 1)
+        if order.step == dies_after:
+            link.flush()
+            os._exit(9)  # killed: no goodbye
+    link.flush()
+
+
+def _trainer(port: int, out: mp.Queue) -> None:
+    """Takes steps 1..STEPS as the trainer does (no model: no weights to send, only versions)."""
+    store = dist.TCPStore("127.0.0.1", port, 3, True, datetime.timedelta(seconds=30))
+    link = Link(Layout(0, 1, 2), store, CPU)
+    feed = Feed(link, TrainOptions(steps=STEPS, rollout_workers=2, max_staleness=1), {}, CPU)
+    feed.begin({}, 0, [])
+    taken = []
+    try:
+        for step in range(1, STEPS + 1):
+            episodes, stats = feed.batch(step)
+            taken.append((episodes[0].prompt_id, episodes[0].events[0].members[0].policy_version))
+            taken.append(stats["async/workers"])
+            feed.publish({}, step)
+        feed.close()
+    except NoWorkerLeft as exc:
+        taken.append(str(exc))
+    out.put(taken)
+    link.close()
+
+
+def run_feed(dies_after: dict[int, int]) -> list:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_trainer, args=(port, out))]
+    procs += [ctx.Process(target=_worker, args=(r, port, dies_after.get(r, -1))) for r in (1, 2)]
+    for p in procs:
+        p.start()
+    taken = out.get(timeout=60)
+    for p in procs:
+        p.join(timeout=30)
+    return taken
+
+
+def test_a_lost_workers_steps_go_to_the_other_and_what_it_sent_is_kept(capfd: pytest.CaptureFixture) -> None:
+    """Worker rank 2 (steps 2 and 4) dies once step 2 is sent: step 2 is its copy, step 4 worker 1's."""
+    taken = run_feed({2: 2})
+    assert taken[0::2][:3] == [("w1-s1", 0), ("w2-s2", 0), ("w1-s3", 1)]
+    assert taken[6][0] == "w1-s4" and taken[6][1] in (2, 3)  # its target, or the trainer's version then
+    assert taken[1] == 2 and taken[-1] == 1  # workers running, as the trainer knows it at each step
+    err = capfd.readouterr().err
+    assert (
+        "warning: rollout worker 1 (rank 2) stopped (" in err and "its steps go to the 1 worker left" in err
+    )
+
+
+def test_with_no_worker_left_the_trainer_stops_with_one_line() -> None:
+    taken = run_feed({1: 1, 2: 2})
+    assert taken[0::2][:2] == [("w1-s1", 0), ("w2-s2", 0)]
+    message = taken[-1]
+    assert isinstance(message, str) and "\n" not in message
+    assert (
+        "rollout worker 0 (rank 1) stopped (" in message and "rollout worker 1 (rank 2) stopped (" in message
+    )
+    assert message.endswith(": no rollout worker is left")
+
+
+# --- whole runs --------------------------------------------------------------------------------------
+
+
+def trainer_and_workers(launcher: subprocess.Popen) -> dict[int, psutil.Process]:
+    """The launched processes of a self-launched run, by rank."""
+    found = {}
+    for child in psutil.Process(launcher.pid).children():
+        found[int(child.environ()["RANK"])] = child
+    return found
+
+
+def wait_for_steps(launcher: subprocess.Popen, out: Path, steps: int) -> None:
+    """Until `steps` rows of metrics are written."""
+    deadline = time.time() + 240
+    while not (out / "metrics.jsonl").exists() or len(metrics(out)) < steps:
+        assert launcher.poll() is None and time.time() < deadline, "the run ended before the kill"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_then_the_last_one_then_resume(tmp_path: Path) -> None:
+    """Two workers: one killed at step 2, the run goes on; the other killed at step 4: the trainer
+    checkpoints what it trained and stops with one line; `--resume` with two fresh workers finishes."""
+    out = tmp_path / "run"
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--steps", "8", "--option", "save_every=8"]
+    args += ["--option", "rollout_workers=2", "--option", "max_staleness=1"]
+    command = [sys.executable, "-m", "srpo_dsl", *map(str, args)]
+    env = env_threads(3)
+    launcher = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_for_steps(launcher, out, 2)
+    ranks = trainer_and_workers(launcher)
+    ranks[2].send_signal(signal.SIGKILL)
+    wait_for_steps(launcher, out, 4)
+    ranks[1].send_signal(signal.SIGKILL)
+    _, stderr = launcher.communicate(timeout=240)
+    assert launcher.returncode not in (0, None), stderr[-3000:]
+    assert "warning: rollout worker 1 (rank 2) stopped (" in stderr
+    last = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(last) == 1 and "no rollout worker is left: step " in last[0], stderr[-3000:]
+    assert "Traceback" not in stderr
+    done = int(last[0].split(": step ")[1].split()[0])
+    assert done >= 4 and (out / "checkpoints" / f"step-{done}").is_dir()
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == list(range(1, done + 1))
+    assert rows[0]["async/workers"] == 2 and rows[-1]["async/workers"] == 1
+    more = subprocess.run(
+        command + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert [r["step"] for r in metrics(out)] == list(range(1, 9))
+    assert json.loads((out / "eval.jsonl").read_text().splitlines()[-1])["step"] == 8
