@@ -189,7 +189,7 @@ def test_a_stale_run_records_its_staleness_and_resumes(tmp_path: Path) -> None:
     assert run.stdout.splitlines()[-1].startswith("held-out Avg@4")  # one report, from the trainer
     rows = metrics(out)
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]  # the worker ran one step ahead
-    assert all(r["async/dropped_episodes"] == 0 and r["async/trainer_idle"] >= 0 for r in rows)
+    assert all(r["async/dropped_episodes"] == 0 and r["time/trainer_idle"] >= 0 for r in rows)
     assert "importance_weight_mean" not in rows[0]  # on-policy: nothing to correct
     assert all(
         0 < r["importance_weight_mean"] <= 2.0 and 0 <= r["importance_capped_fraction"] <= 1 for r in rows[1:]

@@ -15,11 +15,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from clitools import ROOT
+
+from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
 
 STEPS, SAVE_EVERY = 20, 10
 TRAIN = [
@@ -32,6 +35,9 @@ TRAIN = [
     "--option",
     "eval_size=16",
 ]
+
+
+ASYNC = ["--option", "rollout_workers=1", "--option", "max_staleness=1"]  # a worker one version behind
 
 
 def train_cmd(out: Path, save_every: int, *flags: str) -> list[str]:
@@ -49,9 +55,8 @@ def train_cmd(out: Path, save_every: int, *flags: str) -> list[str]:
 
 
 def two_threads() -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")
-    }
+    """Two torch threads (asynchronous: one each for the trainer and its worker), no launcher's variables."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     return env | {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
 
 
@@ -92,15 +97,35 @@ def assert_same_run(a: Path, b: Path) -> None:
         assert all(torch.equal(x["optimizer"][p][k], y["optimizer"][p][k]) for k in ("exp_avg", "exp_avg_sq"))
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted run, checkpointed at steps 10 and 20."""
-    out = tmp_path_factory.mktemp("repro") / "reference"
-    train(out, SAVE_EVERY)
+def uninterrupted(out: Path, *flags: str) -> Path:
+    """A run checkpointed at steps 10 and 20."""
+    train(out, SAVE_EVERY, *flags)
     metrics = outcome(out, "metrics.jsonl")
     assert [r["step"] for r in metrics] == list(range(1, STEPS + 1))
     assert len({r["grad_norm"] for r in metrics}) == STEPS  # it trains: every step moved the weights
     return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return uninterrupted(tmp_path_factory.mktemp("repro") / "reference")
+
+
+def kill_after_checkpoint(cut: Path, trainer: Callable[[subprocess.Popen], int], *flags: str) -> None:
+    """Start a run in `cut`, SIGKILL its trainer's process once step 10's checkpoint exists."""
+    child = subprocess.Popen(
+        train_cmd(cut, SAVE_EVERY, *flags),
+        cwd=ROOT,
+        env=two_threads(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 600
+    while not (cut / "checkpoints" / f"step-{SAVE_EVERY}").exists() and child.poll() is None:
+        assert time.time() < deadline, "no checkpoint at step 10"
+        time.sleep(0.05)
+    os.kill(trainer(child), signal.SIGKILL)
+    child.wait()
 
 
 @pytest.mark.slow
@@ -116,18 +141,27 @@ def test_two_runs_are_identical_whatever_their_checkpoints(reference: Path, tmp_
 def test_a_run_killed_after_a_checkpoint_resumes_to_the_same_end(reference: Path, tmp_path: Path) -> None:
     """SIGKILL once step 10's checkpoint exists (the run is into step 11 or later), then `--resume`."""
     cut = tmp_path / "cut"
-    child = subprocess.Popen(
-        train_cmd(cut, SAVE_EVERY),
-        cwd=ROOT,
-        env=two_threads(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 600
-    while not (cut / "checkpoints" / f"step-{SAVE_EVERY}").exists() and child.poll() is None:
-        assert time.time() < deadline, "no checkpoint at step 10"
-        time.sleep(0.05)
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
+    kill_after_checkpoint(cut, lambda child: child.pid)
     train(cut, SAVE_EVERY, "--resume")
+    assert_same_run(reference, cut)
+
+
+def rank_zero(launcher: subprocess.Popen) -> int:
+    """The trainer's process of a run that launched itself with a rollout worker."""
+    import psutil
+
+    return next(p.pid for p in psutil.Process(launcher.pid).children() if p.environ().get("RANK") == "0")
+
+
+@pytest.mark.slow
+def test_an_asynchronous_run_killed_after_a_checkpoint_resumes_to_the_same_end(tmp_path: Path) -> None:
+    """With a rollout worker one version behind: each batch's version is fixed by its step, so two runs
+    are identical; SIGKILL of the trainer after step 10's checkpoint (which holds step 11's batch,
+    generated with version 9), then `--resume`, ends as the uninterrupted run."""
+    reference = uninterrupted(tmp_path / "reference", *ASYNC)
+    staleness = [r["async/staleness_max"] for r in outcome(reference, "metrics.jsonl")]
+    assert staleness == [0.0] + [1.0] * (STEPS - 1)
+    cut = tmp_path / "cut"
+    kill_after_checkpoint(cut, rank_zero, *ASYNC)
+    train(cut, SAVE_EVERY, "--resume", *ASYNC)
     assert_same_run(reference, cut)

@@ -162,7 +162,7 @@ def test_a_killed_worker_then_the_last_one_then_resume(tmp_path: Path) -> None:
     assert [r["step"] for r in rows] == list(range(1, done + 1))
     assert rows[0]["async/workers"] == 2 and rows[-1]["async/workers"] == 1
     more = subprocess.run(
-        command + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [*command, "--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert more.returncode == 0, more.stderr[-3000:]
     assert [r["step"] for r in metrics(out)] == list(range(1, 9))

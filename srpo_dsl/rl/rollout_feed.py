@@ -16,8 +16,8 @@ to the others, with the newest weights when they need them. The ranks agree befo
 each holds its share: when one does not and no worker is left, all stop together (NoWorkerLeft).
 
 The metrics of a step, under `async/`: the staleness of its kept episodes (mean, max), the
-episodes dropped, the seconds the worker and the trainer waited for each other, and the workers
-still running.
+episodes dropped, and the workers still running; under `time/` (wall-clock, as every timing): the
+seconds the worker and the trainer waited for each other (`worker_idle`, `trainer_idle`).
 """
 
 from __future__ import annotations
@@ -96,9 +96,10 @@ class Feed:
             alive = len(self.alive)
         waited = time.perf_counter() - clock
         fresh = within_bound(batch.episodes, step - 1, self.opts.max_staleness, self.trained)
-        metrics = fresh.metrics() | {"worker_idle": batch.idle, "trainer_idle": waited, "workers": alive}
+        metrics = fresh.metrics() | {"workers": alive}
         metrics["dropped_episodes"] = all_reduce([fresh.dropped], self.device)[0]  # over the trainer ranks
-        return fresh.episodes, {PREFIX + k: v for k, v in metrics.items()}
+        clocks = {"time/worker_idle": batch.idle, "time/trainer_idle": waited}  # wall-clock keys: time/
+        return fresh.episodes, {PREFIX + k: v for k, v in metrics.items()} | clocks
 
     def publish(self, policies: Mapping[str, Policy], version: int) -> None:
         """After the optimizer step that made `version`: the workers whose steps need it get it, unless no
