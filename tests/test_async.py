@@ -181,8 +181,9 @@ def test_staleness_zero_gives_the_synchronous_trainers_weights(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_a_stale_run_records_its_staleness_and_resumes(tmp_path: Path) -> None:
-    workers = ["--option", "rollout_workers=1", "--option", "max_staleness=1", "--option", "save_every=2"]
+def test_a_stale_run_records_its_staleness(tmp_path: Path) -> None:
+    """(Resuming one: tests/test_reproducible.py, exact after SIGKILL; tests/test_worker_faults.py.)"""
+    workers = ["--option", "rollout_workers=1", "--option", "max_staleness=1"]
     out = tmp_path / "run"
     run = cli("train", QUICKSTART, "--out", out, *SMALL, *workers, env=env_threads(2))
     assert run.returncode == 0, run.stderr[-2000:]
@@ -194,11 +195,6 @@ def test_a_stale_run_records_its_staleness_and_resumes(tmp_path: Path) -> None:
     assert all(
         0 < r["importance_weight_mean"] <= 2.0 and 0 <= r["importance_capped_fraction"] <= 1 for r in rows[1:]
     )
-    more = cli(
-        "train", QUICKSTART, "--out", out, *SMALL, *workers, "--resume", "--steps", "4", env=env_threads(2)
-    )
-    assert more.returncode == 0, more.stderr[-2000:]
-    assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4]
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ from clitools import ROOT
 
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
 
-STEPS, SAVE_EVERY = 20, 10
+STEPS, SAVE_EVERY = 12, 6
 TRAIN = [
     "train",
     "workflows/quickstart.srpo",
@@ -98,7 +98,7 @@ def assert_same_run(a: Path, b: Path) -> None:
 
 
 def uninterrupted(out: Path, *flags: str) -> Path:
-    """A run checkpointed at steps 10 and 20."""
+    """A run checkpointed at steps 6 and 12."""
     train(out, SAVE_EVERY, *flags)
     metrics = outcome(out, "metrics.jsonl")
     assert [r["step"] for r in metrics] == list(range(1, STEPS + 1))
@@ -112,7 +112,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def kill_after_checkpoint(cut: Path, trainer: Callable[[subprocess.Popen], int], *flags: str) -> None:
-    """Start a run in `cut`, SIGKILL its trainer's process once step 10's checkpoint exists."""
+    """Start a run in `cut`, SIGKILL its trainer's process once step 6's checkpoint exists."""
     child = subprocess.Popen(
         train_cmd(cut, SAVE_EVERY, *flags),
         cwd=ROOT,
@@ -122,7 +122,7 @@ def kill_after_checkpoint(cut: Path, trainer: Callable[[subprocess.Popen], int],
     )
     deadline = time.time() + 600
     while not (cut / "checkpoints" / f"step-{SAVE_EVERY}").exists() and child.poll() is None:
-        assert time.time() < deadline, "no checkpoint at step 10"
+        assert time.time() < deadline, "no checkpoint at step 6"
         time.sleep(0.05)
     os.kill(trainer(child), signal.SIGKILL)
     child.wait()
@@ -139,7 +139,7 @@ def test_two_runs_are_identical_whatever_their_checkpoints(reference: Path, tmp_
 
 @pytest.mark.slow
 def test_a_run_killed_after_a_checkpoint_resumes_to_the_same_end(reference: Path, tmp_path: Path) -> None:
-    """SIGKILL once step 10's checkpoint exists (the run is into step 11 or later), then `--resume`."""
+    """SIGKILL once step 6's checkpoint exists (the run is into step 7 or later), then `--resume`."""
     cut = tmp_path / "cut"
     kill_after_checkpoint(cut, lambda child: child.pid)
     train(cut, SAVE_EVERY, "--resume")
@@ -156,8 +156,8 @@ def rank_zero(launcher: subprocess.Popen) -> int:
 @pytest.mark.slow
 def test_an_asynchronous_run_killed_after_a_checkpoint_resumes_to_the_same_end(tmp_path: Path) -> None:
     """With a rollout worker one version behind: each batch's version is fixed by its step, so two runs
-    are identical; SIGKILL of the trainer after step 10's checkpoint (which holds step 11's batch,
-    generated with version 9), then `--resume`, ends as the uninterrupted run."""
+    are identical; SIGKILL of the trainer after step 6's checkpoint (which holds step 7's batch,
+    generated with version 5), then `--resume`, ends as the uninterrupted run."""
     reference = uninterrupted(tmp_path / "reference", *ASYNC)
     staleness = [r["async/staleness_max"] for r in outcome(reference, "metrics.jsonl")]
     assert staleness == [0.0] + [1.0] * (STEPS - 1)

@@ -56,6 +56,8 @@ def relaunch(processes: int) -> int:
     try:
         code = ranks[0].wait()
         for worker in ranks[1:]:
+            if code != 0:  # the trainer said why: its workers need not add that it is gone
+                worker.terminate()
             stop(worker)
     finally:
         for sig, handler in forward.items():
