@@ -257,7 +257,8 @@ def test_the_dry_run_prints_each_ranks_role_node_and_device(two_nodes: Nodes, tm
         first, second = on_both(steps[i].pair, work, environment(page()[1]))
         assert first.returncode == 0 and second.returncode == 0, tails(first, second)
         printed = first.stdout.splitlines()
-        assert len(printed) == len(lines) and all(map(agrees, lines, printed)), (printed, lines)
+        same = len(printed) == len(lines) and all(map(agrees, lines, printed))
+        assert same, "\n".join(["--- shown", *lines, "--- printed", *printed, tails(first, second)])
         assert second.stdout == "", "rank 0 prints the table, the other ranks nothing"
         assert not out_of(steps[i].pair[0], work).exists(), "a dry run writes nothing"
 
