@@ -51,8 +51,8 @@ def this_node() -> str:
     gloo's interface when one is named (GLOO_SOCKET_IFNAME: the user's, or `rl.network`'s choice)."""
     from srpo_dsl.rl.network import source_address, use_route_to_master
 
-    interface = use_route_to_master()
-    address = source_address(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", 29500)))
+    interface, master = use_route_to_master(), os.environ.get("MASTER_ADDR")
+    address = source_address(master, int(os.environ.get("MASTER_PORT", 29500))) if master else None
     where = ", ".join(filter(None, [socket.gethostname(), address, interface and f"gloo on {interface}"]))
     number = os.environ.get("GROUP_RANK", os.environ.get("CROSS_RANK"))
     return f"node {number} ({where})" if number is not None else f"({where})"

@@ -34,7 +34,7 @@ def source_address(host: str, port: int = 29500) -> str | None:
 
 def interface_of(address: str) -> str | None:
     """The name of the network interface that holds `address` (None: none does)."""
-    import psutil  # a dependency of DeepSpeed's
+    import psutil
 
     for name, addresses in psutil.net_if_addrs().items():
         if any(a.address.split("%")[0] == address for a in addresses):
@@ -81,10 +81,10 @@ def reaching_peers() -> Iterator[None]:
     try:
         yield
     except DistNetworkError as exc:
-        reason = first_line(exc)
+        reason = first_line(exc).rstrip(".")
         raise ConnectionError(
-            f"the launch's rendezvous store went away while the ranks connected ({reason}): a process on "
-            f"another node stopped (its own error says why)"
+            f"no connection to the launch's rendezvous store ({reason}): every process must reach "
+            f"MASTER_ADDR until all have joined; if a process on another node stopped, its own error says why"
         ) from None
     except RuntimeError as exc:
         missing = re.search(r"Unable to find address for: (\S+)", str(exc))
