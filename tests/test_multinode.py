@@ -12,7 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +74,10 @@ def page() -> tuple[list[list[str]], dict[str, str], list[Step]]:
         for argv in commands(block):
             if argv[0] == "export":
                 exports.update(part.split("=", 1) for part in argv[1:])
-            elif argv[:3] != ["ip", "netns", "exec"]:
-                (ip if argv[0] == "ip" else steps).append(argv if argv[0] == "ip" else Step(command=argv))
+            elif argv[0] == "ip" and argv[:3] != ["ip", "netns", "exec"]:
+                ip.append(argv)
+            elif argv[0] != "ip":
+                steps.append(Step(command=argv))
             elif argv[-1] == "&":
                 background = argv[:-1]
             else:
@@ -130,23 +132,28 @@ def program(argv: list[str]) -> list[str]:
     return [part for arg in argv for part in swap.get(arg, [arg])]
 
 
-def start(argv: list[str], folder: Path, env: dict[str, str], name: str) -> tuple[subprocess.Popen, Path]:
-    log = folder / f"{name}.log"
-    with open(folder / f"{name}.out", "w") as out, open(log, "w") as err:
+def start(argv: list[str], folder: Path, env: dict[str, str], name: str) -> subprocess.Popen:
+    """`argv` in a session of its own, its stdout and stderr into folder/NAME.out and NAME.err."""
+    with open(folder / f"{name}.out", "w") as out, open(folder / f"{name}.err", "w") as err:
         return subprocess.Popen(
             program(argv), cwd=folder, env=env, stdout=out, stderr=err, start_new_session=True
-        ), log
+        )
 
 
-def finish(process: subprocess.Popen, folder: Path, name: str, deadline: float) -> Done:
-    """Wait for `process` (its session is killed past the deadline) and read what it wrote."""
+def finish(process: subprocess.Popen, folder: Path, name: str) -> Done:
+    """Wait for `process` and read what it wrote. Past TIMEOUT its session is stopped: torchrun, on
+    SIGTERM, stops its workers (they run in sessions of their own), then SIGKILL."""
     try:
-        code = process.wait(timeout=deadline)
+        code = process.wait(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        code = process.wait()
-    read = lambda suffix: (folder / f"{name}.{suffix}").read_text(errors="replace")  # noqa: E731
-    return Done(code, read("out"), read("log"))
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            code = process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            code = process.wait()
+    out, err = ((folder / f"{name}.{kind}").read_text(errors="replace") for kind in ("out", "err"))
+    return Done(code, out, err)
 
 
 def on_both(
@@ -154,9 +161,9 @@ def on_both(
 ) -> tuple[Done, Done]:
     """Both nodes' commands at once (node 0's with `node0` added to `env`); each one's exit code, stdout
     and stderr."""
-    envs = [env | (node0 or {}), env]
-    started = [start(argv, folder, envs[n], f"node{n}") for n, argv in enumerate(pair)]
-    return tuple(finish(p, folder, f"node{n}", TIMEOUT) for n, (p, _) in enumerate(started))  # type: ignore[return-value]
+    first = start(pair[0], folder, env | (node0 or {}), "node0")
+    second = start(pair[1], folder, env, "node1")
+    return finish(first, folder, "node0"), finish(second, folder, "node1")
 
 
 def tails(*done: Done) -> str:
@@ -177,7 +184,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def one_node(work: Path) -> Iterator[Callable[[int], Path]]:
+def one_node(work: Path) -> Callable[[int], Path]:
     """The page's one-process run at a ZeRO stage (run once per stage): its folder."""
     (command,) = [s.command for s in page()[2] if s.command is not None]
     done: dict[int, Path] = {}
@@ -197,7 +204,7 @@ def one_node(work: Path) -> Iterator[Callable[[int], Path]]:
             done[zero] = work / argv[argv.index("--out") + 1]
         return done[zero]
 
-    yield run
+    return run
 
 
 def at_stage(argv: list[str], zero: int) -> list[str]:
