@@ -7,6 +7,7 @@ variables; a failure shows each process's stderr tail."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -113,7 +114,11 @@ class Done:
     stderr: str
 
     def tail(self, name: str) -> str:
-        return f"--- {name}: exit {self.returncode}, stderr tail:\n{self.stderr[-2500:]}"
+        """The exit code, srpo-dsl's own error lines (the launcher's report follows them), the stderr tail."""
+        ours = [line for line in self.stderr.splitlines() if re.match(r"(internal )?error: ", line)]
+        return "\n".join(
+            [f"--- {name}: exit {self.returncode}", *ours, "--- stderr tail:", self.stderr[-2000:]]
+        )
 
 
 def environment(exports: dict[str, str]) -> dict[str, str]:
