@@ -30,6 +30,7 @@ from srpo_dsl.cli.common import (
     libraries_quiet,
     workflow_failure,
 )
+from srpo_dsl.cli.dry_run import print_dry_run
 from srpo_dsl.cli.launch import processes_needed, relaunch
 from srpo_dsl.cli.outputs import OVERWRITE, check_out, refuse_existing, staged_output
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
@@ -83,6 +84,12 @@ DEVICE = typer.Option(None, "--device", help="Default: cuda when available.")
 BACKEND = typer.Option(
     RolloutEngine.hf, "--backend", help="Rollout engine: hf (in-process) or vllm (colocated on the GPU)."
 )
+DRY_RUN = typer.Option(
+    False,
+    "--dry-run",
+    help="Print each process's role, node and device and exit, loading no model (under a launcher: once "
+    "every rank has joined one gloo group, which checks that the nodes reach each other).",
+)
 
 
 def train_cmd(
@@ -106,19 +113,18 @@ def train_cmd(
     device: Device | None = DEVICE,
     backend: RolloutEngine = BACKEND,
     decode: Decode = DECODE,
+    dry_run: bool = DRY_RUN,
     verbose: bool = VERBOSE,
 ) -> None:
     """Train a workflow's trainable policies with SRPO (or a baseline); flags override its `train` block.
 
     Writes OUT/metrics.jsonl, OUT/eval.jsonl, OUT/tb (TensorBoard), OUT/config.json and
     OUT/checkpoints/step-N, and ends with the held-out Avg@k / Pass@k at the first and last
-    evaluation. Several processes: launch with `torchrun` or `deepspeed`.
+    evaluation (`--resume` continues it). Several processes: launch with `torchrun` or `deepspeed`.
 
     Examples:
 
       srpo-dsl train workflows/quickstart.srpo --out runs/q1
-
-      srpo-dsl train workflows/quickstart.srpo --out runs/q1 --resume
 
       srpo-dsl train workflows/search_k5_sqrt.srpo --objective srpo --set-norm mean --zero 2 --micro-batches 4
 
@@ -135,6 +141,8 @@ def train_cmd(
     overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
     options = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
     options |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}
+    if dry_run:  # each process's role, node and device; loads no model (`cli.dry_run`)
+        return print_dry_run(workflow, overrides, options["device"], verbose)
     with libraries_quiet(not verbose), one_line_errors(workflow):  # rollout workers and no launcher:
         processes = processes_needed(workflow, overrides)  # the command launches them with itself
     if processes:

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from srpo_dsl.rl.network import reaching_peers, use_route_to_master
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -72,6 +74,7 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
         )
     if trainers is not None:  # what DeepSpeed reads of the launch: the trainers' group
         os.environ["WORLD_SIZE"] = str(trainers)
+    use_route_to_master()  # gloo's interface to the other nodes
     import deepspeed
     import deepspeed.ops
 
@@ -83,11 +86,14 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
     )  # from ZeRO's internals
     backend = "gloo" if device == "cpu" else "nccl"
     if not torch.distributed.is_initialized():
-        if store is not None:
-            group_store = torch.distributed.PrefixStore("srpo-trainers", store)
-            rank = int(os.environ["RANK"])
-            torch.distributed.init_process_group(backend, store=group_store, rank=rank, world_size=trainers)
-        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        with reaching_peers():
+            if store is not None:
+                group_store = torch.distributed.PrefixStore("srpo-trainers", store)
+                rank = int(os.environ["RANK"])
+                torch.distributed.init_process_group(
+                    backend, store=group_store, rank=rank, world_size=trainers
+                )
+            deepspeed.init_distributed(dist_backend=backend, verbose=False)
         atexit.register(destroy_distributed)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if device == "cuda":
@@ -96,8 +102,13 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
         torch.distributed.get_rank(),
         local_rank,
         torch.distributed.get_world_size(),
-        torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu"),
+        rank_device(device, local_rank),
     )
+
+
+def rank_device(device: str, local_rank: int) -> torch.device:
+    """A trainer rank's device: the GPU of its local rank (one per GPU), or the CPU."""
+    return torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu")
 
 
 def destroy_distributed() -> None:

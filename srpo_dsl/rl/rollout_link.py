@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from srpo_dsl.rl.network import reaching_peers, use_route_to_master
 from srpo_dsl.runtime.episode import Episode
 
 SETUP, EPISODES, CONTROL, FLAT = 10, 20, 30, 40  # the tags of the kinds of message (an object: tag, tag + 1)
@@ -79,7 +80,12 @@ class Layout:
     @classmethod
     def from_env(cls, workers: int) -> Layout:
         """From the launcher's RANK and WORLD_SIZE; ValueError when no rank is left to train."""
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        return cls.of(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), workers)
+
+    @classmethod
+    def of(cls, rank: int, world: int, workers: int) -> Layout:
+        """Global rank `rank` of a launch of `world` processes, the last `workers` of them rollout workers
+        (0: every rank trains); ValueError when no rank is left to train."""
         if world <= workers:
             raise ValueError(
                 f"rollout_workers = {workers} needs at least {workers + 1} processes (one trainer), "
@@ -211,12 +217,20 @@ def join_launch(workers: int, device: str) -> Link:
             f"(it launches them), torchrun or deepspeed"
         )
     layout = Layout.from_env(workers)
+    use_route_to_master()  # gloo's interface to the other nodes
     store, _, _ = next(dist.rendezvous("env://"))
-    local = int(os.environ.get("LOCAL_RANK", 0))  # a worker past this node's GPUs shares one (1 GPU: cuda:0)
-    gpu = torch.device("cuda", local % torch.cuda.device_count()) if device == "cuda" else None
-    link = Link(layout, store, gpu or torch.device("cpu"))
+    with reaching_peers():
+        link = Link(layout, store, link_device(device, int(os.environ.get("LOCAL_RANK", 0))))
     atexit.register(link.close)
     return link
+
+
+def link_device(device: str, local_rank: int) -> torch.device:
+    """The device of a launch's process on the link, and a worker's for generating: its local rank wrapped
+    around this node's GPUs (a worker past them shares one; 1 GPU: cuda:0); the CPU for `cpu`."""
+    if device != "cuda":
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
 def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

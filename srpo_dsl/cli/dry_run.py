@@ -1,0 +1,130 @@
+"""`srpo-dsl train --dry-run`: each process of the launch, its role, node and device, before anything loads.
+
+Under a launcher (`torchrun`, `deepspeed`: RANK and WORLD_SIZE set) every process joins one gloo group
+on the launcher's rendezvous (`env://`), which also proves that the nodes reach each other; rank 0
+gathers every rank's place and prints one line per rank. Without a launcher it prints the processes
+this command would start (one, or 1 + R with `rollout_workers = R`: `cli.launch`) and starts none.
+Roles and devices come from the rules the run uses (`rl.rollout_link.Layout`, `link_device`;
+`rl.process_group.rank_device`); no model, DeepSpeed or user code is loaded.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TIMEOUT = datetime.timedelta(minutes=5)  # for every rank to join, and for each connection
+
+
+@dataclass(frozen=True)
+class Place:
+    """One process of a launch: what it does, where it runs, on which device."""
+
+    rank: int
+    world: int
+    role: str  # `trainer rank N` or `rollout worker N`
+    node: str  # `node N (HOST, ADDRESS)`: the launcher's node rank, the host, the address it is reached at
+    device: str
+
+
+def place(rank: int, local_rank: int, world: int, workers: int, device: str, node: str) -> Place:
+    """Rank `rank` of `world` with `workers` rollout workers, as the run lays it out."""
+    from srpo_dsl.rl.process_group import rank_device
+    from srpo_dsl.rl.rollout_link import Layout, link_device
+
+    layout = Layout.of(rank, world, workers)
+    if layout.is_worker:
+        role, used = f"rollout worker {rank - layout.trainers}", link_device(device, local_rank)
+    else:
+        role, used = f"trainer rank {rank}", rank_device(device, local_rank)
+    return Place(rank, world, role, node, str(used))
+
+
+def this_node() -> str:
+    """`node N (HOST, ADDRESS)`: the launcher's node rank (torchrun's GROUP_RANK, DeepSpeed's CROSS_RANK;
+    left out when neither is set), the hostname, the address this process reaches MASTER_ADDR from, and
+    gloo's interface when one is named (GLOO_SOCKET_IFNAME: the user's, or `rl.network`'s choice)."""
+    from srpo_dsl.rl.network import source_address, use_route_to_master
+
+    interface, master = use_route_to_master(), os.environ.get("MASTER_ADDR")
+    address = source_address(master, int(os.environ.get("MASTER_PORT", 29500))) if master else None
+    where = ", ".join(filter(None, [socket.gethostname(), address, interface and f"gloo on {interface}"]))
+    number = os.environ.get("GROUP_RANK", os.environ.get("CROSS_RANK"))
+    return f"node {number} ({where})" if number is not None else f"({where})"
+
+
+def launched_places(workers: int, device: str) -> list[Place] | None:
+    """Every rank's place, gathered over one gloo group on the launcher's rendezvous; rank 0 gets them
+    (the others: None). ConnectionError when the ranks cannot connect."""
+    import torch.distributed as dist
+
+    from srpo_dsl.rl.network import reaching_peers
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    mine = place(rank, int(os.environ.get("LOCAL_RANK", 0)), world, workers, device, this_node())
+    gathered: list[Any] = [None] * world
+    with reaching_peers():
+        dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
+        try:
+            dist.all_gather_object(gathered, mine)
+        finally:
+            dist.destroy_process_group()
+    return gathered if rank == 0 else None
+
+
+def planned_places(workflow: Path, overrides: Mapping[str, Any], workers: int, device: str) -> list[Place]:
+    """The processes this command starts without a launcher, on this machine; none is started."""
+    from srpo_dsl.cli.launch import processes_needed
+
+    world = processes_needed(workflow, overrides) or 1
+    node = f"this machine ({socket.gethostname()})"
+    return [place(r, r, world, workers, device, node) for r in range(world)]
+
+
+def dry_run(workflow: Path, overrides: Mapping[str, Any], device: str | None) -> str | None:
+    """The table of the launch's processes (None on ranks other than 0, which print nothing)."""
+    from srpo_dsl.rl.trainer import check_device, resolve_options
+    from srpo_dsl.runtime.setup import load_workflow
+
+    wf = load_workflow(workflow)
+    workers = resolve_options(wf.graph.train, overrides, wf.folder).rollout_workers
+    used = check_device(device)
+    if "RANK" not in os.environ:
+        return table(planned_places(workflow, overrides, workers, used), launched=False)
+    places = launched_places(workers, used)
+    return table(places, launched=True) if places is not None else None
+
+
+def table(places: list[Place], launched: bool) -> str:
+    """A summary line, then one line per rank: `rank 1/2  rollout worker 0  node 1 (...)  cpu`."""
+    trainers = sum(p.role.startswith("trainer") for p in places)
+    workers = len(places) - trainers
+    kinds = f"{trainers} trainer rank{'s' * (trainers != 1)}"
+    kinds += f", {workers} rollout worker{'s' * (workers != 1)}" if workers else ""
+    processes = f"{len(places)} process{'es' * (len(places) != 1)}"
+    if launched:
+        nodes = len({p.node for p in places})
+        head = f"{processes} on {nodes} node{'s' * (nodes != 1)} ({kinds}), connected: every rank joined"
+        head += " one gloo group with the others"
+    else:
+        head = f"without a launcher this command runs {processes} on this machine ({kinds}); none was started"
+    ranks = [f"rank {p.rank}/{p.world}" for p in places]
+    width = [max(map(len, column)) for column in (ranks, [p.role for p in places])]
+    rows = [f"{r:<{width[0]}}  {p.role:<{width[1]}}  {p.node}  {p.device}" for r, p in zip(ranks, places)]
+    return "\n".join([f"dry run: {head}", *rows])
+
+
+def print_dry_run(workflow: Path, overrides: Mapping[str, Any], device: str | None, verbose: bool) -> None:
+    """`dry_run`, its failures one line each as the train command's (`train_cmds.one_line_errors`)."""
+    from srpo_dsl.cli.common import libraries_quiet
+    from srpo_dsl.cli.train_cmds import one_line_errors
+
+    with libraries_quiet(not verbose), one_line_errors(workflow):
+        shown = dry_run(workflow, overrides, device)
+    if shown is not None:
+        print(shown)
