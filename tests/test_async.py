@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,22 @@ def test_flatten_and_unflatten_round_trip() -> None:
 # --- the link, over real gloo groups between two processes ---------------------------------
 
 
-def _peer(rank: int, port: int, die: bool, out: mp.Queue) -> None:
+def first_result(targets: list[tuple[Callable[..., None], tuple]]) -> object:
+    """Each target(port, queue, *args) in a spawned process sharing one free port; the first thing one of
+    them puts in the queue, once all ended."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=target, args=(port, out, *args)) for target, args in targets]
+    for p in procs:
+        p.start()
+    result = out.get(timeout=60)
+    for p in procs:
+        p.join(timeout=30)
+    return result
+
+
+def _peer(port: int, out: mp.Queue, rank: int, die: bool) -> None:
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=30))
     link = Link(Layout(rank, 1, 1), store, torch.device("cpu"))
     if rank == 1:  # the worker
@@ -121,16 +137,7 @@ def _peer(rank: int, port: int, die: bool, out: mp.Queue) -> None:
 
 
 def _run_pair(die: bool) -> object:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_peer, args=(r, port, die, out)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    result = out.get(timeout=60)
-    for p in procs:
-        p.join(timeout=30)
-    return result
+    return first_result([(_peer, (r, die)) for r in (0, 1)])
 
 
 def test_episodes_and_tensors_cross_the_link_in_order() -> None:

@@ -20,14 +20,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.process_group import free_port
 from srpo_dsl.rl.rollout_feed import Feed, NoWorkerLeft
 from srpo_dsl.rl.rollout_inbox import Inbox
 from srpo_dsl.rl.rollout_link import Layout, Link
 from srpo_dsl.rl.rollout_worker import send_batch
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from tests.clitools import ROOT
-from tests.test_async import QUICKSTART, SMALL, env_threads, metrics
+from tests.test_async import QUICKSTART, SMALL, env_threads, first_result, metrics
 
 CPU = torch.device("cpu")
 STEPS = 4
@@ -41,12 +40,12 @@ def marked(worker: int, step: int, version: int) -> Episode:
     return ep
 
 
-def _worker(rank: int, port: int, dies_after: int) -> None:
+def _worker(port: int, _: mp.Queue, rank: int, dies_after: int) -> None:
     """Generates what it is ordered (a marked episode per step); dies right after sending `dies_after`."""
     store = dist.TCPStore("127.0.0.1", port, 3, False, datetime.timedelta(seconds=30))
     link = Link(Layout(rank, 1, 2), store, CPU)
     inbox = Inbox(link)
-    inbox.start()
+    link.read(inbox)
     while (order := inbox.next_order()) is not None:
         inbox.weights_for(order.at_least)
         link.flush()
@@ -78,17 +77,7 @@ def _trainer(port: int, out: mp.Queue) -> None:
 
 
 def run_feed(dies_after: dict[int, int]) -> list:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_trainer, args=(port, out))]
-    procs += [ctx.Process(target=_worker, args=(r, port, dies_after.get(r, -1))) for r in (1, 2)]
-    for p in procs:
-        p.start()
-    taken = out.get(timeout=60)
-    for p in procs:
-        p.join(timeout=30)
-    return taken
+    return first_result([(_trainer, ()), *((_worker, (r, dies_after.get(r, -1))) for r in (1, 2))])
 
 
 def test_a_lost_workers_steps_go_to_the_other_and_what_it_sent_is_kept(capfd: pytest.CaptureFixture) -> None:

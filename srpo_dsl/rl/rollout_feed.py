@@ -70,7 +70,8 @@ class Feed:
         self.batches = {b.step: b for b in held if b.step > start}
         common = set.intersection(*(set(steps) for steps in all_gather(sorted(self.batches))))
         for worker in sorted(self.alive):
-            threading.Thread(target=self.listen, args=(worker,), name="srpo-feed", daemon=True).start()
+            listener = threading.Thread(target=self.listen, args=(worker,), name="srpo-feed", daemon=True)
+            self.link.read(listener)
         weights = build_weights(policies, start, self.link.device)
         if self.link.layout.rank != 0:
             return
@@ -152,7 +153,7 @@ class Feed:
     def lose(self, worker: int, exc: LinkError) -> None:
         """`worker` went away: it is forgotten, and on trainer rank 0 its steps go to the others."""
         with self.ready:
-            if self.closing or worker not in self.alive:
+            if self.closing or self.link.closed or worker not in self.alive:
                 return
             self.alive.discard(worker)
             self.link.forget(worker)

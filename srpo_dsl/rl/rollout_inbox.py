@@ -1,6 +1,6 @@
 """A rollout worker's thread on its control stream from trainer rank 0: orders, weights, stop.
 
-    inbox = Inbox(link); inbox.start()
+    inbox = Inbox(link); link.read(inbox)
     while (order := inbox.next_order()) is not None:      # the smallest step ordered (None: stop)
         weights = inbox.weights_for(order.at_least)       # the oldest version held that is new enough
         ...

@@ -121,6 +121,8 @@ class Link:
         self.pairs = weight_pairs(layout, store) if device.type == "cuda" else {}
         self.lock = threading.Lock()
         self.pending: dict[int, list[tuple[Any, Any]]] = {}  # peer -> (work, buffer) of sends not waited on
+        self.readers: list[threading.Thread] = []  # threads that receive on the link, joined at `close`
+        self.closed = False
 
     def send_object(self, obj: object, dst: int, tag: int) -> None:
         """Pickle `obj` to rank `dst` (returns at once; `flush` waits)."""
@@ -164,13 +166,25 @@ class Link:
         with self.lock:
             self.pending.pop(peer, None)
 
+    def read(self, thread: threading.Thread) -> None:
+        """Start `thread`, which receives on the link: `close` wakes it (a LinkError) and waits for it."""
+        self.readers.append(thread)
+        thread.start()
+
     def close(self) -> None:
-        """Abort what is still pending (a thread blocked in a receive gets a LinkError) and release the
-        groups: a process that stops, on success or not, leaves no communication thread behind."""
+        """Abort what is still pending (a thread blocked in a receive gets a LinkError), release the groups
+        and wait for the reading threads: a process that stops, on success or not, leaves no
+        communication thread behind (one woken while the interpreter shuts down would abort it)."""
+        if self.closed:
+            return
+        self.closed = True
         for group in (self.objects, *self.pairs.values()):
             group.abort()
         with self.lock:
             self.pending.clear()
+        for thread in self.readers:
+            if thread is not threading.current_thread():
+                thread.join(timeout=30)
 
     def _tensor_group(self, peer: int) -> tuple[Any, int]:
         """The group a tensor to or from `peer` goes over, and `peer`'s rank in it: gloo's (every rank),

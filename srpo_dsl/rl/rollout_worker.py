@@ -70,7 +70,7 @@ def run_worker(wf: Workflow, opts: TrainOptions, link: Link, rollout: Rollout) -
     executor = Executor(wf.graph, dict(engines), wf.renderer(), build_tools(wf))
     tasks = task_data(wf, split="train")
     inbox = Inbox(link)
-    inbox.start()
+    link.read(inbox)
     idle, clock = 0.0, time.perf_counter()
     while (order := inbox.next_order()) is not None:
         weights = inbox.weights_for(order.at_least)
