@@ -7,6 +7,8 @@ import datetime
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -223,3 +225,32 @@ def test_a_failing_worker_stops_the_run_with_one_line_and_no_files(tmp_path: Pat
     assert "error: " + str(tmp_path / "r.py") + ":3: score() raised" in run.stderr  # the worker's own line
     assert "error: rollout worker 0 (rank 1) stopped (" in run.stderr  # then the trainer's
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_two_trainer_ranks_and_a_worker_train_as_one_process(tmp_path: Path) -> None:
+    """torchrun starts 3 processes: trainer ranks 0 and 1 (ZeRO-2) each take their share of every batch
+    from the worker (rank 2); with S = 0 the run is the one-process synchronous run (1e-5)."""
+    args = [*SMALL, "--zero", "2", "--option", "save_every=3"]
+    one = cli("train", QUICKSTART, "--out", tmp_path / "one", *args, env=env_threads(1))
+    assert one.returncode == 0, one.stderr[-2000:]
+    workers = ["--option", "rollout_workers=1", "--option", "max_staleness=0"]
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "3", "--master_port", str(free_port())]
+    command = [sys.executable, *launch, "-m", "srpo_dsl", "train", QUICKSTART, "--out", tmp_path / "three"]
+    three = subprocess.run(
+        [*map(str, command), *map(str, args), *workers],
+        cwd=ROOT,
+        env=env_threads(1),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert three.returncode == 0, three.stderr[-3000:]
+    a, b = metrics(tmp_path / "one"), metrics(tmp_path / "three")
+    assert [r["num_events"] for r in a] == [r["num_events"] for r in b]
+    for x, y in zip(a, b):
+        for key in ("return", "grad_norm"):
+            assert x[key] == pytest.approx(y[key], rel=1e-5), (x["step"], key)
+    assert all(r["async/staleness_max"] == 0 and r["async/workers"] == 1 for r in b)
+    first, second = weights(tmp_path / "one", 3), weights(tmp_path / "three", 3)
+    assert all(torch.allclose(first[k], second[k], atol=1e-5) for k in first)
