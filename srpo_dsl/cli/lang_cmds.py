@@ -1,7 +1,8 @@
-"""`srpo-dsl validate` and `srpo-dsl compile`: light imports only (no torch)."""
+"""`srpo-dsl validate`, `srpo-dsl compile` and `srpo-dsl fmt`: light imports only (no torch)."""
 
 from __future__ import annotations
 
+import difflib
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,6 +81,76 @@ def validate(
         raise typer.Exit(EXIT_USAGE)
     if has_error:
         raise typer.Exit(EXIT_INPUT)
+
+
+def fmt_cmd(
+    files: list[Path] = typer.Argument(..., help="Workflow files (*.srpo).", show_default=False),
+    check: bool = typer.Option(False, "--check", help="Write nothing; list the files that would change."),
+    diff: bool = typer.Option(False, "--diff", help="Write nothing; print a unified diff of the changes."),
+) -> None:
+    """Rewrite workflows in the canonical layout (docs/dsl.md, "Formatting"); their meaning never changes.
+
+    Exit 0 when done (or, with --check, when no file would change), 1 when a file has syntax errors
+    (it is left as it is) or, with --check, would change, 2 on usage or I/O errors.
+
+    Examples:
+
+      srpo-dsl fmt workflows/*.srpo
+
+      srpo-dsl fmt my.srpo --check --diff   # in CI: show what would change, fail if anything would
+    """
+    changed, unchanged, invalid, unreadable = 0, 0, 0, 0
+    for path in files:
+        try:
+            text = read_text(path)
+        except CliError as err:
+            print_error(err)
+            unreadable += 1
+            continue
+        formatted = _formatted(path, text)
+        if formatted is None:
+            invalid += 1
+        elif formatted == text:
+            unchanged += 1
+        else:
+            changed += 1
+            _apply(path, text, formatted, check, diff)
+    verb = "would be formatted" if check or diff else "formatted"
+    (eprint if check or diff else print)(f"{changed} file(s) {verb}, {unchanged} unchanged")
+    if unreadable:
+        raise typer.Exit(EXIT_USAGE)
+    if invalid or (check and changed):
+        raise typer.Exit(EXIT_INPUT)
+
+
+def _formatted(path: Path, text: str) -> str | None:
+    """The file in the canonical layout, or None after printing its syntax errors as `validate` does."""
+    from srpo_dsl.lang.errors import SrpoError, render_pretty
+    from srpo_dsl.lang.format import format_source
+
+    try:
+        return format_source(text, str(path))
+    except SrpoError as err:
+        for d in err.diagnostics:
+            eprint(render_pretty(d, text) + "\n")
+        return None
+
+
+def _apply(path: Path, text: str, formatted: str, check: bool, diff: bool) -> None:
+    """A file that changes: listed (--check), shown (--diff), else rewritten atomically."""
+    if check:
+        print(f"would reformat {path}")
+    if diff:
+        lines = difflib.unified_diff(
+            text.splitlines(keepends=True), formatted.splitlines(keepends=True), str(path), str(path)
+        )
+        print("".join(lines), end="")
+    if check or diff:
+        return
+    try:
+        write_atomic(path, formatted)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def compile_cmd(

@@ -119,7 +119,7 @@ def place_comments(lines: list[Line], codes: list[str]) -> None:
     lines with trailing comments puts them in one column: the rightmost of the columns they were
     written at, and at least one space past the longest code of the run."""
     run: list[int] = []
-    for i, line in enumerate(lines + [Line(0)]):
+    for i, line in enumerate([*lines, Line(0)]):
         trailing = line.comment is not None and bool(line.tokens)
         if run and (not trailing or line.blank_before):
             col = max(max(lines[j].comment_col, len(codes[j].rstrip()) + 1) for j in run)
