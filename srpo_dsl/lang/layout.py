@@ -72,7 +72,7 @@ class _Builder:
 
     def _after_open_brace(self) -> bool:
         last = self.lines[-1]
-        return bool(last.tokens) and last.tokens[-1] == "{" and last.comment is None
+        return bool(last.tokens) and last.tokens[-1] == "{"
 
     def gap(self, start: int, end: int, first: bool, following: Token | None) -> None:
         """The whitespace and comments between two tokens (`following`: the token after, or None)."""
