@@ -181,11 +181,13 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(tmp_path):
     assert messy.read_text() == MESSY
 
 
-def test_missing_file_is_one_line_usage_error(tmp_path):
-    r = cli("fmt", tmp_path / "nope.srpo")
+def test_missing_file_is_one_line_usage_error_and_nothing_is_written(tmp_path):
+    messy = tmp_path / "messy.srpo"
+    messy.write_text(MESSY)
+    r = cli("fmt", messy, tmp_path / "nope.srpo")
     assert r.returncode == 2
-    assert f"error: cannot read {tmp_path / 'nope.srpo'}: no such file" in r.stderr
-    assert "Traceback" not in r.stderr
+    assert r.stderr.strip() == f"error: cannot read {tmp_path / 'nope.srpo'}: no such file"
+    assert messy.read_text() == MESSY  # read, but not rewritten: one input was missing
 
 
 SEPARATORS = [" ", "  ", "\t", "\n", "\n\n\n", "\n    ", " # trailing note\n", "\n# own note\n"]

@@ -99,14 +99,16 @@ def fmt_cmd(
 
       srpo-dsl fmt my.srpo --check --diff   # in CI: show what would change, fail if anything would
     """
-    changed, unchanged, invalid, unreadable = 0, 0, 0, 0
+    texts = {}
     for path in files:
         try:
-            text = read_text(path)
+            texts[path] = read_text(path)
         except CliError as err:
             print_error(err)
-            unreadable += 1
-            continue
+    if len(texts) < len(files):  # every file is read before any is written: a missing one writes nothing
+        raise typer.Exit(EXIT_USAGE)
+    changed, unchanged, invalid = 0, 0, 0
+    for path, text in texts.items():
         formatted = _formatted(path, text)
         if formatted is None:
             invalid += 1
@@ -117,8 +119,6 @@ def fmt_cmd(
             _apply(path, text, formatted, check, diff)
     verb = "would be formatted" if check or diff else "formatted"
     (eprint if check or diff else print)(f"{changed} file(s) {verb}, {unchanged} unchanged")
-    if unreadable:
-        raise typer.Exit(EXIT_USAGE)
     if invalid or (check and changed):
         raise typer.Exit(EXIT_INPUT)
 
