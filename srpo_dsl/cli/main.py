@@ -9,6 +9,7 @@ import typer
 from srpo_dsl import __version__
 from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, CliError, eprint, print_error
 from srpo_dsl.cli.lang_cmds import compile_cmd, fmt_cmd, validate
+from srpo_dsl.cli.lsp_cmd import lsp_cmd
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
 from srpo_dsl.cli.sweep_cmds import sweep_cmd
 from srpo_dsl.cli.train_cmds import export_cmd, plot_cmd, train_cmd
@@ -26,6 +27,7 @@ app = typer.Typer(
 app.command("validate")(validate)
 app.command("compile")(compile_cmd)
 app.command("fmt")(fmt_cmd)
+app.command("lsp")(lsp_cmd)
 app.command("render")(render)
 app.command("run")(run)
 app.command("eval")(eval_cmd)

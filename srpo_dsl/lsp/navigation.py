@@ -1,0 +1,87 @@
+"""Go to definition and hover: declared names, template files and Python references."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lsprotocol import types as lsp
+
+from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.templates import TemplateLoader, template_search_path
+from srpo_dsl.lsp.occurrences import Occurrence, declarations, occurrence_at
+from srpo_dsl.lsp.positions import span_range
+from srpo_dsl.lsp.pyrefs import describe, locate
+from srpo_dsl.lsp.symbols import parsed
+
+_START = lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=0, character=0))
+
+
+def template_file(name: str, workflow: str) -> Path | None:
+    """The file a prompt names, looked up as the checker and runtime do (the workflow's folder first)."""
+    folder = Path(workflow).resolve().parent
+    candidates = TemplateLoader([folder]).resolved(name) or [d / name for d in template_search_path([folder])]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def _target(occ: Occurrence, program: n.Program, uri: str) -> lsp.Location | None:
+    if occ.kind == "template":
+        found = template_file(occ.text, program.file)
+        return lsp.Location(uri=found.as_uri(), range=_START) if found else None
+    if occ.kind == "ref":
+        target = locate(occ.text, program.file)
+        if target is None:
+            return None
+        at = lsp.Position(line=target.line - 1, character=0)
+        return lsp.Location(uri=target.file.resolve().as_uri(), range=lsp.Range(start=at, end=at))
+    decl = declarations(program)[occ.kind].get(occ.text)
+    return lsp.Location(uri=uri, range=span_range(decl.name.span)) if decl else None
+
+
+def definition(text: str, path: str, uri: str, pos: lsp.Position) -> lsp.Location | None:
+    """Where the name, prompt path or Python reference under `pos` is defined."""
+    program = parsed(text, path)
+    occ = occurrence_at(program, pos) if program else None
+    return _target(occ, program, uri) if occ else None
+
+
+def _source_text(program: n.Program, span) -> str:
+    lines = program.source.splitlines()[span.line - 1 : span.end_line]
+    if not lines:
+        return ""
+    if len(lines) == 1:
+        return lines[0][span.col - 1 : span.end_col - 1]
+    return "\n".join([lines[0][span.col - 1 :], *lines[1:-1], lines[-1][: span.end_col - 1]])
+
+
+def _agent_hover(agent: n.Agent, program: n.Program) -> str:
+    policy = declarations(program)["policy"].get(agent.policy.name)
+    bound = _source_text(program, policy.source.span) if policy else "undeclared"
+    contract = _source_text(program, agent.contract.span)
+    pool = f"K in 1..{agent.replicas} (pool of {agent.replicas})" if agent.pooled else "K = 1 (single agent)"
+    template = template_file(agent.prompt, program.file)
+    shown = f'"{agent.prompt}"' + (f" ({template})" if template else " (not found)")
+    return "\n\n".join(
+        [
+            f"**agent** `{agent.name.name}`",
+            f"policy: `{agent.policy.name}` = `{bound}`",
+            f"template: {shown}",
+            f"contract: `{contract}`",
+            pool,
+        ]
+    )
+
+
+def hover(text: str, path: str, pos: lsp.Position) -> lsp.Hover | None:
+    """An agent's policy, template, contract and K range; a Python function's signature and docstring."""
+    program = parsed(text, path)
+    occ = occurrence_at(program, pos) if program else None
+    if occ is None:
+        return None
+    if occ.kind == "agent" and occ.text in declarations(program)["agent"]:
+        value = _agent_hover(declarations(program)["agent"][occ.text], program)
+    elif occ.kind == "ref" and (target := locate(occ.text, program.file)) is not None:
+        value = describe(target)
+    else:
+        return None
+    content = lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=value)
+    return lsp.Hover(contents=content, range=span_range(occ.span))

@@ -1,0 +1,105 @@
+"""What the cursor is on: a declared name (where declared or used), a template path or a Python reference."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from lsprotocol import types as lsp
+
+from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.errors import Span
+from srpo_dsl.lang.pycode import is_reference
+from srpo_dsl.lsp.positions import contains
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """`kind`: "agent", "policy", "tool", "env" (a name), "template" or "ref" (a path or reference)."""
+
+    kind: str
+    text: str
+    span: Span
+
+
+def declarations(p: n.Program) -> dict[str, dict[str, n.Agent | n.Policy | n.Tool | n.Env]]:
+    """{kind: {name: its declaration}}."""
+    return {
+        "agent": {a.name.name: a for a in p.agents},
+        "policy": {x.name.name: x for x in p.policies},
+        "tool": {x.name.name: x for x in p.tools},
+        "env": {x.name.name: x for x in p.envs},
+    }
+
+
+def _name(kind: str, ident: n.Ident | None) -> Iterator[Occurrence]:
+    if ident is not None:
+        yield Occurrence(kind, ident.name, ident.span)
+
+
+def _options(options: tuple[n.Option, ...], names: dict[str, str]) -> Iterator[Occurrence]:
+    for opt in options:
+        value, span = opt.value, opt.value_span or opt.span
+        if isinstance(value, n.Symbol) and value.name in names:
+            yield Occurrence(names[value.name], value.name, span)
+        elif is_reference(value):
+            yield Occurrence("ref", str(value), span)
+
+
+def _call(call: n.Call, names: dict[str, str]) -> Iterator[Occurrence]:
+    if isinstance(call.kind, n.Ref):
+        yield Occurrence("ref", call.kind.text, call.kind.span)
+    yield from _options(call.args, names)
+
+
+def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
+    for pol in p.policies:
+        yield from _name("policy", pol.name)
+        yield from _call(pol.source, names)
+        yield from _options(pol.options, names)
+    for decl, kind in [(t, "tool") for t in p.tools] + [(e, "env") for e in p.envs]:
+        yield from _name(kind, decl.name)
+        yield from _call(decl.source, names)
+    for task in p.tasks:
+        yield from _call(task.source, names)
+    for a in p.agents:
+        yield from _name("agent", a.name)
+        yield from _name("policy", a.policy)
+        yield Occurrence("template", a.prompt, a.prompt_span)
+        if isinstance(a.contract.name, n.Ref):
+            yield Occurrence("ref", a.contract.name.text, a.contract.name.span)
+        yield from _options(a.options, names)
+    for r in p.rewards:
+        kind = "ref" if isinstance(r.fn, n.Ref) else ("env" if r.fn.name in names else "")
+        yield Occurrence(kind, r.fn.name if isinstance(r.fn, n.Ident) else r.fn.text, r.fn.span)
+        yield from _name("agent", r.agent)
+    for t in p.trains:
+        yield from _options(t.options, names)
+
+
+def _in_steps(steps: tuple[n.Step, ...]) -> Iterator[Occurrence]:
+    for s in n.walk_steps(steps):
+        if isinstance(s, n.EventStep):
+            for ident in (*s.agents, s.by):
+                yield from _name("agent", ident)
+        elif isinstance(s, n.CallTool):
+            yield from _name("tool", s.tool)
+            yield from _name("agent", s.agent)
+        elif isinstance(s, n.EnvStep):
+            yield from _name("env", s.env)
+            for ident in s.on:
+                yield from _name("agent", ident)
+        elif isinstance(s, (n.Repeat, n.If, n.Break)):
+            cond = s.until if isinstance(s, n.Repeat) else s.cond
+            if cond is not None:
+                yield from _name("agent", cond.agent)
+
+
+def occurrence_at(p: n.Program, pos: lsp.Position) -> Occurrence | None:
+    """The innermost occurrence under `pos` (the last found: names come after the spans holding them)."""
+    names = {name: kind for kind, decls in declarations(p).items() for name in decls}
+    found = None
+    for occ in (*_declared(p, names), *_in_steps(p.steps)):
+        if occ.kind and contains(occ.span, pos):
+            found = occ
+    return found

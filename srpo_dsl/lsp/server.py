@@ -1,0 +1,108 @@
+"""The pygls server: each LSP method calls its feature module on the document's text and path."""
+
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+from pygls.lsp.server import LanguageServer
+from pygls.workspace import TextDocument
+
+from srpo_dsl import __version__
+from srpo_dsl.lsp.completion import completions
+from srpo_dsl.lsp.diagnostics import diagnose
+from srpo_dsl.lsp.formatting import format_edits
+from srpo_dsl.lsp.navigation import definition, hover
+from srpo_dsl.lsp.symbols import document_symbols
+
+server = LanguageServer("srpo-dsl", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+
+
+def _path(doc: TextDocument) -> str:
+    return doc.path or doc.uri
+
+
+def _client(doc: TextDocument, rng: lsp.Range) -> lsp.Range:
+    """A range in code points as the client counts (UTF-16 by default)."""
+    return doc.position_codec.range_to_client_units(doc.lines, rng)
+
+
+def _at(doc: TextDocument, pos: lsp.Position) -> lsp.Position:
+    return doc.position_codec.position_from_client_units(doc.lines, pos)
+
+
+def publish(ls: LanguageServer, uri: str) -> None:
+    """Check the document as `srpo-dsl validate` would and publish every diagnostic."""
+    doc = ls.workspace.get_text_document(uri)
+    diags = diagnose(doc.source, _path(doc))
+    for d in diags:
+        d.range = _client(doc, d.range)
+    ls.text_document_publish_diagnostics(
+        lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=doc.version)
+    )
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+def _did_open(ls: LanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
+    publish(ls, params.text_document.uri)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+def _did_change(ls: LanguageServer, params: lsp.DidChangeTextDocumentParams) -> None:
+    publish(ls, params.text_document.uri)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
+def _did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
+    cleared = lsp.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[])
+    ls.text_document_publish_diagnostics(cleared)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
+def _formatting(ls: LanguageServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    edits = format_edits(doc.source, _path(doc))
+    for e in edits:
+        e.range = _client(doc, e.range)
+    return edits
+
+
+def _fix_symbols(doc: TextDocument, symbols: list[lsp.DocumentSymbol]) -> list[lsp.DocumentSymbol]:
+    for s in symbols:
+        s.range, s.selection_range = _client(doc, s.range), _client(doc, s.selection_range)
+        _fix_symbols(doc, s.children or [])
+    return symbols
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+def _symbols(ls: LanguageServer, params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol]:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    return _fix_symbols(doc, document_symbols(doc.source, _path(doc)))
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
+def _definition(ls: LanguageServer, params: lsp.DefinitionParams) -> lsp.Location | None:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    found = definition(doc.source, _path(doc), doc.uri, _at(doc, params.position))
+    if found is not None and found.uri == doc.uri:
+        found.range = _client(doc, found.range)
+    return found
+
+
+@server.feature(lsp.TEXT_DOCUMENT_HOVER)
+def _hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    found = hover(doc.source, _path(doc), _at(doc, params.position))
+    if found is not None and found.range is not None:
+        found.range = _client(doc, found.range)
+    return found
+
+
+@server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=["(", ",", " "]))
+def _completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    pos = _at(doc, params.position)
+    return lsp.CompletionList(is_incomplete=False, items=completions(doc.source, pos.line, pos.character))
+
+
+def serve() -> None:
+    """Speak LSP over stdin/stdout until the client says `exit`."""
+    server.start_io()

@@ -1,0 +1,91 @@
+"""textDocument/documentSymbol: the workflow, its declarations and its steps, with their ranges."""
+
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.errors import Span, SrpoError
+from srpo_dsl.lang.parser import parse
+from srpo_dsl.lsp.positions import span_range, whole_document
+
+K = lsp.SymbolKind
+
+
+def parsed(text: str, path: str) -> n.Program | None:
+    """The syntax tree of `text`, or None when it has syntax errors."""
+    try:
+        return parse(text, path)
+    except SrpoError:
+        return None
+
+
+def _symbol(
+    name: str, kind: lsp.SymbolKind, span: Span, at: Span | None = None, detail: str = "", children=()
+) -> lsp.DocumentSymbol:
+    return lsp.DocumentSymbol(
+        name=name,
+        kind=kind,
+        range=span_range(span),
+        selection_range=span_range(at or span),
+        detail=detail or None,
+        children=list(children),
+    )
+
+
+def _kind_name(call: n.Call) -> str:
+    return call.kind.name if isinstance(call.kind, n.Ident) else call.kind.text
+
+
+def _declarations(p: n.Program) -> list[lsp.DocumentSymbol]:
+    out = [_symbol(x.name.name, K.Object, x.span, x.name.span, "policy") for x in p.policies]
+    out += [_symbol(_kind_name(x.source), K.Package, x.span, x.source.kind.span, "task") for x in p.tasks]
+    out += [_symbol(x.name.name, K.Function, x.span, x.name.span, "tool") for x in p.tools]
+    out += [_symbol(x.name.name, K.Module, x.span, x.name.span, "env") for x in p.envs]
+    for a in p.agents:
+        shown = f"{a.name.name}[{a.replicas}]" if a.pooled else a.name.name
+        out.append(_symbol(shown, K.Class, a.span, a.name.span, f"agent uses {a.policy.name}"))
+    for r in p.rewards:
+        fn = r.fn.name if isinstance(r.fn, n.Ident) else r.fn.text
+        out.append(_symbol(f"reward {fn}", K.Constant, r.span, r.fn.span, "reward"))
+    out += [_symbol("train", K.Property, t.span, detail="train with (...)") for t in p.trains]
+    return out
+
+
+def _step_name(step: n.Step) -> str:
+    if isinstance(step, n.EventStep):
+        return f"{step.kind} {', '.join(a.name for a in step.agents)}"
+    if isinstance(step, n.CallTool):
+        return f"call {step.tool.name} {step.agent.name}"
+    if isinstance(step, n.EnvStep):
+        return f"step {step.env.name} on {', '.join(a.name for a in step.on)}"
+    if isinstance(step, n.Repeat):
+        return "repeat" if step.bound is None else f"repeat at most {step.bound}"
+    if isinstance(step, n.If):
+        return f"if {step.cond.agent.name} {step.cond.op} {step.cond.word.name}"
+    return f"break if {step.cond.agent.name} {step.cond.op} {step.cond.word.name}"
+
+
+def _steps(steps: tuple[n.Step, ...]) -> list[lsp.DocumentSymbol]:
+    return [
+        _symbol(_step_name(s), K.Event, s.span, children=_steps(tuple(x for b in s.blocks for x in b)))
+        for s in steps
+    ]
+
+
+def document_symbols(text: str, path: str) -> list[lsp.DocumentSymbol]:
+    """One symbol for the workflow (the whole document) holding its declarations and steps."""
+    program = parsed(text, path)
+    if program is None:
+        return []
+    children = _declarations(program) + _steps(program.steps)
+    whole = whole_document(text)
+    top = lsp.DocumentSymbol(
+        name=program.name.name,
+        kind=K.Namespace,
+        range=whole,
+        selection_range=span_range(program.name.span),
+        detail="workflow",
+        children=children,
+    )
+    return [top]
