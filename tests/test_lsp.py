@@ -1,0 +1,202 @@
+"""`srpo-dsl lsp` end to end: a JSON-RPC client over stdio to the server in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from srpo_dsl.lang.format import format_source
+from tests.lspclient import ROOT, LspClient
+
+WORKFLOWS = ROOT / "workflows"
+TYPO = ("parallel solver by router", "parallel solvers by router")
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = LspClient()
+    c.initialize(ROOT)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def routed(tmp_path: Path) -> Path:
+    """A copy of workflows/math_routed.srpo with its prompt folder (templates resolve from its folder)."""
+    shutil.copytree(WORKFLOWS / "math", tmp_path / "math")
+    shutil.copy(WORKFLOWS / "math_routed.srpo", tmp_path)
+    return tmp_path / "math_routed.srpo"
+
+
+def validate_json(path: Path) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "srpo_dsl", "validate", str(path), "--format", "json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    return json.loads(done.stdout)
+
+
+def as_lsp(d: dict) -> dict:
+    """What the server must publish for one diagnostic of `validate --format json`."""
+    return {
+        "code": d["code"],
+        "severity": 1 if d["severity"] == "error" else 2,
+        "message": d["message"] + (f"\nhint: {d['hint']}" if d["hint"] else ""),
+        "range": {
+            "start": {"line": d["line"] - 1, "character": d["col"] - 1},
+            "end": {"line": d["end_line"] - 1, "character": d["end_col"] - 1},
+        },
+    }
+
+
+def published(diags: list[dict]) -> list[dict]:
+    return [{k: d[k] for k in ("code", "severity", "message", "range")} for d in diags]
+
+
+def test_diagnostics_are_validates_and_clear_on_fix(client, routed):
+    good = routed.read_text()
+    broken = good.replace(*TYPO)
+    routed.write_text(broken)
+    uri = client.open(routed, broken)
+    diags = client.diagnostics(uri)
+    assert published(diags) == [as_lsp(d) for d in validate_json(routed)]
+    e012 = next(d for d in diags if d["code"] == "E012")
+    line = broken.splitlines().index(next(x for x in broken.splitlines() if TYPO[1] in x))
+    start = broken.splitlines()[line].index("solvers")
+    assert e012["range"] == {
+        "start": {"line": line, "character": start},
+        "end": {"line": line, "character": start + len("solvers")},
+    }
+    assert "did you mean `solver`?" in e012["message"] and e012["source"] == "srpo-dsl"
+    client.replace(uri, good, 2)
+    assert client.diagnostics(uri) == []
+
+
+def test_syntax_errors_and_python_references_as_validate(client, tmp_path):
+    for name in ("solver_judge.srpo", "solver_judge.py"):
+        shutil.copy(WORKFLOWS / name, tmp_path)
+    shutil.copytree(WORKFLOWS / "solver_judge", tmp_path / "solver_judge")
+    path = tmp_path / "solver_judge.srpo"
+    text = path.read_text().replace("solver_judge.py:reward", "solver_judge.py:rewards")
+    path.write_text(text)
+    uri = client.open(path, text)
+    diags = client.diagnostics(uri)
+    assert [d["code"] for d in diags] == ["E093"]
+    assert published(diags) == [as_lsp(d) for d in validate_json(path)]
+    broken = text.replace("agent ", "agent = ", 1)
+    path.write_text(broken)
+    client.replace(uri, broken, 2)
+    diags = client.diagnostics(uri)
+    assert diags and published(diags) == [as_lsp(d) for d in validate_json(path)]
+
+
+def test_formatting(client, routed):
+    messy = (
+        routed.read_text()
+        .replace("repeat at most 4 {", "repeat   at most 4{")
+        .replace("    verify", "verify")
+    )
+    assert format_source(messy) != messy
+    uri = client.open(routed, messy)
+    client.diagnostics(uri)
+    options = {"tabSize": 4, "insertSpaces": True}
+    edits = client.request("textDocument/formatting", {"textDocument": {"uri": uri}, "options": options})
+    lines = messy.split("\n")
+    whole = {
+        "start": {"line": 0, "character": 0},
+        "end": {"line": len(lines) - 1, "character": len(lines[-1])},
+    }
+    assert edits == [{"range": whole, "newText": format_source(messy)}]
+    client.replace(uri, format_source(messy), 2)
+    assert client.request("textDocument/formatting", {"textDocument": {"uri": uri}, "options": options}) == []
+    client.replace(uri, messy.replace("workflow ", "workflow = "), 3)
+    assert client.request("textDocument/formatting", {"textDocument": {"uri": uri}, "options": options}) == []
+
+
+def _position(text: str, line_has: str, word: str) -> dict:
+    lines = text.splitlines()
+    line = next(i for i, x in enumerate(lines) if line_has in x)
+    return {"line": line, "character": lines[line].index(word) + 1}
+
+
+def test_symbols_definition_and_hover(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    client.diagnostics(uri)
+    symbols = client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+    (workflow,) = symbols
+    names = [s["name"] for s in workflow["children"]]
+    assert workflow["name"] == "math_routed"
+    assert {"router", "solver[3]", "verifier", "aggregator", "lm", "train"} <= set(names)
+    assert "parallel solver" in [c["name"] for s in workflow["children"] for c in s.get("children") or []]
+
+    at = {"textDocument": {"uri": uri}, "position": _position(text, "parallel solver", "solver")}
+    found = client.request("textDocument/definition", at)
+    agent_line = next(i for i, x in enumerate(text.splitlines()) if x.startswith("agent solver"))
+    assert found["uri"] == uri and found["range"]["start"] == {"line": agent_line, "character": 6}
+
+    at["position"] = _position(text, "agent solver", "math/solver.j2")
+    found = client.request("textDocument/definition", at)
+    assert found["uri"] == (routed.parent / "math" / "solver.j2").resolve().as_uri()
+
+    at["position"] = _position(text, "parallel solver", "solver")
+    shown = client.request("textDocument/hover", at)["contents"]["value"]
+    assert "`lm`" in shown and 'hf("Qwen/Qwen3-4B")' in shown and "math/solver.j2" in shown
+    assert "boxed" in shown and "K in 1..3" in shown
+    assert client.request("textDocument/hover", {**at, "position": {"line": 0, "character": 0}}) is None
+
+
+def test_python_reference_definition_and_hover(client, tmp_path):
+    for name in ("solver_judge.srpo", "solver_judge.py"):
+        shutil.copy(WORKFLOWS / name, tmp_path)
+    path = tmp_path / "solver_judge.srpo"
+    text = path.read_text()
+    uri = client.open(path, text)
+    client.diagnostics(uri)
+    at = {"textDocument": {"uri": uri}, "position": _position(text, "solver_judge.py:reward", 'reward"')}
+    found = client.request("textDocument/definition", at)
+    py = (tmp_path / "solver_judge.py").read_text().splitlines()
+    assert found["uri"] == (tmp_path / "solver_judge.py").resolve().as_uri()
+    assert py[found["range"]["start"]["line"]].startswith("def reward(")
+    shown = client.request("textDocument/hover", at)["contents"]["value"]
+    assert "def reward(" in shown
+
+
+def test_completion(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    client.diagnostics(uri)
+    line = next(i for i, x in enumerate(text.splitlines()) if x.startswith("train with ("))
+    at = {"textDocument": {"uri": uri}, "position": {"line": line, "character": len("train with (")}}
+    items = {i["label"]: i for i in client.request("textDocument/completion", at)["items"]}
+    assert "lr" in items and "1e-06" in items["lr"]["detail"]
+    assert items["group"]["documentation"] == "rollouts per prompt (G)"
+    assert "router" not in items
+    at["position"] = {"line": line + 1, "character": 0}
+    labels = {i["label"] for i in client.request("textDocument/completion", at)["items"]}
+    assert {"agent", "repeat", "parallel", "router", "lm", "boxed", "math_equiv", "math"} <= labels
+
+
+def test_latency_from_change_to_diagnostics(client):
+    """The median time from didChange to publishDiagnostics on each shipped workflow."""
+    medians = {}
+    for path in sorted(WORKFLOWS.glob("*.srpo")):
+        text = path.read_text()
+        uri = client.open(path, text)
+        client.diagnostics(uri)
+        times = []
+        for version in range(2, 9):
+            start = time.perf_counter()
+            client.replace(uri, text + f"# edit {version}\n", version)
+            client.diagnostics(uri)
+            times.append(time.perf_counter() - start)
+        medians[path.name] = statistics.median(times) * 1000
+    print("didChange -> publishDiagnostics, median ms:", {k: round(v, 1) for k, v in medians.items()})
+    assert max(medians.values()) < 50, medians
