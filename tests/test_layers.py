@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "srpo_dsl"
 LAYERS = (  # lowest first: a module imports its own layer and those below it, never one above
     ("__init__", "io", "registry", "registries", "lazy", "seeds"),  # files, plugin registries, seeds
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
+    ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds
     ("backends", "runtime"),  # generation; rolling a workflow out through the backends
     ("models",),  # the embedded model, built and evaluated with the runtime; model specs
