@@ -8,13 +8,14 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from srpo_dsl.lang.format import format_source
-from tests.lspclient import ROOT, LspClient
+from tests.clitools import ROOT, load_bench
+
+LspClient = load_bench("lsp_bench").LspClient
 
 WORKFLOWS = ROOT / "workflows"
 TYPO = ("parallel solver by router", "parallel solvers by router")
@@ -185,18 +186,8 @@ def test_completion(client, routed):
 
 
 def test_latency_from_change_to_diagnostics(client):
-    """The median time from didChange to publishDiagnostics on each shipped workflow."""
-    medians = {}
-    for path in sorted(WORKFLOWS.glob("*.srpo")):
-        text = path.read_text()
-        uri = client.open(path, text)
-        client.diagnostics(uri)
-        times = []
-        for version in range(2, 9):
-            start = time.perf_counter()
-            client.replace(uri, text + f"# edit {version}\n", version)
-            client.diagnostics(uri)
-            times.append(time.perf_counter() - start)
-        medians[path.name] = statistics.median(times) * 1000
-    print("didChange -> publishDiagnostics, median ms:", {k: round(v, 1) for k, v in medians.items()})
-    assert max(medians.values()) < 50, medians
+    """The median time from didChange to publishDiagnostics on each shipped workflow (bench/lsp_bench.py)."""
+    bench = load_bench("lsp_bench")
+    latencies = bench.change_latencies(client, sorted(WORKFLOWS.glob("*.srpo")), edits=7)
+    medians = {name: statistics.median(times) * 1000 for name, times in latencies.items()}
+    assert medians and max(medians.values()) < 50, medians

@@ -1,10 +1,20 @@
-"""A tiny LSP client for tests: JSON-RPC with Content-Length framing over a subprocess's stdio."""
+"""How fast `srpo-dsl lsp` answers an edit: the time from didChange to publishDiagnostics.
+
+    python bench/lsp_bench.py            # every shipped workflow, 15 edits each: median and max (ms)
+
+A JSON-RPC client over the server's stdio (Content-Length framing), as an editor speaks to it:
+it opens each workflow, then replaces its text with an edit at a time (a comment appended) and
+waits for the diagnostics the server publishes for it. The same client drives tests/test_lsp.py.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import platform
 import queue
+import statistics
 import subprocess
 import sys
 import threading
@@ -100,3 +110,51 @@ class LspClient:
                 self.proc.kill()
             self.proc.stdin.close()
             self.proc.stdout.close()
+
+
+def change_latencies(client: LspClient, paths: list[Path], edits: int) -> dict[str, list[float]]:
+    """Per workflow, the seconds from each of `edits` didChange notifications to its diagnostics."""
+    out = {}
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        uri = client.open(path, text)
+        client.diagnostics(uri)
+        times = []
+        for version in range(2, edits + 2):
+            start = time.perf_counter()
+            client.replace(uri, text + f"# edit {version}\n", version)
+            client.diagnostics(uri)
+            times.append(time.perf_counter() - start)
+        out[path.name] = times
+    return out
+
+
+def table(latencies: dict[str, list[float]]) -> list[str]:
+    """A markdown table: per workflow its lines and the median and max latency in ms."""
+    lines = ["| workflow | lines | median (ms) | max (ms) |", "|---|---:|---:|---:|"]
+    for name, times in latencies.items():
+        n = len((ROOT / "workflows" / name).read_text(encoding="utf-8").splitlines())
+        lines.append(f"| {name} | {n} | {statistics.median(times) * 1e3:.1f} | {max(times) * 1e3:.1f} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--edits", type=int, default=15, help="edits per workflow")
+    args = ap.parse_args()
+    client = LspClient()
+    try:
+        client.initialize(ROOT)
+        latencies = change_latencies(client, sorted((ROOT / "workflows").glob("*.srpo")), args.edits)
+    finally:
+        client.close()
+    print(f"srpo-dsl lsp, didChange -> publishDiagnostics ({platform.processor() or platform.machine()})")
+    print("\n".join(table(latencies)))
+    medians = [statistics.median(t) * 1e3 for t in latencies.values()]
+    print(
+        f"over {len(medians)} workflows: median of medians {statistics.median(medians):.1f} ms, worst {max(medians):.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
