@@ -1,0 +1,43 @@
+// The srpo-dsl extension: starts the language server (`srpo-dsl lsp` by default) over stdio for
+// *.srpo files. Syntax highlighting comes from syntaxes/srpo.tmLanguage.json (package.json).
+"use strict";
+
+const vscode = require("vscode");
+const { LanguageClient, TransportKind } = require("vscode-languageclient/node");
+
+let client;
+
+function serverCommand() {
+  const configured = vscode.workspace.getConfiguration("srpo").get("server.command");
+  const command = Array.isArray(configured) && configured.length > 0 ? configured : ["srpo-dsl", "lsp"];
+  return { command: String(command[0]), args: command.slice(1).map(String) };
+}
+
+async function activate(context) {
+  const { command, args } = serverCommand();
+  const serverOptions = { command, args, transport: TransportKind.stdio };
+  const clientOptions = {
+    documentSelector: [{ language: "srpo" }],
+    outputChannelName: "srpo-dsl",
+  };
+  client = new LanguageClient("srpo", "srpo-dsl language server", serverOptions, clientOptions);
+  try {
+    await client.start();
+  } catch (err) {
+    client = undefined;
+    const shown = [command, ...args].join(" ");
+    vscode.window.showErrorMessage(
+      `srpo-dsl: could not start the language server \`${shown}\` (${err && err.message ? err.message : err}). ` +
+        "Install it with `pip install srpo-dsl`, or set `srpo.server.command` to the command " +
+        '(e.g. ["/path/to/.venv/bin/srpo-dsl", "lsp"]). Highlighting works without it.'
+    );
+    return;
+  }
+  context.subscriptions.push({ dispose: () => client && client.stop() });
+}
+
+function deactivate() {
+  return client ? client.stop() : undefined;
+}
+
+module.exports = { activate, deactivate };
