@@ -39,7 +39,8 @@ def keywords() -> Keywords:
     words = {
         t.pattern.value: t.name
         for t in terminals.values()
-        if t.pattern.type == "str" and any(re.fullmatch(r.pattern.to_regexp(), t.pattern.value) for r in names)
+        if t.pattern.type == "str"
+        and any(re.fullmatch(r.pattern.to_regexp(), t.pattern.value) for r in names)
     }
     step_terms = statements(parser).step_kinds
     steps = sorted(word for word, name in words.items() if name in step_terms)
