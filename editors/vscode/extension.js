@@ -28,7 +28,7 @@ async function activate(context) {
     const shown = [command, ...args].join(" ");
     vscode.window.showErrorMessage(
       `srpo-dsl: could not start the language server \`${shown}\` (${err && err.message ? err.message : err}). ` +
-        "Install it with `pip install srpo-dsl`, or set `srpo.server.command` to the command " +
+        "Install srpo-dsl (`pip install .` in its repository), or set `srpo.server.command` to the command " +
         '(e.g. ["/path/to/.venv/bin/srpo-dsl", "lsp"]). Highlighting works without it.'
     );
     return;
