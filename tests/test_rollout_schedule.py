@@ -81,7 +81,7 @@ def test_an_inbox_takes_the_oldest_version_new_enough_and_drops_the_older() -> N
     assert inbox.weights_for(1).version == 1 and inbox.loaded == 1
     assert inbox.weights_for(0) is None and inbox.weights_for(1) is None  # the loaded one will do
     assert [w.version for w in inbox.versions] == [2]
-    inbox.error = LinkError("trainer rank 0 stopped (Connection closed by peer)", 0)
+    inbox.error = LinkError("trainer rank 0 stopped (Connection closed by peer)")
     with pytest.raises(LinkError, match="trainer rank 0 stopped"):
         inbox.weights_for(3)
     assert inbox.weights_for(2).version == 2  # what arrived before the trainer went away is used

@@ -156,3 +156,14 @@ def test_a_killed_worker_then_the_last_one_then_resume(tmp_path: Path) -> None:
     assert more.returncode == 0, more.stderr[-3000:]
     assert [r["step"] for r in metrics(out)] == list(range(1, 9))
     assert json.loads((out / "eval.jsonl").read_text().splitlines()[-1])["step"] == 8
+
+
+def test_a_resume_may_change_the_number_of_workers_not_the_staleness_bound() -> None:
+    """After the last worker is gone a run resumes with the workers there are (docs/training.md)."""
+    from srpo_dsl.rl.checkpoint import resume_conflicts
+
+    before = {"options": {"steps": 4, "rollout_workers": 2, "max_staleness": 1}}
+    fewer = {"options": {"steps": 8, "rollout_workers": 1, "max_staleness": 1}}
+    looser = {"options": {"steps": 4, "rollout_workers": 2, "max_staleness": 2}}
+    assert resume_conflicts(before, fewer) == []
+    assert resume_conflicts(before, looser) == ["max_staleness"]

@@ -64,10 +64,6 @@ class Stop:
 class LinkError(ConnectionError):
     """A rollout worker or a trainer rank went away (its process died or its connection closed)."""
 
-    def __init__(self, message: str, peer: int | None = None):
-        super().__init__(message)
-        self.peer = peer  # the global rank that went away (None: not known)
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -201,7 +197,7 @@ class Link:
             who = "a peer" if peer is None else self.describe(peer)
             first = str(exc).splitlines()[0]
             reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0]  # gloo's words, not its file
-            raise LinkError(f"{who} stopped ({reason.rstrip('.')})", peer) from None
+            raise LinkError(f"{who} stopped ({reason.rstrip('.')})") from None
 
     def describe(self, rank: int) -> str:
         if rank >= self.layout.trainers:
