@@ -1,8 +1,7 @@
 """The VS Code extension (editors/vscode): its TextMate grammar is the one generated from the Lark
 grammar (`srpo_dsl.lang.textmate`), its regexes compile, and its manifest points at files that exist.
 
-Tokenizing under node (vscode-textmate) and packaging the .vsix need npm and are not run here; a
-small TextMate matcher below checks the scopes the grammar gives the shipped workflows' keywords.
+Tokenizing under node (vscode-textmate on Oniguruma) and packaging the .vsix: tests/test_vscode_node.py.
 """
 
 from __future__ import annotations
@@ -116,73 +115,6 @@ def test_includes_name_rules_of_the_repository() -> None:
     assert grammar["scopeName"] == "source.srpo"
     for inc in grammar["patterns"]:
         assert inc["include"].lstrip("#") in grammar["repository"]
-
-
-# ---- a small TextMate matcher: top-level rules, earliest match first, ties by order ----------------
-
-
-def rules(grammar: dict) -> list[dict]:
-    out = []
-    for inc in grammar["patterns"]:
-        rule = grammar["repository"][inc["include"].lstrip("#")]
-        out += rule.get("patterns", [rule]) if "match" not in rule and "begin" not in rule else [rule]
-    return out
-
-
-def tokenize(line: str, grammar: dict) -> list[tuple[str, str]]:
-    """(text, scope) of each matched piece of `line`."""
-    compiled = [
-        (
-            rule,
-            re.compile(rule.get("match") or rule["begin"]),
-            re.compile(rule["end"]) if "end" in rule else None,
-        )
-        for rule in rules(grammar)
-    ]
-    pos, out = 0, []
-    while pos < len(line):
-        best = None
-        for rule, start, end in compiled:
-            m = start.search(line, pos)
-            if m and (best is None or m.start() < best[1].start()):
-                best = (rule, m, end)
-        if best is None:
-            break
-        rule, m, end = best
-        if end is not None:  # begin/end: the whole span is the rule's scope
-            e = end.search(line, m.end())
-            stop = e.end() if e else len(line)
-            out.append((line[m.start() : stop], rule["name"]))
-            pos = stop
-            continue
-        if "captures" in rule:
-            for group, capture in rule["captures"].items():
-                out.append((m.group(int(group)), capture["name"]))
-        else:
-            out.append((m.group(0), rule["name"]))
-        pos = max(m.end(), pos + 1)
-    return out
-
-
-@pytest.mark.parametrize("path", sorted((ROOT / "workflows").glob("*.srpo")), ids=lambda p: p.name)
-def test_shipped_workflows_are_scoped_as_the_lexer_reads_them(path: Path) -> None:
-    grammar, words, steps = tm(), lark_keywords(), set(keywords().steps)
-    for line in path.read_text(encoding="utf-8").splitlines():
-        tokens = tokenize(line, grammar)
-        for text, scope in tokens:
-            if scope.startswith("comment"):
-                assert text.startswith("#")
-            elif scope.startswith("string"):
-                assert text.startswith('"')
-            elif text in steps:
-                assert scope == "keyword.control.step.srpo", (line, text, scope)
-            elif text in ("true", "false", "frozen"):
-                assert scope == "constant.language.srpo", (line, text, scope)
-            elif text in words and scope != "entity.name.type.srpo":
-                assert scope.startswith(("keyword", "variable.language")), (line, text, scope)
-        decl = re.match(r"\s*(agent|policy|tool|env|workflow)\s+(\w+)", line)
-        if decl:
-            assert (decl.group(2), "entity.name.type.srpo") in tokens, (line, tokens)
 
 
 def test_the_manifest_s_paths_exist_and_it_is_valid_json() -> None:

@@ -82,6 +82,8 @@ def tm_language() -> dict[str, Any]:
                 "name": "string.quoted.double.srpo",
                 "begin": '"',
                 "end": '"|$',
+                "beginCaptures": {"0": {"name": "punctuation.definition.string.begin.srpo"}},
+                "endCaptures": {"0": {"name": "punctuation.definition.string.end.srpo"}},
                 "patterns": [{"name": "constant.character.escape.srpo", "match": r"\\."}],
             },
             "declaration": {
