@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.lang.format import format_source
+from srpo_dsl.lang.schema import TrainOptions
 from tests.clitools import ROOT, load_bench
 
 LspClient = load_bench("lsp_bench").LspClient
@@ -168,6 +170,46 @@ def test_python_reference_definition_and_hover(client, tmp_path):
     assert py[found["range"]["start"]["line"]].startswith("def reward(")
     shown = client.request("textDocument/hover", at)["contents"]["value"]
     assert "def reward(" in shown
+
+
+def test_definition_of_a_policy_a_tool_and_a_tool_s_function(client, tmp_path):
+    shutil.copytree(WORKFLOWS / "quickstart_tools", tmp_path / "quickstart_tools")
+    path = Path(shutil.copy(WORKFLOWS / "quickstart_tools.srpo", tmp_path))
+    text = path.read_text()
+    lines = text.splitlines()
+    uri = client.open(path, text)
+    client.diagnostics(uri)
+
+    def definition(line_has: str, word: str) -> dict:
+        at = {"textDocument": {"uri": uri}, "position": _position(text, line_has, word)}
+        return client.request("textDocument/definition", at)
+
+    found = definition("agent solver", " lm ")  # `uses lm`: the policy's declaration
+    assert found["uri"] == uri and lines[found["range"]["start"]["line"]].startswith("policy lm =")
+    found = definition("call calc on solver", "calc")  # the tool's declaration
+    assert found["uri"] == uri and lines[found["range"]["start"]["line"]].startswith("tool calc =")
+    found = definition("tool calc", "calc.py")  # the tool's Python function: its `def` line
+    py = (tmp_path / "quickstart_tools" / "calc.py").read_text().splitlines()
+    assert found["uri"] == (tmp_path / "quickstart_tools" / "calc.py").resolve().as_uri()
+    assert py[found["range"]["start"]["line"]].startswith("def calc(")
+
+
+def test_every_train_option_is_documented_once_for_completion_and_docs():
+    """Each `train with` option's description (completion's documentation) exists, and docs/dsl.md's
+    table has a row naming it with its default."""
+    table = (ROOT / "docs" / "dsl.md").read_text().split("### `train with (...)`")[1].split("## Steps")[0]
+    rows = [r.split("|")[1:3] for r in table.splitlines() if r.startswith("| `")]
+    for name, info in TrainOptions.model_fields.items():
+        assert info.description, f"TrainOptions.{name} has no description"
+        names, cell = next(([n, d] for n, d in rows if f"`{name}`" in n), (None, None))
+        assert names is not None, f"docs/dsl.md: no row for `{name}`"
+        defaults = [d.strip(" `") for d in cell.split(",")]
+        listed = re.findall(r"`(\w+)`", names)
+        shown = defaults[listed.index(name)] if len(defaults) == len(listed) else defaults[0]
+        if isinstance(info.default, (int, float)):
+            assert float(shown) == info.default, (name, cell)
+        elif info.default is not None:
+            assert shown == info.default, (name, cell)
 
 
 def test_completion(client, routed):

@@ -206,34 +206,43 @@ def registered(registry: Registry[Any], value: str, *, code: bool = False) -> st
 
 
 class TrainOptions(_Options):
-    """The `train with (...)` block; every field can be overridden on the command line."""
+    """The `train with (...)` block; every field can be overridden on the command line.
+    Every field's description is its documentation (completion, hover; the table in docs/dsl.md)."""
 
-    objective: str = Field("srpo", description='a registered objective, or "file.py:function"')
+    objective: str = Field("srpo", description='a registered objective (srpo: SRPO), or "FILE.py:function"')
     advantage: str | None = Field(
-        None, description='the advantage estimator, or "file.py:function"; default: the objective\'s own'
+        None,
+        description='a registered advantage estimator, or "FILE.py:function"; default: the objective\'s',
     )
     aggregation: str | None = Field(
-        None, validate_default=True, description="how terms become J; default: the objective's own"
+        None,
+        validate_default=True,
+        description="a registered aggregation: how the terms become J; default: the objective's own",
     )
-    set_norm: str = "sqrt"
-    clip: float = Field(0.2, gt=0.0)
+    set_norm: str = Field("sqrt", description="SRPO's set scale c(K), a registered set norm (sqrt: K^-1/2)")
+    clip: float = Field(0.2, gt=0.0, description="the ratio clip epsilon")
     group: int = Field(8, ge=1, description="rollouts per prompt (G)")
     batch: int = Field(8, ge=1, description="prompts per step")
-    lr: float = Field(1e-6, gt=0.0)
-    steps: int = Field(100, ge=1)
+    lr: float = Field(1e-6, gt=0.0, description="the learning rate")
+    steps: int = Field(100, ge=1, description="optimizer steps")
     epochs: int = Field(1, ge=1, description="optimizer passes over each rollout batch")
-    micro_batches: int = Field(1, ge=1)
-    kl: float = Field(0.0, ge=0.0)
-    entropy: float = Field(0.0, ge=0.0)
-    zero: int = Field(0, ge=0, le=3)
-    grad_clip: float = Field(1.0, gt=0.0)
-    warmup: int = Field(0, ge=0)
-    eval_every: int = Field(10, ge=1)
-    eval_size: int = Field(64, ge=1)
-    eval_k: int = Field(4, ge=1)
-    save_every: int = Field(20, ge=1)
-    seed: int = 0
-    old_logprobs: Literal["recompute", "rollout"] = "recompute"
+    micro_batches: int = Field(
+        1, ge=1, description="gradient-accumulation micro-batches (events never split)"
+    )
+    kl: float = Field(0.0, ge=0.0, description="the weight of the k3 KL to the initial policy")
+    entropy: float = Field(0.0, ge=0.0, description="the weight of the entropy bonus")
+    zero: int = Field(0, ge=0, le=3, description="the DeepSpeed ZeRO stage, 0 to 3")
+    grad_clip: float = Field(1.0, gt=0.0, description="the gradient-norm clip")
+    warmup: int = Field(0, ge=0, description="steps of linear learning-rate warm-up")
+    eval_every: int = Field(10, ge=1, description="steps between held-out evaluations")
+    eval_size: int = Field(64, ge=1, description="held-out questions per evaluation")
+    eval_k: int = Field(4, ge=1, description="samples per held-out question")
+    save_every: int = Field(20, ge=1, description="steps between checkpoints")
+    seed: int = Field(0, description="the seed of sampling, data order and initialisation")
+    old_logprobs: Literal["recompute", "rollout"] = Field(
+        "recompute",
+        description="the ratio's old log-probs: recompute (a forward pass before the update) or rollout",
+    )
     rollout_workers: int = Field(
         0, ge=0, description="processes that generate while the trainer trains (0: the trainer generates)"
     )
