@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from srpo_dsl.errors import UsageError
+
 
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename: never half-written."""
@@ -51,3 +53,23 @@ def complete_lines(text: str) -> tuple[list[str], int | None]:
     except json.JSONDecodeError:
         return lines[:-1], len(lines)
     return lines, None
+
+
+def read_text(path: Path) -> str:
+    """A text file's content, or a `UsageError` that says in one line why it cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"cannot read {path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"cannot read {path}: it is a directory") from None
+    except UnicodeDecodeError as exc:
+        byte = exc.object[exc.start]
+        raise UsageError(
+            f"cannot read {path}: not UTF-8 text (byte 0x{byte:02x} at offset {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if "\x00" in text:
+        raise UsageError(f"cannot read {path}: a binary file (it holds NUL bytes), not text")
+    return text

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from srpo_dsl import registries
+from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.cli.common import CliError
 from srpo_dsl.cli.train_cmds import (
     Device,
@@ -23,7 +24,6 @@ from srpo_dsl.cli.train_cmds import (
     Offload,
     SetNorm,
     heldout_summary,
-    libraries_quiet,
     parse_options,
     report,
 )
@@ -132,7 +132,7 @@ def test_a_broken_eval_file_is_one_line(tmp_path: Path, text: str, capsys: pytes
     assert str(path) in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(CliError) as cli_err:  # the end-of-run report says it in one line, exit 1
         report([], tmp_path)
-    assert str(cli_err.value) == str(err.value) and cli_err.value.code == 1
+    assert str(cli_err.value) == str(err.value) and cli_err.value.exit_code == 1
 
 
 # --- plot ----------------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_plot_adds_the_per_role_panels_when_logged(tmp_path: Path) -> None:
         read_dynamics(tmp_path)
     assert "\n" not in str(err.value)
     result = CliRunner().invoke(app, ["plot", str(tmp_path)])  # `main` prints it as one line, exit 1
-    assert isinstance(result.exception, CliError) and result.exception.code == 1
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == 1
     assert str(result.exception) == str(err.value)
 
 

@@ -12,16 +12,17 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "srpo_dsl"
 
 LAYERS = (  # lowest first: a module imports its own layer and those below it, never one above
-    ("__init__", "io", "registry", "registries", "lazy", "seeds"),  # files, plugin registries, seeds
+    ("version", "errors", "io", "registry", "registries", "lazy", "seeds"),  # files, plugin registries, seeds
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds
     ("backends", "runtime"),  # generation; rolling a workflow out through the backends
     ("models",),  # the embedded model, built and evaluated with the runtime; model specs
     ("rl",),  # training, and a training run's folder (runlog)
+    ("api",),  # srpo-dsl from Python: load, run, evaluate, train (docs/python.md)
     ("view", "sweep"),  # the viewer and experiments, over the runs' folders
-    ("cli",),
-    ("__main__",),
+    ("cli",),  # the command line, a thin layer over the API
+    ("__init__", "__main__"),  # `srpo_dsl.load` and the rest of the API, imported on first use
 )
 LAYER = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 

@@ -699,7 +699,7 @@ def test_plot_writes_the_pngs(tmp_path):
 def test_cli_errors_are_one_line(tmp_path, models, args, message):
     from typer.testing import CliRunner
 
-    from srpo_dsl.cli.common import CliError
+    from srpo_dsl.errors import SrpoDslError
 
     workflow = write_team(tmp_path / "wf")
     (tmp_path / "bad.json").write_text("{oops")
@@ -712,16 +712,16 @@ def test_cli_errors_are_one_line(tmp_path, models, args, message):
         "tmp": tmp_path,
     }
     result = CliRunner().invoke(_app(), [a.format(**values) for a in args])
-    assert isinstance(result.exception, CliError), result.output
+    assert isinstance(result.exception, SrpoDslError), result.output
     text = str(result.exception)
-    assert message in text and "\n" not in text and result.exception.code != 0
+    assert message in text and "\n" not in text and result.exception.exit_code != 0
 
 
 def test_out_of_gpu_memory_is_one_line_with_the_remedies(tmp_path, monkeypatch):
     import torch
     from typer.testing import CliRunner
 
-    from srpo_dsl.cli.common import CliError
+    from srpo_dsl.errors import SrpoDslError
     from srpo_dsl.rl import trainer
 
     def out_of_memory(*args, **kwargs):
@@ -731,7 +731,7 @@ def test_out_of_gpu_memory_is_one_line_with_the_remedies(tmp_path, monkeypatch):
     result = CliRunner().invoke(
         _app(), ["train", str(write_team(tmp_path / "wf")), "--out", str(tmp_path / "r")]
     )
-    assert isinstance(result.exception, CliError) and result.exception.code == 1
+    assert isinstance(result.exception, SrpoDslError) and result.exception.exit_code == 1
     text = str(result.exception)
     assert text.startswith("out of GPU memory: use a higher --zero stage") and "--micro-batches" in text
     assert "\n" not in text and not (tmp_path / "r").exists()

@@ -3,7 +3,7 @@
 Under a launcher (`torchrun`, `deepspeed`: RANK and WORLD_SIZE set) every process joins one gloo group
 on the launcher's rendezvous (`env://`), which also proves that the nodes reach each other; rank 0
 gathers every rank's place and prints one line per rank. Without a launcher it prints the processes
-this command would start (one, or 1 + R with `rollout_workers = R`: `cli.launch`) and starts none.
+this command would start (one, or 1 + R with `rollout_workers = R`: `api.launch`) and starts none.
 Roles and devices come from the rules the run uses (`rl.rollout_link.Layout`, `link_device`;
 `rl.process_group.rank_device`); no model, DeepSpeed or user code is loaded.
 """
@@ -79,7 +79,7 @@ def launched_places(workers: int, device: str) -> list[Place] | None:
 
 def planned_places(workflow: Path, overrides: Mapping[str, Any], workers: int, device: str) -> list[Place]:
     """The processes this command starts without a launcher, on this machine; none is started."""
-    from srpo_dsl.cli.launch import processes_needed
+    from srpo_dsl.api.launch import processes_needed
 
     world = processes_needed(workflow, overrides) or 1
     node = f"this machine ({socket.gethostname()})"
@@ -120,11 +120,11 @@ def table(places: list[Place], launched: bool) -> str:
 
 
 def print_dry_run(workflow: Path, overrides: Mapping[str, Any], device: str | None, verbose: bool) -> None:
-    """`dry_run`, its failures one line each as the train command's (`train_cmds.one_line_errors`)."""
-    from srpo_dsl.cli.common import libraries_quiet
-    from srpo_dsl.cli.train_cmds import one_line_errors
+    """`dry_run`, its failures one line each as training's (`api.training.training_errors`)."""
+    from srpo_dsl.api.quiet import libraries_quiet
+    from srpo_dsl.api.training import training_errors
 
-    with libraries_quiet(not verbose), one_line_errors(workflow):
+    with libraries_quiet(not verbose), training_errors(workflow):
         shown = dry_run(workflow, overrides, device)
     if shown is not None:
         print(shown)

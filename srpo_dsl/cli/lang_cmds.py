@@ -9,18 +9,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from srpo_dsl.cli.common import (
-    EXIT_INPUT,
-    EXIT_USAGE,
-    VERBOSE,
-    CliError,
-    choices,
-    eprint,
-    libraries_quiet,
-    print_error,
-    read_text,
-)
-from srpo_dsl.io import write_atomic
+from srpo_dsl.api.quiet import libraries_quiet
+from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, VERBOSE, CliError, choices, eprint, print_error
+from srpo_dsl.errors import UsageError
+from srpo_dsl.io import read_text, write_atomic
 from srpo_dsl.lang.export import FORMATS
 
 if TYPE_CHECKING:
@@ -57,7 +49,7 @@ def validate(
     for path in files:
         try:
             text = read_text(path)
-        except CliError as err:  # reported here, in file order, and nowhere else
+        except UsageError as err:  # reported here, in file order, and nowhere else
             print_error(err)
             unreadable += 1
             continue
@@ -103,7 +95,7 @@ def fmt_cmd(
     for path in files:
         try:
             texts[path] = read_text(path)
-        except CliError as err:
+        except UsageError as err:
             print_error(err)
     if len(texts) < len(files):  # every file is read before any is written: a missing one writes nothing
         raise typer.Exit(EXIT_USAGE)

@@ -6,15 +6,15 @@ import sys
 
 import typer
 
-from srpo_dsl import __version__
-from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, CliError, eprint, print_error
+from srpo_dsl.cli.common import EXIT_INTERNAL, eprint, print_error
 from srpo_dsl.cli.lang_cmds import compile_cmd, fmt_cmd, validate
 from srpo_dsl.cli.lsp_cmd import lsp_cmd
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
 from srpo_dsl.cli.sweep_cmds import sweep_cmd
 from srpo_dsl.cli.train_cmds import export_cmd, plot_cmd, train_cmd
 from srpo_dsl.cli.view_cmds import view
-from srpo_dsl.runtime.usercode import UserCodeError
+from srpo_dsl.errors import SrpoDslError
+from srpo_dsl.version import __version__
 
 app = typer.Typer(
     name="srpo-dsl",
@@ -65,12 +65,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line and a non-zero exit for every failure, never a traceback."""
     try:
         code = app(args=argv, standalone_mode=False)  # returns the exit code of a `typer.Exit`
-    except CliError as err:
+    except SrpoDslError as err:  # the API's and the CLI's: a workflow's errors, the user's file:line, ...
         print_error(err)
-        sys.exit(err.code)
-    except UserCodeError as err:  # the user's reward, parser, loader or tool: its file:line, one line
-        print_error(CliError(str(err)))
-        sys.exit(EXIT_INPUT)
+        sys.exit(err.exit_code)
     except typer.Exit as ex:
         sys.exit(ex.exit_code)
     except KeyboardInterrupt:

@@ -1,67 +1,9 @@
-"""Results folders: the one rule of every command that writes one (docs/cli.md#results-folders).
-
-A command writes its results into a folder that does not exist or is empty. A folder holding
-anything is refused, before anything loads, with one line naming the way on: `--overwrite`
-(`run`, `eval`, `export`: the folder is replaced once the new results are complete), `--resume`
-(`train`: the run it holds goes on), or the same command again (`sweep`: the sweep it holds goes on).
-"""
+"""The `--overwrite` option; the results-folder rule itself is `srpo_dsl.api.outputs`."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
 import typer
-
-from srpo_dsl.cli.common import fail
 
 OVERWRITE = typer.Option(
     False, "--overwrite", help="Replace the --out folder if it exists (once the new results are complete)."
 )
-SHOWN = 4  # names of a refused folder's entries in its error line
-
-
-def held(folder: Path) -> list[str]:
-    """The names of what `folder` holds, sorted; [] when it does not exist. A file there is refused."""
-    if folder.exists() and not folder.is_dir():
-        raise fail(f"--out {folder}: a file is there, not a folder")
-    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-
-
-def refuse_existing(folder: Path, advice: str) -> None:
-    """`folder` holds files: one line, `FOLDER already exists (a, b, ...): ADVICE`."""
-    names = held(folder)
-    if names:
-        shown = ", ".join(names[:SHOWN]) + (f", ... ({len(names)} entries)" if len(names) > SHOWN else "")
-        raise fail(f"{folder} already exists ({shown}): {advice}")
-
-
-def check_out(out: Path, overwrite: bool, inputs: Iterable[Path | None] = ()) -> None:
-    """`--out` of a command that replaces its folder: absent or empty, or `--overwrite` given; never a
-    folder that holds the current folder or one of the command's `inputs` (replacing it would delete them)."""
-    if not overwrite:
-        refuse_existing(out, "pass --overwrite to replace it, or choose another --out")
-        return
-    held(out)
-    target = out.resolve()
-    for path, what in [(Path.cwd(), "the current folder"), *((p, str(p)) for p in inputs if p is not None)]:
-        if target == path.resolve() or target in path.resolve().parents:
-            raise fail(f"--overwrite: replacing {out} would delete {what}; choose another --out")
-
-
-@contextmanager
-def staged_output(out: Path) -> Iterator[Path]:
-    """Write into a temporary sibling folder; it replaces `out` only when everything succeeded."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
-    try:
-        yield stage
-        if out.exists():
-            shutil.rmtree(out)
-        stage.rename(out)
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)

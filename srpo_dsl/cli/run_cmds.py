@@ -1,36 +1,24 @@
 """`srpo-dsl run`, `eval`, `audit` and `render`: rollouts of a workflow and what they recorded.
 
-`run` and `eval` check every input (the workflow, its data, the reply script, the output folder,
-the device) before anything heavy loads; the libraries' output is hidden unless `--verbose`.
+`run` and `eval` are `Workflow.run` and `Workflow.evaluate` (`srpo_dsl.api`), which check every input
+(the data, the reply script, the device) before anything heavy loads; here the output folder is checked
+first, and the results saved with `save`. The libraries' output is hidden unless `--verbose`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from srpo_dsl.cli.common import (
-    DECODE,
-    EXIT_INPUT,
-    VERBOSE,
-    CliError,
-    Decode,
-    Device,
-    check_device,
-    check_files,
-    choices,
-    libraries_quiet,
-    workflow_failure,
-)
-from srpo_dsl.cli.outputs import OVERWRITE, check_out, staged_output
-from srpo_dsl.io import write_atomic
+from srpo_dsl.api.outputs import check_files, check_out
+from srpo_dsl.cli.common import DECODE, EXIT_INPUT, VERBOSE, CliError, Decode, Device, choices
+from srpo_dsl.cli.outputs import OVERWRITE
 from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:
+    from srpo_dsl.api import Workflow
     from srpo_dsl.runtime.episode import Member
 
 BackendKind = choices("BackendKind", BACKENDS)
@@ -55,78 +43,37 @@ EVAL_DATA = typer.Option(
 )
 
 
-def load_checked(workflow: Path):
+def load_checked(workflow: Path) -> Workflow:
     """The compiled workflow; a missing file is one line (exit 2), a broken one its errors (exit 1)."""
-    from srpo_dsl.lang.errors import SrpoError
-    from srpo_dsl.runtime.setup import load_workflow
+    from srpo_dsl.api import load
 
     check_files([workflow])
-    try:
-        return load_workflow(workflow)
-    except SrpoError as err:
-        raise workflow_failure(err, workflow) from None
+    return load(workflow)
 
 
-def _checked(workflow: Path, data: Sequence[Path], out: Path, overwrite: bool, backend, model, device):
-    """Every input of `run`/`eval`, before anything heavy loads: the files, the output folder, the
-    device, the workflow (compiled), the model overrides. Returns the workflow and the overrides."""
+def models_of(model: list[str], wf: Workflow) -> dict[str, str]:
+    """`--model PATH` (every policy) or `--model POLICY=PATH` (one), repeatable, as {policy: model}."""
     from srpo_dsl.runtime.setup import parse_model_overrides
 
-    scripted = backend is BackendKind.scripted
-    if scripted and not model:
-        raise CliError("--backend scripted needs the reply script: --model replies.json")
-    check_files([workflow, *data])
-    check_out(out, overwrite, [workflow, *data])
-    check_device(device.value if device else None)
-    wf = load_checked(workflow)
     try:
-        overrides = parse_model_overrides(model, list(wf.graph.policies))
+        return parse_model_overrides(model, list(wf.graph.policies))
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    check_files(Path(p) for p in (overrides.values() if scripted else ()))
-    return wf, overrides
 
 
-def _engines(wf, backend: BackendKind, overrides: dict[str, str], device: Device | None, decode: Decode):
-    """The workflow's tools, then its backends (the models load here), with one-line errors."""
-    from srpo_dsl.backends.base import BackendError
-    from srpo_dsl.envs.retrieval import RetrieverError
-    from srpo_dsl.models.specs import policy_models
-    from srpo_dsl.runtime.setup import build_backends, build_tools
-
-    options = {"decode": decode.value} | ({"device": device.value} if device else {})
-    options = options if backend is BackendKind.hf else {}
-    try:
-        tools = build_tools(wf)
-        models = policy_models(wf.graph, overrides, resolve=backend is not BackendKind.scripted)
-        backends = build_backends(wf, backend.value, models, **options)
-    except (BackendError, RetrieverError, ValueError, OSError) as exc:
-        raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-    return backends, tools
-
-
-def _tasks(wf, data: Path | None, limit: int | None, split: str) -> list[dict]:
-    from srpo_dsl.runtime.setup import task_data
-
-    try:
-        tasks = task_data(wf, split=split, data=data, limit=limit)
-    except FileNotFoundError as exc:
-        raise CliError(str(exc).splitlines()[0]) from None
-    except ValueError as exc:
-        raise CliError(str(exc).splitlines()[0], EXIT_INPUT) from None
-    if not tasks:
-        raise CliError("no tasks to run (empty data file?)", EXIT_INPUT)
-    return tasks
-
-
-def _rollouts(wf, backends, tools, tasks, samples: int, seed: int, desc: str):
-    from tqdm import tqdm
-
-    from srpo_dsl.runtime.executor import Executor
-
-    executor = Executor(wf.graph, backends, wf.renderer(), tools)
-    with tqdm(total=len(tasks) * samples, desc=desc, unit="episode", leave=False) as bar:
-        return executor.run(tasks, samples=samples, seed=seed, on_done=lambda _: bar.update(1))
+def engines_of(
+    backend: BackendKind, model: list[str], wf: Workflow, device: Device | None, decode: Decode, verbose: bool
+) -> dict[str, Any]:
+    """The API's rollout settings from the command line's flags."""
+    if backend is BackendKind.scripted and not model:
+        raise CliError("--backend scripted needs the reply script: --model replies.json")
+    return {
+        "backend": backend.value,
+        "models": models_of(model, wf),
+        "device": device.value if device else None,
+        "decode": decode.value,
+        "verbose": verbose,
+    }
 
 
 def run(
@@ -153,68 +100,17 @@ def run(
 
       srpo-dsl run workflows/math_fixed.srpo --backend scripted --model workflows/math_replies.json --limit 2
     """
-    from srpo_dsl.rl.runlog import write_graph
-    from srpo_dsl.runtime.traces import to_trace, write_traces
-
-    wf, overrides = _checked(workflow, [data] if data else [], out, overwrite, backend, model, device)
-    tasks = _tasks(wf, data, limit, "train")
-    with libraries_quiet(not verbose):
-        backends, tools = _engines(wf, backend, overrides, device, decode)
-        episodes = _rollouts(wf, backends, tools, tasks, samples, seed, "rollouts")
-    traces = [to_trace(ep, wf.graph.hash) for ep in episodes]
-    with staged_output(out) as stage:
-        write_traces(stage / "traces.jsonl", traces)
-        write_graph(stage, wf.graph)
-        summary = _summary(traces)
-        write_atomic(stage / "summary.json", json.dumps(summary, indent=2) + "\n")
+    check_files([workflow, data])
+    check_out(out, overwrite, [workflow, data])
+    wf = load_checked(workflow)
+    engines = engines_of(backend, model, wf, device, decode, verbose)
+    rollouts = wf.run(limit=limit, samples=samples, seed=seed, data=data, **engines)
+    rollouts.save(out, overwrite)
+    s = rollouts.summary
     print(
-        f"{len(traces)} episodes, {summary['events']} events ({summary['incomplete_events']} incomplete), "
-        f"mean reward {summary['mean_reward']:.3f}, invalid actions {summary['invalid_actions']} -> "
-        f"{out / 'traces.jsonl'}"
+        f"{s.episodes} episodes, {s.events} events ({s.incomplete_events} incomplete), "
+        f"mean reward {s.mean_reward:.3f}, invalid actions {s.invalid_actions} -> {out / 'traces.jsonl'}"
     )
-
-
-def _summary(traces) -> dict:
-    events = [e for t in traces for e in t.events]
-    return {
-        "episodes": len(traces),
-        "events": len(events),
-        "incomplete_events": sum(not e.complete for e in events),
-        "mean_reward": sum(t.reward for t in traces) / max(len(traces), 1),
-        "mean_score": sum(t.score for t in traces) / max(len(traces), 1),
-        "invalid_actions": sum(t.invalid_actions for t in traces),
-        "mean_set_size": sum(len(e.members) for e in events) / max(len(events), 1),
-    }
-
-
-def metrics_table(
-    rows: list, k: int, avg: float, pas: float, roles: Sequence[str] = (), invalid: Sequence[dict] = ()
-) -> str:
-    """Per dataset Avg@k, Pass@k and costs, then the macro average, as a Markdown table.
-
-    With `roles`, a second table: each dataset's invalid-output rate per role
-    (`invalid[i]`: role -> rate of `rows[i]`; `-` for a role without outputs).
-    """
-    table = [
-        f"| dataset | queries | Avg@{k} | Pass@{k} | tokens / episode | calls / episode "
-        "| tool calls / query |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    table += [
-        f"| {r.name} | {r.queries} | {100 * r.avg_at_k:.1f} | {100 * r.pass_at_k:.1f} | "
-        f"{r.tokens_per_episode:.1f} | {r.calls_per_episode:.2f} | {r.tool_calls_per_query:.2f} |"
-        for r in rows
-    ]
-    table.append(f"| **macro** | | **{100 * avg:.1f}** | **{100 * pas:.1f}** | | | |")
-    if roles:
-        table += ["", "| invalid outputs (%) | " + " | ".join(roles) + " |", "|---|" + "---:|" * len(roles)]
-        table += [
-            f"| {r.name} | "
-            + " | ".join(f"{100 * rates[x]:.1f}" if x in rates else "-" for x in roles)
-            + " |"
-            for r, rates in zip(rows, invalid)
-        ]
-    return "\n".join(table)
 
 
 def eval_cmd(
@@ -243,49 +139,14 @@ def eval_cmd(
 
       srpo-dsl eval workflows/quickstart.srpo -k 4 --limit 64
     """
-    from srpo_dsl.rl.role_metrics import MetricKeys
-    from srpo_dsl.rl.runlog import write_graph
-    from srpo_dsl.runtime.metrics import macro_average
-    from srpo_dsl.runtime.traces import write_traces
-
-    wf, overrides = _checked(workflow, data, out, overwrite, backend, model, device)
-    sets = [(p.stem, _tasks(wf, p, limit, "eval")) for p in data] or [
-        (wf.name, _tasks(wf, None, limit, "eval"))
-    ]
-    keys = MetricKeys.of(wf.graph)
-    with libraries_quiet(not verbose):
-        backends, tools = _engines(wf, backend, overrides, device, decode)
-        rows, invalid, traces = _evaluate(wf, backends, tools, sets, k, seed, keys)
-    avg, pas = macro_average(rows)
-    with staged_output(out) as stage:
-        write_traces(stage / "traces.jsonl", traces)
-        write_graph(stage, wf.graph)
-        metrics = {
-            "k": k,
-            "datasets": [{**r.__dict__, "invalid_rate": rates} for r, rates in zip(rows, invalid)],
-            "macro": {"avg_at_k": avg, "pass_at_k": pas},
-            "workflow": str(workflow),
-            "graph_hash": wf.graph.hash,
-            "seed": seed,
-        }
-        write_atomic(stage / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    print(metrics_table(rows, k, avg, pas, keys.roles, invalid))
+    check_files([workflow, *data])
+    check_out(out, overwrite, [workflow, *data])
+    wf = load_checked(workflow)
+    engines = engines_of(backend, model, wf, device, decode, verbose)
+    evaluation = wf.evaluate(k=k, data=data, limit=limit, seed=seed, **engines)
+    evaluation.save(out, overwrite)
+    print(evaluation.table())
     print(f"-> {out / 'metrics.json'}")
-
-
-def _evaluate(wf, backends, tools, sets, k: int, seed: int, keys):
-    """Each dataset's row of metrics, its per-role invalid-output rates, and every trace."""
-    from srpo_dsl.rl.role_metrics import role_invalid_rates, role_invalid_sums
-    from srpo_dsl.runtime.metrics import dataset_metrics
-    from srpo_dsl.runtime.traces import to_trace
-
-    rows, invalid, traces = [], [], []
-    for name, tasks in sets:
-        episodes = _rollouts(wf, backends, tools, tasks, k, seed, f"eval {name}")
-        traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
-        rows.append(dataset_metrics(name, episodes, k))
-        invalid.append(role_invalid_rates(keys, role_invalid_sums(keys, episodes)))
-    return rows, invalid, traces
 
 
 def audit(
@@ -374,6 +235,7 @@ def render(
 
       srpo-dsl render workflows/math_routed.srpo --role solver
     """
+    from srpo_dsl.api.rollouts import tasks_of
     from srpo_dsl.runtime.episode import Episode
     from srpo_dsl.runtime.prompts import PromptError
 
@@ -381,7 +243,7 @@ def render(
     agents = wf.graph.agents
     if role not in agents:
         raise CliError(f"no agent `{role}` in {workflow} (agents: {', '.join(agents)})")
-    task = _tasks(wf, data, 1, "train")[0]
+    task = tasks_of(wf, data, 1, "train")[0]
     ep = Episode("example/0", str(task["id"]), 0, task)
     loop_of = next((v.where.loop for v in wf.graph.event_nodes if v.agent.name == role), None)
     ctx = ep.context(

@@ -1,38 +1,32 @@
 """`srpo-dsl train` and `srpo-dsl plot`: train a workflow's policies, draw its training dynamics.
 
-Choices come from their one source (the registries of `srpo_dsl.registries`, the fixed settings of
-`srpo_dsl.rl.names`), never restated here. Unless `--verbose`, what the libraries report while
-training is hidden (`common.libraries_quiet`);
-srpo-dsl's own progress bar (stderr) stays, and the run ends with the held-out result.
+`train` is `Workflow.train` (`srpo_dsl.api`) with the flags as its arguments; with rollout workers and
+no launcher it starts itself as 1 + R processes (`api.launch`). Choices come from their one source (the
+registries of `srpo_dsl.registries`, the fixed settings of `srpo_dsl.rl.names`), never restated here.
+Unless `--verbose`, what the libraries report while training is hidden (`api.quiet`); srpo-dsl's own
+progress bar (stderr) stays, and the run ends with the held-out result.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from srpo_dsl.cli.common import (
-    DECODE,
-    EXIT_INPUT,
-    VERBOSE,
-    CliError,
-    Decode,
-    Device,
-    check_device,
-    check_files,
-    choices,
-    libraries_quiet,
-    workflow_failure,
-)
+from srpo_dsl.api.launch import processes_needed, relaunch
+from srpo_dsl.api.outputs import check_files, check_out, refuse_existing, staged_output
+from srpo_dsl.api.quiet import libraries_quiet
+from srpo_dsl.api.rollouts import check_device
+from srpo_dsl.api.training import training_errors
+from srpo_dsl.cli.common import DECODE, EXIT_INPUT, VERBOSE, CliError, Decode, Device, choices
 from srpo_dsl.cli.dry_run import print_dry_run
-from srpo_dsl.cli.launch import processes_needed, relaunch
-from srpo_dsl.cli.outputs import OVERWRITE, check_out, refuse_existing, staged_output
+from srpo_dsl.cli.outputs import OVERWRITE
+from srpo_dsl.cli.run_cmds import load_checked, models_of
+from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 from srpo_dsl.rl.names import OFFLOAD
 
@@ -45,11 +39,6 @@ Offload = choices("Offload", OFFLOAD)
 RolloutEngine = choices("RolloutEngine", ROLLOUT_ENGINES)
 
 EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (the others: runlog.PANELS)
-
-OUT_OF_MEMORY = (
-    "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
-    "more --micro-batches, a smaller --batch or --group, shorter max_tokens, or --decode dynamic"
-)
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
 OUT = typer.Option(Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints).")
@@ -135,75 +124,39 @@ def train_cmd(
     check_files([workflow, ds_config, *eval_data])
     if not resume:
         refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
-    check_device(device and device.value)
     flags = {"steps": steps, "lr": lr, "group": group, "batch": batch, "zero": zero, "seed": seed}
     flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
     overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
-    options = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
-    options |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}
+    check_device(device and device.value)
     if dry_run:  # each process's role, node and device; loads no model (`cli.dry_run`)
-        return print_dry_run(workflow, overrides, options["device"], verbose)
-    with libraries_quiet(not verbose), one_line_errors(workflow):  # rollout workers and no launcher:
+        return print_dry_run(workflow, overrides, device and device.value, verbose)
+    wf = load_checked(workflow)
+    with libraries_quiet(not verbose), training_errors(workflow):  # rollout workers and no launcher:
         processes = processes_needed(workflow, overrides)  # the command launches them with itself
     if processes:
-        raise typer.Exit(relaunch(processes))
-    with libraries_quiet(not verbose):
-        history = run_training(workflow, out, overrides, resume, model, options)
+        raise typer.Exit(relaunch(processes, sys.argv[1:]))
+    setup = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
+    setup |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}
+    run = wf.train(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
-        report(history, out)
+        report(run.history, out)
 
 
 def parse_options(values: list[str]) -> dict[str, str]:
     """`--option NAME=VALUE` pairs, each NAME one of `TrainOptions` (the trainer checks the values)."""
-    from srpo_dsl.lang.errors import did_you_mean
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.api.training import checked_options
 
     out = {}
     for v in values:
         name, sep, value = (part.strip() for part in v.partition("="))
         if not sep or not name:
             raise CliError(f"--option {v}: expected NAME=VALUE, e.g. clip=0.1")
-        if name not in TrainOptions.model_fields:
-            hint = did_you_mean(name, TrainOptions.model_fields)
-            raise CliError(f"--option {v}: no training option `{name}`" + (f" ({hint})" if hint else ""))
+        try:
+            checked_options({name: value})
+        except UsageError as err:
+            raise CliError(f"--option {v}: {err}") from None
         out[name] = value
     return out
-
-
-def run_training(
-    workflow: Path,
-    out: Path,
-    overrides: dict[str, Any],
-    resume: bool,
-    model: list[str],
-    options: dict[str, Any],
-) -> list[dict[str, float]]:
-    """`rl.trainer.train`, with every failure the user can fix as one line."""
-    from srpo_dsl.rl.trainer import train
-    from srpo_dsl.runtime.setup import load_workflow, parse_model_overrides
-
-    with one_line_errors(workflow):
-        models = parse_model_overrides(model, list(load_workflow(workflow).graph.policies))
-        return train(workflow, out, overrides, resume, models=models, **options)
-
-
-@contextmanager
-def one_line_errors(workflow: Path) -> Iterator[None]:
-    """Every training failure the user can fix, as one line."""
-    import torch
-
-    from srpo_dsl.backends.base import BackendError
-    from srpo_dsl.lang.errors import SrpoError
-    from srpo_dsl.rl.trainer import TrainError
-
-    try:
-        yield
-    except SrpoError as err:
-        raise workflow_failure(err, workflow) from None
-    except (TrainError, BackendError, ValueError, OSError) as exc:
-        raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-    except torch.cuda.OutOfMemoryError:
-        raise CliError(OUT_OF_MEMORY, EXIT_INPUT) from None
 
 
 def report(history: list[dict[str, float]], out: Path) -> None:

@@ -6,12 +6,12 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
-from srpo_dsl import __version__
 from srpo_dsl.lsp.completion import completions
 from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.formatting import format_edits
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.symbols import document_symbols
+from srpo_dsl.version import __version__
 
 server = LanguageServer("srpo-dsl", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
 

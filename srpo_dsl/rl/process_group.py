@@ -59,19 +59,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # a launcher's
+
+
 def init_distributed(device: str, store: Any = None, trainers: int | None = None) -> Dist:
     """Join (or, alone, create) the process group, destroyed at exit (`destroy_distributed`); call before
     anything imports deepspeed. With rollout workers in the launch, the group is the `trainers` first
-    ranks only, rendezvousing on the launcher's `store` (`rollout_link.join_launch`)."""
+    ranks only, rendezvousing on the launcher's `store` (`rollout_link.join_launch`); alone, the group
+    of one rendezvouses on an in-memory store."""
     if device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
     os.environ.setdefault(
         "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "srpo-dsl" / "torch_extensions")
     )
-    if "RANK" not in os.environ:  # no launcher: a group of one
-        os.environ.update(
-            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
-        )
+    if "RANK" not in os.environ:  # no launcher: a group of one, on a store in this process (no port to
+        alone = ("0", "0", "1", "127.0.0.1", str(free_port()))  # bind, none another process can take first)
+        os.environ.update(zip(LAUNCH_VARIABLES, alone))
+        store, trainers = torch.distributed.HashStore(), 1
     if trainers is not None:  # what DeepSpeed reads of the launch: the trainers' group
         os.environ["WORLD_SIZE"] = str(trainers)
     use_route_to_master()  # gloo's interface to the other nodes

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from srpo_dsl.errors import InputError
 from srpo_dsl.lang.pycode import USES, CodeRef, Params, call_problem
 
 TIME_LIMITS = {"reward": 60.0, "parser": 10.0, "loader": 600.0}  # seconds per call; a tool sets its own
@@ -35,8 +36,16 @@ IMPORT_TIME_LIMIT = 600.0
 _MODULES: dict[str, ModuleType] = {}  # file path or module name -> the module: imported once per process
 
 
-class UserCodeError(Exception):
-    """User code that failed, hung or returned the wrong thing; the message is one line."""
+class UserCodeError(InputError):
+    """User code that failed, hung or returned the wrong thing: `FILE:LINE: message`, one line.
+    `file` and `line` (None: the file as a whole) name where, in the user's code."""
+
+    def __init__(self, file: str, line: int | None, message: str):
+        super().__init__(f"{file}:{line}: {message}" if line is not None else f"{file}: {message}")
+        self.file, self.line, self.message = file, line, message
+
+    def __reduce__(self) -> tuple[type, tuple[str, int | None, str]]:  # pickles across processes
+        return (UserCodeError, (self.file, self.line, self.message))
 
 
 class UserTimeout(BaseException):
@@ -84,9 +93,9 @@ def _failure(ref: CodeRef, exc: BaseException, what: str) -> UserCodeError:
     the code was when its time was up)."""
     line = user_line(exc, ref.file) or ref.line
     if isinstance(exc, UserTimeout):
-        return UserCodeError(f"{ref.file}:{line}: {what}")
+        return UserCodeError(ref.file, line, what)
     reason = f"{type(exc).__name__}: {exc}".rstrip(": ").replace("\n", " ")
-    return UserCodeError(f"{ref.file}:{line}: {what}: {reason}")
+    return UserCodeError(ref.file, line, f"{what}: {reason}")
 
 
 def import_module(ref: CodeRef) -> ModuleType:
@@ -145,7 +154,7 @@ class UserFunction:
 
     def fail(self, message: str) -> UserCodeError:
         """An error about what the function returned, at its `def` line."""
-        return UserCodeError(f"{self.ref.file}:{self.ref.line}: {self.ref.function}() {message}")
+        return UserCodeError(self.ref.file, self.ref.line, f"{self.ref.function}() {message}")
 
 
 def load_function(ref: CodeRef, timeout: float | None = None, options: tuple[str, ...] = ()) -> UserFunction:
@@ -153,7 +162,7 @@ def load_function(ref: CodeRef, timeout: float | None = None, options: tuple[str
     fn = getattr(import_module(ref), ref.function, None)
     if fn is None or not callable(fn):
         what = "is not defined" if fn is None else f"is a {type(fn).__name__}, not a function"
-        raise UserCodeError(f"{ref.file}: `{ref.function}` {what} after importing it")
+        raise UserCodeError(ref.file, None, f"`{ref.function}` {what} after importing it")
     try:
         params = Params.of_callable(fn)
     except (TypeError, ValueError):  # no signature to read (some built-ins): call it as documented
@@ -163,7 +172,7 @@ def load_function(ref: CodeRef, timeout: float | None = None, options: tuple[str
         if problem:
             shape = USES[ref.use].shape
             raise UserCodeError(
-                f"{ref.file}:{ref.line}: {ref.function}() cannot be called as {shape}: {problem}"
+                ref.file, ref.line, f"{ref.function}() cannot be called as {shape}: {problem}"
             )
         arity = params.reward_arity() if ref.use == "reward" else USES[ref.use].positional
     limit = timeout if timeout is not None else TIME_LIMITS.get(ref.use)

@@ -1,11 +1,11 @@
-"""`srpo-dsl train` with rollout workers and no launcher: the same command again, as 1 + R processes.
+"""Training with rollout workers and no launcher: `srpo-dsl train` as 1 + R processes.
 
 With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers,
-`rl/rollout_link.py`). Started without `torchrun` or `deepspeed`, the command starts itself again
-as each of them, with the variables a launcher sets (RANK, WORLD_SIZE, MASTER_ADDR, ...; rank 0
-hosts the rendezvous store), and exits with the trainer's code. Not torch's elastic launcher:
-that stops every process when one fails, and here a worker that dies must not stop the run. The
-threads of this machine are shared out between the processes.
+`rl/rollout_link.py`). Started without `torchrun` or `deepspeed`, the command (or the API's
+`Workflow.train`) starts `srpo-dsl train` as each of them, with the variables a launcher sets (RANK,
+WORLD_SIZE, MASTER_ADDR, ...; rank 0 hosts the rendezvous store), and returns the trainer's code.
+Not torch's elastic launcher: that stops every process when one fails, and here a worker that dies
+must not stop the run. The threads of this machine are shared out between the processes.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
 
@@ -33,8 +33,8 @@ def processes_needed(workflow: Path, overrides: Mapping[str, Any]) -> int:
     return 1 + workers if workers else 0
 
 
-def relaunch(processes: int) -> int:
-    """Run this command as `processes` processes on this machine: rank 0 trains, the others are rollout
+def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
+    """Run `srpo-dsl ARGV` as `processes` processes on this machine: rank 0 trains, the others are rollout
     workers. Rank 0's exit code: a worker that stops does not stop the run (the trainer hands its steps
     to the others, or stops with one line when none is left); once the trainer is done, so are they."""
     from srpo_dsl.rl.process_group import free_port
@@ -47,9 +47,11 @@ def relaunch(processes: int) -> int:
         "LOCAL_WORLD_SIZE": str(processes),
         "OMP_NUM_THREADS": str(max(1, cores // processes)),
     }
-    command = [sys.executable, "-m", "srpo_dsl", *sys.argv[1:]]
+    command = [sys.executable, "-m", "srpo_dsl", *argv]
     ranks = [  # a session of their own: a Ctrl-C reaches them once, forwarded by this process
-        subprocess.Popen(command, env=env | {"RANK": str(r), "LOCAL_RANK": str(r)}, start_new_session=True)
+        subprocess.Popen(
+            command, env=env | {"RANK": str(r), "LOCAL_RANK": str(r)}, stderr=stderr, start_new_session=True
+        )
         for r in range(processes)
     ]
     forward = {sig: signal.signal(sig, lambda s, _: [p.send_signal(s) for p in ranks]) for sig in FORWARDED}

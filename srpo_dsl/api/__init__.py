@@ -1,0 +1,29 @@
+"""srpo-dsl from Python (docs/python.md): `load` a workflow, inspect it, `run`, `evaluate` and `train` it.
+
+    import srpo_dsl
+    wf = srpo_dsl.load("workflows/quickstart.srpo")
+    run = wf.train("runs/q", steps=20)
+
+The command line is a thin layer over this API. Failures raise `SrpoDslError`s: `WorkflowError` (the
+diagnostics), `UserCodeError` (the user's file and line), `UsageError`, `InputError`.
+"""
+
+from srpo_dsl.api.errors import InputError, SrpoDslError, UsageError, UserCodeError, WorkflowError
+from srpo_dsl.api.rollouts import DatasetResult, Evaluation, Rollouts, RolloutSummary
+from srpo_dsl.api.training import Run
+from srpo_dsl.api.workflow import Workflow, load
+
+__all__ = [
+    "DatasetResult",
+    "Evaluation",
+    "InputError",
+    "RolloutSummary",
+    "Rollouts",
+    "Run",
+    "SrpoDslError",
+    "UsageError",
+    "UserCodeError",
+    "Workflow",
+    "WorkflowError",
+    "load",
+]

@@ -1,0 +1,281 @@
+"""`Workflow.run` and `Workflow.evaluate`: rollouts of a workflow, and what they return.
+
+Every input is checked (the data files, the backend, the models, the device) before anything heavy loads;
+each failure the user can fix is one `UsageError` or `InputError`, the user's own code a `UserCodeError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srpo_dsl.api.outputs import check_files, check_out, staged_output
+from srpo_dsl.api.quiet import libraries_quiet
+from srpo_dsl.errors import InputError, UsageError
+from srpo_dsl.io import write_atomic
+from srpo_dsl.registries import BACKENDS
+from srpo_dsl.rl.runlog import write_graph
+from srpo_dsl.runtime.metrics import DatasetMetrics
+from srpo_dsl.runtime.traces import TraceEpisode, write_traces
+
+if TYPE_CHECKING:
+    from srpo_dsl.api.workflow import Models, Workflow
+    from srpo_dsl.runtime.episode import Episode
+
+
+@dataclass(frozen=True)
+class Engines:
+    """How a workflow's policies generate: the backend, the models, the device, the decode loop."""
+
+    backend: str = "hf"
+    models: Models = None
+    device: str | None = None
+    decode: str = "auto"
+    verbose: bool = False
+
+    @property
+    def scripted(self) -> bool:
+        return self.backend == "scripted"
+
+    def check(self, wf: Workflow) -> dict[str, str]:
+        """The backend and device usable here, the models as {policy: model}; before anything loads."""
+        if self.backend not in BACKENDS:
+            raise UsageError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        if self.scripted and not self.models:
+            raise UsageError("the scripted backend needs its reply script: models='replies.json'")
+        check_device(self.device)
+        models = model_overrides(self.models, list(wf.graph.policies))
+        check_files(Path(p) for p in (models.values() if self.scripted else ()))
+        return models
+
+    def build(self, wf: Workflow, models: dict[str, str]) -> tuple[dict, dict]:
+        """The workflow's backends (the models load here) and its tools, with one-line errors."""
+        from srpo_dsl.backends.base import BackendError
+        from srpo_dsl.envs.retrieval import RetrieverError
+        from srpo_dsl.models.specs import policy_models
+        from srpo_dsl.runtime.setup import build_backends, build_tools
+
+        options = {"decode": self.decode} | ({"device": self.device} if self.device else {})
+        try:
+            tools = build_tools(wf)
+            specs = policy_models(wf.graph, models, resolve=not self.scripted)
+            backends = build_backends(wf, self.backend, specs, **(options if self.backend == "hf" else {}))
+        except (BackendError, RetrieverError, ValueError, OSError) as exc:
+            raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        return backends, tools
+
+
+def check_device(device: str | None) -> None:
+    """`cuda` on a machine without a CUDA device: a usage error, before anything loads."""
+    if device not in (None, "cpu", "cuda"):
+        raise UsageError(f"device {device!r}: expected cpu or cuda")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is available (use --device cpu)")
+
+
+def model_overrides(models: Models, policies: list[str]) -> dict[str, str]:
+    """{policy: model}: one model (a path or spec) for every policy, or a mapping of declared policies."""
+    if models is None:
+        return {}
+    if isinstance(models, (str, Path)):
+        return dict.fromkeys(policies, str(models))
+    unknown = [p for p in models if p not in policies]
+    if unknown:
+        raise UsageError(f"models: no policy `{unknown[0]}` (policies: {', '.join(policies)})")
+    return {p: str(m) for p, m in models.items()}
+
+
+def tasks_of(wf: Workflow, data: Path | None, limit: int | None, split: str) -> list[dict]:
+    """The prompts to roll out: of `data`, or of the workflow's own task."""
+    from srpo_dsl.runtime.setup import task_data
+
+    try:
+        tasks = task_data(wf, split=split, data=data, limit=limit)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    except ValueError as exc:
+        raise InputError(str(exc).splitlines()[0]) from None
+    if not tasks:
+        raise InputError("no tasks to run (empty data file?)")
+    return tasks
+
+
+def roll_out(
+    wf: Workflow, built: tuple[dict, dict], tasks: list[dict], samples: int, seed: int, desc: str | None
+) -> list[Episode]:
+    """`samples` episodes per task; a progress bar on stderr named `desc` (None: none)."""
+    from tqdm import tqdm
+
+    from srpo_dsl.runtime.executor import Executor
+
+    backends, tools = built
+    executor = Executor(wf.graph, backends, wf.renderer(), tools)
+    off = {"disable": True} if desc is None else {}  # else tqdm's own default (TQDM_DISABLE may set it)
+    with tqdm(total=len(tasks) * samples, desc=desc, unit="episode", leave=False, **off) as bar:
+        return executor.run(tasks, samples=samples, seed=seed, on_done=lambda _: bar.update(1))
+
+
+def save_results(
+    out: Path,
+    overwrite: bool,
+    wf: Workflow,
+    episodes: Sequence[TraceEpisode],
+    named: tuple[str, dict[str, Any]],
+) -> Path:
+    """A results folder, all or nothing: OUT/traces.jsonl, OUT/graph.json and one JSON file (`named`)."""
+    check_out(out, overwrite, [wf.path])
+    with staged_output(out) as stage:
+        write_traces(stage / "traces.jsonl", episodes)
+        write_graph(stage, wf.graph)
+        write_atomic(stage / named[0], json.dumps(named[1], indent=2) + "\n")
+    return out
+
+
+@dataclass(frozen=True)
+class RolloutSummary:
+    episodes: int
+    events: int
+    incomplete_events: int
+    mean_reward: float
+    mean_score: float
+    invalid_actions: int
+    mean_set_size: float
+
+    @classmethod
+    def of(cls, traces: Sequence[TraceEpisode]) -> RolloutSummary:
+        events = [e for t in traces for e in t.events]
+        n, m = max(len(traces), 1), max(len(events), 1)
+        return cls(
+            episodes=len(traces),
+            events=len(events),
+            incomplete_events=sum(not e.complete for e in events),
+            mean_reward=sum(t.reward for t in traces) / n,
+            mean_score=sum(t.score for t in traces) / n,
+            invalid_actions=sum(t.invalid_actions for t in traces),
+            mean_set_size=sum(len(e.members) for e in events) / m,
+        )
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """What `Workflow.run` returns: every episode as its event trace (srpo-trace/2, docs/traces.md)."""
+
+    workflow: Workflow
+    episodes: list[TraceEpisode]
+
+    @property
+    def summary(self) -> RolloutSummary:
+        return RolloutSummary.of(self.episodes)
+
+    def save(self, out: str | Path, overwrite: bool = False) -> Path:
+        """OUT/traces.jsonl, OUT/summary.json and OUT/graph.json, all or nothing (`srpo-dsl run`'s folder)."""
+        return save_results(
+            Path(out), overwrite, self.workflow, self.episodes, ("summary.json", asdict(self.summary))
+        )
+
+
+def run_workflow(
+    wf: Workflow,
+    engines: Engines,
+    data: str | Path | None,
+    limit: int | None,
+    samples: int,
+    seed: int,
+    progress: bool,
+) -> Rollouts:
+    from srpo_dsl.runtime.traces import to_trace
+
+    if samples < 1 or (limit is not None and limit < 1):
+        raise UsageError("samples and limit must be at least 1")
+    check_files([Path(data)] if data is not None else [])
+    models = engines.check(wf)
+    tasks = tasks_of(wf, Path(data) if data is not None else None, limit, "train")
+    with libraries_quiet(not engines.verbose):
+        built = engines.build(wf, models)
+        episodes = roll_out(wf, built, tasks, samples, seed, "rollouts" if progress else None)
+    return Rollouts(wf, [to_trace(ep, wf.graph.hash) for ep in episodes])
+
+
+@dataclass(frozen=True)
+class DatasetResult(DatasetMetrics):
+    """One held-out dataset's metrics, and each role's invalid-output rate (roles with outputs only)."""
+
+    invalid_rate: Mapping[str, float] = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What `Workflow.evaluate` returns: per dataset Avg@k, Pass@k and costs, their macro average."""
+
+    workflow: Workflow
+    k: int
+    seed: int
+    datasets: list[DatasetResult]
+    avg_at_k: float  # the macro average over datasets, in [0, 1]
+    pass_at_k: float
+    roles: tuple[str, ...]  # the acting roles, in graph order
+    episodes: list[TraceEpisode]
+
+    def to_dict(self) -> dict[str, Any]:
+        """`srpo-dsl eval`'s metrics.json."""
+        return {
+            "k": self.k,
+            "datasets": [asdict(d) for d in self.datasets],
+            "macro": {"avg_at_k": self.avg_at_k, "pass_at_k": self.pass_at_k},
+            "workflow": str(self.workflow.path),
+            "graph_hash": self.workflow.graph.hash,
+            "seed": self.seed,
+        }
+
+    def table(self) -> str:
+        from srpo_dsl.api.tables import metrics_table
+
+        return metrics_table(self)
+
+    def save(self, out: str | Path, overwrite: bool = False) -> Path:
+        """OUT/metrics.json, OUT/traces.jsonl and OUT/graph.json, all or nothing (`srpo-dsl eval`)."""
+        return save_results(
+            Path(out), overwrite, self.workflow, self.episodes, ("metrics.json", self.to_dict())
+        )
+
+
+def evaluate_workflow(
+    wf: Workflow, engines: Engines, data: list[Path], limit: int | None, k: int, seed: int, progress: bool
+) -> Evaluation:
+    from srpo_dsl.rl.role_metrics import MetricKeys
+    from srpo_dsl.runtime.metrics import macro_average
+
+    if k < 1 or (limit is not None and limit < 1):
+        raise UsageError("k and limit must be at least 1")
+    check_files(data)
+    models = engines.check(wf)
+    sets = [(p.stem, tasks_of(wf, p, limit, "eval")) for p in data] or [
+        (wf.name, tasks_of(wf, None, limit, "eval"))
+    ]
+    keys = MetricKeys.of(wf.graph)
+    with libraries_quiet(not engines.verbose):
+        built = engines.build(wf, models)
+        rows, episodes = evaluated_sets(wf, built, sets, k, seed, keys, progress)
+    avg, passed = macro_average(rows)
+    return Evaluation(wf, k, seed, rows, avg, passed, keys.roles, episodes)
+
+
+def evaluated_sets(wf, built, sets, k: int, seed: int, keys, progress: bool):
+    """Each dataset's result (metrics and per-role invalid-output rates), and every episode's trace."""
+    from srpo_dsl.rl.role_metrics import role_invalid_rates, role_invalid_sums
+    from srpo_dsl.runtime.metrics import dataset_metrics
+    from srpo_dsl.runtime.traces import to_trace
+
+    rows, traces = [], []
+    for name, tasks in sets:
+        episodes = roll_out(wf, built, tasks, k, seed, f"eval {name}" if progress else None)
+        traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
+        rates = role_invalid_rates(keys, role_invalid_sums(keys, episodes))
+        rows.append(DatasetResult(**asdict(dataset_metrics(name, episodes, k)), invalid_rate=rates))
+    return rows, traces

@@ -1,0 +1,237 @@
+"""`Workflow.train`: train a workflow's policies into a run folder, and the `Run` it returns.
+
+In one process (no launcher, no rollout workers) training runs in the caller's process and leaves nothing
+behind: the process group it made is destroyed, its engines and threads are gone, so a notebook can train
+again. Rollout workers need processes of their own: the run is then started as `srpo-dsl train`, 1 + R
+processes (`api.launch`), and this call waits for it.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srpo_dsl.api.errors import WorkflowError
+from srpo_dsl.api.outputs import check_files, refuse_existing
+from srpo_dsl.api.quiet import libraries_quiet
+from srpo_dsl.api.rollouts import check_device, model_overrides
+from srpo_dsl.errors import InputError, UsageError
+from srpo_dsl.rl.runlog import METRICS, EvalCurve, RunError, read_curve, read_jsonl
+
+if TYPE_CHECKING:
+    from srpo_dsl.api.workflow import Models, Workflow
+
+OUT_OF_MEMORY = (
+    "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
+    "more --micro-batches, a smaller --batch or --group, shorter max_tokens, or --decode dynamic"
+)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where and how training runs (everything but the `train with` options)."""
+
+    models: Models = None
+    eval_data: Sequence[Path] = ()
+    device: str | None = None
+    backend: str = "hf"
+    decode: str = "auto"
+    ds_config: str | Path | None = None
+    offload: str = "none"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A training run's folder: `history` holds the steps this call trained; `metrics` every step's
+    row of metrics.jsonl, `curve` the held-out Avg@k / Pass@k, `checkpoints` the step-N folders."""
+
+    path: Path
+    history: list[dict[str, float]]
+
+    @classmethod
+    def open(cls, path: str | Path) -> Run:
+        """A run folder written before (by `train` or `srpo-dsl train`)."""
+        path = Path(path)
+        if not (path / METRICS).is_file():
+            raise UsageError(f"cannot read {path / METRICS}: no such file (is {path} a training run?)")
+        return cls(path, [])
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        return _read(lambda: read_jsonl(self.path / METRICS))
+
+    @property
+    def curve(self) -> EvalCurve | None:
+        """Held-out Avg@k and Pass@k (percent) at each evaluated step; None before the first evaluation."""
+        return _read(lambda: read_curve(self.path))
+
+    @property
+    def checkpoints(self) -> list[Path]:
+        """The complete `checkpoints/step-N` folders, by step."""
+        from srpo_dsl.rl.checkpoint import CHECKPOINTS
+
+        found = [p for p in (self.path / CHECKPOINTS).glob("step-*") if p.name[5:].isdigit()]
+        return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def _read(reader: Any) -> Any:
+    try:
+        return reader()
+    except RunError as exc:
+        raise InputError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training call, checked: the workflow, the run folder, the options, the models, the setup."""
+
+    workflow: Path
+    out: Path
+    overrides: Mapping[str, Any]
+    resume: bool
+    models: Mapping[str, str]
+    setup: Setup
+
+
+def train_workflow(
+    wf: Workflow,
+    out: Path,
+    options: Mapping[str, Any],
+    resume: bool,
+    setup: Setup,
+    progress: bool,
+    verbose: bool,
+) -> Run:
+    """Check every input before anything loads, then train (here, or as 1 + R processes)."""
+    from srpo_dsl.api.launch import processes_needed
+
+    overrides = checked_options(options)
+    check_files([Path(setup.ds_config) if setup.ds_config else None, *setup.eval_data])
+    if not resume:
+        refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
+    check_device(setup.device)
+    job = Job(wf.path, out, overrides, resume, model_overrides(setup.models, list(wf.graph.policies)), setup)
+    with libraries_quiet(not verbose), training_errors(wf.path):
+        processes = processes_needed(wf.path, overrides)
+    if processes:
+        return launched(job, processes)
+    with libraries_quiet(not verbose), training_errors(wf.path), released():
+        return Run(out, in_process(job, progress))
+
+
+def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """`train with` options by name, each one of `TrainOptions` (the trainer checks the values)."""
+    from srpo_dsl.lang.errors import did_you_mean
+    from srpo_dsl.lang.schema import TrainOptions
+
+    for name in options:
+        if name not in TrainOptions.model_fields:
+            hint = did_you_mean(name, TrainOptions.model_fields)
+            raise UsageError(f"no training option `{name}`" + (f" ({hint})" if hint else ""))
+    return {k: getattr(v, "value", v) for k, v in options.items()}
+
+
+def in_process(job: Job, progress: bool) -> list[dict[str, float]]:
+    from srpo_dsl.rl.trainer import train
+
+    setup = job.setup
+    return train(
+        job.workflow,
+        job.out,
+        job.overrides,
+        job.resume,
+        models=job.models,
+        ds_config=Path(setup.ds_config) if setup.ds_config else None,
+        offload=setup.offload,
+        device=setup.device,
+        backend=setup.backend,
+        decode=setup.decode,
+        progress=progress,
+        eval_data=list(setup.eval_data),
+    )
+
+
+@contextmanager
+def training_errors(workflow: Path) -> Iterator[None]:
+    """Every training failure the user can fix, as one typed exception with a one-line message."""
+    import torch
+
+    from srpo_dsl.backends.base import BackendError
+    from srpo_dsl.lang.errors import SrpoError
+    from srpo_dsl.rl.trainer import TrainError
+
+    try:
+        yield
+    except SrpoError as err:
+        raise WorkflowError.of(workflow, err.diagnostics) from None
+    except (TrainError, BackendError, ValueError, OSError) as exc:
+        raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    except torch.cuda.OutOfMemoryError:
+        raise InputError(OUT_OF_MEMORY) from None
+
+
+@contextmanager
+def released() -> Iterator[None]:
+    """Training alone in this process: afterwards its process group is destroyed and the launch variables
+    it set are unset (the next run makes its own), and the memory of its engines is returned."""
+    from srpo_dsl.rl.process_group import LAUNCH_VARIABLES, destroy_distributed
+
+    alone = "RANK" not in os.environ
+    saved = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}
+    try:
+        yield
+    finally:
+        if alone:
+            destroy_distributed()
+            restore_environment(saved)
+        gc.collect()
+        empty_cuda_cache()
+
+
+def restore_environment(saved: Mapping[str, str | None]) -> None:
+    """Each variable as it was (None: unset)."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def empty_cuda_cache() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def launched(job: Job, processes: int) -> Run:
+    """The run as `srpo-dsl train`, 1 + R processes; its error line, if it fails, as an `InputError`."""
+    from srpo_dsl.api.launch import relaunch
+
+    before = len(_read(lambda: read_jsonl(job.out / METRICS)))
+    with tempfile.TemporaryFile("w+") as log:
+        code = relaunch(processes, train_argv(job), stderr=log)
+        if code != 0:
+            log.seek(0)
+            errors = [line for line in log.read().splitlines() if line.startswith("error: ")]
+            said = errors[0].removeprefix("error: ") if errors else f"exit code {code}"
+            raise InputError(f"training in {processes} processes (`srpo-dsl train`) failed: {said}")
+    return Run(job.out, _read(lambda: read_jsonl(job.out / METRICS))[before:])
+
+
+def train_argv(job: Job) -> list[str]:
+    """`srpo-dsl train`'s arguments for the same run."""
+    setup = job.setup
+    argv = ["train", str(job.workflow), "--out", str(job.out), "--backend", setup.backend]
+    argv += ["--decode", setup.decode, "--offload", setup.offload] + (["--resume"] if job.resume else [])
+    argv += [x for k, v in job.overrides.items() for x in ("--option", f"{k}={v}")]
+    argv += [x for p, m in job.models.items() for x in ("--model", f"{p}={m}")]
+    argv += [x for p in setup.eval_data for x in ("--eval-data", str(p))]
+    argv += ["--device", setup.device] if setup.device else []
+    return argv + (["--ds-config", str(setup.ds_config)] if setup.ds_config else [])

@@ -1,0 +1,122 @@
+"""`srpo_dsl.load(path)`: a workflow file, checked and compiled, as a `Workflow` to inspect and to run.
+
+Loading reads the file and the templates and Python files it names, as `validate` does, with `ast`:
+nothing of the user's code is imported or run until `run`, `evaluate` or `train` is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srpo_dsl.api.errors import WorkflowError
+from srpo_dsl.io import read_text
+from srpo_dsl.lang import analyze
+from srpo_dsl.lang.errors import Diagnostic
+from srpo_dsl.lang.graph import Bounds
+from srpo_dsl.runtime.setup import Workflow as CompiledWorkflow
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from srpo_dsl.api.rollouts import Evaluation, Rollouts
+    from srpo_dsl.api.training import Run
+
+Models = str | Mapping[str, str] | None  # one model for every policy, or policy -> model
+
+
+def load(path: str | Path) -> Workflow:
+    """The workflow at `path`, checked and compiled. Raises `WorkflowError` (its diagnostics) when it has
+    errors, `UsageError` when the file cannot be read; never imports the workflow's Python."""
+    path = Path(path)
+    text = read_text(path)
+    result = analyze(text, str(path))
+    if result.program is None:
+        raise WorkflowError(path, result.diagnostics, text)
+    return Workflow(path, result.program, tuple(result.diagnostics))
+
+
+@dataclass
+class Workflow(CompiledWorkflow):
+    """A compiled workflow: its `graph` (`EventGraph`), its `diagnostics` (warnings only: a workflow with
+    errors does not load), its cost `bounds`; `run`, `evaluate` and `train` run it."""
+
+    diagnostics: tuple[Diagnostic, ...] = field(default=())
+
+    @property
+    def bounds(self) -> Bounds:
+        """Static bounds of one episode: events, model calls (sum of K), tool calls, tokens."""
+        return self.graph.bounds
+
+    def to_networkx(self) -> nx.DiGraph:
+        """The event graph as the documented `networkx.DiGraph` (docs/dsl.md, "The compiled event graph")."""
+        return self.graph.to_networkx()
+
+    def run(
+        self,
+        *,
+        limit: int | None = None,
+        samples: int = 1,
+        seed: int = 0,
+        data: str | Path | None = None,
+        backend: str = "hf",
+        models: Models = None,
+        device: str | None = None,
+        decode: str = "auto",
+        progress: bool = True,
+        verbose: bool = False,
+    ) -> Rollouts:
+        """Roll the workflow out: `samples` episodes for each of the first `limit` tasks (of `data`, or the
+        workflow's own task). `models`: a model for every policy, or {policy: model}; for
+        `backend="scripted"`, the reply script. Returns the episodes as event traces."""
+        from srpo_dsl.api.rollouts import Engines, run_workflow
+
+        engines = Engines(backend, models, device, decode, verbose)
+        return run_workflow(self, engines, data, limit, samples, seed, progress)
+
+    def evaluate(
+        self,
+        *,
+        k: int = 16,
+        data: str | Path | Sequence[str | Path] = (),
+        limit: int | None = None,
+        seed: int = 0,
+        backend: str = "hf",
+        models: Models = None,
+        device: str | None = None,
+        decode: str = "auto",
+        progress: bool = True,
+        verbose: bool = False,
+    ) -> Evaluation:
+        """Avg@k, Pass@k and costs on each held-out dataset (`data`: files; default the task's eval split)
+        and their macro average, with every episode's trace."""
+        from srpo_dsl.api.rollouts import Engines, evaluate_workflow
+
+        files = [data] if isinstance(data, (str, Path)) else list(data)
+        engines = Engines(backend, models, device, decode, verbose)
+        return evaluate_workflow(self, engines, [Path(f) for f in files], limit, k, seed, progress)
+
+    def train(
+        self,
+        out: str | Path,
+        *,
+        resume: bool = False,
+        models: Models = None,
+        eval_data: Sequence[str | Path] = (),
+        device: str | None = None,
+        backend: str = "hf",
+        decode: str = "auto",
+        ds_config: str | Path | None = None,
+        offload: str = "none",
+        progress: bool = True,
+        verbose: bool = False,
+        **options: Any,
+    ) -> Run:
+        """Train the workflow's trainable policies into the run folder `out`; `options` override its
+        `train with (...)` block (`steps=20`, `lr=1e-4`, ...). Returns the `Run`."""
+        from srpo_dsl.api.training import Setup, train_workflow
+
+        setup = Setup(models, [Path(p) for p in eval_data], device, backend, decode, ds_config, offload)
+        return train_workflow(self, Path(out), options, resume, setup, progress, verbose)
