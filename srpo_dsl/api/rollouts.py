@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -206,7 +206,7 @@ def run_workflow(
 class DatasetResult(DatasetMetrics):
     """One held-out dataset's metrics, and each role's invalid-output rate (roles with outputs only)."""
 
-    invalid_rate: Mapping[str, float] = None  # type: ignore[assignment]
+    invalid_rate: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
