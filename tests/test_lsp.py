@@ -194,6 +194,33 @@ def test_definition_of_a_policy_a_tool_and_a_tool_s_function(client, tmp_path):
     assert py[found["range"]["start"]["line"]].startswith("def calc(")
 
 
+def test_hover_on_a_step_gives_its_cost_bounds(client):
+    """supervisor.srpo: `act researcher` is in a loop of 3 inside a loop of 4 (12 times an episode);
+    the outer loop's body costs 5 events (1 + 3 + 1) and 4 tool calls; the episode 4 x 5 + 1 events."""
+    path = WORKFLOWS / "supervisor.srpo"  # opened, never written
+    text = path.read_text()
+    uri = client.open(path, text)
+    client.diagnostics(uri)
+
+    def shown(line_has: str, word: str) -> str:
+        at = {"textDocument": {"uri": uri}, "position": _position(text, line_has, word)}
+        return client.request("textDocument/hover", at)["contents"]["value"]
+
+    episode = (
+        "the whole episode, at most: events 21 · model calls 21 · tool calls 16 · generated tokens 10752"
+    )
+    researcher = shown("act researcher", "act")
+    assert researcher.startswith("**act researcher**") and episode in researcher
+    assert "once: events 1 · model calls 1 · tool calls 0 · generated tokens 512" in researcher
+    assert "at most 12 times an episode" in researcher and "events 12 · model calls 12" in researcher
+    call = shown("call search on researcher", "call")
+    assert call.startswith("**call search on researcher**") and "tool calls 12 ·" in call
+    loop = shown("repeat at most 4", "repeat")
+    assert "once: events 20 · model calls 20 · tool calls 16 · generated tokens 10240" in loop
+    assert "times an episode" not in loop
+    assert "once: events 1 " in shown("act supervisor only finish", "act")
+
+
 def test_every_train_option_is_documented_once_for_completion_and_docs():
     """Each `train with` option's description (completion's documentation) exists, and docs/dsl.md's
     table has a row naming it with its default."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from srpo_dsl.lang import nodes as n
@@ -174,6 +175,11 @@ class _Bounds(n.StepVisitor[None]):
 
     def visit_break(self, s: n.Break, total: Cost) -> None:
         pass
+
+
+def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> Cost:
+    """The most one execution of `step` costs: its loops at their bounds, its branches at the dearer arm."""
+    return _Bounds(dict(agents)).block((step,))
 
 
 class _Compiler(n.StepVisitor[Frontier]):

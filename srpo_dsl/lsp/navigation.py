@@ -8,6 +8,7 @@ from lsprotocol import types as lsp
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.templates import TemplateLoader, template_search_path
+from srpo_dsl.lsp.costs import step_hover
 from srpo_dsl.lsp.occurrences import Occurrence, declarations, occurrence_at
 from srpo_dsl.lsp.positions import span_range
 from srpo_dsl.lsp.pyrefs import describe, locate
@@ -72,11 +73,12 @@ def _agent_hover(agent: n.Agent, program: n.Program) -> str:
 
 
 def hover(text: str, path: str, pos: lsp.Position) -> lsp.Hover | None:
-    """An agent's policy, template, contract and K range; a Python function's signature and docstring."""
+    """An agent's policy, template, contract and K range; a Python function's signature and docstring;
+    elsewhere in a step, its cost bounds."""
     program = parsed(text, path)
     occ = occurrence_at(program, pos) if program else None
     if occ is None:
-        return None
+        return _step(text, path, pos)
     if occ.kind == "agent" and occ.text in declarations(program)["agent"]:
         value = _agent_hover(declarations(program)["agent"][occ.text], program)
     elif occ.kind == "ref" and (target := locate(occ.text, program.file)) is not None:
@@ -85,3 +87,13 @@ def hover(text: str, path: str, pos: lsp.Position) -> lsp.Hover | None:
         return None
     content = lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=value)
     return lsp.Hover(contents=content, range=span_range(occ.span))
+
+
+def _step(text: str, path: str, pos: lsp.Position) -> lsp.Hover | None:
+    found = step_hover(text, path, pos)
+    if found is None:
+        return None
+    value, step = found
+    return lsp.Hover(
+        contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=value), range=span_range(step.span)
+    )

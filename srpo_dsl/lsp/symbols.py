@@ -52,11 +52,11 @@ def _declarations(p: n.Program) -> list[lsp.DocumentSymbol]:
     return out
 
 
-def _step_name(step: n.Step) -> str:
+def step_name(step: n.Step) -> str:
     if isinstance(step, n.EventStep):
         return f"{step.kind} {', '.join(a.name for a in step.agents)}"
     if isinstance(step, n.CallTool):
-        return f"call {step.tool.name} {step.agent.name}"
+        return f"call {step.tool.name} on {step.agent.name}"
     if isinstance(step, n.EnvStep):
         return f"step {step.env.name} on {', '.join(a.name for a in step.on)}"
     if isinstance(step, n.Repeat):
@@ -68,7 +68,7 @@ def _step_name(step: n.Step) -> str:
 
 def _steps(steps: tuple[n.Step, ...]) -> list[lsp.DocumentSymbol]:
     return [
-        _symbol(_step_name(s), K.Event, s.span, children=_steps(tuple(x for b in s.blocks for x in b)))
+        _symbol(step_name(s), K.Event, s.span, children=_steps(tuple(x for b in s.blocks for x in b)))
         for s in steps
     ]
 

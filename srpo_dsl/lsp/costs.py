@@ -1,0 +1,50 @@
+"""Hover on a step: the most it costs, once and per episode (the compiler's static bounds)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from lsprotocol import types as lsp
+
+from srpo_dsl.lang import analyze
+from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.compiler import Cost, step_cost
+from srpo_dsl.lsp.positions import contains
+from srpo_dsl.lsp.symbols import parsed, step_name
+
+
+def steps_at(steps: tuple[n.Step, ...], pos: lsp.Position) -> list[n.Step]:
+    """The steps whose span holds `pos`, outermost first (a loop, then what in it holds `pos`)."""
+    for step in steps:
+        if contains(step.span, pos):
+            return [step, *steps_at(tuple(x for b in step.blocks for x in b), pos)]
+    return []
+
+
+def _cost(cost: Cost) -> str:
+    return (
+        f"events {cost.events} · model calls {cost.calls} · tool calls {cost.tool_calls} · "
+        f"generated tokens {cost.tokens}"
+    )
+
+
+def step_hover(text: str, path: str, pos: lsp.Position) -> tuple[str, n.Step] | None:
+    """Markdown on the innermost step at `pos`: its cost once, the most times an episode runs it (the
+    bounds of the loops around it) and so its cost per episode, and the episode's bounds."""
+    tree = parsed(text, path)
+    chain = steps_at(tree.steps, pos) if tree else []
+    program = analyze(text, path).program if chain else None
+    if program is None:  # no step here, or the workflow has errors: no bounds to give
+        return None
+    step, loops = chain[-1], [s.bound or 0 for s in chain[:-1] if isinstance(s, n.Repeat)]
+    once = step_cost(step, program.agents)
+    times = 1
+    for bound in loops:
+        times *= bound
+    lines = [f"**{step_name(step)}**", f"at most, once: {_cost(once)}"]
+    if times > 1:
+        lines.append(
+            f"at most {times} times an episode (the bounds of its loops), so at most: {_cost(once * times)}"
+        )
+    lines.append(f"the whole episode, at most: {_cost(Cost(**asdict(program.bounds)))}")
+    return "\n\n".join(lines), step
