@@ -17,6 +17,7 @@ from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import write_atomic
 from srpo_dsl.registries import BACKENDS
+from srpo_dsl.rl.names import DEVICES
 from srpo_dsl.rl.runlog import write_graph
 from srpo_dsl.runtime.metrics import DatasetMetrics
 from srpo_dsl.runtime.traces import TraceEpisode, write_traces
@@ -69,14 +70,17 @@ class Engines:
 
 
 def check_device(device: str | None) -> None:
-    """`cuda` on a machine without a CUDA device: a usage error, before anything loads."""
-    if device not in (None, "cpu", "cuda"):
-        raise UsageError(f"device {device!r}: expected cpu or cuda")
+    """A device srpo-dsl knows, and (`cuda`) one this machine has: a usage error, before anything loads."""
+    if device is not None and device not in DEVICES:
+        raise UsageError(f"device {device!r}: expected one of {', '.join(DEVICES)}")
     if device == "cuda":
-        import torch
+        from srpo_dsl.rl.trainer import TrainError
+        from srpo_dsl.rl.trainer import check_device as usable
 
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA device is available (use --device cpu)")
+        try:
+            usable(device)
+        except TrainError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def model_overrides(models: Models, policies: list[str]) -> dict[str, str]:

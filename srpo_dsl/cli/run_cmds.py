@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from srpo_dsl.api.outputs import check_files, check_out
-from srpo_dsl.cli.common import DECODE, EXIT_INPUT, VERBOSE, CliError, Decode, Device, choices
-from srpo_dsl.cli.outputs import OVERWRITE
+from srpo_dsl.cli.common import DECODE, EXIT_INPUT, OVERWRITE, VERBOSE, CliError, Decode, Device, choices
 from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:
