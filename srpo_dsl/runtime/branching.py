@@ -99,12 +99,13 @@ class Scorer:
 
 def close(tree: Tree, backup: str, discount: float) -> None:
     """A rollout whose paths are all done: back its returns up; its root (the episode callers hold) gets
-    every event of the tree, its tool calls, and, for a tree, the backed-up return, the mean score of
-    its leaves, the first leaf's answer and every invalid output."""
+    every event of the tree (pruned alternatives too), their invalid outputs and tool calls, and, for a
+    tree, the backed-up return, the mean score of its leaves and the first leaf's answer."""
     value = back_up(tree, backup, discount)
     root = tree.root
     root.events = list(tree.events)
     root.tool_calls, root.tool_errors = tree.tool_calls()
+    root.invalid_actions = sum(not m.valid for e in tree.events for m in e.members)
     root.tree = None
     if not tree.forks:
         return
@@ -112,7 +113,6 @@ def close(tree: Tree, backup: str, discount: float) -> None:
     root.leaves = [Leaf(p.path, p.reward, p.score, p.answer) for p in leaves]
     root.reward, root.answer = value, leaves[0].answer
     root.score = sum(p.score for p in leaves) / len(leaves)
-    root.invalid_actions = sum(not m.valid for e in tree.events for m in e.members)
     root.role_rewards = {}
 
 

@@ -307,12 +307,13 @@ class Executor:
             return self._fork(ep, node, events, scores)
         valid = [e.complete and all(m.valid for m in e.members) for e in events]
         kept = keep_index(node.branch.keep, scores, valid, keep_seed(seed, ep))
-        for i, e in enumerate(events):
-            e.branch = alternative_mark(ep, node.branch, i, i == kept, scores[i])
-            e.tree_return = pruned_return(e.members, scores[i], self.reward.penalty)
-            if i != kept:
+        marks = [alternative_mark(ep, node.branch, i, i == kept, scores[i]) for i in range(len(events))]
+        for e, mark, score in zip(events, marks, scores):
+            e.branch, e.tree_return = mark, pruned_return(e.members, score, self.reward.penalty)
+            if mark.kept:
+                self._apply(ep, node, e)
+            else:
                 ep.tree.events.append(e)  # type: ignore[union-attr]
-        self._apply(ep, node, events[kept])
         return [ep]
 
     def _fork(
