@@ -317,3 +317,29 @@ def test_code_pair_backs_turn_scores_up_a_tree():
     assert [(leaf.path, leaf.reward) for leaf in ep.leaves] == [(".0", 1.0), (".1.0", 1.0), (".1.1", 0.9)]
     assert [e.tree_return for e in ep.events] == pytest.approx([1.9, 1.6695, 1.9, 1.81])
     assert ep.reward == pytest.approx((1.9 + 1.6695) / 2)
+
+
+def test_the_editor_and_the_formatter_know_the_branch_clause(tmp_path):
+    from srpo_dsl.lang.format import format_source
+    from srpo_dsl.lsp.completion import completions
+
+    labels = {item.label for item in completions("act s ", 0, 6)}
+    assert {"branch", "keep", "best", "random", "first"} <= labels
+    messy = HEAD + "aggregate  solver   branch  2 keep best  by exact_match( task.answer )\n"
+    tidy = format_source(messy)
+    assert "aggregate solver branch 2 keep best by exact_match(task.answer)" in tidy
+    assert format_source(tidy) == tidy
+
+
+def test_a_version_2_trace_reads_with_the_new_fields_defaults(tmp_path):
+    executor, _, _ = _run(_workflow(tmp_path, "revise planner\naggregate solver"), TREE_SCRIPT)
+    (ep,) = executor.run([TASK])
+    data = json.loads(to_trace(ep, "h").model_dump_line())
+    data["schema"] = "srpo-trace/2"
+    for event in data["events"]:
+        del event["parent"]
+    (tmp_path / "v2.jsonl").write_text(json.dumps(data) + "\n")
+    (back,) = read_traces(tmp_path / "v2.jsonl")
+    assert [(e.parent, e.branch, e.tree_return, e.path) for e in back.events] == [(None, None, None, "")] * 2
+    assert back.leaves == [] and back.schema_ == "srpo-trace/2"
+    assert '"schema":"srpo-trace/3"' in back.model_dump_line()

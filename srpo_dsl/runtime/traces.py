@@ -1,4 +1,4 @@
-"""Event traces (`srpo-trace/2`): the contract between rollouts and training.
+"""Event traces (`srpo-trace/3`): the contract between rollouts and training.
 
 JSON Lines, one episode per line, written atomically. `read_traces` validates every line
 with pydantic and reports incomplete events; the trainer reads nothing else. A training
