@@ -343,3 +343,31 @@ def test_a_version_2_trace_reads_with_the_new_fields_defaults(tmp_path):
     assert [(e.parent, e.branch, e.tree_return, e.path) for e in back.events] == [(None, None, None, "")] * 2
     assert back.leaves == [] and back.schema_ == "srpo-trace/2"
     assert '"schema":"srpo-trace/3"' in back.model_dump_line()
+
+
+def test_the_viewer_lays_out_the_tree(tmp_path):
+    from srpo_dsl.view.episodes import episode_json
+
+    executor, _, _ = _run(_workflow(tmp_path, TREE), TREE_SCRIPT)
+    (ep,) = executor.run([TASK])
+    data = episode_json(None, to_trace(ep, "h"))
+    shown = [(e["name"], e["depth"], e["after"], e["alt"], e["ret"], e["next"]) for e in data["events"]]
+    assert shown == [
+        ("/e1b0", 1, "start", "1 of 2, kept", 0.125, "→ aggregate:solver"),
+        ("/e1b1", 1, "start", "2 of 2, kept", 0.125, "→ aggregate:solver"),
+        (".0/e2b0", 2, "/e1b0", "1 of 2, kept", 0.5, "→ end"),
+        (".0/e2b1", 2, "/e1b0", "2 of 2, kept", 0.0, "→ end"),
+        (".1/e2b0", 2, "/e1b1", "1 of 2, kept", 0.25, "→ end"),
+        (".1/e2b1", 2, "/e1b1", "2 of 2, kept", 0.25, "→ end"),
+    ]
+    assert data["leaves"][0] == [".0.0", 1.0, 1.0, "7"]
+    script = {"planner": ["\\boxed{1}"], "solver": ["\\boxed{3}", "\\boxed{7}", "oops"]}
+    executor, _, _ = _run(_workflow(tmp_path, PRUNED.format(rule="best")), script)
+    (ep,) = executor.run([TASK])
+    events = episode_json(None, to_trace(ep, "h"))["events"]
+    assert [e["next"] for e in events[1:]] == [
+        "pruned: this alternative ends here",
+        "→ end",
+        "pruned: this alternative ends here",
+    ]
+    assert events[1]["alt"] == "1 of 3, pruned, score 0"
