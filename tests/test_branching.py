@@ -58,7 +58,8 @@ class _Recording(ScriptedBackend):
 def _run(path: Path, script: dict, samples: int = 1, **kw):
     wf = load_workflow(path)
     backend = _Recording(script)
-    executor = Executor(wf.graph, {"lm": backend}, wf.renderer(), build_tools(wf), **kw)
+    options = wf.graph.train.model_copy(update=kw)
+    executor = Executor(wf.graph, {"lm": backend}, wf.renderer(), build_tools(wf), options)
     return executor, backend, wf
 
 

@@ -19,7 +19,7 @@ from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
-from srpo_dsl.lang.schema import CONTRACTS
+from srpo_dsl.lang.schema import CONTRACTS, TrainOptions
 from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
 from srpo_dsl.runtime.branching import (
     Fork,
@@ -65,12 +65,10 @@ class Executor:
         backends: Mapping[str, Backend],
         renderer: PromptRenderer,
         tools: Mapping[str, Retriever | UserTool] | None = None,
-        *,
-        backup: str | None = None,
-        discount: float | None = None,
+        options: TrainOptions | None = None,
     ):
-        """`backup`, `discount`: how a branching episode's returns back up its tree (default: the
-        workflow's `train with` values)."""
+        """`options`: the run's resolved `train with` options (default: the workflow's), of which the
+        executor reads how a branching episode's returns back up its tree (`backup`, `discount`)."""
         missing = set(graph.policies) - set(backends)
         if missing:
             raise ValueError(f"no backend for policies: {', '.join(sorted(missing))}")
@@ -98,8 +96,8 @@ class Executor:
         }
         self.envs = load_envs(graph.envs, list(graph.agents))
         self.scorers = {v.id: Scorer(v, pools) for v in graph.event_nodes if v.branch and v.branch.scorer}
-        self.backup = backup or graph.train.backup
-        self.discount = graph.train.discount if discount is None else discount
+        options = options or graph.train
+        self.backup, self.discount = options.backup, options.discount
         self.branching = True
         # policies sharing one backend (adapters on a base) are generated for in one call, each
         # request through its own adapter; the call is named after the first of them
