@@ -96,3 +96,21 @@ def run_tests(outputs: dict, row: dict, state: dict, time_limit: float = 5.0):
     shown = "\n".join(failures[:MAX_SHOWN])
     text = f"turn {state['turn']}: {len(failures)} of {len(tests)} tests fail:\n{shown}"
     return {"coder": text, "tester": text}, False, reward
+
+
+# ---- AT-GRPO's per-agent scores (workflows/code_at_grpo.srpo): each candidate of a turn, scored alone ----
+def coder_score(program: str | None, row: dict, time_limit: float = 5.0) -> float:
+    """A coder's candidate: the fraction of the task's hidden tests its program passes."""
+    if program is None:
+        return 0.0
+    hidden = row["hidden_tests"]
+    return run_program(program, hidden, time_limit).count(None) / len(hidden)
+
+
+def tester_score(tests: str | None, row: dict, time_limit: float = 5.0) -> float:
+    """A tester's candidate: the fraction of its `assert` lines the task's reference solution passes (a test
+    a correct program fails is a wrong test); no tests score 0."""
+    lines = _assertions(tests)
+    if not lines:
+        return 0.0
+    return run_program(row["solution"], lines, time_limit).count(None) / len(lines)

@@ -111,9 +111,16 @@ def tasks_of(wf: Workflow, data: Path | None, limit: int | None, split: str) -> 
 
 
 def roll_out(
-    wf: Workflow, built: tuple[dict, dict], tasks: list[dict], samples: int, seed: int, desc: str | None
+    wf: Workflow,
+    built: tuple[dict, dict],
+    tasks: list[dict],
+    samples: int,
+    seed: int,
+    desc: str | None,
+    branching: bool = True,
 ) -> list[Episode]:
-    """`samples` episodes per task; a progress bar on stderr named `desc` (None: none)."""
+    """`samples` episodes per task; a progress bar on stderr named `desc` (None: none); `branching=False`:
+    every `branch` step sampled once (evaluation)."""
     from tqdm import tqdm
 
     from srpo_dsl.runtime.executor import Executor
@@ -122,7 +129,8 @@ def roll_out(
     executor = Executor(wf.graph, backends, wf.renderer(), tools)
     off = {"disable": True} if desc is None else {}  # else tqdm's own default (TQDM_DISABLE may set it)
     with tqdm(total=len(tasks) * samples, desc=desc, unit="episode", leave=False, **off) as bar:
-        return executor.run(tasks, samples=samples, seed=seed, on_done=lambda _: bar.update(1))
+        done = lambda _: bar.update(1)  # noqa: E731
+        return executor.run(tasks, samples=samples, seed=seed, on_done=done, branching=branching)
 
 
 def save_results(
@@ -168,7 +176,7 @@ class RolloutSummary:
 
 @dataclass(frozen=True)
 class Rollouts:
-    """What `Workflow.run` returns: every episode as its event trace (srpo-trace/2, docs/traces.md)."""
+    """What `Workflow.run` returns: every episode as its event trace (srpo-trace/3, docs/traces.md)."""
 
     workflow: Workflow
     episodes: list[TraceEpisode]
@@ -278,7 +286,7 @@ def evaluated_sets(wf, built, sets, k: int, seed: int, keys, progress: bool):
 
     rows, traces = [], []
     for name, tasks in sets:
-        episodes = roll_out(wf, built, tasks, k, seed, f"eval {name}" if progress else None)
+        episodes = roll_out(wf, built, tasks, k, seed, f"eval {name}" if progress else None, branching=False)
         traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
         rates = role_invalid_rates(keys, role_invalid_sums(keys, episodes))
         rows.append(DatasetResult(**asdict(dataset_metrics(name, episodes, k)), invalid_rate=rates))

@@ -178,6 +178,7 @@ def compile_cmd(
         f"{program.name}: {len(program.event_nodes)} event steps, hash {program.hash}; per episode at most "
         f"{bounds.events} events, {bounds.calls} model calls, {bounds.tool_calls} tool calls, "
         f"{bounds.tokens} generated tokens"
+        + (f", {bounds.paths} paths (tree branches)" if bounds.paths > 1 else "")
     )
     with libraries_quiet(not verbose):  # an adapter's size is read off its base's config by transformers
         adapters = adapter_report(program)

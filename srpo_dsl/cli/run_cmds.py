@@ -7,6 +7,7 @@ first, and the results saved with `save`. The libraries' output is hidden unless
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:
     from srpo_dsl.api import Workflow
-    from srpo_dsl.runtime.episode import Member
+    from srpo_dsl.runtime.episode import BranchMark, Member
+    from srpo_dsl.runtime.traces import TraceEpisode, TraceEvent
 
 BackendKind = choices("BackendKind", BACKENDS)
 
@@ -91,7 +93,7 @@ def run(
     overwrite: bool = OVERWRITE,
     verbose: bool = VERBOSE,
 ) -> None:
-    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/2).
+    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/3).
 
     Examples:
 
@@ -190,20 +192,54 @@ def audit(
                 for k, v in ep.envs.items()
             )
         )
-        print("| event | type | state | K | outputs consumed | observations | transition |")
-        print("|---|---|---|---:|---|---|---|")
-        for i, e in enumerate(ep.events):
-            nxt = ep.events[i + 1].event_type if i + 1 < len(ep.events) else "end"
-            outs = "; ".join(f"{_who(m, bool(e.actions))}: {short(m.text)}" for m in e.members)
-            obs = _observed(e.observations)
-            k = f"{len(e.members)}" if e.complete else f"{len(e.members)}/{e.cardinality} INCOMPLETE"
-            print(f"| e{i + 1} | {e.event_type} | {e.state_id[:8]} | {k} | {outs} | {obs} | -> {nxt} |")
+        _audit_table(ep, short)
         print()
     incomplete = sum(len(ep.incomplete_events) for ep in eps)
     events = sum(len(ep.events) for ep in eps)
     print(f"{len(eps)} episodes, {events} events, {incomplete} incomplete")
     if incomplete:
         raise typer.Exit(EXIT_INPUT)
+
+
+def _audit_table(ep: TraceEpisode, short: Callable[[str], str]) -> None:
+    """One row per event. A branching episode's rows name each event by its id within the episode, the
+    event it follows on its path, its alternative (kept or pruned, its score) and its backed-up return."""
+    tree = any(e.branch is not None for e in ep.events)
+    extra = " after | alternative | return |" if tree else ""
+    print(f"| event | type | state | K | outputs consumed | observations | transition |{extra}")
+    print("|---|---|---|---:|---|---|---|" + ("---|---|---:|" if tree else ""))
+    local = lambda event_id: event_id.removeprefix(ep.episode_id)  # noqa: E731
+    for i, e in enumerate(ep.events):
+        outs = "; ".join(f"{_who(m, bool(e.actions))}: {short(m.text)}" for m in e.members)
+        k = f"{len(e.members)}" if e.complete else f"{len(e.members)}/{e.cardinality} INCOMPLETE"
+        name = local(e.event_id) if tree else f"e{i + 1}"
+        row = f"| {name} | {e.event_type} | {e.state_id[:8]} | {k} | {outs} | {_observed(e.observations)} |"
+        row += f" -> {_following(ep.events, i)} |"
+        if tree:
+            ret = "" if e.tree_return is None else f"{e.tree_return:+.3f}"
+            row += f" {local(e.parent) if e.parent else 'start'} | {_alternative(e.branch)} | {ret} |"
+        print(row)
+    for leaf in ep.leaves:
+        print(f"path {leaf.path}: reward {leaf.reward:+.3f}, score {leaf.score:.3f}, answer {leaf.answer!r}")
+
+
+def _following(events: list[TraceEvent], i: int) -> str:
+    """The step(s) after event i: the events that follow it on their paths (several after a tree branch;
+    an alternative that was pruned: none), else, in a trace without parents, the next event."""
+    e = events[i]
+    if e.branch is not None and not e.branch.kept:
+        return "pruned"
+    if any(x.parent is not None for x in events):
+        after = dict.fromkeys(x.event_type for x in events if x.parent == e.event_id)
+        return ", ".join(after) or "end"
+    return events[i + 1].event_type if i + 1 < len(events) else "end"
+
+
+def _alternative(branch: BranchMark | None) -> str:
+    if branch is None:
+        return ""
+    score = "" if branch.score is None else f", score {branch.score:.3f}"
+    return f"{branch.index + 1} of {branch.of}, {'kept' if branch.kept else 'pruned'}{score}"
 
 
 def _who(m: Member, acts: bool) -> str:

@@ -8,7 +8,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.declarations import AgentInfo, Binding, PolicyInfo, RewardInfo
+from srpo_dsl.lang.branches import check_branch
+from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, PolicyInfo, RewardInfo
 from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.graph import ENV_DONE
 from srpo_dsl.lang.pycode import (
@@ -53,17 +54,19 @@ class Checked:
     reward: RewardInfo | None = None
     train: TrainOptions = field(default_factory=TrainOptions)
     train_code: list[CodeRef] = field(default_factory=list)  # the train block's objective, estimator
+    branches: dict[n.Branch, BranchInfo] = field(default_factory=dict)  # each `branch ...` clause resolved
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     @property
     def code(self) -> tuple[CodeRef, ...]:
         """The user's Python the workflow names: the task, the tools, the environments, the parsers, the
-        reward, and the train block's objective and advantage estimator."""
+        reward, the branches' scorers, and the train block's objective and advantage estimator."""
         refs = [self.task.code if self.task else None]
         refs += [t.code for t in self.tools.values()]
         refs += [e.code for e in self.envs.values()]
         refs += [a.parser for a in self.agents.values()]
         refs.append(self.reward.code if self.reward else None)
+        refs += [b.code for b in self.branches.values()]
         return tuple(r for r in [*refs, *self.train_code] if r is not None)
 
     @property
@@ -725,6 +728,12 @@ class _Checker(n.StepVisitor[None]):
             self.router(s, routed)
         if kind.routes:
             routed.add(s.agent.name)
+        if s.branch is not None:
+            info = check_branch(
+                s.branch, self.out.diagnostics.append, lambda ref: self.code_ref(ref, "reward")
+            )
+            if info is not None:
+                self.out.branches[s.branch] = info
         for agent in s.agents:
             self.act(agent.name)
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.branches import MAX_PATHS
 from srpo_dsl.lang.checker import Checked
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.errors import Diagnostic, SrpoError
@@ -140,46 +141,59 @@ def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
     return out
 
 
-class _Bounds(n.StepVisitor[None]):
-    """The most an episode can cost, added into `total`: each loop at its bound, each branch at its
-    dearer arm."""
+Bound = tuple[Cost, int]  # the most a step costs, and the most paths it splits an episode into
 
-    def __init__(self, agents: dict[str, AgentInfo]):
+
+class _Bounds(n.StepVisitor[Bound]):
+    """The most an episode can cost: each loop at its bound, each branch at its dearer arm, and everything
+    after a tree branch once per alternative (the paths multiply; counted up to `MAX_PATHS` + 1)."""
+
+    def __init__(self, agents: Mapping[str, AgentInfo]):
         self.agents = agents
 
-    def block(self, steps: tuple[n.Step, ...]) -> Cost:
-        total = Cost()
+    def block(self, steps: tuple[n.Step, ...]) -> Bound:
+        total, paths = Cost(), 1
         for s in steps:
-            self.visit(s, total)
-        return total
+            cost, split = self.visit(s)
+            total += cost * paths
+            paths = min(paths * split, MAX_PATHS + 1)
+        return total, paths
 
-    def visit_event(self, s: n.EventStep, total: Cost) -> None:
+    def visit_event(self, s: n.EventStep) -> Bound:
         a = self.agents[s.agent.name]
         k = members(s, a.replicas).cardinality[1]
         others = [self.agents[o.name] for o in s.others]
-        total.events += 1
-        total.calls += k + sum(o.replicas for o in others)
-        total.tokens += k * a.max_tokens + sum(o.replicas * o.max_tokens for o in others)
+        once = Cost(1, k + sum(o.replicas for o in others), 0)
+        once.tokens = k * a.max_tokens + sum(o.replicas * o.max_tokens for o in others)
+        if s.branch is None:
+            return once, 1
+        return once * s.branch.count, 1 if s.branch.keep else s.branch.count
 
-    def visit_call(self, s: n.CallTool, total: Cost) -> None:
-        total.tool_calls += self.agents[s.agent.name].replicas
+    def visit_call(self, s: n.CallTool) -> Bound:
+        return Cost(tool_calls=self.agents[s.agent.name].replicas), 1
 
-    def visit_env(self, s: n.EnvStep, total: Cost) -> None:
-        pass  # an environment step generates nothing and calls no tool
+    def visit_env(self, s: n.EnvStep) -> Bound:
+        return Cost(), 1  # an environment step generates nothing and calls no tool
 
-    def visit_repeat(self, s: n.Repeat, total: Cost) -> None:
-        total += self.block(s.body) * (s.bound or 0)
+    def visit_repeat(self, s: n.Repeat) -> Bound:
+        body, split = self.block(s.body)
+        total, paths = Cost(), 1
+        for _ in range(s.bound or 0):  # round i runs on every path the earlier rounds made
+            total += body * paths
+            paths = min(paths * split, MAX_PATHS + 1)
+        return total, paths
 
-    def visit_if(self, s: n.If, total: Cost) -> None:
-        total += self.block(s.then).max(self.block(s.orelse))
+    def visit_if(self, s: n.If) -> Bound:
+        (then, p1), (orelse, p2) = self.block(s.then), self.block(s.orelse)
+        return then.max(orelse), max(p1, p2)
 
-    def visit_break(self, s: n.Break, total: Cost) -> None:
-        pass
+    def visit_break(self, s: n.Break) -> Bound:
+        return Cost(), 1
 
 
 def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> Cost:
     """The most one execution of `step` costs: its loops at their bounds, its branches at the dearer arm."""
-    return _Bounds(dict(agents)).block((step,))
+    return _Bounds(agents).block((step,))[0]
 
 
 class _Compiler(n.StepVisitor[Frontier]):
@@ -267,9 +281,23 @@ class _Compiler(n.StepVisitor[Frontier]):
             k = len(who.replicas) + sum(o.replicas for o in others)
             who = who._replace(cardinality=(k, k))
             label = f"{s.kind} {', '.join(a.name for a in s.agents)} K={k}"
+        branch = self.c.branches.get(s.branch) if s.branch else None
+        if branch is not None:
+            label += f" branch {branch.count}" + (f" keep {branch.keep}" if branch.keep else "")
         return self._add(
             EventNode(
-                nid, step, where, label, agent, event_type, who.replicas, who.cardinality, by, actions, others
+                nid,
+                step,
+                where,
+                label,
+                agent,
+                event_type,
+                who.replicas,
+                who.cardinality,
+                by,
+                actions,
+                others,
+                branch,
             )
         )
 
@@ -370,12 +398,12 @@ class _Compiler(n.StepVisitor[Frontier]):
         tail = self.block(p.steps, [(start, Way(()))], [])
         self.connect(tail, self._add(Terminal("end", "end")))
         edges = tuple(self.edge(u, v, paths) for u, out in self.succ.items() for v, paths in out.items())
-        bounds = _Bounds(c.agents).block(p.steps)
+        bounds, paths = _Bounds(c.agents).block(p.steps)
         return EventGraph(
             name=p.name.name,
             source=p.file,
             hash=program_hash(p),
-            bounds=Bounds(bounds.events, bounds.calls, bounds.tool_calls, bounds.tokens),
+            bounds=Bounds(bounds.events, bounds.calls, bounds.tool_calls, bounds.tokens, paths),
             nodes=self.nodes,
             edges=edges,
             loops=self.loop_names,
@@ -430,13 +458,30 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
     ]
 
 
+def path_errors(graph: EventGraph, program: n.Program) -> list[Diagnostic]:
+    """An episode whose tree branches multiply past `MAX_PATHS` paths (E058), at its first tree branch."""
+    if graph.bounds.paths <= MAX_PATHS:
+        return []
+    first = next(s for s in n.walk_events(program.steps) if s.branch and s.branch.keep is None)
+    assert first.branch is not None
+    return [
+        Diagnostic(
+            "E058",
+            f"the tree branches multiply to more than {MAX_PATHS} paths per episode: each path runs the "
+            "rest of the workflow",
+            first.branch.span,
+            "branch fewer times, or inside fewer loop rounds; `keep best` prunes instead of multiplying",
+        )
+    ]
+
+
 def compile_checked(checked: Checked) -> EventGraph:
     """Compile a program whose checks passed; raise `SrpoError` for graph-level errors."""
     if checked.errors:
         raise SrpoError(checked.errors)
     compiler = _Compiler(checked)
     graph = compiler.run()
-    errors = reward_path_errors(graph, compiler.spans)
+    errors = path_errors(graph, checked.program) + reward_path_errors(graph, compiler.spans)
     if errors:
         raise SrpoError(errors)
     return graph

@@ -87,6 +87,21 @@ class RewardInfo:
 
 
 @dataclass(frozen=True)
+class BranchInfo:
+    """`branch N [keep RULE] [by SCORER]` resolved: N alternatives of one event from one pre-action state;
+    `keep` None: every alternative continues (a tree); else one is kept by the rule and the others end."""
+
+    count: int
+    keep: str | None  # a rule of `srpo_dsl.lang.branches.KEEP_RULES`, or None (a tree)
+    scorer: str | None  # a reward function's name or the reference of a Python function; None: unscored
+    field: str | None = None  # the task field a reward-function scorer compares with
+    code: CodeRef | None = None  # a Python scorer, called as a reward: (answer, row)
+
+    def attrs(self) -> dict[str, Any]:
+        return {"count": self.count, "keep": self.keep, "scorer": self.scorer, "field": self.field}
+
+
+@dataclass(frozen=True)
 class Binding:
     """A task or tool declaration: its kind (`math`, `bm25`, ..., `python`) and its validated options."""
 

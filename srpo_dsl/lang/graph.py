@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from srpo_dsl.lang.declarations import AgentInfo, Binding, PolicyInfo, RewardInfo
+from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, PolicyInfo, RewardInfo
 from srpo_dsl.lang.pycode import CodeRef
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.lang.steps import StepKind
@@ -132,6 +132,7 @@ class EventNode:
     routed_by: str | None
     actions: tuple[str, ...] = ()  # the actions an acting agent may take here (`only`, else all); ()
     others: tuple[AgentInfo, ...] = ()  # a mixed set (`parallel a, b`): the agents answering with `agent`
+    branch: BranchInfo | None = None  # `... branch N`: the event is sampled N times from one state
 
     @property
     def agents(self) -> tuple[AgentInfo, ...]:
@@ -173,6 +174,7 @@ class EventNode:
             "temperature": a.temperature,
             "top_p": a.top_p,
             "pool_size": a.replicas,
+            "branch": self.branch.attrs() if self.branch else None,
         }
 
 
@@ -239,6 +241,7 @@ class Bounds:
     calls: int  # sum of K
     tool_calls: int
     tokens: int
+    paths: int = 1  # the rollouts one episode splits into: the product of its tree branches' counts
 
 
 @dataclass(frozen=True)
@@ -303,6 +306,7 @@ class EventGraph:
             "max_calls": self.bounds.calls,
             "max_tool_calls": self.bounds.tool_calls,
             "max_tokens": self.bounds.tokens,
+            "max_paths": self.bounds.paths,
             "loops": dict(self.loops),
             "policies": {k: p.attrs() for k, p in self.policies.items()},
             "agents": {k: a.attrs() for k, a in self.agents.items()},

@@ -140,6 +140,27 @@ class Cond:
     span: Span
 
 
+@dataclass(frozen=True)
+class Scorer:
+    """`by exact_match(task.answer)` (a reward function and the task field it compares with) or
+    `by "file.py:function"` (the user's Python, called as a reward: `(answer, row)`)."""
+
+    fn: Ident | Ref
+    field: tuple[str, ...] | None  # ("task", "answer") for a reward function; None for Python
+    span: Span
+
+
+@dataclass(frozen=True)
+class Branch:
+    """`branch N [keep RULE] [by SCORER]`: N alternatives of the step's event from one pre-action state."""
+
+    count: int
+    keep: Ident | None  # None: every alternative continues (a tree)
+    scorer: Scorer | None
+    span: Span
+    count_span: Span
+
+
 class _StepNode:
     """What every step has: its nested blocks (a loop's body, a branch's arms) for `walk_steps`."""
 
@@ -160,6 +181,7 @@ class EventStep(_StepNode):
     span: Span
     only: tuple[Ident, ...] | None = None  # `... only answer`: the actions an acting agent may take here
     others: tuple[Ident, ...] = ()  # `parallel a, b`: the agents answering with `agent` (a mixed set)
+    branch: Branch | None = None  # `... branch N [keep RULE] [by SCORER]`: alternatives of the event
 
     @property
     def agents(self) -> tuple[Ident, ...]:

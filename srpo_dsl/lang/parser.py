@@ -259,22 +259,57 @@ class _Build:
         names = [t for t in listed if t.type == "NAME"]
         return _Part(tuple(self._id(t) for t in names), names[-1])
 
-    def event_step(self, items: list) -> n.EventStep:  # step_keyword NAME [selector] [only]
-        keyword, agent, selector, only = items
+    def branch(self, items: list) -> _Part:  # "branch" NUMBER ["keep" NAME] ["by" scorer]
+        word, count, _keep, keep, _by, scorer = items
+        end = scorer.span if scorer else _tok_span(self.file, keep or count)
+        span = Span(self.file, word.line, word.column, end.end_line, end.end_col)
+        number = self._at_most(count, "E056", "a branch count")
+        branch = n.Branch(number, self._id(keep) if keep else None, scorer, span, _tok_span(self.file, count))
+        return _Part(branch, keep or count)
+
+    def code_scorer(self, items: list) -> n.Scorer:  # STRING
+        (ref,) = items
+        return n.Scorer(self._callee(ref), None, _tok_span(self.file, ref))
+
+    def scorer(self, items: list) -> n.Scorer:  # NAME "(" dotted ")"
+        fn, _open, dotted, _close = items
+        return n.Scorer(self._id(fn), dotted[1], self._span(items))
+
+    def event_step(self, items: list) -> n.EventStep:  # step_keyword NAME [selector] [only] [branch]
+        keyword, agent, selector, only, branch = items
         chosen = selector.value if selector else None
         return n.EventStep(
             str(keyword),
             self._id(agent),
             chosen if isinstance(chosen, n.Ident) else None,
             chosen if isinstance(chosen, tuple) else None,
-            self._span(items),
+            self._span_to(items, branch),
             only.value if only else None,
+            branch=branch.value if branch else None,
         )
 
-    def mixed_step(self, items: list) -> n.EventStep:  # step_keyword NAME ("," NAME)+
-        keyword, *names = items
-        agents = [self._id(t) for t in names if t.type == "NAME"]
-        return n.EventStep(str(keyword), agents[0], None, None, self._span(items), None, tuple(agents[1:]))
+    def mixed_step(self, items: list) -> n.EventStep:  # step_keyword NAME ("," NAME)+ [branch]
+        keyword, *names, branch = items
+        agents = [self._id(t) for t in names if isinstance(t, Token) and t.type == "NAME"]
+        span = self._span_to([keyword, *names, branch], branch)
+        return n.EventStep(
+            str(keyword),
+            agents[0],
+            None,
+            None,
+            span,
+            None,
+            tuple(agents[1:]),
+            branch.value if branch else None,
+        )
+
+    def _span_to(self, items: list, branch: _Part | None) -> Span:
+        """A step's span, through its `branch ...` clause when it has one."""
+        if branch is None:
+            return self._span(items)
+        first = items[0]
+        end = branch.value.span
+        return Span(self.file, first.line, first.column, end.end_line, end.end_col)
 
     def call_step(self, items: list) -> n.CallTool:  # "call" NAME "on" NAME
         _call, tool, _on, agent = items

@@ -250,6 +250,12 @@ class TrainOptions(_Options):
         1, ge=0, description="S: a rollout worker's weights are at most S optimizer steps old"
     )
     importance_cap: float = Field(2.0, ge=1.0, description="C: the cap of a stale event's importance weight")
+    backup: Literal["mean", "max"] = Field(
+        "mean", description="a tree branch's return: the mean or the max of its alternatives' returns"
+    )
+    discount: float = Field(
+        1.0, gt=0.0, le=1.0, description="gamma: an alternative's return is its score + gamma * its subtree's"
+    )
 
     @field_validator("objective")
     @classmethod

@@ -8,6 +8,7 @@ import re
 from lsprotocol import types as lsp
 from pydantic.fields import FieldInfo
 
+from srpo_dsl.lang.branches import KEEP_RULES
 from srpo_dsl.lang.grammar import grammar_text
 from srpo_dsl.lang.schema import CONTRACTS, POLICY_KINDS, TASK_KINDS, TOOL_KINDS, TrainOptions
 from srpo_dsl.registries import REWARDS
@@ -52,9 +53,10 @@ def _registered() -> list[lsp.CompletionItem]:
         (TOOL_KINDS, "tool kind"),
         (REWARDS, "reward function"),
     ]
+    rules = [lsp.CompletionItem(label=name, kind=CK.EnumMember, detail="keep rule") for name in KEEP_RULES]
     return [
         lsp.CompletionItem(label=name, kind=CK.Function, detail=what) for reg, what in groups for name in reg
-    ]
+    ] + rules
 
 
 def completions(text: str, line: int, character: int) -> list[lsp.CompletionItem]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import analyze
@@ -46,5 +44,9 @@ def step_hover(text: str, path: str, pos: lsp.Position) -> tuple[str, n.Step] | 
         lines.append(
             f"at most {times} times an episode (the bounds of its loops), so at most: {_cost(once * times)}"
         )
-    lines.append(f"the whole episode, at most: {_cost(Cost(**asdict(program.bounds)))}")
+    b = program.bounds
+    paths = f" · {b.paths} paths (tree branches)" if b.paths > 1 else ""
+    lines.append(
+        f"the whole episode, at most: {_cost(Cost(b.events, b.calls, b.tool_calls, b.tokens))}{paths}"
+    )
     return "\n\n".join(lines), step

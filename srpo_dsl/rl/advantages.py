@@ -7,6 +7,10 @@
     row     groups (prompt, event type); one sample per row                                     (grpo, seq)
     agent   groups (prompt, role): Dr. MAS's agent-wise normalisation; one sample per row       (drmas)
 
+Every estimator groups the alternatives of one `branch` step by their shared state: their group is
+their sibling group (`siblings`), never "the same step in G rollouts" (docs/objective.md, "Branching
+rollouts"); rows of events that are no alternative have sibling None and group as above.
+
 Each objective names its estimator when it is registered (objectives.py), so nothing here
 or in the rows branches on an objective's name. The estimators are the entries of
 `srpo_dsl.registries.ADVANTAGE_ESTIMATORS`; `register_advantage_estimator` adds one, and a
@@ -28,13 +32,15 @@ from srpo_dsl.rl.objective import at_least_fp32
 
 @dataclass(frozen=True)
 class AdvantageInputs:
-    """One entry per row: the return R of its member, its event, prompt, event type and role."""
+    """One entry per row: the return R of its member, its event, prompt, event type and role, and the
+    sibling group of its event when it is an alternative of a `branch` step (None otherwise)."""
 
     returns: Tensor  # [N] float
     event_ids: Tensor  # [N] int, equal id = one event
     prompt_ids: Sequence[Hashable]
     event_types: Sequence[Hashable]
     roles: Sequence[Hashable]
+    siblings: Sequence[Hashable | None] | None = None  # None: no row is an alternative
 
     def __post_init__(self) -> None:
         n = self.returns.numel()
@@ -45,6 +51,14 @@ class AdvantageInputs:
             )
         if not len(self.prompt_ids) == len(self.event_types) == len(self.roles) == n:
             raise ValueError("returns, event_ids, prompt_ids, event_types and roles need one entry per row")
+        if self.siblings is not None and len(self.siblings) != n:
+            raise ValueError("siblings needs one entry per row")
+
+    def groups(self, *keys: Sequence[Hashable]) -> Tensor:
+        """Dense group ids of `keys`, an alternative's rows grouped with their siblings alone."""
+        if self.siblings is None:
+            return group_index(*keys)
+        return group_index(*keys, self.siblings)
 
 
 Estimator = Callable[[AdvantageInputs, float], Tensor]
@@ -98,17 +112,17 @@ def event_advantages(returns: Tensor, group_ids: Tensor, event_ids: Tensor, eps:
 
 def per_event(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
     """SRPO: groups (prompt, event type), one sample per event."""
-    groups = group_index(inputs.prompt_ids, inputs.event_types)
+    groups = inputs.groups(inputs.prompt_ids, inputs.event_types)
     return event_advantages(inputs.returns, groups, inputs.event_ids, eps)
 
 
 def per_row(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
     """GRPO: groups (prompt, event type), one sample per row (response)."""
-    groups = group_index(inputs.prompt_ids, inputs.event_types)
+    groups = inputs.groups(inputs.prompt_ids, inputs.event_types)
     return group_advantages(inputs.returns, groups, eps)
 
 
 def per_agent(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
     """Dr. MAS: groups (prompt, role), one sample per row."""
-    groups = group_index(inputs.prompt_ids, inputs.roles)
+    groups = inputs.groups(inputs.prompt_ids, inputs.roles)
     return group_advantages(inputs.returns, groups, eps)

@@ -44,7 +44,8 @@ def evaluate_sets(
     counts, totals = [], [0.0, 0.0, 0.0, *([0.0] * 2 * len(keys.roles))]  # episodes, tokens, calls, roles
     for index, data in enumerate(sets):
         share = data.tasks[dist.rank :: dist.world_size]
-        episodes = executor.run(share, samples=k, seed=seed_of("eval", seed, step, index)) if share else []
+        seed_k = seed_of("eval", seed, step, index)
+        episodes = executor.run(share, samples=k, seed=seed_k, branching=False) if share else []
         local = [0.0] * len(data.tasks)
         for j in range(len(share)):
             local[dist.rank + j * dist.world_size] = sum(

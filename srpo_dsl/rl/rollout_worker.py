@@ -67,7 +67,7 @@ def run_worker(wf: Workflow, opts: TrainOptions, link: Link, rollout: Rollout) -
     paths = link.recv_object(0, SETUP)  # each policy's model, as the trainer resolved it
     dist = Dist(link.layout.rank, 0, 1, link.device)
     engines = worker_engines(wf.graph, paths, opts, dist, rollout)
-    executor = Executor(wf.graph, dict(engines), wf.renderer(), build_tools(wf))
+    executor = Executor(wf.graph, dict(engines), wf.renderer(), build_tools(wf), opts)
     tasks = task_data(wf, split="train")
     inbox = Inbox(link)
     link.read(inbox)

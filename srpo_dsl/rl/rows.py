@@ -33,6 +33,11 @@ class _Member(Protocol):
     behavior_logprobs: list[float]
 
 
+class _Branch(Protocol):
+    group: str
+    kept: bool
+
+
 class _Event(Protocol):
     event_id: str
     event_type: str
@@ -40,6 +45,8 @@ class _Event(Protocol):
     cardinality: int
     complete: bool
     members: Sequence[_Member]
+    branch: _Branch | None
+    tree_return: float | None
 
 
 class _Episode(Protocol):
@@ -105,6 +112,19 @@ def _pick(column: list, index: Sequence[int]) -> list:
     return [column[i] for i in index]
 
 
+def _on_paths(events: Sequence[_Event]) -> tuple[list[_Event], list[dict[str, int]]]:
+    """The events an episode's paths took (a pruned alternative is none) and their roles' rounds."""
+    taken = [e for e in events if e.branch is None or e.branch.kept]
+    return taken, role_rounds(taken)
+
+
+def _return(ep: _Episode, e: _Event, m: _Member, round_of: dict[str, dict[str, int]]) -> float:
+    """A row's return: its event's backed-up return in a branching episode, else its member's."""
+    if e.tree_return is not None:
+        return float(e.tree_return)
+    return float(ep.return_of(m.role, m.replica, round_of[e.event_id][m.role]))
+
+
 def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows:
     """Rows of the complete events of `episodes`, with the advantages of `objective` (or of the registered
     objective of that name)."""
@@ -122,12 +142,14 @@ def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows
     prompt_ids = [ep.prompt_id for ep, _, _ in flat]
     event_types = [e.event_type for _, e, _ in flat]
     roles = [m.role for _, _, m in flat]
-    round_of = {e.event_id: r for ep in episodes for e, r in zip(ep.events, role_rounds(ep.events))}
-    returns = torch.tensor(
-        [float(ep.return_of(m.role, m.replica, round_of[e.event_id][m.role])) for ep, e, m in flat],
-        dtype=torch.float32,
+    round_of = {e.event_id: r for ep in episodes for e, r in zip(*_on_paths(ep.events))}
+    returns = torch.tensor([_return(ep, e, m, round_of) for ep, e, m in flat], dtype=torch.float32)
+    siblings = [e.branch.group if e.branch else None for _, e, _ in flat]
+    branched = any(s is not None for s in siblings)
+    inputs = AdvantageInputs(
+        returns, event_ids, prompt_ids, event_types, roles, siblings if branched else None
     )
-    advantages = estimate(AdvantageInputs(returns, event_ids, prompt_ids, event_types, roles))
+    advantages = estimate(inputs)
     return Rows(
         [list(m.prompt_token_ids) for _, _, m in flat],
         [list(m.response_token_ids) for _, _, m in flat],

@@ -452,7 +452,7 @@ def prepare_run(
     state = resumable_state(found, config) if resume and found else None
     policies = build_policies(wf.graph, paths, opts, dist, engine_config, rollout)
     backends = {n: p.backend for n, p in policies.items()}
-    executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
+    executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf), opts)
     start = restore(found, state, policies, dist) if state is not None else 0
     log = RunLog(out, config, start, wf.graph) if dist.rank == 0 else None
     feed = Feed(link, opts, policies, dist.device) if link else None

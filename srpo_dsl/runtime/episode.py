@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict
 
 from srpo_dsl.runtime.credit import member_return, role_rounds
+
+if TYPE_CHECKING:
+    from srpo_dsl.runtime.branching import Tree
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,20 @@ class Member:
             )
 
 
+@dataclass(frozen=True)
+class BranchMark:
+    """An event that is one alternative of a `branch` step: its siblings share `group` (and the pre-action
+    state); `kept`: it continued (every alternative of a tree does); `score`: its scorer's value."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    group: str
+    index: int  # 0-based, in sampling order
+    of: int  # the branch's count N
+    kept: bool
+    score: float | None = None
+
+
 @dataclass
 class Event:
     """The outputs consumed together by one state transition (the active set)."""
@@ -56,6 +74,10 @@ class Event:
     members: list[Member]
     observations: list[dict] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)  # what its acting agent could take; [] if none
+    parent: str | None = None  # the event before it on its path (None: the episode's first)
+    path: str = ""  # the path of a branching episode it was made on ("": the first; ".1.0": a child's child)
+    branch: BranchMark | None = None  # an alternative of a `branch` step
+    tree_return: float | None = None  # its return as a branching episode backs it up (None: the episode's)
 
 
 @dataclass(frozen=True)
@@ -67,6 +89,18 @@ class Cost:
     tokens: int
     calls: int
     tool_calls: int
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One path of a tree-branching episode that ran to its end: its return, task score and answer."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    path: str
+    reward: float
+    score: float
+    answer: object = None
 
 
 @dataclass
@@ -114,6 +148,24 @@ class Episode:
     score: float = 0.0  # the reward function alone (1 = correct)
     role_rewards: dict[str, float] = field(default_factory=dict)  # by credit key, if the reward keyed them
     answer: object = None
+    path: str = ""  # which path of a branching rollout this is ("": the first; ".2": a tree's third child)
+    tree: Tree | None = None  # while it runs: the rollout's tree of paths (shared by every path of it)
+    leaves: list[Leaf] = field(default_factory=list)  # a finished tree's paths (its root's `events`: all)
+
+    @property
+    def event_prefix(self) -> str:
+        """What the ids of the events made on this path start with."""
+        return f"{self.episode_id}{self.path}"
+
+    def fork(self, index: int) -> Episode:
+        """A child path: a copy of this one's state that shares its events (they are the common prefix)."""
+        shared: dict[int, object] = {id(self.tree): self.tree, id(self.task): self.task}
+        for e in self.events:
+            shared[id(e)] = e
+            shared.update((id(m), m) for m in e.members)
+        child = copy.deepcopy(self, shared)
+        child.path = f"{self.path}.{index}"
+        return child
 
     def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
         """The return credited to a member: its most specific key's when the reward keyed returns

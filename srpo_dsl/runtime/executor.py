@@ -19,8 +19,18 @@ from srpo_dsl.envs.retrieval import Retriever
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
-from srpo_dsl.lang.schema import CONTRACTS
+from srpo_dsl.lang.schema import CONTRACTS, TrainOptions
 from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
+from srpo_dsl.runtime.branching import (
+    Fork,
+    Scorer,
+    Tree,
+    alternative_mark,
+    close,
+    keep_index,
+    keep_seed,
+    pruned_return,
+)
 from srpo_dsl.runtime.credit import rounds_taken
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
@@ -40,6 +50,7 @@ class _Slot:
     agent: AgentInfo
     replica: int
     request: GenRequest
+    alternative: int = 0  # which alternative of a branching step it belongs to
 
 
 class Executor:
@@ -54,7 +65,10 @@ class Executor:
         backends: Mapping[str, Backend],
         renderer: PromptRenderer,
         tools: Mapping[str, Retriever | UserTool] | None = None,
+        options: TrainOptions | None = None,
     ):
+        """`options`: the run's resolved `train with` options (default: the workflow's), of which the
+        executor reads how a branching episode's returns back up its tree (`backup`, `discount`)."""
         missing = set(graph.policies) - set(backends)
         if missing:
             raise ValueError(f"no backend for policies: {', '.join(sorted(missing))}")
@@ -81,6 +95,10 @@ class Executor:
             n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
         }
         self.envs = load_envs(graph.envs, list(graph.agents))
+        self.scorers = {v.id: Scorer(v, pools) for v in graph.event_nodes if v.branch and v.branch.scorer}
+        options = options or graph.train
+        self.backup, self.discount = options.backup, options.discount
+        self.branching = True
         # policies sharing one backend (adapters on a base) are generated for in one call, each
         # request through its own adapter; the call is named after the first of them
         first = {id(b): name for name, b in reversed(list(backends.items()))}
@@ -93,16 +111,22 @@ class Executor:
         samples: int = 1,
         seed: int = 0,
         on_done: Callable[[Episode], None] | None = None,
+        branching: bool = True,
     ) -> list[Episode]:
         """`samples` episodes per task (the group G); results in task-major order. Every draw has a seed
-        of its own: `seed_of(seed_of(seed, round), prompt id, sample, member)`."""
+        of its own: `seed_of(seed_of(seed, round), prompt id, sample, member)` (on a branching episode's
+        other paths and alternatives, the path and the alternative too). `branching=False` samples every
+        `branch` step once (held-out evaluation: a scorer may read the reference answer)."""
+        self.branching = branching
         episodes = [Episode(f"{t['id']}/{s}", str(t["id"]), s, t) for t in tasks for s in range(samples)]
+        for ep in episodes:
+            ep.tree = Tree(ep, [ep])
         rnd = 0
         while True:
-            for ep in episodes:
-                if not ep.done:
-                    self._advance(ep, on_done)
-            active = [ep for ep in episodes if not ep.done]
+            paths = [p for ep in episodes if ep.tree for p in ep.tree.paths if not p.done]
+            for path in paths:
+                self._advance(path, on_done)
+            active = [p for p in paths if not p.done]
             if not active:
                 return episodes
             self._round(active, seed_of(seed, rnd))
@@ -128,8 +152,12 @@ class Executor:
             node = self.g.nodes[ep.node]
             if node.kind == "end":
                 self._finish(ep)
-                if on_done:
-                    on_done(ep)
+                tree = ep.tree
+                assert tree is not None
+                if tree.done:
+                    close(tree, self.backup, self.discount)
+                    if on_done:
+                        on_done(tree.root)
             elif node.kind == "start" or (isinstance(node, EventNode) and not self._replicas(ep, node)):
                 self._follow(ep)
             else:
@@ -154,16 +182,18 @@ class Executor:
             if isinstance(node, EnvNode):  # no generation: each episode's own step, now
                 self.envs[node.env].step(ep, node, self._agents_of)
                 continue
-            states[ep.episode_id] = ep.state_id()
+            states[ep.event_prefix] = ep.state_id()
             for slot in self._requests(ep, node, seed):  # a mixed set: each member to its policy's call
                 slots[self.call_of[slot.agent.policy]].append(slot)
         results = self._generate(slots)
         for node_id, calls in tool_calls.items():
             self._call_tool(self.g.nodes[node_id], calls)  # type: ignore[arg-type]
         for ep in active:
-            if ep.episode_id in states:
-                self._commit(ep, results[ep.episode_id], states[ep.episode_id])
-            self._follow(ep)
+            going = [ep]
+            if ep.event_prefix in states:
+                going = self._commit(ep, results[ep.event_prefix], states[ep.event_prefix], seed)
+            for path in going:
+                self._follow(path)
 
     def _requests(self, ep: Episode, node: EventNode, seed: int) -> list[_Slot]:
         """One request per member of `ep`'s pending event, all rendered from the same state, each with
@@ -171,6 +201,7 @@ class Executor:
         loop = node.where.loop
         turn, max_turns = (ep.loops.get(loop, 1), self.g.loops[loop]) if loop else (1, 1)
         chosen = self._replicas(ep, node)
+        alternatives = node.branch.count if node.branch and self.branching else 1
         out = []
         for i, (a, replica) in enumerate((a, r) for a, r in node.slots if a is not node.agent or r in chosen):
             ctx = ep.context(
@@ -181,26 +212,31 @@ class Executor:
                 max_turns=max_turns,
                 actions=node.actions,
             )
-            prompt = self.renderer.render(a.prompt, ctx)
+            prompt = self.renderer.render(a.prompt, ctx)  # once: every alternative sees the same state
             adapter = self.g.adapters.get(a.policy)
-            draw = seed_of(seed, ep.prompt_id, ep.sample, i)
-            request = GenRequest(
-                prompt, a.max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
-            )
-            out.append(_Slot(ep, i, a, replica, request))
+            for b in range(alternatives):
+                draw = (
+                    seed_of(seed, ep.prompt_id, ep.sample, i)
+                    if alternatives == 1 and not ep.path
+                    else seed_of(seed, ep.prompt_id, ep.sample, ep.path, b, i)
+                )
+                request = GenRequest(
+                    prompt, a.max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
+                )
+                out.append(_Slot(ep, i, a, replica, request, b))
         return out
 
     def _generate(self, slots: Mapping[str, list[_Slot]]) -> dict[str, list[tuple[_Slot, GenResult | None]]]:
-        """One call per backend (policies sharing a base share it); per episode its (slot, result) pairs in
-        member order."""
+        """One call per backend (policies sharing a base share it); per episode path its (slot, result)
+        pairs in alternative, then member order."""
         by_episode: dict[str, list[tuple[_Slot, GenResult | None]]] = defaultdict(list)
         for policy, batch in sorted(slots.items()):
             out = self.backends[policy].generate([s.request for s in batch])
             out = list(out) + [None] * (len(batch) - len(out))  # a short reply leaves members missing
             for s, r in zip(batch, out):
-                by_episode[s.episode.episode_id].append((s, r))
+                by_episode[s.episode.event_prefix].append((s, r))
         for pairs in by_episode.values():
-            pairs.sort(key=lambda pair: pair[0].member_index)
+            pairs.sort(key=lambda pair: (pair[0].alternative, pair[0].member_index))
         return by_episode
 
     def _queries(self, ep: Episode, node: ToolNode) -> list[tuple[int, str]]:
@@ -253,17 +289,67 @@ class Executor:
         """Who acted, as a reward's episode view names it: the agent, or `a+b` for a mixed set."""
         return "+".join(self._agents_of(event))
 
-    def _commit(self, ep: Episode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str) -> None:
-        """Parse every member, record the event, make its outputs visible to later roles, then apply the
-        step's effects (`srpo_dsl.runtime.effects`)."""
+    def _commit(
+        self, ep: Episode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str, seed: int
+    ) -> list[Episode]:
+        """Record the pending event of `ep` (each alternative of a branching step); the paths that go on."""
         node: EventNode = self.g.nodes[ep.node]  # type: ignore[assignment]
+        if node.branch is None or not self.branching:
+            self._apply(ep, node, self._event(ep, node, pairs, state_id))
+            return [ep]
+        alternatives = [[p for p in pairs if p[0].alternative == b] for b in range(node.branch.count)]
+        events = [self._event(ep, node, alt, state_id) for alt in alternatives]
+        scorer = self.scorers.get(node.id)
+        scores = scorer.scores(ep, events) if scorer else [None] * len(events)
+        if node.branch.keep is None:
+            return self._fork(ep, node, events, scores)
+        valid = [e.complete and all(m.valid for m in e.members) for e in events]
+        kept = keep_index(node.branch.keep, scores, valid, keep_seed(seed, ep))
+        marks = [alternative_mark(ep, node.branch, i, i == kept, scores[i]) for i in range(len(events))]
+        for e, mark, score in zip(events, marks, scores):
+            e.branch, e.tree_return = mark, pruned_return(e.members, score, self.reward.penalty)
+            if mark.kept:
+                self._apply(ep, node, e)
+            else:
+                ep.tree.events.append(e)  # type: ignore[union-attr]
+        return [ep]
+
+    def _fork(
+        self, ep: Episode, node: EventNode, events: list[Event], scores: list[float | None]
+    ) -> list[Episode]:
+        """A tree branch: `ep` ends here, and each alternative goes on as a child path of its own."""
+        assert node.branch is not None and ep.tree is not None
+        children = [ep.fork(i) for i in range(len(events))]
+        for i, (child, e) in enumerate(zip(children, events)):
+            e.branch = alternative_mark(ep, node.branch, i, True, scores[i])
+            e.path = child.path
+            self._apply(child, node, e)
+        ep.tree.forks[ep.path] = Fork(events[0].branch.group, ep, children, events, scores)  # type: ignore[union-attr]
+        ep.tree.paths.extend(children)
+        ep.done = True
+        return children
+
+    def _event(
+        self, ep: Episode, node: EventNode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str
+    ) -> Event:
+        """The event its members make (parsed), numbered as `ep`'s next; alternatives add `b{index}`."""
         members = [self._member(node, s, r) for s, r in pairs if r is not None]
-        ep.step += 1
+        alternative = f"b{pairs[0][0].alternative}" if node.branch and self.branching and pairs else ""
+        event_id = f"{ep.event_prefix}/e{ep.step + 1}{alternative}"
         complete = len(members) == len(pairs)
-        event_id = f"{ep.episode_id}/e{ep.step}"
         event = Event(event_id, node.event_type, node.id, state_id, len(pairs), complete, members)
         event.actions = list(node.actions)
+        event.parent = ep.events[-1].event_id if ep.events else None
+        event.path = ep.path
+        return event
+
+    def _apply(self, ep: Episode, node: EventNode, event: Event) -> None:
+        """Commit `event` on `ep`: record it, make its outputs visible to later roles, then apply the step's
+        effects (`srpo_dsl.runtime.effects`)."""
+        members = event.members
+        ep.step += 1
         ep.events.append(event)
+        ep.tree.events.append(event)  # type: ignore[union-attr]
         ep.invalid_actions += sum(not m.valid for m in members)
         ep.commit_outputs(members)
         for agent in node.agents:  # each agent's own members: its last output, its action

@@ -1,11 +1,14 @@
-"""Event traces (`srpo-trace/2`): the contract between rollouts and training.
+"""Event traces (`srpo-trace/3`): the contract between rollouts and training.
 
 JSON Lines, one episode per line, written atomically. `read_traces` validates every line
 with pydantic and reports incomplete events; the trainer reads nothing else. A training
 run's traces also carry, per trained event, what the update did with it (`EventUpdate`).
 
-Version 2 adds an event's `actions` (those its acting agent could take there); a version 1 file
-reads as version 2 with the field's default.
+Version 2 adds an event's `actions` (those its acting agent could take there). Version 3 records
+branching rollouts: an event's `parent` (the event before it on its path), `path`, `branch` (an
+alternative of a `branch` step: its sibling group, index, count, kept or not, score) and `tree_return`
+(its backed-up return), and an episode's `leaves` (the paths of a tree). Older files read as version 3
+with the new fields' defaults.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.io import complete_lines, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
-from srpo_dsl.runtime.episode import Cost, Episode, Event, Member
+from srpo_dsl.runtime.episode import BranchMark, Cost, Episode, Event, Leaf, Member
 
-SCHEMA = "srpo-trace/2"
-READABLE = ("srpo-trace/1", SCHEMA)  # older versions read with the new fields' defaults
+SCHEMA = "srpo-trace/3"
+READABLE = ("srpo-trace/1", "srpo-trace/2", SCHEMA)  # older versions read with the new fields' defaults
 
 
 class TraceError(Exception):
@@ -54,6 +57,10 @@ class TraceEvent(BaseModel):
     members: list[Member]
     observations: list[dict] = []
     actions: list[str] = []  # v2: the actions its acting agent could take here; [] if it does not act
+    parent: str | None = None  # v3: the event before it on its path
+    path: str = ""  # v3: the path of a branching episode it was made on ("" the first)
+    branch: BranchMark | None = None  # v3: an alternative of a `branch` step
+    tree_return: float | None = None  # v3: its return backed up the tree (None: the episode's)
     update: EventUpdate | None = None  # training traces only: the event was trained at this step
 
     @model_validator(mode="after")
@@ -79,7 +86,7 @@ class EnvSummary(BaseModel):
 class TraceEpisode(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    schema_: Literal["srpo-trace/1", "srpo-trace/2"] = SCHEMA
+    schema_: Literal["srpo-trace/1", "srpo-trace/2", "srpo-trace/3"] = SCHEMA
     episode_id: str
     prompt_id: str
     sample: int
@@ -93,6 +100,7 @@ class TraceEpisode(BaseModel):
     role_rewards: dict[str, float] = {}  # returns by credit key (ROLE, ROLE#R, ROLE@N, ROLE#R@N)
     tool_errors: int = 0
     envs: dict[str, EnvSummary] = {}  # workflows with environments only (the key is left out otherwise)
+    leaves: list[Leaf] = []  # v3: a tree's paths (the key is left out without tree branches)
 
     def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
         return member_return(self.role_rewards, self.reward, role, replica, round)
@@ -102,10 +110,14 @@ class TraceEpisode(BaseModel):
         data.pop("schema_")
         data = {"schema": SCHEMA, **data}  # every field of this version is written, whatever was read
         for event in data["events"]:
-            if event["update"] is None:  # rollouts outside training: the key is left out
-                del event["update"]
-        if not data["envs"]:
-            del data["envs"]
+            for key in ("update", "branch", "tree_return"):  # left out when there is none
+                if event[key] is None:
+                    del event[key]
+            if not event["path"]:
+                del event["path"]
+        for key in ("envs", "leaves"):
+            if not data[key]:
+                del data[key]
         return json.dumps(data, separators=(",", ":"))
 
     @property
@@ -130,6 +142,7 @@ def to_trace(ep: Episode, graph_hash: str, updates: Mapping[str, EventUpdate] | 
         role_rewards=ep.role_rewards,
         tool_errors=ep.tool_errors,
         envs={k: EnvSummary(steps=p.steps, done=p.done, reward=p.reward) for k, p in ep.envs.items()},
+        leaves=ep.leaves,
     )
 
 

@@ -99,8 +99,38 @@ def event_json(graph: nx.DiGraph | None, e: TraceEvent, following: TraceEvent | 
     }
 
 
+def _tree_json(ep: TraceEpisode, e: TraceEvent) -> dict[str, Any]:
+    """Where an event of a branching episode sits in its tree: its id within the episode, its depth (the
+    tree branches its path went through), the event before it, its alternative and its return."""
+    local = e.event_id.removeprefix(ep.episode_id)
+    b = e.branch
+    alt = None if b is None else f"{b.index + 1} of {b.of}, {'kept' if b.kept else 'pruned'}"
+    if b is not None and b.score is not None:
+        alt += f", score {b.score:.3g}"
+    after = e.parent.removeprefix(ep.episode_id) if e.parent else "start"
+    return {"name": local, "depth": e.path.count("."), "after": after, "alt": alt, "ret": e.tree_return}
+
+
+def _following(events: list[TraceEvent], i: int) -> TraceEvent | None:
+    """The event after event i on its path (traces with parents; before v3: the next one); None at the
+    end of a path, or for an alternative that was pruned."""
+    e = events[i]
+    if e.branch is not None and not e.branch.kept:
+        return None
+    if any(x.parent is not None for x in events):
+        return next((x for x in events if x.parent == e.event_id), None)
+    return events[i + 1] if i + 1 < len(events) else None
+
+
 def episode_json(graph: nx.DiGraph | None, ep: TraceEpisode) -> dict[str, Any]:
     events = ep.events
+    tree = any(e.branch is not None for e in events)
+    out = [event_json(graph, e, _following(events, i)) for i, e in enumerate(events)]
+    if tree:
+        for item, e in zip(out, events):
+            item |= _tree_json(ep, e)
+            if e.branch is not None and not e.branch.kept:
+                item["next"] = "pruned: this alternative ends here"
     return {
         "id": ep.episode_id,
         "prompt": ep.prompt_id,
@@ -111,7 +141,6 @@ def episode_json(graph: nx.DiGraph | None, ep: TraceEpisode) -> dict[str, Any]:
         "invalid": ep.invalid_actions,
         "cost": [ep.cost.tokens, ep.cost.calls, ep.cost.tool_calls],
         "roleRewards": ep.role_rewards,
-        "events": [
-            event_json(graph, e, events[i + 1] if i + 1 < len(events) else None) for i, e in enumerate(events)
-        ],
+        "leaves": [[leaf.path, leaf.reward, leaf.score, leaf.answer] for leaf in ep.leaves],
+        "events": out,
     }

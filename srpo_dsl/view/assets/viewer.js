@@ -114,6 +114,10 @@
     if (roles.length) {
       box.appendChild(el("p", "episode-head", "role returns: " + roles.map((r) => `${r} ${fmt(ep.roleRewards[r])}`).join(", ")));
     }
+    if (ep.leaves.length) {
+      box.appendChild(el("p", "episode-head", `a tree of ${ep.leaves.length} paths: ` +
+        ep.leaves.map((l) => `${l[0]} return ${fmt(l[1])} answer ${shown(l[3])}`).join(" · ")));
+    }
     ep.events.forEach((e, n) => box.appendChild(eventView(e, n)));
   }
 
@@ -121,7 +125,13 @@
     const sec = el("section", "event" + (e.complete ? "" : " incomplete"));
     sec.dataset.type = e.type;
     const head = el("div", "event-head");
-    head.appendChild(el("span", "event-n", `e${n + 1}`));
+    head.appendChild(el("span", "event-n", e.name || `e${n + 1}`));
+    if (e.name !== undefined) {  // a branching episode: indent by the tree branches its path went through
+      sec.style.marginLeft = `${24 * e.depth}px`;
+      head.appendChild(el("span", "", `after ${e.after}`));
+      if (e.alt) head.appendChild(el("span", "badge " + (e.alt.includes("pruned") ? "pruned" : "alt"), `alternative ${e.alt}`));
+      if (e.ret !== null) head.appendChild(el("span", "badge", `return ${fmt(e.ret)}`));
+    }
     head.appendChild(el("span", "event-type", e.type));
     head.appendChild(el("span", "", `node ${e.node} · state ${e.state.slice(0, 8)} · K ${e.members.length}` +
       (e.complete ? "" : ` of ${e.k} (incomplete: not trained)`)));

@@ -1,18 +1,19 @@
-"""Synchronous against asynchronous training of the quickstart, paired over seeds, in one command.
+"""A paired sweep, timed: its cells side by side in one command.
 
-    python bench/async_bench.py --out runs/async_bench
+    python bench/sweep_bench.py --experiment experiments/async_quickstart.toml --gain 25 --out runs/async_bench
+    python bench/sweep_bench.py --experiment experiments/branching.toml --gain 20 --out runs/branching
 
-Runs `srpo-dsl sweep experiments/async_quickstart.toml` one run at a time (resumable: finished
-runs are kept) with every run given this machine's cores (OMP_NUM_THREADS, default 2): the
-synchronous trainer uses them as threads, an asynchronous run shares them out between its
-trainer and its rollout worker. Then prints, per cell (mean ± sample std over seeds, and the
-mean of the per-seed ratios to the baseline cell):
+Runs `srpo-dsl sweep EXPERIMENT` one run at a time (resumable: finished runs are kept) with every
+run given this machine's cores (OMP_NUM_THREADS, default 2): a synchronous trainer uses them as
+threads, an asynchronous run shares them out between its trainer and its rollout worker. Then
+prints, per cell (mean ± sample std over seeds, and the mean of the per-seed ratios to the
+baseline cell):
 
 - optimizer steps per second: the run's steps over the wall-clock from the end of the held-out
   evaluation at step 0 to the end of the last step (the periodic evaluations included: every
   cell runs the same ones);
-- time to +25 points: from the same origin to the end of the first held-out evaluation at least
-  25 Avg@k points above step 0's (evaluations every `eval_every` steps: the time is that coarse);
+- time to +GAIN points: from the same origin to the end of the first held-out evaluation at least
+  GAIN Avg@k points above step 0's (evaluations every `eval_every` steps: the time is that coarse);
 - final held-out Avg@k, paired against the baseline by the sweep (its results.md is printed).
 """
 
@@ -29,13 +30,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "async_quickstart.toml"
-GAIN = 0.25  # +25 held-out points
 
 
 @dataclass(frozen=True)
 class Timing:
     steps_per_s: float
-    to_gain_s: float | None  # None: never 25 points above step 0 at an evaluation
+    to_gain_s: float | None  # None: never GAIN points above step 0 at an evaluation
     final_avg: float
 
 
@@ -43,12 +43,12 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def timing(run: Path) -> Timing:
+def timing(run: Path, gain: float) -> Timing:
     """One run's figures from its metrics.jsonl and eval.jsonl (`time/elapsed`: seconds since its engines were
-    ready)."""
+    ready); `gain`: the held-out gain (a fraction) whose time is measured."""
     steps, evals = read_jsonl(run / "metrics.jsonl"), read_jsonl(run / "eval.jsonl")
     origin, first = evals[0]["time/elapsed"], evals[0]["avg_at_k"]
-    reached = [e["time/elapsed"] - origin for e in evals if e["avg_at_k"] >= first + GAIN]
+    reached = [e["time/elapsed"] - origin for e in evals if e["avg_at_k"] >= first + gain]
     per_s = steps[-1]["step"] / (steps[-1]["time/elapsed"] - origin)
     return Timing(per_s, reached[0] if reached else None, evals[-1]["avg_at_k"])
 
@@ -70,9 +70,9 @@ def ratio(cell: dict[int, Timing], base: dict[int, Timing], field: str, inverse:
     return f"{statistics.mean(values):.2f}×"
 
 
-def table(runs: dict[str, dict[int, Timing]], baseline: str) -> str:
+def table(runs: dict[str, dict[int, Timing]], baseline: str, gain: float) -> str:
     lines = [
-        f"| cell | steps/s | vs {baseline} | time to +25 (s) | vs {baseline} | final Avg@k (%) |",
+        f"| cell | steps/s | vs {baseline} | time to +{100 * gain:g} (s) | vs {baseline} | final Avg@k (%) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, cell in runs.items():
@@ -91,6 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "async_bench")
     parser.add_argument("--experiment", type=Path, default=EXPERIMENT)
+    parser.add_argument("--gain", type=float, default=25.0, help="held-out points whose time is measured")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
     args = parser.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
@@ -102,9 +103,10 @@ def main() -> None:
     from srpo_dsl.sweep.state import run_dir
 
     exp = load_experiment(args.experiment)
-    runs = {c.name: {s: timing(run_dir(args.out, c.name, s)) for s in exp.seeds} for c in exp.cells}
+    gain = args.gain / 100
+    runs = {c.name: {s: timing(run_dir(args.out, c.name, s), gain) for s in exp.seeds} for c in exp.cells}
     print(f"\n{os.cpu_count()} cores, OMP_NUM_THREADS={args.threads}; {len(exp.seeds)} seeds\n")
-    print(table(runs, exp.baseline))
+    print(table(runs, exp.baseline, gain))
     print("\n" + (args.out / "results.md").read_text())
 
 

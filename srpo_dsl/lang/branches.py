@@ -1,0 +1,79 @@
+"""Branching steps (`act A branch N [keep RULE] [by SCORER]`): their checks and their static cost.
+
+A branch samples N alternatives of one event from the same pre-action state. With no `keep`, every
+alternative continues (the episode becomes a tree: everything after the step runs once per
+alternative); with `keep RULE`, one alternative continues and the others end at once, each credited
+with its score, so a pruning branch needs a scorer (`by ...`). The return of an alternative that
+continues is backed up from its subtree (`train with (backup = mean|max, discount = ...)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.declarations import BranchInfo
+from srpo_dsl.lang.errors import Diagnostic, did_you_mean
+from srpo_dsl.lang.pycode import CodeRef
+from srpo_dsl.registries import REWARDS
+
+# How a pruning branch picks the alternative that continues (the executor's `runtime.branching` keeps them
+# in this order): the best score (ties: the first), a seeded random one, the first whose members are all
+# valid (none valid: the first).
+KEEP_RULES = ("best", "random", "first")
+
+# The most paths (leaves) one episode may branch into: each path is a whole rollout of the rest of the
+# workflow, so beyond this the cost of one episode is a typo, not a plan.
+MAX_PATHS = 1024
+
+Report = Callable[[Diagnostic], None]
+LocateCode = Callable[[n.Ref], "CodeRef | None"]
+
+
+def check_branch(branch: n.Branch, report: Report, locate: LocateCode) -> BranchInfo | None:
+    """The branch clause resolved, or None after reporting why not (E056, E057, E028, E029, E09x)."""
+    ok = True
+    if branch.count < 2:
+        report(
+            Diagnostic(
+                "E056",
+                f"a branch samples at least 2 alternatives, not {branch.count}",
+                branch.count_span,
+                "drop `branch` to sample the step once",
+            )
+        )
+        ok = False
+    keep = branch.keep.name if branch.keep else None
+    if branch.keep is not None and keep not in KEEP_RULES:
+        hint = did_you_mean(branch.keep.name, KEEP_RULES) or f"known: {', '.join(KEEP_RULES)}"
+        report(Diagnostic("E057", f"unknown keep rule `{keep}`", branch.keep.span, hint))
+        ok = False
+    if branch.keep is not None and branch.scorer is None:
+        report(
+            Diagnostic(
+                "E057",
+                "a pruned alternative ends here, so its return is its score: `keep` needs `by SCORER`",
+                branch.span,
+                f"e.g. `branch {branch.count} keep {keep} by exact_match(task.answer)`; no `keep`: a tree",
+            )
+        )
+        ok = False
+    scorer = _scorer(branch.scorer, report, locate) if branch.scorer else (None, None, None)
+    if not ok or (branch.scorer is not None and scorer[0] is None):
+        return None
+    return BranchInfo(branch.count, keep, *scorer)
+
+
+def _scorer(s: n.Scorer, report: Report, locate: LocateCode) -> tuple[str | None, str | None, CodeRef | None]:
+    """(name, field, code) of a scorer; (None, None, None) after reporting why it is not one."""
+    if isinstance(s.fn, n.Ref):
+        code = locate(s.fn)
+        return (s.fn.text, None, code) if code is not None else (None, None, None)
+    if s.fn.name not in REWARDS:
+        hint = did_you_mean(s.fn.name, REWARDS) or f'known: {", ".join(REWARDS)}, or "file.py:function"'
+        report(Diagnostic("E028", f"unknown reward function `{s.fn.name}` as a scorer", s.fn.span, hint))
+        return None, None, None
+    if s.field is None or len(s.field) != 2 or s.field[0] != "task":
+        report(Diagnostic("E029", "a scorer compares with a task field: `task.FIELD`", s.span))
+        return None, None, None
+    return s.fn.name, s.field[1], None

@@ -1,0 +1,170 @@
+"""Branching rollouts: the alternatives of a `branch` step, the tree of paths they make, and its returns.
+
+A branching step samples N alternatives of its event from one pre-action state (one request per member
+per alternative, all in the round's batch: the siblings are one prompt sampled N times). Then either
+- every alternative continues (a tree): the path ends there and N child paths go on, each a copy of the
+  episode that committed its own alternative; or
+- one is kept (`keep best|random|first`) and continues on the same path; the others end at once.
+
+Every alternative is recorded and trained. Its return (docs/objective.md, "Branching rollouts"):
+- a pruned branch's alternatives (the kept one included) are compared by their scores: R_i = s_i plus
+  the invalid-action penalty of the alternative's own invalid outputs;
+- a tree's alternative i has R_i = s_i + discount * V(child_i) (s_i = 0 without a scorer), where V of a
+  path is its episode return when it is a leaf, else the backup (mean or max) of its own fork's R_j;
+- every other event of a path gets V of that path; the root's V is the episode's return in the trace.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from srpo_dsl.envs.rewards import REWARDS
+from srpo_dsl.lang.declarations import BranchInfo
+from srpo_dsl.lang.graph import EventNode
+from srpo_dsl.runtime.episode import BranchMark, Episode, Event, Leaf, Member
+from srpo_dsl.runtime.hooks import UserReward
+from srpo_dsl.seeds import seed_of
+
+BACKUPS: dict[str, Callable[[Sequence[float]], float]] = {
+    "mean": lambda values: sum(values) / len(values),
+    "max": max,
+}
+
+
+@dataclass
+class Fork:
+    """Where a path split into a tree branch's alternatives: the child paths, in alternative order."""
+
+    group: str
+    parent: Episode  # the path that split (done from then on)
+    children: list[Episode]
+    events: list[Event]  # each child's alternative event, in alternative order
+    scores: list[float | None]
+
+
+@dataclass
+class Tree:
+    """The rollout of one sample of one prompt: every path and every event (pruned alternatives too),
+    in the order they were made. Without tree branches it has one path, the episode itself."""
+
+    root: Episode
+    paths: list[Episode] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    forks: dict[str, Fork] = field(default_factory=dict)  # the path that split -> its fork
+
+    @property
+    def done(self) -> bool:
+        return all(p.done for p in self.paths)
+
+    @property
+    def leaves(self) -> list[Episode]:
+        return [p for p in self.paths if p.path not in self.forks]
+
+    def tool_calls(self) -> tuple[int, int]:
+        """(tool calls, failed tool calls) of every path, each counted once (a child path starts with the
+        counts of the path it split from)."""
+        calls = sum(p.tool_calls for p in self.paths)
+        errors = sum(p.tool_errors for p in self.paths)
+        for f in self.forks.values():
+            calls -= len(f.children) * f.parent.tool_calls
+            errors -= len(f.children) * f.parent.tool_errors
+        return calls, errors
+
+
+class Scorer:
+    """A branch's scorer: a reward function on each member's answer (their mean), or the user's Python
+    called as a reward with the alternative's answer (a list for K > 1) and the task row."""
+
+    def __init__(self, node: EventNode, pools: dict[str, int]):
+        branch = node.branch
+        assert branch is not None and branch.scorer is not None
+        self.field = branch.field
+        self.user = UserReward(branch.code, node.agent.name, pools) if branch.code else None
+        self.fn = None if branch.code else REWARDS.lookup(branch.scorer)
+
+    def scores(self, ep: Episode, events: Sequence[Event]) -> list[float | None]:
+        return [self.score(ep, e.members) for e in events]
+
+    def score(self, ep: Episode, members: Sequence[Member]) -> float:
+        answers = [m.parsed if m.valid else None for m in members]
+        if self.user is not None:
+            answer = answers[0] if len(answers) == 1 else answers
+            return self.user(answer, dict(ep.task)).score
+        assert self.fn is not None and self.field is not None
+        values = [float(self.fn(a if a is None else str(a), ep.task, self.field)) for a in answers]
+        return sum(values) / len(values) if values else 0.0
+
+
+def close(tree: Tree, backup: str, discount: float) -> None:
+    """A rollout whose paths are all done: back its returns up; its root (the episode callers hold) gets
+    every event of the tree (pruned alternatives too), their invalid outputs and tool calls, and, for a
+    tree, the backed-up return, the mean score of its leaves and the first leaf's answer."""
+    value = back_up(tree, backup, discount)
+    root = tree.root
+    root.events = list(tree.events)
+    root.tool_calls, root.tool_errors = tree.tool_calls()
+    root.invalid_actions = sum(not m.valid for e in tree.events for m in e.members)
+    root.tree = None
+    if not tree.forks:
+        return
+    leaves = tree.leaves
+    root.leaves = [Leaf(p.path, p.reward, p.score, p.answer) for p in leaves]
+    root.reward, root.answer = value, leaves[0].answer
+    root.score = sum(p.score for p in leaves) / len(leaves)
+    root.role_rewards = {}
+
+
+def keep_index(rule: str, scores: Sequence[float | None], valid: Sequence[bool], seed: int) -> int:
+    """The alternative a pruning branch keeps (rules: `srpo_dsl.lang.branches.KEEP_RULES`)."""
+    if rule == "best":
+        best = max(s for s in scores if s is not None)
+        return next(i for i, s in enumerate(scores) if s == best)
+    if rule == "random":
+        return random.Random(seed).randrange(len(scores))
+    if rule == "first":
+        return next((i for i, ok in enumerate(valid) if ok), 0)
+    raise ValueError(f"unknown keep rule {rule!r}")
+
+
+def alternative_mark(
+    ep: Episode, branch: BranchInfo, index: int, kept: bool, score: float | None
+) -> BranchMark:
+    """The trace's record of alternative `index` of the branch `ep` takes at its current step."""
+    return BranchMark(f"{ep.event_prefix}/e{ep.step + 1}", index, branch.count, kept, score)
+
+
+def keep_seed(seed: int, ep: Episode) -> int:
+    return seed_of(seed, ep.prompt_id, ep.sample, ep.path, ep.step, "keep")
+
+
+def back_up(tree: Tree, backup: str, discount: float) -> float:
+    """Set every event's `tree_return` from the leaves up; the root path's value (the episode's return)."""
+    combine = BACKUPS[backup]
+    values: dict[str, float] = {}
+
+    def value(path: Episode) -> float:
+        fork = tree.forks.get(path.path)
+        if fork is None:
+            values[path.path] = path.reward
+            return path.reward
+        returns = []
+        for child, event, score in zip(fork.children, fork.events, fork.scores):
+            ret = (score or 0.0) + discount * value(child)
+            event.tree_return = ret
+            returns.append(ret)
+        values[path.path] = combine(returns)
+        return values[path.path]
+
+    root = value(tree.root)
+    if tree.forks:  # a tree: every event not an alternative gets the value of the path it is on
+        for e in tree.events:
+            if e.tree_return is None:
+                e.tree_return = values[e.path]
+    return root
+
+
+def pruned_return(members: Sequence[Member], score: float | None, penalty: float) -> float:
+    """The return of an alternative of a pruning branch: its score and its own invalid outputs' penalty."""
+    return (score or 0.0) + penalty * sum(not m.valid for m in members)
