@@ -91,7 +91,7 @@ def run(
     overwrite: bool = OVERWRITE,
     verbose: bool = VERBOSE,
 ) -> None:
-    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/2).
+    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/3).
 
     Examples:
 
@@ -187,6 +187,7 @@ def audit(
             f"{ep.cost.tool_calls} tool calls"
             + "".join(
                 f"  env {k}: {v.steps} steps, done {v.done}, reward {v.reward:+.3f}"
+                + (f", words {' '.join(v.words)}" if v.words else "")
                 for k, v in ep.envs.items()
             )
         )

@@ -21,10 +21,10 @@ from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS
 from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
-from srpo_dsl.runtime.credit import rounds_taken
+from srpo_dsl.runtime.credit import rounds_taken, summed_returns
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
-from srpo_dsl.runtime.episode import Episode, Event, Member
+from srpo_dsl.runtime.episode import EnvProgress, Episode, Event, Member
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
@@ -80,7 +80,7 @@ class Executor:
         self.parsers = {
             n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
         }
-        self.envs = load_envs(graph.envs, list(graph.agents))
+        self.envs = load_envs(graph.envs, pools)
         # policies sharing one backend (adapters on a base) are generated for in one call, each
         # request through its own adapter; the call is named after the first of them
         first = {id(b): name for name, b in reversed(list(backends.items()))}
@@ -136,6 +136,9 @@ class Executor:
                 return
 
     def _replicas(self, ep: Episode, node: EventNode) -> tuple[int, ...]:
+        if node.routed_by in self.g.envs:  # `by ENV`: the replicas its last step selected
+            progress = ep.envs.get(node.routed_by)
+            return progress.log[-1].selected[node.agent.name] if progress and progress.log else ()
         if node.routed_by:
             route = ep.state.get(node.routed_by)
             return route if isinstance(route, tuple) else ()  # an invalid route selects nobody
@@ -322,8 +325,9 @@ class Executor:
 
     def _score(self, ep: Episode) -> RewardValue:
         if self.reward.env is not None:  # `reward ENV`: the rewards it returned in this episode
-            progress = ep.envs.get(self.reward.env)
-            return RewardValue(progress.reward if progress else 0.0, {})
+            progress = ep.envs.get(self.reward.env, EnvProgress())
+            steps = [(r.reward, r.credit) for r in progress.log]
+            return RewardValue(progress.reward, summed_returns(steps, ep.events))
         pred = ep.answer
         if self.user_reward is None:
             assert self.reward_fn is not None and self.reward.field is not None

@@ -1,11 +1,12 @@
-"""Event traces (`srpo-trace/2`): the contract between rollouts and training.
+"""Event traces (`srpo-trace/3`): the contract between rollouts and training.
 
 JSON Lines, one episode per line, written atomically. `read_traces` validates every line
 with pydantic and reports incomplete events; the trainer reads nothing else. A training
 run's traces also carry, per trained event, what the update did with it (`EventUpdate`).
 
-Version 2 adds an event's `actions` (those its acting agent could take there); a version 1 file
-reads as version 2 with the field's default.
+Version 2 adds an event's `actions` (those its acting agent could take there); version 3 an
+environment's `words` (the word each of its steps returned, for one declared with `emits verdict(...)`).
+Older files read as version 3 with the new fields' defaults.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.io import complete_lines, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
-from srpo_dsl.runtime.episode import Cost, Episode, Event, Member
+from srpo_dsl.runtime.episode import Cost, EnvProgress, Episode, Event, Member
 
-SCHEMA = "srpo-trace/2"
-READABLE = ("srpo-trace/1", SCHEMA)  # older versions read with the new fields' defaults
+SCHEMA = "srpo-trace/3"
+READABLE = ("srpo-trace/1", "srpo-trace/2", SCHEMA)  # older versions read with the new fields' defaults
 
 
 class TraceError(Exception):
@@ -67,19 +68,21 @@ class TraceEvent(BaseModel):
 
 
 class EnvSummary(BaseModel):
-    """An environment's part of an episode: its steps, whether its last step said done, its rewards' sum."""
+    """An environment's part of an episode: its steps, whether its last step said done, its rewards' sum,
+    and (v3, an environment that declares words) the word each step returned."""
 
     model_config = ConfigDict(extra="forbid")
 
     steps: int
     done: bool
     reward: float
+    words: list[str] = []
 
 
 class TraceEpisode(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    schema_: Literal["srpo-trace/1", "srpo-trace/2"] = SCHEMA
+    schema_: Literal["srpo-trace/1", "srpo-trace/2", "srpo-trace/3"] = SCHEMA
     episode_id: str
     prompt_id: str
     sample: int
@@ -106,6 +109,9 @@ class TraceEpisode(BaseModel):
                 del event["update"]
         if not data["envs"]:
             del data["envs"]
+        for env in data.get("envs", {}).values():
+            if not env["words"]:  # an environment that returns `done`: the key is left out
+                del env["words"]
         return json.dumps(data, separators=(",", ":"))
 
     @property
@@ -129,8 +135,14 @@ def to_trace(ep: Episode, graph_hash: str, updates: Mapping[str, EventUpdate] | 
         events=[_event(e, updates.get(e.event_id)) for e in ep.events],
         role_rewards=ep.role_rewards,
         tool_errors=ep.tool_errors,
-        envs={k: EnvSummary(steps=p.steps, done=p.done, reward=p.reward) for k, p in ep.envs.items()},
+        envs={name: _env_summary(p) for name, p in ep.envs.items()},
     )
+
+
+def _env_summary(progress: EnvProgress) -> EnvSummary:
+    """Its steps, done and rewards; the words of its steps if it declares words (never `done`/`running`)."""
+    said = [r.word for r in progress.log] if progress.says_words else []
+    return EnvSummary(steps=progress.steps, done=progress.done, reward=progress.reward, words=said)
 
 
 def _event(e: Event, update: EventUpdate | None) -> TraceEvent:
