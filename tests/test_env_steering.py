@@ -407,3 +407,16 @@ def test_the_cli_stops_with_one_line_on_an_undeclared_word(tmp_path):
         "`tree` returns one of its words (expand, solved)"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_fmt_lays_out_the_emits_list_and_a_step_without_on():
+    from srpo_dsl.lang.format import format_source
+
+    messy = (
+        'workflow w\nenv   tree=  "t.py:f" ( timeout=5 )emits verdict ( a,b ) ,route( p )\n'
+        'env box = "t.py:g"()\nstep   tree\n  step tree on p ,q\n'
+    )
+    assert format_source(messy) == (
+        'workflow w\nenv tree = "t.py:f"(timeout = 5) emits verdict(a, b), route(p)\n'
+        'env box  = "t.py:g"()\nstep tree\nstep tree on p, q\n'
+    )

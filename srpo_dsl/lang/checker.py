@@ -147,7 +147,7 @@ class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
 _IDLE_WAYS = _IdleWays()
 
 
-class _Checker(EnvChecks, n.StepVisitor[None]):
+class _Checker(n.StepVisitor[None]):
     """The checks of declarations, and of steps (one `visit_*` per kind, with `in_loop, routed`)."""
 
     def __init__(self, program: n.Program, template_dirs: list[Path]):
@@ -161,6 +161,7 @@ class _Checker(EnvChecks, n.StepVisitor[None]):
         self.env_names = [e.name.name for e in program.envs]
         self.acted: set[str] = set()  # agents that may have acted before the step being checked
         self.acted_log: list[str] = []  # the order they were added in, to undo a branch
+        self.envs = EnvChecks(self)
 
     def error(self, code: str, message: str, span: Span, hint: str | None = None) -> None:
         self.out.diagnostics.append(Diagnostic(code, message, span, hint))
@@ -241,7 +242,7 @@ class _Checker(EnvChecks, n.StepVisitor[None]):
             if bound is not None:
                 self.out.tools[tool.name.name] = bound
         for env in self.p.envs:
-            self.env(env)
+            self.envs.declare(env)
         for agent in self.p.agents:
             self.agent(agent)
         self.reward()
@@ -676,6 +677,9 @@ class _Checker(EnvChecks, n.StepVisitor[None]):
                 f"put a step of `{s.agent.name}` before it",
             )
 
+    def visit_env(self, s: n.EnvStep, in_loop: bool, routed: set[str]) -> None:
+        self.envs.step(s, routed)
+
     def visit_event(self, s: n.EventStep, in_loop: bool, routed: set[str]) -> None:
         """What every event step is checked for; its kind's entry in the step table says how."""
         known = [self.known_agent(a) for a in s.agents]  # every unknown one is reported
@@ -744,7 +748,7 @@ class _Checker(EnvChecks, n.StepVisitor[None]):
     def router(self, s: n.EventStep, routed: set[str]) -> None:
         """`KIND P by R`: R routes over P, and a step recording R's choice comes first in the same block."""
         if s.by is not None and s.by.name in self.env_names:
-            self.env_router(s, routed)
+            self.envs.router(s, routed)
             return
         if s.by is None or not self.known_agent(s.by):
             return
@@ -777,7 +781,7 @@ class _Checker(EnvChecks, n.StepVisitor[None]):
     def cond(self, c: n.Cond) -> None:
         """A condition tests a verdict agent's word, or an acting agent's action, once it may have acted."""
         if c.agent.name in self.env_names:
-            self.env_cond(c)
+            self.envs.cond(c)
             return
         if not self.known_agent(c.agent):
             return
