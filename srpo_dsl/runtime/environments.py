@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srpo_dsl.lang.declarations import EnvInfo
+from srpo_dsl.lang.env_checks import ENV_WORDS
 from srpo_dsl.lang.graph import ENV_DONE, ENV_RUNNING, EnvNode
 from srpo_dsl.lang.pycode import ENV_OPTIONS
 from srpo_dsl.runtime.credit import CreditError, parse_credit, rounds_taken
@@ -135,7 +136,7 @@ class UserEnv:
             return said
         if not isinstance(said, bool):
             declare = (
-                " (to return words, declare them: `emits verdict(...)`)" if isinstance(said, str) else ""
+                f" (to return words, declare them: `emits {ENV_WORDS}(...)`)" if isinstance(said, str) else ""
             )
             raise self.fn.fail(f"returned done = {shorten(said)} on {where}: `done` is a bool{declare}")
         return ENV_DONE if said else ENV_RUNNING
