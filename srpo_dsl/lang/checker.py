@@ -578,9 +578,9 @@ class _Checker(n.StepVisitor[None]):
             self.acted_log.append(agent)
 
     def steps(self, steps: tuple[n.Step, ...], in_loop: bool, outer: set[str] | None = None) -> None:
-        """Check a block; `self.acted` holds the agents that may have acted before each step. `outer`: the
-        routers and environments that stepped before the block in the block around it (an environment's
-        step there still holds inside: `parallel P by ENV` reads it)."""
+        """Check a block; `self.acted` holds the agents that may have acted before each step. `outer`: what
+        routed or stepped before the block, in the block around it; its environments still count inside
+        (`parallel P by ENV` reads the environment's last step, wherever it was), its routers do not."""
         routed_here = {x for x in outer or () if x in self.env_names}
         for step in steps:
             self.visit(step, in_loop, routed_here)
