@@ -212,7 +212,13 @@ def test_the_graph_has_an_env_node_its_declaration_and_its_reward(tmp_path):
         "on": ["a"],
     }
     assert graph.graph["envs"] == {
-        "box": {"kind": "python", "ref": "user.py:count", "options": {"timeout": 5.0, "done_at": 2}}
+        "box": {
+            "kind": "python",
+            "ref": "user.py:count",
+            "options": {"timeout": 5.0, "done_at": 2},
+            "words": [],
+            "selects": [],
+        }
     }
     assert graph.graph["reward"] == {"fn": "box", "agent": None, "field": None, "penalty": -0.5, "env": "box"}
     (code,) = [c for c in graph.graph["code"] if c["use"] == "env"]

@@ -194,6 +194,25 @@ def test_definition_of_a_policy_a_tool_and_a_tool_s_function(client, tmp_path):
     assert py[found["range"]["start"]["line"]].startswith("def calc(")
 
 
+def test_an_environment_that_selects_and_says_words_is_a_definition_and_a_symbol(client, tmp_path):
+    """tree_of_thoughts.srpo: `by tree` and `until tree == solved` name the environment, not an agent."""
+    shutil.copytree(WORKFLOWS / "tree_of_thoughts", tmp_path / "tree_of_thoughts")
+    for name in ("tree_of_thoughts.srpo", "tree_of_thoughts.py"):
+        shutil.copy(WORKFLOWS / name, tmp_path)
+    path = tmp_path / "tree_of_thoughts.srpo"
+    text = path.read_text()
+    lines = text.splitlines()
+    uri = client.open(path, text)
+    assert client.diagnostics(uri) == []
+    for line_has in ("parallel proposer by tree", "} until tree == solved", "step tree on proposer"):
+        at = {"textDocument": {"uri": uri}, "position": _position(text, line_has, "tree")}
+        found = client.request("textDocument/definition", at)
+        assert found["uri"] == uri and lines[found["range"]["start"]["line"]].startswith("env tree =")
+    symbols = client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+    steps = [s["name"] for s in symbols[0]["children"]]
+    assert "step tree" in steps and "repeat at most 6" in steps
+
+
 def test_hover_on_a_step_gives_its_cost_bounds(client):
     """supervisor.srpo: `act researcher` is in a loop of 3 inside a loop of 4 (12 times an episode);
     the outer loop's body costs 5 events (1 + 3 + 1) and 4 tool calls; the episode 4 x 5 + 1 events."""

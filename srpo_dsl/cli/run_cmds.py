@@ -189,6 +189,7 @@ def audit(
             f"{ep.cost.tool_calls} tool calls"
             + "".join(
                 f"  env {k}: {v.steps} steps, done {v.done}, reward {v.reward:+.3f}"
+                + (f", words {' '.join(v.words)}" if v.words else "")
                 for k, v in ep.envs.items()
             )
         )

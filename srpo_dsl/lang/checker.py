@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.branches import check_branch
 from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.env_checks import EnvChecks
 from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
-from srpo_dsl.lang.graph import ENV_DONE
 from srpo_dsl.lang.pycode import (
     ENV_OPTIONS,
     TOOL_OPTIONS,
@@ -164,6 +164,7 @@ class _Checker(n.StepVisitor[None]):
         self.env_names = [e.name.name for e in program.envs]
         self.acted: set[str] = set()  # agents that may have acted before the step being checked
         self.acted_log: list[str] = []  # the order they were added in, to undo a branch
+        self.envs = EnvChecks(self)
 
     def error(self, code: str, message: str, span: Span, hint: str | None = None) -> None:
         self.out.diagnostics.append(Diagnostic(code, message, span, hint))
@@ -244,7 +245,7 @@ class _Checker(n.StepVisitor[None]):
             if bound is not None:
                 self.out.tools[tool.name.name] = bound
         for env in self.p.envs:
-            self.env(env)
+            self.envs.declare(env)
         for agent in self.p.agents:
             self.agent(agent)
         self.reward()
@@ -304,21 +305,6 @@ class _Checker(n.StepVisitor[None]):
         passed = tuple(k for k in data if k not in kept)
         code = self.code_ref(ref, use, passed)
         return Binding("python", data, code) if code is not None else None
-
-    def env(self, env: n.Env) -> None:
-        """`env NAME = "file.py:function"(timeout = 10, key = value, ...)`: always the user's Python."""
-        kind = env.source.kind
-        if isinstance(kind, n.Ident):
-            self.error(
-                "E090",
-                f"an environment is the user's Python, not `{kind.name}`",
-                kind.span,
-                f'write `env {env.name.name} = "file.py:function"(key = value, ...)`',
-            )
-            return
-        bound = self.code_binding(env.source, kind, "env")
-        if bound is not None:
-            self.out.envs[env.name.name] = bound
 
     def code_ref(self, ref: n.Ref, use: UseName, options: tuple[str, ...] = ()) -> CodeRef | None:
         """The located function of a reference (read with `ast`, never run); None after reporting why not."""
@@ -594,23 +580,27 @@ class _Checker(n.StepVisitor[None]):
             self.acted.add(agent)
             self.acted_log.append(agent)
 
-    def steps(self, steps: tuple[n.Step, ...], in_loop: bool) -> None:
-        """Check a block; `self.acted` holds the agents that may have acted before each step."""
-        routed_here: set[str] = set()
+    def steps(self, steps: tuple[n.Step, ...], in_loop: bool, outer: set[str] | None = None) -> None:
+        """Check a block; `self.acted` holds the agents that may have acted before each step. `outer`: what
+        routed or stepped before the block, in the block around it; its environments still count inside
+        (`parallel P by ENV` reads the environment's last step, wherever it was), its routers do not."""
+        routed_here = {x for x in outer or () if x in self.env_names}
         for step in steps:
             self.visit(step, in_loop, routed_here)
 
-    def branches(self, then: tuple[n.Step, ...], orelse: tuple[n.Step, ...], in_loop: bool) -> None:
+    def branches(
+        self, then: tuple[n.Step, ...], orelse: tuple[n.Step, ...], in_loop: bool, outer: set[str]
+    ) -> None:
         """Both branches start from the same `acted`; afterwards it holds what either may have added.
 
         Undoing the first branch's additions (instead of copying the set) keeps the checker linear.
         """
         mark = len(self.acted_log)
-        self.steps(then, in_loop)
+        self.steps(then, in_loop, outer)
         from_then = self.acted_log[mark:]
         del self.acted_log[mark:]
         self.acted.difference_update(from_then)
-        self.steps(orelse, in_loop)
+        self.steps(orelse, in_loop, outer)
         for agent in from_then:
             self.act(agent)
 
@@ -639,13 +629,13 @@ class _Checker(n.StepVisitor[None]):
             for e in n.walk_steps(s.body):
                 if isinstance(e, n.EnvStep):
                     self.act(e.env.name)
-        self.steps(s.body, True)
+        self.steps(s.body, True, routed)
         if s.until:
             self.cond(s.until)
 
     def visit_if(self, s: n.If, in_loop: bool, routed: set[str]) -> None:
         self.cond(s.cond)
-        self.branches(s.then, s.orelse, in_loop)
+        self.branches(s.then, s.orelse, in_loop, routed)
 
     def visit_break(self, s: n.Break, in_loop: bool, routed: set[str]) -> None:
         if not in_loop:
@@ -691,24 +681,7 @@ class _Checker(n.StepVisitor[None]):
             )
 
     def visit_env(self, s: n.EnvStep, in_loop: bool, routed: set[str]) -> None:
-        """`step ENV on A, B`: a declared environment, on agents that may have acted before it."""
-        self.used.add(s.env.name)
-        if s.env.name not in self.env_names:
-            self.error(
-                "E014",
-                f"undefined environment `{s.env.name}`",
-                s.env.span,
-                did_you_mean(s.env.name, self.env_names),
-            )
-        for agent in s.on:
-            if self.known_agent(agent) and agent.name not in self.acted:
-                self.error(
-                    "E062",
-                    f"unreachable: `{agent.name}` has no outputs before this step of `{s.env.name}`",
-                    agent.span,
-                    f"put a step of `{agent.name}` before it",
-                )
-        self.act(s.env.name)
+        self.envs.step(s, routed)
 
     def visit_event(self, s: n.EventStep, in_loop: bool, routed: set[str]) -> None:
         """What every event step is checked for; its kind's entry in the step table says how."""
@@ -783,6 +756,9 @@ class _Checker(n.StepVisitor[None]):
 
     def router(self, s: n.EventStep, routed: set[str]) -> None:
         """`KIND P by R`: R routes over P, and a step recording R's choice comes first in the same block."""
+        if s.by is not None and s.by.name in self.env_names:
+            self.envs.router(s, routed)
+            return
         if s.by is None or not self.known_agent(s.by):
             return
         contract = self.contract_of(s.by)
@@ -814,7 +790,7 @@ class _Checker(n.StepVisitor[None]):
     def cond(self, c: n.Cond) -> None:
         """A condition tests a verdict agent's word, or an acting agent's action, once it may have acted."""
         if c.agent.name in self.env_names:
-            self.env_cond(c)
+            self.envs.cond(c)
             return
         if not self.known_agent(c.agent):
             return
@@ -870,24 +846,6 @@ class _Checker(n.StepVisitor[None]):
                 )
             elif w.name in [x.name for x in s.only[:i]]:
                 self.error("E048", f"action `{w.name}` is listed twice", w.span)
-
-    def env_cond(self, c: n.Cond) -> None:
-        """`ENV == done` (or `!=`): the environment said the episode is done at its last step."""
-        self.used.add(c.agent.name)
-        if c.word.name != ENV_DONE:
-            self.error(
-                "E061",
-                f"`{c.agent.name}` is an environment: a condition tests `{ENV_DONE}`, not `{c.word.name}`",
-                c.word.span,
-                f"write `{c.agent.name} {c.op} {ENV_DONE}`",
-            )
-        elif c.agent.name not in self.acted:
-            self.error(
-                "E062",
-                f"unreachable: `{c.agent.name}` has not stepped before this condition",
-                c.span,
-                f"put `step {c.agent.name} on AGENT` before it",
-            )
 
     def unused(self) -> None:
         for decl in list(self.p.agents) + list(self.p.policies) + list(self.p.tools) + list(self.p.envs):

@@ -112,3 +112,16 @@ class Binding:
     def attrs(self) -> dict[str, Any]:
         ref = {"ref": self.code.text} if self.code else {}
         return {"kind": self.kind, **ref, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class EnvInfo(Binding):
+    """An environment (`env NAME = "file.py:function"(...) emits ...`): its binding, the words its steps
+    return (`emits verdict(W, ...)`; none: it returns `done` as a bool) and the pools whose replicas it
+    selects (`emits route(POOL)`: `parallel POOL by NAME` acts on its last step's selection)."""
+
+    words: tuple[str, ...] = ()
+    selects: tuple[str, ...] = ()
+
+    def attrs(self) -> dict[str, Any]:
+        return {**super().attrs(), "words": list(self.words), "selects": list(self.selects)}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, EnvInfo, PolicyInfo, RewardInfo
 from srpo_dsl.lang.pycode import CodeRef
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.lang.steps import StepKind
@@ -209,8 +209,8 @@ class ToolNode:
 
 @dataclass(frozen=True)
 class EnvNode:
-    """An environment step: the user's environment reads the last outputs of the agents `on` and answers
-    with observations (no generation: not an event)."""
+    """An environment step: the user's environment reads the last outputs of the agents `on` (none for
+    `step ENV`) and answers with observations (no generation: not an event)."""
 
     id: str
     where: Where
@@ -220,7 +220,7 @@ class EnvNode:
 
     @property
     def label(self) -> str:
-        return f"step {self.env} on {', '.join(self.on)}"
+        return f"step {self.env} on {', '.join(self.on)}" if self.on else f"step {self.env}"
 
     def attrs(self) -> dict[str, Any]:
         return {**_where(self.kind, self.where), "label": self.label, "env": self.env, "on": list(self.on)}
@@ -262,7 +262,7 @@ class EventGraph:
     reward: RewardInfo | None
     train: TrainOptions
     code: tuple[CodeRef, ...] = ()  # the user's Python it names (read, never run, by the compiler)
-    envs: Mapping[str, Binding] = field(default_factory=dict)  # the environments: `env NAME = ...`
+    envs: Mapping[str, EnvInfo] = field(default_factory=dict)  # the environments: `env NAME = ...`
     out_edges: Mapping[str, tuple[Edge, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

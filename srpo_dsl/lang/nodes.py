@@ -81,15 +81,6 @@ class Tool:
 
 
 @dataclass(frozen=True)
-class Env:
-    """`env NAME = "file.py:function"(...)`: the user's environment, stepped by `step NAME on ...`."""
-
-    name: Ident
-    source: Call
-    span: Span
-
-
-@dataclass(frozen=True)
 class Contract:
     """The output contract of an agent: `boxed`, `route(solver)`, `verdict(approve, reject)`, or a
     Python parser `"parsers.py:parse"` (a `Ref`, without arguments)."""
@@ -97,6 +88,18 @@ class Contract:
     name: Ident | Ref
     args: tuple[Ident, ...]
     span: Span
+
+
+@dataclass(frozen=True)
+class Env:
+    """`env NAME = "file.py:function"(...) [emits verdict(W, ...), route(POOL), ...]`: the user's
+    environment, stepped by `step NAME [on ...]`; `emits` lists the words its steps return (which
+    conditions test) and the pools whose replicas it selects (`parallel POOL by NAME`)."""
+
+    name: Ident
+    source: Call
+    span: Span
+    emits: tuple[Contract, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,7 @@ class CallTool(_StepNode):
 
 @dataclass(frozen=True)
 class EnvStep(_StepNode):
-    """`step ENV on A, B`: the environment reads the last outputs of the agents `on`."""
+    """`step ENV on A, B`: the environment reads the last outputs of the agents `on` (`step ENV`: none)."""
 
     env: Ident
     on: tuple[Ident, ...]

@@ -183,9 +183,14 @@ class _Build:
         _tool, name, _eq, call = items
         return n.Tool(self._id(name), call, self._span(items))
 
-    def env_decl(self, items: list) -> n.Env:  # "env" NAME "=" call
-        _env, name, _eq, call = items
-        return n.Env(self._id(name), call, self._span(items))
+    def env_decl(self, items: list) -> n.Env:  # "env" NAME "=" call [env_emits]
+        _env, name, _eq, call, emits = items
+        return n.Env(self._id(name), call, self._span(items), emits.value if emits else ())
+
+    def env_emits(self, items: list) -> _Part:  # "emits" contract ("," contract)*
+        _emits, *listed = items
+        contracts = _listed(listed, n.Contract)
+        return _Part(contracts, contracts[-1])
 
     def pool(self, items: list) -> _Part:  # "[" NUMBER "]"
         _open, number, close = items
@@ -315,10 +320,14 @@ class _Build:
         _call, tool, _on, agent = items
         return n.CallTool(self._id(tool), self._id(agent), self._span(items))
 
-    def env_step(self, items: list) -> n.EnvStep:  # "step" NAME "on" NAME ("," NAME)*
-        _step, env, _on, *listed = items
-        agents = tuple(self._id(t) for t in listed if t.type == "NAME")
-        return n.EnvStep(self._id(env), agents, self._span(items))
+    def env_step(self, items: list) -> n.EnvStep:  # "step" NAME [env_on]
+        _step, env, on = items
+        return n.EnvStep(self._id(env), on.value if on else (), self._span(items))
+
+    def env_on(self, items: list) -> _Part:  # "on" NAME ("," NAME)*
+        _on, *listed = items
+        names = [t for t in listed if t.type == "NAME"]
+        return _Part(tuple(self._id(t) for t in names), names[-1])
 
     def bound(self, items: list) -> _Part:  # "at" "most" NUMBER
         _at, _most, number = items

@@ -77,11 +77,14 @@ def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
         yield from _options(t.options, names)
 
 
-def _in_steps(steps: tuple[n.Step, ...]) -> Iterator[Occurrence]:
+def _in_steps(steps: tuple[n.Step, ...], names: dict[str, str]) -> Iterator[Occurrence]:
+    """`names`: every declared name -> its kind (`by` and a condition may name an agent or an environment)."""
     for s in n.walk_steps(steps):
         if isinstance(s, n.EventStep):
-            for ident in (*s.agents, s.by):
+            for ident in s.agents:
                 yield from _name("agent", ident)
+            if s.by is not None:
+                yield from _name(names.get(s.by.name, "agent"), s.by)
         elif isinstance(s, n.CallTool):
             yield from _name("tool", s.tool)
             yield from _name("agent", s.agent)
@@ -92,14 +95,14 @@ def _in_steps(steps: tuple[n.Step, ...]) -> Iterator[Occurrence]:
         elif isinstance(s, (n.Repeat, n.If, n.Break)):
             cond = s.until if isinstance(s, n.Repeat) else s.cond
             if cond is not None:
-                yield from _name("agent", cond.agent)
+                yield from _name(names.get(cond.agent.name, "agent"), cond.agent)
 
 
 def occurrence_at(p: n.Program, pos: lsp.Position) -> Occurrence | None:
     """The innermost occurrence under `pos` (the last found: names come after the spans holding them)."""
     names = {name: kind for kind, decls in declarations(p).items() for name in decls}
     found = None
-    for occ in (*_declared(p, names), *_in_steps(p.steps)):
+    for occ in (*_declared(p, names), *_in_steps(p.steps, names)):
         if occ.kind and contains(occ.span, pos):
             found = occ
     return found

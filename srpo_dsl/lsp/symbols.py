@@ -58,7 +58,8 @@ def step_name(step: n.Step) -> str:
     if isinstance(step, n.CallTool):
         return f"call {step.tool.name} on {step.agent.name}"
     if isinstance(step, n.EnvStep):
-        return f"step {step.env.name} on {', '.join(a.name for a in step.on)}"
+        on = f" on {', '.join(a.name for a in step.on)}" if step.on else ""
+        return f"step {step.env.name}{on}"
     if isinstance(step, n.Repeat):
         return "repeat" if step.bound is None else f"repeat at most {step.bound}"
     if isinstance(step, n.If):

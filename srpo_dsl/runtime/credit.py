@@ -5,7 +5,9 @@
     ROLE@N        the role's N-th round: its N-th event in the episode (1-based)
     ROLE#R@N      replica R in round N
 
-A member's return is the value of the most specific key that names it, else the episode's.
+A member's return is the value of the most specific key that names it, else the episode's. A Python
+reward returns such a mapping once per episode; an environment may return one at each of its steps
+(`summed_returns`: a member's return is then the sum over the steps).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from srpo_dsl.runtime.usercode import finite_number, shorten
 
 _KEY = re.compile(r"(?P<role>[A-Za-z_][A-Za-z0-9_]*)(?:#(?P<replica>[0-9]+))?(?:@(?P<round>[0-9]+))?")
 SYNTAX = "ROLE, ROLE#REPLICA, ROLE@ROUND or ROLE#REPLICA@ROUND"
@@ -41,6 +45,51 @@ class CreditKey:
         return f"{self.role}{replica}{'' if self.round is None else f'@{self.round}'}"
 
 
+class CreditError(ValueError):
+    """A mapping of credit keys that names no member: `what` was returned, `why` that is wrong."""
+
+    def __init__(self, what: str, why: str):
+        super().__init__(f"{what}: {why}")
+        self.what, self.why = what, why
+
+
+def parse_credit(
+    value: Mapping[Any, Any], pools: Mapping[str, int], rounds: Mapping[str, int]
+) -> dict[str, float]:
+    """`value`'s keys in canonical form -> its numbers; `CreditError` when a key is malformed, names an
+    undeclared role, a replica outside its pool (`pools`: role -> replicas) or a round the role has not
+    taken (`rounds`: role -> rounds taken), a value is not a finite number, or two keys name the same
+    members."""
+    keys = {key: CreditKey.parse(key) for key in value}
+    malformed = [k for k, parsed in keys.items() if parsed is None]
+    if malformed:
+        raise CreditError(f"the key(s) {shorten(malformed)}", f"a key is {SYNTAX}")
+    parsed_keys = {k: p for k, p in keys.items() if p is not None}
+    unknown = [k for k, parsed in parsed_keys.items() if parsed.role not in pools]
+    if unknown:
+        raise CreditError(f"scores for {shorten(unknown)}", f"the roles are {', '.join(pools)}")
+    for key, parsed in parsed_keys.items():
+        problem = _out_of_range(parsed, pools[parsed.role], rounds.get(parsed.role, 0))
+        if problem:
+            raise CreditError(f"the key {key!r}", problem)
+    bad = {k: v for k, v in value.items() if not finite_number(v)}
+    if bad:
+        raise CreditError(shorten(bad), "every score is a finite number")
+    credit = {str(parsed): float(value[key]) for key, parsed in parsed_keys.items()}
+    if len(credit) < len(keys):
+        raise CreditError(shorten(list(keys)), "two keys name the same members")
+    return credit
+
+
+def _out_of_range(key: CreditKey, pool: int, taken: int) -> str | None:
+    """Why `key` names no member of the episode (None if it names some)."""
+    if key.replica is not None and not 1 <= key.replica <= pool:
+        return f"`{key.role}` has replicas 1..{pool}"
+    if key.round is not None and not 1 <= key.round <= taken:
+        return f"rounds count from 1, and `{key.role}` took {taken} round(s) in this episode"
+    return None
+
+
 def member_return(
     returns: Mapping[str, float],
     default: float,
@@ -59,6 +108,7 @@ def member_return(
 
 class _Member(Protocol):
     role: str
+    replica: int
 
 
 class _Event(Protocol):
@@ -81,3 +131,21 @@ def role_rounds(events: Iterable[_Event]) -> list[dict[str, int]]:
 def rounds_taken(events: Iterable[_Event]) -> dict[str, int]:
     """Each role -> the number of rounds it took (events with a member of it)."""
     return {role: n for rounds in role_rounds(events) for role, n in rounds.items()}
+
+
+def summed_returns(
+    steps: Sequence[tuple[float, Mapping[str, float]]], events: Sequence[_Event]
+) -> dict[str, float]:
+    """The returns of an environment that keyed its rewards: `steps` holds, per step, its own reward and
+    its credit keys. Every member of `events` gets, under its most specific key `ROLE#R@N`, the sum over
+    the steps of its most specific key's value at that step, else that step's own reward. Empty when no
+    step keyed its reward (every member's return is then the episode's)."""
+    if not any(credit for _, credit in steps):
+        return {}
+    out = {}
+    for event, rounds in zip(events, role_rounds(events)):
+        for m in event.members:
+            n = rounds[m.role]
+            total = sum(member_return(credit, own, m.role, m.replica, n) for own, credit in steps)
+            out[str(CreditKey(m.role, m.replica, n))] = total
+    return out

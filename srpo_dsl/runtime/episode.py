@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict
 
+from srpo_dsl.lang.graph import ENV_DONE
 from srpo_dsl.runtime.credit import member_return, role_rounds
 
 if TYPE_CHECKING:
@@ -103,15 +104,58 @@ class Leaf:
     answer: object = None
 
 
+@dataclass(frozen=True)
+class EnvStepResult:
+    """What one step of an environment decided, checked (`runtime.environments`)."""
+
+    word: str  # its recorded state, which conditions test: a declared word, else `done` or `running`
+    reward: float  # the step's own reward (with `reward ENV`, the episode's score sums them)
+    credit: Mapping[str, float] = field(default_factory=dict)  # credit key -> a member's reward instead
+    selected: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # pool -> replicas acting next
+
+
 @dataclass
 class EnvProgress:
     """An environment's part of one episode: the state it keeps (created empty for each episode, kept
-    across its steps, mutated by the environment), its steps so far, its last `done`, its rewards' sum."""
+    across its steps, mutated by the environment) and what each of its steps decided."""
 
     state: dict = field(default_factory=dict)
-    steps: int = 0
-    done: bool = False
-    reward: float = 0.0
+    log: list[EnvStepResult] = field(default_factory=list)
+    says_words: bool = False  # it declares words (`emits verdict(...)`), which its steps return
+
+    @property
+    def steps(self) -> int:
+        return len(self.log)
+
+    @property
+    def done(self) -> bool:
+        """Whether its last step said done."""
+        return bool(self.log) and self.log[-1].word == ENV_DONE
+
+    @property
+    def reward(self) -> float:
+        """The sum of its steps' own rewards."""
+        return sum(r.reward for r in self.log)
+
+    def view(self) -> EnvView:
+        return EnvView(copy.deepcopy(self.state), tuple(self.log))
+
+
+@dataclass(frozen=True)
+class EnvView:
+    """An environment as a Python reward reads it: its final state (a copy) and each step's decision."""
+
+    state: Mapping[str, Any]
+    steps: tuple[EnvStepResult, ...]
+
+    @property
+    def reward(self) -> float:
+        return sum(r.reward for r in self.steps)
+
+    @property
+    def word(self) -> str | None:
+        """Its last step's word (None before any)."""
+        return self.steps[-1].word if self.steps else None
 
 
 def context_entry(role: str, replica: int, text: str, valid: bool, value: object) -> dict:
@@ -267,6 +311,7 @@ class Episode:
             self.invalid_actions,
             self.tool_errors,
             self.cost,
+            {name: progress.view() for name, progress in self.envs.items()},
         )
 
 
@@ -297,3 +342,4 @@ class EpisodeView:
     invalid_actions: int
     tool_errors: int
     cost: Cost
+    envs: Mapping[str, EnvView] = field(default_factory=dict)  # each environment that stepped

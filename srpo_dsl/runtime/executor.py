@@ -31,10 +31,10 @@ from srpo_dsl.runtime.branching import (
     keep_seed,
     pruned_return,
 )
-from srpo_dsl.runtime.credit import rounds_taken
+from srpo_dsl.runtime.credit import rounds_taken, summed_returns
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
-from srpo_dsl.runtime.episode import Episode, Event, Member
+from srpo_dsl.runtime.episode import EnvProgress, Episode, Event, Member
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
@@ -94,7 +94,7 @@ class Executor:
         self.parsers = {
             n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
         }
-        self.envs = load_envs(graph.envs, list(graph.agents))
+        self.envs = load_envs(graph.envs, pools)
         self.scorers = {v.id: Scorer(v, pools) for v in graph.event_nodes if v.branch and v.branch.scorer}
         options = options or graph.train
         self.backup, self.discount = options.backup, options.discount
@@ -164,6 +164,9 @@ class Executor:
                 return
 
     def _replicas(self, ep: Episode, node: EventNode) -> tuple[int, ...]:
+        if node.routed_by in self.g.envs:  # `by ENV`: the replicas its last step selected
+            progress = ep.envs.get(node.routed_by)
+            return progress.log[-1].selected[node.agent.name] if progress and progress.log else ()
         if node.routed_by:
             route = ep.state.get(node.routed_by)
             return route if isinstance(route, tuple) else ()  # an invalid route selects nobody
@@ -408,8 +411,9 @@ class Executor:
 
     def _score(self, ep: Episode) -> RewardValue:
         if self.reward.env is not None:  # `reward ENV`: the rewards it returned in this episode
-            progress = ep.envs.get(self.reward.env)
-            return RewardValue(progress.reward if progress else 0.0, {})
+            progress = ep.envs.get(self.reward.env, EnvProgress())
+            steps = [(r.reward, r.credit) for r in progress.log]
+            return RewardValue(progress.reward, summed_returns(steps, ep.events))
         pred = ep.answer
         if self.user_reward is None:
             assert self.reward_fn is not None and self.reward.field is not None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef
-from srpo_dsl.runtime.credit import SYNTAX, CreditKey
+from srpo_dsl.runtime.credit import CreditError, parse_credit
 from srpo_dsl.runtime.parsers import Parsed
 from srpo_dsl.runtime.usercode import (
     UserCodeError,
@@ -67,37 +67,13 @@ class UserReward:
         return RewardValue(float(value), {})
 
     def _credit(self, value: Mapping, where: str, rounds: Mapping[str, int]) -> RewardValue:
-        keys = {key: CreditKey.parse(key) for key in value}
-        malformed = [k for k, parsed in keys.items() if parsed is None]
-        if malformed:
-            raise self.fn.fail(f"returned the key(s) {shorten(malformed)} {where}: a key is {SYNTAX}")
-        unknown = [k for k, parsed in keys.items() if parsed.role not in self.pools]
-        if unknown:
-            raise self.fn.fail(
-                f"returned scores for {shorten(unknown)} {where}: the roles are {', '.join(self.pools)}"
-            )
-        for key, parsed in keys.items():
-            problem = self._out_of_range(parsed, rounds)
-            if problem:
-                raise self.fn.fail(f"returned the key {key!r} {where}: {problem}")
-        bad = {k: v for k, v in value.items() if not finite_number(v)}
-        if bad:
-            raise self.fn.fail(f"returned {shorten(bad)} {where}: every score is a finite number")
-        credit = {str(parsed): float(value[key]) for key, parsed in keys.items()}
-        if len(credit) < len(keys):
-            raise self.fn.fail(f"returned {shorten(list(keys))} {where}: two keys name the same members")
+        try:
+            credit = parse_credit(value, self.pools, rounds)
+        except CreditError as err:
+            raise self.fn.fail(f"returned {err.what} {where}: {err.why}") from None
         if self.rewarded not in credit:
             raise self.fn.fail(f"returned no score for the rewarded agent `{self.rewarded}` {where}")
         return RewardValue(credit[self.rewarded], credit)
-
-    def _out_of_range(self, key: CreditKey, rounds: Mapping[str, int]) -> str | None:
-        """Why `key` names no member of the episode (None if it names some)."""
-        pool, taken = self.pools[key.role], rounds.get(key.role, 0)
-        if key.replica is not None and not 1 <= key.replica <= pool:
-            return f"`{key.role}` has replicas 1..{pool}"
-        if key.round is not None and not 1 <= key.round <= taken:
-            return f"rounds count from 1, and `{key.role}` took {taken} round(s) in this episode"
-        return None
 
 
 class UserParser:

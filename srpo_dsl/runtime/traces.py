@@ -7,8 +7,9 @@ run's traces also carry, per trained event, what the update did with it (`EventU
 Version 2 adds an event's `actions` (those its acting agent could take there). Version 3 records
 branching rollouts: an event's `parent` (the event before it on its path), `path`, `branch` (an
 alternative of a `branch` step: its sibling group, index, count, kept or not, score) and `tree_return`
-(its backed-up return), and an episode's `leaves` (the paths of a tree). Older files read as version 3
-with the new fields' defaults.
+(its backed-up return), and an episode's `leaves` (the paths of a tree); and an environment's `words`
+(the word each of its steps returned, for one declared with `emits verdict(...)`). Older files read
+as version 3 with the new fields' defaults.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.io import complete_lines, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
-from srpo_dsl.runtime.episode import BranchMark, Cost, Episode, Event, Leaf, Member
+from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Leaf, Member
 
 SCHEMA = "srpo-trace/3"
 READABLE = ("srpo-trace/1", "srpo-trace/2", SCHEMA)  # older versions read with the new fields' defaults
@@ -74,13 +75,15 @@ class TraceEvent(BaseModel):
 
 
 class EnvSummary(BaseModel):
-    """An environment's part of an episode: its steps, whether its last step said done, its rewards' sum."""
+    """An environment's part of an episode: its steps, whether its last step said done, its rewards' sum,
+    and (v3, an environment that declares words) the word each step returned."""
 
     model_config = ConfigDict(extra="forbid")
 
     steps: int
     done: bool
     reward: float
+    words: list[str] = []
 
 
 class TraceEpisode(BaseModel):
@@ -118,6 +121,9 @@ class TraceEpisode(BaseModel):
         for key in ("envs", "leaves"):
             if not data[key]:
                 del data[key]
+        for env in data.get("envs", {}).values():
+            if not env["words"]:  # an environment that returns `done`: the key is left out
+                del env["words"]
         return json.dumps(data, separators=(",", ":"))
 
     @property
@@ -141,9 +147,15 @@ def to_trace(ep: Episode, graph_hash: str, updates: Mapping[str, EventUpdate] | 
         events=[_event(e, updates.get(e.event_id)) for e in ep.events],
         role_rewards=ep.role_rewards,
         tool_errors=ep.tool_errors,
-        envs={k: EnvSummary(steps=p.steps, done=p.done, reward=p.reward) for k, p in ep.envs.items()},
+        envs={name: _env_summary(p) for name, p in ep.envs.items()},
         leaves=ep.leaves,
     )
+
+
+def _env_summary(progress: EnvProgress) -> EnvSummary:
+    """Its steps, done and rewards; the words of its steps if it declares words (never `done`/`running`)."""
+    said = [r.word for r in progress.log] if progress.says_words else []
+    return EnvSummary(steps=progress.steps, done=progress.done, reward=progress.reward, words=said)
 
 
 def _event(e: Event, update: EventUpdate | None) -> TraceEvent:
