@@ -91,7 +91,7 @@ def run(
     overwrite: bool = OVERWRITE,
     verbose: bool = VERBOSE,
 ) -> None:
-    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/2).
+    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/3).
 
     Examples:
 

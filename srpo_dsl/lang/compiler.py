@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.checker import Checked
@@ -159,10 +159,11 @@ class _Bounds(n.StepVisitor[None]):
         others = [self.agents[o.name] for o in s.others]
         total.events += 1
         total.calls += k + sum(o.replicas for o in others)
-        total.tokens += k * a.max_tokens + sum(o.replicas * o.max_tokens for o in others)
+        total.tokens += k * _turn_tokens(a) + sum(o.replicas * _turn_tokens(o) for o in others)
 
     def visit_call(self, s: n.CallTool, total: Cost) -> None:
-        total.tool_calls += self.agents[s.agent.name].replicas
+        agent = self.agents[s.agent.name]
+        total.tool_calls += agent.replicas * agent.calls  # each output may make `calls` calls
 
     def visit_env(self, s: n.EnvStep, total: Cost) -> None:
         pass  # an environment step generates nothing and calls no tool
@@ -175,6 +176,27 @@ class _Bounds(n.StepVisitor[None]):
 
     def visit_break(self, s: n.Break, total: Cost) -> None:
         pass
+
+
+def _turn_tokens(a: AgentInfo) -> int:
+    """The most one replica's turn generates: its output and each retry of it."""
+    return a.max_tokens * (1 + a.retries)
+
+
+def episode_cost(steps: tuple[n.Step, ...], agents: Mapping[str, AgentInfo]) -> Cost:
+    """The most an episode costs. An agent with a token `budget` generates at most `budget` tokens per
+    replica in the episode, whatever its turns: the token bound is the lesser of the bound over all
+    steps and the sum, per agent, of its own bound capped by its budget."""
+    cost = _Bounds(dict(agents)).block(steps)
+    if all(a.budget is None for a in agents.values()):
+        return cost
+    per_agent = 0
+    for name, a in agents.items():
+        alone = {k: v if k == name else replace(v, max_tokens=0) for k, v in agents.items()}
+        own = _Bounds(alone).block(steps).tokens
+        per_agent += own if a.budget is None else min(own, a.replicas * a.budget)
+    cost.tokens = min(cost.tokens, per_agent)
+    return cost
 
 
 def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> Cost:
@@ -267,6 +289,8 @@ class _Compiler(n.StepVisitor[Frontier]):
             k = len(who.replicas) + sum(o.replicas for o in others)
             who = who._replace(cardinality=(k, k))
             label = f"{s.kind} {', '.join(a.name for a in s.agents)} K={k}"
+        if any(a.stop == "replica" or a.budget is not None for a in (agent, *others)):
+            who = who._replace(cardinality=(1, who.cardinality[1]))  # replicas that stopped take no turn
         return self._add(
             EventNode(
                 nid, step, where, label, agent, event_type, who.replicas, who.cardinality, by, actions, others
@@ -370,7 +394,7 @@ class _Compiler(n.StepVisitor[Frontier]):
         tail = self.block(p.steps, [(start, Way(()))], [])
         self.connect(tail, self._add(Terminal("end", "end")))
         edges = tuple(self.edge(u, v, paths) for u, out in self.succ.items() for v, paths in out.items())
-        bounds = _Bounds(c.agents).block(p.steps)
+        bounds = episode_cost(p.steps, c.agents)
         return EventGraph(
             name=p.name.name,
             source=p.file,
@@ -416,7 +440,7 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
     late = [
         v
         for v in graph.event_nodes
-        if v.id not in reach and any(graph.policies[a.policy].trainable for a in v.agents)
+        if v.id not in reach and any(graph.policies[a.policy].trainable and a.trained for a in v.agents)
     ]
     return [
         Diagnostic(

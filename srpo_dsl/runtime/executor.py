@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.envs.retrieval import Retriever
@@ -20,26 +19,17 @@ from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS
-from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
+from srpo_dsl.runtime.actions import allowed, asked, final_answer
 from srpo_dsl.runtime.credit import rounds_taken
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
-from srpo_dsl.runtime.parsers import Parsed, parse_output
+from srpo_dsl.runtime.parsers import Parsed, parse_act_calls, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
+from srpo_dsl.runtime.resample import Sampled, Slot, sample
+from srpo_dsl.runtime.turns import note_turn, tokens_left
 from srpo_dsl.seeds import seed_of
-
-
-@dataclass(frozen=True)
-class _Slot:
-    """One member request waiting for its generation."""
-
-    episode: Episode
-    member_index: int
-    agent: AgentInfo
-    replica: int
-    request: GenRequest
 
 
 class Executor:
@@ -67,6 +57,7 @@ class Executor:
                 "`srpo_dsl.runtime.effects.EFFECTS`"
             )
         self.g = graph
+        self.seed = 0  # the run's seed (`run`)
         self.backends = backends
         self.renderer = renderer
         self.tools = tools or {}
@@ -97,6 +88,7 @@ class Executor:
         """`samples` episodes per task (the group G); results in task-major order. Every draw has a seed
         of its own: `seed_of(seed_of(seed, round), prompt id, sample, member)`."""
         episodes = [Episode(f"{t['id']}/{s}", str(t["id"]), s, t) for t in tasks for s in range(samples)]
+        self.seed = seed  # the `shuffle` filter's orders follow from it (`srpo_dsl.runtime.prompts`)
         rnd = 0
         while True:
             for ep in episodes:
@@ -130,7 +122,7 @@ class Executor:
                 self._finish(ep)
                 if on_done:
                     on_done(ep)
-            elif node.kind == "start" or (isinstance(node, EventNode) and not self._replicas(ep, node)):
+            elif node.kind == "start" or (isinstance(node, EventNode) and not self._acting(ep, node)):
                 self._follow(ep)
             else:
                 return
@@ -141,9 +133,19 @@ class Executor:
             return route if isinstance(route, tuple) else ()  # an invalid route selects nobody
         return node.replicas
 
+    def _acting(self, ep: Episode, node: EventNode) -> list[tuple[AgentInfo, int]]:
+        """(agent, replica) of the members of `ep`'s event at `node`: the chosen replicas that still take
+        turns (`runtime.turns`: not stopped, budget left)."""
+        chosen = self._replicas(ep, node)
+        return [
+            (a, r)
+            for a, r in node.slots
+            if (a is not node.agent or r in chosen) and tokens_left(ep, a, r) > 0
+        ]
+
     # ---- one round ------------------------------------------------------------
     def _round(self, active: list[Episode], seed: int) -> None:
-        slots: dict[str, list[_Slot]] = defaultdict(list)  # backend call -> its requests
+        slots: list[Slot] = []  # every member request of every pending event
         tool_calls: dict[str, list[Episode]] = defaultdict(list)  # tool node -> its episodes
         states: dict[str, str] = {}
         for ep in active:
@@ -155,9 +157,10 @@ class Executor:
                 self.envs[node.env].step(ep, node, self._agents_of)
                 continue
             states[ep.episode_id] = ep.state_id()
-            for slot in self._requests(ep, node, seed):  # a mixed set: each member to its policy's call
-                slots[self.call_of[slot.agent.policy]].append(slot)
-        results = self._generate(slots)
+            slots += self._requests(ep, node, seed)  # a mixed set: each member to its policy's call
+        results: dict[str, list[Sampled]] = defaultdict(list)
+        for item in sample(slots, self._generate, self._member):
+            results[item.slot.episode.episode_id].append(item)
         for node_id, calls in tool_calls.items():
             self._call_tool(self.g.nodes[node_id], calls)  # type: ignore[arg-type]
         for ep in active:
@@ -165,14 +168,14 @@ class Executor:
                 self._commit(ep, results[ep.episode_id], states[ep.episode_id])
             self._follow(ep)
 
-    def _requests(self, ep: Episode, node: EventNode, seed: int) -> list[_Slot]:
+    def _requests(self, ep: Episode, node: EventNode, seed: int) -> list[Slot]:
         """One request per member of `ep`'s pending event, all rendered from the same state, each with
-        its own seed (from the round's `seed`)."""
+        its own seed (from the round's `seed`) and the tokens its replica has left."""
         loop = node.where.loop
         turn, max_turns = (ep.loops.get(loop, 1), self.g.loops[loop]) if loop else (1, 1)
-        chosen = self._replicas(ep, node)
+        order = seed_of(self.seed, ep.episode_id, ep.step + 1)  # one `shuffle` order per event
         out = []
-        for i, (a, replica) in enumerate((a, r) for a, r in node.slots if a is not node.agent or r in chosen):
+        for i, (a, replica) in enumerate(self._acting(ep, node)):
             ctx = ep.context(
                 role=a.name,
                 replica=replica,
@@ -181,27 +184,27 @@ class Executor:
                 max_turns=max_turns,
                 actions=node.actions,
             )
-            prompt = self.renderer.render(a.prompt, ctx)
+            prompt = self.renderer.render(a.prompt, ctx, shuffle_seed=order)
             adapter = self.g.adapters.get(a.policy)
             draw = seed_of(seed, ep.prompt_id, ep.sample, i)
+            max_tokens = tokens_left(ep, a, replica)
             request = GenRequest(
-                prompt, a.max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
+                prompt, max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
             )
-            out.append(_Slot(ep, i, a, replica, request))
+            out.append(Slot(ep, i, a, replica, request))
         return out
 
-    def _generate(self, slots: Mapping[str, list[_Slot]]) -> dict[str, list[tuple[_Slot, GenResult | None]]]:
-        """One call per backend (policies sharing a base share it); per episode its (slot, result) pairs in
-        member order."""
-        by_episode: dict[str, list[tuple[_Slot, GenResult | None]]] = defaultdict(list)
-        for policy, batch in sorted(slots.items()):
-            out = self.backends[policy].generate([s.request for s in batch])
-            out = list(out) + [None] * (len(batch) - len(out))  # a short reply leaves members missing
-            for s, r in zip(batch, out):
-                by_episode[s.episode.episode_id].append((s, r))
-        for pairs in by_episode.values():
-            pairs.sort(key=lambda pair: pair[0].member_index)
-        return by_episode
+    def _generate(self, slots: Sequence[Slot]) -> list[GenResult | None]:
+        """The slots' results in their order, from one call per backend (policies sharing a base share it);
+        None where a short reply left a member missing."""
+        calls: dict[str, list[int]] = defaultdict(list)
+        for i, s in enumerate(slots):
+            calls[self.call_of[s.agent.policy]].append(i)
+        out: list[GenResult | None] = [None] * len(slots)
+        for call, index in sorted(calls.items()):
+            for i, r in zip(index, self.backends[call].generate([slots[i].request for i in index])):
+                out[i] = r
+        return out
 
     def _queries(self, ep: Episode, node: ToolNode) -> list[tuple[int, str]]:
         """(replica, query) of the members of `node.on`'s last event the tool serves: every valid one, or
@@ -253,24 +256,26 @@ class Executor:
         """Who acted, as a reward's episode view names it: the agent, or `a+b` for a mixed set."""
         return "+".join(self._agents_of(event))
 
-    def _commit(self, ep: Episode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str) -> None:
-        """Parse every member, record the event, make its outputs visible to later roles, then apply the
-        step's effects (`srpo_dsl.runtime.effects`)."""
+    def _commit(self, ep: Episode, sampled: list[Sampled], state_id: str) -> None:
+        """Record the event (its members, and the invalid tries resampled for them), make its outputs
+        visible to later roles, note each agent's turn, then apply the step's effects
+        (`srpo_dsl.runtime.effects`)."""
         node: EventNode = self.g.nodes[ep.node]  # type: ignore[assignment]
-        members = [self._member(node, s, r) for s, r in pairs if r is not None]
+        members = [s.member for s in sampled if s.member is not None]
+        tries = [t for s in sampled for t in s.tries]
         ep.step += 1
-        complete = len(members) == len(pairs)
+        complete = len(members) == len(sampled)
         event_id = f"{ep.episode_id}/e{ep.step}"
-        event = Event(event_id, node.event_type, node.id, state_id, len(pairs), complete, members)
+        event = Event(event_id, node.event_type, node.id, state_id, len(sampled), complete, members)
         event.actions = list(node.actions)
+        event.tries = tries
         ep.events.append(event)
-        ep.invalid_actions += sum(not m.valid for m in members)
+        ep.invalid_actions += sum(not m.valid for m in [*members, *tries])
         ep.commit_outputs(members)
         for agent in node.agents:  # each agent's own members: its last output, its action
             own = [m for m in members if m.role == agent.name]
             ep.last_output[agent.name] = own
-            if agent.actions:
-                ep.state[agent.name] = action_state(own)
+            note_turn(ep, agent, own, [t for t in tries if t.role == agent.name])
         for effect in node.step.effects:
             EFFECTS[effect](ep, node, members)
 
@@ -279,10 +284,13 @@ class Executor:
             return allowed(self.parsers[a.name](text), actions)
         routes = CONTRACTS[a.contract].args == "pool"  # over the pool its first argument names
         pool = self.g.agents[a.contract_args[0]].replicas if routes else None
+        if a.calls > 1:  # `act(...)` whose tool actions may be taken up to `calls` times in one output
+            return allowed(parse_act_calls(text, a.actions, a.calls), actions)
         return allowed(parse_output(a.contract, text, pool_size=pool, args=a.contract_args), actions)
 
-    def _member(self, node: EventNode, slot: _Slot, r: GenResult) -> Member:
+    def _member(self, slot: Slot, r: GenResult) -> Member:
         a = slot.agent
+        node: EventNode = self.g.nodes[slot.episode.node]  # type: ignore[assignment]
         parsed = self._parse(a, node.actions if a is node.agent else a.actions, r.text)
         return Member(
             member_index=slot.member_index,

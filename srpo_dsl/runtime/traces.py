@@ -1,11 +1,12 @@
-"""Event traces (`srpo-trace/2`): the contract between rollouts and training.
+"""Event traces (`srpo-trace/3`): the contract between rollouts and training.
 
 JSON Lines, one episode per line, written atomically. `read_traces` validates every line
 with pydantic and reports incomplete events; the trainer reads nothing else. A training
 run's traces also carry, per trained event, what the update did with it (`EventUpdate`).
 
-Version 2 adds an event's `actions` (those its acting agent could take there); a version 1 file
-reads as version 2 with the field's default.
+Version 2 adds an event's `actions` (those its acting agent could take there); version 3 its `tries`
+(the invalid outputs resampled for its members, an agent's `retries`: not members of its active set).
+An older file reads as version 3 with the new fields' defaults.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from srpo_dsl.io import complete_lines, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
 from srpo_dsl.runtime.episode import Cost, Episode, Event, Member
 
-SCHEMA = "srpo-trace/2"
-READABLE = ("srpo-trace/1", SCHEMA)  # older versions read with the new fields' defaults
+SCHEMA = "srpo-trace/3"
+READABLE = ("srpo-trace/1", "srpo-trace/2", SCHEMA)  # older versions read with the new fields' defaults
 
 
 class TraceError(Exception):
@@ -54,6 +55,7 @@ class TraceEvent(BaseModel):
     members: list[Member]
     observations: list[dict] = []
     actions: list[str] = []  # v2: the actions its acting agent could take here; [] if it does not act
+    tries: list[Member] = []  # v3: invalid outputs resampled for its members, in the order drawn
     update: EventUpdate | None = None  # training traces only: the event was trained at this step
 
     @model_validator(mode="after")
@@ -79,7 +81,7 @@ class EnvSummary(BaseModel):
 class TraceEpisode(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    schema_: Literal["srpo-trace/1", "srpo-trace/2"] = SCHEMA
+    schema_: Literal["srpo-trace/1", "srpo-trace/2", "srpo-trace/3"] = SCHEMA
     episode_id: str
     prompt_id: str
     sample: int
