@@ -352,3 +352,29 @@ def test_validate_knows_the_filter(folder):
     assert [(d.code, d.span.line, d.message, d.hint) for d in result.diagnostics] == [
         ("E081", 5, "template `typo.j2` line 2: no filter named `shufle`", "did you mean `shuffle`?")
     ]
+
+
+# ---- the shipped pool ----------------------------------------------------------------------------------
+
+
+def test_the_shipped_react_pool_runs_its_workers_one_by_one():
+    wf = load_workflow(ROOT / "workflows/react_pool.srpo")
+    replies = {
+        "worker": [
+            "<calc>3+4</calc><calc>7*2</calc>", "<answer>7</answer>", "bad",  # turn 1; replica 3 broke it
+            "<calc>3+4</calc>",  # replica 3's retry
+            "<answer>7</answer>", "<answer>8</answer>",  # turn 2: replicas 1 and 3 answer
+        ],
+        "aggregator": ["FINAL: \\boxed{7}"],
+    }  # fmt: skip
+    backend = Logged(replies)
+    task = {"id": "t", "question": "3+4", "answer": "7"}
+    (ep,) = Executor(wf.graph, {"lm": backend}, wf.renderer(), build_tools(wf)).run([task], seed=5)
+    assert [e.cardinality for e in ep.events] == [3, 2, 1]
+    assert [len(c) for c in backend.calls] == [3, 1, 2, 1]  # turn 1, its retry, turn 2, the aggregator
+    assert [t.text for t in ep.events[0].tries] == ["bad"] and ep.invalid_actions == 1
+    assert [o["query"] for o in ep.events[0].observations] == ["3+4", "7*2", "3+4"]
+    assert ep.tool_calls == 3 and ep.score == 1.0 and ep.reward == pytest.approx(0.9)
+    prompt = backend.calls[-1][0].prompt
+    assert prompt.startswith("A 3+4=") and sorted(prompt.split("=")[1].split()) == ["7", "7", "8"]
+    assert not wf.graph.agents["aggregator"].trained

@@ -290,7 +290,9 @@ class _Compiler(n.StepVisitor[Frontier]):
             who = who._replace(cardinality=(k, k))
             label = f"{s.kind} {', '.join(a.name for a in s.agents)} K={k}"
         if any(a.stop == "replica" or a.budget is not None for a in (agent, *others)):
-            who = who._replace(cardinality=(1, who.cardinality[1]))  # replicas that stopped take no turn
+            hi = who.cardinality[1]  # replicas that stopped take no turn
+            who = who._replace(cardinality=(1, hi))
+            label = label.replace(f" K={hi}", f" K=1..{hi}")
         return self._add(
             EventNode(
                 nid, step, where, label, agent, event_type, who.replicas, who.cardinality, by, actions, others
