@@ -13,6 +13,7 @@ import torch
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang.analysis import analyze
 from srpo_dsl.rl import setwise_loss
+from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
 from srpo_dsl.rl.rows import build_rows
 from srpo_dsl.runtime.executor import Executor
@@ -141,6 +142,16 @@ def test_untrained_rows_are_left_out_and_a_mixed_set_keeps_its_trained_members(f
     assert rows.num_events == 2 and rows.dropped_events == 0  # `act lookup` alone has no row
     everything = build_rows(episodes, "srpo")
     assert everything.roles == ["writer", "lookup", "lookup", "writer"]
+
+
+def test_a_trained_events_update_leaves_its_untrained_members_out(folder):
+    episodes, _, wf = run(folder, MIXED, {"*": ["\\boxed{1}"]}, samples=2)
+    rows = build_rows(episodes, "srpo", ["lookup"])
+    updates = event_updates(rows.members, rows.advantages, torch.zeros(len(rows), 2, dtype=torch.float64))
+    trace = to_trace(episodes[0], wf.graph.hash, updates)
+    mixed, alone, writer = trace.events
+    assert mixed.update is not None and mixed.update.advantages == [0.0, None]
+    assert alone.update is None and writer.update is not None and writer.update.advantages == [0.0]
 
 
 def test_the_set_ratio_is_over_the_trained_members_only():

@@ -33,13 +33,14 @@ class TraceError(Exception):
 
 
 class EventUpdate(BaseModel):
-    """What the training update did with one event: its members' advantages (in member order) and
+    """What the training update did with one event: its members' advantages (in member order; None for a
+    member that was not trained, of an agent with `trained = false`) and
     the clipped fraction of its clipping units over every epoch (srpo: the event's one ratio, so 0
     or 1 with one epoch; grpo and drmas: its tokens; seq: its rows); None when it had no unit."""
 
     model_config = ConfigDict(extra="forbid")
 
-    advantages: list[float]
+    advantages: list[float | None]
     clip_fraction: float | None
 
 
@@ -138,6 +139,9 @@ def to_trace(ep: Episode, graph_hash: str, updates: Mapping[str, EventUpdate] | 
 def _event(e: Event, update: EventUpdate | None) -> TraceEvent:
     """The executor's event as its trace record (members are shared, not copied: they are frozen)."""
     fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
+    if update is not None and len(update.advantages) < len(e.members):  # untrained members last
+        missing = [None] * (len(e.members) - len(update.advantages))
+        update = update.model_copy(update={"advantages": [*update.advantages, *missing]})
     return TraceEvent(**fields, update=update)
 
 
