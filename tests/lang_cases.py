@@ -69,6 +69,8 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "E062": ("repeat at most 2 {", "if verifier == reject { verify verifier }\nrepeat at most 2 {"),
     "E070": ("reward math_equiv(agg", "reward math_equiv(solver"),
     "E073": ("reward math_equiv(agg", "reward math_equiv(verifier"),
+    "E074": ("emits final_boxed", "emits final_boxed with (calls = 2)"),
+    "E075": ("emits final_boxed", "emits final_boxed with (stop = replica)"),
     "E071": (
         "reward math_equiv(agg",
         'agent spare uses lm prompt "p.j2" emits text\nreward math_equiv(spare',
@@ -78,6 +80,15 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "E082": ('agent agg uses lm prompt "p.j2"', 'agent agg uses lm prompt "unknown_var.j2"'),
     "W001": ("agent agg uses", 'agent spare uses lm prompt "p.j2" emits text\nagent agg uses'),
     "W002": ('policy lm = hf("m")', 'policy lm = hf("m") frozen'),
+    "W005": (
+        "emits final_boxed\n",
+        'emits final_boxed\npolicy fixed = hf("m") frozen\n'
+        'agent spare uses fixed prompt "p.j2" emits text with (trained = false)\n',
+    ),
+    "W006": (
+        "emits final_boxed\n",
+        'emits final_boxed\nagent spare uses lm prompt "p.j2" emits text with (retries = 2)\n',
+    ),
 }
 
 TEMPLATES = {

@@ -64,11 +64,15 @@ GOLDEN = [
     ),
     ("E073", 18, 19, "`verifier` emits `verdict`, a decision: the reward would score it, not an answer"),
     ("E071", 19, 19, "the rewarded agent `spare` never acts"),
+    ("E074", 9, 57, "`calls = 2`: `agg` emits `final_boxed`, not an action that calls a tool"),
+    ("E075", 9, 57, "`stop = replica`: `agg` emits `final_boxed`, which takes no final action to stop at"),
     ("E080", 9, 26, "template not found"),
     ("E081", 9, 26, "template `broken.j2` line 1: unexpected '}'"),
     ("E082", 9, 26, "template `unknown_var.j2` line 2 uses `hstory`, which no step provides"),
     ("W001", 9, 7, "`spare` is declared but never used"),
     ("W002", 1, 10, "no policy is trainable: `train` has nothing to update"),
+    ("W005", 11, 55, "`trained = false` changes nothing: `spare` uses the frozen policy `fixed`"),
+    ("W006", 10, 52, "`retries = 2` never resamples: `spare` emits `text`, which is always valid"),
 ]
 
 

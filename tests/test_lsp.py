@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.lang.format import format_source
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.schema import AgentOptions, TrainOptions
 from tests.clitools import ROOT, load_bench
 
 LspClient = load_bench("lsp_bench").LspClient
@@ -271,6 +271,34 @@ def test_completion(client, routed):
     at["position"] = {"line": line + 1, "character": 0}
     labels = {i["label"] for i in client.request("textDocument/completion", at)["items"]}
     assert {"agent", "repeat", "parallel", "router", "lm", "boxed", "math_equiv", "math"} <= labels
+
+
+def test_completion_in_an_agents_options(client, routed):
+    text = routed.read_text().replace("emits final_boxed", "emits final_boxed with (max_tokens = 9, ", 1)
+    routed.write_text(text)
+    uri = client.open(routed, text)
+    line = next(i for i, x in enumerate(text.splitlines()) if "max_tokens = 9, " in x)
+    at = {"textDocument": {"uri": uri}, "position": {"line": line, "character": len(text.splitlines()[line])}}
+    items = {i["label"]: i for i in client.request("textDocument/completion", at)["items"]}
+    assert set(items) == set(AgentOptions.model_fields)
+    assert items["retries"]["documentation"] == AgentOptions.model_fields["retries"].description
+    assert items["stop"]["detail"].endswith("= 'pool'") and "lr" not in items
+
+
+def test_every_agent_option_is_documented_for_completion_and_docs():
+    """Each agent option has a description (completion's documentation) and docs/dsl.md names it: the
+    sampling settings in the agent declaration, the others in their table with their default."""
+    section = (ROOT / "docs" / "dsl.md").read_text().split("## Generating and training")[1].split("\n## ")[0]
+    rows = {
+        r.split("|")[1].strip(" `").split(" ")[0]: r.split("|")[2].strip(" `")
+        for r in section.splitlines()
+        if r.startswith("| `")
+    }
+    for name, info in AgentOptions.model_fields.items():
+        assert info.description, f"AgentOptions.{name} has no description"
+        if name not in ("temperature", "top_p", "max_tokens"):
+            assert name in rows, f"docs/dsl.md: no row for `{name}`"
+            assert rows[name] == ("none" if info.default is None else str(info.default).lower()), name
 
 
 def test_latency_from_change_to_diagnostics(client):

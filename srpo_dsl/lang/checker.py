@@ -27,6 +27,7 @@ from srpo_dsl.lang.schema import (
     POLICY_KINDS,
     TASK_KINDS,
     TOOL_KINDS,
+    AgentOptions,
     BindingKind,
     ContractSpec,
     Generation,
@@ -406,7 +407,7 @@ class _Checker(n.StepVisitor[None]):
         if parser is not None:
             self.unique_words(c, "action")
         known = parser is not None if isinstance(c.name, n.Ref) else self.contract(c) is not None
-        gen = self.options(Generation, a.options, f"agent `{a.name.name}`", (), a.span)
+        gen = self.options(AgentOptions, a.options, f"agent `{a.name.name}`", (), a.span)
         pol = self.out.policies.get(a.policy.name)
         if gen is None or pol is None or not known:
             return
@@ -418,7 +419,7 @@ class _Checker(n.StepVisitor[None]):
                 else (pol.generation[k] if pol.generation[k] is not None else default)
             )
 
-        self.out.agents[a.name.name] = AgentInfo(
+        info = AgentInfo(
             a.name.name,
             a.replicas,
             a.policy.name,
@@ -430,9 +431,55 @@ class _Checker(n.StepVisitor[None]):
             pick("top_p", 1.0),
             parser,
             _actions(c),
+            gen["retries"],
+            gen["trained"],
+            gen["budget"],
+            gen["calls"],
+            gen["stop"],
         )
+        self.out.agents[a.name.name] = info
+        self.agent_options(a, info, pol)
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):
             self.out.diagnostics.append(diag)
+
+    def trains(self, a: AgentInfo) -> bool:
+        """The update trains `a`'s outputs: its policy is trainable and it is not `trained = false`."""
+        pol = self.out.policies.get(a.policy)
+        return a.trained and pol is not None and pol.trainable
+
+    def agent_options(self, a: n.Agent, info: AgentInfo, pol: PolicyInfo) -> None:
+        """The generation and training options of an agent where they cannot apply, each at its option."""
+        at = {o.name: o.span for o in a.options}
+        if info.calls > 1 and (info.contract != "act" or len(info.actions) < 2):
+            self.error(
+                "E074",
+                f"`calls = {info.calls}`: `{a.name.name}` emits `{info.contract}`, "
+                "not an action that calls a tool",
+                at["calls"],
+                "several tool calls in one turn need `emits act(TOOL, ..., FINAL)`",
+            )
+        if info.stop == "replica" and not info.actions:
+            self.error(
+                "E075",
+                f"`stop = replica`: `{a.name.name}` emits `{info.contract}`, "
+                "which takes no final action to stop at",
+                at["stop"],
+                "a replica stops at its own final action: `emits act(ACTION, ..., FINAL)`",
+            )
+        if not info.trained and not pol.trainable:
+            self.warn(
+                "W005",
+                f"`trained = false` changes nothing: `{a.name.name}` uses the frozen policy `{pol.name}`",
+                at["trained"],
+                "remove the option (a frozen policy's outputs are never trained)",
+            )
+        if info.retries and info.contract == "text":
+            self.warn(
+                "W006",
+                f"`retries = {info.retries}` never resamples: `{a.name.name}` emits `text`, "
+                "which is always valid",
+                at["retries"],
+            )
 
     def contract(self, c: n.Contract) -> ContractSpec | None:
         """The spec of an agent's built-in output contract (None when unknown), its arguments checked."""
@@ -871,6 +918,13 @@ class _Checker(n.StepVisitor[None]):
         self.unused()
         if self.out.policies and not any(p.trainable for p in self.out.policies.values()):
             self.warn("W002", "no policy is trainable: `train` has nothing to update", self.p.name.span)
+        elif self.out.agents and not any(self.trains(a) for a in self.out.agents.values()):
+            self.warn(
+                "W002",
+                "no agent's outputs are trained (`trained = false` on every agent of a trainable policy): "
+                "`train` has nothing to update",
+                self.p.name.span,
+            )
         unique = {(d.code, d.span, d.message): d for d in self.out.diagnostics}
         self.out.diagnostics = sorted(unique.values(), key=lambda d: (d.span.line, d.span.col, d.code))
         return self.out

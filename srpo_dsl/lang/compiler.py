@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.branches import MAX_PATHS
@@ -164,13 +164,14 @@ class _Bounds(n.StepVisitor[Bound]):
         k = members(s, a.replicas).cardinality[1]
         others = [self.agents[o.name] for o in s.others]
         once = Cost(1, k + sum(o.replicas for o in others), 0)
-        once.tokens = k * a.max_tokens + sum(o.replicas * o.max_tokens for o in others)
+        once.tokens = k * _turn_tokens(a) + sum(o.replicas * _turn_tokens(o) for o in others)
         if s.branch is None:
             return once, 1
         return once * s.branch.count, 1 if s.branch.keep else s.branch.count
 
     def visit_call(self, s: n.CallTool) -> Bound:
-        return Cost(tool_calls=self.agents[s.agent.name].replicas), 1
+        agent = self.agents[s.agent.name]
+        return Cost(tool_calls=agent.replicas * agent.calls), 1  # each output may make `calls` calls
 
     def visit_env(self, s: n.EnvStep) -> Bound:
         return Cost(), 1  # an environment step generates nothing and calls no tool
@@ -189,6 +190,27 @@ class _Bounds(n.StepVisitor[Bound]):
 
     def visit_break(self, s: n.Break) -> Bound:
         return Cost(), 1
+
+
+def _turn_tokens(a: AgentInfo) -> int:
+    """The most one replica's turn generates: its output and each retry of it."""
+    return a.max_tokens * (1 + a.retries)
+
+
+def episode_cost(steps: tuple[n.Step, ...], agents: Mapping[str, AgentInfo]) -> Bound:
+    """The most an episode costs, and its paths. An agent with a token `budget` generates at most `budget`
+    tokens per replica on each path, whatever its turns: the token bound is the lesser of the bound over
+    all steps and the sum, per agent, of its own bound capped by its budget on every path."""
+    cost, paths = _Bounds(agents).block(steps)
+    if all(a.budget is None for a in agents.values()):
+        return cost, paths
+    per_agent = 0
+    for name, a in agents.items():
+        alone = {k: v if k == name else replace(v, max_tokens=0) for k, v in agents.items()}
+        own = _Bounds(alone).block(steps)[0].tokens
+        per_agent += own if a.budget is None else min(own, a.replicas * a.budget * paths)
+    cost.tokens = min(cost.tokens, per_agent)
+    return cost, paths
 
 
 def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> Cost:
@@ -281,6 +303,10 @@ class _Compiler(n.StepVisitor[Frontier]):
             k = len(who.replicas) + sum(o.replicas for o in others)
             who = who._replace(cardinality=(k, k))
             label = f"{s.kind} {', '.join(a.name for a in s.agents)} K={k}"
+        if any(a.stop == "replica" or a.budget is not None for a in (agent, *others)):
+            hi = who.cardinality[1]  # replicas that stopped take no turn
+            who = who._replace(cardinality=(1, hi))
+            label = label.replace(f" K={hi}", f" K=1..{hi}")
         branch = self.c.branches.get(s.branch) if s.branch else None
         if branch is not None:
             label += f" branch {branch.count}" + (f" keep {branch.keep}" if branch.keep else "")
@@ -398,7 +424,7 @@ class _Compiler(n.StepVisitor[Frontier]):
         tail = self.block(p.steps, [(start, Way(()))], [])
         self.connect(tail, self._add(Terminal("end", "end")))
         edges = tuple(self.edge(u, v, paths) for u, out in self.succ.items() for v, paths in out.items())
-        bounds, paths = _Bounds(c.agents).block(p.steps)
+        bounds, paths = episode_cost(p.steps, c.agents)
         return EventGraph(
             name=p.name.name,
             source=p.file,
@@ -444,7 +470,7 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
     late = [
         v
         for v in graph.event_nodes
-        if v.id not in reach and any(graph.policies[a.policy].trainable for a in v.agents)
+        if v.id not in reach and any(graph.policies[a.policy].trainable and a.trained for a in v.agents)
     ]
     return [
         Diagnostic(

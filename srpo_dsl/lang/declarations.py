@@ -47,6 +47,11 @@ class AgentInfo:
     top_p: float
     parser: CodeRef | None = None  # a Python contract (`contract` is then its reference)
     actions: tuple[str, ...] = ()  # an acting contract's actions, the final one last; () if it does not act
+    retries: int = 0  # resamples of an output that breaks its contract, before it counts as invalid
+    trained: bool = True  # False: its outputs are left out of the update
+    budget: int | None = None  # tokens shared by all the turns of one replica in an episode
+    calls: int = 1  # tool calls one acting output may make
+    stop: str = "pool"  # `replica`: each replica stops taking turns at its own final action
 
     @property
     def final_action(self) -> str | None:
@@ -64,7 +69,19 @@ class AgentInfo:
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
+            "retries": self.retries,
+            "trained": self.trained,
+            "budget": self.budget,
+            "calls": self.calls,
+            "stop": self.stop,
         }
+
+    def max_tokens_left(self, spent: int) -> int:
+        """A turn's max_tokens after a replica spent `spent` tokens: its own, within what its budget leaves
+        (0: nothing left, the turn is not generated)."""
+        if self.budget is None:
+            return self.max_tokens
+        return max(0, min(self.max_tokens, self.budget - spent))
 
 
 @dataclass(frozen=True)

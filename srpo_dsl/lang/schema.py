@@ -116,9 +116,32 @@ class _Options(BaseModel):
 class Generation(_Options):
     """Sampling settings; on a policy they are defaults for its agents, on an agent they win."""
 
-    temperature: float | None = Field(None, ge=0.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, description="the sampling temperature (default 1.0)")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus sampling's p (default 1.0)")
+    max_tokens: int | None = Field(None, ge=1, description="tokens per output (default 512)")
+
+
+STOPS = ("pool", "replica")  # an acting pool's `stop` option: its replicas stop together, or each alone
+
+
+class AgentOptions(Generation):
+    """An agent's `with (...)`: its sampling settings, then how its outputs are generated and trained.
+    Every field's description is its documentation (completion; the table in docs/dsl.md)."""
+
+    retries: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="resample an output that breaks its contract up to N times (all in one batch)",
+    )
+    trained: bool = Field(True, description="false: its outputs are generated but never trained")
+    budget: int | None = Field(
+        None, ge=1, description="tokens shared by all the turns of one replica in an episode"
+    )
+    calls: int = Field(1, ge=1, le=100, description="tool calls an acting output may make in one turn")
+    stop: Literal[STOPS] = Field(
+        "pool", description="pool: the replicas act until all answer; replica: each stops at its own answer"
+    )
 
 
 class LoraOptions(_Options):

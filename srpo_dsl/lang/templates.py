@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import jinja2
 from jinja2 import meta, nodes
@@ -14,6 +16,20 @@ from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
 
 PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+SHUFFLE_SEED = "__shuffle_seed__"  # the context key the renderer sets for `shuffle` (no template reads it)
+
+
+@jinja2.pass_context
+def shuffle(context: jinja2.runtime.Context, items: Iterable[Any]) -> list[Any]:
+    """`{{ team_context | shuffle }}`: the items in an order drawn from the seed the renderer was given
+    (the executor's: the run's seed, the episode and its event), so a run is reproducible and every member
+    of one event sees the same order (MARTI's debate and mixture-of-agents shuffle the answers they show)."""
+    out = list(items)
+    random.Random(context.get(SHUFFLE_SEED, 0)).shuffle(out)
+    return out
+
+
+FILTERS = {"shuffle": shuffle}  # srpo-dsl's filters, on top of Jinja2's built-in ones
 
 
 def template_search_path(dirs: Sequence[Path]) -> list[Path]:
@@ -71,7 +87,15 @@ def check_template(name: str, at: Span, dirs: list[Path]) -> list[Diagnostic]:
 
 @functools.lru_cache(maxsize=256)
 def _environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
-    return SandboxedEnvironment(loader=TemplateLoader(dirs))
+    env = SandboxedEnvironment(loader=TemplateLoader(dirs))
+    env.filters.update(FILTERS)
+    return env
+
+
+def _unknown_filters(tree: nodes.Template, known: Iterable[str]) -> list[tuple[str, int]]:
+    """(name, line) of each filter the template applies that neither Jinja2 nor srpo-dsl defines."""
+    names = set(known)
+    return [(f.name, f.lineno) for f in tree.find_all(nodes.Filter) if f.name not in names]
 
 
 # Nodes whose inner names stay inside (a `set` in a loop body is gone after the loop).
@@ -174,7 +198,11 @@ def _template_problems(name: str, dirs: tuple[Path, ...]) -> tuple[tuple[str, st
         except jinja2.TemplateSyntaxError as exc:
             diags.append(("E081", f"template `{current}` line {exc.lineno}: {exc.message}", None))
             continue
-        for var, line in sorted(_undefined(tree).items()):
-            diags.append(("E082", *_undefined_words(current, var, line, _assigned_somewhere(tree, var))))
         pending.extend(t for t in meta.find_referenced_templates(tree) if t is not None)
+        unknown = _unknown_filters(tree, env.filters)  # Jinja2's `meta` cannot read such a template
+        for flt, line in unknown:
+            hint = did_you_mean(flt, env.filters)
+            diags.append(("E081", f"template `{current}` line {line}: no filter named `{flt}`", hint))
+        for var, line in [] if unknown else sorted(_undefined(tree).items()):
+            diags.append(("E082", *_undefined_words(current, var, line, _assigned_somewhere(tree, var))))
     return tuple(diags)

@@ -1,4 +1,5 @@
-"""textDocument/completion: keywords, declared names, registered kinds and `train with` options."""
+"""textDocument/completion: keywords, declared names, registered kinds, and the options of an open
+`train with (` or `agent ... with (`."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import functools
 import re
 
 from lsprotocol import types as lsp
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from srpo_dsl.lang.branches import KEEP_RULES
 from srpo_dsl.lang.grammar import grammar_text
-from srpo_dsl.lang.schema import CONTRACTS, POLICY_KINDS, TASK_KINDS, TOOL_KINDS, TrainOptions
+from srpo_dsl.lang.schema import CONTRACTS, POLICY_KINDS, TASK_KINDS, TOOL_KINDS, AgentOptions, TrainOptions
 from srpo_dsl.registries import REWARDS
 
 CK = lsp.CompletionItemKind
 _TRAIN_OPEN = re.compile(r"\btrain\s+with\s*\(([^)]*)$")
+_AGENT_OPEN = re.compile(r"(?:^|\n)[ \t]*agent\b[^\n]*\bwith\s*\(([^)]*)$")
 _DECLARED = re.compile(r"^\s*(policy|tool|env|agent)\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 _LITERAL = re.compile(r'"([a-z_]+)"')
 
@@ -31,8 +34,8 @@ def _field_detail(name: str, info: FieldInfo) -> str:
     return f"{name}: {kind}{default}"
 
 
-def train_options() -> list[lsp.CompletionItem]:
-    """Every `train with (...)` option, its type and default as detail, its description as documentation."""
+def options(model: type[BaseModel]) -> list[lsp.CompletionItem]:
+    """Every option of an option block, its type and default as detail, its description as documentation."""
     return [
         lsp.CompletionItem(
             label=name,
@@ -41,7 +44,7 @@ def train_options() -> list[lsp.CompletionItem]:
             documentation=info.description or _field_detail(name, info),
             insert_text=f"{name} = ",
         )
-        for name, info in TrainOptions.model_fields.items()
+        for name, info in model.model_fields.items()
     ]
 
 
@@ -64,7 +67,9 @@ def completions(text: str, line: int, character: int) -> list[lsp.CompletionItem
     lines = text.split("\n")
     prefix = "\n".join([*lines[:line], lines[line][:character] if line < len(lines) else ""])
     if _TRAIN_OPEN.search(prefix):
-        return train_options()
+        return options(TrainOptions)
+    if _AGENT_OPEN.search(prefix):
+        return options(AgentOptions)
     items = [lsp.CompletionItem(label=k, kind=CK.Keyword) for k in keywords()]
     declared = dict.fromkeys(_DECLARED.findall(text))
     items += [lsp.CompletionItem(label=name, kind=CK.Variable, detail=kind) for kind, name in declared]

@@ -26,8 +26,9 @@ def event_updates(
     for event_id, event_rows in rows.items():
         clipped = sum(r[2] for r in event_rows)
         units = sum(r[3] for r in event_rows)
+        given = {r[0]: r[1] for r in event_rows}  # members left out (`trained = false`) have none
         out[event_id] = EventUpdate(
-            advantages=[r[1] for r in sorted(event_rows)],
+            advantages=[given.get(i) for i in range(max(given) + 1)],
             clip_fraction=clipped / units if units > 0 else None,
         )
     return out

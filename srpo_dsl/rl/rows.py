@@ -1,18 +1,21 @@
 """Episodes -> training rows: one row per member of every complete event (SRPO.md §3).
 
 An incomplete event (a member missing) is dropped whole and counted, never trained on in
-part. Every row carries its member's return R (the reward of its episode; the most specific of
-its role's, replica's and round's when a Python reward keyed its returns: runtime/credit.py) and
-the advantage A of the objective's registered estimator (advantages.py): per event over
-(prompt, event type) groups for srpo, from the mean of its members' returns, so all members of
-one event share one advantage (docs/objective.md §5).
+part. An invalid output that was resampled (an agent's `retries`) is recorded in its event's `tries`
+and trained as a singleton event of its own, of the event's type and round: an invalid action, with
+its return (the penalty included). The rows of agents with `trained = false` are left out. Every
+row carries its member's return R (the reward of its episode; the most specific of its role's,
+replica's and round's when a Python reward keyed its returns: runtime/credit.py) and the advantage A
+of the objective's registered estimator (advantages.py): per event over (prompt, event type) groups
+for srpo, from the mean of its members' returns, so all members of one event share one advantage
+(docs/objective.md §5).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -28,6 +31,7 @@ class _Member(Protocol):
     role: str
     replica: int
     policy: str
+    policy_version: int
     prompt_token_ids: list[int]
     response_token_ids: list[int]
     behavior_logprobs: list[float]
@@ -47,6 +51,7 @@ class _Event(Protocol):
     members: Sequence[_Member]
     branch: _Branch | None
     tree_return: float | None
+    tries: Sequence[_Member]
 
 
 class _Episode(Protocol):
@@ -125,43 +130,71 @@ def _return(ep: _Episode, e: _Event, m: _Member, round_of: dict[str, dict[str, i
     return float(ep.return_of(m.role, m.replica, round_of[e.event_id][m.role]))
 
 
-def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows:
+class _Row(NamedTuple):
+    """A member as a training row of its unit: its event, or for a resampled try the singleton event of
+    its own (`EVENT/tryN`, K = 1, the event's type and round)."""
+
+    episode: _Episode
+    event: _Event  # the recorded event (its round, its completeness)
+    event_id: str
+    cardinality: int
+    member_index: int  # within the unit (0 for a try)
+    member: _Member
+
+
+def _rows_of(episodes: Sequence[_Episode]) -> list[_Row]:
+    """The rows of every complete event, then of each of its resampled invalid tries."""
+    out = []
+    for ep in episodes:
+        for e in ep.events:
+            if not e.complete:
+                continue
+            out += [_Row(ep, e, e.event_id, e.cardinality, m.member_index, m) for m in e.members]
+            out += [_Row(ep, e, f"{e.event_id}/try{i}", 1, 0, t) for i, t in enumerate(e.tries, 1)]
+    return out
+
+
+def build_rows(
+    episodes: Sequence[_Episode], objective: Objective | str, untrained: Collection[str] = ()
+) -> Rows:
     """Rows of the complete events of `episodes`, with the advantages of `objective` (or of the registered
-    objective of that name)."""
+    objective of that name). The rows of `untrained` roles (`trained = false`) are left out before the
+    advantages are estimated: a mixed event keeps its trained members only (its set ratio over them,
+    K_e their number), an event of untrained roles alone has no row."""
     estimate = (get_objective(objective) if isinstance(objective, str) else objective).advantages
-    flat = [(ep, e, m) for ep in episodes for e in ep.events if e.complete for m in e.members]
+    flat = _rows_of(episodes)
     marked = sum(not e.complete for ep in episodes for e in ep.events)  # recorded incomplete by the executor
     kept, dropped = drop_incomplete(
-        [e.event_id for _, e, _ in flat],
-        [e.cardinality for _, e, _ in flat],
-        [m.member_index for _, _, m in flat],
+        [r.event_id for r in flat], [r.cardinality for r in flat], [r.member_index for r in flat]
     )
-    flat = [flat[i] for i in kept]
+    flat = [flat[i] for i in kept if flat[i].member.role not in untrained]
     dense: dict[str, int] = {}
-    event_ids = torch.tensor([dense.setdefault(e.event_id, len(dense)) for _, e, _ in flat], dtype=torch.long)
-    prompt_ids = [ep.prompt_id for ep, _, _ in flat]
-    event_types = [e.event_type for _, e, _ in flat]
-    roles = [m.role for _, _, m in flat]
+    event_ids = torch.tensor([dense.setdefault(r.event_id, len(dense)) for r in flat], dtype=torch.long)
+    prompt_ids = [r.episode.prompt_id for r in flat]
+    event_types = [r.event.event_type for r in flat]
+    roles = [r.member.role for r in flat]
     round_of = {e.event_id: r for ep in episodes for e, r in zip(*_on_paths(ep.events))}
-    returns = torch.tensor([_return(ep, e, m, round_of) for ep, e, m in flat], dtype=torch.float32)
-    siblings = [e.branch.group if e.branch else None for _, e, _ in flat]
+    returns = torch.tensor(
+        [_return(r.episode, r.event, r.member, round_of) for r in flat], dtype=torch.float32
+    )
+    siblings = [r.event.branch.group if r.event.branch else None for r in flat]
     branched = any(s is not None for s in siblings)
     inputs = AdvantageInputs(
         returns, event_ids, prompt_ids, event_types, roles, siblings if branched else None
     )
     advantages = estimate(inputs)
     return Rows(
-        [list(m.prompt_token_ids) for _, _, m in flat],
-        [list(m.response_token_ids) for _, _, m in flat],
-        [list(m.behavior_logprobs) for _, _, m in flat],
+        [list(r.member.prompt_token_ids) for r in flat],
+        [list(r.member.response_token_ids) for r in flat],
+        [list(r.member.behavior_logprobs) for r in flat],
         event_ids,
         event_types,
-        [e.node for _, e, _ in flat],
+        [r.event.node for r in flat],
         prompt_ids,
         roles,
-        [m.policy for _, _, m in flat],
-        [m.policy_version for _, _, m in flat],
-        [(e.event_id, m.member_index) for _, e, m in flat],
+        [r.member.policy for r in flat],
+        [r.member.policy_version for r in flat],
+        [(r.event_id, r.member.member_index) for r in flat],
         returns,
         advantages,
         marked + dropped,

@@ -251,8 +251,10 @@ def rollout(run: Run, step: int) -> tuple[list[Episode], dict[str, float]]:
 
 
 def training_rows(run: Run, episodes: list[Episode]) -> Rows:
-    """One row per member of every complete event with a trainable member, with its advantage."""
-    rows = build_rows(episodes, run.objective)
+    """One row per trained member (and resampled try) of every complete event with a trainable member,
+    with its advantage; agents with `trained = false` have none."""
+    untrained = [a.name for a in run.graph.agents.values() if not a.trained]
+    rows = build_rows(episodes, run.objective, untrained)
     return rows.select(trainable_rows(rows, run.policies))
 
 
@@ -527,6 +529,8 @@ def check_memory(
 def check_trainable(wf: Workflow) -> None:
     if not any(p.trainable for p in wf.graph.policies.values()):
         raise TrainError(f"{wf.path}: no trainable policy (every policy is `frozen`)")
+    if not any(a.trained and wf.graph.policies[a.policy].trainable for a in wf.graph.agents.values()):
+        raise TrainError(f"{wf.path}: no agent of a trainable policy is trained (each has `trained = false`)")
 
 
 def model_paths(graph: EventGraph, models: Mapping[str, str], dist: Dist) -> dict[str, str]:

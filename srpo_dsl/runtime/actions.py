@@ -46,8 +46,14 @@ def action_state(members: Sequence[Member]) -> str:
 
 
 def asked(members: Sequence[Member], tool: str) -> list[tuple[int, str]]:
-    """(replica, query) of each member whose action is `tool`, in member order."""
-    return [(m.replica, str(m.parsed["value"])) for m in members if action_of(m) == tool]  # type: ignore[index]
+    """(replica, query) of each call of each member whose action is `tool`, in member order, then in the
+    order of its calls (an agent with `calls = N` may make several in one output: its value is their list)."""
+    out = []
+    for m in members:
+        if action_of(m) == tool:
+            value = m.parsed["value"]  # type: ignore[index]
+            out += [(m.replica, str(q)) for q in (value if isinstance(value, list) else [value])]
+    return out
 
 
 def final_answer(agent: AgentInfo, last: Member | None) -> object:

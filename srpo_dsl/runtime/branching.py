@@ -105,7 +105,7 @@ def close(tree: Tree, backup: str, discount: float) -> None:
     root = tree.root
     root.events = list(tree.events)
     root.tool_calls, root.tool_errors = tree.tool_calls()
-    root.invalid_actions = sum(not m.valid for e in tree.events for m in e.members)
+    root.invalid_actions = sum(not m.valid for e in tree.events for m in [*e.members, *e.tries])
     root.tree = None
     if not tree.forks:
         return
@@ -165,6 +165,7 @@ def back_up(tree: Tree, backup: str, discount: float) -> float:
     return root
 
 
-def pruned_return(members: Sequence[Member], score: float | None, penalty: float) -> float:
-    """The return of an alternative of a pruning branch: its score and its own invalid outputs' penalty."""
-    return (score or 0.0) + penalty * sum(not m.valid for m in members)
+def pruned_return(outputs: Sequence[Member], score: float | None, penalty: float) -> float:
+    """The return of an alternative of a pruning branch: its score and the penalty of its own invalid
+    outputs (its members and their resampled tries)."""
+    return (score or 0.0) + penalty * sum(not m.valid for m in outputs)

@@ -79,6 +79,9 @@ class Event:
     path: str = ""  # the path of a branching episode it was made on ("": the first; ".1.0": a child's child)
     branch: BranchMark | None = None  # an alternative of a `branch` step
     tree_return: float | None = None  # its return as a branching episode backs it up (None: the episode's)
+    # invalid outputs resampled for its members (an agent's `retries`), member by member in the order drawn;
+    # each has the member_index of the member it was resampled for; not members of the active set
+    tries: list[Member] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,10 @@ class Episode:
     observations: list[dict] = field(default_factory=list)
     history: list[dict] = field(default_factory=list)  # outputs and tool observations, in order
     envs: dict[str, EnvProgress] = field(default_factory=dict)  # environment -> its part of the episode
+    spent: dict[tuple[str, int], int] = field(default_factory=dict)  # (agent, replica) -> tokens generated
+    stopped: set[tuple[str, int]] = field(
+        default_factory=set
+    )  # replicas that took no more turns (runtime.turns)
     events: list[Event] = field(default_factory=list)
     invalid_actions: int = 0
     tool_calls: int = 0
@@ -284,8 +291,10 @@ class Episode:
 
     @property
     def cost(self) -> Cost:
+        """Tokens: every output generated, resampled tries included; calls: the sum of K (members only)."""
         members = [m for e in self.events for m in e.members]
-        return Cost(sum(len(m.response_token_ids) for m in members), len(members), self.tool_calls)
+        tokens = sum(len(m.response_token_ids) for e in self.events for m in [*e.members, *e.tries])
+        return Cost(tokens, len(members), self.tool_calls)
 
     def view(self, role_of: Callable[[Event], str]) -> EpisodeView:
         """A read-only copy for a Python reward: the events so far, with their roles."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.envs.retrieval import Retriever
@@ -20,7 +19,7 @@ from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS, TrainOptions
-from srpo_dsl.runtime.actions import action_state, allowed, asked, final_answer
+from srpo_dsl.runtime.actions import allowed, asked, final_answer
 from srpo_dsl.runtime.branching import (
     Fork,
     Scorer,
@@ -36,21 +35,11 @@ from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
 from srpo_dsl.runtime.episode import EnvProgress, Episode, Event, Member
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
-from srpo_dsl.runtime.parsers import Parsed, parse_output
+from srpo_dsl.runtime.parsers import Parsed, parse_act_calls, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
+from srpo_dsl.runtime.resample import Sampled, Slot, sample
+from srpo_dsl.runtime.turns import note_turn, tokens_left
 from srpo_dsl.seeds import seed_of
-
-
-@dataclass(frozen=True)
-class _Slot:
-    """One member request waiting for its generation."""
-
-    episode: Episode
-    member_index: int
-    agent: AgentInfo
-    replica: int
-    request: GenRequest
-    alternative: int = 0  # which alternative of a branching step it belongs to
 
 
 class Executor:
@@ -81,6 +70,7 @@ class Executor:
                 "`srpo_dsl.runtime.effects.EFFECTS`"
             )
         self.g = graph
+        self.seed = 0  # the run's seed (`run`)
         self.backends = backends
         self.renderer = renderer
         self.tools = tools or {}
@@ -119,6 +109,7 @@ class Executor:
         `branch` step once (held-out evaluation: a scorer may read the reference answer)."""
         self.branching = branching
         episodes = [Episode(f"{t['id']}/{s}", str(t["id"]), s, t) for t in tasks for s in range(samples)]
+        self.seed = seed  # the `shuffle` filter's orders follow from it (`srpo_dsl.runtime.prompts`)
         for ep in episodes:
             ep.tree = Tree(ep, [ep])
         rnd = 0
@@ -158,7 +149,7 @@ class Executor:
                     close(tree, self.backup, self.discount)
                     if on_done:
                         on_done(tree.root)
-            elif node.kind == "start" or (isinstance(node, EventNode) and not self._replicas(ep, node)):
+            elif node.kind == "start" or (isinstance(node, EventNode) and not self._acting(ep, node)):
                 self._follow(ep)
             else:
                 return
@@ -172,9 +163,19 @@ class Executor:
             return route if isinstance(route, tuple) else ()  # an invalid route selects nobody
         return node.replicas
 
+    def _acting(self, ep: Episode, node: EventNode) -> list[tuple[AgentInfo, int]]:
+        """(agent, replica) of the members of `ep`'s event at `node`: the chosen replicas that still take
+        turns (`runtime.turns`: not stopped, budget left)."""
+        chosen = self._replicas(ep, node)
+        return [
+            (a, r)
+            for a, r in node.slots
+            if (a is not node.agent or r in chosen) and tokens_left(ep, a, r) > 0
+        ]
+
     # ---- one round ------------------------------------------------------------
     def _round(self, active: list[Episode], seed: int) -> None:
-        slots: dict[str, list[_Slot]] = defaultdict(list)  # backend call -> its requests
+        slots: list[Slot] = []  # every member request of every pending event
         tool_calls: dict[str, list[Episode]] = defaultdict(list)  # tool node -> its episodes
         states: dict[str, str] = {}
         for ep in active:
@@ -186,9 +187,10 @@ class Executor:
                 self.envs[node.env].step(ep, node, self._agents_of)
                 continue
             states[ep.event_prefix] = ep.state_id()
-            for slot in self._requests(ep, node, seed):  # a mixed set: each member to its policy's call
-                slots[self.call_of[slot.agent.policy]].append(slot)
-        results = self._generate(slots)
+            slots += self._requests(ep, node, seed)  # a mixed set: each member to its policy's call
+        results: dict[str, list[Sampled]] = defaultdict(list)
+        for item in sample(slots, self._generate, self._member):  # in slot order: alternative, member
+            results[item.slot.episode.event_prefix].append(item)
         for node_id, calls in tool_calls.items():
             self._call_tool(self.g.nodes[node_id], calls)  # type: ignore[arg-type]
         for ep in active:
@@ -198,15 +200,15 @@ class Executor:
             for path in going:
                 self._follow(path)
 
-    def _requests(self, ep: Episode, node: EventNode, seed: int) -> list[_Slot]:
+    def _requests(self, ep: Episode, node: EventNode, seed: int) -> list[Slot]:
         """One request per member of `ep`'s pending event, all rendered from the same state, each with
-        its own seed (from the round's `seed`)."""
+        its own seed (from the round's `seed`) and the tokens its replica has left."""
         loop = node.where.loop
         turn, max_turns = (ep.loops.get(loop, 1), self.g.loops[loop]) if loop else (1, 1)
-        chosen = self._replicas(ep, node)
         alternatives = node.branch.count if node.branch and self.branching else 1
+        order = seed_of(self.seed, ep.event_prefix, ep.step + 1)  # one `shuffle` order per event
         out = []
-        for i, (a, replica) in enumerate((a, r) for a, r in node.slots if a is not node.agent or r in chosen):
+        for i, (a, replica) in enumerate(self._acting(ep, node)):
             ctx = ep.context(
                 role=a.name,
                 replica=replica,
@@ -215,8 +217,9 @@ class Executor:
                 max_turns=max_turns,
                 actions=node.actions,
             )
-            prompt = self.renderer.render(a.prompt, ctx)  # once: every alternative sees the same state
+            prompt = self.renderer.render(a.prompt, ctx, shuffle_seed=order)  # one for every alternative
             adapter = self.g.adapters.get(a.policy)
+            max_tokens = tokens_left(ep, a, replica)
             for b in range(alternatives):
                 draw = (
                     seed_of(seed, ep.prompt_id, ep.sample, i)
@@ -224,23 +227,23 @@ class Executor:
                     else seed_of(seed, ep.prompt_id, ep.sample, ep.path, b, i)
                 )
                 request = GenRequest(
-                    prompt, a.max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
+                    prompt, max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
                 )
-                out.append(_Slot(ep, i, a, replica, request, b))
+                out.append(Slot(ep, i, a, replica, request, b))
+        out.sort(key=lambda slot: slot.alternative)  # each alternative's members together, in member order
         return out
 
-    def _generate(self, slots: Mapping[str, list[_Slot]]) -> dict[str, list[tuple[_Slot, GenResult | None]]]:
-        """One call per backend (policies sharing a base share it); per episode path its (slot, result)
-        pairs in alternative, then member order."""
-        by_episode: dict[str, list[tuple[_Slot, GenResult | None]]] = defaultdict(list)
-        for policy, batch in sorted(slots.items()):
-            out = self.backends[policy].generate([s.request for s in batch])
-            out = list(out) + [None] * (len(batch) - len(out))  # a short reply leaves members missing
-            for s, r in zip(batch, out):
-                by_episode[s.episode.event_prefix].append((s, r))
-        for pairs in by_episode.values():
-            pairs.sort(key=lambda pair: (pair[0].alternative, pair[0].member_index))
-        return by_episode
+    def _generate(self, slots: Sequence[Slot]) -> list[GenResult | None]:
+        """The slots' results in their order, from one call per backend (policies sharing a base share it);
+        None where a short reply left a member missing."""
+        calls: dict[str, list[int]] = defaultdict(list)
+        for i, s in enumerate(slots):
+            calls[self.call_of[s.agent.policy]].append(i)
+        out: list[GenResult | None] = [None] * len(slots)
+        for call, index in sorted(calls.items()):
+            for i, r in zip(index, self.backends[call].generate([slots[i].request for i in index])):
+                out[i] = r
+        return out
 
     def _queries(self, ep: Episode, node: ToolNode) -> list[tuple[int, str]]:
         """(replica, query) of the members of `node.on`'s last event the tool serves: every valid one, or
@@ -292,15 +295,13 @@ class Executor:
         """Who acted, as a reward's episode view names it: the agent, or `a+b` for a mixed set."""
         return "+".join(self._agents_of(event))
 
-    def _commit(
-        self, ep: Episode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str, seed: int
-    ) -> list[Episode]:
+    def _commit(self, ep: Episode, sampled: list[Sampled], state_id: str, seed: int) -> list[Episode]:
         """Record the pending event of `ep` (each alternative of a branching step); the paths that go on."""
         node: EventNode = self.g.nodes[ep.node]  # type: ignore[assignment]
         if node.branch is None or not self.branching:
-            self._apply(ep, node, self._event(ep, node, pairs, state_id))
+            self._apply(ep, node, self._event(ep, node, sampled, state_id))
             return [ep]
-        alternatives = [[p for p in pairs if p[0].alternative == b] for b in range(node.branch.count)]
+        alternatives = [[s for s in sampled if s.slot.alternative == b] for b in range(node.branch.count)]
         events = [self._event(ep, node, alt, state_id) for alt in alternatives]
         scorer = self.scorers.get(node.id)
         scores = scorer.scores(ep, events) if scorer else [None] * len(events)
@@ -310,7 +311,7 @@ class Executor:
         kept = keep_index(node.branch.keep, scores, valid, keep_seed(seed, ep))
         marks = [alternative_mark(ep, node.branch, i, i == kept, scores[i]) for i in range(len(events))]
         for e, mark, score in zip(events, marks, scores):
-            e.branch, e.tree_return = mark, pruned_return(e.members, score, self.reward.penalty)
+            e.branch, e.tree_return = mark, pruned_return([*e.members, *e.tries], score, self.reward.penalty)
             if mark.kept:
                 self._apply(ep, node, e)
             else:
@@ -332,34 +333,33 @@ class Executor:
         ep.done = True
         return children
 
-    def _event(
-        self, ep: Episode, node: EventNode, pairs: list[tuple[_Slot, GenResult | None]], state_id: str
-    ) -> Event:
-        """The event its members make (parsed), numbered as `ep`'s next; alternatives add `b{index}`."""
-        members = [self._member(node, s, r) for s, r in pairs if r is not None]
-        alternative = f"b{pairs[0][0].alternative}" if node.branch and self.branching and pairs else ""
+    def _event(self, ep: Episode, node: EventNode, sampled: list[Sampled], state_id: str) -> Event:
+        """The event its members make (and the invalid tries resampled for them), numbered as `ep`'s next;
+        alternatives add `b{index}`."""
+        members = [s.member for s in sampled if s.member is not None]
+        alternative = f"b{sampled[0].slot.alternative}" if node.branch and self.branching and sampled else ""
         event_id = f"{ep.event_prefix}/e{ep.step + 1}{alternative}"
-        complete = len(members) == len(pairs)
-        event = Event(event_id, node.event_type, node.id, state_id, len(pairs), complete, members)
+        complete = len(members) == len(sampled)
+        event = Event(event_id, node.event_type, node.id, state_id, len(sampled), complete, members)
         event.actions = list(node.actions)
+        event.tries = [t for s in sampled for t in s.tries]
         event.parent = ep.events[-1].event_id if ep.events else None
         event.path = ep.path
         return event
 
     def _apply(self, ep: Episode, node: EventNode, event: Event) -> None:
-        """Commit `event` on `ep`: record it, make its outputs visible to later roles, then apply the step's
-        effects (`srpo_dsl.runtime.effects`)."""
-        members = event.members
+        """Commit `event` on `ep`: record it, make its outputs visible to later roles, note each agent's
+        turn, then apply the step's effects (`srpo_dsl.runtime.effects`)."""
+        members, tries = event.members, event.tries
         ep.step += 1
         ep.events.append(event)
         ep.tree.events.append(event)  # type: ignore[union-attr]
-        ep.invalid_actions += sum(not m.valid for m in members)
+        ep.invalid_actions += sum(not m.valid for m in [*members, *tries])
         ep.commit_outputs(members)
         for agent in node.agents:  # each agent's own members: its last output, its action
             own = [m for m in members if m.role == agent.name]
             ep.last_output[agent.name] = own
-            if agent.actions:
-                ep.state[agent.name] = action_state(own)
+            note_turn(ep, agent, own, [t for t in tries if t.role == agent.name])
         for effect in node.step.effects:
             EFFECTS[effect](ep, node, members)
 
@@ -368,10 +368,13 @@ class Executor:
             return allowed(self.parsers[a.name](text), actions)
         routes = CONTRACTS[a.contract].args == "pool"  # over the pool its first argument names
         pool = self.g.agents[a.contract_args[0]].replicas if routes else None
+        if a.calls > 1:  # `act(...)` whose tool actions may be taken up to `calls` times in one output
+            return allowed(parse_act_calls(text, a.actions, a.calls), actions)
         return allowed(parse_output(a.contract, text, pool_size=pool, args=a.contract_args), actions)
 
-    def _member(self, node: EventNode, slot: _Slot, r: GenResult) -> Member:
+    def _member(self, slot: Slot, r: GenResult) -> Member:
         a = slot.agent
+        node: EventNode = self.g.nodes[slot.episode.node]  # type: ignore[assignment]
         parsed = self._parse(a, node.actions if a is node.agent else a.actions, r.text)
         return Member(
             member_index=slot.member_index,

@@ -220,6 +220,43 @@ def parse_act(text: str, actions: tuple[str, ...]) -> Parsed:
     return Parsed(True, {"action": taken[0], "value": body[1]})
 
 
+def parse_act_calls(text: str, actions: tuple[str, ...], calls: int) -> Parsed:
+    """`parse_act` for an agent that may call a tool several times in one turn (`calls = N`): one action,
+    whose tag a tool action (any but the last, final one) may repeat up to `calls` times. A tool action's
+    value is the list of its calls' contents in order (`{"action": "calc", "value": ["1+2", "3*4"]}`);
+    the final action's is its one content, as with `parse_act`."""
+    visible = _visible(text).text
+    taken = [a for a in actions if f"<{a}>" in visible or f"</{a}>" in visible]
+    if len(taken) != 1 or taken[0] == actions[-1]:
+        return parse_act(text, actions)
+    tag = taken[0]
+    bodies = _tags(visible, tag)
+    if isinstance(bodies, Parsed):
+        return bodies
+    if len(bodies) > calls:
+        return _bad(f"at most {calls} <{tag}> calls in one turn, found {len(bodies)}")
+    if not all(bodies):
+        return _bad(f"empty <{tag}></{tag}>")
+    return Parsed(True, {"action": tag, "value": bodies})
+
+
+def _tags(visible: str, tag: str) -> list[str] | Parsed:
+    """The stripped contents of every `<tag>...</tag>` in `visible`, in order (none nested or unclosed)."""
+    found, pos = [], 0
+    opens = visible.count(f"<{tag}>")
+    while (start := visible.find(f"<{tag}>", pos)) >= 0:
+        end = visible.find(f"</{tag}>", start)
+        following = visible.find(f"<{tag}>", start + 1)
+        if end < 0 or 0 <= following < end:
+            break
+        found.append(visible[start + len(tag) + 2 : end].strip())
+        pos = end + len(tag) + 3
+    closes = visible.count(f"</{tag}>")
+    if len(found) != opens or closes != opens:
+        return _bad(f"unbalanced <{tag}> tags: {opens} opening and {closes} closing")
+    return found
+
+
 def parse_text(text: str) -> Parsed:
     return Parsed(True, text.strip())
 

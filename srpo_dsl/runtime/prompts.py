@@ -17,6 +17,9 @@ provides these top-level names (`CONTEXT_VARIABLES`):
 - `observations`: Python tools' `{tool, query, result|error}` and environments' `{env, agent,
   result}` so far; `observation`: the latest text an environment addressed to this role, or None.
 - `memory`: dict with `accepted`, `feedback` and `documents`.
+
+Besides Jinja2's filters, `shuffle` (`srpo_dsl.lang.templates.FILTERS`): `{{ team_context | shuffle }}`
+lists the items in an order drawn from the seed `render` is given.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
-from srpo_dsl.lang.templates import TemplateLoader
+from srpo_dsl.lang.templates import FILTERS, SHUFFLE_SEED, TemplateLoader
 
 __all__ = ["CONTEXT_VARIABLES", "PromptError", "PromptRenderer"]
 
@@ -51,11 +54,13 @@ class PromptRenderer:
             autoescape=False,
             auto_reload=False,  # read once per run: no file check on every render of the hot loop
         )
+        self._env.filters.update(FILTERS)
 
-    def render(self, template: str, context: Mapping[str, object]) -> str:
-        """The rendered prompt; `PromptError` for a missing template or variable."""
+    def render(self, template: str, context: Mapping[str, object], shuffle_seed: int = 0) -> str:
+        """The rendered prompt, `shuffle` drawing its order from `shuffle_seed`; `PromptError` for a missing
+        template or variable."""
         try:
-            return self._env.get_template(template).render(context)
+            return self._env.get_template(template).render({**context, SHUFFLE_SEED: shuffle_seed})
         except jinja2.TemplateNotFound as exc:
             raise PromptError(
                 f"template `{exc.name}` not found ({self._loader.looked_in(str(exc.name))})"

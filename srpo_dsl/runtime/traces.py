@@ -7,9 +7,10 @@ run's traces also carry, per trained event, what the update did with it (`EventU
 Version 2 adds an event's `actions` (those its acting agent could take there). Version 3 records
 branching rollouts: an event's `parent` (the event before it on its path), `path`, `branch` (an
 alternative of a `branch` step: its sibling group, index, count, kept or not, score) and `tree_return`
-(its backed-up return), and an episode's `leaves` (the paths of a tree); and an environment's `words`
-(the word each of its steps returned, for one declared with `emits verdict(...)`). Older files read
-as version 3 with the new fields' defaults.
+(its backed-up return), and an episode's `leaves` (the paths of a tree); an environment's `words` (the
+word each of its steps returned, for one declared with `emits verdict(...)`); and an event's `tries`
+(the invalid outputs resampled for its members, an agent's `retries`: not members of its active set).
+Older files read as version 3 with the new fields' defaults.
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ class TraceError(Exception):
 
 
 class EventUpdate(BaseModel):
-    """What the training update did with one event: its members' advantages (in member order) and
+    """What the training update did with one event: its members' advantages (in member order; None for a
+    member that was not trained, of an agent with `trained = false`) and
     the clipped fraction of its clipping units over every epoch (srpo: the event's one ratio, so 0
     or 1 with one epoch; grpo and drmas: its tokens; seq: its rows); None when it had no unit."""
 
     model_config = ConfigDict(extra="forbid")
 
-    advantages: list[float]
+    advantages: list[float | None]
     clip_fraction: float | None
 
 
@@ -62,6 +64,7 @@ class TraceEvent(BaseModel):
     path: str = ""  # v3: the path of a branching episode it was made on ("" the first)
     branch: BranchMark | None = None  # v3: an alternative of a `branch` step
     tree_return: float | None = None  # v3: its return backed up the tree (None: the episode's)
+    tries: list[Member] = []  # v3: invalid outputs resampled for its members, in the order drawn
     update: EventUpdate | None = None  # training traces only: the event was trained at this step
 
     @model_validator(mode="after")
@@ -161,6 +164,9 @@ def _env_summary(progress: EnvProgress) -> EnvSummary:
 def _event(e: Event, update: EventUpdate | None) -> TraceEvent:
     """The executor's event as its trace record (members are shared, not copied: they are frozen)."""
     fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
+    if update is not None and len(update.advantages) < len(e.members):  # untrained members last
+        missing = [None] * (len(e.members) - len(update.advantages))
+        update = update.model_copy(update={"advantages": [*update.advantages, *missing]})
     return TraceEvent(**fields, update=update)
 
 

@@ -147,8 +147,9 @@
   }
 
   function advantageText(adv) {
-    const same = adv.every((a) => a === adv[0]);
-    return same ? fmt(adv[0]) : adv.map(fmt).join(" / ");
+    const trained = adv.filter((a) => a !== null);  // null: a member not trained (trained = false)
+    const same = trained.every((a) => a === trained[0]);
+    return same ? fmt(trained[0]) : trained.map(fmt).join(" / ");
   }
 
   function clipBadge(clip) {
