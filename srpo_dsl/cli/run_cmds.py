@@ -244,7 +244,7 @@ def render(
         raise CliError(f"no agent `{role}` in {workflow} (agents: {', '.join(agents)})")
     task = tasks_of(wf, data, 1, "train")[0]
     ep = Episode("example/0", str(task["id"]), 0, task)
-    loop_of = next((v.where.loop for v in wf.graph.event_nodes if v.agent.name == role), None)
+    loop_of = next((v.where.loop for v in wf.graph.event_nodes if role in {a.name for a in v.agents}), None)
     ctx = ep.context(
         role=role,
         replica=replica,

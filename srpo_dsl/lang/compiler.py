@@ -413,21 +413,31 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
             if u not in reach:
                 reach.add(u)
                 todo.append(u)
-    late = [
-        v
-        for v in graph.event_nodes
-        if v.id not in reach and any(graph.policies[a.policy].trainable for a in v.agents)
-    ]
-    return [
-        Diagnostic(
-            "E070",
-            f"`{v.agent.name}` acts after the last reward point: its trainable actions never "
-            f"reach the reward of `{reward.agent or reward.env}`",
-            spans[v.id],
-            "move the step before the rewarded agent, or freeze its policy",
-        )
-        for v in late
-    ]
+    late = [v for v in graph.event_nodes if v.id not in reach]
+    point = f"`{reward.agent or reward.env}`"
+    out = []
+    for v in late:
+        trained = [a for a in v.agents if graph.policies[a.policy].trainable]
+        if trained:
+            message, hint = _late_message(trained, point)
+            out.append(Diagnostic("E070", message, spans[v.id], hint))
+    return out
+
+
+def _late_message(trained: list[AgentInfo], point: str) -> tuple[str, str]:
+    """E070's message and hint for a step whose `trained` agents (those on a trainable policy) act late."""
+    names = ", ".join(f"`{a.name}`" for a in trained)
+    policies = list(dict.fromkeys(a.policy for a in trained))
+    one = len(trained) == 1
+    message = (
+        f"{names} {'acts' if one else 'act'} after the last reward point: {'its' if one else 'their'} "
+        f"trainable actions never reach the reward of {point}"
+    )
+    hint = (
+        f"move the step before the last step of {point}, or put {names} on a frozen policy "
+        f"({', '.join(f'`{p}`' for p in policies)} {'is' if len(policies) == 1 else 'are'} trained)"
+    )
+    return message, hint
 
 
 def compile_checked(checked: Checked) -> EventGraph:
