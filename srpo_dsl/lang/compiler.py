@@ -142,16 +142,42 @@ def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
 
 class _Bounds(n.StepVisitor[None]):
     """The most an episode can cost, added into `total`: each loop at its bound, each branch at its
-    dearer arm."""
+    dearer arm.
+
+    Steps that run only on one decision of an agent's turn exclude each other: `if A == x { ... }` (no
+    `else`) and `call T on A` for an acting A (it serves the members whose action is T). A turn takes one
+    decision, and each member one action, so of the steps after one turn of A (until A acts again) only
+    those on one decision run: they cost the dearest decision's steps, not all of them."""
 
     def __init__(self, agents: dict[str, AgentInfo]):
         self.agents = agents
 
     def block(self, steps: tuple[n.Step, ...]) -> Cost:
         total = Cost()
+        turns: dict[str, dict[str, Cost]] = {}  # agent -> decision of its last turn -> the steps on it
         for s in steps:
-            self.visit(s, total)
+            cost = Cost()
+            self.visit(s, cost)
+            on = self.decision_of(s)
+            if on is None:
+                total += cost
+            else:
+                ways = turns.setdefault(on[0], {})
+                ways[on[1]] = ways.get(on[1], Cost())
+                ways[on[1]] += cost
+            for agent in {a.name for e in n.walk_events((s,)) for a in e.agents}:  # a new turn of `agent`
+                total += _dearest(turns.pop(agent, {}))
+        for decisions in turns.values():
+            total += _dearest(decisions)
         return total
+
+    def decision_of(self, s: n.Step) -> tuple[str, str] | None:
+        """(agent, decision) when `s` runs only on that decision of the agent's last turn."""
+        if isinstance(s, n.If) and s.cond.op == "==" and not s.orelse and s.cond.agent.name in self.agents:
+            return s.cond.agent.name, s.cond.word.name
+        if isinstance(s, n.CallTool) and self.agents[s.agent.name].actions:
+            return s.agent.name, s.tool.name
+        return None
 
     def visit_event(self, s: n.EventStep, total: Cost) -> None:
         a = self.agents[s.agent.name]
@@ -175,6 +201,14 @@ class _Bounds(n.StepVisitor[None]):
 
     def visit_break(self, s: n.Break, total: Cost) -> None:
         pass
+
+
+def _dearest(costs: Mapping[str, Cost]) -> Cost:
+    """The most that one of several exclusive ways costs, in each measure."""
+    out = Cost()
+    for cost in costs.values():
+        out = out.max(cost)
+    return out
 
 
 def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> Cost:
