@@ -50,6 +50,7 @@ class Engines:
         check_device(self.device)
         models = model_overrides(self.models, list(wf.graph.policies))
         check_files(Path(p) for p in (models.values() if self.scripted else ()))
+        check_tools(wf)
         return models
 
     def build(self, wf: Workflow, models: dict[str, str]) -> tuple[dict, dict]:
@@ -67,6 +68,26 @@ class Engines:
         except (BackendError, RetrieverError, ValueError, OSError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
         return backends, tools
+
+
+class ToolServerError(UsageError):
+    """A tool's server failed during the rollouts (unreachable, too slow, a bad reply): one line, and the
+    `episodes` finished before it (their traces), which `srpo-dsl run` and `eval` write."""
+
+    def __init__(self, message: str, episodes: Sequence[TraceEpisode]):
+        super().__init__(message)
+        self.episodes = list(episodes)
+
+
+def check_tools(wf: Workflow) -> None:
+    """Each tool that can be asked before anything loads answers (a retrieval server): else a usage error."""
+    from srpo_dsl.envs.retrieval import RetrieverError
+    from srpo_dsl.runtime.setup import probe_tools
+
+    try:
+        probe_tools(wf)
+    except RetrieverError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_device(device: str | None) -> None:
@@ -116,13 +137,25 @@ def roll_out(
     """`samples` episodes per task; a progress bar on stderr named `desc` (None: none)."""
     from tqdm import tqdm
 
+    from srpo_dsl.envs.retrieval import RetrieverError
     from srpo_dsl.runtime.executor import Executor
+    from srpo_dsl.runtime.traces import to_trace
 
     backends, tools = built
     executor = Executor(wf.graph, backends, wf.renderer(), tools)
     off = {"disable": True} if desc is None else {}  # else tqdm's own default (TQDM_DISABLE may set it)
+    done: list[Episode] = []
     with tqdm(total=len(tasks) * samples, desc=desc, unit="episode", leave=False, **off) as bar:
-        return executor.run(tasks, samples=samples, seed=seed, on_done=lambda _: bar.update(1))
+
+        def finished(ep: Episode) -> None:
+            done.append(ep)
+            bar.update(1)
+
+        try:
+            return executor.run(tasks, samples=samples, seed=seed, on_done=finished)
+        except RetrieverError as exc:  # mid-run: the episodes finished so far are kept
+            message = f"{exc}, after {len(done)} of {len(tasks) * samples} episodes"
+            raise ToolServerError(message, [to_trace(ep, wf.graph.hash) for ep in done]) from None
 
 
 def save_results(
@@ -278,7 +311,10 @@ def evaluated_sets(wf, built, sets, k: int, seed: int, keys, progress: bool):
 
     rows, traces = [], []
     for name, tasks in sets:
-        episodes = roll_out(wf, built, tasks, k, seed, f"eval {name}" if progress else None)
+        try:
+            episodes = roll_out(wf, built, tasks, k, seed, f"eval {name}" if progress else None)
+        except ToolServerError as exc:  # the episodes of the datasets before are kept too
+            raise ToolServerError(f"{exc} (evaluating {name})", traces + exc.episodes) from None
         traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
         rates = role_invalid_rates(keys, role_invalid_sums(keys, episodes))
         rows.append(DatasetResult(**asdict(dataset_metrics(name, episodes, k)), invalid_rate=rates))

@@ -7,13 +7,26 @@ first, and the results saved with `save`. The libraries' output is hidden unless
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from srpo_dsl.api.outputs import check_files, check_out
-from srpo_dsl.cli.common import DECODE, EXIT_INPUT, OVERWRITE, VERBOSE, CliError, Decode, Device, choices
+from srpo_dsl.cli.common import (
+    DECODE,
+    EXIT_INPUT,
+    OVERWRITE,
+    SET,
+    VERBOSE,
+    CliError,
+    Decode,
+    Device,
+    choices,
+    parse_settings,
+)
 from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:
@@ -42,12 +55,13 @@ EVAL_DATA = typer.Option(
 )
 
 
-def load_checked(workflow: Path) -> Workflow:
-    """The compiled workflow; a missing file is one line (exit 2), a broken one its errors (exit 1)."""
+def load_checked(workflow: Path, settings: list[str] | None = None) -> Workflow:
+    """The compiled workflow, with `--set` tool options; a missing file or a bad setting is one line
+    (exit 2), a broken workflow its errors (exit 1)."""
     from srpo_dsl.api import load
 
     check_files([workflow])
-    return load(workflow)
+    return load(workflow, parse_settings(settings or []))
 
 
 def models_of(model: list[str], wf: Workflow) -> dict[str, str]:
@@ -75,6 +89,22 @@ def engines_of(
     }
 
 
+@contextmanager
+def kept_on_failure(wf: Workflow, out: Path, overwrite: bool) -> Iterator[None]:
+    """A tool's server that fails mid-run: the episodes finished before it are written to `out` (traces,
+    summary, graph), and the error says so; still one line, exit 2."""
+    from srpo_dsl.api import Rollouts
+    from srpo_dsl.api.rollouts import ToolServerError
+
+    try:
+        yield
+    except ToolServerError as exc:
+        if not exc.episodes:
+            raise
+        Rollouts(wf, exc.episodes).save(out, overwrite)
+        raise CliError(f"{exc}; the {len(exc.episodes)} finished are in {out / 'traces.jsonl'}") from None
+
+
 def run(
     workflow: Path = WORKFLOW,
     data: Path | None = DATA,
@@ -89,6 +119,7 @@ def run(
         Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json, graph.json)."
     ),
     overwrite: bool = OVERWRITE,
+    setting: list[str] = SET,
     verbose: bool = VERBOSE,
 ) -> None:
     """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/2).
@@ -98,12 +129,15 @@ def run(
       srpo-dsl run workflows/quickstart.srpo --limit 8 --samples 2 --out runs/r1
 
       srpo-dsl run workflows/math_fixed.srpo --backend scripted --model workflows/math_replies.json --limit 2
+
+      srpo-dsl run workflows/search_r1.srpo --set tool.search.url=http://10.0.0.5:8000/retrieve
     """
     check_files([workflow, data])
     check_out(out, overwrite, [workflow, data])
-    wf = load_checked(workflow)
+    wf = load_checked(workflow, setting)
     engines = engines_of(backend, model, wf, device, decode, verbose)
-    rollouts = wf.run(limit=limit, samples=samples, seed=seed, data=data, **engines)
+    with kept_on_failure(wf, out, overwrite):
+        rollouts = wf.run(limit=limit, samples=samples, seed=seed, data=data, **engines)
     rollouts.save(out, overwrite)
     s = rollouts.summary
     print(
@@ -126,6 +160,7 @@ def eval_cmd(
         Path("runs/eval"), "--out", help="Output folder (metrics.json, traces, graph.json)."
     ),
     overwrite: bool = OVERWRITE,
+    setting: list[str] = SET,
     verbose: bool = VERBOSE,
 ) -> None:
     """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, cost per query.
@@ -140,9 +175,10 @@ def eval_cmd(
     """
     check_files([workflow, *data])
     check_out(out, overwrite, [workflow, *data])
-    wf = load_checked(workflow)
+    wf = load_checked(workflow, setting)
     engines = engines_of(backend, model, wf, device, decode, verbose)
-    evaluation = wf.evaluate(k=k, data=data, limit=limit, seed=seed, **engines)
+    with kept_on_failure(wf, out, overwrite):
+        evaluation = wf.evaluate(k=k, data=data, limit=limit, seed=seed, **engines)
     evaluation.save(out, overwrite)
     print(evaluation.table())
     print(f"-> {out / 'metrics.json'}")
