@@ -64,10 +64,36 @@ class Engines:
         try:
             tools = build_tools(wf)
             specs = policy_models(wf.graph, models, resolve=not self.scripted)
-            backends = build_backends(wf, self.backend, specs, **(options if self.backend == "hf" else {}))
+            own = scripted_tokenizers(wf, specs) if self.scripted else {}
+            backends = build_backends(
+                wf, self.backend, specs, own, **(options if self.backend == "hf" else {})
+            )
         except (BackendError, RetrieverError, ValueError, OSError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
         return backends, tools
+
+
+def scripted_tokenizers(wf: Workflow, specs: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Per policy of `specs`, the tokenizer the scripted backend counts its replies in: the one of the
+    model the workflow names for it, where it is on this machine (`local_tokenizer`); else none (bytes)."""
+    from srpo_dsl.models.specs import local_tokenizer
+
+    found = {n: local_tokenizer(wf.graph.policies[n].model) for n in specs}
+    return {n: {"tokenizer": path} for n, path in found.items() if path is not None}
+
+
+def cut_replies(backends: Mapping[str, Any]) -> tuple[str, ...]:
+    """The warning of a scripted run whose replies were cut at their agent's `max_tokens` (one line, the
+    count, the unit they were counted in); () when none was."""
+    scripted = {id(b): b for b in backends.values() if hasattr(b, "cut")}.values()
+    cut = sum(b.cut for b in scripted)
+    if not cut:
+        return ()
+    units = " and ".join(sorted({b.unit for b in scripted}))
+    return (
+        f"the scripted backend cut {cut} repl{'y' if cut == 1 else 'ies'} at their agent's max_tokens "
+        f"(counted in {units}): raise max_tokens or shorten the replies",
+    )
 
 
 class ToolServerError(UsageError):
@@ -205,6 +231,7 @@ class Rollouts:
 
     workflow: Workflow
     episodes: list[TraceEpisode]
+    warnings: tuple[str, ...] = ()  # what the run warns of, one line each (`srpo-dsl run` prints them)
 
     @property
     def summary(self) -> RolloutSummary:
@@ -236,7 +263,7 @@ def run_workflow(
     with libraries_quiet(not engines.verbose):
         built = engines.build(wf, models)
         episodes = roll_out(wf, built, tasks, samples, seed, "rollouts" if progress else None)
-    return Rollouts(wf, [to_trace(ep, wf.graph.hash) for ep in episodes])
+    return Rollouts(wf, [to_trace(ep, wf.graph.hash) for ep in episodes], cut_replies(built[0]))
 
 
 @dataclass(frozen=True)
@@ -258,6 +285,7 @@ class Evaluation:
     pass_at_k: float
     roles: tuple[str, ...]  # the acting roles, in graph order
     episodes: list[TraceEpisode]
+    warnings: tuple[str, ...] = ()  # what the run warns of, one line each (`srpo-dsl eval` prints them)
 
     def to_dict(self) -> dict[str, Any]:
         """`srpo-dsl eval`'s metrics.json."""
@@ -300,7 +328,7 @@ def evaluate_workflow(
         built = engines.build(wf, models)
         rows, episodes = evaluated_sets(wf, built, sets, k, seed, keys, progress)
     avg, passed = macro_average(rows)
-    return Evaluation(wf, k, seed, rows, avg, passed, keys.roles, episodes)
+    return Evaluation(wf, k, seed, rows, avg, passed, keys.roles, episodes, cut_replies(built[0]))
 
 
 def evaluated_sets(wf, built, sets, k: int, seed: int, keys, progress: bool):

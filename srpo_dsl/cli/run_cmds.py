@@ -25,6 +25,7 @@ from srpo_dsl.cli.common import (
     Decode,
     Device,
     choices,
+    eprint,
     parse_settings,
 )
 from srpo_dsl.registries import BACKENDS
@@ -139,6 +140,8 @@ def run(
     with kept_on_failure(wf, out, overwrite):
         rollouts = wf.run(limit=limit, samples=samples, seed=seed, data=data, **engines)
     rollouts.save(out, overwrite)
+    for line in rollouts.warnings:
+        eprint(f"warning: {line}")
     s = rollouts.summary
     print(
         f"{s.episodes} episodes, {s.events} events ({s.incomplete_events} incomplete), "
@@ -180,6 +183,8 @@ def eval_cmd(
     with kept_on_failure(wf, out, overwrite):
         evaluation = wf.evaluate(k=k, data=data, limit=limit, seed=seed, **engines)
     evaluation.save(out, overwrite)
+    for line in evaluation.warnings:
+        eprint(f"warning: {line}")
     print(evaluation.table())
     print(f"-> {out / 'metrics.json'}")
 

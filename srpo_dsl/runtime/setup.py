@@ -79,14 +79,16 @@ def task_data(
     return kind.maker(kind.resolved(task.options, wf.resolve), split, data, limit)
 
 
-def build_backends(wf: Workflow, kind: str, models: dict[str, str], **options) -> dict:
+def build_backends(
+    wf: Workflow, kind: str, models: dict[str, str], per_policy: Mapping[str, dict] | None = None, **options
+) -> dict:
     """One backend per policy of `models` (policy -> the model it loads, `models.specs.policy_models`;
-    non-sharing policies never share weights); an adapter not in it (no `--model POLICY=PATH` of its
-    own, e.g. an exported one) generates with its base's backend."""
+    non-sharing policies never share weights), with `options` and its own in `per_policy`; an adapter not
+    in it (no `--model POLICY=PATH` of its own, e.g. an exported one) generates with its base's backend."""
     from srpo_dsl.backends import make_backend
 
-    policies = wf.graph.policies
-    backends = {n: make_backend(kind, model, **options) for n, model in models.items()}
+    policies, own = wf.graph.policies, per_policy or {}
+    backends = {n: make_backend(kind, model, **options, **own.get(n, {})) for n, model in models.items()}
     return {n: backends[n] if n in backends else backends[policies[n].base] for n in policies}  # type: ignore[index]
 
 
