@@ -1,10 +1,13 @@
 """A Search-R1 retrieval server for tests: `POST /retrieve` on 127.0.0.1 (a free port), answering
-from a Bm25Retriever, optionally failing its first requests or sending a fixed reply."""
+from a Bm25Retriever; or misbehaving as servers do: failing its first requests (or those after the
+first few) with an HTTP status (503, 500, ...), answering late (`delay` seconds), or sending a fixed
+reply (garbage, or JSON of the wrong shape)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from srpo_dsl.envs.retrieval import Bm25Retriever
@@ -14,7 +17,13 @@ class RetrievalServer:
     """A Search-R1 retrieval server on 127.0.0.1 (free port) answering from a Bm25Retriever."""
 
     def __init__(
-        self, retriever: Bm25Retriever, fail_first: int = 0, status: int = 503, reply: bytes | None = None
+        self,
+        retriever: Bm25Retriever,
+        fail_first: int = 0,
+        status: int = 503,
+        reply: bytes | None = None,
+        delay: float = 0.0,
+        fail_after: int | None = None,
     ):
         self.requests: list[dict] = []
         self.calls: list[tuple[str, str, str]] = []  # (method, path, content type)
@@ -25,9 +34,11 @@ class RetrievalServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(body)
                 outer.calls.append((self.command, self.path, self.headers["Content-Type"]))
-                if len(outer.requests) <= fail_first:
+                n = len(outer.requests)
+                if n <= fail_first or (fail_after is not None and n > fail_after):
                     self.send_error(status)
                     return
+                time.sleep(delay)
                 found = retriever.search(body["queries"], body["topk"])
                 payload = (
                     reply

@@ -308,6 +308,30 @@ def test_search_r1_compiles_to_its_shape():
     assert g.to_networkx().nodes["n3"]["actions"] == ["answer"]
 
 
+def test_tool_calls_are_bounded_per_turn_not_per_call_step(pool):
+    """Each member's turn takes one action, so it is served by one tool: after `act worker` (3 replicas),
+    `call search` and `call python` serve at most 3 queries together (old bound: 3 + 3 per round).
+    Hand-computed: 2 rounds x 3 members = 6 tool calls (12 counting every call step); a second
+    `call search` serves the same members again (the executor re-serves), so it adds its 3 per round."""
+    two_tools = POOL.replace("act(search, answer)", "act(search, python, answer)").replace(
+        "    call search on worker\n", "    call search on worker\n    call python on worker\n"
+    )
+    (pool / "pool.srpo").write_text(
+        two_tools.replace("tool search", 'tool python = "tools.py:search"()\ntool search')
+    )
+    bounds = load_workflow(pool / "pool.srpo").graph.bounds
+    assert (bounds.events, bounds.calls, bounds.tool_calls) == (2, 6, 6)
+    ep, _ = _run_pool(pool, ["<search>a</search>", "<python>b</python>", "<search>c</search>"] * 2)
+    assert len(ep.events) == 2 and ep.tool_calls == 6  # the bound is reached: every member served once a turn
+    again = two_tools.replace(
+        "    call python on worker\n", "    call python on worker\n    call search on worker\n"
+    )
+    (pool / "pool.srpo").write_text(
+        again.replace("tool search", 'tool python = "tools.py:search"()\ntool search')
+    )
+    assert load_workflow(pool / "pool.srpo").graph.bounds.tool_calls == 2 * (3 + 3)
+
+
 def test_audit_and_view_show_each_members_action(pool):
     replies = ["<search>a</search>", "<answer>x</answer>", "junk", "<answer>x</answer>"]
     (pool / "replies.json").write_text(json.dumps({"worker": replies}))

@@ -277,6 +277,40 @@ def test_scripted_cycles_per_role(tmp_path: Path) -> None:
     assert cut.text == "\\box" and cut.finish_reason == "length"
 
 
+def test_scripted_counts_a_local_tokenizers_tokens_and_the_replies_it_cuts() -> None:
+    """With the policy's tokenizer (builtin:tiny's, shipped) a reply is cut at max_tokens of its tokens,
+    not bytes; every cut reply is counted once (the run's warning); without one, bytes as before."""
+    from transformers import AutoTokenizer
+
+    from srpo_dsl.models.specs import local_tokenizer
+    from srpo_dsl.models.tiny import SHIPPED
+
+    assert local_tokenizer("builtin:tiny") == str(SHIPPED)
+    long, short = "\\boxed{4} because four is the answer", "\\boxed{4}"
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    ids = tokenizer.encode(long, add_special_tokens=False)
+    assert len(ids) > 8 > len(tokenizer.encode(short, add_special_tokens=False))
+    backend = ScriptedBackend({"solver": [long, short]}, tokenizer=SHIPPED)
+    cut, whole = backend.generate([GenRequest("Q: 2+2", 8, role="solver")] * 2)
+    assert cut.response_token_ids == ids[:8] and cut.finish_reason == "length"
+    assert cut.text == tokenizer.decode(ids[:8]) and long.startswith(cut.text.strip())
+    assert whole.text == short and whole.finish_reason == "stop"
+    assert cut.prompt_token_ids == tokenizer.encode("Q: 2+2", add_special_tokens=False)
+    assert backend.cut == 1 and backend.unit == "tiny-v1's tokens"
+    in_bytes = ScriptedBackend({"solver": [long, short]})
+    in_bytes.generate([GenRequest("p", 10, role="solver")] * 4)
+    assert in_bytes.cut == 2 and in_bytes.unit == "UTF-8 bytes"  # 36 bytes (cut at 10) and 9 (not), twice
+
+
+def test_a_tokenizer_not_on_this_machine_is_none(tmp_path: Path) -> None:
+    from srpo_dsl.models.specs import local_tokenizer
+
+    assert local_tokenizer("srpo-dsl-tests/never-downloaded") is None  # no hub request is made
+    assert local_tokenizer(str(tmp_path)) is None  # a folder without tokenizer files
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert local_tokenizer(f"hf:{tmp_path}") == str(tmp_path)
+
+
 def test_scripted_errors() -> None:
     with pytest.raises(BackendError, match="no entry for role `verifier`"):
         ScriptedBackend({"solver": ["x"]}).generate([GenRequest("p", 4, role="verifier")])

@@ -286,3 +286,64 @@ def test_a_broken_workflow_shows_its_errors_as_validate_does(tmp_path):
         assert "error:" not in r.stderr and "parallel solvers" in source and "^^^^^^^" in caret
         assert hint.strip() == "= hint: did you mean `solver`?"
     assert not (tmp_path / "r").exists()
+
+
+def test_a_scripted_run_warns_once_of_the_replies_it_cut(tmp_path):
+    """quickstart.srpo (builtin:tiny, whose tokenizer ships): the solvers' max_tokens = 12 counts tiny's
+    tokens. Two episodes, each with one long solver reply (cut) and one short: one line, 2 replies.
+    math_fixed.srpo names a hub model not on this machine: bytes, and the line says so."""
+    long = "\\boxed{4} because four is the answer to this one"
+    script = {
+        "solver": [long, "\\boxed{4}"],
+        "verifier": ["<verify>approve</verify>"],
+        "*": ["FINAL: \\boxed{4}"],
+    }
+    done = cli(
+        "run",
+        "workflows/quickstart.srpo",
+        "--backend",
+        "scripted",
+        "--model",
+        _script(tmp_path, script),
+        "--limit",
+        "2",
+        "--out",
+        tmp_path / "q",
+    )
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert done.returncode == 0 and warnings == [
+        "warning: the scripted backend cut 2 replies at their agent's max_tokens (counted in tiny-v1's tokens): "
+        "raise max_tokens or shorten the replies"
+    ], done.stderr
+    traces = [json.loads(x) for x in (tmp_path / "q" / "traces.jsonl").read_text().splitlines()]
+    first = traces[0]["events"][0]["members"][0]  # the long reply, cut at 12 of tiny's tokens
+    assert (
+        len(first["response_token_ids"]) == 12
+        and long.startswith(first["text"].strip())
+        and first["text"] != long
+    )
+    whole = cli(
+        "run",
+        "workflows/math_fixed.srpo",
+        "--backend",
+        "scripted",
+        "--model",
+        _script(tmp_path),
+        "--limit",
+        "1",
+        "--out",
+        tmp_path / "m",
+    )
+    assert whole.returncode == 0 and "warning" not in whole.stderr
+    (tmp_path / "a.j2").write_text("{{ task.question }}")
+    (tmp_path / "w.srpo").write_text(
+        'workflow w\npolicy lm = hf("srpo-dsl-tests/not-here") with (max_tokens = 5)\n'
+        'task arith(n = 4, eval_n = 2)\nagent a uses lm prompt "a.j2" emits boxed\naggregate a\n'
+        "reward exact_match(a, task.answer)\n"
+    )
+    args = ("--backend", "scripted", "--model", _script(tmp_path, {"a": ["\\boxed{12345}"]}), "--limit", "2")
+    cut = cli("run", tmp_path / "w.srpo", *args, "--out", tmp_path / "c")  # 12 bytes, cut at 5
+    assert (
+        cut.returncode == 0
+        and "cut 2 replies at their agent's max_tokens (counted in UTF-8 bytes)" in cut.stderr
+    )

@@ -15,7 +15,12 @@ GOLDEN = [
     ("E004", 9, 19, "unexpected `emits` (expected `prompt`)"),
     ("E005", 10, 8, "unexpected `2` (expected `at` or `{`)"),
     ("E006", 2, 11, "unexpected `hf` (expected `=`)"),
-    ("E007", 17, 1, "unexpected `aggregate` (expected `==` or `!=`)"),
+    (  # at the end of `} until verifier` (line 16), where `== WORD` is missing, not at the next line's token
+        "E007",
+        16,
+        17,
+        "incomplete statement (expected `==` or `!=`): the next token, `aggregate` on line 17, cannot continue it",
+    ),
     ("E010", 9, 7, "`solver` is already defined (line 6)"),
     ("E011", 9, 16, "undefined policy `llm`"),
     ("E012", 17, 11, "undefined agent `agr`"),
@@ -131,6 +136,41 @@ def test_several_semantic_errors_in_one_run(template_dir):
     text = BASE.replace("aggregate agg", "aggregate agr").replace("call web on", "call wbe on")
     codes = {d.code for d in analyze(text, "t.srpo", [template_dir]).diagnostics}
     assert {"E012", "E013"} <= codes
+
+
+@pytest.mark.parametrize(
+    "old,new,col,expected,following",
+    [
+        ('tool web = bm25(corpus = "c.jsonl")', 'tool web = "calc.py:calc"', 26, "`(`", "agent` on line 5"),
+        ("  call web on searcher\n", "  call web\n", 11, "`on`", "}` on line 16"),
+        (
+            'agent agg uses lm prompt "p.j2" emits final_boxed',
+            "agent agg uses",
+            15,
+            "a name",
+            "repeat` on line 10",
+        ),
+    ],
+)
+def test_a_statement_missing_a_word_is_an_error_where_the_word_belongs(old, new, col, expected, following):
+    """Not at the next line's first token: at the end of the statement's last token, on its own line."""
+    text = BASE.replace(old, new)
+    line = text[: text.index(new)].count("\n") + 1
+    (diag,) = analyze(text, "t.srpo").diagnostics
+    assert (diag.code, diag.span.line, diag.span.col) == ("E001", line, col)
+    assert (
+        diag.message
+        == f"incomplete statement (expected {expected}): the next token, `{following}, cannot continue it"
+    )
+    caret = render_pretty(diag, text).splitlines()[2]
+    assert caret.index("^") == len(f"{line:>4} | {new.rstrip()}")  # just past its last character
+
+
+def test_a_word_out_of_place_on_the_statements_line_is_still_the_error():
+    """`verify verifier 3`: the statement could end before `3`, so `3` is what is wrong."""
+    (diag,) = analyze(BASE.replace("verify verifier\n", "verify verifier\n3\n"), "t.srpo").diagnostics
+    assert (diag.code, diag.span.line, diag.span.col) == ("E001", 14, 1)
+    assert diag.message.startswith("unexpected `3` (expected")
 
 
 @pytest.mark.parametrize(

@@ -120,3 +120,24 @@ def test_a_missing_template_path_says_which_file_was_looked_for(tmp_path):
         PromptError, match=r"template `\.\./shared/nope\.j2` not found \(looked for .*nope\.j2\)"
     ):
         PromptRenderer([flows]).render("../shared/nope.j2", CONTEXT)
+
+
+@pytest.mark.parametrize("chain", [["part.j2"], ["middle.j2", "part.j2"]])
+def test_a_variable_set_in_an_included_template_is_not_carried_out_of_it(tmp_path, chain):
+    """`{% include %}` renders the included file in a context of its own: its `{% set %}` stays there.
+    The hint names the including template's variable and the include, not a close context name."""
+    (tmp_path / "part.j2").write_text("{% set step_note = 'checked' %}part")
+    (tmp_path / "middle.j2").write_text("{% include 'part.j2' %}")
+    (tmp_path / "main.j2").write_text(f"{{% include '{chain[0]}' %}}\n{{{{ step_note }}}}")
+    (diag,) = analyze(_workflow(tmp_path, "main.j2"), str(tmp_path / "w.srpo")).diagnostics
+    assert (diag.code, diag.span.line) == ("E082", 9)
+    assert diag.message == (
+        "template `main.j2` line 2 uses `step_note`, which only `part.j2` sets: Jinja does not carry "
+        "variables set inside an `{% include %}` out of it"
+    )
+    assert diag.hint == (
+        "set `step_note` in `main.j2` itself, or move what reads it into `part.j2` "
+        "(an included template sees the includer's variables, not the other way round)"
+    )
+    with pytest.raises(PromptError, match="step_note"):  # what the check predicts: rendering fails
+        PromptRenderer([tmp_path]).render("main.j2", CONTEXT)

@@ -214,8 +214,12 @@ def test_an_environment_that_selects_and_says_words_is_a_definition_and_a_symbol
 
 
 def test_hover_on_a_step_gives_its_cost_bounds(client):
-    """supervisor.srpo: `act researcher` is in a loop of 3 inside a loop of 4 (12 times an episode);
-    the outer loop's body costs 5 events (1 + 3 + 1) and 4 tool calls; the episode 4 x 5 + 1 events."""
+    """supervisor.srpo: `act researcher` is in a loop of 3 inside a loop of 4 (12 times an episode).
+    A round of the outer loop: `act supervisor` (1 event), then one supervisor turn takes one decision,
+    so of `if supervisor == research` (3 events, 3 tool calls) and `if supervisor == compute` (1 event,
+    1 tool call) one runs: the round costs 1 + max(3, 1) = 4 events and max(3, 1) = 3 tool calls (not
+    1 + 3 + 1 and 3 + 1: the two arms cannot both run). The episode: 4 x 4 + 1 (the forced finish) =
+    17 events and model calls, 4 x 3 = 12 tool calls, 17 x 512 = 8704 tokens."""
     path = WORKFLOWS / "supervisor.srpo"  # opened, never written
     text = path.read_text()
     uri = client.open(path, text)
@@ -225,9 +229,7 @@ def test_hover_on_a_step_gives_its_cost_bounds(client):
         at = {"textDocument": {"uri": uri}, "position": _position(text, line_has, word)}
         return client.request("textDocument/hover", at)["contents"]["value"]
 
-    episode = (
-        "the whole episode, at most: events 21 · model calls 21 · tool calls 16 · generated tokens 10752"
-    )
+    episode = "the whole episode, at most: events 17 · model calls 17 · tool calls 12 · generated tokens 8704"
     researcher = shown("act researcher", "act")
     assert researcher.startswith("**act researcher**") and episode in researcher
     assert "once: events 1 · model calls 1 · tool calls 0 · generated tokens 512" in researcher
@@ -235,7 +237,7 @@ def test_hover_on_a_step_gives_its_cost_bounds(client):
     call = shown("call search on researcher", "call")
     assert call.startswith("**call search on researcher**") and "tool calls 12 ·" in call
     loop = shown("repeat at most 4", "repeat")
-    assert "once: events 20 · model calls 20 · tool calls 16 · generated tokens 10240" in loop
+    assert "once: events 16 · model calls 16 · tool calls 12 · generated tokens 8192" in loop
     assert "times an episode" not in loop
     assert "once: events 1 " in shown("act supervisor only finish", "act")
 

@@ -76,6 +76,55 @@ def test_mixed_set_mistakes_are_positioned(team, old, new, code, line, col, mess
     assert found and found[0][1:3] == (line, col) and message in found[0][3], found
 
 
+def _diagnostics(folder: Path, text: str) -> list[tuple[str, int, int, str, str | None]]:
+    result = analyze(text, str(folder / "team.srpo"), [folder])
+    return [(d.code, d.span.line, d.span.col, d.message, d.hint) for d in result.diagnostics]
+
+
+@pytest.mark.parametrize("kind", ["parallel", "act"])
+def test_every_agent_of_a_mixed_set_acts_for_the_reward(team, kind):
+    """The rewarded agent may act second in a mixed set (E071 counted only the first), and is not unused."""
+    last = f"verify judge\n{kind} editor, aggregator\n"
+    assert _diagnostics(team, TEAM.replace("verify judge\naggregate aggregator\n", last)) == []
+
+
+def test_a_loop_round_sees_every_agent_of_its_mixed_set_as_acted(team):
+    """From a loop's second round on, a condition may read any agent of the set the round took (E062)."""
+    text = TEAM.replace("emits verdict(ok, no)", "emits act(ok, no)").replace(
+        "parallel writer, editor\nverify judge\n",
+        "repeat at most 2 {\n    break if judge == ok\n    act writer, judge\n}\n",
+    )
+    assert _diagnostics(team, text) == [("W001", 6, 7, "`editor` is declared but never used", None)]
+
+
+def test_a_late_mixed_set_names_its_trainable_agents_not_its_frozen_ones(team):
+    """E070 on `parallel writer, editor` after the reward point, `writer` frozen: `editor` is the one trained."""
+    text = TEAM.replace('hf("model-a")', 'hf("model-a") frozen').replace(
+        "parallel writer, editor\nverify judge\naggregate aggregator\n",
+        "verify judge\naggregate aggregator\nparallel writer, editor\n",
+    )
+    assert _diagnostics(team, text) == [
+        (
+            "E070",
+            11,
+            1,
+            "`editor` acts after the last reward point: its trainable actions never reach the reward of "
+            "`aggregator`",
+            "move the step before the last step of `aggregator`, or put `editor` on a frozen policy "
+            "(`b` is trained)",
+        )
+    ]
+    both = _diagnostics(team, text.replace('hf("model-a") frozen', 'hf("model-a")'))
+    assert [(d[3], d[4]) for d in both] == [
+        (
+            "`writer`, `editor` act after the last reward point: their trainable actions never reach the "
+            "reward of `aggregator`",
+            "move the step before the last step of `aggregator`, or put `writer`, `editor` on a frozen "
+            "policy (`a`, `b` are trained)",
+        )
+    ]
+
+
 def test_a_mixed_set_selects_no_replicas():
     (diag,) = analyze("workflow w\nparallel a, b by r\n", "t.srpo").diagnostics
     assert diag.code == "E001" and diag.span.line == 2
@@ -163,3 +212,14 @@ def test_the_mixture_trains_both_adapters(tmp_path):
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["role/proposer_a/mean_k"] == 1.0 and last["role/proposer_b/mean_k"] == 1.0
     assert last["event/parallel:proposer_a+proposer_b/mean_k"] == 2.0
+
+
+def test_render_gives_an_agent_acting_second_in_a_mixed_set_its_loops_turns(team):
+    """`render --role editor` where `editor` acts only in `parallel writer, editor` inside a loop of 3."""
+    from tests.clitools import cli
+
+    (team / "e.j2").write_text("turn {{ turn }} of {{ max_turns }}")
+    looped = TEAM.replace("parallel writer, editor\n", "repeat at most 3 {\n    parallel writer, editor\n}\n")
+    (team / "team.srpo").write_text(looped)
+    done = cli("render", team / "team.srpo", "--role", "editor")
+    assert done.returncode == 0 and done.stdout.strip() == "turn 1 of 3", done.stderr

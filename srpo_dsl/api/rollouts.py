@@ -50,6 +50,7 @@ class Engines:
         check_device(self.device)
         models = model_overrides(self.models, list(wf.graph.policies))
         check_files(Path(p) for p in (models.values() if self.scripted else ()))
+        check_tools(wf)
         return models
 
     def build(self, wf: Workflow, models: dict[str, str]) -> tuple[dict, dict]:
@@ -63,10 +64,56 @@ class Engines:
         try:
             tools = build_tools(wf)
             specs = policy_models(wf.graph, models, resolve=not self.scripted)
-            backends = build_backends(wf, self.backend, specs, **(options if self.backend == "hf" else {}))
+            own = scripted_tokenizers(wf, specs) if self.scripted else {}
+            backends = build_backends(
+                wf, self.backend, specs, own, **(options if self.backend == "hf" else {})
+            )
         except (BackendError, RetrieverError, ValueError, OSError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
         return backends, tools
+
+
+def scripted_tokenizers(wf: Workflow, specs: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Per policy of `specs`, the tokenizer the scripted backend counts its replies in: the one of the
+    model the workflow names for it, where it is on this machine (`local_tokenizer`); else none (bytes)."""
+    from srpo_dsl.models.specs import local_tokenizer
+
+    found = {n: local_tokenizer(wf.graph.policies[n].model) for n in specs}
+    return {n: {"tokenizer": path} for n, path in found.items() if path is not None}
+
+
+def cut_replies(backends: Mapping[str, Any]) -> tuple[str, ...]:
+    """The warning of a scripted run whose replies were cut at their agent's `max_tokens` (one line, the
+    count, the unit they were counted in); () when none was."""
+    scripted = {id(b): b for b in backends.values() if hasattr(b, "cut")}.values()
+    cut = sum(b.cut for b in scripted)
+    if not cut:
+        return ()
+    units = " and ".join(sorted({b.unit for b in scripted}))
+    return (
+        f"the scripted backend cut {cut} repl{'y' if cut == 1 else 'ies'} at their agent's max_tokens "
+        f"(counted in {units}): raise max_tokens or shorten the replies",
+    )
+
+
+class ToolServerError(UsageError):
+    """A tool's server failed during the rollouts (unreachable, too slow, a bad reply): one line, and the
+    `episodes` finished before it (their traces), which `srpo-dsl run` and `eval` write."""
+
+    def __init__(self, message: str, episodes: Sequence[TraceEpisode]):
+        super().__init__(message)
+        self.episodes = list(episodes)
+
+
+def check_tools(wf: Workflow) -> None:
+    """Each tool that can be asked before anything loads answers (a retrieval server): else a usage error."""
+    from srpo_dsl.envs.retrieval import RetrieverError
+    from srpo_dsl.runtime.setup import probe_tools
+
+    try:
+        probe_tools(wf)
+    except RetrieverError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_device(device: str | None) -> None:
@@ -123,14 +170,25 @@ def roll_out(
     every `branch` step sampled once (evaluation)."""
     from tqdm import tqdm
 
+    from srpo_dsl.envs.retrieval import RetrieverError
     from srpo_dsl.runtime.executor import Executor
+    from srpo_dsl.runtime.traces import to_trace
 
     backends, tools = built
     executor = Executor(wf.graph, backends, wf.renderer(), tools)
     off = {"disable": True} if desc is None else {}  # else tqdm's own default (TQDM_DISABLE may set it)
+    done: list[Episode] = []
     with tqdm(total=len(tasks) * samples, desc=desc, unit="episode", leave=False, **off) as bar:
-        done = lambda _: bar.update(1)  # noqa: E731
-        return executor.run(tasks, samples=samples, seed=seed, on_done=done, branching=branching)
+
+        def finished(ep: Episode) -> None:
+            done.append(ep)
+            bar.update(1)
+
+        try:
+            return executor.run(tasks, samples=samples, seed=seed, on_done=finished, branching=branching)
+        except RetrieverError as exc:  # mid-run: the episodes finished so far are kept
+            message = f"{exc}, after {len(done)} of {len(tasks) * samples} episodes"
+            raise ToolServerError(message, [to_trace(ep, wf.graph.hash) for ep in done]) from None
 
 
 def save_results(
@@ -180,6 +238,7 @@ class Rollouts:
 
     workflow: Workflow
     episodes: list[TraceEpisode]
+    warnings: tuple[str, ...] = ()  # what the run warns of, one line each (`srpo-dsl run` prints them)
 
     @property
     def summary(self) -> RolloutSummary:
@@ -211,7 +270,7 @@ def run_workflow(
     with libraries_quiet(not engines.verbose):
         built = engines.build(wf, models)
         episodes = roll_out(wf, built, tasks, samples, seed, "rollouts" if progress else None)
-    return Rollouts(wf, [to_trace(ep, wf.graph.hash) for ep in episodes])
+    return Rollouts(wf, [to_trace(ep, wf.graph.hash) for ep in episodes], cut_replies(built[0]))
 
 
 @dataclass(frozen=True)
@@ -233,6 +292,7 @@ class Evaluation:
     pass_at_k: float
     roles: tuple[str, ...]  # the acting roles, in graph order
     episodes: list[TraceEpisode]
+    warnings: tuple[str, ...] = ()  # what the run warns of, one line each (`srpo-dsl eval` prints them)
 
     def to_dict(self) -> dict[str, Any]:
         """`srpo-dsl eval`'s metrics.json."""
@@ -275,7 +335,7 @@ def evaluate_workflow(
         built = engines.build(wf, models)
         rows, episodes = evaluated_sets(wf, built, sets, k, seed, keys, progress)
     avg, passed = macro_average(rows)
-    return Evaluation(wf, k, seed, rows, avg, passed, keys.roles, episodes)
+    return Evaluation(wf, k, seed, rows, avg, passed, keys.roles, episodes, cut_replies(built[0]))
 
 
 def evaluated_sets(wf, built, sets, k: int, seed: int, keys, progress: bool):
@@ -286,7 +346,11 @@ def evaluated_sets(wf, built, sets, k: int, seed: int, keys, progress: bool):
 
     rows, traces = [], []
     for name, tasks in sets:
-        episodes = roll_out(wf, built, tasks, k, seed, f"eval {name}" if progress else None, branching=False)
+        try:
+            desc = f"eval {name}" if progress else None
+            episodes = roll_out(wf, built, tasks, k, seed, desc, branching=False)
+        except ToolServerError as exc:  # the episodes of the datasets before are kept too
+            raise ToolServerError(f"{exc} (evaluating {name})", traces + exc.episodes) from None
         traces += [to_trace(ep, wf.graph.hash) for ep in episodes]
         rates = role_invalid_rates(keys, role_invalid_sums(keys, episodes))
         rows.append(DatasetResult(**asdict(dataset_metrics(name, episodes, k)), invalid_rate=rates))

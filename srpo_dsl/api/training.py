@@ -13,14 +13,14 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.api.errors import WorkflowError
 from srpo_dsl.api.outputs import check_files, refuse_existing
 from srpo_dsl.api.quiet import libraries_quiet
-from srpo_dsl.api.rollouts import check_device, model_overrides
+from srpo_dsl.api.rollouts import check_device, check_tools, model_overrides
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.rl.runlog import METRICS, EvalCurve, RunError, read_curve, read_jsonl
 
@@ -97,6 +97,7 @@ class Job:
     resume: bool
     models: Mapping[str, str]
     setup: Setup
+    settings: Mapping[str, Any] = field(default_factory=dict)  # tool options in place of the file's
 
 
 def train_workflow(
@@ -116,7 +117,9 @@ def train_workflow(
     if not resume:
         refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
     check_device(setup.device)
-    job = Job(wf.path, out, overrides, resume, model_overrides(setup.models, list(wf.graph.policies)), setup)
+    check_tools(wf)
+    models = model_overrides(setup.models, list(wf.graph.policies))
+    job = Job(wf.path, out, overrides, resume, models, setup, wf.settings)
     with libraries_quiet(not verbose), training_errors(wf.path):
         processes = processes_needed(wf.path, overrides)
     if processes:
@@ -154,6 +157,7 @@ def in_process(job: Job, progress: bool) -> list[dict[str, float]]:
         decode=setup.decode,
         progress=progress,
         eval_data=list(setup.eval_data),
+        settings=job.settings,
     )
 
 
@@ -163,6 +167,7 @@ def training_errors(workflow: Path) -> Iterator[None]:
     import torch
 
     from srpo_dsl.backends.base import BackendError
+    from srpo_dsl.envs.retrieval import RetrieverError
     from srpo_dsl.lang.errors import SrpoError
     from srpo_dsl.rl.trainer import TrainError
 
@@ -170,7 +175,7 @@ def training_errors(workflow: Path) -> Iterator[None]:
         yield
     except SrpoError as err:
         raise WorkflowError.of(workflow, err.diagnostics) from None
-    except (TrainError, BackendError, ValueError, OSError) as exc:
+    except (TrainError, BackendError, RetrieverError, ValueError, OSError) as exc:
         raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     except torch.cuda.OutOfMemoryError:
         raise InputError(OUT_OF_MEMORY) from None
@@ -234,4 +239,5 @@ def train_argv(job: Job) -> list[str]:
     argv += [x for p, m in job.models.items() for x in ("--model", f"{p}={m}")]
     argv += [x for p in setup.eval_data for x in ("--eval-data", str(p))]
     argv += ["--device", setup.device] if setup.device else []
+    argv += [x for k, v in job.settings.items() for x in ("--set", f"{k}={v}")]
     return argv + (["--ds-config", str(setup.ds_config)] if setup.ds_config else [])

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.api.errors import WorkflowError
+from srpo_dsl.api.errors import UsageError, WorkflowError
 from srpo_dsl.io import read_text
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.errors import Diagnostic
 from srpo_dsl.lang.graph import Bounds
+from srpo_dsl.lang.settings import SettingError, apply_settings
 from srpo_dsl.runtime.setup import Workflow as CompiledWorkflow
 
 if TYPE_CHECKING:
@@ -27,15 +28,23 @@ if TYPE_CHECKING:
 Models = str | Mapping[str, str] | None  # one model for every policy, or policy -> model
 
 
-def load(path: str | Path) -> Workflow:
-    """The workflow at `path`, checked and compiled. Raises `WorkflowError` (its diagnostics) when it has
-    errors, `UsageError` when the file cannot be read; never imports the workflow's Python."""
+def load(path: str | Path, settings: Mapping[str, Any] | None = None) -> Workflow:
+    """The workflow at `path`, checked and compiled. `settings`: tool options in place of the file's,
+    `{"tool.NAME.OPTION": value}` (`tool.search.url`: another retrieval server; docs/cli.md), kept by
+    `run`, `evaluate` and `train`. Raises `WorkflowError` (its diagnostics) when it has errors,
+    `UsageError` when the file cannot be read or a setting names no tool option (or a bad value); never
+    imports the workflow's Python."""
     path = Path(path)
     text = read_text(path)
     result = analyze(text, str(path))
     if result.program is None:
         raise WorkflowError(path, result.diagnostics, text)
-    return Workflow(path, result.program, tuple(result.diagnostics))
+    settings = dict(settings or {})
+    try:
+        graph = apply_settings(result.program, settings)
+    except SettingError as exc:
+        raise UsageError(f"setting {exc}") from None
+    return Workflow(path, graph, settings, diagnostics=tuple(result.diagnostics))
 
 
 @dataclass

@@ -4,8 +4,10 @@ The script maps a role name to its replies, e.g. `{"solver": ["\\\\boxed{1}", "\
 "*": ["ok"]}` (a dict, or a JSON file holding one). Each role cycles through its own list
 independently, in request order: the n-th request of role `r` gets reply `n mod len`.
 Roles without an entry use `"*"` (still with their own counter); with no `"*"` they are an
-error. Tokens are UTF-8 bytes (token id = byte value) with log-prob 0.0, and a reply
-longer than `max_tokens` bytes is cut (`finish_reason == "length"`).
+error. Tokens are those of `tokenizer` when one is given (the policy's own, where it is on this
+machine: `srpo_dsl.models.specs.local_tokenizer`), else UTF-8 bytes (token id = byte value); each
+with log-prob 0.0. A reply longer than `max_tokens` tokens is cut (`finish_reason == "length"`) and
+counted in `cut`, which the caller reports once per run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
 
@@ -39,10 +42,13 @@ class ScriptedBackend:
 
     name = "scripted"
 
-    def __init__(self, script: Path | str | dict[str, list[str]]):
+    def __init__(self, script: Path | str | dict[str, list[str]], tokenizer: str | Path | None = None):
         self.script = _load_script(script)
         self.version = 0
         self._served: Counter[str] = Counter()
+        self.cut = 0  # replies cut at their request's max_tokens
+        self.tokenizer = _load_tokenizer(tokenizer) if tokenizer is not None else None
+        self.unit = f"{Path(str(tokenizer)).name}'s tokens" if self.tokenizer is not None else "UTF-8 bytes"
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
         """The next scripted reply of each request's role; no draw, so seeds (the call's and the
@@ -57,8 +63,29 @@ class ScriptedBackend:
             )
         reply = replies[self._served[request.role] % len(replies)]
         self._served[request.role] += 1
-        response = list(reply.encode("utf-8"))
+        response = self._encode(reply)
         finish = "length" if len(response) > request.max_tokens else "stop"
+        self.cut += finish == "length"
         response = response[: request.max_tokens]
-        text = bytes(response).decode("utf-8", errors="ignore")
-        return GenResult(list(request.prompt.encode("utf-8")), response, [0.0] * len(response), text, finish)
+        text = self._decode(response)
+        return GenResult(self._encode(request.prompt), response, [0.0] * len(response), text, finish)
+
+    def _encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            return list(text.encode("utf-8"))
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return bytes(ids).decode("utf-8", errors="ignore")
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _load_tokenizer(path: str | Path) -> Any:
+    """The tokenizer in a local folder (or the Hugging Face cache); nothing is downloaded."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"cannot load the tokenizer of {path} for the scripted backend: {exc}") from None

@@ -49,6 +49,23 @@ OVERWRITE = typer.Option(  # the results-folder rule itself: `srpo_dsl.api.outpu
     False, "--overwrite", help="Replace the --out folder if it exists (once the new results are complete)."
 )
 VERBOSE = typer.Option(False, "--verbose", "-v", help="Show the libraries' logs, warnings and progress bars.")
+SET = typer.Option(
+    [],
+    "--set",
+    help="A tool option in place of the workflow file's: tool.NAME.OPTION=VALUE "
+    "(e.g. tool.search.url=http://HOST:PORT/retrieve); repeatable.",
+)
+
+
+def parse_settings(values: list[str]) -> dict[str, str]:
+    """`--set tool.NAME.OPTION=VALUE` pairs as {key: value} (the API checks names and values)."""
+    out = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--set {v}: expected tool.NAME.OPTION=VALUE, e.g. tool.search.url=URL")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def eprint(*parts: object) -> None:

@@ -7,14 +7,27 @@ first, and the results saved with `save`. The libraries' output is hidden unless
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from srpo_dsl.api.outputs import check_files, check_out
-from srpo_dsl.cli.common import DECODE, EXIT_INPUT, OVERWRITE, VERBOSE, CliError, Decode, Device, choices
+from srpo_dsl.cli.common import (
+    DECODE,
+    EXIT_INPUT,
+    OVERWRITE,
+    SET,
+    VERBOSE,
+    CliError,
+    Decode,
+    Device,
+    choices,
+    eprint,
+    parse_settings,
+)
 from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:
@@ -44,12 +57,13 @@ EVAL_DATA = typer.Option(
 )
 
 
-def load_checked(workflow: Path) -> Workflow:
-    """The compiled workflow; a missing file is one line (exit 2), a broken one its errors (exit 1)."""
+def load_checked(workflow: Path, settings: list[str] | None = None) -> Workflow:
+    """The compiled workflow, with `--set` tool options; a missing file or a bad setting is one line
+    (exit 2), a broken workflow its errors (exit 1)."""
     from srpo_dsl.api import load
 
     check_files([workflow])
-    return load(workflow)
+    return load(workflow, parse_settings(settings or []))
 
 
 def models_of(model: list[str], wf: Workflow) -> dict[str, str]:
@@ -77,6 +91,22 @@ def engines_of(
     }
 
 
+@contextmanager
+def kept_on_failure(wf: Workflow, out: Path, overwrite: bool) -> Iterator[None]:
+    """A tool's server that fails mid-run: the episodes finished before it are written to `out` (traces,
+    summary, graph), and the error says so; still one line, exit 2."""
+    from srpo_dsl.api import Rollouts
+    from srpo_dsl.api.rollouts import ToolServerError
+
+    try:
+        yield
+    except ToolServerError as exc:
+        if not exc.episodes:
+            raise
+        Rollouts(wf, exc.episodes).save(out, overwrite)
+        raise CliError(f"{exc}; the {len(exc.episodes)} finished are in {out / 'traces.jsonl'}") from None
+
+
 def run(
     workflow: Path = WORKFLOW,
     data: Path | None = DATA,
@@ -91,6 +121,7 @@ def run(
         Path("runs/rollouts"), "--out", help="Output folder (traces.jsonl, summary.json, graph.json)."
     ),
     overwrite: bool = OVERWRITE,
+    setting: list[str] = SET,
     verbose: bool = VERBOSE,
 ) -> None:
     """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/3).
@@ -100,13 +131,18 @@ def run(
       srpo-dsl run workflows/quickstart.srpo --limit 8 --samples 2 --out runs/r1
 
       srpo-dsl run workflows/math_fixed.srpo --backend scripted --model workflows/math_replies.json --limit 2
+
+      srpo-dsl run workflows/search_r1.srpo --set tool.search.url=http://10.0.0.5:8000/retrieve
     """
     check_files([workflow, data])
     check_out(out, overwrite, [workflow, data])
-    wf = load_checked(workflow)
+    wf = load_checked(workflow, setting)
     engines = engines_of(backend, model, wf, device, decode, verbose)
-    rollouts = wf.run(limit=limit, samples=samples, seed=seed, data=data, **engines)
+    with kept_on_failure(wf, out, overwrite):
+        rollouts = wf.run(limit=limit, samples=samples, seed=seed, data=data, **engines)
     rollouts.save(out, overwrite)
+    for line in rollouts.warnings:
+        eprint(f"warning: {line}")
     s = rollouts.summary
     print(
         f"{s.episodes} episodes, {s.events} events ({s.incomplete_events} incomplete), "
@@ -128,6 +164,7 @@ def eval_cmd(
         Path("runs/eval"), "--out", help="Output folder (metrics.json, traces, graph.json)."
     ),
     overwrite: bool = OVERWRITE,
+    setting: list[str] = SET,
     verbose: bool = VERBOSE,
 ) -> None:
     """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, cost per query.
@@ -142,10 +179,13 @@ def eval_cmd(
     """
     check_files([workflow, *data])
     check_out(out, overwrite, [workflow, *data])
-    wf = load_checked(workflow)
+    wf = load_checked(workflow, setting)
     engines = engines_of(backend, model, wf, device, decode, verbose)
-    evaluation = wf.evaluate(k=k, data=data, limit=limit, seed=seed, **engines)
+    with kept_on_failure(wf, out, overwrite):
+        evaluation = wf.evaluate(k=k, data=data, limit=limit, seed=seed, **engines)
     evaluation.save(out, overwrite)
+    for line in evaluation.warnings:
+        eprint(f"warning: {line}")
     print(evaluation.table())
     print(f"-> {out / 'metrics.json'}")
 
@@ -281,7 +321,7 @@ def render(
         raise CliError(f"no agent `{role}` in {workflow} (agents: {', '.join(agents)})")
     task = tasks_of(wf, data, 1, "train")[0]
     ep = Episode("example/0", str(task["id"]), 0, task)
-    loop_of = next((v.where.loop for v in wf.graph.event_nodes if v.agent.name == role), None)
+    loop_of = next((v.where.loop for v in wf.graph.event_nodes if role in {a.name for a in v.agents}), None)
     ctx = ep.context(
         role=role,
         replica=replica,

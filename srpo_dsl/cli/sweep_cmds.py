@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 import typer
 
 from srpo_dsl.api.outputs import refuse_existing
-from srpo_dsl.cli.common import EXIT_INPUT, CliError, eprint
+from srpo_dsl.cli.common import EXIT_INPUT, SET, CliError, eprint, parse_settings
 
 if TYPE_CHECKING:
+    from srpo_dsl.sweep.experiment import Experiment
     from srpo_dsl.sweep.runner import Job, Sweep
 
 EXPERIMENT = typer.Argument(None, help="An experiment file (TOML; see docs/training.md).", show_default=False)
@@ -27,6 +28,7 @@ def sweep_cmd(
     out: Path | None = OUT,
     jobs: int = JOBS,
     report: Path | None = REPORT,
+    setting: list[str] = SET,
 ) -> None:
     """Run an experiment: every cell (workflow + overrides) once per seed, then its results.
 
@@ -50,13 +52,14 @@ def sweep_cmd(
         return
     if experiment is None or out is None:
         raise CliError("give an EXPERIMENT file and --out DIR (or --report DIR)")
-    failed = run_sweep(experiment, out, jobs)
+    failed = run_sweep(experiment, out, jobs, parse_settings(setting))
     if failed:
         raise typer.Exit(EXIT_INPUT)
 
 
-def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
-    """Check everything, run what is left with a live view, write the results; the number of failed runs."""
+def run_sweep(experiment: Path, out: Path, jobs: int, settings: dict[str, str]) -> int:
+    """Check everything, run what is left with a live view, write the results; the number of failed runs.
+    `settings`: `--set` tool options, checked (and each tool's server asked) before any run starts."""
     from srpo_dsl.sweep.experiment import ExperimentError, load_experiment, workflow_errors
     from srpo_dsl.sweep.progress import summary
     from srpo_dsl.sweep.runner import Sweep
@@ -72,6 +75,7 @@ def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
             raise CliError(
                 f"{len(problems)} error(s) in the experiment's workflows: no run started", EXIT_INPUT
             )
+        checked_tools(exp, settings)
         out.mkdir(parents=True, exist_ok=True)
         state = open_state(out, exp)
     except ExperimentError as err:
@@ -81,12 +85,22 @@ def run_sweep(experiment: Path, out: Path, jobs: int) -> int:
         raise CliError(err.lines[0], EXIT_INPUT) from None
     except OSError as exc:
         raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
-    sweep = Sweep(exp, out, state, jobs)
+    sweep = Sweep(exp, out, state, jobs, settings)
     todo = sweep.todo()
     watched(sweep, todo)
     print(f"{len(state.runs)} runs: {summary(state)}")
     print_written(report_files(out))
     return state.counts()["failed"]
+
+
+def checked_tools(exp: Experiment, settings: dict[str, str]) -> None:
+    """The settings name tool options of every workflow of the experiment, and each tool that can be asked
+    answers (a retrieval server), before any run starts: else one line, exit 2."""
+    from srpo_dsl.api import load
+    from srpo_dsl.api.rollouts import check_tools
+
+    for path in dict.fromkeys(c.workflow for c in exp.cells):
+        check_tools(load(path, settings))
 
 
 def watched(sweep: Sweep, todo: list[Job]) -> None:

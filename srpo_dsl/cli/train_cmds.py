@@ -20,9 +20,9 @@ import typer
 from srpo_dsl.api.launch import processes_needed, relaunch
 from srpo_dsl.api.outputs import check_files, check_out, refuse_existing, staged_output
 from srpo_dsl.api.quiet import libraries_quiet
-from srpo_dsl.api.rollouts import check_device
+from srpo_dsl.api.rollouts import check_device, check_tools
 from srpo_dsl.api.training import training_errors
-from srpo_dsl.cli.common import DECODE, EXIT_INPUT, OVERWRITE, VERBOSE, CliError, Decode, Device, choices
+from srpo_dsl.cli.common import DECODE, EXIT_INPUT, OVERWRITE, SET, VERBOSE, CliError, Decode, Device, choices
 from srpo_dsl.cli.dry_run import print_dry_run
 from srpo_dsl.cli.run_cmds import load_checked, models_of
 from srpo_dsl.errors import UsageError
@@ -102,6 +102,7 @@ def train_cmd(
     backend: RolloutEngine = BACKEND,
     decode: Decode = DECODE,
     dry_run: bool = DRY_RUN,
+    setting: list[str] = SET,
     verbose: bool = VERBOSE,
 ) -> None:
     """Train a workflow's trainable policies with SRPO (or a baseline); flags override its `train` block.
@@ -129,10 +130,11 @@ def train_cmd(
     check_device(device and device.value)
     if dry_run:  # each process's role, node and device; loads no model (`cli.dry_run`)
         return print_dry_run(workflow, overrides, device and device.value, verbose)
-    wf = load_checked(workflow)
+    wf = load_checked(workflow, setting)
     with libraries_quiet(not verbose), training_errors(workflow):  # rollout workers and no launcher:
         processes = processes_needed(workflow, overrides)  # the command launches them with itself
     if processes:
+        check_tools(wf)  # once here, before the processes start
         raise typer.Exit(relaunch(processes, sys.argv[1:]))
     setup = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
     setup |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}

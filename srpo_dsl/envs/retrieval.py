@@ -119,7 +119,7 @@ class HttpRetriever:
 
     def _post(self, body: bytes) -> object:
         request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
-        reason = ""
+        failure = ""
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
@@ -127,18 +127,22 @@ class HttpRetriever:
                 with urllib.request.urlopen(request, timeout=self.timeout) as reply:
                     return json.loads(reply.read())
             except urllib.error.HTTPError as exc:
+                failure = f"retrieval server at {self.url} answered HTTP {exc.code}: {exc.reason}"
                 if exc.code < 500:
-                    raise RetrieverError(
-                        f"retrieval server at {self.url} answered HTTP {exc.code}: {exc.reason}"
-                    ) from None
-                reason = f"HTTP {exc.code}: {exc.reason}"
+                    raise RetrieverError(failure) from None
             except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timed out
-                reason = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+                failure = self._unreachable(exc)
             except ValueError:
                 raise RetrieverError(
                     f"retrieval server at {self.url} sent a reply that is not JSON"
                 ) from None
-        raise RetrieverError(f"cannot reach retrieval server at {self.url}: {reason}")
+        raise RetrieverError(failure + (f" ({self.retries + 1} tries)" if self.retries else ""))
+
+    def _unreachable(self, exc: Exception) -> str:
+        reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, TimeoutError):
+            return f"retrieval server at {self.url} did not answer within its timeout, {self.timeout:g} s"
+        return f"cannot reach retrieval server at {self.url}: {str(reason) or type(reason).__name__}"
 
     def search(self, queries: list[str], top_k: int) -> list[list[Document]]:
         if not queries:
@@ -153,7 +157,15 @@ class HttpRetriever:
                 for q, hits in enumerate(result)
             ]
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise RetrieverError(f"retrieval server at {self.url} sent an unexpected reply ({exc})") from None
+            raise RetrieverError(
+                f"retrieval server at {self.url} sent an unexpected reply ({type(exc).__name__}: {exc}); "
+                'expected {"result": [[{"document": {"id", "contents"}}, ...], ...]}, one list per query'
+            ) from None
+
+
+def probe_server(url: str, top_k: int = 3, timeout: float = 10.0) -> None:
+    """The `http` tool kind's probe: the server answers one query, in time and in shape (no retry)."""
+    HttpRetriever(url, timeout, retries=0).search(["srpo-dsl probe"], 1)
 
 
 @lru_cache(maxsize=4)

@@ -672,7 +672,8 @@ class _Checker(n.StepVisitor[None]):
             )
         if s.bound and s.bound > 1:  # from the second round on, every agent of the body may have acted
             for x in n.walk_events(s.body):
-                self.act(x.agent.name)
+                for agent in x.agents:
+                    self.act(agent.name)
             for e in n.walk_steps(s.body):
                 if isinstance(e, n.EnvStep):
                     self.act(e.env.name)
@@ -911,7 +912,7 @@ class _Checker(n.StepVisitor[None]):
         elif (
             self.out.reward
             and self.out.reward.agent is not None
-            and self.out.reward.agent not in {s.agent.name for s in n.walk_events(self.p.steps)}
+            and self.out.reward.agent not in {a.name for s in n.walk_events(self.p.steps) for a in s.agents}
         ):
             r = self.p.rewards[0]
             self.error("E071", f"the rewarded agent `{r.agent.name}` never acts", r.agent.span)

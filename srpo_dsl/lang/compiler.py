@@ -146,18 +146,43 @@ Bound = tuple[Cost, int]  # the most a step costs, and the most paths it splits 
 
 class _Bounds(n.StepVisitor[Bound]):
     """The most an episode can cost: each loop at its bound, each branch at its dearer arm, and everything
-    after a tree branch once per alternative (the paths multiply; counted up to `MAX_PATHS` + 1)."""
+    after a tree branch once per alternative (the paths multiply; counted up to `MAX_PATHS` + 1).
+
+    Steps that run only on one decision of an agent's turn exclude each other: `if A == x { ... }` (no
+    `else`) and `call T on A` for an acting A (it serves the members whose action is T). A turn takes one
+    decision, and each member one action, so of the steps after one turn of A (until A acts again) only
+    those on one decision run: they cost the dearest decision's steps, not all of them."""
 
     def __init__(self, agents: Mapping[str, AgentInfo]):
         self.agents = agents
 
     def block(self, steps: tuple[n.Step, ...]) -> Bound:
         total, paths = Cost(), 1
+        turns: dict[str, dict[str, Cost]] = {}  # agent -> decision of its last turn -> the steps on it
         for s in steps:
             cost, split = self.visit(s)
-            total += cost * paths
-            paths = min(paths * split, MAX_PATHS + 1)
+            cost = cost * paths
+            paths = min(paths * split, MAX_PATHS + 1)  # a decision's split counts whichever it is: a bound
+            on = self.decision_of(s)
+            if on is None:
+                total += cost
+            else:
+                ways = turns.setdefault(on[0], {})
+                ways[on[1]] = ways.get(on[1], Cost())
+                ways[on[1]] += cost
+            for agent in {a.name for e in n.walk_events((s,)) for a in e.agents}:  # a new turn of `agent`
+                total += _dearest(turns.pop(agent, {}))
+        for decisions in turns.values():
+            total += _dearest(decisions)
         return total, paths
+
+    def decision_of(self, s: n.Step) -> tuple[str, str] | None:
+        """(agent, decision) when `s` runs only on that decision of the agent's last turn."""
+        if isinstance(s, n.If) and s.cond.op == "==" and not s.orelse and s.cond.agent.name in self.agents:
+            return s.cond.agent.name, s.cond.word.name
+        if isinstance(s, n.CallTool) and self.agents[s.agent.name].actions:
+            return s.agent.name, s.tool.name
+        return None
 
     def visit_event(self, s: n.EventStep) -> Bound:
         a = self.agents[s.agent.name]
@@ -211,6 +236,14 @@ def episode_cost(steps: tuple[n.Step, ...], agents: Mapping[str, AgentInfo]) -> 
         per_agent += own if a.budget is None else min(own, a.replicas * a.budget * paths)
     cost.tokens = min(cost.tokens, per_agent)
     return cost, paths
+
+
+def _dearest(costs: Mapping[str, Cost]) -> Cost:
+    """The most that one of several exclusive ways costs, in each measure."""
+    out = Cost()
+    for cost in costs.values():
+        out = out.max(cost)
+    return out
 
 
 def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> Cost:
@@ -467,21 +500,32 @@ def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diag
             if u not in reach:
                 reach.add(u)
                 todo.append(u)
-    late = [
-        v
-        for v in graph.event_nodes
-        if v.id not in reach and any(graph.policies[a.policy].trainable and a.trained for a in v.agents)
-    ]
-    return [
-        Diagnostic(
-            "E070",
-            f"`{v.agent.name}` acts after the last reward point: its trainable actions never "
-            f"reach the reward of `{reward.agent or reward.env}`",
-            spans[v.id],
-            "move the step before the rewarded agent, or freeze its policy",
-        )
-        for v in late
-    ]
+    late = [v for v in graph.event_nodes if v.id not in reach]
+    point = f"`{reward.agent or reward.env}`"
+    out = []
+    for v in late:
+        trained = [a for a in v.agents if graph.policies[a.policy].trainable and a.trained]
+        if trained:
+            message, hint = _late_message(trained, point)
+            out.append(Diagnostic("E070", message, spans[v.id], hint))
+    return out
+
+
+def _late_message(trained: list[AgentInfo], point: str) -> tuple[str, str]:
+    """E070's message and hint for a step whose `trained` agents (those on a trainable policy, not
+    `trained = false`) act late."""
+    names = ", ".join(f"`{a.name}`" for a in trained)
+    policies = list(dict.fromkeys(a.policy for a in trained))
+    one = len(trained) == 1
+    message = (
+        f"{names} {'acts' if one else 'act'} after the last reward point: {'its' if one else 'their'} "
+        f"trainable actions never reach the reward of {point}"
+    )
+    hint = (
+        f"move the step before the last step of {point}, or put {names} on a frozen policy "
+        f"({', '.join(f'`{p}`' for p in policies)} {'is' if len(policies) == 1 else 'are'} trained)"
+    )
+    return message, hint
 
 
 def path_errors(graph: EventGraph, program: n.Program) -> list[Diagnostic]:

@@ -314,18 +314,26 @@ class BindingKind:
     `make` (a function, or its import path, imported at first use): a task kind's loader
     `(options, split, data, limit) -> [row, ...]` (srpo_dsl.envs.data), a tool kind's retriever
     `(**options) -> Retriever` (srpo_dsl.envs.retrieval); policies are built by the backends.
+    `probe` (the same): a tool kind's check that it answers, before anything loads (`prober`).
     """
 
     options: type[_Options]
     positional: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     make: str | Callable[..., Any] | None = field(default=None, compare=False)
+    probe: str | Callable[..., Any] | None = field(default=None, compare=False)
 
     @property
     def maker(self) -> Callable[..., Any]:
         if self.make is None:
             raise ValueError(f"a {self.options.__name__} binding is not made from its options")
         return load(self.make) if isinstance(self.make, str) else self.make
+
+    @property
+    def prober(self) -> Callable[..., None] | None:
+        """A tool kind's cheap check that it answers, `(**options) -> None` raising its error, run before
+        anything loads (an HTTP retrieval server: one query); None: nothing to ask before the run."""
+        return load(self.probe) if isinstance(self.probe, str) else self.probe
 
     def resolved(self, options: Mapping[str, Any], resolve: Callable[[str], Any]) -> dict[str, Any]:
         """`options` with each path option (when given) resolved by `resolve` (the workflow's folder)."""
@@ -348,7 +356,9 @@ TASK_KINDS.add("parquet", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:
 RETRIEVAL = "srpo_dsl.envs.retrieval"
 TOOL_KINDS: Registry[BindingKind] = Registry("tool kind")  # the retrievers
 TOOL_KINDS.add("bm25", BindingKind(Bm25Tool, ("corpus",), ("corpus",), f"{RETRIEVAL}:bm25_retriever"))
-TOOL_KINDS.add("http", BindingKind(HttpTool, ("url",), (), f"{RETRIEVAL}:HttpRetriever"))
+TOOL_KINDS.add(
+    "http", BindingKind(HttpTool, ("url",), (), f"{RETRIEVAL}:HttpRetriever", f"{RETRIEVAL}:probe_server")
+)
 
 # The top-level names a role's prompt template may use (the runtime provides all of them).
 CONTEXT_VARIABLES = frozenset(

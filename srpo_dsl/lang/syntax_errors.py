@@ -140,10 +140,51 @@ def _keyword_as_name(err: UnexpectedInput, parser: Lark) -> str | None:
     return str(err.token) if err.token.type != "NAME" and re.fullmatch(name, err.token) else None
 
 
+def _last_token(text: str, end: int, parser: Lark) -> Token | None:
+    """The last token that starts before offset `end` (comments are not tokens)."""
+    last = None
+    try:
+        for token in parser.lex(text):
+            if token.start_pos >= end:
+                break
+            last = token
+    except UnexpectedCharacters:
+        pass  # a bad character after the tokens read so far
+    return last
+
+
+def _incomplete(err: UnexpectedInput, parser: Lark) -> bool:
+    """Whether the statement before the unexpected token cannot end there: no statement may start, and no
+    block close, where it stands (`call calc` then a new line: `on` is missing, not the next line wrong)."""
+    if not isinstance(err, UnexpectedToken) or getattr(err, "interactive_parser", None) is None:
+        return False
+    return not set(err.interactive_parser.accepts()) & statements(parser).boundaries
+
+
+def _missing_word(err: UnexpectedInput, text: str, parser: Lark) -> tuple[Token, str] | None:
+    """Where a missing word belongs, when the statement stops at the end of a line and what follows
+    cannot continue it (or the file ends): the statement's last token, and what to say of the next one."""
+    if _at_end(err):
+        last = _last_token(text, len(text), parser)
+        return (last, "") if last is not None else None
+    if not isinstance(err, UnexpectedToken) or not _incomplete(err, parser):
+        return None
+    last = _last_token(text, err.token.start_pos or 0, parser)
+    if last is None or last.end_line is None or last.end_line >= err.line:
+        return None  # the next token is on the statement's own line: it is the one out of place
+    return last, f": the next token, `{err.token}` on line {err.line}, cannot continue it"
+
+
 def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_block: bool) -> Diagnostic:
     line, col = max(1, getattr(err, "line", 1) or 1), max(1, getattr(err, "column", 1) or 1)
     width = 1
-    if _at_end(err):
+    found = _found(err)
+    missing = _missing_word(err, text, parser)
+    if missing is not None:  # point where the missing word belongs: after the statement's last token
+        last = missing[0]
+        line, col = last.end_line or line, last.end_column or col
+        found = "unexpected end of file" if _at_end(err) else "incomplete statement"
+    elif _at_end(err):
         lines = text.splitlines() or [""]
         line, col = len(lines), len(lines[-1]) + 1
     elif isinstance(err, UnexpectedToken):
@@ -155,7 +196,7 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_b
         ("E003" if _at_end(err) else "E002" if isinstance(err, UnexpectedCharacters) else "E001"),
         None,
     )
-    keyword = _keyword_as_name(err, parser)
+    keyword = _keyword_as_name(err, parser) if missing is None else None
     if keyword is not None:
         return Diagnostic(
             "E001",
@@ -169,7 +210,7 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_b
     elif open_block:
         where = "at the end" if _at_end(err) else f"before `{err.token}`"  # type: ignore[attr-defined]
         hint = f"a block is still open here: is a `}}` missing {where} or earlier?"
-    return Diagnostic(code, _found(err) + _expected(err, parser), span, hint)
+    return Diagnostic(code, found + _expected(err, parser) + (missing[1] if missing else ""), span, hint)
 
 
 def _resumes(line: str, parser: Lark) -> bool:
@@ -207,7 +248,7 @@ def syntax_errors(text: str, file: str = "<string>") -> list[Diagnostic]:
             break
         except UnexpectedInput as err:
             open_block = _block_left_open(err, parser)
-            diag = _diagnostic(err, file, text, parser, open_block)
+            diag = _diagnostic(err, file, work, parser, open_block)
             if diags and (diag.span.line, diag.span.col) <= (diags[-1].span.line, diags[-1].span.col):
                 break  # no progress: recovery would only repeat itself
             diags.append(diag)

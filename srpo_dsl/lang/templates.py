@@ -163,8 +163,38 @@ def _assigned_somewhere(tree: nodes.Template, name: str) -> bool:
     return any(n.name == name for n in tree.find_all(nodes.Name) if n.ctx == "store")
 
 
-def _undefined_words(template: str, var: str, line: int, set_elsewhere: bool) -> tuple[str, str]:
-    """E082's message and hint: a name nothing provides, or one the template sets on some paths only."""
+def _setter_included(env: SandboxedEnvironment, tree: nodes.Template, var: str) -> str | None:
+    """The template that `tree` includes (directly or through other includes) which sets `var`, if any."""
+    seen: set[str] = set()
+    pending = [tree]
+    while pending:
+        for include in pending.pop().find_all(nodes.Include):
+            name = include.template.value if isinstance(include.template, nodes.Const) else None
+            if not isinstance(name, str) or name in seen:
+                continue
+            seen.add(name)
+            try:
+                included = env.parse(env.loader.get_source(env, name)[0], name=name)  # type: ignore[union-attr]
+            except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError):
+                continue  # E080 or E081 for that file
+            if _assigned_somewhere(included, var):
+                return name
+            pending.append(included)
+    return None
+
+
+def _undefined_words(
+    template: str, var: str, line: int, set_elsewhere: bool, setter: str | None
+) -> tuple[str, str]:
+    """E082's message and hint: a name nothing provides, one the template sets on some paths only, or one
+    only a template it includes sets (an include does not hand its variables back)."""
+    if setter is not None:
+        return (
+            f"template `{template}` line {line} uses `{var}`, which only `{setter}` sets: Jinja does not "
+            "carry variables set inside an `{% include %}` out of it",
+            f"set `{var}` in `{template}` itself, or move what reads it into `{setter}` "
+            "(an included template sees the includer's variables, not the other way round)",
+        )
     if set_elsewhere:
         return (
             f"template `{template}` line {line} uses `{var}`, which is not set on every path to it",
@@ -204,5 +234,7 @@ def _template_problems(name: str, dirs: tuple[Path, ...]) -> tuple[tuple[str, st
             hint = did_you_mean(flt, env.filters)
             diags.append(("E081", f"template `{current}` line {line}: no filter named `{flt}`", hint))
         for var, line in [] if unknown else sorted(_undefined(tree).items()):
-            diags.append(("E082", *_undefined_words(current, var, line, _assigned_somewhere(tree, var))))
+            setter = _setter_included(env, tree, var)
+            words = _undefined_words(current, var, line, _assigned_somewhere(tree, var), setter)
+            diags.append(("E082", *words))
     return tuple(diags)

@@ -9,8 +9,11 @@ given.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from srpo_dsl.lang.graph import EventGraph
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def resolve_model_spec(model: str) -> str:
@@ -28,3 +31,23 @@ def policy_models(graph: EventGraph, overrides: Mapping[str, str], resolve: bool
     policies = graph.policies
     own = {n: overrides.get(n, p.model) for n, p in policies.items() if p.base is None or n in overrides}
     return {n: resolve_model_spec(m) for n, m in own.items()} if resolve else own
+
+
+def local_tokenizer(model: str) -> str | None:
+    """Where the tokenizer of a workflow's model spec is on this machine, or None: `builtin:tiny` (the
+    shipped folder), a local folder holding one, or a repo id in the Hugging Face cache. Nothing is
+    downloaded or built (the scripted backend counts its tokens where it is here, else bytes)."""
+    from srpo_dsl.models.tiny import MARKER, SHIPPED, TINY_MODEL_ID
+
+    spec = model.removeprefix("hf:")
+    if spec == TINY_MODEL_ID:
+        return str(SHIPPED) if (SHIPPED / MARKER).exists() else None
+    if Path(spec).is_dir():
+        return spec if any((Path(spec) / f).is_file() for f in TOKENIZER_FILES) else None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(spec, "tokenizer_config.json")
+    except ValueError:  # not a repo id
+        return None
+    return spec if isinstance(found, str) else None

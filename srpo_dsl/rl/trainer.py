@@ -110,6 +110,7 @@ def train(
     decode: str = "auto",
     progress: bool = True,
     eval_data: Sequence[Path] = (),
+    settings: Mapping[str, Any] | None = None,
 ) -> list[dict[str, float]]:
     """Train a workflow's trainable policies with its `train` options (`overrides` win).
 
@@ -118,9 +119,11 @@ def train(
     `dynamic`, `static`, `compiled`); eval_data: held-out data files in place of the task's own
     eval split (one dataset each, macro-averaged). Writes OUT/metrics.jsonl,
     OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts of the last
-    checkpointed step) and OUT/checkpoints/step-N. Returns this call's per-step metrics.
+    checkpointed step) and OUT/checkpoints/step-N. settings: tool options in place of the workflow file's
+    (`tool.NAME.OPTION` -> value, `srpo_dsl.lang.settings`). Returns this call's per-step metrics.
     """
-    link = rollout_link(Path(workflow_path), overrides or {}, device, Rollout(backend, decode))
+    settings = dict(settings or {})
+    link = rollout_link(Path(workflow_path), overrides or {}, device, Rollout(backend, decode), settings)
     if link is not None and link.layout.is_worker:
         return []
     run = prepare_run(
@@ -135,6 +138,7 @@ def train(
         Rollout(backend, decode),
         eval_data,
         link,
+        settings,
     )
     try:
         with deterministic_kernels(run.dist.device):  # bitwise-reproducible steps on CPU
@@ -154,13 +158,17 @@ def train(
 
 
 def rollout_link(
-    path: Path, overrides: Mapping[str, Any], device: str | None, rollout: Rollout
+    path: Path,
+    overrides: Mapping[str, Any],
+    device: str | None,
+    rollout: Rollout,
+    settings: Mapping[str, Any],
 ) -> Link | None:
     """With `rollout_workers`, this process's link in the launch (None without); a worker process serves
     its batches here, and the caller returns."""
     from srpo_dsl.runtime.setup import load_workflow
 
-    wf = load_workflow(path)
+    wf = load_workflow(path, settings)
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
     if not opts.rollout_workers:
         return None
@@ -415,13 +423,14 @@ def prepare_run(
     rollout: Rollout = Rollout(),
     eval_data: Sequence[Path] = (),
     link: Link | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> Run:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.ds_engine import ds_config as make_ds_config
     from srpo_dsl.rl.policies import build_policies
     from srpo_dsl.runtime.setup import build_tools, load_workflow
 
-    wf = load_workflow(workflow_path)
+    wf = load_workflow(workflow_path, settings)
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
     device = check_device(device)
     tasks, eval_sets = checked_data(wf, opts, rollout, device, eval_data)

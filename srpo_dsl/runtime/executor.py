@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
-from srpo_dsl.envs.retrieval import Retriever
+from srpo_dsl.envs.retrieval import Retriever, RetrieverError
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
@@ -267,7 +267,10 @@ class Executor:
             for ep, qs in zip(episodes, queries):
                 self._observe(ep, node, [(r, next(results).observation(node.tool)) for r, _ in qs])
             return
-        docs = iter(tool.search(flat, node.top_k or 1) if flat else [])
+        try:
+            docs = iter(tool.search(flat, node.top_k or 1) if flat else [])
+        except RetrieverError as exc:  # the run stops: the caller keeps the episodes already done
+            raise RetrieverError(f"tool `{node.tool}`: {exc}") from None
         for ep, qs in zip(episodes, queries):
             found = [(r, q, next(docs)) for r, q in qs]
             ep.documents.extend(

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from srpo_dsl.lang import EventGraph, load_graph
+from srpo_dsl.lang.settings import apply_settings
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 
 @dataclass
 class Workflow:
-    """A compiled workflow file; relative paths in it resolve from its folder."""
+    """A compiled workflow file; relative paths in it resolve from its folder. `settings`: the tool options
+    set in place of the file's (`tool.NAME.OPTION` -> value, `srpo_dsl.lang.settings`), already in `graph`."""
 
     path: Path
     graph: EventGraph
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def folder(self) -> Path:
@@ -32,9 +37,11 @@ class Workflow:
         return PromptRenderer([self.folder])
 
 
-def load_workflow(path: Path) -> Workflow:
-    """Compile `path`; raises `SrpoError` (diagnostics) or `FileNotFoundError`."""
-    return Workflow(Path(path), load_graph(path))
+def load_workflow(path: Path, settings: Mapping[str, Any] | None = None) -> Workflow:
+    """Compile `path`, with `settings` in place of its tools' options; raises `SrpoError` (diagnostics),
+    `FileNotFoundError` or `SettingError`."""
+    settings = dict(settings or {})
+    return Workflow(Path(path), apply_settings(load_graph(path), settings), settings)
 
 
 def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, str]:
@@ -72,14 +79,16 @@ def task_data(
     return kind.maker(kind.resolved(task.options, wf.resolve), split, data, limit)
 
 
-def build_backends(wf: Workflow, kind: str, models: dict[str, str], **options) -> dict:
+def build_backends(
+    wf: Workflow, kind: str, models: dict[str, str], per_policy: Mapping[str, dict] | None = None, **options
+) -> dict:
     """One backend per policy of `models` (policy -> the model it loads, `models.specs.policy_models`;
-    non-sharing policies never share weights); an adapter not in it (no `--model POLICY=PATH` of its
-    own, e.g. an exported one) generates with its base's backend."""
+    non-sharing policies never share weights), with `options` and its own in `per_policy`; an adapter not
+    in it (no `--model POLICY=PATH` of its own, e.g. an exported one) generates with its base's backend."""
     from srpo_dsl.backends import make_backend
 
-    policies = wf.graph.policies
-    backends = {n: make_backend(kind, model, **options) for n, model in models.items()}
+    policies, own = wf.graph.policies, per_policy or {}
+    backends = {n: make_backend(kind, model, **options, **own.get(n, {})) for n, model in models.items()}
     return {n: backends[n] if n in backends else backends[policies[n].base] for n in policies}  # type: ignore[index]
 
 
@@ -99,3 +108,21 @@ def build_tools(wf: Workflow) -> dict:
         opts.pop("top_k", None)
         tools[name] = make_retriever(t.kind, **opts)
     return tools
+
+
+def probe_tools(wf: Workflow) -> None:
+    """Ask each tool whose kind has a probe (an HTTP retrieval server: one query, no retry) whether it
+    answers, before anything loads; raises the kind's error (`RetrieverError`) naming the tool."""
+    from srpo_dsl.envs.retrieval import RetrieverError
+    from srpo_dsl.lang.schema import TOOL_KINDS
+
+    for name, t in wf.graph.tools.items():
+        kind = TOOL_KINDS.lookup(t.kind) if t.code is None else None
+        probe = kind.prober if kind is not None else None
+        if kind is None or probe is None:
+            continue
+        try:
+            probe(**kind.resolved(t.options, wf.resolve))
+        except RetrieverError as exc:
+            elsewhere = f"; another server: --set tool.{name}.url=URL" if "url" in t.options else ""
+            raise RetrieverError(f"tool `{name}`: {exc} (checked before anything loads{elsewhere})") from None

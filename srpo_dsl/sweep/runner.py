@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,14 +40,19 @@ def option_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def train_command(exp: Experiment, job: Job, folder: Path) -> list[str]:
-    """`python -m srpo_dsl train WORKFLOW --out RUN --resume --seed S --option NAME=VALUE ...`."""
+def train_command(
+    exp: Experiment, job: Job, folder: Path, settings: Mapping[str, str] | None = None
+) -> list[str]:
+    """`python -m srpo_dsl train WORKFLOW --out RUN --resume --seed S --option NAME=VALUE ...`, and the
+    sweep's `--set` tool options."""
     cmd = [sys.executable, "-m", "srpo_dsl", "train", str(job.cell.workflow)]
     cmd += ["--out", str(run_dir(folder, job.cell.name, job.seed)), "--resume", "--seed", str(job.seed)]
     for name, value in (job.cell.overrides | exp.evaluation).items():
         cmd += ["--option", f"{name}={option_value(value)}"]
     for data in exp.datasets:
         cmd += ["--eval-data", str(data)]
+    for key, value in (settings or {}).items():
+        cmd += ["--set", f"{key}={value}"]
     return cmd
 
 
@@ -74,8 +79,16 @@ def last_error(log: Path) -> str:
 class Sweep:
     """The runs of one experiment in one folder; `on_change` is called after every state change."""
 
-    def __init__(self, exp: Experiment, folder: Path, state: SweepState, jobs: int):
+    def __init__(
+        self,
+        exp: Experiment,
+        folder: Path,
+        state: SweepState,
+        jobs: int,
+        settings: Mapping[str, str] | None = None,
+    ):
         self.exp, self.folder, self.state, self.jobs = exp, folder, state, jobs
+        self.settings = dict(settings or {})  # `--set` tool options, passed to every run
         self.lock = threading.Lock()
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopping = False
@@ -116,7 +129,7 @@ class Sweep:
         start = time.monotonic()
         with log.open("a", encoding="utf-8") as out:
             proc = subprocess.Popen(
-                train_command(self.exp, job, self.folder),
+                train_command(self.exp, job, self.folder, self.settings),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=child_env(self.jobs),
