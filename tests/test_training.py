@@ -222,7 +222,7 @@ def test_incomplete_events_are_dropped_whole_and_never_trained():
 # --- the update ---------------------------------------------------------------------------------
 
 
-def joint_autograd_step(models, entropy_coef: float = 0.0):
+def joint_autograd_step(models, entropy_coef: float = 0.0, objective: str = "srpo"):
     """The SGD(lr 1) parameters after one backward of the JOINT objective over both models, and its loss."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -231,7 +231,7 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
     from srpo_dsl.rl.rows import build_rows
     from srpo_dsl.rl.update import Batch, response_logprobs
 
-    rows = build_rows(make_episodes(mixed=True), "srpo")
+    rows = build_rows(make_episodes(mixed=True), objective)
     ref = {name: AutoModelForCausalLM.from_pretrained(path).eval() for name, path in zip("ab", models)}
     batch = Batch.of(rows, TEMPERATURES)
     width = batch.mask.shape[1]
@@ -250,8 +250,14 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
         )
         logprobs, entropy = logprobs.index_put((idx,), pad(lp)), entropy.index_put((idx,), pad(h))
     # old = rollout log-probs: ratios far from 1, some events clipped
-    loss, metrics = get_objective("srpo")(
-        logprobs, batch.behaviour, batch.mask, rows.event_ids, rows.advantages, clip_eps=0.2
+    loss, metrics = get_objective(objective)(
+        logprobs,
+        batch.behaviour,
+        batch.mask,
+        rows.event_ids,
+        rows.advantages,
+        clip_eps=0.2,
+        episode_ids=rows.episode_ids,
     )
     mean_entropy = entropy[batch.mask].sum() / batch.mask.sum()  # over the step's generated tokens
     loss = loss - entropy_coef * mean_entropy
@@ -262,13 +268,15 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
 
 
 @pytest.mark.slow
-def test_detached_per_policy_update_equals_joint_autograd(models, dist):
-    """Two separate models in one event: W = dloss/dlogprobs per policy == backward of the joint objective."""
+@pytest.mark.parametrize("objective", ["srpo", "traj"])
+def test_detached_per_policy_update_equals_joint_autograd(models, dist, objective):
+    """Two separate models in one event (traj: in one episode): W = dloss/dlogprobs per policy == backward
+    of the joint objective."""
     from srpo_dsl.rl.update import update
 
-    rows, expected, loss, metrics = joint_autograd_step(models)
+    rows, expected, loss, metrics = joint_autograd_step(models, objective=objective)
     assert 0 < metrics["clip_fraction"] < 1
-    policies, opts = build(dict(zip("ab", models)), dist, old_logprobs="rollout")
+    policies, opts = build(dict(zip("ab", models)), dist, old_logprobs="rollout", objective=objective)
     before = parameters(policies)
     stats = update(policies, rows, opts, dist, TEMPERATURES)
     assert stats["loss"] == pytest.approx(loss, rel=1e-5)
@@ -310,7 +318,7 @@ def test_token_entropy_matches_the_softmax(models):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("objective", ["srpo", "grpo", "seq"])
+@pytest.mark.parametrize("objective", ["srpo", "grpo", "seq", "traj"])
 def test_one_micro_batch_equals_two(models, dist, objective):
     from srpo_dsl.rl.rows import build_rows
     from srpo_dsl.rl.update import update

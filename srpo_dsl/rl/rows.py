@@ -5,7 +5,8 @@ part. Every row carries its member's return R (the reward of its episode; the mo
 its role's, replica's and round's when a Python reward keyed its returns: runtime/credit.py) and
 the advantage A of the objective's registered estimator (advantages.py): per event over
 (prompt, event type) groups for srpo, from the mean of its members' returns, so all members of
-one event share one advantage (docs/objective.md §5).
+one event share one advantage; per episode over its prompt's episodes for traj (`episode`, from
+the episode's team return), so all rows of one episode share one (docs/objective.md §5).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class _Event(Protocol):
 
 
 class _Episode(Protocol):
+    episode_id: str
     prompt_id: str
     reward: float
     events: Sequence[_Event]
@@ -52,12 +54,14 @@ class _Episode(Protocol):
 
 @dataclass(frozen=True)
 class Rows:
-    """Column-wise training rows; `event_ids` are dense ints (equal id = one event)."""
+    """Column-wise training rows; `event_ids` and `episode_ids` are dense ints (equal id = one event,
+    one episode)."""
 
     prompt_token_ids: list[list[int]]
     response_token_ids: list[list[int]]
     behavior_logprobs: list[list[float]]
     event_ids: Tensor  # [N] long
+    episode_ids: Tensor  # [N] long
     event_types: list[str]
     nodes: list[str]  # graph node of the event (its sampling settings)
     prompt_ids: list[str]
@@ -77,6 +81,10 @@ class Rows:
         return int(self.event_ids.unique().numel())
 
     @property
+    def num_episodes(self) -> int:
+        return int(self.episode_ids.unique().numel())
+
+    @property
     def response_lengths(self) -> list[int]:
         return [len(r) for r in self.response_token_ids]
 
@@ -88,6 +96,7 @@ class Rows:
             _pick(self.response_token_ids, index),
             _pick(self.behavior_logprobs, index),
             self.event_ids[idx],
+            self.episode_ids[idx],
             _pick(self.event_types, index),
             _pick(self.nodes, index),
             _pick(self.prompt_ids, index),
@@ -105,6 +114,12 @@ def _pick(column: list, index: Sequence[int]) -> list:
     return [column[i] for i in index]
 
 
+def dense_ids(keys: Sequence[str]) -> Tensor:
+    """[N] long: equal key, equal id; ids 0.. in order of first appearance."""
+    dense: dict[str, int] = {}
+    return torch.tensor([dense.setdefault(key, len(dense)) for key in keys], dtype=torch.long)
+
+
 def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows:
     """Rows of the complete events of `episodes`, with the advantages of `objective` (or of the registered
     objective of that name)."""
@@ -117,8 +132,8 @@ def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows
         [m.member_index for _, _, m in flat],
     )
     flat = [flat[i] for i in kept]
-    dense: dict[str, int] = {}
-    event_ids = torch.tensor([dense.setdefault(e.event_id, len(dense)) for _, e, _ in flat], dtype=torch.long)
+    event_ids = dense_ids([e.event_id for _, e, _ in flat])
+    episode_ids = dense_ids([ep.episode_id for ep, _, _ in flat])
     prompt_ids = [ep.prompt_id for ep, _, _ in flat]
     event_types = [e.event_type for _, e, _ in flat]
     roles = [m.role for _, _, m in flat]
@@ -127,12 +142,15 @@ def build_rows(episodes: Sequence[_Episode], objective: Objective | str) -> Rows
         [float(ep.return_of(m.role, m.replica, round_of[e.event_id][m.role])) for ep, e, m in flat],
         dtype=torch.float32,
     )
-    advantages = estimate(AdvantageInputs(returns, event_ids, prompt_ids, event_types, roles))
+    team = torch.tensor([float(ep.reward) for ep, _, _ in flat], dtype=torch.float32)
+    inputs = AdvantageInputs(returns, event_ids, prompt_ids, event_types, roles, episode_ids, team)
+    advantages = estimate(inputs)
     return Rows(
         [list(m.prompt_token_ids) for _, _, m in flat],
         [list(m.response_token_ids) for _, _, m in flat],
         [list(m.behavior_logprobs) for _, _, m in flat],
         event_ids,
+        episode_ids,
         event_types,
         [e.node for _, e, _ in flat],
         prompt_ids,
