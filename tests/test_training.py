@@ -701,6 +701,7 @@ def test_plot_writes_the_pngs(tmp_path):
         (["train", "{wf}", "--model", "nope=x"], "no policy `nope`"),
         (["train", "{broken}"], "error[E"),
         (["train", "{wf}", "--backend", "vllm", "--device", "cpu"], "--backend vllm needs a CUDA GPU"),
+        (["train", "{wf}", "--objective", "traj", "--option", "advantage=event"], "trains on `episode`"),
         (["plot", "{tmp}"], "no such file"),
     ],
 )

@@ -343,3 +343,20 @@ def test_a_short_traj_run_of_the_tool_quickstart_traces_one_advantage_and_clip_p
         by_prompt.setdefault(ep.prompt_id, []).append(ep.events[0].update.advantages[0])
     for advantages in by_prompt.values():  # normalised over the prompt's 4 episodes: mean 0
         assert sum(advantages) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_traj_on_another_registered_estimator_is_one_error_before_training(tmp_path: Path) -> None:
+    """`event` gives a loop turn and the forced turn of one episode different advantages: refused up front;
+    `episode` and a Python estimator (checked at every step) are accepted."""
+    with pytest.raises(
+        ValueError, match="objective `traj` gives each episode one advantage, so it trains on `episode`"
+    ):
+        training_objective(TrainOptions(objective="traj", advantage="event"), tmp_path)
+    (tmp_path / "mine.py").write_text("def estimate(inputs, eps):\n    return inputs.episode_returns\n")
+    for advantage in (None, "episode", "mine.py:estimate"):
+        objective = training_objective(TrainOptions(objective="traj", advantage=advantage), tmp_path)
+        assert objective.advantage == (advantage or "episode")
+    assert (
+        training_objective(TrainOptions(objective="srpo", advantage="episode"), tmp_path).advantage
+        == "episode"
+    )
