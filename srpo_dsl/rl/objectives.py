@@ -9,7 +9,7 @@ advantage estimator it trains on (advantages.py):
     grpo    one ratio and clip per token                 token-mean    row   (prompt x event type, per row)
     seq     one ratio and clip per row (srpo, K_e = 1)   row-mean      row
     drmas   as grpo                                      token-mean    agent (prompt x role, per row)
-    traj    srpo with the EPISODE as the set (all its rows)  episode-mean  episode (prompt, per episode)
+    traj    srpo with the EPISODE as the set             episode-mean  episode (prompt, per episode)
 
 They are the entries of `srpo_dsl.registries.OBJECTIVES` (built-ins by import path, so the
 option schema reads the names without torch); `@register_policy_loss(name, aggregation=...,
@@ -102,8 +102,12 @@ class Objective:
         weights = importance_weights(batch, terms, config)
         metrics = terms.metrics() | ({} if weights is None else weights.metrics(terms.valid))
         unit = get_aggregation(self.aggregation).count
-        counts = (num_events, num_tokens, num_rows, num_episodes)
-        given = dict(zip(("num_events", "num_tokens", "num_rows", "num_episodes"), counts))[unit]
+        given = {
+            "num_events": num_events,
+            "num_tokens": num_tokens,
+            "num_rows": num_rows,
+            "num_episodes": num_episodes,
+        }[unit]
         metrics[unit] = local_count(unit, batch, terms, metrics["num_units"])
         values = terms.values if weights is None else terms.values * weights.values  # w * term
         objective = aggregate(values, self.aggregation, global_count(unit, given, metrics[unit]))
