@@ -428,31 +428,37 @@ def test_data_order_is_a_fixed_permutation_per_pass():
     assert steps[:3] != steps[3:6] and step_prompts(10, 3, 1, seed=8) != steps[0]
 
 
-def sharded_update(dist, model_a: str, model_b: str) -> tuple[dict, dict]:
-    """Each rank updates on its share of the events (2 micro-batches, 2 epochs, clipping)."""
+def sharded_update(dist, model_a: str, model_b: str, objective: str = "srpo") -> tuple[dict, dict]:
+    """Each rank updates on its share of the events (traj: of the episodes; 2 micro-batches, 2 epochs,
+    clipping)."""
+    from srpo_dsl.rl.objectives import get_objective
     from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.update import atomic_ids, update
 
-    rows = build_rows(make_episodes(mixed=True), "srpo")
-    mine = [i for i, e in enumerate(rows.event_ids.tolist()) if e % dist.world_size == dist.rank]
-    policies, opts = build({"a": model_a, "b": model_b}, dist, micro_batches=2, epochs=2, grad_clip=0.5)
+    rows = build_rows(make_episodes(mixed=True), objective)
+    atoms = atomic_ids(rows, get_objective(objective))
+    mine = [i for i, e in enumerate(atoms) if e % dist.world_size == dist.rank]
+    policies, opts = build(
+        {"a": model_a, "b": model_b}, dist, micro_batches=2, epochs=2, grad_clip=0.5, objective=objective
+    )
     stats = update(policies, rows.select(mine), opts, dist, TEMPERATURES)
     return parameters(policies), stats
 
 
-def update_worker(out: str, model_a: str, model_b: str) -> None:
+def update_worker(out: str, model_a: str, model_b: str, objective: str) -> None:
     import torch
 
     from srpo_dsl.rl.process_group import init_distributed
 
     dist = init_distributed("cpu")
-    params, stats = sharded_update(dist, model_a, model_b)
+    params, stats = sharded_update(dist, model_a, model_b, objective)
     if dist.rank == 0:
         torch.save({"params": params, "stats": stats}, out)
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(models, dist, tmp_path):
+@pytest.mark.parametrize("objective", ["srpo", "traj"])
+def test_two_gloo_ranks_match_one_process(models, dist, tmp_path, objective):
     import torch
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -469,11 +475,12 @@ def test_two_gloo_ranks_match_one_process(models, dist, tmp_path):
         str(out),
         str(models[0]),
         str(models[1]),
+        objective,
     ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     two = torch.load(out, weights_only=False)
-    params, stats = sharded_update(dist, str(models[0]), str(models[1]))
+    params, stats = sharded_update(dist, str(models[0]), str(models[1]), objective)
     assert_close(params, two["params"])
     assert stats["loss"] == pytest.approx(two["stats"]["loss"], abs=1e-6)
     assert stats["num_events"] == two["stats"]["num_events"] == 24
