@@ -83,9 +83,12 @@ def main() -> None:
     print("|---:|" + "---:|" * (len(OBJECTIVES) + 2))
     for k in (1, 2, 4, 8):
         event_ids = torch.arange(args.rows, device=device) // k
-        advantages = torch.randn(args.rows // k + 1, generator=g).to(device)[event_ids]
+        episode_ids = event_ids // 2  # episodes of two events (traj's sets)
+        advantages = torch.randn(args.rows // (2 * k) + 1, generator=g).to(device)[episode_ids]
         steps = [
-            lambda o=objective, e=event_ids, a=advantages: backward(o(logprobs, old, mask, e, a)[0])
+            lambda o=objective, e=event_ids, a=advantages, p=episode_ids: backward(
+                o(logprobs, old, mask, e, a, episode_ids=p)[0]
+            )
             for objective in OBJECTIVES.values()
         ]
         steps.append(lambda a=advantages: backward(grpo_token_mean(logprobs, old, mask_f, a)))

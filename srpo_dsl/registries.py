@@ -31,6 +31,7 @@ OBJECTIVES: Registry[Any] = Registry(
         "grpo": "srpo_dsl.rl.objectives:GRPO",
         "seq": "srpo_dsl.rl.objectives:SEQ",
         "drmas": "srpo_dsl.rl.objectives:DRMAS",
+        "traj": "srpo_dsl.rl.objectives:TRAJ",
     },
 )
 AGGREGATIONS: Registry[Any] = Registry(
@@ -39,6 +40,7 @@ AGGREGATIONS: Registry[Any] = Registry(
         "event-mean": "srpo_dsl.rl.aggregation:EVENT_MEAN",
         "token-mean": "srpo_dsl.rl.aggregation:TOKEN_MEAN",
         "row-mean": "srpo_dsl.rl.aggregation:ROW_MEAN",
+        "episode-mean": "srpo_dsl.rl.aggregation:EPISODE_MEAN",
     },
 )
 ADVANTAGE_ESTIMATORS: Registry[Any] = Registry(
@@ -47,6 +49,7 @@ ADVANTAGE_ESTIMATORS: Registry[Any] = Registry(
         "event": "srpo_dsl.rl.advantages:per_event",
         "row": "srpo_dsl.rl.advantages:per_row",
         "agent": "srpo_dsl.rl.advantages:per_agent",
+        "episode": "srpo_dsl.rl.advantages:per_episode",
     },
 )
 SET_NORMS: Registry[Any] = Registry(

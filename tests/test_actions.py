@@ -306,6 +306,7 @@ def test_search_r1_compiles_to_its_shape():
     assert [v.label for v in g.event_nodes] == ["act researcher", "act researcher only answer"]
     assert g.bounds.events == 5 and g.bounds.tool_calls == 4
     assert g.to_networkx().nodes["n3"]["actions"] == ["answer"]
+    assert (g.train.objective, g.train.advantage) == ("srpo", "episode")  # one return per trajectory
 
 
 def test_tool_calls_are_bounded_per_turn_not_per_call_step(pool):

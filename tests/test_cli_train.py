@@ -59,7 +59,7 @@ def test_choices_come_from_the_registries_and_the_names() -> None:
     from srpo_dsl.cli.train_cmds import RolloutEngine
 
     values = lambda enum: tuple(e.value for e in enum)  # noqa: E731
-    assert values(Objective) == tuple(registries.OBJECTIVES) == ("srpo", "grpo", "seq", "drmas")
+    assert values(Objective) == tuple(registries.OBJECTIVES) == ("srpo", "grpo", "seq", "drmas", "traj")
     assert values(SetNorm) == tuple(registries.SET_NORMS) == ("sqrt", "mean", "none")
     assert values(Offload) == names.OFFLOAD
     assert values(Device) == names.DEVICES
@@ -74,7 +74,7 @@ def test_train_options_accept_exactly_the_names() -> None:
 
     assert [TrainOptions(objective=n).objective for n in registries.OBJECTIVES] == list(registries.OBJECTIVES)
     assert [TrainOptions(set_norm=n).set_norm for n in registries.SET_NORMS] == list(registries.SET_NORMS)
-    with pytest.raises(ValidationError, match="'srpo', 'grpo', 'seq' or 'drmas'"):
+    with pytest.raises(ValidationError, match="'srpo', 'grpo', 'seq', 'drmas' or 'traj'"):
         TrainOptions(objective="ppo")
     with pytest.raises(ValidationError, match="'sqrt', 'mean' or 'none'"):
         TrainOptions(set_norm="sum")
@@ -93,7 +93,7 @@ def test_names_and_schema_import_no_heavy_library() -> None:
 def test_an_unknown_choice_is_a_usage_error_listing_the_names() -> None:
     r = run_cli("train", "workflows/quickstart.srpo", "--objective", "ppo")
     assert r.returncode == 2
-    assert "'ppo' is not one of 'srpo', 'grpo', 'seq', 'drmas'" in " ".join(r.stderr.split())
+    assert "'ppo' is not one of 'srpo', 'grpo', 'seq', 'drmas', 'traj'" in " ".join(r.stderr.split())
 
 
 # --- the held-out result line ------------------------------------------------------------------

@@ -311,7 +311,14 @@ def test_unknown_objective_lists_names() -> None:
 def test_all_objectives_share_one_signature() -> None:
     for name, objective in OBJECTIVES.items():
         loss, metrics = objective(
-            *batch(), clip_eps=0.1, set_norm="mean", num_events=3, num_tokens=20, num_rows=9
+            *batch(),
+            clip_eps=0.1,
+            set_norm="mean",
+            num_events=3,
+            num_tokens=20,
+            num_rows=9,
+            episode_ids=torch.tensor(EVENTS),  # each event its own episode
+            num_episodes=3,
         )
         assert loss.dim() == 0 and "clip_fraction" in metrics, name
 
@@ -320,12 +327,13 @@ def test_all_objectives_share_one_signature() -> None:
 
 
 def test_the_builtin_objectives_and_what_they_train_on() -> None:
-    assert tuple(OBJECTIVES)[:4] == BUILTIN_OBJECTIVES
+    assert tuple(OBJECTIVES)[:5] == BUILTIN_OBJECTIVES
     assert {n: (get_objective(n).aggregation, get_objective(n).advantage) for n in BUILTIN_OBJECTIVES} == {
         "srpo": ("event-mean", "event"),
         "grpo": ("token-mean", "row"),
         "seq": ("row-mean", "row"),
         "drmas": ("token-mean", "agent"),
+        "traj": ("episode-mean", "episode"),
     }
     assert all(get_objective(n).name == n for n in BUILTIN_OBJECTIVES)
     assert all(
@@ -336,7 +344,7 @@ def test_the_builtin_objectives_and_what_they_train_on() -> None:
 def test_registering_twice_or_with_unknown_names_fails() -> None:
     with pytest.raises(ValueError, match="registered twice"):
         register_policy_loss("grpo", aggregation="token-mean", advantage="row")(lambda b, c: None)
-    with pytest.raises(ValueError, match="known: event-mean, token-mean, row-mean"):
+    with pytest.raises(ValueError, match="known: event-mean, token-mean, row-mean, episode-mean"):
         register_policy_loss("new", aggregation="sum", advantage="row")
     with pytest.raises(ValueError, match="unknown advantage estimator 'gae'"):
         register_policy_loss("new", aggregation="row-mean", advantage="gae")
@@ -393,9 +401,10 @@ def test_every_objective_splits_into_micro_batches_exactly(name: str) -> None:
         "num_events": int(torch.unique(events).numel()),
         "num_tokens": int(mask.sum()),
         "num_rows": len(events),
+        "num_episodes": int(torch.unique(events).numel()),  # each event its own episode
     }
     objective = get_objective(name)
-    full, _ = objective(lp, old, mask, events, adv, ref_logprobs=ref, kl_coef=0.3)
+    full, _ = objective(lp, old, mask, events, adv, ref_logprobs=ref, kl_coef=0.3, episode_ids=events)
     (full_grad,) = torch.autograd.grad(full, lp)
     first = torch.isin(events, torch.unique(events)[::2])  # whole events in each part
     total, grad = torch.zeros((), dtype=torch.float64), torch.zeros_like(lp)
@@ -408,6 +417,7 @@ def test_every_objective_splits_into_micro_batches_exactly(name: str) -> None:
             adv[part],
             ref_logprobs=ref[part],
             kl_coef=0.3,
+            episode_ids=events[part],
             **counts,
         )
         total = total + loss.detach()
@@ -472,8 +482,8 @@ def test_each_objective_trains_on_its_estimators_advantages(objective: str, expe
 
 
 def test_advantage_estimators_registry() -> None:
-    assert tuple(ADVANTAGE_ESTIMATORS)[:3] == ("event", "row", "agent")
-    assert {get_objective(n).advantage for n in BUILTIN_OBJECTIVES} == {"event", "row", "agent"}
+    assert tuple(ADVANTAGE_ESTIMATORS)[:4] == ("event", "row", "agent", "episode")
+    assert {get_objective(n).advantage for n in BUILTIN_OBJECTIVES} == {"event", "row", "agent", "episode"}
     with pytest.raises(ValueError, match="event, row, agent"):
         get_advantage_estimator("critic")
     with pytest.raises(ValueError, match="registered twice"):
@@ -484,6 +494,7 @@ def test_advantage_estimators_registry() -> None:
 
 def test_empty_rows_have_empty_advantages() -> None:
     empty = torch.zeros(0)
-    inputs = AdvantageInputs(empty, torch.zeros(0, dtype=torch.long), [], [], [])
+    no_ids = torch.zeros(0, dtype=torch.long)
+    inputs = AdvantageInputs(empty, no_ids, [], [], [], no_ids, empty)
     for name in OBJECTIVES:
         assert get_objective(name).advantages(inputs).shape == (0,)

@@ -244,8 +244,8 @@ def test_a_python_objective_names_its_aggregation(tmp_path: Path) -> None:
     (error,) = analyze(text, str(tmp_path / "w.srpo")).diagnostics
     assert error.code == "E024"
     assert (
-        error.message
-        == "train: `aggregation` is required with a Python objective (event-mean, token-mean, row-mean)"
+        error.message == "train: `aggregation` is required with a Python objective "
+        "(event-mean, token-mean, row-mean, episode-mean)"
     )
 
 

@@ -176,7 +176,16 @@ def evaluate(name, lp, old, mask, events, adv, ref, set_norm="sqrt", **kwargs):
     """(loss, gradient, metrics) of `name` on a fresh leaf copy of lp, with the KL term on."""
     logprobs = lp.clone().requires_grad_(True)
     loss, metrics, _ = get_objective(name).evaluate(
-        logprobs, old, mask, events, adv, set_norm=set_norm, ref_logprobs=ref, kl_coef=0.1, **kwargs
+        logprobs,
+        old,
+        mask,
+        events,
+        adv,
+        set_norm=set_norm,
+        ref_logprobs=ref,
+        kl_coef=0.1,
+        episode_ids=events,  # each event its own episode (traj's episodes of several events: test_traj.py)
+        **kwargs,
     )
     loss.backward()
     return loss, logprobs.grad, metrics

@@ -222,7 +222,7 @@ def test_incomplete_events_are_dropped_whole_and_never_trained():
 # --- the update ---------------------------------------------------------------------------------
 
 
-def joint_autograd_step(models, entropy_coef: float = 0.0):
+def joint_autograd_step(models, entropy_coef: float = 0.0, objective: str = "srpo"):
     """The SGD(lr 1) parameters after one backward of the JOINT objective over both models, and its loss."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -231,7 +231,7 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
     from srpo_dsl.rl.rows import build_rows
     from srpo_dsl.rl.update import Batch, response_logprobs
 
-    rows = build_rows(make_episodes(mixed=True), "srpo")
+    rows = build_rows(make_episodes(mixed=True), objective)
     ref = {name: AutoModelForCausalLM.from_pretrained(path).eval() for name, path in zip("ab", models)}
     batch = Batch.of(rows, TEMPERATURES)
     width = batch.mask.shape[1]
@@ -250,8 +250,14 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
         )
         logprobs, entropy = logprobs.index_put((idx,), pad(lp)), entropy.index_put((idx,), pad(h))
     # old = rollout log-probs: ratios far from 1, some events clipped
-    loss, metrics = get_objective("srpo")(
-        logprobs, batch.behaviour, batch.mask, rows.event_ids, rows.advantages, clip_eps=0.2
+    loss, metrics = get_objective(objective)(
+        logprobs,
+        batch.behaviour,
+        batch.mask,
+        rows.event_ids,
+        rows.advantages,
+        clip_eps=0.2,
+        episode_ids=rows.episode_ids,
     )
     mean_entropy = entropy[batch.mask].sum() / batch.mask.sum()  # over the step's generated tokens
     loss = loss - entropy_coef * mean_entropy
@@ -262,13 +268,15 @@ def joint_autograd_step(models, entropy_coef: float = 0.0):
 
 
 @pytest.mark.slow
-def test_detached_per_policy_update_equals_joint_autograd(models, dist):
-    """Two separate models in one event: W = dloss/dlogprobs per policy == backward of the joint objective."""
+@pytest.mark.parametrize("objective", ["srpo", "traj"])
+def test_detached_per_policy_update_equals_joint_autograd(models, dist, objective):
+    """Two separate models in one event (traj: in one episode): W = dloss/dlogprobs per policy == backward
+    of the joint objective."""
     from srpo_dsl.rl.update import update
 
-    rows, expected, loss, metrics = joint_autograd_step(models)
+    rows, expected, loss, metrics = joint_autograd_step(models, objective=objective)
     assert 0 < metrics["clip_fraction"] < 1
-    policies, opts = build(dict(zip("ab", models)), dist, old_logprobs="rollout")
+    policies, opts = build(dict(zip("ab", models)), dist, old_logprobs="rollout", objective=objective)
     before = parameters(policies)
     stats = update(policies, rows, opts, dist, TEMPERATURES)
     assert stats["loss"] == pytest.approx(loss, rel=1e-5)
@@ -310,7 +318,7 @@ def test_token_entropy_matches_the_softmax(models):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("objective", ["srpo", "grpo", "seq"])
+@pytest.mark.parametrize("objective", ["srpo", "grpo", "seq", "traj"])
 def test_one_micro_batch_equals_two(models, dist, objective):
     from srpo_dsl.rl.rows import build_rows
     from srpo_dsl.rl.update import update
@@ -420,31 +428,37 @@ def test_data_order_is_a_fixed_permutation_per_pass():
     assert steps[:3] != steps[3:6] and step_prompts(10, 3, 1, seed=8) != steps[0]
 
 
-def sharded_update(dist, model_a: str, model_b: str) -> tuple[dict, dict]:
-    """Each rank updates on its share of the events (2 micro-batches, 2 epochs, clipping)."""
+def sharded_update(dist, model_a: str, model_b: str, objective: str = "srpo") -> tuple[dict, dict]:
+    """Each rank updates on its share of the events (traj: of the episodes; 2 micro-batches, 2 epochs,
+    clipping)."""
+    from srpo_dsl.rl.objectives import get_objective
     from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.update import atomic_ids, update
 
-    rows = build_rows(make_episodes(mixed=True), "srpo")
-    mine = [i for i, e in enumerate(rows.event_ids.tolist()) if e % dist.world_size == dist.rank]
-    policies, opts = build({"a": model_a, "b": model_b}, dist, micro_batches=2, epochs=2, grad_clip=0.5)
+    rows = build_rows(make_episodes(mixed=True), objective)
+    atoms = atomic_ids(rows, get_objective(objective))
+    mine = [i for i, e in enumerate(atoms) if e % dist.world_size == dist.rank]
+    policies, opts = build(
+        {"a": model_a, "b": model_b}, dist, micro_batches=2, epochs=2, grad_clip=0.5, objective=objective
+    )
     stats = update(policies, rows.select(mine), opts, dist, TEMPERATURES)
     return parameters(policies), stats
 
 
-def update_worker(out: str, model_a: str, model_b: str) -> None:
+def update_worker(out: str, model_a: str, model_b: str, objective: str) -> None:
     import torch
 
     from srpo_dsl.rl.process_group import init_distributed
 
     dist = init_distributed("cpu")
-    params, stats = sharded_update(dist, model_a, model_b)
+    params, stats = sharded_update(dist, model_a, model_b, objective)
     if dist.rank == 0:
         torch.save({"params": params, "stats": stats}, out)
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(models, dist, tmp_path):
+@pytest.mark.parametrize("objective", ["srpo", "traj"])
+def test_two_gloo_ranks_match_one_process(models, dist, tmp_path, objective):
     import torch
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -461,11 +475,12 @@ def test_two_gloo_ranks_match_one_process(models, dist, tmp_path):
         str(out),
         str(models[0]),
         str(models[1]),
+        objective,
     ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     two = torch.load(out, weights_only=False)
-    params, stats = sharded_update(dist, str(models[0]), str(models[1]))
+    params, stats = sharded_update(dist, str(models[0]), str(models[1]), objective)
     assert_close(params, two["params"])
     assert stats["loss"] == pytest.approx(two["stats"]["loss"], abs=1e-6)
     assert stats["num_events"] == two["stats"]["num_events"] == 24
@@ -693,6 +708,7 @@ def test_plot_writes_the_pngs(tmp_path):
         (["train", "{wf}", "--model", "nope=x"], "no policy `nope`"),
         (["train", "{broken}"], "error[E"),
         (["train", "{wf}", "--backend", "vllm", "--device", "cpu"], "--backend vllm needs a CUDA GPU"),
+        (["train", "{wf}", "--objective", "traj", "--option", "advantage=event"], "trains on `episode`"),
         (["plot", "{tmp}"], "no such file"),
     ],
 )

@@ -232,10 +232,15 @@ class TrainOptions(_Options):
     """The `train with (...)` block; every field can be overridden on the command line.
     Every field's description is its documentation (completion, hover; the table in docs/dsl.md)."""
 
-    objective: str = Field("srpo", description='a registered objective (srpo: SRPO), or "FILE.py:function"')
+    objective: str = Field(
+        "srpo",
+        description="a registered objective (srpo: SRPO; traj: SRPO with the episode as one set), "
+        'or "FILE.py:function"',
+    )
     advantage: str | None = Field(
         None,
-        description='a registered advantage estimator, or "FILE.py:function"; default: the objective\'s',
+        description="a registered advantage estimator (event: one sample per event and step; episode: "
+        'one per episode), or "FILE.py:function"; default: the objective\'s',
     )
     aggregation: str | None = Field(
         None,

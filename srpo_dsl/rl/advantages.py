@@ -6,6 +6,8 @@
             in mean_g, std_g; A_e on its rows                                                 (srpo)
     row     groups (prompt, event type); one sample per row                                     (grpo, seq)
     agent   groups (prompt, role): Dr. MAS's agent-wise normalisation; one sample per row       (drmas)
+    episode groups (prompt); one sample per EPISODE (its team return): the G rollouts of a question,
+            A on every row of every event of the episode (Search-R1, verl's multi-turn GRPO)     (traj)
 
 Every estimator groups the alternatives of one `branch` step by their shared state: their group is
 their sibling group (`siblings`), never "the same step in G rollouts" (docs/objective.md, "Branching
@@ -32,23 +34,27 @@ from srpo_dsl.rl.objective import at_least_fp32
 
 @dataclass(frozen=True)
 class AdvantageInputs:
-    """One entry per row: the return R of its member, its event, prompt, event type and role, and the
-    sibling group of its event when it is an alternative of a `branch` step (None otherwise)."""
+    """One entry per row: the return R of its member, its event, prompt, event type and role; its
+    episode with the episode's team return (None when the caller has no episodes: `episode` needs
+    them); and the sibling group of its event when it is an alternative of a `branch` step."""
 
     returns: Tensor  # [N] float
     event_ids: Tensor  # [N] int, equal id = one event
     prompt_ids: Sequence[Hashable]
     event_types: Sequence[Hashable]
     roles: Sequence[Hashable]
+    episode_ids: Tensor | None = None  # [N] int, equal id = one episode
+    episode_returns: Tensor | None = None  # [N] float, the team return of the row's episode (ep.reward)
     siblings: Sequence[Hashable | None] | None = None  # None: no row is an alternative
 
     def __post_init__(self) -> None:
         n = self.returns.numel()
-        if self.returns.shape != (n,) or self.event_ids.shape != (n,):
-            raise ValueError(
-                f"returns and event_ids must be [N], got {tuple(self.returns.shape)} and "
-                f"{tuple(self.event_ids.shape)}"
-            )
+        tensors = {"returns": self.returns, "event_ids": self.event_ids}
+        tensors |= {"episode_ids": self.episode_ids, "episode_returns": self.episode_returns}
+        wrong = {name: tuple(t.shape) for name, t in tensors.items() if t is not None and t.shape != (n,)}
+        if wrong:
+            shapes = ", ".join(f"{name} {shape}" for name, shape in wrong.items())
+            raise ValueError(f"returns, event_ids, episode_ids and episode_returns must be [N], got {shapes}")
         if not len(self.prompt_ids) == len(self.event_types) == len(self.roles) == n:
             raise ValueError("returns, event_ids, prompt_ids, event_types and roles need one entry per row")
         if self.siblings is not None and len(self.siblings) != n:
@@ -126,3 +132,12 @@ def per_agent(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
     """Dr. MAS: groups (prompt, role), one sample per row."""
     groups = inputs.groups(inputs.prompt_ids, inputs.roles)
     return group_advantages(inputs.returns, groups, eps)
+
+
+def per_episode(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
+    """Search-R1 / verl's multi-turn GRPO: groups (prompt), one sample per episode (its team return),
+    the episode's advantage on all its rows."""
+    if inputs.episode_ids is None or inputs.episode_returns is None:
+        raise ValueError("the `episode` estimator needs each row's episode_ids and episode_returns")
+    groups = group_index(inputs.prompt_ids)
+    return event_advantages(inputs.episode_returns, groups, inputs.episode_ids, eps)

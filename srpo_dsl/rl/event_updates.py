@@ -2,7 +2,8 @@
 
 Per event: its members' advantages in member order, and the clipped fraction of its clipping
 units over every epoch (`PolicyTerms.row_clips` per row, summed over the event's rows: srpo
-counts the event's one ratio once, grpo and drmas its tokens, seq its rows).
+counts the event's one ratio once, traj its episode's one ratio once on each of the episode's
+events, grpo and drmas its tokens, seq its rows).
 """
 
 from __future__ import annotations

@@ -69,7 +69,8 @@ class PolicyBatch:
 
     old_logprobs is the ratio's denominator (the proximal policy when recomputed);
     behaviour_logprobs, when given, the policy that sampled the rows (mu), for the
-    importance weights; None: no correction.
+    importance weights; None: no correction. episode_ids, when given, the episode of each row
+    (equal id = one episode), for losses over episodes (traj).
     """
 
     logprobs: Tensor
@@ -78,6 +79,7 @@ class PolicyBatch:
     event_ids: Tensor
     advantages: Tensor
     behaviour_logprobs: Tensor | None = None
+    episode_ids: Tensor | None = None
 
     @classmethod
     def of(
@@ -88,6 +90,7 @@ class PolicyBatch:
         event_ids: Tensor,
         advantages: Tensor,
         behaviour_logprobs: Tensor | None = None,
+        episode_ids: Tensor | None = None,
     ) -> PolicyBatch:
         """Check the shapes (ValueError) and make the mask bool."""
         same = {"old_logprobs": old_logprobs, "response_mask": response_mask}
@@ -99,13 +102,14 @@ class PolicyBatch:
                 f"logprobs must be [B, T] and {', '.join(same)} of its shape, got "
                 f"logprobs {tuple(logprobs.shape)}, {shapes}"
             )
-        if event_ids.shape != logprobs.shape[:1] or advantages.shape != logprobs.shape[:1]:
+        per_row = {"event_ids": event_ids, "advantages": advantages, "episode_ids": episode_ids}
+        if any(x is not None and x.shape != logprobs.shape[:1] for x in per_row.values()):
+            shapes = ", ".join(f"{name} {tuple(x.shape)}" for name, x in per_row.items() if x is not None)
             raise ValueError(
-                f"event_ids and advantages must be [B]=[{logprobs.shape[0]}], got "
-                f"{tuple(event_ids.shape)} and {tuple(advantages.shape)}"
+                f"event_ids, advantages and episode_ids must be [B]=[{logprobs.shape[0]}], got {shapes}"
             )
         mask = response_mask.bool()
-        return cls(logprobs, old_logprobs, mask, event_ids, advantages, behaviour_logprobs)
+        return cls(logprobs, old_logprobs, mask, event_ids, advantages, behaviour_logprobs, episode_ids)
 
 
 @dataclass(frozen=True)
@@ -119,12 +123,15 @@ class PolicyTerms:
     valid: Tensor  # bool: a real unit (tokens: the mask; events and rows: all)
     set_size: Tensor | None = None  # K_e per event, for losses over sets
     unit_of_row: Tensor | None = None  # [B] each row's unit, for [E] terms over sets; else None
+    sets: str = "events"  # what the sets are (the metric num_<sets>): events, or episodes for traj
 
-    def row_clips(self, num_rows: int) -> Tensor:
+    def row_clips(self, num_rows: int, event_ids: Tensor | None = None) -> Tensor:
         """[B, 2] (clipped units, units) per row, to key the clip fraction by a row's role or event type.
 
-        Token terms: the row's clipped tokens and tokens. Terms over sets or rows: a unit
-        counts once, on its first row (a set's rows share its role and event type).
+        Token terms: the row's clipped tokens and tokens. Terms over sets or rows: a unit counts
+        once, on its first row (a set's rows share its role and event type); with `event_ids`, once
+        per event it spans, on the event's first row (a set of several events, traj's episode: each
+        event counts its set's clip).
         """
         with torch.no_grad():
             clipped = self.clipped & self.valid
@@ -135,10 +142,15 @@ class PolicyTerms:
                 raise ValueError(f"terms of {unit.numel()} rows for {num_rows} rows: sets need `unit_of_row`")
             if clipped.dim() == 2:
                 return torch.stack([clipped.sum(-1), self.valid.sum(-1)], -1).double()
+            key = unit
+            if event_ids is not None:  # one key per (unit, event) pair
+                key = torch.unique(
+                    torch.stack([unit, event_ids.to(unit.device)]), dim=1, return_inverse=True
+                )[1]
             rows = torch.arange(num_rows, device=unit.device)
-            first = torch.full_like(clipped, unit.numel(), dtype=torch.long)
-            first = first.scatter_reduce(0, unit, rows, "amin")
-            is_first = first[unit] == rows
+            first = torch.full((num_rows,), num_rows, dtype=torch.long, device=unit.device)
+            first = first.scatter_reduce(0, key, rows, "amin")
+            is_first = first[key] == rows
             return torch.stack([clipped[unit] & is_first, self.valid[unit] & is_first], -1).double()
 
     def metrics(self) -> dict[str, float]:
@@ -158,7 +170,7 @@ class PolicyTerms:
             values = torch.stack([s.double() for s in stats]).tolist()
         metrics = dict(zip(("num_units", "clip_fraction", "ratio_mean", "log_ratio_abs_max"), values))
         if self.set_size is not None:
-            metrics |= {"num_events": values[0], "mean_set_size": values[4]}
+            metrics |= {f"num_{self.sets}": values[0], "mean_set_size": values[4]}
         return metrics
 
 
@@ -194,11 +206,15 @@ def clipped_terms(
 
 
 def event_values(row_values: Tensor, inverse: Tensor, num_events: int) -> Tensor:
-    """The one value of each event from its rows' copies, [B] -> [E]; ValueError unless they agree."""
+    """The one value of each event (each set) from its rows' copies, [B] -> [E]; ValueError unless they
+    agree."""
     low = row_values.new_full((num_events,), float("inf")).scatter_reduce(0, inverse, row_values, "amin")
     high = row_values.new_full((num_events,), float("-inf")).scatter_reduce(0, inverse, row_values, "amax")
     if not torch.equal(low, high):
-        raise ValueError("advantages must be equal for all members of an event")
+        raise ValueError(
+            "advantages must be equal for all members of an event (for traj: all rows of an episode, "
+            "as the `episode` estimator gives them)"
+        )
     return low
 
 

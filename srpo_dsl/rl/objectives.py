@@ -9,6 +9,7 @@ advantage estimator it trains on (advantages.py):
     grpo    one ratio and clip per token                 token-mean    row   (prompt x event type, per row)
     seq     one ratio and clip per row (srpo, K_e = 1)   row-mean      row
     drmas   as grpo                                      token-mean    agent (prompt x role, per row)
+    traj    srpo with the EPISODE as the set             episode-mean  episode (prompt, per episode)
 
 They are the entries of `srpo_dsl.registries.OBJECTIVES` (built-ins by import path, so the
 option schema reads the names without torch); `@register_policy_loss(name, aggregation=...,
@@ -78,27 +79,35 @@ class Objective:
         kl_coef: float = 0.0,
         behaviour_logprobs: Tensor | None = None,
         importance_cap: float = 2.0,
+        episode_ids: Tensor | None = None,
+        num_episodes: int | None = None,
     ) -> tuple[Tensor, Metrics, PolicyTerms]:
         """(-J + kl_coef * KL, metrics, per-unit terms) on one micro-batch.
 
         [B, T] log-probs (current, old = the ratio's denominator) and mask, [B] event ids and
-        advantages. num_events / num_tokens / num_rows: GLOBAL counts of the optimizer step (each
-        defaults to the count in this call); the loss reads the one of its aggregation,
+        advantages; episode_ids ([B], equal id = one episode) for losses over episodes (traj).
+        num_events / num_tokens / num_rows / num_episodes: GLOBAL counts of the optimizer step
+        (each defaults to the count in this call); the loss reads the one of its aggregation,
         and num_tokens for the KL term. set_norm is checked for every loss
-        and changes only srpo (grpo, seq and drmas have no sets).
+        and changes only the losses over sets (srpo, traj).
         behaviour_logprobs: [B, T] log mu of the policy that sampled the rows; given, each unit's
         term is multiplied by its importance weight min(q_old / mu, importance_cap) on the unit's
         scale (detached), and the returned terms stay unweighted.
         """
         batch = PolicyBatch.of(
-            logprobs, old_logprobs, response_mask, event_ids, advantages, behaviour_logprobs
+            logprobs, old_logprobs, response_mask, event_ids, advantages, behaviour_logprobs, episode_ids
         )
         config = LossConfig(clip_eps, set_norm, importance_cap)
         terms = self.terms(batch, config)
         weights = importance_weights(batch, terms, config)
         metrics = terms.metrics() | ({} if weights is None else weights.metrics(terms.valid))
         unit = get_aggregation(self.aggregation).count
-        given = {"num_events": num_events, "num_tokens": num_tokens, "num_rows": num_rows}[unit]
+        given = {
+            "num_events": num_events,
+            "num_tokens": num_tokens,
+            "num_rows": num_rows,
+            "num_episodes": num_episodes,
+        }[unit]
         metrics[unit] = local_count(unit, batch, terms, metrics["num_units"])
         values = terms.values if weights is None else terms.values * weights.values  # w * term
         objective = aggregate(values, self.aggregation, global_count(unit, given, metrics[unit]))
@@ -112,13 +121,15 @@ class Objective:
 
 def local_count(unit: str, batch: PolicyBatch, terms: PolicyTerms, num_units: float) -> float:
     """This call's own count of `unit`: the terms' valid units when they are that unit (tokens: [B, T]
-    terms; events: terms over sets; rows: [B] terms), else counted from the batch."""
+    terms; events or episodes: terms over sets; rows: [B] terms), else counted from the batch."""
     dims, over_sets = terms.values.dim(), terms.unit_of_row is not None
     if unit == "num_rows":
         return num_units if dims == 1 and not over_sets else float(batch.mask.shape[0])
     if unit == "num_tokens":
         return num_units if dims == 2 else float(batch.mask.sum())
-    return num_units if over_sets else float(torch.unique(batch.event_ids).numel())
+    if over_sets:
+        return num_units
+    return float(torch.unique(batch_episodes(batch) if unit == "num_episodes" else batch.event_ids).numel())
 
 
 def global_count(unit: str, given: int | None, local: float) -> int:
@@ -167,10 +178,27 @@ def member_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
     return setwise_terms(replace(batch, event_ids=rows), config)
 
 
+def batch_episodes(batch: PolicyBatch) -> Tensor:
+    """[B] the episode of each row; a ValueError naming the missing input when the call gave none."""
+    if batch.episode_ids is None:
+        raise ValueError(
+            "a loss over episodes (traj, episode-mean) needs episode_ids: [B] ints, equal id = one episode"
+        )
+    return batch.episode_ids
+
+
+def trajectory_terms(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
+    """Trajectory level: SRPO with the episode as one set, [E] terms over episodes (in sorted id order):
+    one ratio exp(c(K) * the sum of all its rows' l), K its rows, one clip and one advantage."""
+    terms = setwise_terms(replace(batch, event_ids=batch_episodes(batch)), config)
+    return replace(terms, sets="episodes")
+
+
 SRPO = policy_loss("srpo", setwise_terms, aggregation="event-mean", advantage="event")
 GRPO = policy_loss("grpo", token_terms, aggregation="token-mean", advantage="row")
 SEQ = policy_loss("seq", member_terms, aggregation="row-mean", advantage="row")
 DRMAS = policy_loss("drmas", token_terms, aggregation="token-mean", advantage="agent")
+TRAJ = policy_loss("traj", trajectory_terms, aggregation="episode-mean", advantage="episode")
 
 
 def k3_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor) -> Tensor:

@@ -124,9 +124,24 @@ def training_objective(opts: TrainOptions, folder: Path) -> Objective:
     else:
         own = get_objective(opts.objective)
     advantage = opts.advantage or own.advantage
+    aggregation = opts.aggregation or own.aggregation
+    check_episode_advantage(own, advantage)
     if is_reference(advantage):
         estimator = UserEstimator(locate(advantage, "advantage", folder))
     else:
         estimator = get_advantage_estimator(advantage)
-    aggregation = opts.aggregation or own.aggregation
     return replace(own, aggregation=aggregation, advantage=advantage, estimator=estimator)
+
+
+def check_episode_advantage(own: Objective, advantage: str) -> None:
+    """A registered objective over episodes (traj) takes one advantage per episode: its own estimator
+    (`episode`) or a Python one (checked at every step); another registered one (`event`, `row`, `agent`)
+    gives an episode's events different advantages: a one-line ValueError before anything runs."""
+    registered_over_episodes = (
+        not is_reference(own.name) and get_aggregation(own.aggregation).count == "num_episodes"
+    )
+    if registered_over_episodes and not is_reference(advantage) and advantage != own.advantage:
+        raise ValueError(
+            f"training option `advantage` = {advantage!r}: objective `{own.name}` gives each episode one "
+            f"advantage, so it trains on `{own.advantage}` (one per episode) or a Python estimator"
+        )

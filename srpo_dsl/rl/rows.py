@@ -5,10 +5,12 @@ part. An invalid output that was resampled (an agent's `retries`) is recorded in
 and trained as a singleton event of its own, of the event's type and round: an invalid action, with
 its return (the penalty included). The rows of agents with `trained = false` are left out. Every
 row carries its member's return R (the reward of its episode; the most specific of its role's,
-replica's and round's when a Python reward keyed its returns: runtime/credit.py) and the advantage A
-of the objective's registered estimator (advantages.py): per event over (prompt, event type) groups
-for srpo, from the mean of its members' returns, so all members of one event share one advantage
-(docs/objective.md §5).
+replica's and round's when a Python reward keyed its returns: runtime/credit.py; an event's
+backed-up return in a branching episode) and the advantage A of the objective's registered
+estimator (advantages.py): per event over (prompt, event type) groups for srpo, from the mean of
+its members' returns, so all members of one event share one advantage; per episode over its
+prompt's episodes for traj (`episode`, from the episode's team return), so all rows of one
+episode share one (docs/objective.md §5).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class _Event(Protocol):
 
 
 class _Episode(Protocol):
+    episode_id: str
     prompt_id: str
     reward: float
     events: Sequence[_Event]
@@ -64,12 +67,14 @@ class _Episode(Protocol):
 
 @dataclass(frozen=True)
 class Rows:
-    """Column-wise training rows; `event_ids` are dense ints (equal id = one event)."""
+    """Column-wise training rows; `event_ids` and `episode_ids` are dense ints (equal id = one event,
+    one episode)."""
 
     prompt_token_ids: list[list[int]]
     response_token_ids: list[list[int]]
     behavior_logprobs: list[list[float]]
     event_ids: Tensor  # [N] long
+    episode_ids: Tensor  # [N] long
     event_types: list[str]
     nodes: list[str]  # graph node of the event (its sampling settings)
     prompt_ids: list[str]
@@ -89,6 +94,10 @@ class Rows:
         return int(self.event_ids.unique().numel())
 
     @property
+    def num_episodes(self) -> int:
+        return int(self.episode_ids.unique().numel())
+
+    @property
     def response_lengths(self) -> list[int]:
         return [len(r) for r in self.response_token_ids]
 
@@ -100,6 +109,7 @@ class Rows:
             _pick(self.response_token_ids, index),
             _pick(self.behavior_logprobs, index),
             self.event_ids[idx],
+            self.episode_ids[idx],
             _pick(self.event_types, index),
             _pick(self.nodes, index),
             _pick(self.prompt_ids, index),
@@ -154,6 +164,12 @@ def _rows_of(episodes: Sequence[_Episode]) -> list[_Row]:
     return out
 
 
+def dense_ids(keys: Sequence[str]) -> Tensor:
+    """[N] long: equal key, equal id; ids 0.. in order of first appearance."""
+    dense: dict[str, int] = {}
+    return torch.tensor([dense.setdefault(key, len(dense)) for key in keys], dtype=torch.long)
+
+
 def build_rows(
     episodes: Sequence[_Episode], objective: Objective | str, untrained: Collection[str] = ()
 ) -> Rows:
@@ -168,8 +184,8 @@ def build_rows(
         [r.event_id for r in flat], [r.cardinality for r in flat], [r.member_index for r in flat]
     )
     flat = [flat[i] for i in kept if flat[i].member.role not in untrained]
-    dense: dict[str, int] = {}
-    event_ids = torch.tensor([dense.setdefault(r.event_id, len(dense)) for r in flat], dtype=torch.long)
+    event_ids = dense_ids([r.event_id for r in flat])
+    episode_ids = dense_ids([r.episode.episode_id for r in flat])
     prompt_ids = [r.episode.prompt_id for r in flat]
     event_types = [r.event.event_type for r in flat]
     roles = [r.member.role for r in flat]
@@ -178,9 +194,16 @@ def build_rows(
         [_return(r.episode, r.event, r.member, round_of) for r in flat], dtype=torch.float32
     )
     siblings = [r.event.branch.group if r.event.branch else None for r in flat]
-    branched = any(s is not None for s in siblings)
+    team = torch.tensor([float(r.episode.reward) for r in flat], dtype=torch.float32)
     inputs = AdvantageInputs(
-        returns, event_ids, prompt_ids, event_types, roles, siblings if branched else None
+        returns,
+        event_ids,
+        prompt_ids,
+        event_types,
+        roles,
+        episode_ids=episode_ids,
+        episode_returns=team,
+        siblings=siblings if any(s is not None for s in siblings) else None,
     )
     advantages = estimate(inputs)
     return Rows(
@@ -188,6 +211,7 @@ def build_rows(
         [list(r.member.response_token_ids) for r in flat],
         [list(r.member.behavior_logprobs) for r in flat],
         event_ids,
+        episode_ids,
         event_types,
         [r.event.node for r in flat],
         prompt_ids,

@@ -42,8 +42,8 @@ from srpo_dsl.rl.determinism import deterministic_kernels
 from srpo_dsl.rl.ds_engine import read_ds_config
 from srpo_dsl.rl.event_updates import event_updates
 from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
-from srpo_dsl.rl.objectives import Objective
-from srpo_dsl.rl.plugins import locate, training_objective
+from srpo_dsl.rl.objectives import Objective, get_objective
+from srpo_dsl.rl.plugins import check_episode_advantage, locate, training_objective
 from srpo_dsl.rl.policies import Policy, Rollout, engine_owners
 from srpo_dsl.rl.process_group import Dist, all_reduce, barrier, init_distributed
 from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
@@ -399,6 +399,8 @@ def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], fol
     for use in uses:
         if use in overrides and is_reference(overrides[use]):
             locate(overrides[use], use, folder)  # a one-line ValueError if it does not resolve
+    if opts.advantage and not is_reference(opts.objective):  # before any file is written
+        check_episode_advantage(get_objective(opts.objective), opts.advantage)
     return opts
 
 

@@ -1,12 +1,15 @@
 """One training update: event-atomic micro-batches, the objective's token weights, one backward per engine.
 
+Micro-batches hold whole events; for an objective whose terms are over episodes (`episode-mean`:
+traj) whole episodes.
+
 The update is exact for events whose members come from different trainable policies
 (SRPO.md §2, gradient view):
 
     W      = d(loss)/d(logprobs)        on a DETACHED [B, T] log-prob tensor (autograd)
     loss_p = sum(W_p * logprobs_p)      back-propagated through policy p's own engine
 
-The loss is normalised by the GLOBAL event (token, row) count of the optimizer step, and
+The loss is normalised by the GLOBAL event (token, row, episode) count of the optimizer step, and
 each engine's backward is scaled by the world size (DeepSpeed averages gradients over
 ranks) without DeepSpeed's 1/gradient_accumulation_steps, so neither the micro-batch nor
 the rank layout changes the update. Every rank runs the same forwards per engine in the
@@ -26,6 +29,7 @@ from srpo_dsl.backends.logprobs import response_logprobs
 from srpo_dsl.lang.graph import BASE_ADAPTER
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.adapters import clip_per_adapter
+from srpo_dsl.rl.aggregation import get_aggregation
 from srpo_dsl.rl.batching import plan_batches
 from srpo_dsl.rl.ds_engine import step_with_norm
 from srpo_dsl.rl.objectives import Objective, get_objective
@@ -168,6 +172,7 @@ class Counts:
     events: int
     tokens: int
     rows: int
+    episodes: int
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,7 @@ class Step:
     stale: Tensor | None  # [N] bool on the device: rows whose behaviour policy is older than the proximal
     mask: Tensor  # [N, T] on the device
     event_ids: Tensor  # [N] on the device
+    episode_ids: Tensor  # [N] on the device
     advantages: Tensor  # [N] on the device
 
 
@@ -244,6 +250,8 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
         kl_coef=s.opts.kl,
         behaviour_logprobs=behaviour,
         importance_cap=s.opts.importance_cap,
+        episode_ids=s.episode_ids[idx],
+        num_episodes=s.counts.episodes,
     )
     if not math.isfinite(loss.item()):
         raise TrainError(f"non-finite loss {loss.item()} (check the rewards and the learning rate)")
@@ -256,7 +264,7 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
             metrics["importance_capped_fraction"] * units,
             units,
         )
-    return weights, MicroStats(loss.item(), terms.row_clips(len(idx)), importance)
+    return weights, MicroStats(loss.item(), terms.row_clips(len(idx), s.event_ids[idx]), importance)
 
 
 def micro_logprobs(s: Step, idx: Tensor, width: int, scored: Mapping[Group, Scored]) -> tuple[Tensor, Tensor]:
@@ -361,6 +369,13 @@ def old_logprobs(
     return score_rows(leads, batch, plan, groups, device)
 
 
+def atomic_ids(rows: Rows, objective: Objective) -> list[int]:
+    """The ids whose rows must share a micro-batch: episodes when the objective's terms are over
+    episodes (its aggregation counts them: traj), else events."""
+    over_episodes = get_aggregation(objective.aggregation).count == "num_episodes"
+    return (rows.episode_ids if over_episodes else rows.event_ids).tolist()
+
+
 def corrected_rows(stale: Tensor | None, opts: TrainOptions, device: torch.device) -> Tensor | None:
     """The stale rows on the device, or None when nothing is corrected: no stale row, or old log-probs
     taken from the rollout (the ratio is then against the behaviour policy itself: no weight)."""
@@ -385,8 +400,9 @@ def update(
     Returns loss, grad_norm, clip_fraction (means over epochs) and the global counts; with
     `keys`, also the clip fraction of each role and event type (`role/R/clip_fraction`, ...).
     A given `row_clips` ([N, 2] float64, zeros) receives each row's (clipped units, units) over
-    every epoch, for the traces (`rl/event_updates.py`). `objective`: default the registered
-    `opts.objective` (`rl/plugins.py` builds one as the options name it). `stale`: [N] bool, the rows
+    every epoch, for the traces (`rl/event_updates.py`; a set counted once per event it spans).
+    `objective`: default the registered `opts.objective` (`rl/plugins.py` builds one as the options
+    name it). `stale`: [N] bool, the rows
     generated with weights older than the proximal policy's (asynchronous rollouts): their events are
     corrected by a truncated importance weight (docs/objective.md), when the old log-probs are recomputed.
     """
@@ -394,20 +410,20 @@ def update(
     batch = Batch.of(rows, temperatures, policies)
     groups = forward_groups(policies, temperatures)
     leads = engine_owners(policies)
+    objective = objective or get_objective(opts.objective)
     tokens = [len(a) + len(b) for a, b in zip(rows.prompt_token_ids, rows.response_token_ids)]
-    plan = plan_batches(rows.event_ids.tolist(), tokens, world_size=1, micro_batches=opts.micro_batches)[0]
-    events, num_tokens, num_rows = all_reduce([rows.num_events, float(batch.mask.sum()), len(rows)], device)
-    counts = Counts(int(events), int(num_tokens), int(num_rows))
+    atoms = atomic_ids(rows, objective)  # whole events (episodes for traj) per micro-batch
+    plan = plan_batches(atoms, tokens, world_size=1, micro_batches=opts.micro_batches)[0]
+    local = [rows.num_events, float(batch.mask.sum()), len(rows), rows.num_episodes]
+    counts = Counts(*(int(n) for n in all_reduce(local, device)))
     if counts.events == 0:
         return {"num_events": 0.0, "num_rows": 0.0, "num_tokens": 0.0}
     old = old_logprobs(leads, batch, plan, groups, opts, device)
     ref = score_rows(leads, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
     mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
-    objective = objective or get_objective(opts.objective)
     stale = corrected_rows(stale, opts, device)
-    s = Step(
-        leads, batch, opts, objective, dist, groups, counts, old, ref, stale, mask, event_ids, advantages
-    )
+    ids = (event_ids, rows.episode_ids.to(device), advantages)
+    s = Step(leads, batch, opts, objective, dist, groups, counts, old, ref, stale, mask, *ids)
     epochs = [run_epoch(s, plan) for _ in range(opts.epochs)]
     clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
     if row_clips is not None:

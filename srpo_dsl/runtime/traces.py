@@ -40,7 +40,8 @@ class EventUpdate(BaseModel):
     """What the training update did with one event: its members' advantages (in member order; None for a
     member that was not trained, of an agent with `trained = false`) and
     the clipped fraction of its clipping units over every epoch (srpo: the event's one ratio, so 0
-    or 1 with one epoch; grpo and drmas: its tokens; seq: its rows); None when it had no unit."""
+    or 1 with one epoch; traj: its episode's one ratio, the same on every event of the episode; grpo
+    and drmas: its tokens; seq: its rows); None when it had no unit."""
 
     model_config = ConfigDict(extra="forbid")
 
