@@ -178,14 +178,31 @@ def test_siblings_are_grouped_by_their_state(tmp_path):
     assert torch.allclose(rows.advantages, torch.tensor([0.0, 0.0, 1.0, -1.0, 0.0, 0.0]), atol=1e-4)
 
 
-def test_two_rollouts_do_not_share_sibling_groups(tmp_path):
-    """G = 2 identical rollouts: grouped as (prompt, event type), the four solver alternatives of one path
-    position would mix; grouped by state, each rollout's siblings are compared alone (+1, -1 twice)."""
-    script = {"planner": ["\\boxed{1}"], "solver": ["\\boxed{7}", "\\boxed{3}"]}
-    executor, _, _ = _run(_workflow(tmp_path, "aggregate solver branch 2"), script)
+def test_alternatives_from_different_states_are_compared_apart(tmp_path):
+    """G = 2: the planners answer 1 and 2, so the solvers' alternatives come from two states. Their
+    returns 1, 0 (rollout 0) and 1, 1 (rollout 1) are normalised per state: +1, -1 and 0, 0 (as one
+    (prompt, step) group they would be +0.577, -1.732, +0.577, +0.577). The planners' returns are their
+    trees' 0.5 and 1: -1, +1."""
+    script = {
+        "planner": ["\\boxed{1}", "\\boxed{2}"],
+        "solver": ["\\boxed{7}", "\\boxed{3}", "\\boxed{7}", "\\boxed{7}"],
+    }
+    executor, _, _ = _run(_workflow(tmp_path, "revise planner\naggregate solver branch 2"), script)
     eps = executor.run([TASK], samples=2)
     rows = build_rows([to_trace(ep, "h") for ep in eps], "grpo")
-    assert rows.advantages.tolist() == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-4)
+    assert rows.returns.tolist() == [0.5, 1.0, 0.0, 1.0, 1.0, 1.0]
+    assert rows.advantages.tolist() == pytest.approx([-1.0, 1.0, -1.0, 1.0, 0.0, 0.0], abs=1e-4)
+
+
+def test_at_the_first_decision_every_rollout_shares_the_state(tmp_path):
+    """G = 2 rollouts branch at their first step: all four alternatives were sampled from the one state
+    (the question), so they are one group: returns 1, 0, 1, 1 -> mean 0.75, std 0.433."""
+    script = {"solver": ["\\boxed{7}", "\\boxed{3}", "\\boxed{7}", "\\boxed{7}"]}
+    executor, _, _ = _run(_workflow(tmp_path, "aggregate solver branch 2"), script)
+    eps = executor.run([TASK], samples=2)
+    rows = build_rows([to_trace(ep, "h") for ep in eps], "srpo")
+    third = 1 / 3**0.5
+    assert rows.advantages.tolist() == pytest.approx([third, -3 * third, third, third], abs=1e-4)
 
 
 PRUNED = "revise planner\naggregate solver branch 3 keep {rule} by exact_match(task.answer)"

@@ -9,9 +9,11 @@
     episode groups (prompt); one sample per EPISODE (its team return): the G rollouts of a question,
             A on every row of every event of the episode (Search-R1, verl's multi-turn GRPO)     (traj)
 
-Every estimator groups the alternatives of one `branch` step by their shared state: their group is
-their sibling group (`siblings`), never "the same step in G rollouts" (docs/objective.md, "Branching
-rollouts"); rows of events that are no alternative have sibling None and group as above.
+Every estimator groups the alternatives of a `branch` step by the pre-action state they were sampled
+from (`siblings`: their state id): their siblings, and the alternatives of other rollouts only where
+those reached exactly the same state (at an episode's first decision, all G rollouts' do), never "the
+same step in G rollouts" whatever their states (docs/objective.md, "Branching rollouts"); rows of
+events that are no alternative have sibling None and group as above.
 
 Each objective names its estimator when it is registered (objectives.py), so nothing here
 or in the rows branches on an objective's name. The estimators are the entries of
@@ -36,7 +38,7 @@ from srpo_dsl.rl.objective import at_least_fp32
 class AdvantageInputs:
     """One entry per row: the return R of its member, its event, prompt, event type and role; its
     episode with the episode's team return (None when the caller has no episodes: `episode` needs
-    them); and the sibling group of its event when it is an alternative of a `branch` step."""
+    them); and the pre-action state of its event when it is an alternative of a `branch` step."""
 
     returns: Tensor  # [N] float
     event_ids: Tensor  # [N] int, equal id = one event
@@ -45,7 +47,7 @@ class AdvantageInputs:
     roles: Sequence[Hashable]
     episode_ids: Tensor | None = None  # [N] int, equal id = one episode
     episode_returns: Tensor | None = None  # [N] float, the team return of the row's episode (ep.reward)
-    siblings: Sequence[Hashable | None] | None = None  # None: no row is an alternative
+    siblings: Sequence[Hashable | None] | None = None  # an alternative's state; None: no row is one
 
     def __post_init__(self) -> None:
         n = self.returns.numel()
@@ -61,7 +63,7 @@ class AdvantageInputs:
             raise ValueError("siblings needs one entry per row")
 
     def groups(self, *keys: Sequence[Hashable]) -> Tensor:
-        """Dense group ids of `keys`, an alternative's rows grouped with their siblings alone."""
+        """Dense group ids of `keys`, an alternative's rows grouped by their state too."""
         if self.siblings is None:
             return group_index(*keys)
         return group_index(*keys, self.siblings)

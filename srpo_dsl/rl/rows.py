@@ -193,7 +193,7 @@ def build_rows(
     returns = torch.tensor(
         [_return(r.episode, r.event, r.member, round_of) for r in flat], dtype=torch.float32
     )
-    siblings = [r.event.branch.group if r.event.branch else None for r in flat]
+    siblings = [r.event.state_id if r.event.branch else None for r in flat]  # an alternative's: its state
     team = torch.tensor([float(r.episode.reward) for r in flat], dtype=torch.float32)
     inputs = AdvantageInputs(
         returns,
