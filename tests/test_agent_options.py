@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from clitools import cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang.analysis import analyze
@@ -111,6 +112,11 @@ def test_tries_are_traced_and_an_older_trace_reads(folder, tmp_path):
     assert back.events[0].tries[0].member_index == 0 and not back.events[0].tries[0].valid
     (old,) = read_traces(ROOT / "tests/data/old_run/traces.jsonl")[:1]
     assert all(e.tries == [] for e in old.events)
+    audited = cli("audit", tmp_path / "t.jsonl")
+    assert (
+        audited.returncode == 0
+        and "solver#1: \\boxed{1} (after 1 invalid tries, resampled)" in audited.stdout
+    )
 
 
 def test_a_try_is_trained_as_a_singleton_invalid_event_with_its_episodes_return(folder):

@@ -252,6 +252,7 @@ def _audit_table(ep: TraceEpisode, short: Callable[[str], str]) -> None:
     local = lambda event_id: event_id.removeprefix(ep.episode_id)  # noqa: E731
     for i, e in enumerate(ep.events):
         outs = "; ".join(f"{_who(m, bool(e.actions))}: {short(m.text)}" for m in e.members)
+        outs += f" (after {len(e.tries)} invalid tries, resampled)" if e.tries else ""
         k = f"{len(e.members)}" if e.complete else f"{len(e.members)}/{e.cardinality} INCOMPLETE"
         name = local(e.event_id) if tree else f"e{i + 1}"
         row = f"| {name} | {e.event_type} | {e.state_id[:8]} | {k} | {outs} | {_observed(e.observations)} |"
