@@ -38,7 +38,7 @@ def test_every_snippet_runs_in_order_as_one_script(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert "quickstart " in out and "Bounds(events=3, calls=4, tool_calls=0, tokens=48)" in out
+    assert "quickstart " in out and "Bounds(events=3, calls=4, tool_calls=0, tokens=48, paths=1)" in out
     assert "['solver', 'verifier', 'aggregator'] ['lm']" in out
     assert "RolloutSummary(episodes=8," in out and "K=2" in out
     assert "step 20: return" in out and "['step-20']" in out
@@ -64,5 +64,5 @@ def test_the_readme_s_python_snippet_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert lines[0] == "Bounds(events=3, calls=4, tool_calls=0, tokens=48)"
+    assert lines[0] == "Bounds(events=3, calls=4, tool_calls=0, tokens=48, paths=1)"
     assert lines[1].startswith("[0, 10] [")
