@@ -107,9 +107,8 @@ def train_cmd(
 ) -> None:
     """Train a workflow's trainable policies with SRPO (or a baseline); flags override its `train` block.
 
-    Writes OUT/metrics.jsonl, OUT/eval.jsonl, OUT/tb (TensorBoard), OUT/config.json and
-    OUT/checkpoints/step-N, and ends with the held-out Avg@k / Pass@k at the first and last
-    evaluation (`--resume` continues it). Several processes: launch with `torchrun` or `deepspeed`.
+    Writes OUT/metrics.jsonl, eval.jsonl, config.json, tb/ (TensorBoard) and checkpoints/step-N, and ends with
+    the held-out Avg@k / Pass@k of the first and last evaluation. `--resume` continues it; torchrun: many.
 
     Examples:
 
