@@ -371,10 +371,17 @@ def test_the_viewer_lays_out_the_tree(tmp_path):
     data = episode_json(None, to_trace(ep, "h"))
     shown = [(e["name"], e["depth"], e["after"], e["alt"], e["ret"], e["next"]) for e in data["events"]]
     assert shown == [
-        ("/e1b0", 1, "start", "1 of 2, kept", 0.125, "→ aggregate:solver"),
-        ("/e1b1", 1, "start", "2 of 2, kept", 0.125, "→ aggregate:solver"),
+        (
+            "/e1b0",
+            1,
+            "start",
+            "1 of 2, kept",
+            0.125,
+            "→ aggregate:solver",
+        ),  # depth first: a path, its subtree
         (".0/e2b0", 2, "/e1b0", "1 of 2, kept", 0.5, "→ end"),
         (".0/e2b1", 2, "/e1b0", "2 of 2, kept", 0.0, "→ end"),
+        ("/e1b1", 1, "start", "2 of 2, kept", 0.125, "→ aggregate:solver"),
         (".1/e2b0", 2, "/e1b1", "1 of 2, kept", 0.25, "→ end"),
         (".1/e2b1", 2, "/e1b1", "2 of 2, kept", 0.25, "→ end"),
     ]

@@ -111,6 +111,11 @@ def _tree_json(ep: TraceEpisode, e: TraceEvent) -> dict[str, Any]:
     return {"name": local, "depth": e.path.count("."), "after": after, "alt": alt, "ret": e.tree_return}
 
 
+def _path_key(path: str) -> tuple[int, ...]:
+    """`.1.0` -> (1, 0): paths sort depth first (a path, then its first child's subtree, ...)."""
+    return tuple(int(x) for x in path.split(".")[1:])
+
+
 def _following(events: list[TraceEvent], i: int) -> TraceEvent | None:
     """The event after event i on its path (traces with parents; before v3: the next one); None at the
     end of a path, or for an alternative that was pruned."""
@@ -131,6 +136,8 @@ def episode_json(graph: nx.DiGraph | None, ep: TraceEpisode) -> dict[str, Any]:
             item |= _tree_json(ep, e)
             if e.branch is not None and not e.branch.kept:
                 item["next"] = "pruned: this alternative ends here"
+        order = sorted(range(len(events)), key=lambda i: (_path_key(events[i].path), i))
+        out = [out[i] for i in order]  # depth first: each path's events, then its alternatives' subtrees
     return {
         "id": ep.episode_id,
         "prompt": ep.prompt_id,
