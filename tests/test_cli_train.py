@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from srpo_dsl import registries
+from srpo_dsl import devices, registries
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.cli.common import CliError
 from srpo_dsl.cli.train_cmds import (
@@ -62,7 +62,7 @@ def test_choices_come_from_the_registries_and_the_names() -> None:
     assert values(Objective) == tuple(registries.OBJECTIVES) == ("srpo", "grpo", "seq", "drmas", "traj")
     assert values(SetNorm) == tuple(registries.SET_NORMS) == ("sqrt", "mean", "none")
     assert values(Offload) == names.OFFLOAD
-    assert values(Device) == names.DEVICES
+    assert values(Device) == devices.DEVICES
     assert values(BackendKind) == tuple(registries.BACKENDS) == ("hf", "scripted", "vllm")
     assert values(RolloutEngine) == tuple(registries.ROLLOUT_ENGINES) == ("hf", "vllm")
 

@@ -12,7 +12,16 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "srpo_dsl"
 
 LAYERS = (  # lowest first: a module imports its own layer and those below it, never one above
-    ("version", "errors", "io", "registry", "registries", "lazy", "seeds"),  # files, plugin registries, seeds
+    (
+        "version",
+        "errors",
+        "io",
+        "registry",
+        "registries",
+        "lazy",
+        "seeds",
+        "devices",
+    ),  # files, plugin registries, seeds
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.api.outputs import check_files, check_out, staged_output
 from srpo_dsl.api.quiet import libraries_quiet
+from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import write_atomic
 from srpo_dsl.registries import BACKENDS
-from srpo_dsl.rl.names import DEVICES
 from srpo_dsl.rl.runlog import write_graph
 from srpo_dsl.runtime.metrics import DatasetMetrics
 from srpo_dsl.runtime.traces import TraceEpisode, write_traces
@@ -114,20 +114,6 @@ def check_tools(wf: Workflow) -> None:
         probe_tools(wf)
     except RetrieverError as exc:
         raise UsageError(str(exc)) from None
-
-
-def check_device(device: str | None) -> None:
-    """A device srpo-dsl knows, and (`cuda`) one this machine has: a usage error, before anything loads."""
-    if device is not None and device not in DEVICES:
-        raise UsageError(f"device {device!r}: expected one of {', '.join(DEVICES)}")
-    if device == "cuda":
-        from srpo_dsl.rl.trainer import TrainError
-        from srpo_dsl.rl.trainer import check_device as usable
-
-        try:
-            usable(device)
-        except TrainError as exc:
-            raise UsageError(str(exc)) from None
 
 
 def model_overrides(models: Models, policies: list[str]) -> dict[str, str]:

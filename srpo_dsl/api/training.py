@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from srpo_dsl.api.errors import WorkflowError
 from srpo_dsl.api.outputs import check_files, refuse_existing
 from srpo_dsl.api.quiet import libraries_quiet
-from srpo_dsl.api.rollouts import check_device, check_tools, model_overrides
+from srpo_dsl.api.rollouts import check_tools, model_overrides
+from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.rl.runlog import METRICS, EvalCurve, RunError, read_curve, read_jsonl
 

@@ -12,8 +12,8 @@ from enum import Enum
 import typer
 
 from srpo_dsl.backends import DECODE_MODES
+from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, SrpoDslError
-from srpo_dsl.rl.names import DEVICES
 
 __all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "CliError", "fail", "print_error"]
 

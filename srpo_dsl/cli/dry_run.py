@@ -88,12 +88,13 @@ def planned_places(workflow: Path, overrides: Mapping[str, Any], workers: int, d
 
 def dry_run(workflow: Path, overrides: Mapping[str, Any], device: str | None) -> str | None:
     """The table of the launch's processes (None on ranks other than 0, which print nothing)."""
-    from srpo_dsl.rl.trainer import check_device, resolve_options
+    from srpo_dsl.devices import resolve_device
+    from srpo_dsl.rl.trainer import resolve_options
     from srpo_dsl.runtime.setup import load_workflow
 
     wf = load_workflow(workflow)
     workers = resolve_options(wf.graph.train, overrides, wf.folder).rollout_workers
-    used = check_device(device)
+    used = resolve_device(device)
     if "RANK" not in os.environ:
         return table(planned_places(workflow, overrides, workers, used), launched=False)
     places = launched_places(workers, used)

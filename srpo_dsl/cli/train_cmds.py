@@ -20,11 +20,12 @@ import typer
 from srpo_dsl.api.launch import processes_needed, relaunch
 from srpo_dsl.api.outputs import check_files, check_out, refuse_existing, staged_output
 from srpo_dsl.api.quiet import libraries_quiet
-from srpo_dsl.api.rollouts import check_device, check_tools
+from srpo_dsl.api.rollouts import check_tools
 from srpo_dsl.api.training import training_errors
 from srpo_dsl.cli.common import DECODE, EXIT_INPUT, OVERWRITE, SET, VERBOSE, CliError, Decode, Device, choices
 from srpo_dsl.cli.dry_run import print_dry_run
 from srpo_dsl.cli.run_cmds import load_checked, models_of
+from srpo_dsl.devices import check_device
 from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 from srpo_dsl.rl.names import OFFLOAD

@@ -8,4 +8,3 @@ aggregations, advantage estimators, set norms, rollout engines) are the registri
 from __future__ import annotations
 
 OFFLOAD = ("none", "optimizer", "params", "all")  # ZeRO offload to CPU (engine.py)
-DEVICES = ("cpu", "cuda")

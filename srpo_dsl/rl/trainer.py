@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from srpo_dsl.devices import resolve_device
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
@@ -172,8 +173,8 @@ def rollout_link(
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
     if not opts.rollout_workers:
         return None
-    check_backend(rollout.engine, check_device(device))
-    link = join_launch(opts.rollout_workers, check_device(device))
+    check_backend(rollout.engine, resolve_device(device))
+    link = join_launch(opts.rollout_workers, resolve_device(device))
     if link.layout.is_worker:
         run_worker(wf, opts, link, rollout)
     else:  # the launcher stops every process when one fails: a trainer cleans up as on Ctrl-C
@@ -434,7 +435,7 @@ def prepare_run(
 
     wf = load_workflow(workflow_path, settings)
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
-    device = check_device(device)
+    device = resolve_device(device)
     tasks, eval_sets = checked_data(wf, opts, rollout, device, eval_data)
     user_ds = read_ds_config(ds_config) if ds_config else {}
     found = latest_checkpoint(out)
@@ -505,12 +506,6 @@ def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:
     """Each adapter's base and LoRA options (None without adapters): a resumed run must keep them."""
     layout = {n: {"base": p.base, **(p.lora or {})} for n, p in graph.policies.items() if p.base is not None}
     return layout or None
-
-
-def check_device(device: str | None) -> str:
-    if device == "cuda" and not torch.cuda.is_available():
-        raise TrainError("--device cuda: no CUDA device is available (use --device cpu)")
-    return device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def check_backend(backend: str, device: str) -> None:
