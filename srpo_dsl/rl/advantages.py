@@ -1,4 +1,4 @@
-"""Group-relative advantages (SRPO.md §2) and the registry of the estimators objectives name.
+"""Group-relative advantages (docs/objective.md §5) and the registry of the estimators objectives name.
 
     A = (R - mean_g) / (std_g + eps)          std_g: population std (unbiased=False)
 

@@ -1,4 +1,4 @@
-"""Event-atomic batching (SRPO.md §3): whole events, never rows, go to ranks and micro-batches.
+"""Event-atomic batching (docs/objective.md §9): whole events, never rows, go to ranks and micro-batches.
 
 All rows of one event share one ratio and one clip, so they must be in the same
 micro-batch of the same rank; the loss is normalised by the global event count of the

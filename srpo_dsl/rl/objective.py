@@ -1,4 +1,4 @@
-"""The SRPO setwise objective (SRPO.md §2) as per-event terms, and the ratio pieces all losses share.
+"""SRPO's setwise objective (docs/objective.md §1) as per-event terms, and the ratio pieces all losses share.
 
 For member j of decision event e (a row of the batch), with generated-token mask m:
 

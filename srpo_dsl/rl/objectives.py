@@ -237,7 +237,7 @@ def setwise_loss(
     behaviour_logprobs: Tensor | None = None,
     importance_cap: float = 2.0,
 ) -> tuple[Tensor, Metrics]:
-    """Return (-J, metrics) of SRPO.md §2: one ratio and one clip per decision event.
+    """Return (-J, metrics) of docs/objective.md §1: one ratio and one clip per decision event.
 
     logprobs, old_logprobs: [B, T] log-probs of the generated tokens (current, and the
         ratio's denominator: the proximal policy, or the behaviour when not recomputed).

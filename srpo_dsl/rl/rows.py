@@ -1,4 +1,4 @@
-"""Episodes -> training rows: one row per member of every complete event (SRPO.md §3).
+"""Episodes -> training rows: one row per member of every complete event (docs/objective.md §1, §9).
 
 An incomplete event (a member missing) is dropped whole and counted, never trained on in
 part. An invalid output that was resampled (an agent's `retries`) is recorded in its event's `tries`

@@ -1,4 +1,4 @@
-"""The training loop, one named step per line (SRPO.md §2-3):
+"""The training loop, one named step per line (docs/training.md; the objective: docs/objective.md):
 
     run = prepare_run(...)                       # options, engines, executor; or resume a checkpoint
     for step in steps:

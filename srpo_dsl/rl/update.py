@@ -4,7 +4,7 @@ Micro-batches hold whole events; for an objective whose terms are over episodes 
 traj) whole episodes.
 
 The update is exact for events whose members come from different trainable policies
-(SRPO.md §2, gradient view):
+(docs/objective.md §3, the gradient view):
 
     W      = d(loss)/d(logprobs)        on a DETACHED [B, T] log-prob tensor (autograd)
     loss_p = sum(W_p * logprobs_p)      back-propagated through policy p's own engine

@@ -86,7 +86,7 @@ class Event:
 
 @dataclass(frozen=True)
 class Cost:
-    """An episode's cost proxies (SRPO.md §5): generated tokens, model calls (sum of K), tool calls."""
+    """An episode's cost proxies (docs/traces.md): generated tokens, model calls (sum of K), tool calls."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")
 
@@ -259,7 +259,7 @@ class Episode:
         max_turns: int,
         actions: tuple[str, ...] = (),
     ) -> dict:
-        """The template variables of DESIGN.md §3 (see `srpo_dsl.runtime.prompts`)."""
+        """The template variables of docs/dsl.md (`agent ... prompt`) (see `srpo_dsl.runtime.prompts`)."""
         return {
             "actions": list(actions),
             "history": list(self.history),

@@ -1,4 +1,4 @@
-"""Avg@k, Pass@k (unbiased estimator) and the cost proxies of SRPO.md §5."""
+"""Avg@k, Pass@k (unbiased estimator) and the cost proxies of docs/cli.md (`srpo-dsl eval`)."""
 
 from __future__ import annotations
 
