@@ -69,7 +69,7 @@ class Executor:
                 f"no handler for the step effect(s) {', '.join(unknown)}: register one on "
                 "`srpo_dsl.runtime.effects.EFFECTS`"
             )
-        self.g = graph
+        self.graph = graph
         self.seed = 0  # the run's seed (`run`)
         self.backends = backends
         self.renderer = renderer
@@ -126,7 +126,7 @@ class Executor:
     # ---- control flow -------------------------------------------------------
     def _follow(self, ep: Episode) -> None:
         """Take the one way out whose conjunction holds; apply its loop effects."""
-        for edge in self.g.out_edges[ep.node]:
+        for edge in self.graph.out_edges[ep.node]:
             for way in edge.ways:
                 if way.holds(ep.state, ep.loops):
                     for loop in way.reset:
@@ -140,7 +140,7 @@ class Executor:
     def _advance(self, ep: Episode, on_done: Callable[[Episode], None] | None) -> None:
         """Move past nodes that need no generation (start, a routed step nobody was routed to)."""
         while not ep.done:
-            node = self.g.nodes[ep.node]
+            node = self.graph.nodes[ep.node]
             if node.kind == "end":
                 self._finish(ep)
                 tree = ep.tree
@@ -155,7 +155,7 @@ class Executor:
                 return
 
     def _replicas(self, ep: Episode, node: EventNode) -> tuple[int, ...]:
-        if node.routed_by in self.g.envs:  # `by ENV`: the replicas its last step selected
+        if node.routed_by in self.graph.envs:  # `by ENV`: the replicas its last step selected
             progress = ep.envs.get(node.routed_by)
             return progress.log[-1].selected[node.agent.name] if progress and progress.log else ()
         if node.routed_by:
@@ -179,7 +179,7 @@ class Executor:
         tool_calls: dict[str, list[Episode]] = defaultdict(list)  # tool node -> its episodes
         states: dict[str, str] = {}
         for ep in active:
-            node = self.g.nodes[ep.node]
+            node = self.graph.nodes[ep.node]
             if isinstance(node, ToolNode):
                 tool_calls[node.id].append(ep)
                 continue
@@ -192,7 +192,7 @@ class Executor:
         for item in sample(slots, self._generate, self._member):  # in slot order: alternative, member
             results[item.slot.episode.event_prefix].append(item)
         for node_id, calls in tool_calls.items():
-            self._call_tool(self.g.nodes[node_id], calls)  # type: ignore[arg-type]
+            self._call_tool(self.graph.nodes[node_id], calls)  # type: ignore[arg-type]
         for ep in active:
             going = [ep]
             if ep.event_prefix in states:
@@ -204,7 +204,7 @@ class Executor:
         """One request per member of `ep`'s pending event, all rendered from the same state, each with
         its own seed (from the round's `seed`) and the tokens its replica has left."""
         loop = node.where.loop
-        turn, max_turns = (ep.loops.get(loop, 1), self.g.loops[loop]) if loop else (1, 1)
+        turn, max_turns = (ep.loops.get(loop, 1), self.graph.loops[loop]) if loop else (1, 1)
         alternatives = node.branch.count if node.branch and self.branching else 1
         order = seed_of(self.seed, ep.event_prefix, ep.step + 1)  # one `shuffle` order per event
         out = []
@@ -218,7 +218,7 @@ class Executor:
                 actions=node.actions,
             )
             prompt = self.renderer.render(a.prompt, ctx, shuffle_seed=order)  # one for every alternative
-            adapter = self.g.adapters.get(a.policy)
+            adapter = self.graph.adapters.get(a.policy)
             max_tokens = tokens_left(ep, a, replica)
             for b in range(alternatives):
                 draw = (
@@ -249,7 +249,7 @@ class Executor:
         """(replica, query) of the members of `node.on`'s last event the tool serves: every valid one, or
         for an acting agent those whose action is the tool's name."""
         members = ep.last_output.get(node.on, [])
-        if self.g.agents[node.on].actions:
+        if self.graph.agents[node.on].actions:
             return asked(members, node.tool)
         return [
             (m.replica, m.parsed if isinstance(m.parsed, str) else json.dumps(m.parsed))
@@ -292,7 +292,7 @@ class Executor:
             last.observations.extend(o for _, o in observations)
 
     def _agents_of(self, event: Event) -> tuple[str, ...]:
-        return tuple(a.name for a in self.g.nodes[event.node].agents)  # type: ignore[union-attr]
+        return tuple(a.name for a in self.graph.nodes[event.node].agents)  # type: ignore[union-attr]
 
     def _agent_of(self, event: Event) -> str:
         """Who acted, as a reward's episode view names it: the agent, or `a+b` for a mixed set."""
@@ -300,7 +300,7 @@ class Executor:
 
     def _commit(self, ep: Episode, sampled: list[Sampled], state_id: str, seed: int) -> list[Episode]:
         """Record the pending event of `ep` (each alternative of a branching step); the paths that go on."""
-        node: EventNode = self.g.nodes[ep.node]  # type: ignore[assignment]
+        node: EventNode = self.graph.nodes[ep.node]  # type: ignore[assignment]
         if node.branch is None or not self.branching:
             self._apply(ep, node, self._event(ep, node, sampled, state_id))
             return [ep]
@@ -370,14 +370,14 @@ class Executor:
         if a.parser is not None:
             return allowed(self.parsers[a.name](text), actions)
         routes = CONTRACTS[a.contract].args == "pool"  # over the pool its first argument names
-        pool = self.g.agents[a.contract_args[0]].replicas if routes else None
+        pool = self.graph.agents[a.contract_args[0]].replicas if routes else None
         if a.calls > 1:  # `act(...)` whose tool actions may be taken up to `calls` times in one output
             return allowed(parse_act_calls(text, a.actions, a.calls), actions)
         return allowed(parse_output(a.contract, text, pool_size=pool, args=a.contract_args), actions)
 
     def _member(self, slot: Slot, r: GenResult) -> Member:
         a = slot.agent
-        node: EventNode = self.g.nodes[slot.episode.node]  # type: ignore[assignment]
+        node: EventNode = self.graph.nodes[slot.episode.node]  # type: ignore[assignment]
         parsed = self._parse(a, node.actions if a is node.agent else a.actions, r.text)
         return Member(
             member_index=slot.member_index,
@@ -409,7 +409,7 @@ class Executor:
         None for an environment's reward."""
         if self.reward.agent is None:
             return None
-        agent = self.g.agents[self.reward.agent]
+        agent = self.graph.agents[self.reward.agent]
         last = (ep.last_output.get(agent.name) or [None])[-1]
         if agent.actions:
             return final_answer(agent, last)
