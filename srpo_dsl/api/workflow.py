@@ -17,7 +17,7 @@ from srpo_dsl.lang import analyze
 from srpo_dsl.lang.errors import Diagnostic
 from srpo_dsl.lang.graph import Bounds
 from srpo_dsl.lang.settings import SettingError, apply_settings
-from srpo_dsl.runtime.setup import Workflow as CompiledWorkflow
+from srpo_dsl.runtime.setup import CompiledWorkflow
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -33,7 +33,7 @@ from srpo_dsl.rl.rollout_inbox import Inbox
 from srpo_dsl.rl.rollout_link import EPISODES, SETUP, Batch, Link, LinkError
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
-from srpo_dsl.runtime.setup import Workflow, build_tools, task_data
+from srpo_dsl.runtime.setup import CompiledWorkflow, build_tools, task_data
 from srpo_dsl.seeds import seed_of
 
 
@@ -60,7 +60,7 @@ def worker_engines(
     return out
 
 
-def run_worker(wf: Workflow, opts: TrainOptions, link: Link, rollout: Rollout) -> None:
+def run_worker(wf: CompiledWorkflow, opts: TrainOptions, link: Link, rollout: Rollout) -> None:
     """Generate the steps trainer rank 0 orders, each with the weights it names, until it says stop."""
     if link.device.type == "cuda":
         torch.cuda.set_device(link.device)

@@ -58,18 +58,18 @@ from srpo_dsl.rl.update import Temperatures, TrainError, update
 from srpo_dsl.rl.weight_sync import push_weights
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
-from srpo_dsl.runtime.setup import Workflow
+from srpo_dsl.runtime.setup import CompiledWorkflow
 from srpo_dsl.seeds import seed_of
 
 __all__ = ["TrainError", "train"]
 
 
 @dataclass(frozen=True)
-class Run:
+class TrainingRun:
     """Everything a training step reads; `start` is the last step already done (0: a fresh run)."""
 
     out: Path
-    workflow: Workflow
+    workflow: CompiledWorkflow
     opts: TrainOptions
     dist: Dist
     policies: Mapping[str, Policy]
@@ -182,7 +182,7 @@ def rollout_link(
     return link
 
 
-def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
+def train_steps(run: TrainingRun, progress: bool) -> list[dict[str, float]]:
     """The steps still to run, each evaluated and checkpointed when due; this call's metrics."""
     history = []
     bar = progress_bar(run, progress)
@@ -202,7 +202,7 @@ def train_steps(run: Run, progress: bool) -> list[dict[str, float]]:
     return history
 
 
-def stopped_without_workers(run: Run, done: int, exc: NoWorkerLeft) -> TrainError:
+def stopped_without_workers(run: TrainingRun, done: int, exc: NoWorkerLeft) -> TrainError:
     """The last rollout worker went away: the steps trained since the last checkpoint are checkpointed
     (with the batches received for later steps) so that `--resume` loses nothing."""
     if done == 0:
@@ -212,7 +212,7 @@ def stopped_without_workers(run: Run, done: int, exc: NoWorkerLeft) -> TrainErro
     return TrainError(f"{exc}: step {done} is checkpointed in {run.out}, continue with --resume")
 
 
-def train_step(run: Run, step: int) -> dict[str, float]:
+def train_step(run: TrainingRun, step: int) -> dict[str, float]:
     """Roll out, build rows and advantages, update every engine, push the new weights, log."""
     clock = [time.perf_counter()]
     episodes, fed = rollout(run, step)
@@ -247,7 +247,7 @@ def due(step: int, every: int, last: int) -> bool:
 # --- the steps of one training step -------------------------------------------------------
 
 
-def rollout(run: Run, step: int) -> tuple[list[Episode], dict[str, float]]:
+def rollout(run: TrainingRun, step: int) -> tuple[list[Episode], dict[str, float]]:
     """This rank's share of the step's prompts (whole groups of G on one rank), G episodes each, generated
     here or received from a rollout worker (with the `async/` metrics). The draws' seeds follow from
     the step and each prompt's id (`Executor.run`), not from the rank or the process."""
@@ -259,7 +259,7 @@ def rollout(run: Run, step: int) -> tuple[list[Episode], dict[str, float]]:
     return run.executor.run(mine, samples=run.opts.group, seed=seed), {}
 
 
-def training_rows(run: Run, episodes: list[Episode]) -> Rows:
+def training_rows(run: TrainingRun, episodes: list[Episode]) -> Rows:
     """One row per trained member (and resampled try) of every complete event with a trainable member,
     with its advantage; agents with `trained = false` have none."""
     untrained = [a.name for a in run.graph.agents.values() if not a.trained]
@@ -298,7 +298,7 @@ def memory_metrics(dist: Dist) -> dict[str, float]:
 
 
 def step_metrics(
-    run: Run,
+    run: TrainingRun,
     step: int,
     episodes: list[Episode],
     rows: Rows,
@@ -339,7 +339,7 @@ def step_metrics(
     )
 
 
-def evaluate(run: Run, step: int) -> dict[str, Any] | None:
+def evaluate(run: TrainingRun, step: int) -> dict[str, Any] | None:
     """Held-out Avg@k, Pass@k (per dataset, macro mean), cost per episode, each role's invalid-output rate
     (k = eval_k samples per prompt, `heldout.py`); the per-prompt outcomes go to eval_prompts.jsonl."""
     if not any(s.tasks for s in run.eval_sets):
@@ -352,7 +352,7 @@ def evaluate(run: Run, step: int) -> dict[str, Any] | None:
     return row
 
 
-def checkpoint(run: Run, step: int) -> Path:
+def checkpoint(run: TrainingRun, step: int) -> Path:
     state = {
         "step": step,
         "data_cursor": {"next_step": step + 1},
@@ -364,7 +364,7 @@ def checkpoint(run: Run, step: int) -> Path:
     return save_checkpoint(run.out, step, run.policies, state, run.dist, held)
 
 
-def progress_bar(run: Run, progress: bool) -> Any:
+def progress_bar(run: TrainingRun, progress: bool) -> Any:
     """The steps still to run, with a progress bar on rank 0."""
     from tqdm.auto import tqdm
 
@@ -427,7 +427,7 @@ def prepare_run(
     eval_data: Sequence[Path] = (),
     link: Link | None = None,
     settings: Mapping[str, Any] | None = None,
-) -> Run:
+) -> TrainingRun:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
     from srpo_dsl.rl.ds_engine import ds_config as make_ds_config
     from srpo_dsl.rl.policies import build_policies
@@ -472,11 +472,11 @@ def prepare_run(
     feed = Feed(link, opts, policies, dist.device) if link else None
     if feed is not None:  # the workers start from the weights trained so far, and the batches received
         feed.begin(policies, start, read_rank_state(found, "batches", dist.rank, []) if state else [])
-    return Run(out, wf, opts, dist, policies, executor, tasks, eval_sets, config, start, log, feed)
+    return TrainingRun(out, wf, opts, dist, policies, executor, tasks, eval_sets, config, start, log, feed)
 
 
 def checked_data(
-    wf: Workflow, opts: TrainOptions, rollout: Rollout, device: str, eval_data: Sequence[Path]
+    wf: CompiledWorkflow, opts: TrainOptions, rollout: Rollout, device: str, eval_data: Sequence[Path]
 ) -> tuple[list[dict], list[EvalSet]]:
     """The training and held-out tasks, once the rollout engine and the policies can train them."""
     from srpo_dsl.runtime.setup import task_data
@@ -489,7 +489,7 @@ def checked_data(
     return tasks, eval_sets
 
 
-def held_out_sets(wf: Workflow, eval_data: Sequence[Path], size: int) -> list[EvalSet]:
+def held_out_sets(wf: CompiledWorkflow, eval_data: Sequence[Path], size: int) -> list[EvalSet]:
     """The task's own eval split (named `heldout`: paired across workflows of one task), or one set per
     `eval_data` file (named by its stem)."""
     from srpo_dsl.runtime.setup import task_data
@@ -532,7 +532,7 @@ def check_memory(
         raise TrainError(problem)
 
 
-def check_trainable(wf: Workflow) -> None:
+def check_trainable(wf: CompiledWorkflow) -> None:
     if not any(p.trainable for p in wf.graph.policies.values()):
         raise TrainError(f"{wf.path}: no trainable policy (every policy is `frozen`)")
     if not any(a.trained and wf.graph.policies[a.policy].trainable for a in wf.graph.agents.values()):

@@ -13,7 +13,7 @@ from srpo_dsl.runtime.prompts import PromptRenderer
 
 
 @dataclass
-class Workflow:
+class CompiledWorkflow:
     """A compiled workflow file; relative paths in it resolve from its folder. `settings`: the tool options
     set in place of the file's (`tool.NAME.OPTION` -> value, `srpo_dsl.lang.settings`), already in `graph`."""
 
@@ -37,11 +37,11 @@ class Workflow:
         return PromptRenderer([self.folder])
 
 
-def load_workflow(path: Path, settings: Mapping[str, Any] | None = None) -> Workflow:
+def load_workflow(path: Path, settings: Mapping[str, Any] | None = None) -> CompiledWorkflow:
     """Compile `path`, with `settings` in place of its tools' options; raises `SrpoError` (diagnostics),
     `FileNotFoundError` or `SettingError`."""
     settings = dict(settings or {})
-    return Workflow(Path(path), apply_settings(load_graph(path), settings), settings)
+    return CompiledWorkflow(Path(path), apply_settings(load_graph(path), settings), settings)
 
 
 def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, str]:
@@ -59,7 +59,7 @@ def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, s
 
 
 def task_data(
-    wf: Workflow, *, split: str = "train", data: Path | None = None, limit: int | None = None
+    wf: CompiledWorkflow, *, split: str = "train", data: Path | None = None, limit: int | None = None
 ) -> list[dict]:
     """The prompts of the workflow's task: from `data` if given, else from its own binding."""
     from srpo_dsl.envs.data import load_tasks
@@ -80,7 +80,11 @@ def task_data(
 
 
 def build_backends(
-    wf: Workflow, kind: str, models: dict[str, str], per_policy: Mapping[str, dict] | None = None, **options
+    wf: CompiledWorkflow,
+    kind: str,
+    models: dict[str, str],
+    per_policy: Mapping[str, dict] | None = None,
+    **options,
 ) -> dict:
     """One backend per policy of `models` (policy -> the model it loads, `models.specs.policy_models`;
     non-sharing policies never share weights), with `options` and its own in `per_policy`; an adapter not
@@ -92,7 +96,7 @@ def build_backends(
     return {n: backends[n] if n in backends else backends[policies[n].base] for n in policies}  # type: ignore[index]
 
 
-def build_tools(wf: Workflow) -> dict:
+def build_tools(wf: CompiledWorkflow) -> dict:
     """Each tool: a retriever of its tool kind (`TOOL_KINDS`: bm25, http) or a Python tool (its module
     imported here); `top_k` is the executor's, per search."""
     from srpo_dsl.envs.retrieval import make_retriever
@@ -110,7 +114,7 @@ def build_tools(wf: Workflow) -> dict:
     return tools
 
 
-def probe_tools(wf: Workflow) -> None:
+def probe_tools(wf: CompiledWorkflow) -> None:
     """Ask each tool whose kind has a probe (an HTTP retrieval server: one query, no retry) whether it
     answers, before anything loads; raises the kind's error (`RetrieverError`) naming the tool."""
     from srpo_dsl.envs.retrieval import RetrieverError
