@@ -123,8 +123,8 @@ def train(
     checkpointed step) and OUT/checkpoints/step-N. settings: tool options in place of the workflow file's
     (`tool.NAME.OPTION` -> value, `srpo_dsl.lang.settings`). Returns this call's per-step metrics.
     """
-    settings = dict(settings or {})
-    link = rollout_link(Path(workflow_path), overrides or {}, device, Rollout(backend, decode), settings)
+    settings, rollout = dict(settings or {}), Rollout(backend, decode)
+    link = rollout_link(Path(workflow_path), overrides or {}, device, rollout, settings)
     if link is not None and link.layout.is_worker:
         return []
     run = prepare_run(
@@ -136,7 +136,7 @@ def train(
         ds_config,
         offload,
         device,
-        Rollout(backend, decode),
+        rollout,
         eval_data,
         link,
         settings,
