@@ -30,7 +30,7 @@ from srpo_dsl.runtime.actions import action_of
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.metrics import is_correct
-from srpo_dsl.runtime.setup import Workflow, build_backends, build_tools, load_workflow, task_data
+from srpo_dsl.runtime.setup import CompiledWorkflow, build_backends, build_tools, load_workflow, task_data
 from srpo_dsl.seeds import seed_of
 
 COLUMNS = ("accuracy", "tool", "direct", "read right", "invalid")
@@ -51,7 +51,9 @@ def outcome(ep: Episode) -> dict[str, float | None]:
     }
 
 
-def evaluate(wf: Workflow, model: str, tasks: list[dict], k: int, seed: int) -> dict[str, dict[str, float]]:
+def evaluate(
+    wf: CompiledWorkflow, model: str, tasks: list[dict], k: int, seed: int
+) -> dict[str, dict[str, float]]:
     """Per difficulty (and `all`), each column's mean over the episodes it applies to."""
     backends = build_backends(wf, "hf", dict.fromkeys(wf.graph.policies, model))
     episodes = Executor(wf.graph, backends, wf.renderer(), build_tools(wf)).run(tasks, samples=k, seed=seed)

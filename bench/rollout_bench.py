@@ -23,7 +23,7 @@ import torch
 from srpo_dsl.lang.graph import EventNode
 from srpo_dsl.models.specs import policy_models
 from srpo_dsl.runtime.executor import Executor
-from srpo_dsl.runtime.setup import Workflow, build_backends, build_tools, load_workflow
+from srpo_dsl.runtime.setup import CompiledWorkflow, build_backends, build_tools, load_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ class Recorder:
         return self.inner.generate(requests, seed=seed)
 
 
-def capped(wf: Workflow, max_tokens: int) -> Workflow:
+def capped(wf: CompiledWorkflow, max_tokens: int) -> CompiledWorkflow:
     """The workflow with every agent's max_tokens capped (the tiny model's short answers)."""
     g = wf.graph
     agents = {k: replace(a, max_tokens=min(a.max_tokens, max_tokens)) for k, a in g.agents.items()}

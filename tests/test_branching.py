@@ -396,3 +396,11 @@ def test_the_viewer_lays_out_the_tree(tmp_path):
         "pruned: this alternative ends here",
     ]
     assert events[1]["alt"] == "1 of 3, pruned, score 0"
+
+
+def test_an_unknown_backup_is_e024_naming_the_known_ones(tmp_path):
+    path = _workflow(tmp_path, "aggregate solver branch 2\ntrain with (backup = median)")
+    found = [
+        (d.code, d.message) for d in analyze(path.read_text(), str(path)).diagnostics if d.severity == "error"
+    ]
+    assert len(found) == 1 and found[0][0] == "E024" and "'mean' or 'max'" in found[0][1]

@@ -9,7 +9,8 @@ continues is backed up from its subtree (`train with (backup = mean|max, discoun
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Sequence
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.declarations import BranchInfo
@@ -17,10 +18,34 @@ from srpo_dsl.lang.errors import Diagnostic, did_you_mean
 from srpo_dsl.lang.pycode import CodeRef
 from srpo_dsl.registries import REWARDS
 
-# How a pruning branch picks the alternative that continues (the executor's `runtime.branching` keeps them
-# in this order): the best score (ties: the first), a seeded random one, the first whose members are all
-# valid (none valid: the first).
-KEEP_RULES = ("best", "random", "first")
+# How a pruning branch picks the alternative that continues, from each alternative's score (None: none),
+# whether all its members are valid, and a seed: (scores, valid, seed) -> the index kept.
+KeepRule = Callable[[Sequence["float | None"], Sequence[bool], int], int]
+
+
+def _best(scores: Sequence[float | None], valid: Sequence[bool], seed: int) -> int:
+    """The highest score; ties: the first."""
+    best = max(s for s in scores if s is not None)
+    return next(i for i, s in enumerate(scores) if s == best)
+
+
+def _random(scores: Sequence[float | None], valid: Sequence[bool], seed: int) -> int:
+    """A seeded random one (the run's seed, the episode and the step: reproducible)."""
+    return random.Random(seed).randrange(len(scores))
+
+
+def _first(scores: Sequence[float | None], valid: Sequence[bool], seed: int) -> int:
+    """The first whose members are all valid; none valid: the first."""
+    return next((i for i, ok in enumerate(valid) if ok), 0)
+
+
+KEEP_RULES: dict[str, KeepRule] = {"best": _best, "random": _random, "first": _first}
+
+# How a tree branch's value combines its alternatives' returns (`train with (backup = ...)`).
+BACKUPS: dict[str, Callable[[Sequence[float]], float]] = {
+    "mean": lambda values: sum(values) / len(values),
+    "max": max,
+}
 
 # The most paths (leaves) one episode may branch into: each path is a whole rollout of the rest of the
 # workflow, so beyond this the cost of one episode is a typo, not a plan.

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from srpo_dsl.lang.branches import BACKUPS
 from srpo_dsl.lang.pycode import is_reference
 from srpo_dsl.registries import ADVANTAGE_ESTIMATORS, AGGREGATIONS, OBJECTIVES, SET_NORMS
 from srpo_dsl.registry import Registry, load
@@ -217,7 +218,7 @@ class PythonEnv(_Options):
     timeout: float = Field(30.0, gt=0, description="seconds per step of the environment")
 
 
-def registered(registry: Registry[Any], value: str, *, code: bool = False) -> str:
+def registered(registry: Registry[Any] | Mapping[str, Any], value: str, *, code: bool = False) -> str:
     """`value` if `registry` holds it (or, with `code`, it names Python code); else a literal error."""
     if value in registry or (code and is_reference(value)):
         return value
@@ -278,7 +279,7 @@ class TrainOptions(_Options):
         1, ge=0, description="S: a rollout worker's weights are at most S optimizer steps old"
     )
     importance_cap: float = Field(2.0, ge=1.0, description="C: the cap of a stale event's importance weight")
-    backup: Literal["mean", "max"] = Field(
+    backup: str = Field(
         "mean", description="a tree branch's return: the mean or the max of its alternatives' returns"
     )
     discount: float = Field(
@@ -304,6 +305,11 @@ class TrainOptions(_Options):
                 "missing", "Field required with a Python objective ({expected})", {"expected": expected}
             )
         return None if value is None else registered(AGGREGATIONS, value)
+
+    @field_validator("backup")
+    @classmethod
+    def _backup(cls, value: str) -> str:
+        return registered(BACKUPS, value)
 
     @field_validator("set_norm")
     @classmethod

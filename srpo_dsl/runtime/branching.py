@@ -16,28 +16,22 @@ Every alternative is recorded and trained. Its return (docs/objective.md, "Branc
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from srpo_dsl.envs.rewards import REWARDS
+from srpo_dsl.lang.branches import BACKUPS
 from srpo_dsl.lang.declarations import BranchInfo
 from srpo_dsl.lang.graph import EventNode
 from srpo_dsl.runtime.episode import BranchMark, Episode, Event, Leaf, Member
 from srpo_dsl.runtime.hooks import UserReward
 from srpo_dsl.seeds import seed_of
 
-BACKUPS: dict[str, Callable[[Sequence[float]], float]] = {
-    "mean": lambda values: sum(values) / len(values),
-    "max": max,
-}
-
 
 @dataclass
 class Fork:
     """Where a path split into a tree branch's alternatives: the child paths, in alternative order."""
 
-    group: str
     parent: Episode  # the path that split (done from then on)
     children: list[Episode]
     events: list[Event]  # each child's alternative event, in alternative order
@@ -114,18 +108,6 @@ def close(tree: Tree, backup: str, discount: float) -> None:
     root.reward, root.answer = value, leaves[0].answer
     root.score = sum(p.score for p in leaves) / len(leaves)
     root.role_rewards = {}
-
-
-def keep_index(rule: str, scores: Sequence[float | None], valid: Sequence[bool], seed: int) -> int:
-    """The alternative a pruning branch keeps (rules: `srpo_dsl.lang.branches.KEEP_RULES`)."""
-    if rule == "best":
-        best = max(s for s in scores if s is not None)
-        return next(i for i, s in enumerate(scores) if s == best)
-    if rule == "random":
-        return random.Random(seed).randrange(len(scores))
-    if rule == "first":
-        return next((i for i, ok in enumerate(valid) if ok), 0)
-    raise ValueError(f"unknown keep rule {rule!r}")
 
 
 def alternative_mark(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.envs.retrieval import Retriever, RetrieverError
 from srpo_dsl.envs.rewards import REWARDS
+from srpo_dsl.lang.branches import KEEP_RULES
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import CONTRACTS, TrainOptions
@@ -26,7 +27,6 @@ from srpo_dsl.runtime.branching import (
     Tree,
     alternative_mark,
     close,
-    keep_index,
     keep_seed,
     pruned_return,
 )
@@ -311,7 +311,7 @@ class Executor:
         if node.branch.keep is None:
             return self._fork(ep, node, events, scores)
         valid = [e.complete and all(m.valid for m in e.members) for e in events]
-        kept = keep_index(node.branch.keep, scores, valid, keep_seed(seed, ep))
+        kept = KEEP_RULES[node.branch.keep](scores, valid, keep_seed(seed, ep))
         marks = [alternative_mark(ep, node.branch, i, i == kept, scores[i]) for i in range(len(events))]
         for e, mark, score in zip(events, marks, scores):
             e.branch, e.tree_return = mark, pruned_return([*e.members, *e.tries], score, self.reward.penalty)
@@ -331,7 +331,7 @@ class Executor:
             e.branch = alternative_mark(ep, node.branch, i, True, scores[i])
             e.path = child.path
             self._apply(child, node, e)
-        ep.tree.forks[ep.path] = Fork(events[0].branch.group, ep, children, events, scores)  # type: ignore[union-attr]
+        ep.tree.forks[ep.path] = Fork(ep, children, events, scores)  # type: ignore[union-attr]
         ep.tree.paths.extend(children)
         ep.done = True
         return children
