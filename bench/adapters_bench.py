@@ -30,7 +30,7 @@ on this model.
 Step time. The quickstart team on the embedded model, its own settings (32 prompts x 8
 rollouts per step): workflows/quickstart.srpo (one shared trainable policy) against
 workflows/quickstart_adapters.srpo (an adapter per role on the frozen model), each run in a
-fresh process through `srpo_dsl.rl.trainer.train` for S + 1 steps; the first step (warm-up)
+fresh process through `srpo_dsl.rl.loop.trainer.train` for S + 1 steps; the first step (warm-up)
 is dropped, the trainer's per-step `time` (rollout + update + weight sync) is taken as the
 median of the others, then the median over R runs, the two alternating order run by run.
 Goal: adapters <= 1.2 x shared.
@@ -188,10 +188,10 @@ def quiet(threads: int) -> None:
 
 def serve_base(path: Path, device: str) -> dict:
     """The reference: the frozen base serving every role, one rollout of step 1's prompts."""
-    from srpo_dsl.rl.data_order import step_prompts
-    from srpo_dsl.rl.policies import build_policies
-    from srpo_dsl.rl.process_group import init_distributed
-    from srpo_dsl.rl.trainer import model_paths
+    from srpo_dsl.rl.distributed.data_order import step_prompts
+    from srpo_dsl.rl.distributed.process_group import init_distributed
+    from srpo_dsl.rl.engines.policies import build_policies
+    from srpo_dsl.rl.loop.trainer import model_paths
     from srpo_dsl.runtime.executor import Executor
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
     from srpo_dsl.seeds import seed_of
@@ -208,7 +208,7 @@ def serve_base(path: Path, device: str) -> dict:
 
 def train_steps(path: Path, steps: int, device: str) -> tuple[dict, list[float]]:
     """Prepare the run as `srpo-dsl train` does and run its first `steps` steps; the policies and step times."""
-    from srpo_dsl.rl.trainer import prepare_run, train_step
+    from srpo_dsl.rl.loop.trainer import prepare_run, train_step
 
     run = prepare_run(path, path.parent / "run", {}, False, {}, None, "none", device)
     return run.policies, [train_step(run, step)["time"] for step in range(1, steps + 1)]
@@ -282,7 +282,7 @@ def measure_memory(plan: Plan, model: str, device: str, threads: int) -> list[di
 
 def steptime_run(workflow: str, steps: int, device: str, threads: int) -> dict:
     """One fresh training run of `steps` + 1 steps; the per-step times and tokens after the first."""
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
 
     quiet(threads)
     out = Path(tempfile.mkdtemp(prefix="adapters-bench-steps-"))
@@ -342,7 +342,7 @@ def generation_case(plan: Plan, threads: int) -> dict:
     from srpo_dsl.backends.hf import HFBackend
     from srpo_dsl.lang import load_graph
     from srpo_dsl.models.specs import resolve_model_spec
-    from srpo_dsl.rl.adapters import with_adapters
+    from srpo_dsl.rl.engines.adapters import with_adapters
 
     quiet(threads)
     plain = HFBackend(resolve_model_spec("builtin:tiny"))  # loads the model and its tokenizer

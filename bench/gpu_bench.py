@@ -309,7 +309,7 @@ def trl_case(model_path: str, workflow: str, args: dict) -> dict:
 
 def team_case(model_path: str, workflow: str, args: dict) -> dict:
     quiet()
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
 
     out = Path(tempfile.mkdtemp(prefix="gpu-bench-team-")) / "run"
     overrides = {"steps": args["steps"], "eval_every": args["steps"] + 1, "eval_size": 1, "eval_k": 1,

@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from srpo_dsl.lang.graph import EventNode
-from srpo_dsl.rl.checkpoint import latest_checkpoint
+from srpo_dsl.rl.loop.checkpoint import latest_checkpoint
 from srpo_dsl.runtime.actions import action_of
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor

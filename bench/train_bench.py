@@ -77,7 +77,7 @@ class Setup:
     """The workflow's settings, its agent node and the prompts of every step, in training order."""
 
     def __init__(self, workflow: Path, steps: int, batch: int | None, group: int | None):
-        from srpo_dsl.rl.data_order import step_prompts
+        from srpo_dsl.rl.distributed.data_order import step_prompts
         from srpo_dsl.runtime.setup import load_workflow, task_data
 
         self.workflow = workflow
@@ -112,7 +112,7 @@ class Setup:
 def run_srpo(
     setup: Setup, model: str, steps: int, scratch: Path, extra: dict | None = None, device: str = "cpu"
 ) -> dict:
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
 
     out = Path(tempfile.mkdtemp(dir=scratch, prefix="srpo-"))
     overrides = {

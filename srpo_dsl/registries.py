@@ -1,18 +1,21 @@
-"""The registries whose entries live in heavy modules, declared where nothing heavy is imported.
+"""Named entries: the one mechanism behind every registry of the package, and the registries whose
+entries live in heavy modules, declared where nothing heavy is imported.
 
-Each holds its built-in entries by import path (`srpo_dsl.registry.Registry`): the option schema,
-the checker and the CLI read the names (`srpo-dsl validate` imports no torch), and a lookup imports
-the entry's module. A plugin adds an entry with the registry's decorator, in its own module:
+An entry is an object, or the import path `"package.module:attribute"` of one: a registry read by
+code that must stay light (`srpo-dsl validate` imports no torch) holds its built-in entries by
+path, and a lookup imports the entry's module the first time. Names are known without importing
+anything. A plugin adds an entry with the registry's `register` decorator, in its own module:
 
-    registry              entry                                     added by (in srpo_dsl)
-    OBJECTIVES            Objective (rl/objectives.py)              rl.objectives.register_policy_loss
-    AGGREGATIONS          Aggregation (rl/aggregation.py)           rl.aggregation.register_aggregation
-    ADVANTAGE_ESTIMATORS  (AdvantageInputs, eps) -> [N] Tensor      rl.advantages.register_advantage_estimator
+    registry              entry                                     added by
+    OBJECTIVES            Objective (rl/objective/losses.py)        register_policy_loss (there)
+    AGGREGATIONS          Aggregation (rl/objective/aggregation.py) register_aggregation (there)
+    ADVANTAGE_ESTIMATORS  (AdvantageInputs, eps) -> [N] Tensor      register_advantage_estimator
+                                                                    (rl/objective/advantages.py)
     SET_NORMS             c(K): [E] set sizes -> [E] factors        SET_NORMS.register
-    REWARDS               (pred, task, field) -> float              envs.rewards.register_reward
+    REWARDS               (pred, task, field) -> float              register_reward (envs/rewards.py)
     BACKENDS              (model, **options) -> Backend: run, eval  BACKENDS.register
     ROLLOUT_ENGINES       (module, tokenizer, path, dist, decode)   ROLLOUT_ENGINES.register
-                          -> RolloutEngine: train (rl/policies.py)
+                          -> RolloutEngine: train (rl/engines/policies.py)
 
 The language's own kinds (output contracts, task and tool kinds, policy kinds) are registries of
 `srpo_dsl.lang.schema`, whose entries carry their option models.
@@ -20,36 +23,109 @@ The language's own kinds (output contracts, task and tool kinds, policy kinds) a
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, TypeVar
 
-from srpo_dsl.registry import Registry
+T = TypeVar("T")
+
+
+def load(path: str) -> Any:
+    """The object at `"package.module:attribute"`, its module imported."""
+    module, sep, attribute = path.partition(":")
+    if not sep or not module or not attribute:
+        raise ValueError(f"an import path is 'package.module:attribute', got {path!r}")
+    return getattr(import_module(module), attribute)
+
+
+@dataclass(frozen=True)
+class _ByPath:
+    """An entry not imported yet."""
+
+    path: str
+
+
+class Registry(MutableMapping[str, T]):
+    """`what`'s entries by name, in registration order (built-ins first).
+
+    `builtins` maps names to import paths, imported at the first lookup of each. Reading the
+    names (`in`, iteration, `len`) imports nothing; `lookup` of an unknown name is a ValueError
+    that lists the known ones. `add` and `register` refuse a name twice; item assignment
+    replaces an entry on purpose (a test standing in for a built-in).
+    """
+
+    def __init__(self, what: str, builtins: Mapping[str, str] | None = None):
+        self.what = what
+        self._entries: dict[str, T | _ByPath] = {n: _ByPath(p) for n, p in (builtins or {}).items()}
+
+    def __getitem__(self, name: str) -> T:
+        entry = self._entries[name]
+        if isinstance(entry, _ByPath):
+            entry = self._entries[name] = load(entry.path)
+        return entry
+
+    def __setitem__(self, name: str, entry: T) -> None:
+        self._entries[name] = entry
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def add(self, name: str, entry: T) -> None:
+        if name in self._entries:
+            raise ValueError(f"{self.what} {name!r} is registered twice")
+        self._entries[name] = entry
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """A decorator that registers what it decorates as `name`."""
+
+        def register(entry: T) -> T:
+            self.add(name, entry)
+            return entry
+
+        return register
+
+    def lookup(self, name: str) -> T:
+        if name not in self._entries:
+            raise ValueError(f"unknown {self.what} {name!r}; known: {', '.join(self)}")
+        return self[name]
+
 
 OBJECTIVES: Registry[Any] = Registry(
     "objective",
     {
-        "srpo": "srpo_dsl.rl.objectives:SRPO",
-        "grpo": "srpo_dsl.rl.objectives:GRPO",
-        "seq": "srpo_dsl.rl.objectives:SEQ",
-        "drmas": "srpo_dsl.rl.objectives:DRMAS",
-        "traj": "srpo_dsl.rl.objectives:TRAJ",
+        "srpo": "srpo_dsl.rl.objective.losses:SRPO",
+        "grpo": "srpo_dsl.rl.objective.losses:GRPO",
+        "seq": "srpo_dsl.rl.objective.losses:SEQ",
+        "drmas": "srpo_dsl.rl.objective.losses:DRMAS",
+        "traj": "srpo_dsl.rl.objective.losses:TRAJ",
     },
 )
 AGGREGATIONS: Registry[Any] = Registry(
     "aggregation",
     {
-        "event-mean": "srpo_dsl.rl.aggregation:EVENT_MEAN",
-        "token-mean": "srpo_dsl.rl.aggregation:TOKEN_MEAN",
-        "row-mean": "srpo_dsl.rl.aggregation:ROW_MEAN",
-        "episode-mean": "srpo_dsl.rl.aggregation:EPISODE_MEAN",
+        "event-mean": "srpo_dsl.rl.objective.aggregation:EVENT_MEAN",
+        "token-mean": "srpo_dsl.rl.objective.aggregation:TOKEN_MEAN",
+        "row-mean": "srpo_dsl.rl.objective.aggregation:ROW_MEAN",
+        "episode-mean": "srpo_dsl.rl.objective.aggregation:EPISODE_MEAN",
     },
 )
 ADVANTAGE_ESTIMATORS: Registry[Any] = Registry(
     "advantage estimator",
     {
-        "event": "srpo_dsl.rl.advantages:per_event",
-        "row": "srpo_dsl.rl.advantages:per_row",
-        "agent": "srpo_dsl.rl.advantages:per_agent",
-        "episode": "srpo_dsl.rl.advantages:per_episode",
+        "event": "srpo_dsl.rl.objective.advantages:per_event",
+        "row": "srpo_dsl.rl.objective.advantages:per_row",
+        "agent": "srpo_dsl.rl.objective.advantages:per_agent",
+        "episode": "srpo_dsl.rl.objective.advantages:per_episode",
     },
 )
 SET_NORMS: Registry[Any] = Registry(
@@ -79,7 +155,7 @@ BACKENDS: Registry[Any] = Registry(
 ROLLOUT_ENGINES: Registry[Any] = Registry(
     "rollout engine",
     {
-        "hf": "srpo_dsl.rl.policies:hf_engine",
-        "vllm": "srpo_dsl.rl.policies:vllm_engine",
+        "hf": "srpo_dsl.rl.engines.policies:hf_engine",
+        "vllm": "srpo_dsl.rl.engines.policies:vllm_engine",
     },
 )

@@ -65,6 +65,6 @@ def tiny_random_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def dist():
     """This process as a data-parallel group of one (gloo on CPU), for the tests that build engines."""
-    from srpo_dsl.rl.process_group import init_distributed
+    from srpo_dsl.rl.distributed.process_group import init_distributed
 
     return init_distributed("cpu")

@@ -65,7 +65,7 @@ def seeded_lora(module, pattern: str, seed: int) -> None:
 
 def lora_state(module, adapter: str) -> dict:
     """{name with the adapter's name as `default`: value} of one adapter's LoRA weights (gathered)."""
-    from srpo_dsl.rl.weight_sync import full_state
+    from srpo_dsl.rl.engines.weight_sync import full_state
 
     with full_state(module) as state:
         return {
@@ -76,8 +76,8 @@ def lora_state(module, adapter: str) -> dict:
 def shared(base: Path, folder: Path, dist, **options):
     """The base with adapters a and b: one engine."""
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.ds_engine import ds_config
-    from srpo_dsl.rl.policies import build_policies
+    from srpo_dsl.rl.engines.ds_engine import ds_config
+    from srpo_dsl.rl.engines.policies import build_policies
 
     graph = graph_of(base, folder)
     opts = TrainOptions(**options)
@@ -91,8 +91,8 @@ def shared(base: Path, folder: Path, dist, **options):
 def separate(base: Path, dist, **options):
     """Two models, each the base with one LoRA of its own (its own engine, its own clipping)."""
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.ds_engine import ds_config
-    from srpo_dsl.rl.policies import build_policy
+    from srpo_dsl.rl.engines.ds_engine import ds_config
+    from srpo_dsl.rl.engines.policies import build_policy
 
     opts = TrainOptions(**options)
     config = ds_config(opts, device="cpu", world_size=1, user=SGD)
@@ -111,8 +111,8 @@ def separate(base: Path, dist, **options):
 def test_each_adapter_updates_exactly_as_it_would_alone(base, dist, tmp_path, objective, clip):
     """Events (traj: episodes) mix adapters a and b; clipping binds; the shared engine equals two separate
     LoRA models."""
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=True), objective)
     options = {"old_logprobs": "rollout", "grad_clip": clip, "micro_batches": 2, "objective": objective}
@@ -137,8 +137,8 @@ def test_each_adapter_updates_exactly_as_it_would_alone(base, dist, tmp_path, ob
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_adapters_step_alike_in_every_zero_stage(base, dist, tmp_path, stage):
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=True), "srpo")
     out = {}
@@ -246,10 +246,10 @@ def test_kl_reference_of_an_adapter_is_its_base(base, dist, tmp_path):
     import torch
 
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.ds_engine import ds_config
-    from srpo_dsl.rl.policies import build_policies
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.engines.ds_engine import ds_config
+    from srpo_dsl.rl.engines.policies import build_policies
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=True), "srpo")
     graph = graph_of(base, tmp_path)
@@ -271,7 +271,7 @@ def test_block_routing_equals_peft_routing_in_any_row_order(base):
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from srpo_dsl.rl.adapters import lora_config, with_adapters
+    from srpo_dsl.rl.engines.adapters import lora_config, with_adapters
 
     ours = with_adapters(AutoModelForCausalLM.from_pretrained(base), {"x": LORA_A, "y": LORA_B}).eval()
     peft_model = get_peft_model(
@@ -339,7 +339,7 @@ def test_stacked_delta_equals_each_adapter_on_its_rows():
 
     import torch
 
-    from srpo_dsl.rl.adapters import _stacked_delta
+    from srpo_dsl.rl.engines.adapters import _stacked_delta
 
     torch.manual_seed(0)
     x = torch.randn(5, 3, 6, dtype=torch.float64)

@@ -14,9 +14,9 @@ from clitools import cli
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang.analysis import analyze
 from srpo_dsl.rl import setwise_loss
-from srpo_dsl.rl.event_updates import event_updates
-from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
-from srpo_dsl.rl.rows import build_rows
+from srpo_dsl.rl.loop.event_updates import event_updates
+from srpo_dsl.rl.loop.role_metrics import MetricKeys, keyed_metrics, step_sums
+from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.parsers import Parsed, parse_act_calls
 from srpo_dsl.runtime.prompts import PromptRenderer

@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from srpo_dsl.rl.process_group import free_port
-from srpo_dsl.rl.rollout_link import Batch, Layout, Link, LinkError, flatten, join_launch, unflatten
-from srpo_dsl.rl.staleness import episode_staleness, stale_rows, within_bound
+from srpo_dsl.rl.distributed.process_group import free_port
+from srpo_dsl.rl.transport.link import Batch, Layout, Link, LinkError, flatten, join_launch, unflatten
+from srpo_dsl.rl.transport.staleness import episode_staleness, stale_rows, within_bound
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
 from tests.clitools import ROOT, cli

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from srpo_dsl.rl import plan_batches, setwise_loss
-from srpo_dsl.rl.batching import balance, drop_incomplete
+from srpo_dsl.rl.objective.batching import balance, drop_incomplete
 
 
 def random_rows(seed: int, num_events: int = 60) -> tuple[list[str], list[int]]:

@@ -10,7 +10,7 @@ import torch
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
-from srpo_dsl.rl.rows import build_rows
+from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow
 from srpo_dsl.runtime.traces import read_traces, to_trace, write_traces

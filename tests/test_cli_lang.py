@@ -11,7 +11,7 @@ from lang_cases import BASE
 
 from srpo_dsl.cli.lang_cmds import Emit
 from srpo_dsl.cli.main import main
-from srpo_dsl.lang.export import FORMATS
+from srpo_dsl.lang.graph_formats import FORMATS
 
 WORKFLOWS = ROOT / "workflows"
 

@@ -28,7 +28,7 @@ from srpo_dsl.cli.train_cmds import (
     report,
 )
 from srpo_dsl.rl import names
-from srpo_dsl.rl.runlog import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
+from srpo_dsl.rl.loop.runlog import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
 from tests.clitools import cli
 from tests.test_training import _env
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from srpo_dsl.backends.scripted import ScriptedBackend
-from srpo_dsl.rl.rows import build_rows
+from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.credit import CreditKey, member_return, role_rounds, rounds_taken
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.executor import Executor

@@ -48,7 +48,7 @@ def export(*args: object) -> int:
 
 def train_run(folder: Path, model: Path, **overrides: int) -> Path:
     """A one-step run of WORKFLOW (a high lr: every adapter and weight moves)."""
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
 
     folder.mkdir()
     (folder / "user.py").write_text(CODE)

@@ -1,10 +1,10 @@
-"""The per-GPU lower bound on training memory (rl/fit.py) against hand-computed bytes, and its message."""
+"""The per-GPU lower bound on training memory (rl/engines/fit.py) against hand-computed bytes, and its message."""
 
 from __future__ import annotations
 
 import pytest
 
-from srpo_dsl.rl.fit import Layout, fit_problem, training_bytes
+from srpo_dsl.rl.engines.fit import Layout, fit_problem, training_bytes
 
 B = 10**9  # parameters
 
@@ -67,7 +67,7 @@ def test_needed_bytes_per_kind_of_policy(tmp_path, backend):
     """Full, frozen, lora(...) and a base hosting adapters, read from the compiled workflow and the
     model's config (no weights loaded)."""
 
-    from srpo_dsl.rl.fit import needed_bytes, parameter_count
+    from srpo_dsl.rl.engines.fit import needed_bytes, parameter_count
     from srpo_dsl.runtime.setup import load_workflow
     from tests.test_training import make_models
 
@@ -93,7 +93,7 @@ def test_needed_bytes_per_kind_of_policy(tmp_path, backend):
 def test_kl_adds_a_reference_copy_per_trained_model(tmp_path, zero, world, backend):
     """kl > 0: each model trained in full or with lora(...) keeps its initial weights, 2 bytes per parameter
     unsplit at every stage; a base hosting adapters scores the reference itself (no copy); frozen: none."""
-    from srpo_dsl.rl.fit import needed_bytes, parameter_count
+    from srpo_dsl.rl.engines.fit import needed_bytes, parameter_count
     from srpo_dsl.runtime.setup import load_workflow
     from tests.test_training import make_models
 
@@ -129,8 +129,8 @@ def test_a_kl_reference_that_does_not_fit_is_named():
 def test_the_trainer_checks_memory_with_the_reference_when_kl_is_on(tmp_path, monkeypatch):
     """The layout the trainer checks before loading anything says whether kl > 0 (the check itself only runs
     on CUDA: replaced here by one that records the layout and refuses)."""
-    from srpo_dsl.rl import fit
-    from srpo_dsl.rl.trainer import TrainError, train
+    from srpo_dsl.rl.engines import fit
+    from srpo_dsl.rl.loop.trainer import TrainError, train
     from tests.test_training import make_models, write_team
 
     seen = []

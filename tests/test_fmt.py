@@ -13,10 +13,10 @@ from lang_cases import BASE
 from test_lang_fuzz import mutated_workflow
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.errors import SrpoError
-from srpo_dsl.lang.export import export
 from srpo_dsl.lang.format import format_source, tokens_of
+from srpo_dsl.lang.graph_formats import export
 from srpo_dsl.lang.layout import COMMENT
+from srpo_dsl.lang.messages import SrpoError
 from srpo_dsl.lang.parser import parse
 
 WORKFLOWS = ROOT / "workflows"

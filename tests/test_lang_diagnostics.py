@@ -6,7 +6,7 @@ import pytest
 from lang_cases import BASE, MUTATIONS, TEMPLATES, mutate
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.errors import render_github, render_pretty
+from srpo_dsl.lang.messages import render_github, render_pretty
 
 GOLDEN = [
     ("E001", 13, 10, "unexpected `3` (expected a name)"),

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.errors import SrpoError
+from srpo_dsl.lang.messages import SrpoError
 from srpo_dsl.lang.parser import parse
 
 WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"

@@ -7,9 +7,9 @@ from lark.lexer import LexerState
 from lark.utils import TextSlice
 from test_lang_fuzz import WORDS, mutated_workflow
 
-from srpo_dsl.lang.errors import Span, SrpoError
 from srpo_dsl.lang.grammar import lark_parser
 from srpo_dsl.lang.lexer import ScanLexer
+from srpo_dsl.lang.messages import Span, SrpoError
 from srpo_dsl.lang.parser import _build_parser, fast_parse, parse
 
 FIELDS = ("type", "value", "start_pos", "end_pos", "line", "column", "end_line", "end_column")

@@ -6,9 +6,9 @@ from lang_cases import BASE
 from lark import Lark
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.errors import BOM, render_pretty
 from srpo_dsl.lang.grammar import grammar_text, lark_parser, statements
 from srpo_dsl.lang.lexer import ScanLexer
+from srpo_dsl.lang.messages import BOM, render_pretty
 from srpo_dsl.lang.parser import _Build, parse
 
 

@@ -16,7 +16,6 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "version",
         "errors",
         "io",
-        "registry",
         "registries",
         "lazy",
         "seeds",
@@ -37,7 +36,7 @@ LAYER = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
 
 def part_of(module: str) -> str:
-    """`srpo_dsl.rl.runlog` -> `rl`; `srpo_dsl.io` -> `io`; `srpo_dsl` -> `__init__`."""
+    """`srpo_dsl.rl.loop.runlog` -> `rl`; `srpo_dsl.io` -> `io`; `srpo_dsl` -> `__init__`."""
     return module.split(".")[1] if "." in module else "__init__"
 
 
@@ -70,6 +69,44 @@ def test_every_part_has_a_layer() -> None:
 def test_no_module_imports_a_layer_above_its_own() -> None:
     upward = {(rel, m) for rel, m in imports() if LAYER[part_of(m)] > LAYER[own_part(rel)]}
     assert upward == set()
+
+
+RL_LAYERS = (  # inside `rl`, lowest first (each sub-package's docstring says the same)
+    ("names", "__init__", "objective", "distributed"),  # fixed choices; the math; this process's place
+    ("engines",),  # models, adapters, DeepSpeed engines
+    ("transport",),  # asynchronous rollouts: trainer <-> rollout workers
+    ("loop",),  # the run's plan, the loop, checkpoints, export, held-out evaluation
+)
+RL_LAYER = {part: rank for rank, parts in enumerate(RL_LAYERS) for part in parts}
+
+
+def rl_part(module_path: tuple[str, ...]) -> str:
+    """`('srpo_dsl', 'rl', 'loop', 'trainer')` -> `loop`; `('srpo_dsl', 'rl', 'names')` -> `names`."""
+    return module_path[2] if len(module_path) > 2 else "__init__"
+
+
+def rl_imports() -> list[tuple[str, str]]:
+    """(importing rl part, imported rl part) for every import between modules of `rl`."""
+    out = []
+    for rel, module in imports():
+        mine = Path(rel).with_suffix("").parts
+        theirs = tuple(module.split("."))
+        if mine[1:2] == ("rl",) and theirs[1:2] == ("rl",):
+            out.append((rl_part(mine), rl_part(theirs)))
+    return out
+
+
+def test_every_rl_subpackage_has_a_layer_and_a_docstring() -> None:
+    subpackages = {p.parent.name for p in (PACKAGE / "rl").glob("*/__init__.py")}
+    assert subpackages == set(RL_LAYER) - {"names", "__init__"}
+    for name in subpackages:
+        assert ast.get_docstring(ast.parse((PACKAGE / "rl" / name / "__init__.py").read_text())), name
+
+
+def test_no_rl_subpackage_imports_one_above_it() -> None:
+    upward = {(a, b) for a, b in rl_imports() if RL_LAYER[b] > RL_LAYER[a]}
+    assert upward == set()
+    assert ("loop", "transport") in rl_imports()  # the test sees imports between sub-packages
 
 
 def test_no_two_parts_import_each_other() -> None:

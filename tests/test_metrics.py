@@ -137,8 +137,8 @@ def test_at_k_is_the_mean_over_prompts_of_each_prompts_outcome():
 
 
 def test_training_and_eval_give_the_same_avg_and_pass_for_the_same_outcomes():
-    """`rl/heldout.py` (per-prompt correct counts of k samples) and `dataset_metrics` (episodes) agree."""
-    from srpo_dsl.rl.heldout import EvalSet, heldout_row
+    """`rl/loop/heldout.py` (per-prompt correct counts of k samples) and `dataset_metrics` (episodes) agree."""
+    from srpo_dsl.rl.loop.heldout import EvalSet, heldout_row
 
     eps = _episodes()
     m = dataset_metrics("toy", eps, k=4)

@@ -11,7 +11,7 @@ import torch
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang.analysis import analyze
 from srpo_dsl.rl import setwise_loss
-from srpo_dsl.rl.role_metrics import MetricKeys, rollout_sums
+from srpo_dsl.rl.loop.role_metrics import MetricKeys, rollout_sums
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import load_workflow
 

@@ -245,9 +245,9 @@ def full_weights(run: Path, step: int) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_gloo_is_given_the_interface_that_reaches_the_master(two_nodes: Nodes) -> None:
-    """`rl.network`: the hostname resolves to a loopback address in the namespaces, so srpo-dsl names
+    """`rl.distributed.network`: the hostname resolves to a loopback address in the namespaces, so srpo-dsl names
     the interface that reaches MASTER_ADDR; a loopback MASTER_ADDR or the user's own choice is kept."""
-    probe = "from srpo_dsl.rl.network import use_route_to_master as u; import os; print(u(), os.environ.get('GLOO_SOCKET_IFNAME'))"
+    probe = "from srpo_dsl.rl.distributed.network import use_route_to_master as u; import os; print(u(), os.environ.get('GLOO_SOCKET_IFNAME'))"
 
     def chosen(**env: str) -> str:
         argv = ["ip", "netns", "exec", NODES[1], sys.executable, "-c", probe]

@@ -1,4 +1,4 @@
-"""`rl/network.py` on this machine: the address and interface a destination is reached through, gloo's
+"""`rl/distributed/network.py` on this machine: the address and interface a destination is reached through, gloo's
 interface left alone on one machine, and connection failures as one line (real gloo groups and stores).
 Across two nodes: tests/test_multinode.py."""
 
@@ -10,8 +10,14 @@ import os
 import pytest
 import torch.distributed as dist
 
-from srpo_dsl.rl.network import GLOO_IFNAME, interface_of, reaching_peers, source_address, use_route_to_master
-from srpo_dsl.rl.process_group import free_port
+from srpo_dsl.rl.distributed.network import (
+    GLOO_IFNAME,
+    interface_of,
+    reaching_peers,
+    source_address,
+    use_route_to_master,
+)
+from srpo_dsl.rl.distributed.process_group import free_port
 
 
 def test_the_loopback_address_is_reached_from_itself_over_the_loopback_interface() -> None:

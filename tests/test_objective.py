@@ -21,8 +21,8 @@ from srpo_dsl.rl import (
     register_policy_loss,
     setwise_loss,
 )
-from srpo_dsl.rl.advantages import AdvantageInputs, event_advantages, group_index
-from srpo_dsl.rl.objective import set_reduction_scale
+from srpo_dsl.rl.objective.advantages import AdvantageInputs, event_advantages, group_index
+from srpo_dsl.rl.objective.setwise import set_reduction_scale
 
 BUILTIN_OBJECTIVES = tuple(OBJECTIVES)  # the one list of names: the registries'
 SET_NORMS = tuple(REGISTERED_NORMS)

@@ -14,8 +14,8 @@ import torch
 
 from srpo_dsl.lang import analyze, load_graph
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.objectives import get_objective
-from srpo_dsl.rl.plugins import training_objective
+from srpo_dsl.rl.objective.losses import get_objective
+from srpo_dsl.rl.objective.plugins import training_objective
 from srpo_dsl.runtime.usercode import UserCodeError
 from tests.test_objective import random_batch
 from tests.test_training import TEMPERATURES, build, make_episodes, make_models, parameters
@@ -27,7 +27,7 @@ SRPO_AGAIN = '''
 """SRPO's setwise terms, re-implemented against the plugin API only."""
 import torch
 
-from srpo_dsl.rl.objective import LossConfig, PolicyBatch, PolicyTerms, clipped_terms, token_log_ratio
+from srpo_dsl.rl.objective.setwise import LossConfig, PolicyBatch, PolicyTerms, clipped_terms, token_log_ratio
 
 C = {"sqrt": lambda k: k**-0.5, "mean": lambda k: 1.0 / k, "none": torch.ones_like}
 
@@ -136,8 +136,8 @@ def test_a_plugin_reimplementing_srpo_gives_the_builtin_gradients(tmp_path: Path
 
 @pytest.mark.slow
 def test_an_update_with_the_srpo_plugin_moves_the_weights_as_the_builtin(tmp_path: Path, dist) -> None:
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
 
     models = make_models(tmp_path)
     opts = TrainOptions(objective="srpo_again.py:loss", aggregation="event-mean", advantage="event")
@@ -158,7 +158,7 @@ def test_an_update_with_the_srpo_plugin_moves_the_weights_as_the_builtin(tmp_pat
 
 
 def test_a_python_estimator_replaces_the_objectives_own(tmp_path: Path) -> None:
-    from srpo_dsl.rl.advantages import AdvantageInputs
+    from srpo_dsl.rl.objective.advantages import AdvantageInputs
 
     opts = TrainOptions(objective="grpo", advantage="estimators.py:centred")
     objective = training_objective(opts, plugin_folder(tmp_path))
@@ -173,7 +173,7 @@ def test_a_python_estimator_replaces_the_objectives_own(tmp_path: Path) -> None:
 
 
 def test_what_a_plugin_returns_is_checked_with_its_file_and_line(tmp_path: Path) -> None:
-    from srpo_dsl.rl.advantages import AdvantageInputs
+    from srpo_dsl.rl.objective.advantages import AdvantageInputs
 
     folder = plugin_folder(tmp_path)
     inputs = AdvantageInputs(torch.zeros(2), torch.arange(2), ["p", "p"], ["t", "t"], ["r", "r"])
@@ -184,7 +184,7 @@ def test_what_a_plugin_returns_is_checked_with_its_file_and_line(tmp_path: Path)
     ):
         short.advantages(inputs)
     (folder / "flat.py").write_text(
-        "from srpo_dsl.rl.objective import clipped_terms, token_log_ratio\n\n\ndef loss(batch, config):\n    r = token_log_ratio(batch).sum(-1)\n    return clipped_terms(r, batch.advantages, config.clip_eps, r > -1)\n"
+        "from srpo_dsl.rl.objective.setwise import clipped_terms, token_log_ratio\n\n\ndef loss(batch, config):\n    r = token_log_ratio(batch).sum(-1)\n    return clipped_terms(r, batch.advantages, config.clip_eps, r > -1)\n"
     )
     flat = training_objective(TrainOptions(objective="flat.py:loss", aggregation="token-mean"), folder)
     with pytest.raises(

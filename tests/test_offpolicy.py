@@ -16,7 +16,8 @@ import torch
 from srpo_dsl.registries import OBJECTIVES
 from srpo_dsl.registries import SET_NORMS as REGISTERED_NORMS
 from srpo_dsl.rl import get_objective, setwise_loss
-from srpo_dsl.rl.objective import (
+from srpo_dsl.rl.objective.losses import policy_loss
+from srpo_dsl.rl.objective.setwise import (
     LossConfig,
     PolicyBatch,
     PolicyTerms,
@@ -25,7 +26,6 @@ from srpo_dsl.rl.objective import (
     setwise_terms,
     token_log_ratio,
 )
-from srpo_dsl.rl.objectives import policy_loss
 
 BUILTIN_OBJECTIVES = tuple(OBJECTIVES)  # the one list of names: the registries'
 SET_NORMS = tuple(REGISTERED_NORMS)

@@ -39,7 +39,7 @@ def worker(out: str) -> None:
 
     import torch
 
-    from srpo_dsl.rl.process_group import init_distributed
+    from srpo_dsl.rl.distributed.process_group import init_distributed
 
     rank = os.environ["RANK"]
     atexit.register(lambda: Path(out, f"threads-{rank}").write_text(" ".join(native_threads())))
@@ -54,7 +54,7 @@ def worker(out: str) -> None:
 def test_the_groups_are_destroyed_and_their_threads_joined_before_the_interpreter_ends(tmp_path):
     """Without the teardown both ranks abort with "terminate called without an active exception" (the
     worker thread is ended mid-destructor when it takes the GIL during interpreter finalization)."""
-    from srpo_dsl.rl.process_group import free_port
+    from srpo_dsl.rl.distributed.process_group import free_port
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port"]

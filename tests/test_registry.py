@@ -13,7 +13,7 @@ import pytest
 from srpo_dsl import registries
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.schema import CONTRACTS, TASK_KINDS, TOOL_KINDS, BindingKind, TrainOptions
-from srpo_dsl.registry import Registry
+from srpo_dsl.registries import Registry
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB = [r for r in vars(registries).values() if isinstance(r, Registry)]
@@ -91,7 +91,7 @@ def test_the_registries_import_nothing_heavy() -> None:
 
 
 def test_train_options_and_the_checker_accept_a_registered_objective(scratch, tmp_path) -> None:
-    from srpo_dsl.rl.objectives import get_objective, register_policy_loss, token_terms
+    from srpo_dsl.rl.objective.losses import get_objective, register_policy_loss, token_terms
 
     scratch(registries.OBJECTIVES)
     scratch(registries.SET_NORMS).add("cube_root", lambda k: k ** (-1 / 3))
@@ -110,8 +110,8 @@ def test_train_options_and_the_checker_accept_a_registered_objective(scratch, tm
 def test_a_registered_aggregation_serves_any_objective_with_terms_of_its_rank(scratch, tmp_path) -> None:
     import torch
 
-    from srpo_dsl.rl.aggregation import Aggregation, register_aggregation
-    from srpo_dsl.rl.plugins import training_objective
+    from srpo_dsl.rl.objective.aggregation import Aggregation, register_aggregation
+    from srpo_dsl.rl.objective.plugins import training_objective
 
     scratch(registries.AGGREGATIONS)
     register_aggregation("token-sum-per-row", Aggregation("num_rows", 2))  # sum over tokens, mean over rows

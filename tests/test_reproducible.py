@@ -3,7 +3,7 @@ through the command line, with two torch threads.
 
 The run: the quickstart with one prompt per step. Its two solvers' rows share that prompt and lie in
 both halves of the step's rows, so the two threads both add into that prompt's gradient (the backward
-of `response_logprobs`' row indexing, `rl/determinism.py`). Without deterministic kernels two such
+of `response_logprobs`' row indexing, `rl/loop/determinism.py`). Without deterministic kernels two such
 runs parted at step 3; the full quickstart first met the case at step 39.
 """
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from srpo_dsl.rl.objectives import get_objective
-from srpo_dsl.rl.role_metrics import (
+from srpo_dsl.rl.loop.role_metrics import (
     MetricKeys,
     keyed_metrics,
     role_invalid_rates,
@@ -20,6 +19,7 @@ from srpo_dsl.rl.role_metrics import (
     rollout_sums,
     step_sums,
 )
+from srpo_dsl.rl.objective.losses import get_objective
 from srpo_dsl.runtime.episode import Episode, Event, Member
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,7 +241,7 @@ def team_run(tmp_path_factory: pytest.TempPathFactory, tiny_random_model: Path) 
     A random model never answers right: the reward is the parity of the answer's length instead.
     """
     from srpo_dsl.envs.rewards import REWARDS
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
 
     folder = tmp_path_factory.mktemp("team")
     (folder / "solver.j2").write_text("S {{ task.question }}=")
@@ -291,7 +291,7 @@ def test_a_training_step_logs_the_metrics_of_its_rollouts(team_run: Path) -> Non
 def test_the_traces_record_what_the_update_did_with_each_event(team_run: Path) -> None:
     """Each event's advantages are its rows' (recomputed from the traces); its clip fractions, weighted by
     its tokens, give back the event type's logged clip fraction (grpo clips tokens)."""
-    from srpo_dsl.rl.rows import build_rows
+    from srpo_dsl.rl.objective.rows import build_rows
     from srpo_dsl.runtime.traces import read_traces
 
     (row,) = [json.loads(line) for line in (team_run / "metrics.jsonl").read_text().splitlines()]
@@ -310,7 +310,7 @@ def test_the_traces_record_what_the_update_did_with_each_event(team_run: Path) -
         weighted = sum(e.update.clip_fraction * n for e, n in zip(typed, tokens)) / sum(tokens)
         assert weighted == pytest.approx(row[f"event/{event_type}/clip_fraction"])
     assert len({e.update.clip_fraction for e in events}) > 2  # fractions of tokens, not one flag
-    from srpo_dsl.lang.export import from_json
+    from srpo_dsl.lang.graph_formats import from_json
 
     assert from_json((team_run / "graph.json").read_text()).graph["hash"] == traces[0].graph_hash
 

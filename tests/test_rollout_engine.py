@@ -54,7 +54,8 @@ FROZEN_B = TEAM.replace('policy b = hf("model-b") with', 'policy b = hf("model-b
 def train_recorded(
     models, tmp_path, monkeypatch, zero: int, team: str = TEAM, decode: str = "auto"
 ) -> tuple[dict, list[tuple]]:
-    from srpo_dsl.rl import policies, trainer
+    from srpo_dsl.rl.engines import policies
+    from srpo_dsl.rl.loop import trainer
 
     monkeypatch.setattr(policies, "HFBackend", RecordingEngine)
     RecordingEngine.LOG = []
@@ -126,7 +127,7 @@ def test_each_step_sleeps_updates_loads_then_wakes(models, tmp_path, monkeypatch
 
 @pytest.mark.slow
 def test_zero3_streams_the_gathered_weights_into_the_full_copy(models, tmp_path, monkeypatch, dist):
-    from srpo_dsl.rl.weight_sync import full_state
+    from srpo_dsl.rl.engines.weight_sync import full_state
 
     built, log = train_recorded(models, tmp_path, monkeypatch, zero=3)
     for policy in built.values():
@@ -148,7 +149,7 @@ def test_rollout_engines_declare_the_pad_id_the_trainer_pads_with(models):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from srpo_dsl.backends.base import RolloutEngine
-    from srpo_dsl.rl.policies import Policy
+    from srpo_dsl.rl.engines.policies import Policy
 
     model = AutoModelForCausalLM.from_pretrained(models[0])
     tokenizer = AutoTokenizer.from_pretrained(models[0])
@@ -165,7 +166,7 @@ def test_merged_lora_weights_equal_peft_merge_and_leave_the_module_alone(models)
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from srpo_dsl.rl.weight_sync import rollout_weights
+    from srpo_dsl.rl.engines.weight_sync import rollout_weights
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(models[0])
@@ -192,7 +193,7 @@ def test_merged_lora_weights_equal_peft_merge_and_leave_the_module_alone(models)
 def test_vllm_without_the_package_is_one_clear_error(monkeypatch):
     import importlib.util
 
-    from srpo_dsl.rl.trainer import TrainError, check_backend
+    from srpo_dsl.rl.loop.trainer import TrainError, check_backend
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

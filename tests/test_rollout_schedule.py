@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from srpo_dsl.rl.remote_weights import Header, Weights
-from srpo_dsl.rl.rollout_inbox import Inbox, Order
-from srpo_dsl.rl.rollout_link import LinkError, Orders, Stop
-from srpo_dsl.rl.rollout_schedule import Schedule, lag
+from srpo_dsl.rl.transport.inbox import Inbox, Order
+from srpo_dsl.rl.transport.link import LinkError, Orders, Stop
+from srpo_dsl.rl.transport.remote_weights import Header, Weights
+from srpo_dsl.rl.transport.schedule import Schedule, lag
 
 
 def test_the_lag_is_the_bound_or_the_workers_whichever_is_smaller() -> None:

@@ -1,4 +1,4 @@
-"""Reading a run folder (`srpo_dsl.rl.runlog`): one JSON Lines reader for every file of a run, what a
+"""Reading a run folder (`srpo_dsl.rl.loop.runlog`): one JSON Lines reader for every file of a run, what a
 killed writer leaves, and the readers `plot`, `view` and `sweep` share."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from srpo_dsl.rl.runlog import (
+from srpo_dsl.rl.loop.runlog import (
     CONFIG,
     METRICS,
     RunError,

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from srpo_dsl.rl.heldout import EvalSet, heldout_row
+from srpo_dsl.rl.loop.heldout import EvalSet, heldout_row
 from srpo_dsl.runtime.metrics import at_k
 from srpo_dsl.sweep.results import outcome
 from srpo_dsl.sweep.stats import paired_bootstrap, spread

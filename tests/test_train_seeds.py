@@ -36,7 +36,8 @@ def test_no_two_draws_of_a_training_step_share_a_seed(models, tmp_path, monkeypa
     """TEAM: two policies (two backend calls per round), a pool of two solvers, G = 4. Each step's draws
     have distinct seeds, no seed recurs anywhere in the run (rollouts and held-out evaluations), and the
     step rolled out as two ranks' halves draws with exactly the seeds of the one-rank rollout."""
-    from srpo_dsl.rl import policies, trainer
+    from srpo_dsl.rl.engines import policies
+    from srpo_dsl.rl.loop import trainer
 
     monkeypatch.setattr(policies, "HFBackend", SeedLog)
     SeedLog.SEEDS = []

@@ -140,8 +140,8 @@ TEMPERATURES = {"a": {"solver": 1.0, "aggregator": 1.0}, "b": {"solver": 1.0}}  
 def build(paths: dict, dist, **options) -> dict:
     """One engine per policy, with SGD (lr 1) unless `ds` says otherwise."""
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.ds_engine import ds_config
-    from srpo_dsl.rl.policies import build_policy
+    from srpo_dsl.rl.engines.ds_engine import ds_config
+    from srpo_dsl.rl.engines.policies import build_policy
 
     ds = options.pop("ds", SGD)
     opts = TrainOptions(**{"grad_clip": 1e9, **options})
@@ -154,7 +154,7 @@ def build(paths: dict, dist, **options) -> dict:
 
 def parameters(policies: dict) -> dict:
     """Full parameters of every policy (gathered under ZeRO-3), as copies."""
-    from srpo_dsl.rl.weight_sync import full_state
+    from srpo_dsl.rl.engines.weight_sync import full_state
 
     out = {}
     for name, p in policies.items():
@@ -189,7 +189,7 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_rows_group_by_prompt_and_event_type_and_share_event_advantages():
-    from srpo_dsl.rl.rows import build_rows
+    from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=False), "srpo")
     assert len(rows) == 3 * 4 * 3 and rows.num_events == 3 * 4 * 2 and rows.dropped_events == 0
@@ -203,7 +203,7 @@ def test_rows_group_by_prompt_and_event_type_and_share_event_advantages():
 
 
 def test_incomplete_events_are_dropped_whole_and_never_trained():
-    from srpo_dsl.rl.rows import build_rows
+    from srpo_dsl.rl.objective.rows import build_rows
 
     clean = make_episodes(mixed=False)
     broken = make_episodes(mixed=False)
@@ -227,9 +227,9 @@ def joint_autograd_step(models, entropy_coef: float = 0.0, objective: str = "srp
     import torch
     from transformers import AutoModelForCausalLM
 
-    from srpo_dsl.rl.objectives import get_objective
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import Batch, response_logprobs
+    from srpo_dsl.rl.loop.update import Batch, response_logprobs
+    from srpo_dsl.rl.objective.losses import get_objective
+    from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=True), objective)
     ref = {name: AutoModelForCausalLM.from_pretrained(path).eval() for name, path in zip("ab", models)}
@@ -272,7 +272,7 @@ def joint_autograd_step(models, entropy_coef: float = 0.0, objective: str = "srp
 def test_detached_per_policy_update_equals_joint_autograd(models, dist, objective):
     """Two separate models in one event (traj: in one episode): W = dloss/dlogprobs per policy == backward
     of the joint objective."""
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.loop.update import update
 
     rows, expected, loss, metrics = joint_autograd_step(models, objective=objective)
     assert 0 < metrics["clip_fraction"] < 1
@@ -288,7 +288,7 @@ def test_detached_per_policy_update_equals_joint_autograd(models, dist, objectiv
 @pytest.mark.slow
 def test_entropy_bonus_update_equals_joint_autograd(models, dist):
     """With `entropy = c`, the per-policy update equals autograd of J's loss minus c * mean token entropy."""
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.loop.update import update
 
     rows, expected, loss, metrics = joint_autograd_step(models, entropy_coef=0.5)
     assert metrics["entropy"] > 0
@@ -320,8 +320,8 @@ def test_token_entropy_matches_the_softmax(models):
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["srpo", "grpo", "seq", "traj"])
 def test_one_micro_batch_equals_two(models, dist, objective):
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=True), objective)
     results = []
@@ -344,8 +344,8 @@ def test_one_micro_batch_equals_two(models, dist, objective):
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_stages_step_like_stage_0(models, dist, stage):
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=True), "srpo")
     out = {}
@@ -367,10 +367,10 @@ def test_zero_stages_step_like_stage_0(models, dist, stage):
 @pytest.mark.slow
 def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.ds_engine import ds_config
-    from srpo_dsl.rl.policies import build_policy
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import update
+    from srpo_dsl.rl.engines.ds_engine import ds_config
+    from srpo_dsl.rl.engines.policies import build_policy
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
 
     opts = TrainOptions(kl=0.5, lr=1e-2)
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "targets": "all-linear"}
@@ -394,7 +394,7 @@ def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
 
 def test_ds_config_merges_user_overrides_and_checks_them():
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.ds_engine import ds_config
+    from srpo_dsl.rl.engines.ds_engine import ds_config
 
     opts = TrainOptions(zero=2, micro_batches=4, grad_clip=0.5)
     config = ds_config(
@@ -419,7 +419,7 @@ def test_ds_config_merges_user_overrides_and_checks_them():
 
 
 def test_data_order_is_a_fixed_permutation_per_pass():
-    from srpo_dsl.rl.data_order import step_prompts
+    from srpo_dsl.rl.distributed.data_order import step_prompts
 
     steps = [step_prompts(10, 3, s, seed=7) for s in range(1, 7)]
     assert steps == [step_prompts(10, 3, s, seed=7) for s in range(1, 7)]
@@ -431,9 +431,9 @@ def test_data_order_is_a_fixed_permutation_per_pass():
 def sharded_update(dist, model_a: str, model_b: str, objective: str = "srpo") -> tuple[dict, dict]:
     """Each rank updates on its share of the events (traj: of the episodes; 2 micro-batches, 2 epochs,
     clipping)."""
-    from srpo_dsl.rl.objectives import get_objective
-    from srpo_dsl.rl.rows import build_rows
-    from srpo_dsl.rl.update import atomic_ids, update
+    from srpo_dsl.rl.loop.update import atomic_ids, update
+    from srpo_dsl.rl.objective.losses import get_objective
+    from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=True), objective)
     atoms = atomic_ids(rows, get_objective(objective))
@@ -448,7 +448,7 @@ def sharded_update(dist, model_a: str, model_b: str, objective: str = "srpo") ->
 def update_worker(out: str, model_a: str, model_b: str, objective: str) -> None:
     import torch
 
-    from srpo_dsl.rl.process_group import init_distributed
+    from srpo_dsl.rl.distributed.process_group import init_distributed
 
     dist = init_distributed("cpu")
     params, stats = sharded_update(dist, model_a, model_b, objective)
@@ -507,7 +507,7 @@ def varied_reward() -> None:
 
 
 def train_worker(workflow: str, out: str, model_a: str, model_b: str, overrides: str, *flags: str) -> None:
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
 
     varied_reward()
     train(
@@ -521,7 +521,7 @@ def train_worker(workflow: str, out: str, model_a: str, model_b: str, overrides:
 
 
 def _free_port() -> int:
-    from srpo_dsl.rl.process_group import free_port
+    from srpo_dsl.rl.distributed.process_group import free_port
 
     return free_port()
 
@@ -602,7 +602,7 @@ def test_sigkill_then_resume_continues_exactly(models, tmp_path, team):
 
 @pytest.mark.slow
 def test_resuming_with_another_adapter_layout_is_refused(models, tmp_path):
-    from srpo_dsl.rl.trainer import TrainError
+    from srpo_dsl.rl.loop.trainer import TrainError
 
     workflow = write_team(tmp_path / "wf", TEAMS["adapters"])
     done = subprocess.run(
@@ -624,7 +624,7 @@ def test_resuming_with_another_adapter_layout_is_refused(models, tmp_path):
 def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monkeypatch):
     """ZeRO-3 generation runs without collectives: a rank with no prompt neither hangs nor changes the update."""
     from srpo_dsl.envs.rewards import REWARDS
-    from srpo_dsl.rl.trainer import TrainError, train
+    from srpo_dsl.rl.loop.trainer import TrainError, train
     from srpo_dsl.runtime.traces import read_traces
 
     monkeypatch.setitem(REWARDS, "f1", lambda pred, task, field: float(len(pred or "") % 2))
@@ -738,7 +738,7 @@ def test_out_of_gpu_memory_is_one_line_with_the_remedies(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from srpo_dsl.errors import SrpoDslError
-    from srpo_dsl.rl import trainer
+    from srpo_dsl.rl.loop import trainer
 
     def out_of_memory(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.64 GiB.\nmore lines")

@@ -12,11 +12,11 @@ import torch
 
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl import get_objective, plan_batches, setwise_loss
-from srpo_dsl.rl.advantages import AdvantageInputs
-from srpo_dsl.rl.event_updates import event_updates
-from srpo_dsl.rl.plugins import training_objective
-from srpo_dsl.rl.rows import build_rows
-from srpo_dsl.rl.update import atomic_ids
+from srpo_dsl.rl.loop.event_updates import event_updates
+from srpo_dsl.rl.loop.update import atomic_ids
+from srpo_dsl.rl.objective.advantages import AdvantageInputs
+from srpo_dsl.rl.objective.plugins import training_objective
+from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from tests.test_objective import random_batch
 

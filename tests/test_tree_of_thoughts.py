@@ -11,7 +11,7 @@ import pytest
 import torch
 from clitools import ROOT, cli
 
-from srpo_dsl.rl.rows import build_rows
+from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.traces import read_traces
 
 WORKFLOW = ROOT / "workflows/tree_of_thoughts.srpo"

@@ -8,7 +8,7 @@ import pytest
 from clitools import cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
-from srpo_dsl.rl.rows import build_rows
+from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime import usercode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
@@ -282,7 +282,7 @@ train with (group = 2, batch = 2, steps = 2, eval_size = 2, eval_k = 2, save_eve
 
 @pytest.mark.slow
 def test_train_uses_user_code_and_per_role_returns(tmp_path, tiny_random_model):
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
     from srpo_dsl.runtime.traces import read_traces
 
     (tmp_path / "user.py").write_text(TRAIN_CODE)
@@ -306,7 +306,7 @@ def test_train_uses_user_code_and_per_role_returns(tmp_path, tiny_random_model):
 
 @pytest.mark.slow
 def test_a_fresh_run_that_fails_in_user_code_leaves_nothing(tmp_path, tiny_random_model):
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
 
     (tmp_path / "user.py").write_text(TRAIN_CODE + "\ndef broken(answer, row):\n    return row['missing']\n")
     (tmp_path / "s.j2").write_text("S {{ task.question }}=")

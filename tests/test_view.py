@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from srpo_dsl.rl.event_updates import event_updates
+from srpo_dsl.rl.loop.event_updates import event_updates
 from srpo_dsl.runtime.traces import EventUpdate, TraceError, read_partial_traces, read_traces
 from srpo_dsl.view.charts import Series, line_chart, nice_ticks, x_ticks
 from srpo_dsl.view.episodes import highlight
@@ -82,7 +82,7 @@ def test_view_embeds_every_episode_with_its_transitions_and_highlights(run: Path
 
 
 def test_graph_layers_and_back_edges(run: Path) -> None:
-    from srpo_dsl.lang.export import from_json
+    from srpo_dsl.lang.graph_formats import from_json
     from srpo_dsl.view.graph_svg import graph_svg, layers
 
     graph = from_json((run / "graph.json").read_text())

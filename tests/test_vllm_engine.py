@@ -144,9 +144,9 @@ def test_backend_generates_and_passes_sleep_and_wake_through(vllm, models):
 def test_push_weights_folds_lora_in_and_the_engine_then_samples_the_trained_policy(vllm, models, dist):
     from srpo_dsl.backends import GenRequest
     from srpo_dsl.lang.schema import TrainOptions
-    from srpo_dsl.rl.ds_engine import ds_config
-    from srpo_dsl.rl.policies import Rollout, build_policy
-    from srpo_dsl.rl.weight_sync import push_weights
+    from srpo_dsl.rl.engines.ds_engine import ds_config
+    from srpo_dsl.rl.engines.policies import Rollout, build_policy
+    from srpo_dsl.rl.engines.weight_sync import push_weights
 
     opts = TrainOptions()
     config = ds_config(opts, device="cpu", world_size=dist.world_size)

@@ -20,10 +20,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.rollout_feed import Feed, NoWorkerLeft
-from srpo_dsl.rl.rollout_inbox import Inbox
-from srpo_dsl.rl.rollout_link import Layout, Link
-from srpo_dsl.rl.rollout_worker import send_batch
+from srpo_dsl.rl.transport.feed import Feed, NoWorkerLeft
+from srpo_dsl.rl.transport.inbox import Inbox
+from srpo_dsl.rl.transport.link import Layout, Link
+from srpo_dsl.rl.transport.worker import send_batch
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from tests.clitools import ROOT
 from tests.test_async import QUICKSTART, SMALL, env_threads, first_result, metrics
@@ -160,7 +160,7 @@ def test_a_killed_worker_then_the_last_one_then_resume(tmp_path: Path) -> None:
 
 def test_a_resume_may_change_the_number_of_workers_not_the_staleness_bound() -> None:
     """After the last worker is gone a run resumes with the workers there are (docs/training.md)."""
-    from srpo_dsl.rl.checkpoint import resume_conflicts
+    from srpo_dsl.rl.loop.checkpoint import resume_conflicts
 
     before = {"options": {"steps": 4, "rollout_workers": 2, "max_staleness": 1}}
     fewer = {"options": {"steps": 8, "rollout_workers": 1, "max_staleness": 1}}

@@ -8,10 +8,12 @@ The command line is a thin layer over this API. Failures raise `SrpoDslError`s: 
 diagnostics), `UserCodeError` (the user's file and line), `UsageError`, `InputError`.
 """
 
-from srpo_dsl.api.errors import InputError, SrpoDslError, UsageError, UserCodeError, WorkflowError
 from srpo_dsl.api.rollouts import DatasetResult, Evaluation, Rollouts, RolloutSummary
 from srpo_dsl.api.training import Run
 from srpo_dsl.api.workflow import Workflow, load
+from srpo_dsl.errors import InputError, SrpoDslError, UsageError
+from srpo_dsl.lang.messages import WorkflowError
+from srpo_dsl.runtime.usercode import UserCodeError
 
 __all__ = [
     "DatasetResult",

@@ -1,7 +1,7 @@
 """Training with rollout workers and no launcher: `srpo-dsl train` as 1 + R processes.
 
 With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers,
-`rl/rollout_link.py`). Started without `torchrun` or `deepspeed`, the command (or the API's
+`rl/transport/link.py`). Started without `torchrun` or `deepspeed`, the command (or the API's
 `Workflow.train`) starts `srpo-dsl train` as each of them, with the variables a launcher sets (RANK,
 WORLD_SIZE, MASTER_ADDR, ...; rank 0 hosts the rendezvous store), and returns the trainer's code.
 Not torch's elastic launcher: that stops every process when one fails, and here a worker that dies
@@ -25,7 +25,7 @@ def processes_needed(workflow: Path, overrides: Mapping[str, Any]) -> int:
     """1 + R when the run has R rollout workers and no launcher started this process; else 0."""
     if "RANK" in os.environ:
         return 0
-    from srpo_dsl.rl.trainer import resolve_options
+    from srpo_dsl.rl.loop.trainer import resolve_options
     from srpo_dsl.runtime.setup import load_workflow
 
     wf = load_workflow(workflow)
@@ -37,7 +37,7 @@ def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None)
     """Run `srpo-dsl ARGV` as `processes` processes on this machine: rank 0 trains, the others are rollout
     workers. Rank 0's exit code: a worker that stops does not stop the run (the trainer hands its steps
     to the others, or stops with one line when none is left); once the trainer is done, so are they."""
-    from srpo_dsl.rl.process_group import free_port
+    from srpo_dsl.rl.distributed.process_group import free_port
 
     cores = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
     env = os.environ | {

@@ -18,7 +18,7 @@ from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import write_atomic
 from srpo_dsl.registries import BACKENDS
-from srpo_dsl.rl.runlog import write_graph
+from srpo_dsl.rl.loop.runlog import write_graph
 from srpo_dsl.runtime.metrics import DatasetMetrics
 from srpo_dsl.runtime.traces import TraceEpisode, write_traces
 
@@ -306,7 +306,7 @@ class Evaluation:
 def evaluate_workflow(
     wf: Workflow, engines: Engines, data: list[Path], limit: int | None, k: int, seed: int, progress: bool
 ) -> Evaluation:
-    from srpo_dsl.rl.role_metrics import MetricKeys
+    from srpo_dsl.rl.loop.role_metrics import MetricKeys
     from srpo_dsl.runtime.metrics import macro_average
 
     if k < 1 or (limit is not None and limit < 1):
@@ -326,7 +326,7 @@ def evaluate_workflow(
 
 def evaluated_sets(wf, built, sets, k: int, seed: int, keys, progress: bool):
     """Each dataset's result (metrics and per-role invalid-output rates), and every episode's trace."""
-    from srpo_dsl.rl.role_metrics import role_invalid_rates, role_invalid_sums
+    from srpo_dsl.rl.loop.role_metrics import role_invalid_rates, role_invalid_sums
     from srpo_dsl.runtime.metrics import dataset_metrics
     from srpo_dsl.runtime.traces import to_trace
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.api.errors import WorkflowError
 from srpo_dsl.api.outputs import check_files, refuse_existing
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.rollouts import check_tools, model_overrides
 from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
-from srpo_dsl.rl.runlog import METRICS, EvalCurve, RunError, read_curve, read_jsonl
+from srpo_dsl.lang.messages import WorkflowError
+from srpo_dsl.rl.loop.runlog import METRICS, EvalCurve, RunError, read_curve, read_jsonl
 
 if TYPE_CHECKING:
     from srpo_dsl.api.workflow import Models, Workflow
@@ -75,7 +75,7 @@ class Run:
     @property
     def checkpoints(self) -> list[Path]:
         """The complete `checkpoints/step-N` folders, by step."""
-        from srpo_dsl.rl.checkpoint import CHECKPOINTS
+        from srpo_dsl.rl.loop.checkpoint import CHECKPOINTS
 
         found = [p for p in (self.path / CHECKPOINTS).glob("step-*") if p.name[5:].isdigit()]
         return sorted(found, key=lambda p: int(p.name[5:]))
@@ -131,7 +131,7 @@ def train_workflow(
 
 def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """`train with` options by name, each one of `TrainOptions` (the trainer checks the values)."""
-    from srpo_dsl.lang.errors import did_you_mean
+    from srpo_dsl.lang.messages import did_you_mean
     from srpo_dsl.lang.schema import TrainOptions
 
     for name in options:
@@ -142,7 +142,7 @@ def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def in_process(job: Job, progress: bool) -> list[dict[str, float]]:
-    from srpo_dsl.rl.trainer import train
+    from srpo_dsl.rl.loop.trainer import train
 
     setup = job.setup
     return train(
@@ -169,8 +169,8 @@ def training_errors(workflow: Path) -> Iterator[None]:
 
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
-    from srpo_dsl.lang.errors import SrpoError
-    from srpo_dsl.rl.trainer import TrainError
+    from srpo_dsl.lang.messages import SrpoError
+    from srpo_dsl.rl.loop.trainer import TrainError
 
     try:
         yield
@@ -186,7 +186,7 @@ def training_errors(workflow: Path) -> Iterator[None]:
 def released() -> Iterator[None]:
     """Training alone in this process: afterwards its process group is destroyed and the launch variables
     it set are unset (the next run makes its own), and the memory of its engines is returned."""
-    from srpo_dsl.rl.process_group import LAUNCH_VARIABLES, destroy_distributed
+    from srpo_dsl.rl.distributed.process_group import LAUNCH_VARIABLES, destroy_distributed
 
     alone = "RANK" not in os.environ
     saved = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}

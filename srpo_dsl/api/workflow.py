@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.api.errors import UsageError, WorkflowError
+from srpo_dsl.errors import UsageError
 from srpo_dsl.io import read_text
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.errors import Diagnostic
 from srpo_dsl.lang.graph import Bounds
+from srpo_dsl.lang.messages import Diagnostic, WorkflowError
 from srpo_dsl.lang.settings import SettingError, apply_settings
 from srpo_dsl.runtime.setup import CompiledWorkflow
 

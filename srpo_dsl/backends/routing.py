@@ -1,7 +1,7 @@
 """Which LoRA adapter each row of the forward in progress goes through, on a model hosting several.
 
 `with routed(names): model(...)` sends row i through adapter `names[i]` (`BASE_ADAPTER`: the
-base alone). The LoRA layers that `srpo_dsl.rl.adapters.with_adapters` builds read it. Passing
+base alone). The LoRA layers that `srpo_dsl.rl.engines.adapters.with_adapters` builds read it. Passing
 peft's `adapter_names=` instead also works, but peft then registers a hook on every layer and
 walks every module on each forward: about 15% of a small model's forward time.
 """

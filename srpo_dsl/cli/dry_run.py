@@ -4,8 +4,8 @@ Under a launcher (`torchrun`, `deepspeed`: RANK and WORLD_SIZE set) every proces
 on the launcher's rendezvous (`env://`), which also proves that the nodes reach each other; rank 0
 gathers every rank's place and prints one line per rank. Without a launcher it prints the processes
 this command would start (one, or 1 + R with `rollout_workers = R`: `api.launch`) and starts none.
-Roles and devices come from the rules the run uses (`rl.rollout_link.Layout`, `link_device`;
-`rl.process_group.rank_device`); no model, DeepSpeed or user code is loaded.
+Roles and devices come from the rules the run uses (`rl.transport.link.Layout`, `link_device`;
+`rl.distributed.process_group.rank_device`); no model, DeepSpeed or user code is loaded.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class Place:
 
 def place(rank: int, local_rank: int, world: int, workers: int, device: str, node: str) -> Place:
     """Rank `rank` of `world` with `workers` rollout workers, as the run lays it out."""
-    from srpo_dsl.rl.process_group import rank_device
-    from srpo_dsl.rl.rollout_link import Layout, link_device
+    from srpo_dsl.rl.distributed.process_group import rank_device
+    from srpo_dsl.rl.transport.link import Layout, link_device
 
     layout = Layout.of(rank, world, workers)
     if layout.is_worker:
@@ -48,8 +48,9 @@ def place(rank: int, local_rank: int, world: int, workers: int, device: str, nod
 def this_node() -> str:
     """`node N (HOST, ADDRESS)`: the launcher's node rank (torchrun's GROUP_RANK, DeepSpeed's CROSS_RANK;
     left out when neither is set), the hostname, the address this process reaches MASTER_ADDR from, and
-    gloo's interface when one is named (GLOO_SOCKET_IFNAME: the user's, or `rl.network`'s choice)."""
-    from srpo_dsl.rl.network import source_address, use_route_to_master
+    gloo's interface when one is named (GLOO_SOCKET_IFNAME: the user's, or the choice of
+    `rl.distributed.network`)."""
+    from srpo_dsl.rl.distributed.network import source_address, use_route_to_master
 
     interface, master = use_route_to_master(), os.environ.get("MASTER_ADDR")
     address = source_address(master, int(os.environ.get("MASTER_PORT", 29500))) if master else None
@@ -63,7 +64,7 @@ def launched_places(workers: int, device: str) -> list[Place] | None:
     (the others: None). ConnectionError when the ranks cannot connect."""
     import torch.distributed as dist
 
-    from srpo_dsl.rl.network import reaching_peers
+    from srpo_dsl.rl.distributed.network import reaching_peers
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     mine = place(rank, int(os.environ.get("LOCAL_RANK", 0)), world, workers, device, this_node())
@@ -89,7 +90,7 @@ def planned_places(workflow: Path, overrides: Mapping[str, Any], workers: int, d
 def dry_run(workflow: Path, overrides: Mapping[str, Any], device: str | None) -> str | None:
     """The table of the launch's processes (None on ranks other than 0, which print nothing)."""
     from srpo_dsl.devices import resolve_device
-    from srpo_dsl.rl.trainer import resolve_options
+    from srpo_dsl.rl.loop.trainer import resolve_options
     from srpo_dsl.runtime.setup import load_workflow
 
     wf = load_workflow(workflow)

@@ -13,7 +13,7 @@ from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, VERBOSE, CliError, choices, eprint, print_error
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import read_text, write_atomic
-from srpo_dsl.lang.export import FORMATS
+from srpo_dsl.lang.graph_formats import FORMATS
 
 if TYPE_CHECKING:
     from srpo_dsl.lang.graph import EventGraph
@@ -43,7 +43,7 @@ def validate(
       srpo-dsl validate my.srpo --format github   # annotations in GitHub Actions
     """
     from srpo_dsl.lang import analyze
-    from srpo_dsl.lang.errors import render_github, render_json, render_pretty
+    from srpo_dsl.lang.messages import render_github, render_json, render_pretty
 
     diags, unreadable, has_error = [], 0, False
     for path in files:
@@ -117,8 +117,8 @@ def fmt_cmd(
 
 def _formatted(path: Path, text: str) -> str | None:
     """The file in the canonical layout, or None after printing its syntax errors as `validate` does."""
-    from srpo_dsl.lang.errors import SrpoError, render_pretty
     from srpo_dsl.lang.format import format_source
+    from srpo_dsl.lang.messages import SrpoError, render_pretty
 
     try:
         return format_source(text, str(path))
@@ -162,8 +162,8 @@ def compile_cmd(
       srpo-dsl compile workflows/math_routed.srpo --emit json -o g.json
     """
     from srpo_dsl.lang import analyze
-    from srpo_dsl.lang.errors import render_pretty
-    from srpo_dsl.lang.export import export
+    from srpo_dsl.lang.graph_formats import export
+    from srpo_dsl.lang.messages import render_pretty
 
     text = read_text(file)
     result = analyze(text, str(file))
@@ -219,7 +219,7 @@ def adapter_sizes(graph: EventGraph, base: str) -> dict[str, int]:
     """{peft adapter name: parameter count} of `base`'s adapters; empty when its config is not local."""
 
     from srpo_dsl.models.specs import resolve_model_spec
-    from srpo_dsl.rl.adapters import trainable_parameters
+    from srpo_dsl.rl.engines.adapters import trainable_parameters
 
     try:
         return trainable_parameters(resolve_model_spec(graph.policies[base].model), graph.adapters_on(base))

@@ -210,7 +210,7 @@ def audit(
 
       srpo-dsl audit runs/r1/traces.jsonl -n 2
     """
-    from srpo_dsl.rl.runlog import TRACES
+    from srpo_dsl.rl.loop.runlog import TRACES
     from srpo_dsl.runtime.traces import TraceError, read_traces
 
     if traces.is_dir():

@@ -31,7 +31,7 @@ from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 from srpo_dsl.rl.names import OFFLOAD
 
 if TYPE_CHECKING:
-    from srpo_dsl.rl.runlog import Dynamics, EvalCurve, RoleSeries
+    from srpo_dsl.rl.loop.runlog import Dynamics, EvalCurve, RoleSeries
 
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
@@ -162,7 +162,7 @@ def parse_options(values: list[str]) -> dict[str, str]:
 
 def report(history: list[dict[str, float]], out: Path) -> None:
     """The last step, then the held-out result the run was for (from OUT/eval.jsonl)."""
-    from srpo_dsl.rl.runlog import RunError, read_curve
+    from srpo_dsl.rl.loop.runlog import RunError, read_curve
 
     if history:
         last = history[-1]
@@ -205,8 +205,8 @@ def ema(values: list[float], alpha: float) -> list[float]:
 
 
 def read_run(run: Path) -> Dynamics:
-    """What `plot` draws from RUN (`rl.runlog.read_dynamics`), with one-line errors."""
-    from srpo_dsl.rl.runlog import METRICS, RunError, read_dynamics
+    """What `plot` draws from RUN (`rl.loop.runlog.read_dynamics`), with one-line errors."""
+    from srpo_dsl.rl.loop.runlog import METRICS, RunError, read_dynamics
 
     if not (run / METRICS).is_file():
         raise CliError(f"cannot read {run / METRICS}: no such file (is {run} a training run?)")
@@ -220,7 +220,7 @@ def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None
     """Raw values faint, their EMA solid; the gradient-norm panel names its coefficient of variation."""
     from matplotlib.ticker import MaxNLocator
 
-    from srpo_dsl.rl.runlog import PANELS
+    from srpo_dsl.rl.loop.runlog import PANELS
 
     values = dynamics.series[key]
     line = ax.plot(dynamics.steps, values, alpha=0.25, linewidth=1)[0]
@@ -237,7 +237,7 @@ def draw_roles(ax: Any, series: list[RoleSeries], metric: str, smoothing: float)
     """One colour per role: raw values faint, their EMA solid, named in the legend."""
     from matplotlib.ticker import MaxNLocator
 
-    from srpo_dsl.rl.runlog import ROLE_PANELS
+    from srpo_dsl.rl.loop.runlog import ROLE_PANELS
 
     for s in series:
         line = ax.plot(s.steps, s.values, alpha=0.25, linewidth=1)[0]
@@ -352,7 +352,11 @@ def export_cmd(
     check_out(target, overwrite, [run])
     created = not target.exists()
     with libraries_quiet(not verbose):
-        from srpo_dsl.rl.export import ExportError, export_engine, plan_export  # quiet: imports transformers
+        from srpo_dsl.rl.loop.export import (
+            ExportError,
+            export_engine,
+            plan_export,
+        )  # quiet: imports transformers
 
         try:
             with ExitStack() as stack:  # every policy folder is renamed into place at the end, or none

@@ -1,6 +1,6 @@
 """The language: parse, check and compile `.srpo` workflows into event graphs.
 
-Names are imported on first use, so `srpo_dsl.lang.export` (the CLI's format choices) does
+Names are imported on first use, so `srpo_dsl.lang.graph_formats` (the CLI's format choices) does
 not pay for Lark, Jinja2 and pydantic.
 """
 

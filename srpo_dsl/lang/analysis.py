@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from srpo_dsl.lang.checker import check
 from srpo_dsl.lang.compiler import compile_checked
-from srpo_dsl.lang.errors import Diagnostic, SrpoError
 from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.lang.messages import Diagnostic, SrpoError
 from srpo_dsl.lang.parser import parse
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.declarations import BranchInfo
-from srpo_dsl.lang.errors import Diagnostic, did_you_mean
+from srpo_dsl.lang.messages import Diagnostic, did_you_mean
 from srpo_dsl.lang.pycode import CodeRef
 from srpo_dsl.registries import REWARDS
 

@@ -11,7 +11,7 @@ from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.branches import check_branch
 from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, PolicyInfo, RewardInfo
 from srpo_dsl.lang.env_checks import EnvChecks
-from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
+from srpo_dsl.lang.messages import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.pycode import (
     ENV_OPTIONS,
     TOOL_OPTIONS,
@@ -38,8 +38,7 @@ from srpo_dsl.lang.schema import (
 )
 from srpo_dsl.lang.steps import FORMS, STEP_KINDS, StepKind, deciding, routers, takes
 from srpo_dsl.lang.templates import check_template
-from srpo_dsl.registries import REWARDS
-from srpo_dsl.registry import Registry
+from srpo_dsl.registries import REWARDS, Registry
 
 
 @dataclass

@@ -24,7 +24,6 @@ from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.branches import MAX_PATHS
 from srpo_dsl.lang.checker import Checked
 from srpo_dsl.lang.declarations import AgentInfo
-from srpo_dsl.lang.errors import Diagnostic, SrpoError
 from srpo_dsl.lang.graph import (
     Atom,
     Bounds,
@@ -38,6 +37,7 @@ from srpo_dsl.lang.graph import (
     Way,
     Where,
 )
+from srpo_dsl.lang.messages import Diagnostic, SrpoError
 from srpo_dsl.lang.steps import STEP_KINDS, members
 
 Conj = tuple[Atom, ...]  # all must hold; () always holds

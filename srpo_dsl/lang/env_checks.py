@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.declarations import EnvInfo
-from srpo_dsl.lang.errors import did_you_mean
 from srpo_dsl.lang.graph import ENV_DONE
+from srpo_dsl.lang.messages import did_you_mean
 
 if TYPE_CHECKING:
     from srpo_dsl.lang.checker import _Checker

@@ -19,8 +19,8 @@ from lark import Token
 from lark.lexer import LexerState
 from lark.utils import TextSlice
 
-from srpo_dsl.lang.errors import without_bom
 from srpo_dsl.lang.layout import Line, build_lines, statement_starts
+from srpo_dsl.lang.messages import without_bom
 from srpo_dsl.lang.parser import _build_parser, parse
 
 INDENT = "    "

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from srpo_dsl.lang.errors import Span
+from srpo_dsl.lang.messages import Span
 
 R = TypeVar("R")
 

@@ -14,9 +14,9 @@ from lark import Lark, Token
 from lark.exceptions import UnexpectedInput
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.errors import Diagnostic, Span, SrpoError, without_bom
 from srpo_dsl.lang.grammar import grammar_text
 from srpo_dsl.lang.lexer import ScanLexer
+from srpo_dsl.lang.messages import Diagnostic, Span, SrpoError, without_bom
 from srpo_dsl.lang.syntax_errors import syntax_errors
 
 _UNESCAPE = re.compile(r"\\(.)")

@@ -272,7 +272,7 @@ class Located:
 
 def locate_ref(text: str, use: UseName, base: Path, options: tuple[str, ...] = ()) -> Located:
     """Check a reference without running anything: the file, a top-level def, a signature that binds."""
-    from srpo_dsl.lang.errors import did_you_mean
+    from srpo_dsl.lang.messages import did_you_mean
 
     where, function = split_ref(text)
     path, module = source_of(where, base)

@@ -20,8 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from srpo_dsl.lang.branches import BACKUPS
 from srpo_dsl.lang.pycode import is_reference
-from srpo_dsl.registries import ADVANTAGE_ESTIMATORS, AGGREGATIONS, OBJECTIVES, SET_NORMS
-from srpo_dsl.registry import Registry, load
+from srpo_dsl.registries import ADVANTAGE_ESTIMATORS, AGGREGATIONS, OBJECTIVES, SET_NORMS, Registry, load
 
 ContractArgs = Literal["none", "pool", "words", "tag", "actions"]
 

@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from srpo_dsl.lang.declarations import Binding
-from srpo_dsl.lang.errors import did_you_mean
 from srpo_dsl.lang.graph import EventGraph, ToolNode
+from srpo_dsl.lang.messages import did_you_mean
 from srpo_dsl.lang.pycode import TOOL_OPTIONS
 from srpo_dsl.lang.schema import TOOL_KINDS, PythonTool
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from srpo_dsl.lang.nodes import EventStep
-from srpo_dsl.registry import Registry
+from srpo_dsl.registries import Registry
 
 Cardinality = Literal["singleton", "pool", "routed"]
 

@@ -14,8 +14,8 @@ import re
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from srpo_dsl.lang.errors import Diagnostic, Span
 from srpo_dsl.lang.grammar import lark_parser, statements
+from srpo_dsl.lang.messages import Diagnostic, Span
 
 MAX_PARSE_ERRORS = 10
 

@@ -12,7 +12,7 @@ import jinja2
 from jinja2 import meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
-from srpo_dsl.lang.errors import Diagnostic, Span, did_you_mean
+from srpo_dsl.lang.messages import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
 
 PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "templates"

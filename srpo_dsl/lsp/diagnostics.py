@@ -5,7 +5,7 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.errors import Diagnostic
+from srpo_dsl.lang.messages import Diagnostic
 from srpo_dsl.lsp.positions import span_range
 
 SOURCE = "srpo-dsl"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.errors import Span
+from srpo_dsl.lang.messages import Span
 from srpo_dsl.lang.pycode import is_reference
 from srpo_dsl.lsp.positions import contains
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.errors import Span, SrpoError
+from srpo_dsl.lang.messages import Span, SrpoError
 from srpo_dsl.lang.parser import parse
 from srpo_dsl.lsp.positions import span_range, whole_document
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 from srpo_dsl.lazy import lazy_exports
 
 _EXPORTS = {
-    "setwise_loss": "objectives",
-    "get_objective": "objectives",
-    "register_policy_loss": "objectives",
-    "OBJECTIVES": "objectives",
-    "aggregate": "aggregation",
-    "group_advantages": "advantages",
-    "event_advantages": "advantages",
-    "get_advantage_estimator": "advantages",
-    "register_advantage_estimator": "advantages",
-    "ADVANTAGE_ESTIMATORS": "advantages",
-    "set_reduction_scale": "objective",
-    "plan_batches": "batching",
-    "drop_incomplete": "batching",
+    "setwise_loss": "objective.losses",
+    "get_objective": "objective.losses",
+    "register_policy_loss": "objective.losses",
+    "OBJECTIVES": "objective.losses",
+    "aggregate": "objective.aggregation",
+    "group_advantages": "objective.advantages",
+    "event_advantages": "objective.advantages",
+    "get_advantage_estimator": "objective.advantages",
+    "register_advantage_estimator": "objective.advantages",
+    "ADVANTAGE_ESTIMATORS": "objective.advantages",
+    "set_reduction_scale": "objective.setwise",
+    "plan_batches": "objective.batching",
+    "drop_incomplete": "objective.batching",
 }
 __all__ = sorted(_EXPORTS)
 

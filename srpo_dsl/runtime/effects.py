@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from srpo_dsl.lang.graph import EventNode
 from srpo_dsl.lang.steps import RECORD, ROUTE
-from srpo_dsl.registry import Registry
+from srpo_dsl.registries import Registry
 from srpo_dsl.runtime.episode import Episode, Member
 
 INVALID = "INVALID"  # the recorded state of a verdict or route that broke its contract

@@ -1,5 +1,5 @@
 """The four uses of the user's Python in a rollout: a reward, an output parser, a task loader, a tool
-(the training objective and advantage estimator are the trainer's: `srpo_dsl.rl.plugins`).
+(the training objective and advantage estimator are the trainer's: `srpo_dsl.rl.objective.plugins`).
 
 Each wraps a `UserFunction` (imported once, time-limited, failures naming the user's
 file:line) and checks what it returns, so a wrong return is one clear error too:

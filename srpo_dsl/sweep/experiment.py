@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from srpo_dsl.lang.errors import did_you_mean
+from srpo_dsl.lang.messages import did_you_mean
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.sweep.positions import locate
 
@@ -246,7 +246,7 @@ def checked(spec: ExperimentSpec, cells: list[Located], where: Where) -> Experim
 def workflow_errors(exp: Experiment) -> list[str]:
     """Each workflow's errors as `srpo-dsl validate` prints them (position, source line, hint)."""
     from srpo_dsl.lang import analyze
-    from srpo_dsl.lang.errors import render_pretty
+    from srpo_dsl.lang.messages import render_pretty
 
     out = []
     for path in dict.fromkeys(c.workflow for c in exp.cells):

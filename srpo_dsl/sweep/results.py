@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from srpo_dsl.rl.runlog import EVAL, EVAL_PROMPTS, read_jsonl
+from srpo_dsl.rl.loop.runlog import EVAL, EVAL_PROMPTS, read_jsonl
 from srpo_dsl.runtime.metrics import prompt_at_k
 from srpo_dsl.sweep.state import SweepState, run_dir
 from srpo_dsl.sweep.stats import (

@@ -9,7 +9,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from srpo_dsl.rl.runlog import EVAL, ROLE_PANELS, RunError, current_keys, eval_curve, role_series
+from srpo_dsl.rl.loop.runlog import EVAL, ROLE_PANELS, RunError, current_keys, eval_curve, role_series
 from srpo_dsl.view.charts import Series, line_chart
 from srpo_dsl.view.episodes import episode_json
 from srpo_dsl.view.graph_svg import graph_svg

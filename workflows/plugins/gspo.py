@@ -13,7 +13,7 @@ A workflow names it: `train with (objective = "plugins/gspo.py:loss", aggregatio
 
 import torch
 
-from srpo_dsl.rl.objective import LossConfig, PolicyBatch, PolicyTerms, clipped_terms, token_log_ratio
+from srpo_dsl.rl.objective.setwise import LossConfig, PolicyBatch, PolicyTerms, clipped_terms, token_log_ratio
 
 
 def loss(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:

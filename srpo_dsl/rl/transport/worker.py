@@ -24,13 +24,13 @@ from srpo_dsl.backends.base import RolloutEngine
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.adapters import with_adapters
-from srpo_dsl.rl.data_order import step_prompts
-from srpo_dsl.rl.policies import Rollout, load_model, rollout_engine, with_lora
-from srpo_dsl.rl.process_group import Dist
-from srpo_dsl.rl.remote_weights import load_weights
-from srpo_dsl.rl.rollout_inbox import Inbox
-from srpo_dsl.rl.rollout_link import EPISODES, SETUP, Batch, Link, LinkError
+from srpo_dsl.rl.distributed.data_order import step_prompts
+from srpo_dsl.rl.distributed.process_group import Dist
+from srpo_dsl.rl.engines.adapters import with_adapters
+from srpo_dsl.rl.engines.policies import Rollout, load_model, rollout_engine, with_lora
+from srpo_dsl.rl.transport.inbox import Inbox
+from srpo_dsl.rl.transport.link import EPISODES, SETUP, Batch, Link, LinkError
+from srpo_dsl.rl.transport.remote_weights import load_weights
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import CompiledWorkflow, build_tools, task_data

@@ -29,7 +29,12 @@ from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import ROLLOUT_ENGINES
-from srpo_dsl.rl.checkpoint import (
+from srpo_dsl.rl.distributed.data_order import step_prompts
+from srpo_dsl.rl.distributed.process_group import Dist, all_reduce, barrier, init_distributed
+from srpo_dsl.rl.engines.ds_engine import read_ds_config
+from srpo_dsl.rl.engines.policies import Policy, Rollout, engine_owners
+from srpo_dsl.rl.engines.weight_sync import push_weights
+from srpo_dsl.rl.loop.checkpoint import (
     CHECKPOINTS,
     latest_checkpoint,
     load_checkpoint,
@@ -38,24 +43,19 @@ from srpo_dsl.rl.checkpoint import (
     resume_conflicts,
     save_checkpoint,
 )
-from srpo_dsl.rl.data_order import step_prompts
-from srpo_dsl.rl.determinism import deterministic_kernels
-from srpo_dsl.rl.ds_engine import read_ds_config
-from srpo_dsl.rl.event_updates import event_updates
-from srpo_dsl.rl.heldout import HELDOUT, EvalSet, evaluate_sets
-from srpo_dsl.rl.objectives import Objective, get_objective
-from srpo_dsl.rl.plugins import check_episode_advantage, locate, training_objective
-from srpo_dsl.rl.policies import Policy, Rollout, engine_owners
-from srpo_dsl.rl.process_group import Dist, all_reduce, barrier, init_distributed
-from srpo_dsl.rl.role_metrics import MetricKeys, keyed_metrics, step_sums
-from srpo_dsl.rl.rollout_feed import Feed, NoWorkerLeft, send_setup
-from srpo_dsl.rl.rollout_link import Link, join_launch
-from srpo_dsl.rl.rollout_worker import run_worker
-from srpo_dsl.rl.rows import Rows, build_rows
-from srpo_dsl.rl.runlog import METRICS, RunLog
-from srpo_dsl.rl.staleness import stale_rows
-from srpo_dsl.rl.update import Temperatures, TrainError, update
-from srpo_dsl.rl.weight_sync import push_weights
+from srpo_dsl.rl.loop.determinism import deterministic_kernels
+from srpo_dsl.rl.loop.event_updates import event_updates
+from srpo_dsl.rl.loop.heldout import HELDOUT, EvalSet, evaluate_sets
+from srpo_dsl.rl.loop.role_metrics import MetricKeys, keyed_metrics, step_sums
+from srpo_dsl.rl.loop.runlog import METRICS, RunLog
+from srpo_dsl.rl.loop.update import Temperatures, TrainError, update
+from srpo_dsl.rl.objective.losses import Objective, get_objective
+from srpo_dsl.rl.objective.plugins import check_episode_advantage, locate, training_objective
+from srpo_dsl.rl.objective.rows import Rows, build_rows
+from srpo_dsl.rl.transport.feed import Feed, NoWorkerLeft, send_setup
+from srpo_dsl.rl.transport.link import Link, join_launch
+from srpo_dsl.rl.transport.staleness import stale_rows
+from srpo_dsl.rl.transport.worker import run_worker
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import CompiledWorkflow
@@ -429,8 +429,8 @@ def prepare_run(
     settings: Mapping[str, Any] | None = None,
 ) -> TrainingRun:
     """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
-    from srpo_dsl.rl.ds_engine import ds_config as make_ds_config
-    from srpo_dsl.rl.policies import build_policies
+    from srpo_dsl.rl.engines.ds_engine import ds_config as make_ds_config
+    from srpo_dsl.rl.engines.policies import build_policies
     from srpo_dsl.runtime.setup import build_tools, load_workflow
 
     wf = load_workflow(workflow_path, settings)
@@ -524,8 +524,8 @@ def check_memory(
     graph: EventGraph, paths: Mapping[str, str], opts: TrainOptions, offload: str, engine: str, dist: Dist
 ) -> None:
     """On CUDA, before loading: the policies' training state, with each trained model's KL reference copy
-    when `kl > 0`, must fit this GPU (rl/fit.py)."""
-    from srpo_dsl.rl.fit import Layout, check_fit
+    when `kl > 0`, must fit this GPU (rl/engines/fit.py)."""
+    from srpo_dsl.rl.engines.fit import Layout, check_fit
 
     layout = Layout(opts.zero, dist.world_size, offload, engine, reference=opts.kl > 0)
     if problem := check_fit(graph, paths, layout, dist.device):

@@ -15,7 +15,7 @@ They are the entries of `srpo_dsl.registries.OBJECTIVES` (built-ins by import pa
 option schema reads the names without torch); `@register_policy_loss(name, aggregation=...,
 advantage=...)` adds one, and a workflow may name a user's terms function instead (plugins.py).
 Every objective optionally adds a KL penalty to a frozen reference (k3 estimator), a token
-mean over `num_tokens`, off by default. The entropy bonus is the update's (`rl/update.py`):
+mean over `num_tokens`, off by default. The entropy bonus is the update's (`rl/loop/update.py`):
 the objective sees detached log-probs, through which no entropy gradient could flow.
 """
 
@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 
 from srpo_dsl.registries import OBJECTIVES
-from srpo_dsl.rl.advantages import AdvantageInputs, Estimator, get_advantage_estimator
-from srpo_dsl.rl.aggregation import aggregate, get_aggregation
-from srpo_dsl.rl.objective import (
+from srpo_dsl.rl.objective.advantages import AdvantageInputs, Estimator, get_advantage_estimator
+from srpo_dsl.rl.objective.aggregation import aggregate, get_aggregation
+from srpo_dsl.rl.objective.setwise import (
     MAX_LOG_RATIO,
     LossConfig,
     PolicyBatch,

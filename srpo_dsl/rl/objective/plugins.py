@@ -20,10 +20,10 @@ from torch import Tensor
 
 from srpo_dsl.lang.pycode import CodeRef, RefProblem, UseName, is_reference, locate_ref
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.advantages import AdvantageInputs, get_advantage_estimator
-from srpo_dsl.rl.aggregation import get_aggregation
-from srpo_dsl.rl.objective import LossConfig, PolicyBatch, PolicyTerms
-from srpo_dsl.rl.objectives import Objective, get_objective, policy_loss
+from srpo_dsl.rl.objective.advantages import AdvantageInputs, get_advantage_estimator
+from srpo_dsl.rl.objective.aggregation import get_aggregation
+from srpo_dsl.rl.objective.losses import Objective, get_objective, policy_loss
+from srpo_dsl.rl.objective.setwise import LossConfig, PolicyBatch, PolicyTerms
 from srpo_dsl.runtime.usercode import load_function, shorten
 
 PYTHON_OBJECTIVE_ADVANTAGE = "row"  # a Python objective's estimator unless `advantage` names one
@@ -39,7 +39,9 @@ def described(value: object) -> str:
 def terms_problem(terms: object, batch: PolicyBatch, aggregation: str) -> str | None:
     """Why `terms` cannot be aggregated by `aggregation` over `batch`'s rows; None when it can."""
     if not isinstance(terms, PolicyTerms):
-        return f"returned {described(terms)}: an objective returns PolicyTerms (srpo_dsl.rl.objective)"
+        return (
+            f"returned {described(terms)}: an objective returns PolicyTerms (srpo_dsl.rl.objective.setwise)"
+        )
     values, dims = terms.values, get_aggregation(aggregation).dims
     if not isinstance(values, Tensor) or not values.is_floating_point():
         return f"returned values {described(values)}: the terms are a float Tensor"

@@ -22,9 +22,9 @@ from typing import NamedTuple, Protocol
 import torch
 from torch import Tensor
 
-from srpo_dsl.rl.advantages import AdvantageInputs
-from srpo_dsl.rl.batching import drop_incomplete
-from srpo_dsl.rl.objectives import Objective, get_objective
+from srpo_dsl.rl.objective.advantages import AdvantageInputs
+from srpo_dsl.rl.objective.batching import drop_incomplete
+from srpo_dsl.rl.objective.losses import Objective, get_objective
 from srpo_dsl.runtime.credit import role_rounds
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from srpo_dsl.rl.network import reaching_peers, use_route_to_master
+from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
 
 
 @dataclass(frozen=True)

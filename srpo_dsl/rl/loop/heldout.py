@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from srpo_dsl.rl.process_group import Dist, all_reduce
-from srpo_dsl.rl.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
+from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
+from srpo_dsl.rl.loop.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.metrics import at_k, is_correct, macro_average
 from srpo_dsl.seeds import seed_of

@@ -23,10 +23,10 @@ from srpo_dsl.lang.declarations import PolicyInfo
 from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import ROLLOUT_ENGINES
-from srpo_dsl.rl.adapters import lora_config, with_adapters
-from srpo_dsl.rl.ds_engine import build_engine
-from srpo_dsl.rl.process_group import Dist
-from srpo_dsl.rl.weight_sync import full_state
+from srpo_dsl.rl.distributed.process_group import Dist
+from srpo_dsl.rl.engines.adapters import lora_config, with_adapters
+from srpo_dsl.rl.engines.ds_engine import build_engine
+from srpo_dsl.rl.engines.weight_sync import full_state
 from srpo_dsl.seeds import seed_of
 
 
@@ -197,7 +197,7 @@ def vllm_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str)
     """`vllm`: a colocated `vllm.LLM` loading `path` on this rank's GPU: sleep mode on; under a launcher
     one engine per rank (`external_launcher`). Its share of GPU memory: SRPO_DSL_VLLM_MEMORY (default 0.3)."""
     from srpo_dsl.backends.vllm import VLLMBackend
-    from srpo_dsl.rl.fit import vllm_memory_share
+    from srpo_dsl.rl.engines.fit import vllm_memory_share
 
     launched = dist.world_size > 1
     return VLLMBackend(

@@ -32,12 +32,12 @@ import torch
 from tqdm.auto import tqdm
 
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.policies import Policy
-from srpo_dsl.rl.process_group import all_gather, all_reduce
-from srpo_dsl.rl.remote_weights import Weights, build_weights, send_weights
-from srpo_dsl.rl.rollout_link import CONTROL, EPISODES, SETUP, Batch, Link, LinkError, Orders, Stop
-from srpo_dsl.rl.rollout_schedule import Schedule, lag
-from srpo_dsl.rl.staleness import within_bound
+from srpo_dsl.rl.distributed.process_group import all_gather, all_reduce
+from srpo_dsl.rl.engines.policies import Policy
+from srpo_dsl.rl.transport.link import CONTROL, EPISODES, SETUP, Batch, Link, LinkError, Orders, Stop
+from srpo_dsl.rl.transport.remote_weights import Weights, build_weights, send_weights
+from srpo_dsl.rl.transport.schedule import Schedule, lag
+from srpo_dsl.rl.transport.staleness import within_bound
 from srpo_dsl.runtime.episode import Episode
 
 PREFIX = "async/"

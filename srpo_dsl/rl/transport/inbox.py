@@ -18,8 +18,8 @@ import threading
 from collections import deque
 from typing import NamedTuple
 
-from srpo_dsl.rl.remote_weights import Header, Weights, recv_flats
-from srpo_dsl.rl.rollout_link import CONTROL, Link, LinkError, Orders, Stop
+from srpo_dsl.rl.transport.link import CONTROL, Link, LinkError, Orders, Stop
+from srpo_dsl.rl.transport.remote_weights import Header, Weights, recv_flats
 
 
 class Order(NamedTuple):

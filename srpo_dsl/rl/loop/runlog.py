@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.io import append_jsonl, complete_lines, write_atomic, write_json, write_lines_atomic
-from srpo_dsl.lang.export import to_json
 from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.lang.graph_formats import to_json
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.traces import EventUpdate, to_trace, write_traces
 

@@ -28,15 +28,15 @@ from torch import Tensor
 from srpo_dsl.backends.logprobs import response_logprobs
 from srpo_dsl.lang.graph import BASE_ADAPTER
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.adapters import clip_per_adapter
-from srpo_dsl.rl.aggregation import get_aggregation
-from srpo_dsl.rl.batching import plan_batches
-from srpo_dsl.rl.ds_engine import step_with_norm
-from srpo_dsl.rl.objectives import Objective, get_objective
-from srpo_dsl.rl.policies import Policy, engine_owners
-from srpo_dsl.rl.process_group import Dist, all_reduce
-from srpo_dsl.rl.role_metrics import MetricKeys
-from srpo_dsl.rl.rows import Rows
+from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
+from srpo_dsl.rl.engines.adapters import clip_per_adapter
+from srpo_dsl.rl.engines.ds_engine import step_with_norm
+from srpo_dsl.rl.engines.policies import Policy, engine_owners
+from srpo_dsl.rl.loop.role_metrics import MetricKeys
+from srpo_dsl.rl.objective.aggregation import get_aggregation
+from srpo_dsl.rl.objective.batching import plan_batches
+from srpo_dsl.rl.objective.losses import Objective, get_objective
+from srpo_dsl.rl.objective.rows import Rows
 
 Temperatures = Mapping[str, Mapping[str, float]]  # policy -> role -> sampling temperature
 Group = tuple[str, float]  # (engine, temperature): one forward per micro-batch (adapters on a base: one)
@@ -400,8 +400,8 @@ def update(
     Returns loss, grad_norm, clip_fraction (means over epochs) and the global counts; with
     `keys`, also the clip fraction of each role and event type (`role/R/clip_fraction`, ...).
     A given `row_clips` ([N, 2] float64, zeros) receives each row's (clipped units, units) over
-    every epoch, for the traces (`rl/event_updates.py`; a set counted once per event it spans).
-    `objective`: default the registered `opts.objective` (`rl/plugins.py` builds one as the options
+    every epoch, for the traces (`rl/loop/event_updates.py`; a set counted once per event it spans).
+    `objective`: default the registered `opts.objective` (`rl/objective/plugins.py` builds one as the options
     name it). `stale`: [N] bool, the rows
     generated with weights older than the proximal policy's (asynchronous rollouts): their events are
     corrected by a truncated importance weight (docs/objective.md), when the old log-probs are recomputed.

@@ -1,4 +1,5 @@
-"""Source spans, diagnostics and the one error type of the srpo-dsl compiler."""
+"""Source spans, diagnostics, the compiler's error (`SrpoError`) and the API's (`WorkflowError`), and how
+diagnostics render (pretty, GitHub annotations, JSON)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import difflib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
+
+from srpo_dsl.errors import InputError, UsageError
+from srpo_dsl.io import read_text
 
 Severity = Literal["error", "warning"]
 
@@ -109,9 +114,37 @@ __all__ = [
     "Severity",
     "Span",
     "SrpoError",
+    "WorkflowError",
     "did_you_mean",
     "render_github",
     "render_json",
     "render_pretty",
     "without_bom",
 ]
+
+
+class WorkflowError(InputError):
+    """A workflow that does not compile. The message is its first error, `FILE:LINE:COL: error[CODE]: ...`;
+    `diagnostics` holds every diagnostic (warnings too), `render()` the errors as `validate` prints them."""
+
+    def __init__(self, path: Path, diagnostics: Sequence[Diagnostic], source: str | None = None):
+        self.path, self.diagnostics, self.source = Path(path), list(diagnostics), source
+        first = self.errors[0]
+        super().__init__(f"{first.span}: {first.severity}[{first.code}]: {first.message}")
+
+    @classmethod
+    def of(cls, path: Path, diagnostics: Sequence[Diagnostic]) -> WorkflowError:
+        """The error of the file at `path`, its source read again to show (None when it cannot be)."""
+        try:
+            source: str | None = read_text(path)
+        except UsageError:
+            source = None
+        return cls(path, diagnostics, source)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"] or self.diagnostics
+
+    def render(self) -> str:
+        """Every error with its source line, a caret and its hint."""
+        return "\n\n".join(render_pretty(d, self.source) for d in self.errors)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from srpo_dsl.backends.base import RolloutEngine
-from srpo_dsl.rl.policies import Policy, engine_owners
-from srpo_dsl.rl.rollout_link import CONTROL, FLAT, Link, flatten, unflatten
-from srpo_dsl.rl.weight_sync import rollout_weights
+from srpo_dsl.rl.engines.policies import Policy, engine_owners
+from srpo_dsl.rl.engines.weight_sync import rollout_weights
+from srpo_dsl.rl.transport.link import CONTROL, FLAT, Link, flatten, unflatten
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from srpo_dsl.lang.graph import adapter_name
-from srpo_dsl.rl.adapters import with_adapters
-from srpo_dsl.rl.checkpoint import CHECKPOINTS, ENGINE_TAG, latest_checkpoint, read_state
-from srpo_dsl.rl.runlog import CONFIG
+from srpo_dsl.rl.engines.adapters import with_adapters
+from srpo_dsl.rl.loop.checkpoint import CHECKPOINTS, ENGINE_TAG, latest_checkpoint, read_state
+from srpo_dsl.rl.loop.runlog import CONFIG
 
 ADAPTER, MERGED = "adapter", "merged"
 OWN_LORA = "default"  # peft's adapter name of a policy's own `lora(...)`

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from srpo_dsl.registries import ADVANTAGE_ESTIMATORS
-from srpo_dsl.rl.objective import at_least_fp32
+from srpo_dsl.rl.objective.setwise import at_least_fp32
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from srpo_dsl.rl.network import reaching_peers, use_route_to_master
+from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
 from srpo_dsl.runtime.episode import Episode
 
 SETUP, EPISODES, CONTROL, FLAT = 10, 20, 30, 40  # the tags of the kinds of message (an object: tag, tag + 1)

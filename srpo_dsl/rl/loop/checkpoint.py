@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from srpo_dsl.io import write_json
-from srpo_dsl.rl.policies import Policy, engine_owners
-from srpo_dsl.rl.process_group import Dist, barrier
+from srpo_dsl.rl.distributed.process_group import Dist, barrier
+from srpo_dsl.rl.engines.policies import Policy, engine_owners
 
 CHECKPOINTS = "checkpoints"
 ENGINE_TAG = "state"  # the tag each engine is saved under, in step-N/<engine owner>/
