@@ -208,9 +208,10 @@ def serve_base(path: Path, device: str) -> dict:
 
 def train_steps(path: Path, steps: int, device: str) -> tuple[dict, list[float]]:
     """Prepare the run as `srpo-dsl train` does and run its first `steps` steps; the policies and step times."""
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import prepare_run, train_step
 
-    run = prepare_run(path, path.parent / "run", {}, False, {}, None, "none", device)
+    run = prepare_run(plan_file(path, path.parent / "run", device=device))
     return run.policies, [train_step(run, step)["time"] for step in range(1, steps + 1)]
 
 
@@ -282,6 +283,7 @@ def measure_memory(plan: Plan, model: str, device: str, threads: int) -> list[di
 
 def steptime_run(workflow: str, steps: int, device: str, threads: int) -> dict:
     """One fresh training run of `steps` + 1 steps; the per-step times and tokens after the first."""
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import train
 
     quiet(threads)
@@ -294,7 +296,7 @@ def steptime_run(workflow: str, steps: int, device: str, threads: int) -> dict:
             "eval_size": 1,
             "eval_k": 1,
         }
-        history = train(ROOT / workflow, out / "run", overrides, device=device, progress=False)[1:]
+        history = train(plan_file(ROOT / workflow, out / "run", overrides, device=device), progress=False)[1:]
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return {

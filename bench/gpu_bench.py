@@ -309,12 +309,13 @@ def trl_case(model_path: str, workflow: str, args: dict) -> dict:
 
 def team_case(model_path: str, workflow: str, args: dict) -> dict:
     quiet()
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import train
 
     out = Path(tempfile.mkdtemp(prefix="gpu-bench-team-")) / "run"
     overrides = {"steps": args["steps"], "eval_every": args["steps"] + 1, "eval_size": 1, "eval_k": 1,
                  "save_every": args["steps"] + 1, "micro_batches": args["team_micro_batches"]}  # fmt: skip
-    history = train(Path(workflow), out, overrides, device=args["device"], progress=False)
+    history = train(plan_file(Path(workflow), out, overrides, device=args["device"]), progress=False)
     return {
         "step_times": [r["time"] for r in history],
         "events": [r["num_events"] for r in history],

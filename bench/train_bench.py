@@ -112,6 +112,7 @@ class Setup:
 def run_srpo(
     setup: Setup, model: str, steps: int, scratch: Path, extra: dict | None = None, device: str = "cpu"
 ) -> dict:
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import train
 
     out = Path(tempfile.mkdtemp(dir=scratch, prefix="srpo-"))
@@ -128,12 +129,7 @@ def run_srpo(
     }
     t0 = time.perf_counter()
     history = train(
-        setup.workflow,
-        out / "run",
-        overrides,
-        False,
-        models={setup.policy: model},
-        device=device,
+        plan_file(setup.workflow, out / "run", overrides, False, models={setup.policy: model}, device=device),
         progress=False,
     )
     wall = time.perf_counter() - t0

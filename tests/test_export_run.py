@@ -48,13 +48,14 @@ def export(*args: object) -> int:
 
 def train_run(folder: Path, model: Path, **overrides: int) -> Path:
     """A one-step run of WORKFLOW (a high lr: every adapter and weight moves)."""
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import train
 
     folder.mkdir()
     (folder / "user.py").write_text(CODE)
     (folder / "p.j2").write_text("{{ task.question }}=")
     (folder / "w.srpo").write_text(WORKFLOW.format(model=model))
-    train(folder / "w.srpo", folder / "run", overrides, models={}, device="cpu", progress=False)
+    train(plan_file(folder / "w.srpo", folder / "run", overrides, models={}, device="cpu"), progress=False)
     return folder / "run"
 
 

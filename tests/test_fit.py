@@ -130,6 +130,7 @@ def test_the_trainer_checks_memory_with_the_reference_when_kl_is_on(tmp_path, mo
     """The layout the trainer checks before loading anything says whether kl > 0 (the check itself only runs
     on CUDA: replaced here by one that records the layout and refuses)."""
     from srpo_dsl.rl.engines import fit
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import TrainError, train
     from tests.test_training import make_models, write_team
 
@@ -142,10 +143,12 @@ def test_the_trainer_checks_memory_with_the_reference_when_kl_is_on(tmp_path, mo
     for kl in (0.0, 0.1):
         with pytest.raises(TrainError, match="no room"):
             train(
-                workflow,
-                tmp_path / f"run-{kl}",
-                {"kl": kl},
-                models={"a": str(models[0]), "b": str(models[1])},
+                plan_file(
+                    workflow,
+                    tmp_path / f"run-{kl}",
+                    {"kl": kl},
+                    models={"a": str(models[0]), "b": str(models[1])},
+                )
             )
     assert [layout.reference for layout in seen] == [False, True]
     assert not (tmp_path / "run-0.1").exists()

@@ -16,6 +16,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "version",
         "errors",
         "io",
+        "outputs",
         "registries",
         "lazy",
         "seeds",

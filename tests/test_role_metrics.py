@@ -241,6 +241,7 @@ def team_run(tmp_path_factory: pytest.TempPathFactory, tiny_random_model: Path) 
     A random model never answers right: the reward is the parity of the answer's length instead.
     """
     from srpo_dsl.envs.rewards import REWARDS
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import train
 
     folder = tmp_path_factory.mktemp("team")
@@ -252,10 +253,9 @@ def team_run(tmp_path_factory: pytest.TempPathFactory, tiny_random_model: Path) 
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(REWARDS, "exact_match", lambda pred, task, field: float(len(pred or "") % 2))
         train(
-            folder / "team.srpo",
-            folder / "run",
-            models={"lm": str(tiny_random_model)},
-            device="cpu",
+            plan_file(
+                folder / "team.srpo", folder / "run", models={"lm": str(tiny_random_model)}, device="cpu"
+            ),
             progress=False,
         )
     torch.set_num_threads(threads)

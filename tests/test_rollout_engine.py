@@ -56,6 +56,7 @@ def train_recorded(
 ) -> tuple[dict, list[tuple]]:
     from srpo_dsl.rl.engines import policies
     from srpo_dsl.rl.loop import trainer
+    from srpo_dsl.rl.loop.plan import plan_file
 
     monkeypatch.setattr(policies, "HFBackend", RecordingEngine)
     RecordingEngine.LOG = []
@@ -70,12 +71,14 @@ def train_recorded(
     varied_reward()
     workflow = write_team(tmp_path / "wf", team)
     trainer.train(
-        workflow,
-        tmp_path / "run",
-        {**QUIET, "zero": zero},
-        models={"a": str(models[0]), "b": str(models[1])},
-        device="cpu",
-        decode=decode,
+        plan_file(
+            workflow,
+            tmp_path / "run",
+            {**QUIET, "zero": zero},
+            models={"a": str(models[0]), "b": str(models[1])},
+            device="cpu",
+            decode=decode,
+        ),
         progress=False,
     )
     return built, RecordingEngine.LOG
@@ -193,7 +196,7 @@ def test_merged_lora_weights_equal_peft_merge_and_leave_the_module_alone(models)
 def test_vllm_without_the_package_is_one_clear_error(monkeypatch):
     import importlib.util
 
-    from srpo_dsl.rl.loop.trainer import TrainError, check_backend
+    from srpo_dsl.rl.loop.plan import TrainError, check_backend
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

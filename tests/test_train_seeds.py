@@ -38,6 +38,7 @@ def test_no_two_draws_of_a_training_step_share_a_seed(models, tmp_path, monkeypa
     step rolled out as two ranks' halves draws with exactly the seeds of the one-rank rollout."""
     from srpo_dsl.rl.engines import policies
     from srpo_dsl.rl.loop import trainer
+    from srpo_dsl.rl.loop.plan import plan_file
 
     monkeypatch.setattr(policies, "HFBackend", SeedLog)
     SeedLog.SEEDS = []
@@ -59,11 +60,13 @@ def test_no_two_draws_of_a_training_step_share_a_seed(models, tmp_path, monkeypa
     monkeypatch.setattr(trainer, "rollout", recorded)
     varied_reward()
     trainer.train(
-        write_team(tmp_path / "wf", TEAM),
-        tmp_path / "run",
-        {"steps": STEPS, "eval_every": STEPS, "save_every": 100},
-        models={"a": str(models[0]), "b": str(models[1])},
-        device="cpu",
+        plan_file(
+            write_team(tmp_path / "wf", TEAM),
+            tmp_path / "run",
+            {"steps": STEPS, "eval_every": STEPS, "save_every": 100},
+            models={"a": str(models[0]), "b": str(models[1])},
+            device="cpu",
+        ),
         progress=False,
     )
     assert sorted(steps) == [1, 2]

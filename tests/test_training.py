@@ -507,15 +507,18 @@ def varied_reward() -> None:
 
 
 def train_worker(workflow: str, out: str, model_a: str, model_b: str, overrides: str, *flags: str) -> None:
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import train
 
     varied_reward()
     train(
-        Path(workflow),
-        Path(out),
-        json.loads(overrides),
-        "--resume" in flags,
-        models={"a": model_a, "b": model_b, "base": model_a},
+        plan_file(
+            Path(workflow),
+            Path(out),
+            json.loads(overrides),
+            "--resume" in flags,
+            models={"a": model_a, "b": model_b, "base": model_a},
+        ),
         progress=False,
     )
 
@@ -624,6 +627,8 @@ def test_resuming_with_another_adapter_layout_is_refused(models, tmp_path):
 def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monkeypatch):
     """ZeRO-3 generation runs without collectives: a rank with no prompt neither hangs nor changes the update."""
     from srpo_dsl.envs.rewards import REWARDS
+    from srpo_dsl.errors import UsageError
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import TrainError, train
     from srpo_dsl.runtime.traces import read_traces
 
@@ -631,7 +636,7 @@ def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monk
     workflow = write_team(tmp_path / "wf")
     overrides = {"steps": 2, "zero": 3, "micro_batches": 2, "batch": 1}
     models_ = {"a": str(models[0]), "b": str(models[1])}
-    one = train(workflow, tmp_path / "one", overrides, models=models_, progress=False)
+    one = train(plan_file(workflow, tmp_path / "one", overrides, models=models_), progress=False)
     assert len({t.prompt_id for t in read_traces(tmp_path / "one" / "traces.jsonl")}) == 1  # step 2's prompt
     assert len(read_traces(tmp_path / "one" / "traces.jsonl")) == 4  # its prompt x group 4
     launcher = ("-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port()))
@@ -649,10 +654,12 @@ def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monk
         for key in ("loss", "grad_norm", "return", "mean_set_size"):
             assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-7), (x["step"], key)
     assert one[0]["mean_set_size"] == pytest.approx(1.5) and any(r["grad_norm"] > 0 for r in one)
-    with pytest.raises(TrainError, match="already holds a run"):
-        train(workflow, tmp_path / "one", overrides, models=models_)
+    with pytest.raises(UsageError, match=r"already exists .*pass --resume"):
+        train(plan_file(workflow, tmp_path / "one", overrides, models=models_))
     with pytest.raises(TrainError, match=r"cannot resume .*: lr changed"):
-        train(workflow, tmp_path / "one", {**overrides, "steps": 3, "lr": 0.5}, True, models=models_)
+        train(
+            plan_file(workflow, tmp_path / "one", {**overrides, "steps": 3, "lr": 0.5}, True, models=models_)
+        )
 
 
 # --- the CLI ------------------------------------------------------------------------------------

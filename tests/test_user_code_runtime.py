@@ -282,6 +282,7 @@ train with (group = 2, batch = 2, steps = 2, eval_size = 2, eval_k = 2, save_eve
 
 @pytest.mark.slow
 def test_train_uses_user_code_and_per_role_returns(tmp_path, tiny_random_model):
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import train
     from srpo_dsl.runtime.traces import read_traces
 
@@ -291,7 +292,8 @@ def test_train_uses_user_code_and_per_role_returns(tmp_path, tiny_random_model):
     (tmp_path / "w.srpo").write_text(TRAIN_WORKFLOW)
     out = tmp_path / "run"
     history = train(
-        tmp_path / "w.srpo", out, models={"lm": str(tiny_random_model)}, device="cpu", progress=False
+        plan_file(tmp_path / "w.srpo", out, models={"lm": str(tiny_random_model)}, device="cpu"),
+        progress=False,
     )
     assert [row["step"] for row in history] == [1, 2] and all(row["num_events"] > 0 for row in history)
     episodes = read_traces(out / "traces.jsonl")
@@ -306,6 +308,7 @@ def test_train_uses_user_code_and_per_role_returns(tmp_path, tiny_random_model):
 
 @pytest.mark.slow
 def test_a_fresh_run_that_fails_in_user_code_leaves_nothing(tmp_path, tiny_random_model):
+    from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import train
 
     (tmp_path / "user.py").write_text(TRAIN_CODE + "\ndef broken(answer, row):\n    return row['missing']\n")
@@ -316,5 +319,8 @@ def test_a_fresh_run_that_fails_in_user_code_leaves_nothing(tmp_path, tiny_rando
     with pytest.raises(
         UserCodeError, match=r"user.py:\d+: broken\(\) raised on answer .*: KeyError: 'missing'"
     ):
-        train(tmp_path / "w.srpo", out, models={"lm": str(tiny_random_model)}, device="cpu", progress=False)
+        train(
+            plan_file(tmp_path / "w.srpo", out, models={"lm": str(tiny_random_model)}, device="cpu"),
+            progress=False,
+        )
     assert not out.exists()

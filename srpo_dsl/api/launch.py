@@ -1,7 +1,7 @@
 """Training with rollout workers and no launcher: `srpo-dsl train` as 1 + R processes.
 
-With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers,
-`rl/transport/link.py`). Started without `torchrun` or `deepspeed`, the command (or the API's
+With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers, `rl/transport/link.py`):
+`TrainPlan.processes`. Started without `torchrun` or `deepspeed`, the command (or the API's
 `Workflow.train`) starts `srpo-dsl train` as each of them, with the variables a launcher sets (RANK,
 WORLD_SIZE, MASTER_ADDR, ...; rank 0 hosts the rendezvous store), and returns the trainer's code.
 Not torch's elastic launcher: that stops every process when one fails, and here a worker that dies
@@ -14,23 +14,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import IO, Any
+from collections.abc import Sequence
+from typing import IO
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
-
-
-def processes_needed(workflow: Path, overrides: Mapping[str, Any]) -> int:
-    """1 + R when the run has R rollout workers and no launcher started this process; else 0."""
-    if "RANK" in os.environ:
-        return 0
-    from srpo_dsl.rl.loop.trainer import resolve_options
-    from srpo_dsl.runtime.setup import load_workflow
-
-    wf = load_workflow(workflow)
-    workers = resolve_options(wf.graph.train, overrides, wf.folder).rollout_workers
-    return 1 + workers if workers else 0
 
 
 def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None) -> int:

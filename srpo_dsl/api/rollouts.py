@@ -12,19 +12,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.api.outputs import check_files, check_out, staged_output
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import write_atomic
+from srpo_dsl.outputs import check_files, check_out, staged_output
 from srpo_dsl.registries import BACKENDS
 from srpo_dsl.rl.loop.runlog import write_graph
 from srpo_dsl.runtime.metrics import DatasetMetrics
 from srpo_dsl.runtime.traces import TraceEpisode, write_traces
 
 if TYPE_CHECKING:
-    from srpo_dsl.api.workflow import Models, Workflow
     from srpo_dsl.runtime.episode import Episode
+    from srpo_dsl.runtime.setup import CompiledWorkflow
+
+Models = str | Mapping[str, str] | None  # one model for every policy, or policy -> model
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class Engines:
     def scripted(self) -> bool:
         return self.backend == "scripted"
 
-    def check(self, wf: Workflow) -> dict[str, str]:
+    def check(self, wf: CompiledWorkflow) -> dict[str, str]:
         """The backend and device usable here, the models as {policy: model}; before anything loads."""
         if self.backend not in BACKENDS:
             raise UsageError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
@@ -53,7 +55,7 @@ class Engines:
         check_tools(wf)
         return models
 
-    def build(self, wf: Workflow, models: dict[str, str]) -> tuple[dict, dict]:
+    def build(self, wf: CompiledWorkflow, models: dict[str, str]) -> tuple[dict, dict]:
         """The workflow's backends (the models load here) and its tools, with one-line errors."""
         from srpo_dsl.backends.base import BackendError
         from srpo_dsl.envs.retrieval import RetrieverError
@@ -73,7 +75,7 @@ class Engines:
         return backends, tools
 
 
-def scripted_tokenizers(wf: Workflow, specs: Mapping[str, str]) -> dict[str, dict[str, str]]:
+def scripted_tokenizers(wf: CompiledWorkflow, specs: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """Per policy of `specs`, the tokenizer the scripted backend counts its replies in: the one of the
     model the workflow names for it, where it is on this machine (`local_tokenizer`); else none (bytes)."""
     from srpo_dsl.models.specs import local_tokenizer
@@ -105,7 +107,7 @@ class ToolServerError(UsageError):
         self.episodes = list(episodes)
 
 
-def check_tools(wf: Workflow) -> None:
+def check_tools(wf: CompiledWorkflow) -> None:
     """Each tool that can be asked before anything loads answers (a retrieval server): else a usage error."""
     from srpo_dsl.envs.retrieval import RetrieverError
     from srpo_dsl.runtime.setup import probe_tools
@@ -128,7 +130,7 @@ def model_overrides(models: Models, policies: list[str]) -> dict[str, str]:
     return {p: str(m) for p, m in models.items()}
 
 
-def tasks_of(wf: Workflow, data: Path | None, limit: int | None, split: str) -> list[dict]:
+def tasks_of(wf: CompiledWorkflow, data: Path | None, limit: int | None, split: str) -> list[dict]:
     """The prompts to roll out: of `data`, or of the workflow's own task."""
     from srpo_dsl.runtime.setup import task_data
 
@@ -144,7 +146,7 @@ def tasks_of(wf: Workflow, data: Path | None, limit: int | None, split: str) -> 
 
 
 def roll_out(
-    wf: Workflow,
+    wf: CompiledWorkflow,
     built: tuple[dict, dict],
     tasks: list[dict],
     samples: int,
@@ -180,7 +182,7 @@ def roll_out(
 def save_results(
     out: Path,
     overwrite: bool,
-    wf: Workflow,
+    wf: CompiledWorkflow,
     episodes: Sequence[TraceEpisode],
     named: tuple[str, dict[str, Any]],
 ) -> Path:
@@ -222,7 +224,7 @@ class RolloutSummary:
 class Rollouts:
     """What `Workflow.run` returns: every episode as its event trace (srpo-trace/3, docs/traces.md)."""
 
-    workflow: Workflow
+    workflow: CompiledWorkflow
     episodes: list[TraceEpisode]
     warnings: tuple[str, ...] = ()  # what the run warns of, one line each (`srpo-dsl run` prints them)
 
@@ -238,7 +240,7 @@ class Rollouts:
 
 
 def run_workflow(
-    wf: Workflow,
+    wf: CompiledWorkflow,
     engines: Engines,
     data: str | Path | None,
     limit: int | None,
@@ -270,7 +272,7 @@ class DatasetResult(DatasetMetrics):
 class Evaluation:
     """What `Workflow.evaluate` returns: per dataset Avg@k, Pass@k and costs, their macro average."""
 
-    workflow: Workflow
+    workflow: CompiledWorkflow
     k: int
     seed: int
     datasets: list[DatasetResult]
@@ -304,7 +306,13 @@ class Evaluation:
 
 
 def evaluate_workflow(
-    wf: Workflow, engines: Engines, data: list[Path], limit: int | None, k: int, seed: int, progress: bool
+    wf: CompiledWorkflow,
+    engines: Engines,
+    data: list[Path],
+    limit: int | None,
+    k: int,
+    seed: int,
+    progress: bool,
 ) -> Evaluation:
     from srpo_dsl.rl.loop.role_metrics import MetricKeys
     from srpo_dsl.runtime.metrics import macro_average

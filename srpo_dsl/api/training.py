@@ -11,40 +11,26 @@ from __future__ import annotations
 import gc
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.api.outputs import check_files, refuse_existing
 from srpo_dsl.api.quiet import libraries_quiet
-from srpo_dsl.api.rollouts import check_tools, model_overrides
-from srpo_dsl.devices import check_device
+from srpo_dsl.api.rollouts import check_tools
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.lang.messages import WorkflowError
 from srpo_dsl.rl.loop.runlog import METRICS, EvalCurve, RunError, read_curve, read_jsonl
 
 if TYPE_CHECKING:
-    from srpo_dsl.api.workflow import Models, Workflow
+    from srpo_dsl.rl.loop.plan import Setup, TrainPlan
+    from srpo_dsl.runtime.setup import CompiledWorkflow
 
 OUT_OF_MEMORY = (
     "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
     "more --micro-batches, a smaller --batch or --group, shorter max_tokens, or --decode dynamic"
 )
-
-
-@dataclass(frozen=True)
-class Setup:
-    """Where and how training runs (everything but the `train with` options)."""
-
-    models: Models = None
-    eval_data: Sequence[Path] = ()
-    device: str | None = None
-    backend: str = "hf"
-    decode: str = "auto"
-    ds_config: str | Path | None = None
-    offload: str = "none"
 
 
 @dataclass(frozen=True)
@@ -88,45 +74,29 @@ def _read(reader: Any) -> Any:
         raise InputError(str(exc)) from None
 
 
-@dataclass(frozen=True)
-class Job:
-    """One training call, checked: the workflow, the run folder, the options, the models, the setup."""
-
-    workflow: Path
-    out: Path
-    overrides: Mapping[str, Any]
-    resume: bool
-    models: Mapping[str, str]
-    setup: Setup
-    settings: Mapping[str, Any] = field(default_factory=dict)  # tool options in place of the file's
-
-
-def train_workflow(
-    wf: Workflow,
-    out: Path,
-    options: Mapping[str, Any],
-    resume: bool,
-    setup: Setup,
-    progress: bool,
-    verbose: bool,
-) -> Run:
-    """Check every input before anything loads, then train (here, or as 1 + R processes)."""
-    from srpo_dsl.api.launch import processes_needed
+def plan_training(
+    wf: CompiledWorkflow, out: Path, options: Mapping[str, Any], resume: bool, setup: Setup, verbose: bool
+) -> TrainPlan:
+    """The run's plan, once, with every check before anything loads: the option names, then the plan's own
+    checks (`rl.loop.plan.make_plan`: files, run folder, options, device, rollout engine, policies), then
+    whether each tool's server answers."""
+    from srpo_dsl.rl.loop.plan import make_plan
 
     overrides = checked_options(options)
-    check_files([Path(setup.ds_config) if setup.ds_config else None, *setup.eval_data])
-    if not resume:
-        refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
-    check_device(setup.device)
-    check_tools(wf)
-    models = model_overrides(setup.models, list(wf.graph.policies))
-    job = Job(wf.path, out, overrides, resume, models, setup, wf.settings)
     with libraries_quiet(not verbose), training_errors(wf.path):
-        processes = processes_needed(wf.path, overrides)
-    if processes:
-        return launched(job, processes)
-    with libraries_quiet(not verbose), training_errors(wf.path), released():
-        return Run(out, in_process(job, progress))
+        plan = make_plan(wf, out, overrides, resume, setup)
+    check_tools(wf)
+    return plan
+
+
+def train_plan(plan: TrainPlan, progress: bool = True, verbose: bool = False) -> Run:
+    """Train as planned: here, or as 1 + R processes when the run has rollout workers and no launcher."""
+    if plan.processes:
+        return launched(plan, verbose)
+    with libraries_quiet(not verbose), training_errors(plan.workflow.path), released():
+        from srpo_dsl.rl.loop.trainer import train  # quiet: imports transformers
+
+        return Run(plan.out, train(plan, progress))
 
 
 def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,27 +111,6 @@ def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: getattr(v, "value", v) for k, v in options.items()}
 
 
-def in_process(job: Job, progress: bool) -> list[dict[str, float]]:
-    from srpo_dsl.rl.loop.trainer import train
-
-    setup = job.setup
-    return train(
-        job.workflow,
-        job.out,
-        job.overrides,
-        job.resume,
-        models=job.models,
-        ds_config=Path(setup.ds_config) if setup.ds_config else None,
-        offload=setup.offload,
-        device=setup.device,
-        backend=setup.backend,
-        decode=setup.decode,
-        progress=progress,
-        eval_data=list(setup.eval_data),
-        settings=job.settings,
-    )
-
-
 @contextmanager
 def training_errors(workflow: Path) -> Iterator[None]:
     """Every training failure the user can fix, as one typed exception with a one-line message."""
@@ -170,7 +119,7 @@ def training_errors(workflow: Path) -> Iterator[None]:
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
     from srpo_dsl.lang.messages import SrpoError
-    from srpo_dsl.rl.loop.trainer import TrainError
+    from srpo_dsl.rl.loop.plan import TrainError
 
     try:
         yield
@@ -216,29 +165,16 @@ def empty_cuda_cache() -> None:
         torch.cuda.empty_cache()
 
 
-def launched(job: Job, processes: int) -> Run:
+def launched(plan: TrainPlan, verbose: bool) -> Run:
     """The run as `srpo-dsl train`, 1 + R processes; its error line, if it fails, as an `InputError`."""
     from srpo_dsl.api.launch import relaunch
 
-    before = len(_read(lambda: read_jsonl(job.out / METRICS)))
+    before = len(_read(lambda: read_jsonl(plan.out / METRICS)))
     with tempfile.TemporaryFile("w+") as log:
-        code = relaunch(processes, train_argv(job), stderr=log)
+        code = relaunch(plan.processes, plan.argv(verbose), stderr=log)
         if code != 0:
             log.seek(0)
             errors = [line for line in log.read().splitlines() if line.startswith("error: ")]
             said = errors[0].removeprefix("error: ") if errors else f"exit code {code}"
-            raise InputError(f"training in {processes} processes (`srpo-dsl train`) failed: {said}")
-    return Run(job.out, _read(lambda: read_jsonl(job.out / METRICS))[before:])
-
-
-def train_argv(job: Job) -> list[str]:
-    """`srpo-dsl train`'s arguments for the same run."""
-    setup = job.setup
-    argv = ["train", str(job.workflow), "--out", str(job.out), "--backend", setup.backend]
-    argv += ["--decode", setup.decode, "--offload", setup.offload] + (["--resume"] if job.resume else [])
-    argv += [x for k, v in job.overrides.items() for x in ("--option", f"{k}={v}")]
-    argv += [x for p, m in job.models.items() for x in ("--model", f"{p}={m}")]
-    argv += [x for p in setup.eval_data for x in ("--eval-data", str(p))]
-    argv += ["--device", setup.device] if setup.device else []
-    argv += [x for k, v in job.settings.items() for x in ("--set", f"{k}={v}")]
-    return argv + (["--ds-config", str(setup.ds_config)] if setup.ds_config else [])
+            raise InputError(f"training in {plan.processes} processes (`srpo-dsl train`) failed: {said}")
+    return Run(plan.out, _read(lambda: read_jsonl(plan.out / METRICS))[before:])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srpo_dsl.api.rollouts import Models
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import read_text
 from srpo_dsl.lang import analyze
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
 
     from srpo_dsl.api.rollouts import Evaluation, Rollouts
     from srpo_dsl.api.training import Run
-
-Models = str | Mapping[str, str] | None  # one model for every policy, or policy -> model
+    from srpo_dsl.rl.loop.plan import TrainPlan
 
 
 def load(path: str | Path, settings: Mapping[str, Any] | None = None) -> Workflow:
@@ -107,7 +107,7 @@ class Workflow(CompiledWorkflow):
         engines = Engines(backend, models, device, decode, verbose)
         return evaluate_workflow(self, engines, [Path(f) for f in files], limit, k, seed, progress)
 
-    def train(
+    def plan(
         self,
         out: str | Path,
         *,
@@ -119,13 +119,32 @@ class Workflow(CompiledWorkflow):
         decode: str = "auto",
         ds_config: str | Path | None = None,
         offload: str = "none",
-        progress: bool = True,
         verbose: bool = False,
         **options: Any,
-    ) -> Run:
-        """Train the workflow's trainable policies into the run folder `out`; `options` override its
-        `train with (...)` block (`steps=20`, `lr=1e-4`, ...). Returns the `Run`."""
-        from srpo_dsl.api.training import Setup, train_workflow
+    ) -> TrainPlan:
+        """The plan of a training run into `out` (`train`'s arguments), every input checked and nothing
+        loaded: its resolved `opts`, `device`, `processes` (1 + R with R rollout workers), `argv()`."""
+        from srpo_dsl.api.rollouts import model_overrides
+        from srpo_dsl.api.training import plan_training
+        from srpo_dsl.rl.loop.plan import Setup
 
-        setup = Setup(models, [Path(p) for p in eval_data], device, backend, decode, ds_config, offload)
-        return train_workflow(self, Path(out), options, resume, setup, progress, verbose)
+        models_ = model_overrides(models, list(self.graph.policies))
+        files = tuple(Path(p) for p in eval_data)
+        config = Path(ds_config) if ds_config else None
+        setup = Setup(models_, files, device, backend, decode, config, offload)
+        return plan_training(self, Path(out), options, resume, setup, verbose)
+
+    def train(
+        self,
+        out: str | Path,
+        *,
+        progress: bool = True,
+        verbose: bool = False,
+        **arguments: Any,
+    ) -> Run:
+        """Train the workflow's trainable policies into the run folder `out`: `plan`'s arguments (`resume`,
+        `models`, `eval_data`, `device`, `backend`, `decode`, `ds_config`, `offload`), and options that
+        override its `train with (...)` block (`steps=20`, `lr=1e-4`, ...). Returns the `Run`."""
+        from srpo_dsl.api.training import train_plan
+
+        return train_plan(self.plan(out, verbose=verbose, **arguments), progress, verbose)

@@ -45,7 +45,7 @@ DECODE = typer.Option(
     help="The hf engine's decode loop: dynamic (rows leave as they end), static (a fixed-shape KV cache), "
     "compiled (static, its step under torch.compile: CUDA graphs); auto = compiled on CUDA, else dynamic.",
 )
-OVERWRITE = typer.Option(  # the results-folder rule itself: `srpo_dsl.api.outputs`
+OVERWRITE = typer.Option(  # the results-folder rule itself: `srpo_dsl.outputs`
     False, "--overwrite", help="Replace the --out folder if it exists (once the new results are complete)."
 )
 VERBOSE = typer.Option(False, "--verbose", "-v", help="Show the libraries' logs, warnings and progress bars.")

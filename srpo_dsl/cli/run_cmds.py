@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from srpo_dsl.api.outputs import check_files, check_out
 from srpo_dsl.cli.common import (
     DECODE,
     EXIT_INPUT,
@@ -28,6 +27,7 @@ from srpo_dsl.cli.common import (
     eprint,
     parse_settings,
 )
+from srpo_dsl.outputs import check_files, check_out
 from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from srpo_dsl.api.outputs import refuse_existing
 from srpo_dsl.cli.common import EXIT_INPUT, SET, CliError, eprint, parse_settings
+from srpo_dsl.outputs import refuse_existing
 
 if TYPE_CHECKING:
     from srpo_dsl.sweep.experiment import Experiment

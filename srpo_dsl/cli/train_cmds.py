@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from srpo_dsl.api.launch import processes_needed, relaunch
-from srpo_dsl.api.outputs import check_files, check_out, refuse_existing, staged_output
+from srpo_dsl.api.dry_run import launch_table
+from srpo_dsl.api.launch import relaunch
 from srpo_dsl.api.quiet import libraries_quiet
-from srpo_dsl.api.rollouts import check_tools
-from srpo_dsl.api.training import training_errors
+from srpo_dsl.api.training import train_plan
 from srpo_dsl.cli.common import DECODE, EXIT_INPUT, OVERWRITE, SET, VERBOSE, CliError, Decode, Device, choices
-from srpo_dsl.cli.dry_run import print_dry_run
 from srpo_dsl.cli.run_cmds import load_checked, models_of
-from srpo_dsl.devices import check_device
 from srpo_dsl.errors import UsageError
+from srpo_dsl.outputs import check_out, staged_output
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 from srpo_dsl.rl.names import OFFLOAD
 
@@ -121,24 +118,20 @@ def train_cmd(
 
       torchrun --nproc_per_node 2 -m srpo_dsl train workflows/quickstart.srpo --zero 3 --out runs/q2
     """
-    check_files([workflow, ds_config, *eval_data])
-    if not resume:
-        refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
     flags = {"steps": steps, "lr": lr, "group": group, "batch": batch, "zero": zero, "seed": seed}
     flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
     overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
-    check_device(device and device.value)
-    if dry_run:  # each process's role, node and device; loads no model (`cli.dry_run`)
-        return print_dry_run(workflow, overrides, device and device.value, verbose)
     wf = load_checked(workflow, setting)
-    with libraries_quiet(not verbose), training_errors(workflow):  # rollout workers and no launcher:
-        processes = processes_needed(workflow, overrides)  # the command launches them with itself
-    if processes:
-        check_tools(wf)  # once here, before the processes start
-        raise typer.Exit(relaunch(processes, sys.argv[1:]))
     setup = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
     setup |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}
-    run = wf.train(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
+    plan = wf.plan(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
+    if dry_run:  # each process's role, node and device; loads no model
+        if (table := launch_table(plan, verbose)) is not None:
+            print(table)
+        return
+    if plan.processes:  # rollout workers and no launcher: the command launches them with itself
+        raise typer.Exit(relaunch(plan.processes, plan.argv(verbose)))
+    run = train_plan(plan, verbose=verbose)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
         report(run.history, out)
 

@@ -8,9 +8,7 @@ imported only where an engine is built, after `process_group.init_distributed`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,21 +27,6 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
             else value
         )
     return out
-
-
-def read_ds_config(path: Path) -> dict[str, Any]:
-    """User overrides from a JSON file (ValueError with a one-line reason)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"cannot read {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
-    return data
 
 
 def ds_config(

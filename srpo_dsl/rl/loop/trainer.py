@@ -1,6 +1,6 @@
 """The training loop, one named step per line (docs/training.md; the objective: docs/objective.md):
 
-    run = prepare_run(...)                       # options, engines, executor; or resume a checkpoint
+    run = prepare_run(plan)                      # data, engines, executor (`plan.py`); or resume a checkpoint
     for step in steps:
         episodes = rollout(run, step)            # each rank rolls out its share of the step's prompts, G each
         rows     = training_rows(run, episodes)  # complete events only, one advantage per event (srpo)
@@ -24,15 +24,11 @@ from typing import Any
 
 import torch
 
-from srpo_dsl.devices import resolve_device
 from srpo_dsl.lang.graph import EventGraph
-from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce, barrier, init_distributed
-from srpo_dsl.rl.engines.ds_engine import read_ds_config
-from srpo_dsl.rl.engines.policies import Policy, Rollout, engine_owners
+from srpo_dsl.rl.engines.policies import Policy, engine_owners
 from srpo_dsl.rl.engines.weight_sync import push_weights
 from srpo_dsl.rl.loop.checkpoint import (
     CHECKPOINTS,
@@ -46,11 +42,12 @@ from srpo_dsl.rl.loop.checkpoint import (
 from srpo_dsl.rl.loop.determinism import deterministic_kernels
 from srpo_dsl.rl.loop.event_updates import event_updates
 from srpo_dsl.rl.loop.heldout import HELDOUT, EvalSet, evaluate_sets
+from srpo_dsl.rl.loop.plan import TrainError, TrainPlan
 from srpo_dsl.rl.loop.role_metrics import MetricKeys, keyed_metrics, step_sums
-from srpo_dsl.rl.loop.runlog import METRICS, RunLog
-from srpo_dsl.rl.loop.update import Temperatures, TrainError, update
-from srpo_dsl.rl.objective.losses import Objective, get_objective
-from srpo_dsl.rl.objective.plugins import check_episode_advantage, locate, training_objective
+from srpo_dsl.rl.loop.runlog import RunLog
+from srpo_dsl.rl.loop.update import Temperatures, update
+from srpo_dsl.rl.objective.losses import Objective
+from srpo_dsl.rl.objective.plugins import training_objective
 from srpo_dsl.rl.objective.rows import Rows, build_rows
 from srpo_dsl.rl.transport.feed import Feed, NoWorkerLeft, send_setup
 from srpo_dsl.rl.transport.link import Link, join_launch
@@ -97,50 +94,17 @@ class TrainingRun:
         return self.workflow.graph
 
 
-def train(
-    workflow_path: Path,
-    out_dir: Path,
-    overrides: Mapping[str, Any] | None = None,
-    resume: bool = False,
-    *,
-    models: Mapping[str, str] | None = None,
-    ds_config: Path | None = None,
-    offload: str = "none",
-    device: str | None = None,
-    backend: str = "hf",
-    decode: str = "auto",
-    progress: bool = True,
-    eval_data: Sequence[Path] = (),
-    settings: Mapping[str, Any] | None = None,
-) -> list[dict[str, float]]:
-    """Train a workflow's trainable policies with its `train` options (`overrides` win).
+def train(plan: TrainPlan, progress: bool = True) -> list[dict[str, float]]:
+    """Train the plan's workflow (`plan.make_plan`) into its run folder.
 
-    models: policy -> model path/spec (default: the workflow's); backend: the rollout engine
-    (`hf`, or `vllm` colocated on the GPU); decode: the `hf` engine's decode loop (`auto`,
-    `dynamic`, `static`, `compiled`); eval_data: held-out data files in place of the task's own
-    eval split (one dataset each, macro-averaged). Writes OUT/metrics.jsonl,
-    OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts of the last
-    checkpointed step) and OUT/checkpoints/step-N. settings: tool options in place of the workflow file's
-    (`tool.NAME.OPTION` -> value, `srpo_dsl.lang.settings`). Returns this call's per-step metrics.
+    Writes OUT/metrics.jsonl, OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts
+    of the last checkpointed step) and OUT/checkpoints/step-N. Returns this call's per-step metrics (none
+    in a rollout worker, which serves its batches and returns).
     """
-    settings, rollout = dict(settings or {}), Rollout(backend, decode)
-    link = rollout_link(Path(workflow_path), overrides or {}, device, rollout, settings)
+    link = rollout_link(plan)
     if link is not None and link.layout.is_worker:
         return []
-    run = prepare_run(
-        Path(workflow_path),
-        Path(out_dir),
-        overrides or {},
-        resume,
-        models or {},
-        ds_config,
-        offload,
-        device,
-        rollout,
-        eval_data,
-        link,
-        settings,
-    )
+    run = prepare_run(plan, link)
     try:
         with deterministic_kernels(run.dist.device):  # bitwise-reproducible steps on CPU
             history = train_steps(run, progress)
@@ -158,25 +122,14 @@ def train(
     return history
 
 
-def rollout_link(
-    path: Path,
-    overrides: Mapping[str, Any],
-    device: str | None,
-    rollout: Rollout,
-    settings: Mapping[str, Any],
-) -> Link | None:
+def rollout_link(plan: TrainPlan) -> Link | None:
     """With `rollout_workers`, this process's link in the launch (None without); a worker process serves
     its batches here, and the caller returns."""
-    from srpo_dsl.runtime.setup import load_workflow
-
-    wf = load_workflow(path, settings)
-    opts = resolve_options(wf.graph.train, overrides, wf.folder)
-    if not opts.rollout_workers:
+    if not plan.opts.rollout_workers:
         return None
-    check_backend(rollout.engine, resolve_device(device))
-    link = join_launch(opts.rollout_workers, resolve_device(device))
+    link = join_launch(plan.opts.rollout_workers, plan.device)
     if link.layout.is_worker:
-        run_worker(wf, opts, link, rollout)
+        run_worker(plan.workflow, plan.opts, link, plan.rollout)
     else:  # the launcher stops every process when one fails: a trainer cleans up as on Ctrl-C
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     return link
@@ -381,30 +334,6 @@ def progress_bar(run: TrainingRun, progress: bool) -> Any:
 # --- preparing (or resuming) a run --------------------------------------------------------
 
 
-def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], folder: Path) -> TrainOptions:
-    """The workflow's `train` options with the non-None `overrides` applied (validated; the Python code an
-    override names is read with `ast` from `folder`, as validate reads the workflow's own)."""
-    from pydantic import ValidationError
-
-    unknown = set(overrides) - set(TrainOptions.model_fields)
-    if unknown:
-        raise TrainError(f"unknown training option(s): {', '.join(sorted(unknown))}")
-    try:
-        opts = TrainOptions(
-            **{**train_block.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
-        )
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise TrainError(f"training option `{'.'.join(map(str, err['loc']))}`: {err['msg']}") from None
-    uses: tuple[UseName, ...] = ("objective", "advantage")
-    for use in uses:
-        if use in overrides and is_reference(overrides[use]):
-            locate(overrides[use], use, folder)  # a one-line ValueError if it does not resolve
-    if opts.advantage and not is_reference(opts.objective):  # before any file is written
-        check_episode_advantage(get_objective(opts.objective), opts.advantage)
-    return opts
-
-
 def role_temperatures(graph: EventGraph) -> dict[str, dict[str, float]]:
     """temperatures[policy][role] of every acting agent (0 = greedy scores at temperature 1)."""
     out: dict[str, dict[str, float]] = {}
@@ -414,57 +343,27 @@ def role_temperatures(graph: EventGraph) -> dict[str, dict[str, float]]:
     return out
 
 
-def prepare_run(
-    workflow_path: Path,
-    out: Path,
-    overrides: Mapping[str, Any],
-    resume: bool,
-    models: Mapping[str, str],
-    ds_config: Path | None,
-    offload: str,
-    device: str | None,
-    rollout: Rollout = Rollout(),
-    eval_data: Sequence[Path] = (),
-    link: Link | None = None,
-    settings: Mapping[str, Any] | None = None,
-) -> TrainingRun:
-    """Check the inputs, build the engines and the executor, and resume the latest checkpoint if asked."""
-    from srpo_dsl.rl.engines.ds_engine import ds_config as make_ds_config
+def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
+    """Load the data, build the engines and the executor, and resume the latest checkpoint if asked."""
+    from srpo_dsl.rl.engines.ds_engine import ds_config
     from srpo_dsl.rl.engines.policies import build_policies
-    from srpo_dsl.runtime.setup import build_tools, load_workflow
+    from srpo_dsl.runtime.setup import build_tools
 
-    wf = load_workflow(workflow_path, settings)
-    opts = resolve_options(wf.graph.train, overrides, wf.folder)
-    device = resolve_device(device)
-    tasks, eval_sets = checked_data(wf, opts, rollout, device, eval_data)
-    user_ds = read_ds_config(ds_config) if ds_config else {}
-    found = latest_checkpoint(out)
-    if not resume and (found or (out / METRICS).exists()):
-        raise TrainError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-    dist = init_distributed(device, *((link.store, link.layout.trainers) if link else ()))
-    paths = model_paths(wf.graph, models, dist)
+    wf, opts, out = plan.workflow, plan.opts, plan.out
+    tasks, eval_sets = checked_data(plan)
+    found = latest_checkpoint(out) if plan.resume else None
+    dist = init_distributed(plan.device, *((link.store, link.layout.trainers) if link else ()))
+    paths = model_paths(wf.graph, plan.setup.models, dist)
     if link is not None:
         send_setup(link, paths)
-    check_memory(wf.graph, paths, opts, offload, rollout.engine, dist)
-    engine_config = make_ds_config(
-        opts, device=device, world_size=dist.world_size, offload=offload, user=user_ds
+    check_memory(plan, paths, dist)
+    offload, user = plan.setup.offload, plan.ds_overrides
+    engine_config = ds_config(
+        opts, device=plan.device, world_size=dist.world_size, offload=offload, user=user
     )
-    config = {
-        "workflow": str(workflow_path.resolve()),
-        "graph_hash": wf.graph.hash,
-        "options": opts.model_dump(),
-        "models": paths,
-        "adapters": adapter_layout(wf.graph),
-        "lora": {n: p.lora for n, p in wf.graph.policies.items() if p.lora and p.base is None} or None,
-        "device": device,
-        "world_size": dist.world_size,
-        "offload": offload,
-        "backend": rollout.engine,
-        "decode": rollout.decode,
-        "ds_config": engine_config,
-    } | ({"eval_data": [str(Path(p).resolve()) for p in eval_data]} if eval_data else {})  # else: eval split
-    state = resumable_state(found, config) if resume and found else None
-    policies = build_policies(wf.graph, paths, opts, dist, engine_config, rollout)
+    config = run_config(plan, paths, dist.world_size, engine_config)
+    state = resumable_state(found, config) if found else None
+    policies = build_policies(wf.graph, paths, opts, dist, engine_config, plan.rollout)
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf), opts)
     start = restore(found, state, policies, dist) if state is not None else 0
@@ -475,31 +374,49 @@ def prepare_run(
     return TrainingRun(out, wf, opts, dist, policies, executor, tasks, eval_sets, config, start, log, feed)
 
 
-def checked_data(
-    wf: CompiledWorkflow, opts: TrainOptions, rollout: Rollout, device: str, eval_data: Sequence[Path]
-) -> tuple[list[dict], list[EvalSet]]:
-    """The training and held-out tasks, once the rollout engine and the policies can train them."""
+def run_config(
+    plan: TrainPlan, paths: Mapping[str, str], world_size: int, engine_config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """OUT/config.json: what a resumed run must keep (`checkpoint.resume_conflicts`)."""
+    graph, setup = plan.workflow.graph, plan.setup
+    config = {
+        "workflow": str(plan.workflow.path.resolve()),
+        "graph_hash": graph.hash,
+        "options": plan.opts.model_dump(),
+        "models": dict(paths),
+        "adapters": adapter_layout(graph),
+        "lora": {n: p.lora for n, p in graph.policies.items() if p.lora and p.base is None} or None,
+        "device": plan.device,
+        "world_size": world_size,
+        "offload": setup.offload,
+        "backend": setup.backend,
+        "decode": setup.decode,
+        "ds_config": engine_config,
+    }
+    if setup.eval_data:  # else: the task's eval split
+        config["eval_data"] = [str(Path(p).resolve()) for p in setup.eval_data]
+    return config
+
+
+def checked_data(plan: TrainPlan) -> tuple[list[dict], list[EvalSet]]:
+    """The training and held-out tasks (a task's own loader runs here: the user's Python)."""
     from srpo_dsl.runtime.setup import task_data
 
-    check_backend(rollout.engine, device)
-    check_trainable(wf)
-    tasks, eval_sets = task_data(wf, split="train"), held_out_sets(wf, eval_data, opts.eval_size)
-    if len(tasks) < opts.batch:
-        raise TrainError(f"batch = {opts.batch} prompts per step but the task has only {len(tasks)}")
+    tasks = task_data(plan.workflow, split="train")
+    eval_sets = held_out_sets(plan.workflow, plan.setup.eval_data, plan.opts.eval_size)
+    if len(tasks) < plan.opts.batch:
+        raise TrainError(f"batch = {plan.opts.batch} prompts per step but the task has only {len(tasks)}")
     return tasks, eval_sets
 
 
 def held_out_sets(wf: CompiledWorkflow, eval_data: Sequence[Path], size: int) -> list[EvalSet]:
     """The task's own eval split (named `heldout`: paired across workflows of one task), or one set per
-    `eval_data` file (named by its stem)."""
+    `eval_data` file (named by its stem, distinct: `plan.check_eval_names`)."""
     from srpo_dsl.runtime.setup import task_data
 
     if not eval_data:
         return [EvalSet(HELDOUT, task_data(wf, split="eval")[:size])]
-    names = [Path(p).stem for p in eval_data]
-    if len(set(names)) < len(names):
-        raise TrainError(f"held-out data files need distinct names: {', '.join(map(str, eval_data))}")
-    return [EvalSet(n, task_data(wf, split="eval", data=Path(p))[:size]) for n, p in zip(names, eval_data)]
+    return [EvalSet(Path(p).stem, task_data(wf, split="eval", data=Path(p))[:size]) for p in eval_data]
 
 
 def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:
@@ -508,35 +425,15 @@ def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:
     return layout or None
 
 
-def check_backend(backend: str, device: str) -> None:
-    """The rollout engine can be built here: `hf` anywhere, `vllm` installed and on CUDA."""
-    import importlib.util
-
-    if backend not in ROLLOUT_ENGINES:
-        raise TrainError(f"--backend {backend}: train rolls out with {' or '.join(ROLLOUT_ENGINES)}")
-    if backend == "vllm" and device != "cuda":
-        raise TrainError("--backend vllm needs a CUDA GPU (use --backend hf on CPU)")
-    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise TrainError("--backend vllm needs the optional extra: pip install 'srpo-dsl[vllm]'")
-
-
-def check_memory(
-    graph: EventGraph, paths: Mapping[str, str], opts: TrainOptions, offload: str, engine: str, dist: Dist
-) -> None:
+def check_memory(plan: TrainPlan, paths: Mapping[str, str], dist: Dist) -> None:
     """On CUDA, before loading: the policies' training state, with each trained model's KL reference copy
     when `kl > 0`, must fit this GPU (rl/engines/fit.py)."""
     from srpo_dsl.rl.engines.fit import Layout, check_fit
 
-    layout = Layout(opts.zero, dist.world_size, offload, engine, reference=opts.kl > 0)
-    if problem := check_fit(graph, paths, layout, dist.device):
+    opts = plan.opts
+    layout = Layout(opts.zero, dist.world_size, plan.setup.offload, plan.setup.backend, reference=opts.kl > 0)
+    if problem := check_fit(plan.workflow.graph, paths, layout, dist.device):
         raise TrainError(problem)
-
-
-def check_trainable(wf: CompiledWorkflow) -> None:
-    if not any(p.trainable for p in wf.graph.policies.values()):
-        raise TrainError(f"{wf.path}: no trainable policy (every policy is `frozen`)")
-    if not any(a.trained and wf.graph.policies[a.policy].trainable for a in wf.graph.agents.values()):
-        raise TrainError(f"{wf.path}: no agent of a trainable policy is trained (each has `trained = false`)")
 
 
 def model_paths(graph: EventGraph, models: Mapping[str, str], dist: Dist) -> dict[str, str]:

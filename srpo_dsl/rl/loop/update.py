@@ -32,6 +32,7 @@ from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
 from srpo_dsl.rl.engines.adapters import clip_per_adapter
 from srpo_dsl.rl.engines.ds_engine import step_with_norm
 from srpo_dsl.rl.engines.policies import Policy, engine_owners
+from srpo_dsl.rl.loop.plan import TrainError
 from srpo_dsl.rl.loop.role_metrics import MetricKeys
 from srpo_dsl.rl.objective.aggregation import get_aggregation
 from srpo_dsl.rl.objective.batching import plan_batches
@@ -40,10 +41,6 @@ from srpo_dsl.rl.objective.rows import Rows
 
 Temperatures = Mapping[str, Mapping[str, float]]  # policy -> role -> sampling temperature
 Group = tuple[str, float]  # (engine, temperature): one forward per micro-batch (adapters on a base: one)
-
-
-class TrainError(Exception):
-    """A user-facing training failure (bad options, files, models); one line."""
 
 
 def pad_right(values: Sequence[Sequence[float]], width: int) -> Tensor:

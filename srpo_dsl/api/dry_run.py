@@ -3,7 +3,8 @@
 Under a launcher (`torchrun`, `deepspeed`: RANK and WORLD_SIZE set) every process joins one gloo group
 on the launcher's rendezvous (`env://`), which also proves that the nodes reach each other; rank 0
 gathers every rank's place and prints one line per rank. Without a launcher it prints the processes
-this command would start (one, or 1 + R with `rollout_workers = R`: `api.launch`) and starts none.
+this command would start (`TrainPlan.processes`: one, or 1 + R with `rollout_workers = R`) and
+starts none.
 Roles and devices come from the rules the run uses (`rl.transport.link.Layout`, `link_device`;
 `rl.distributed.process_group.rank_device`); no model, DeepSpeed or user code is loaded.
 """
@@ -13,10 +14,11 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from srpo_dsl.rl.loop.plan import TrainPlan
 
 TIMEOUT = datetime.timedelta(minutes=5)  # for every rank to join, and for each connection
 
@@ -78,27 +80,18 @@ def launched_places(workers: int, device: str) -> list[Place] | None:
     return gathered if rank == 0 else None
 
 
-def planned_places(workflow: Path, overrides: Mapping[str, Any], workers: int, device: str) -> list[Place]:
+def planned_places(plan: TrainPlan) -> list[Place]:
     """The processes this command starts without a launcher, on this machine; none is started."""
-    from srpo_dsl.api.launch import processes_needed
-
-    world = processes_needed(workflow, overrides) or 1
+    world, workers = plan.processes or 1, plan.opts.rollout_workers
     node = f"this machine ({socket.gethostname()})"
-    return [place(r, r, world, workers, device, node) for r in range(world)]
+    return [place(r, r, world, workers, plan.device, node) for r in range(world)]
 
 
-def dry_run(workflow: Path, overrides: Mapping[str, Any], device: str | None) -> str | None:
+def dry_run(plan: TrainPlan) -> str | None:
     """The table of the launch's processes (None on ranks other than 0, which print nothing)."""
-    from srpo_dsl.devices import resolve_device
-    from srpo_dsl.rl.loop.trainer import resolve_options
-    from srpo_dsl.runtime.setup import load_workflow
-
-    wf = load_workflow(workflow)
-    workers = resolve_options(wf.graph.train, overrides, wf.folder).rollout_workers
-    used = resolve_device(device)
     if "RANK" not in os.environ:
-        return table(planned_places(workflow, overrides, workers, used), launched=False)
-    places = launched_places(workers, used)
+        return table(planned_places(plan), launched=False)
+    places = launched_places(plan.opts.rollout_workers, plan.device)
     return table(places, launched=True) if places is not None else None
 
 
@@ -121,12 +114,10 @@ def table(places: list[Place], launched: bool) -> str:
     return "\n".join([f"dry run: {head}", *rows])
 
 
-def print_dry_run(workflow: Path, overrides: Mapping[str, Any], device: str | None, verbose: bool) -> None:
+def launch_table(plan: TrainPlan, verbose: bool = False) -> str | None:
     """`dry_run`, its failures one line each as training's (`api.training.training_errors`)."""
     from srpo_dsl.api.quiet import libraries_quiet
     from srpo_dsl.api.training import training_errors
 
-    with libraries_quiet(not verbose), training_errors(workflow):
-        shown = dry_run(workflow, overrides, device)
-    if shown is not None:
-        print(shown)
+    with libraries_quiet(not verbose), training_errors(plan.workflow.path):
+        return dry_run(plan)

@@ -1,0 +1,188 @@
+"""The plan of a training run: everything decided before anything heavy loads, decided once.
+
+Importing it loads no torch: the dry run and the CLI read a plan without the trainer.
+
+`make_plan` takes a compiled workflow and the caller's choices, runs every check that can fail
+before a model, a process group or the user's Python loads (the options, the device, the rollout
+engine, the policies, the files, the run folder), and returns a frozen `TrainPlan`. The trainer, the
+launcher (`TrainPlan.argv`), the dry run and the CLI read it; none of them compiles the workflow or
+resolves an option again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srpo_dsl.devices import resolve_device
+from srpo_dsl.lang.pycode import UseName, is_reference
+from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.outputs import check_files, refuse_existing
+from srpo_dsl.registries import ROLLOUT_ENGINES
+from srpo_dsl.runtime.setup import CompiledWorkflow
+
+if TYPE_CHECKING:
+    from srpo_dsl.rl.engines.policies import Rollout
+
+
+class TrainError(Exception):
+    """A training run that cannot start or go on; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where and how a run trains, as the caller chose it (everything but the `train with` options)."""
+
+    models: Mapping[str, str] = field(default_factory=dict)  # policy -> model path or spec
+    eval_data: Sequence[Path] = ()  # held-out files in place of the task's eval split
+    device: str | None = None  # None: cuda when there is one
+    backend: str = "hf"  # the rollout engine (`ROLLOUT_ENGINES`)
+    decode: str = "auto"  # the hf engine's decode loop
+    ds_config: Path | None = None  # JSON merged over the DeepSpeed config
+    offload: str = "none"
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """A training run, checked: the workflow, its resolved options, where and how it trains, and how many
+    processes this call starts (`processes`: 0 = it trains here or was started by a launcher)."""
+
+    workflow: CompiledWorkflow
+    out: Path
+    overrides: Mapping[str, Any]  # the options given in place of the file's, as given
+    opts: TrainOptions  # the file's `train with (...)` with the overrides
+    resume: bool
+    setup: Setup
+    device: str  # the device it uses: setup.device, or the machine's default
+    ds_overrides: Mapping[str, Any]  # the user's DeepSpeed JSON, read
+    processes: int
+
+    @property
+    def rollout(self) -> Rollout:
+        from srpo_dsl.rl.engines.policies import Rollout
+
+        return Rollout(self.setup.backend, self.setup.decode)
+
+    def argv(self, verbose: bool = False) -> list[str]:
+        """`srpo-dsl train`'s arguments for this run, as each process of a launch starts it."""
+        s = self.setup
+        argv = ["train", str(self.workflow.path), "--out", str(self.out), "--backend", s.backend]
+        argv += ["--decode", s.decode, "--offload", s.offload] + (["--resume"] if self.resume else [])
+        argv += [x for k, v in self.overrides.items() for x in ("--option", f"{k}={v}")]
+        argv += [x for p, m in s.models.items() for x in ("--model", f"{p}={m}")]
+        argv += [x for p in s.eval_data for x in ("--eval-data", str(p))]
+        argv += ["--device", s.device] if s.device else []
+        argv += [x for k, v in self.workflow.settings.items() for x in ("--set", f"{k}={v}")]
+        argv += ["--ds-config", str(s.ds_config)] if s.ds_config else []
+        return argv + (["--verbose"] if verbose else [])
+
+
+def make_plan(
+    wf: CompiledWorkflow,
+    out: Path,
+    overrides: Mapping[str, Any] | None = None,
+    resume: bool = False,
+    setup: Setup = Setup(),
+) -> TrainPlan:
+    """Check everything that can be checked before anything loads, in the order a user fixes it, and
+    return the plan. Raises `TrainError` (one line) or the `UsageError` of a file or folder."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    check_files([setup.ds_config, *setup.eval_data])
+    if not resume:
+        refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
+    opts = resolve_options(wf.graph.train, overrides, wf.folder)
+    device = resolve_device(setup.device)
+    check_backend(setup.backend, device)
+    check_trainable(wf)
+    check_eval_names(setup.eval_data)
+    ds_overrides = read_ds_config(setup.ds_config) if setup.ds_config else {}
+    launched = "RANK" in os.environ  # a launcher started this process: it starts no other
+    processes = 1 + opts.rollout_workers if opts.rollout_workers and not launched else 0
+    return TrainPlan(wf, Path(out), overrides, opts, resume, setup, device, ds_overrides, processes)
+
+
+def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], folder: Path) -> TrainOptions:
+    """The workflow's `train` options with `overrides` applied (validated; the Python code an override names
+    is read with `ast` from `folder`, as validate reads the workflow's own)."""
+    from pydantic import ValidationError
+
+    from srpo_dsl.rl.objective.losses import get_objective
+    from srpo_dsl.rl.objective.plugins import check_episode_advantage, locate
+
+    unknown = set(overrides) - set(TrainOptions.model_fields)
+    if unknown:
+        raise TrainError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+    try:
+        opts = TrainOptions(**{**train_block.model_dump(), **overrides})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise TrainError(f"training option `{'.'.join(map(str, err['loc']))}`: {err['msg']}") from None
+    uses: tuple[UseName, ...] = ("objective", "advantage")
+    for use in uses:
+        if use in overrides and is_reference(overrides[use]):
+            locate(overrides[use], use, folder)  # a one-line ValueError if it does not resolve
+    if opts.advantage and not is_reference(opts.objective):  # before any file is written
+        check_episode_advantage(get_objective(opts.objective), opts.advantage)
+    return opts
+
+
+def check_backend(backend: str, device: str) -> None:
+    """The rollout engine can be built here: `hf` anywhere, `vllm` installed and on CUDA."""
+    import importlib.util
+
+    if backend not in ROLLOUT_ENGINES:
+        raise TrainError(f"--backend {backend}: train rolls out with {' or '.join(ROLLOUT_ENGINES)}")
+    if backend == "vllm" and device != "cuda":
+        raise TrainError("--backend vllm needs a CUDA GPU (use --backend hf on CPU)")
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise TrainError("--backend vllm needs the optional extra: pip install 'srpo-dsl[vllm]'")
+
+
+def check_trainable(wf: CompiledWorkflow) -> None:
+    """At least one agent of a trainable policy is trained."""
+    if not any(p.trainable for p in wf.graph.policies.values()):
+        raise TrainError(f"{wf.path}: no trainable policy (every policy is `frozen`)")
+    if not any(a.trained and wf.graph.policies[a.policy].trainable for a in wf.graph.agents.values()):
+        raise TrainError(f"{wf.path}: no agent of a trainable policy is trained (each has `trained = false`)")
+
+
+def check_eval_names(eval_data: Sequence[Path]) -> None:
+    """Held-out files are named by their stems in eval.jsonl: the stems must differ."""
+    names = [Path(p).stem for p in eval_data]
+    if len(set(names)) < len(names):
+        raise TrainError(f"held-out data files need distinct names: {', '.join(map(str, eval_data))}")
+
+
+def read_ds_config(path: Path) -> dict[str, Any]:
+    """User overrides from a JSON file (ValueError with a one-line reason)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"cannot read {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
+    return data
+
+
+def plan_file(
+    path: Path,
+    out: Path,
+    overrides: Mapping[str, Any] | None = None,
+    resume: bool = False,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    **setup: Any,
+) -> TrainPlan:
+    """`make_plan` for the workflow file at `path`, compiled here, with `Setup`'s fields as keywords: for
+    Python below the API (benchmarks, the trainer's own tests). The API plans with `Workflow.plan`."""
+    from srpo_dsl.runtime.setup import load_workflow
+
+    return make_plan(load_workflow(Path(path), settings), Path(out), overrides, resume, Setup(**setup))
