@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from srpo_dsl import devices, registries
+from srpo_dsl import choices, devices, registries
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.cli.common import CliError
 from srpo_dsl.cli.train_cmds import (
@@ -27,7 +27,6 @@ from srpo_dsl.cli.train_cmds import (
     parse_options,
     report,
 )
-from srpo_dsl.rl import names
 from srpo_dsl.rl.loop.runlog import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
 from tests.clitools import cli
 from tests.test_training import _env
@@ -61,7 +60,7 @@ def test_choices_come_from_the_registries_and_the_names() -> None:
     values = lambda enum: tuple(e.value for e in enum)  # noqa: E731
     assert values(Objective) == tuple(registries.OBJECTIVES) == ("srpo", "grpo", "seq", "drmas", "traj")
     assert values(SetNorm) == tuple(registries.SET_NORMS) == ("sqrt", "mean", "none")
-    assert values(Offload) == names.OFFLOAD
+    assert values(Offload) == choices.OFFLOAD
     assert values(Device) == devices.DEVICES
     assert values(BackendKind) == tuple(registries.BACKENDS) == ("hf", "scripted", "vllm")
     assert values(RolloutEngine) == tuple(registries.ROLLOUT_ENGINES) == ("hf", "vllm")
@@ -83,7 +82,7 @@ def test_train_options_accept_exactly_the_names() -> None:
 
 def test_names_and_schema_import_no_heavy_library() -> None:
     code = (
-        "import sys, srpo_dsl.lang.schema, srpo_dsl.registries, srpo_dsl.rl.names, srpo_dsl.cli.main\n"
+        "import sys, srpo_dsl.lang.schema, srpo_dsl.registries, srpo_dsl.choices, srpo_dsl.cli.main\n"
         "print(sorted(m for m in ('torch', 'transformers', 'deepspeed', 'math_verify', 'sympy') if m in sys.modules))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -17,6 +17,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "errors",
         "io",
         "outputs",
+        "choices",
         "registries",
         "lazy",
         "seeds",
@@ -73,7 +74,7 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 
 
 RL_LAYERS = (  # inside `rl`, lowest first (each sub-package's docstring says the same)
-    ("names", "__init__", "objective", "distributed"),  # fixed choices; the math; this process's place
+    ("__init__", "objective", "distributed"),  # fixed choices; the math; this process's place
     ("engines",),  # models, adapters, DeepSpeed engines
     ("transport",),  # asynchronous rollouts: trainer <-> rollout workers
     ("loop",),  # the run's plan, the loop, checkpoints, export, held-out evaluation
@@ -82,7 +83,7 @@ RL_LAYER = {part: rank for rank, parts in enumerate(RL_LAYERS) for part in parts
 
 
 def rl_part(module_path: tuple[str, ...]) -> str:
-    """`('srpo_dsl', 'rl', 'loop', 'trainer')` -> `loop`; `('srpo_dsl', 'rl', 'names')` -> `names`."""
+    """`('srpo_dsl', 'rl', 'loop', 'trainer')` -> `loop`; `('srpo_dsl', 'rl')` -> `__init__`."""
     return module_path[2] if len(module_path) > 2 else "__init__"
 
 
@@ -99,7 +100,7 @@ def rl_imports() -> list[tuple[str, str]]:
 
 def test_every_rl_subpackage_has_a_layer_and_a_docstring() -> None:
     subpackages = {p.parent.name for p in (PACKAGE / "rl").glob("*/__init__.py")}
-    assert subpackages == set(RL_LAYER) - {"names", "__init__"}
+    assert subpackages == set(RL_LAYER) - {"__init__"}
     for name in subpackages:
         assert ast.get_docstring(ast.parse((PACKAGE / "rl" / name / "__init__.py").read_text())), name
 
@@ -114,3 +115,22 @@ def test_no_two_parts_import_each_other() -> None:
     edges = {(own_part(rel), part_of(m)) for rel, m in imports()}
     mutual = sorted((a, b) for a, b in edges if a < b and (b, a) in edges)
     assert mutual == []
+
+
+def test_the_cli_speaks_to_the_api_not_past_it() -> None:
+    """The command line reaches training, rollouts and models through `srpo_dsl.api` only (the language,
+    the language server, sweeps and the viewer are commands of their own)."""
+    below_the_api = {"rl", "runtime", "models", "backends", "envs"}
+    past = {(rel, m) for rel, m in imports() if own_part(rel) == "cli" and part_of(m) in below_the_api}
+    assert past == set()
+
+
+def test_no_import_cycle_between_modules_of_the_api() -> None:
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    for rel, module in imports():
+        if rel.startswith("srpo_dsl/api/") and module.startswith("srpo_dsl.api."):
+            graph.add_edge(Path(rel).stem, module.split(".")[2])
+    assert graph.number_of_edges() > 3  # the test sees the imports
+    assert list(nx.simple_cycles(graph)) == []

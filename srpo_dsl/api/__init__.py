@@ -9,7 +9,7 @@ diagnostics), `UserCodeError` (the user's file and line), `UsageError`, `InputEr
 """
 
 from srpo_dsl.api.rollouts import DatasetResult, Evaluation, Rollouts, RolloutSummary
-from srpo_dsl.api.training import Run
+from srpo_dsl.api.runs import Run
 from srpo_dsl.api.workflow import Workflow, load
 from srpo_dsl.errors import InputError, SrpoDslError, UsageError
 from srpo_dsl.lang.messages import WorkflowError

@@ -13,15 +13,15 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.rollouts import check_tools
+from srpo_dsl.api.runs import Run, read_run_file
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.lang.messages import WorkflowError
-from srpo_dsl.rl.loop.runlog import METRICS, EvalCurve, RunError, read_curve, read_jsonl
+from srpo_dsl.rl.loop.runlog import METRICS, read_jsonl
 
 if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import Setup, TrainPlan
@@ -31,47 +31,6 @@ OUT_OF_MEMORY = (
     "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
     "more --micro-batches, a smaller --batch or --group, shorter max_tokens, or --decode dynamic"
 )
-
-
-@dataclass(frozen=True)
-class Run:
-    """A training run's folder: `history` holds the steps this call trained; `metrics` every step's
-    row of metrics.jsonl, `curve` the held-out Avg@k / Pass@k, `checkpoints` the step-N folders."""
-
-    path: Path
-    history: list[dict[str, float]]
-
-    @classmethod
-    def open(cls, path: str | Path) -> Run:
-        """A run folder written before (by `train` or `srpo-dsl train`)."""
-        path = Path(path)
-        if not (path / METRICS).is_file():
-            raise UsageError(f"cannot read {path / METRICS}: no such file (is {path} a training run?)")
-        return cls(path, [])
-
-    @property
-    def metrics(self) -> list[dict[str, Any]]:
-        return _read(lambda: read_jsonl(self.path / METRICS))
-
-    @property
-    def curve(self) -> EvalCurve | None:
-        """Held-out Avg@k and Pass@k (percent) at each evaluated step; None before the first evaluation."""
-        return _read(lambda: read_curve(self.path))
-
-    @property
-    def checkpoints(self) -> list[Path]:
-        """The complete `checkpoints/step-N` folders, by step."""
-        from srpo_dsl.rl.loop.checkpoint import CHECKPOINTS
-
-        found = [p for p in (self.path / CHECKPOINTS).glob("step-*") if p.name[5:].isdigit()]
-        return sorted(found, key=lambda p: int(p.name[5:]))
-
-
-def _read(reader: Any) -> Any:
-    try:
-        return reader()
-    except RunError as exc:
-        raise InputError(str(exc)) from None
 
 
 def plan_training(
@@ -169,7 +128,7 @@ def launched(plan: TrainPlan, verbose: bool) -> Run:
     """The run as `srpo-dsl train`, 1 + R processes; its error line, if it fails, as an `InputError`."""
     from srpo_dsl.api.launch import relaunch
 
-    before = len(_read(lambda: read_jsonl(plan.out / METRICS)))
+    before = len(read_run_file(lambda: read_jsonl(plan.out / METRICS)))
     with tempfile.TemporaryFile("w+") as log:
         code = relaunch(plan.processes, plan.argv(verbose), stderr=log)
         if code != 0:
@@ -177,4 +136,4 @@ def launched(plan: TrainPlan, verbose: bool) -> Run:
             errors = [line for line in log.read().splitlines() if line.startswith("error: ")]
             said = errors[0].removeprefix("error: ") if errors else f"exit code {code}"
             raise InputError(f"training in {plan.processes} processes (`srpo-dsl train`) failed: {said}")
-    return Run(plan.out, _read(lambda: read_jsonl(plan.out / METRICS))[before:])
+    return Run(plan.out, read_run_file(lambda: read_jsonl(plan.out / METRICS))[before:])

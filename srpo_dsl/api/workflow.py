@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.api.rollouts import Models
-from srpo_dsl.errors import UsageError
+from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import read_text
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.graph import Bounds
+from srpo_dsl.lang.graph import Bounds, EventGraph
 from srpo_dsl.lang.messages import Diagnostic, WorkflowError
 from srpo_dsl.lang.settings import SettingError, apply_settings
 from srpo_dsl.runtime.setup import CompiledWorkflow
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from srpo_dsl.api.rollouts import Evaluation, Rollouts
-    from srpo_dsl.api.training import Run
+    from srpo_dsl.api.runs import Run
     from srpo_dsl.rl.loop.plan import TrainPlan
 
 
@@ -58,6 +58,39 @@ class Workflow(CompiledWorkflow):
     def bounds(self) -> Bounds:
         """Static bounds of one episode: events, model calls (sum of K), tool calls, tokens."""
         return self.graph.bounds
+
+    def render_prompt(self, role: str, replica: int = 1, data: str | Path | None = None) -> str:
+        """`role`'s prompt on the first task (of `data`, or the workflow's own), the team context empty."""
+        from srpo_dsl.api.rollouts import tasks_of
+        from srpo_dsl.runtime.episode import Episode
+        from srpo_dsl.runtime.prompts import PromptError
+
+        agents = self.graph.agents
+        if role not in agents:
+            raise UsageError(f"no agent `{role}` (agents: {', '.join(agents)})")
+        task = tasks_of(self, Path(data) if data is not None else None, 1, "train")[0]
+        ep = Episode("example/0", str(task["id"]), 0, task)
+        loop = next(
+            (v.where.loop for v in self.graph.event_nodes if role in {a.name for a in v.agents}), None
+        )
+        turns = self.graph.loops[loop] if loop else 1
+        ctx = ep.context(
+            role=role,
+            replica=replica,
+            pool_size=agents[role].replicas,
+            turn=1,
+            max_turns=turns,
+            actions=agents[role].actions,
+        )
+        try:
+            return self.renderer().render(agents[role].prompt, ctx)
+        except PromptError as exc:
+            raise InputError(str(exc)) from None
+
+    def adapter_sizes(self, base: str) -> dict[str, int]:
+        """{peft adapter name: trainable parameter count} of `base`'s adapters; empty when its model's config
+        is not on this machine."""
+        return adapter_sizes(self.graph, base)
 
     def to_networkx(self) -> nx.DiGraph:
         """The event graph as the documented `networkx.DiGraph` (docs/dsl.md, "The compiled event graph")."""
@@ -148,3 +181,14 @@ class Workflow(CompiledWorkflow):
         from srpo_dsl.api.training import train_plan
 
         return train_plan(self.plan(out, verbose=verbose, **arguments), progress, verbose)
+
+
+def adapter_sizes(graph: EventGraph, base: str) -> dict[str, int]:
+    """`Workflow.adapter_sizes` for a compiled graph (`srpo-dsl inspect` reads a graph, not a workflow)."""
+    from srpo_dsl.models.specs import resolve_model_spec
+    from srpo_dsl.rl.engines.adapters import trainable_parameters
+
+    try:
+        return trainable_parameters(resolve_model_spec(graph.policies[base].model), graph.adapters_on(base))
+    except (OSError, ValueError):
+        return {}

@@ -15,8 +15,6 @@ from srpo_dsl.registries import BACKENDS
 
 __all__ = ["Backend", "BackendError", "GenRequest", "GenResult", "make_backend"]
 
-DECODE_MODES = ("auto", "dynamic", "static", "compiled")  # the hf engine's decode loops (`decoding`)
-
 
 def open_hf(model: str, **options: object) -> Backend:
     from srpo_dsl.backends.hf import HFBackend

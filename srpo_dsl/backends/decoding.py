@@ -33,11 +33,11 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache, StaticCache
 from transformers.masking_utils import create_masks_for_generate
 
-from srpo_dsl.backends import DECODE_MODES
 from srpo_dsl.backends.base import BackendError
 from srpo_dsl.backends.logprobs import distinct_rows, mask_positions, pad_rows, picked_logprobs
 from srpo_dsl.backends.routing import routed
 from srpo_dsl.backends.sampling import sample_next
+from srpo_dsl.choices import DECODE_MODES
 from srpo_dsl.lang.graph import BASE_ADAPTER
 
 CHECK_EVERY = 8  # static decode: steps between the host's checks that every row has ended

@@ -11,7 +11,7 @@ from enum import Enum
 
 import typer
 
-from srpo_dsl.backends import DECODE_MODES
+from srpo_dsl.choices import DECODE_MODES
 from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, SrpoDslError
 

@@ -198,6 +198,8 @@ def compile_cmd(
 def adapter_report(graph: EventGraph) -> list[str]:
     """A line per adapter: its base, its roles, its LoRA options and trainable parameter count (read off
     the base's config on the meta device: no weights; "unknown" when the config is not on this machine)."""
+    from srpo_dsl.api.workflow import adapter_sizes
+
     lines = []
     for base in dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None):
         counts = adapter_sizes(graph, base)
@@ -213,15 +215,3 @@ def adapter_report(graph: EventGraph) -> list[str]:
                 f"roles {', '.join(roles)}; {shown}"
             )
     return lines
-
-
-def adapter_sizes(graph: EventGraph, base: str) -> dict[str, int]:
-    """{peft adapter name: parameter count} of `base`'s adapters; empty when its config is not local."""
-
-    from srpo_dsl.models.specs import resolve_model_spec
-    from srpo_dsl.rl.engines.adapters import trainable_parameters
-
-    try:
-        return trainable_parameters(resolve_model_spec(graph.policies[base].model), graph.adapters_on(base))
-    except (OSError, ValueError):
-        return {}

@@ -32,8 +32,7 @@ from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:
     from srpo_dsl.api import Workflow
-    from srpo_dsl.runtime.episode import BranchMark, Member
-    from srpo_dsl.runtime.traces import TraceEpisode, TraceEvent
+    from srpo_dsl.api.runs import BranchMark, Member, TraceEpisode, TraceEvent
 
 BackendKind = choices("BackendKind", BACKENDS)
 
@@ -68,12 +67,24 @@ def load_checked(workflow: Path, settings: list[str] | None = None) -> Workflow:
 
 def models_of(model: list[str], wf: Workflow) -> dict[str, str]:
     """`--model PATH` (every policy) or `--model POLICY=PATH` (one), repeatable, as {policy: model}."""
-    from srpo_dsl.runtime.setup import parse_model_overrides
-
     try:
         return parse_model_overrides(model, list(wf.graph.policies))
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, str]:
+    """`--model PATH` (every policy) or `--model POLICY=PATH` (one), repeatable."""
+    out: dict[str, str] = {}
+    for v in values:
+        name, sep, model = v.partition("=")
+        if sep and name in policies:
+            out[name] = model
+        elif sep and not Path(v).exists():
+            raise ValueError(f"--model {v}: no policy `{name}` (policies: {', '.join(policies)})")
+        else:
+            out.update(dict.fromkeys(policies, v))
+    return out
 
 
 def engines_of(
@@ -210,17 +221,9 @@ def audit(
 
       srpo-dsl audit runs/r1/traces.jsonl -n 2
     """
-    from srpo_dsl.rl.loop.runlog import TRACES
-    from srpo_dsl.runtime.traces import TraceError, read_traces
+    from srpo_dsl.api.runs import load_traces
 
-    if traces.is_dir():
-        if not (traces / TRACES).is_file():
-            raise CliError(f"{traces}: no {TRACES} in it (is it a run folder?)")
-        traces = traces / TRACES
-    try:
-        eps = read_traces(traces)
-    except TraceError as exc:
-        raise CliError(str(exc)) from None
+    eps = load_traces(traces)
     short = lambda s: (s.replace("\n", " ")[: width - 1] + "…") if len(s) > width else s.replace("\n", " ")  # noqa
     for ep in eps[:episodes]:
         print(
@@ -312,26 +315,7 @@ def render(
 
       srpo-dsl render workflows/math_routed.srpo --role solver
     """
-    from srpo_dsl.api.rollouts import tasks_of
-    from srpo_dsl.runtime.episode import Episode
-    from srpo_dsl.runtime.prompts import PromptError
-
     wf = load_checked(workflow)
-    agents = wf.graph.agents
-    if role not in agents:
-        raise CliError(f"no agent `{role}` in {workflow} (agents: {', '.join(agents)})")
-    task = tasks_of(wf, data, 1, "train")[0]
-    ep = Episode("example/0", str(task["id"]), 0, task)
-    loop_of = next((v.where.loop for v in wf.graph.event_nodes if role in {a.name for a in v.agents}), None)
-    ctx = ep.context(
-        role=role,
-        replica=replica,
-        pool_size=agents[role].replicas,
-        turn=1,
-        max_turns=wf.graph.loops[loop_of] if loop_of else 1,
-        actions=agents[role].actions,
-    )
-    try:
-        print(wf.renderer().render(agents[role].prompt, ctx))
-    except PromptError as exc:
-        raise CliError(str(exc), EXIT_INPUT) from None
+    if role not in wf.graph.agents:
+        raise CliError(f"no agent `{role}` in {workflow} (agents: {', '.join(wf.graph.agents)})")
+    print(wf.render_prompt(role, replica, data))

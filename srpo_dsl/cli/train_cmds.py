@@ -2,7 +2,7 @@
 
 `train` is `Workflow.train` (`srpo_dsl.api`) with the flags as its arguments; with rollout workers and
 no launcher it starts itself as 1 + R processes (`api.launch`). Choices come from their one source (the
-registries of `srpo_dsl.registries`, the fixed settings of `srpo_dsl.rl.names`), never restated here.
+registries of `srpo_dsl.registries`, the fixed settings of `srpo_dsl.choices`), never restated here.
 Unless `--verbose`, what the libraries report while training is hidden (`api.quiet`); srpo-dsl's own
 progress bar (stderr) stays, and the run ends with the held-out result.
 """
@@ -19,16 +19,16 @@ import typer
 from srpo_dsl.api.dry_run import launch_table
 from srpo_dsl.api.launch import relaunch
 from srpo_dsl.api.quiet import libraries_quiet
+from srpo_dsl.api.runs import PANELS, ROLE_PANELS, Run, export_checkpoint
 from srpo_dsl.api.training import train_plan
-from srpo_dsl.cli.common import DECODE, EXIT_INPUT, OVERWRITE, SET, VERBOSE, CliError, Decode, Device, choices
+from srpo_dsl.choices import OFFLOAD
+from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, VERBOSE, CliError, Decode, Device, choices
 from srpo_dsl.cli.run_cmds import load_checked, models_of
 from srpo_dsl.errors import UsageError
-from srpo_dsl.outputs import check_out, staged_output
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
-from srpo_dsl.rl.names import OFFLOAD
 
 if TYPE_CHECKING:
-    from srpo_dsl.rl.loop.runlog import Dynamics, EvalCurve, RoleSeries
+    from srpo_dsl.api.runs import Dynamics, EvalCurve, RoleSeries
 
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
@@ -133,7 +133,7 @@ def train_cmd(
         raise typer.Exit(relaunch(plan.processes, plan.argv(verbose)))
     run = train_plan(plan, verbose=verbose)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
-        report(run.history, out)
+        report(run)
 
 
 def parse_options(values: list[str]) -> dict[str, str]:
@@ -153,21 +153,15 @@ def parse_options(values: list[str]) -> dict[str, str]:
     return out
 
 
-def report(history: list[dict[str, float]], out: Path) -> None:
+def report(run: Run) -> None:
     """The last step, then the held-out result the run was for (from OUT/eval.jsonl)."""
-    from srpo_dsl.rl.loop.runlog import RunError, read_curve
-
-    if history:
-        last = history[-1]
+    if run.history:
+        last, out = run.history[-1], run.path
         print(f"step {last['step']}: return {last['return']:.3f}, grad norm {last['grad_norm']:.3f} -> {out}")
     else:
-        print(f"nothing to do: {out} already reached its last step")
-    try:
-        curve = read_curve(out)
-    except RunError as exc:
-        raise CliError(str(exc), EXIT_INPUT) from None
-    if curve is not None:
-        print(heldout_summary(curve, out))
+        print(f"nothing to do: {run.path} already reached its last step")
+    if (curve := run.curve) is not None:
+        print(heldout_summary(curve, run.path))
 
 
 def heldout_summary(curve: EvalCurve, run: Path) -> str:
@@ -197,23 +191,9 @@ def ema(values: list[float], alpha: float) -> list[float]:
     return out
 
 
-def read_run(run: Path) -> Dynamics:
-    """What `plot` draws from RUN (`rl.loop.runlog.read_dynamics`), with one-line errors."""
-    from srpo_dsl.rl.loop.runlog import METRICS, RunError, read_dynamics
-
-    if not (run / METRICS).is_file():
-        raise CliError(f"cannot read {run / METRICS}: no such file (is {run} a training run?)")
-    try:
-        return read_dynamics(run)
-    except RunError as exc:
-        raise CliError(str(exc), EXIT_INPUT) from None
-
-
 def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None:
     """Raw values faint, their EMA solid; the gradient-norm panel names its coefficient of variation."""
     from matplotlib.ticker import MaxNLocator
-
-    from srpo_dsl.rl.loop.runlog import PANELS
 
     values = dynamics.series[key]
     line = ax.plot(dynamics.steps, values, alpha=0.25, linewidth=1)[0]
@@ -229,8 +209,6 @@ def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None
 def draw_roles(ax: Any, series: list[RoleSeries], metric: str, smoothing: float) -> None:
     """One colour per role: raw values faint, their EMA solid, named in the legend."""
     from matplotlib.ticker import MaxNLocator
-
-    from srpo_dsl.rl.loop.runlog import ROLE_PANELS
 
     for s in series:
         line = ax.plot(s.steps, s.values, alpha=0.25, linewidth=1)[0]
@@ -279,7 +257,7 @@ def plot_cmd(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dynamics = read_run(run)
+    dynamics = Run.open(run).dynamics
     folder = out or run / "plots"
     folder.mkdir(parents=True, exist_ok=True)
     roles = [f"role_{metric}" for metric in dynamics.roles]
@@ -339,28 +317,7 @@ def export_cmd(
 
       srpo-dsl export runs/q1 --step 100 --out models/q1-step100
     """
-    from contextlib import ExitStack
-
     target = out or run / "export"
-    check_out(target, overwrite, [run])
-    created = not target.exists()
     with libraries_quiet(not verbose):
-        from srpo_dsl.rl.loop.export import (
-            ExportError,
-            export_engine,
-            plan_export,
-        )  # quiet: imports transformers
-
-        try:
-            with ExitStack() as stack:  # every policy folder is renamed into place at the end, or none
-                plan = plan_export(run, step)
-                folders = {p: stack.enter_context(staged_output(target / p)) for p in plan.policies}
-                for engine in plan.engines:
-                    export_engine(engine, plan.zero, folders)
-        except (ExportError, OSError) as exc:
-            if created and target.is_dir() and not any(target.iterdir()):
-                target.rmdir()
-            raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-    kinds = {e.owner: "adapter, merged" if e.adapters is not None else "merged" for e in plan.engines}
-    written = [f"{p} ({kinds[e.owner]})" for e in plan.engines for p in e.policies]
-    print(f"step {plan.step} of {run} -> {target}: {', '.join(written)}")
+        done = export_checkpoint(run, step, target, overwrite)
+    print(f"step {done.step} of {run} -> {target}: {', '.join(done.written)}")

@@ -1,7 +1,9 @@
-"""Training-side math: the SRPO objective, its baselines, advantages and event-atomic batching.
+"""Training: the objective (`objective`), this process among the others (`distributed`), models as
+engines (`engines`), asynchronous rollouts (`transport`) and the run itself (`loop`), each sub-package's
+docstring says what it holds and what it may import (tests/test_layers.py checks it).
 
-Names are imported on first use, so `srpo_dsl.rl.names` (read by the CLI) does not pay
-for torch.
+The objective's public names are exported here, imported on first use, so importing `srpo_dsl.rl`
+pays for no torch.
 """
 
 from __future__ import annotations

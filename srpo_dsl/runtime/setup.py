@@ -44,20 +44,6 @@ def load_workflow(path: Path, settings: Mapping[str, Any] | None = None) -> Comp
     return CompiledWorkflow(Path(path), apply_settings(load_graph(path), settings), settings)
 
 
-def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, str]:
-    """`--model PATH` (every policy) or `--model POLICY=PATH` (one), repeatable."""
-    out: dict[str, str] = {}
-    for v in values:
-        name, sep, model = v.partition("=")
-        if sep and name in policies:
-            out[name] = model
-        elif sep and not Path(v).exists():
-            raise ValueError(f"--model {v}: no policy `{name}` (policies: {', '.join(policies)})")
-        else:
-            out.update(dict.fromkeys(policies, v))
-    return out
-
-
 def task_data(
     wf: CompiledWorkflow, *, split: str = "train", data: Path | None = None, limit: int | None = None
 ) -> list[dict]:

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from srpo_dsl.choices import OFFLOAD
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.names import OFFLOAD
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

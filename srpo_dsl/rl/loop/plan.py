@@ -110,9 +110,6 @@ def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], fol
     is read with `ast` from `folder`, as validate reads the workflow's own)."""
     from pydantic import ValidationError
 
-    from srpo_dsl.rl.objective.losses import get_objective
-    from srpo_dsl.rl.objective.plugins import check_episode_advantage, locate
-
     unknown = set(overrides) - set(TrainOptions.model_fields)
     if unknown:
         raise TrainError(f"unknown training option(s): {', '.join(sorted(unknown))}")
@@ -121,13 +118,25 @@ def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], fol
     except ValidationError as exc:
         err = exc.errors()[0]
         raise TrainError(f"training option `{'.'.join(map(str, err['loc']))}`: {err['msg']}") from None
+    check_user_parts(opts, overrides, folder)
+    return opts
+
+
+def check_user_parts(opts: TrainOptions, overrides: Mapping[str, Any], folder: Path) -> None:
+    """The Python an override names resolves (read with `ast`), and the objective takes the advantage
+    asked for; the objective's module (torch) is imported only when there is something to check."""
     uses: tuple[UseName, ...] = ("objective", "advantage")
-    for use in uses:
-        if use in overrides and is_reference(overrides[use]):
+    named = [use for use in uses if use in overrides and is_reference(overrides[use])]
+    if named:
+        from srpo_dsl.rl.objective.plugins import locate
+
+        for use in named:
             locate(overrides[use], use, folder)  # a one-line ValueError if it does not resolve
     if opts.advantage and not is_reference(opts.objective):  # before any file is written
+        from srpo_dsl.rl.objective.losses import get_objective
+        from srpo_dsl.rl.objective.plugins import check_episode_advantage
+
         check_episode_advantage(get_objective(opts.objective), opts.advantage)
-    return opts
 
 
 def check_backend(backend: str, device: str) -> None:

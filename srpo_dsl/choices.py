@@ -1,0 +1,15 @@
+"""srpo-dsl's fixed choices, in one place that imports nothing: settings of srpo-dsl itself, not
+extension points. What plugins extend (objectives, aggregations, advantage estimators, set norms,
+backends, rollout engines) are the registries of `srpo_dsl.registries`; the devices are
+`srpo_dsl.devices.DEVICES`. The CLI's choices read all three.
+"""
+
+from __future__ import annotations
+
+OFFLOAD = ("none", "optimizer", "params", "all")  # ZeRO offload to CPU (rl/engines/ds_engine.py)
+DECODE_MODES = (
+    "auto",
+    "dynamic",
+    "static",
+    "compiled",
+)  # the hf decode loops (backends/decoding.py)
