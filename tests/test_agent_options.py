@@ -17,6 +17,7 @@ from srpo_dsl.rl import setwise_loss
 from srpo_dsl.rl.loop.event_updates import event_updates
 from srpo_dsl.rl.loop.role_metrics import MetricKeys, keyed_metrics, step_sums
 from srpo_dsl.rl.objective.rows import build_rows
+from srpo_dsl.runtime.episode import ObservationEntry
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.parsers import Parsed, parse_act_calls
 from srpo_dsl.runtime.prompts import PromptRenderer
@@ -267,7 +268,7 @@ def test_every_call_of_every_episode_is_served_in_one_batch_in_order(folder):
     calls = [json.loads(line) for line in (folder / "calls.log").read_text().splitlines()]
     assert calls == [["a", "b", "c"]]  # one call: episode 1's two, then episode 2's
     assert [o["query"] for o in one.events[0].observations] == ["a", "b"] and one.tool_calls == 2
-    assert [h["result"] for h in one.history if h["kind"] == "observation"] == ["A", "B"]
+    assert [h.observation["result"] for h in one.history if isinstance(h, ObservationEntry)] == ["A", "B"]
     assert one.answer == "1" and two.answer == "1"
     assert wf.graph.bounds.tool_calls == 6  # 3 rounds x 1 replica x 2 calls
 

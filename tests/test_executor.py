@@ -6,7 +6,9 @@ import pytest
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.runtime.effects import INVALID
+from srpo_dsl.runtime.episode import Episode, Member
 from srpo_dsl.runtime.executor import Executor
+from srpo_dsl.runtime.prompts import PromptRenderer
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import read_traces, to_trace, write_traces
 
@@ -343,3 +345,48 @@ def test_every_draw_of_a_run_has_a_seed_of_its_own():
     assert not set(seeds) & {s for _, s in _draws(tasks, samples=2, seed=6)}
     alone = _draws(tasks[1:2], samples=2, seed=5)
     assert set(alone) < set(draws)
+
+
+def _output(role: str, replica: int, text: str, value: object) -> Member:
+    return Member(0, role, replica, "lm", 0, [], [], [], text, value is not None, value)
+
+
+def test_templates_read_the_history_as_the_documented_dicts():
+    """The episode keeps typed history entries; a template's `history` is the dicts of docs/dsl.md, in
+    order, so the shipped templates render what they rendered from dicts (the embedded model's prompts)."""
+    ep = Episode("e/0", "p", 0, {"id": "t", "question": "2+3"})
+    calc = {"action": "calc", "value": "2+3"}
+    ep.commit_outputs([_output("solver", 1, "<calc>2+3</calc>", calc), _output("solver", 2, "?", None)])
+    ep.observe(1, {"tool": "calc", "query": "2+3", "result": "5"})
+    ep.observe(2, {"tool": "calc", "query": "?", "error": "boom"})
+    ep.observe(1, {"tool": "search", "query": "q", "documents": [{"id": "d", "title": "Ti", "text": "Tx"}]})
+    ep.observe(1, {"env": "sandbox", "agent": "solver", "result": "ok"})
+    ctx = ep.context(role="solver", replica=1, pool_size=2, turn=1, max_turns=2)
+    assert [type(h) for h in ctx["history"]] == [dict] * 6 and ctx["history"][:3] == [
+        {
+            "kind": "output",
+            "role": "solver",
+            "replica": 1,
+            "text": "<calc>2+3</calc>",
+            "valid": True,
+            "value": calc,
+        },
+        {"kind": "output", "role": "solver", "replica": 2, "text": "?", "valid": False, "value": None},
+        {"kind": "observation", "replica": 1, "tool": "calc", "query": "2+3", "result": "5"},
+    ]
+    assert ctx["history"][5] == {
+        "kind": "observation",
+        "replica": 1,
+        "env": "sandbox",
+        "agent": "solver",
+        "result": "ok",
+    }
+    renderer = PromptRenderer([ROOT / "workflows"])
+    assert renderer.render("supervisor/_history.j2", ctx) == (
+        "\n[solver] <calc>2+3</calc>\n[solver] ?\n<output>5</output>\n<output>error: boom</output>\n"
+        "<information>\nDoc 1 (Ti): Tx\n</information>\n<output>ok</output>"
+    )
+    second = ep.context(role="solver", replica=2, pool_size=2, turn=1, max_turns=2)
+    assert renderer.render("react_pool/worker.j2", second) == "Q 2+3= ? boom"
+    # read by key, as the embedded model's tool agent reads it (`srpo_dsl.models.tiny`)
+    assert [h["result"] for h in ep.history if h["kind"] == "observation" and "result" in h] == ["5", "ok"]

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lark import Token
+from lark.common import LexerConf
 from lark.exceptions import UnexpectedCharacters
 from lark.lexer import Lexer, LexerState
 
@@ -24,7 +25,7 @@ class ScanLexer(Lexer):
 
     __future_interface__ = 2  # lex(lexer_state, parser_state)
 
-    def __init__(self, conf: Any):
+    def __init__(self, conf: LexerConf):
         # Lark's order: priority, then longest possible match, then longest literal, then name.
         terminals = sorted(
             conf.terminals, key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name)

@@ -13,6 +13,7 @@ import ast
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -71,7 +72,7 @@ class Params:
         )
 
     @classmethod
-    def of_callable(cls, fn: Any) -> Params:
+    def of_callable(cls, fn: Callable[..., object]) -> Params:
         ps = list(inspect.signature(fn).parameters.values())
         kind = inspect.Parameter
         positional = [p for p in ps if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)]
@@ -214,21 +215,22 @@ class TopLevel:
 
 def top_level(tree: ast.Module) -> TopLevel:
     """Names bound by the module's own statements (inside top-level `if`/`try`/`with` too); the last wins."""
-    defs: dict[str, tuple[Any, int]] = {}
+    defs: dict[str, tuple[ast.FunctionDef | ast.AsyncFunctionDef, int]] = {}
     others: dict[str, tuple[str, int]] = {}
 
-    def bind(name: str, node: ast.AST, how: str | None) -> None:
+    def bind(name: str, node: ast.stmt, how: str) -> None:
+        """The statement `node` binds `name` (`how`: def, class, assignment or import)."""
         defs.pop(name, None)
         others.pop(name, None)
-        if how is None:
-            defs[name] = (node, node.lineno)  # type: ignore[attr-defined]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs[name] = (node, node.lineno)
         else:
-            others[name] = (how, node.lineno)  # type: ignore[attr-defined]
+            others[name] = (how, node.lineno)
 
     def visit(body: list[ast.stmt]) -> None:
         for st in body:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                bind(st.name, st, None)
+                bind(st.name, st, "def")
             elif isinstance(st, ast.ClassDef):
                 bind(st.name, st, "class")
             elif isinstance(st, (ast.Import, ast.ImportFrom)):

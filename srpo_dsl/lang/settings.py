@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from srpo_dsl.lang.declarations import Binding
 from srpo_dsl.lang.graph import EventGraph, ToolNode
@@ -84,7 +84,7 @@ def _known(name: str, what: str, option: str, names: list[str]) -> None:
         raise SettingError(f"the {what} `{name}` has no option `{option}` ({known}{', '.join(names)})")
 
 
-def _validated(model: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+def _validated(model: type[BaseModel], options: Mapping[str, Any]) -> dict[str, Any]:
     try:
         return model(**options).model_dump()
     except ValidationError as exc:

@@ -6,7 +6,7 @@ import functools
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import jinja2
 from jinja2 import meta, nodes
@@ -17,10 +17,11 @@ from srpo_dsl.lang.schema import CONTEXT_VARIABLES
 
 PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 SHUFFLE_SEED = "__shuffle_seed__"  # the context key the renderer sets for `shuffle` (no template reads it)
+T = TypeVar("T")
 
 
 @jinja2.pass_context
-def shuffle(context: jinja2.runtime.Context, items: Iterable[Any]) -> list[Any]:
+def shuffle(context: jinja2.runtime.Context, items: Iterable[T]) -> list[T]:
     """`{{ team_context | shuffle }}`: the items in an order drawn from the seed the renderer was given
     (the executor's: the run's seed, the episode and its event), so a run is reproducible and every member
     of one event sees the same order (MARTI's debate and mixture-of-agents shuffle the answers they show)."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import ConfigDict
 
@@ -166,6 +167,57 @@ def context_entry(role: str, replica: int, text: str, valid: bool, value: object
     return {"role": role, "replica": replica, "text": text, "valid": valid, "value": value}
 
 
+class HistoryEntry(Mapping[str, object]):
+    """An item of an episode's `history`, in a template's context the dict docs/dsl.md documents: `kind`
+    ("output" or "observation") and its fields (`as_dict`). Python code reads its attributes; it stays
+    a read-only mapping of that dict for code that reads it by key (`srpo_dsl.models.tiny`)."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def as_dict(self) -> dict[str, object]:
+        """The entry as a template sees it, `kind` first."""
+
+    def __getitem__(self, key: str) -> object:
+        return self.as_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
+
+
+@dataclass(frozen=True)
+class OutputEntry(HistoryEntry):
+    """A committed output (`kind` "output"): what `context_entry` records of it."""
+
+    kind: ClassVar[str] = "output"
+    role: str
+    replica: int
+    text: str
+    valid: bool
+    value: object
+
+    def as_dict(self) -> dict[str, object]:
+        entry = context_entry(self.role, self.replica, self.text, self.valid, self.value)
+        return {"kind": self.kind, **entry}
+
+
+@dataclass(frozen=True)
+class ObservationEntry(HistoryEntry):
+    """An observation for the member `replica` (`kind` "observation"): a tool's `{tool, query, result |
+    documents | error}` or an environment's `{env, agent, result}`, as the episode's `observations` hold
+    it."""
+
+    kind: ClassVar[str] = "observation"
+    replica: int
+    observation: Mapping[str, object]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "replica": self.replica, **self.observation}
+
+
 @dataclass
 class Episode:
     """A rollout of the graph for one task; `sample` is its index in the prompt's group."""
@@ -184,7 +236,7 @@ class Episode:
     documents: list[str] = field(default_factory=list)
     # Python tools' {tool, query, result|error} and environments' {env, agent, result}
     observations: list[dict] = field(default_factory=list)
-    history: list[dict] = field(default_factory=list)  # outputs and tool observations, in order
+    history: list[HistoryEntry] = field(default_factory=list)  # outputs and observations, in order
     envs: dict[str, EnvProgress] = field(default_factory=dict)  # environment -> its part of the episode
     spent: dict[tuple[str, int], int] = field(default_factory=dict)  # (agent, replica) -> tokens generated
     stopped: set[tuple[str, int]] = field(
@@ -241,13 +293,13 @@ class Episode:
 
     def commit_outputs(self, members: list[Member]) -> None:
         """An event's outputs become visible to the roles that act after it."""
-        entries = [context_entry(m.role, m.replica, m.text, m.valid, m.parsed) for m in members]
-        self.team_context += entries
-        self.history += [{"kind": "output", **e} for e in entries]
+        entries = [OutputEntry(m.role, m.replica, m.text, m.valid, m.parsed) for m in members]
+        self.team_context += [context_entry(e.role, e.replica, e.text, e.valid, e.value) for e in entries]
+        self.history += entries
 
-    def observe(self, replica: int, observation: dict) -> None:
-        """A tool's observation for the member `replica` that asked joins the history."""
-        self.history.append({"kind": "observation", "replica": replica, **observation})
+    def observe(self, replica: int, observation: Mapping[str, object]) -> None:
+        """An observation for the member `replica` (a tool's, for the member that asked) joins the history."""
+        self.history.append(ObservationEntry(replica, observation))
 
     def context(
         self,
@@ -262,7 +314,7 @@ class Episode:
         """The template variables of docs/dsl.md (`agent ... prompt`) (see `srpo_dsl.runtime.prompts`)."""
         return {
             "actions": list(actions),
-            "history": list(self.history),
+            "history": [h.as_dict() for h in self.history],
             "task": self.task,
             "step": self.step + 1,
             "turn": turn,

@@ -132,7 +132,7 @@ class ToolResult:
     result: str | None
     error: str | None  # why the call gave no result (raised, timed out, a wrong return)
 
-    def observation(self, tool: str) -> dict[str, Any]:
+    def observation(self, tool: str) -> dict[str, str | None]:
         if self.error is not None:
             return {"tool": tool, "query": self.query, "error": self.error}
         return {"tool": tool, "query": self.query, "result": self.result}

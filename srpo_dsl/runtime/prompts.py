@@ -17,6 +17,9 @@ provides these top-level names (`CONTEXT_VARIABLES`):
 - `observations`: Python tools' `{tool, query, result|error}` and environments' `{env, agent,
   result}` so far; `observation`: the latest text an environment addressed to this role, or None.
 - `memory`: dict with `accepted`, `feedback` and `documents`.
+- `history`: the episode so far in order, as dicts: each output `{kind: "output", role, replica, text,
+  valid, value}` and each observation `{kind: "observation", replica, ...}` (the typed entries of
+  `Episode.history`, `as_dict`); `actions`: what an acting agent may take in this step.
 
 Besides Jinja2's filters, `shuffle` (`srpo_dsl.lang.templates.FILTERS`): `{{ team_context | shuffle }}`
 lists the items in an order drawn from the seed `render` is given.

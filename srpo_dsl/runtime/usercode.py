@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from srpo_dsl.errors import InputError
@@ -59,7 +59,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         yield
         return
 
-    def expire(signum: int, frame: Any) -> None:
+    def expire(signum: int, frame: FrameType | None) -> None:
         raise UserTimeout
 
     previous = signal.signal(signal.SIGALRM, expire)

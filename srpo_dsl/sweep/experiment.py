@@ -50,6 +50,7 @@ SWEEP_OWNED = {
 OVERRIDES = tuple(name for name in TrainOptions.model_fields if name not in SWEEP_OWNED)
 EVAL_OPTIONS = {"k": "eval_k", "size": "eval_size", "every": "eval_every"}  # [eval] key -> train option
 CELL_NAME = r"^[A-Za-z0-9_.=+\-]+$"
+Loc = tuple[str | int, ...]  # a place in the experiment file: keys and list indexes (as pydantic's `loc`)
 Scalar = bool | int | float | str
 
 
@@ -150,11 +151,11 @@ class Where:
     path: Path
     text: str
 
-    def error(self, loc: tuple[Any, ...], message: str) -> ExperimentError:
+    def error(self, loc: Loc, message: str) -> ExperimentError:
         line, col = locate(self.text, loc)
         return ExperimentError([f"{self.path}:{line}:{col}: error: {message}"], True)
 
-    def existing(self, relative: str, loc: tuple[Any, ...]) -> Path:
+    def existing(self, relative: str, loc: Loc) -> Path:
         """A file named in the experiment (relative to its folder); an error at `loc` if it is missing."""
         p = Path(relative) if Path(relative).is_absolute() else self.path.parent / relative
         if not p.is_file():
@@ -162,7 +163,7 @@ class Where:
         return p
 
 
-def overrides_of(extra: dict[str, Any], loc: tuple[Any, ...], where: Where, lists: bool) -> dict[str, Any]:
+def overrides_of(extra: dict[str, Any], loc: Loc, where: Where, lists: bool) -> dict[str, Any]:
     """A table's override keys, checked: known `train` options, values of the right type."""
     for key, value in extra.items():
         if key in SWEEP_OWNED:
@@ -178,14 +179,14 @@ def overrides_of(extra: dict[str, Any], loc: tuple[Any, ...], where: Where, list
     return dict(extra)
 
 
-def check_value(key: str, value: Any, loc: tuple[Any, ...], where: Where) -> None:
+def check_value(key: str, value: Any, loc: Loc, where: Where) -> None:
     try:
         TrainOptions.model_validate({key: value})
     except ValidationError as exc:
         raise where.error(loc, f"override `{key}` = {value!r}: {exc.errors()[0]['msg']}") from None
 
 
-Located = tuple[Cell, tuple[Any, ...]]  # a cell and where the file defines it
+Located = tuple[Cell, Loc]  # a cell and where the file defines it
 
 
 def named_cells(spec: ExperimentSpec, base: dict[str, Any], where: Where) -> list[Located]:

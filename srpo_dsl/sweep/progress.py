@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from srpo_dsl.sweep.state import SweepState
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 COLOURS = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red"}
 
@@ -13,7 +16,7 @@ def summary(state: SweepState) -> str:
     return ", ".join(f"{n} {status}" for status, n in state.counts().items())
 
 
-def view(state: SweepState) -> Any:
+def view(state: SweepState) -> Table:
     """A table of every run: status, attempts, wall time, and the error of a failed one."""
     from rich.table import Table
 

@@ -113,7 +113,13 @@ def results_csv(cells: list[CellResult]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     for c in cells:
-        row: list[Any] = [c.name, c.workflow, overrides_text(c.overrides), len(c.runs), len(c.failed)]
+        row: list[str | int | float] = [
+            c.name,
+            c.workflow,
+            overrides_text(c.overrides),
+            len(c.runs),
+            len(c.failed),
+        ]
         row += [v for m in METRICS for v in (c.spreads[m].mean, c.spreads[m].std)]
         for m in PAIRED:
             d = c.versus.get(m)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -42,6 +42,13 @@ PAIRED = {"final_avg": "avg_at_k", "final_pass": "pass_at_k"}  # metric -> per-p
 SCHEME = "two-stage: seeds with replacement, then each dataset's prompts with replacement within each seed"
 
 
+class PromptOutcomes(TypedDict):
+    """One dataset of an evaluation (eval_prompts.jsonl): each held-out prompt's id and correct samples."""
+
+    ids: list[str]
+    correct: list[int]  # of k
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One finished run: its held-out curve (percent) and its last evaluation's per-prompt outcomes."""
@@ -52,7 +59,7 @@ class RunResult:
     avg: list[float]
     passed: list[float]
     values: dict[str, float]  # METRICS
-    prompts: dict[str, dict[str, Any]]  # dataset -> {"ids": [...], "correct": [...]}
+    prompts: dict[str, PromptOutcomes]  # by dataset
 
 
 def read_run(folder: Path, seed: int, wall_s: float) -> RunResult:

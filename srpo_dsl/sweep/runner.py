@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from srpo_dsl.sweep.experiment import Cell, Experiment
@@ -171,7 +172,7 @@ class Sweep:
                 raise
 
 
-def interrupted(signum: int, frame: Any) -> None:
+def interrupted(signum: int, frame: FrameType | None) -> None:
     """SIGTERM as Ctrl-C: the sweep stops its runs and exits (130) instead of orphaning them."""
     raise KeyboardInterrupt
 
