@@ -167,10 +167,10 @@ def stopped_without_workers(run: TrainingRun, done: int, exc: NoWorkerLeft) -> T
 
 def train_step(run: TrainingRun, step: int) -> dict[str, float]:
     """Roll out, build rows and advantages, update every engine, push the new weights, log."""
-    clock = [time.perf_counter()]
+    started = time.perf_counter()
     episodes, fed = rollout(run, step)
     rows = training_rows(run, episodes)
-    clock.append(time.perf_counter())
+    rolled_out = time.perf_counter()
     lr = next(p.engine.get_lr()[0] for p in run.policies.values() if p.engine is not None)
     sleep(run.policies)
     # a checkpointed step's rollouts go to OUT/traces.jsonl, with what the update did with each event
@@ -180,16 +180,27 @@ def train_step(run: TrainingRun, step: int) -> dict[str, float]:
     stats = update(
         run.policies, rows, run.opts, run.dist, run.temperatures, run.keys, clips, run.objective, stale
     )
-    clock.append(time.perf_counter())
+    updated = time.perf_counter()
     sync_weights(run.policies)
     if run.feed is not None:
         run.feed.publish(run.policies, step)
-    clock.append(time.perf_counter())
+    clock = StepClock(started, rolled_out, updated, synced=time.perf_counter())
     row = step_metrics(run, step, episodes, rows, stats, lr, clock) | memory_metrics(run.dist) | fed
     if run.log is not None:
         updates = event_updates(rows.members, rows.advantages, clips) if clips is not None else {}
         run.log.step(row, episodes if traced else [], updates)
     return row
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """When a training step started, and when its rollouts, its update and its weight push were done
+    (`time.perf_counter` seconds)."""
+
+    started: float
+    rolled_out: float
+    updated: float
+    synced: float
 
 
 def due(step: int, every: int, last: int) -> bool:
@@ -257,13 +268,12 @@ def step_metrics(
     rows: Rows,
     stats: Mapping[str, float],
     lr: float,
-    clock: list[float],
+    clock: StepClock,
 ) -> dict[str, float]:
     """The step's row of metrics.jsonl (global over ranks).
 
-    The paper's training-dynamics panels, the step's time and its parts (`clock`: start, rollout
-    done, update done, weights pushed), then the metrics of each role and event type
-    (`role_metrics.py`).
+    The paper's training-dynamics panels, the step's time and its parts, then the metrics of each role
+    and event type (`role_metrics.py`).
     """
     local = [len(episodes), sum(e.reward for e in episodes), sum(e.score for e in episodes)]
     local += [float(sum(rows.response_lengths)), rows.dropped_events, *step_sums(run.keys, episodes, rows)]
@@ -281,11 +291,11 @@ def step_metrics(
             "clip_fraction": stats.get("clip_fraction", 0.0),
             "lr": lr,
             "loss": stats.get("loss", 0.0),
-            "time": clock[-1] - clock[0],
-            "time/rollout": clock[1] - clock[0],
-            "time/update": clock[2] - clock[1],
-            "time/sync": clock[3] - clock[2],
-            "time/elapsed": clock[3] - run.began,
+            "time": clock.synced - clock.started,
+            "time/rollout": clock.rolled_out - clock.started,
+            "time/update": clock.updated - clock.rolled_out,
+            "time/sync": clock.synced - clock.updated,
+            "time/elapsed": clock.synced - run.began,
         }
         | keyed_metrics(run.keys, by_key, stats)
         | {k: v for k, v in stats.items() if k.startswith("importance_")}
