@@ -28,7 +28,7 @@ from srpo_dsl.devices import resolve_device
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.registries import ROLLOUT_ENGINES
+from srpo_dsl.registries import ROLLOUT_ENGINES, rollout_engine_problem
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce, barrier, init_distributed
 from srpo_dsl.rl.engines.ds_engine import read_ds_config
@@ -509,15 +509,9 @@ def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:
 
 
 def check_backend(backend: str, device: str) -> None:
-    """The rollout engine can be built here: `hf` anywhere, `vllm` installed and on CUDA."""
-    import importlib.util
-
-    if backend not in ROLLOUT_ENGINES:
-        raise TrainError(f"--backend {backend}: train rolls out with {' or '.join(ROLLOUT_ENGINES)}")
-    if backend == "vllm" and device != "cuda":
-        raise TrainError("--backend vllm needs a CUDA GPU (use --backend hf on CPU)")
-    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise TrainError("--backend vllm needs the optional extra: pip install 'srpo-dsl[vllm]'")
+    """The rollout engine can be built here, as its entry declares (`rollout_engine_problem`)."""
+    if problem := rollout_engine_problem(backend, device):
+        raise TrainError(problem)
 
 
 def check_memory(
@@ -527,7 +521,7 @@ def check_memory(
     when `kl > 0`, must fit this GPU (rl/engines/fit.py)."""
     from srpo_dsl.rl.engines.fit import Layout, check_fit
 
-    layout = Layout(opts.zero, dist.world_size, offload, engine, reference=opts.kl > 0)
+    layout = Layout(opts.zero, dist.world_size, offload, ROLLOUT_ENGINES[engine], reference=opts.kl > 0)
     if problem := check_fit(graph, paths, layout, dist.device):
         raise TrainError(problem)
 
