@@ -9,6 +9,7 @@ from __future__ import annotations
 from srpo_dsl.errors import UsageError
 
 DEVICES = ("cpu", "cuda")
+DEVICE_WORDS = {"cpu": "the CPU", "cuda": "a CUDA GPU"}  # as error lines name them
 
 
 class DeviceError(UsageError):

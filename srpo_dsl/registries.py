@@ -13,9 +13,13 @@ anything. A plugin adds an entry with the registry's `register` decorator, in it
                                                                     (rl/objective/advantages.py)
     SET_NORMS             c(K): [E] set sizes -> [E] factors        SET_NORMS.register
     REWARDS               (pred, task, field) -> float              register_reward (envs/rewards.py)
-    BACKENDS              (model, **options) -> Backend: run, eval  BACKENDS.register
-    ROLLOUT_ENGINES       (module, tokenizer, path, dist, decode)   ROLLOUT_ENGINES.register
-                          -> RolloutEngine: train (rl/engines/policies.py)
+    BACKENDS              BackendKind: run, eval                    BACKENDS.add
+    ROLLOUT_ENGINES       RolloutEngineKind: train                  ROLLOUT_ENGINES.add
+
+A backend or a rollout engine is a kind: its factory (an import path, loaded when the first one is
+built) and what it can do, declared on the entry. Code reads these capabilities, never a name, so
+an engine registered by a plugin is treated as its declaration says (docs/dsl.md, "Adding a
+rollout engine").
 
 The language's own kinds (output contracts, task and tool kinds, policy kinds) are registries of
 `srpo_dsl.lang.schema`, whose entries carry their option models.
@@ -27,6 +31,8 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, TypeVar
+
+from srpo_dsl.devices import DEVICE_WORDS
 
 T = TypeVar("T")
 
@@ -144,18 +150,88 @@ REWARDS: Registry[Any] = Registry(
         "f1": "srpo_dsl.envs.rewards:f1_reward",
     },
 )
-BACKENDS: Registry[Any] = Registry(
-    "backend",
-    {
-        "hf": "srpo_dsl.backends:open_hf",
-        "scripted": "srpo_dsl.backends:open_scripted",
-        "vllm": "srpo_dsl.backends:open_vllm",
-    },
+
+
+@dataclass(frozen=True)
+class FactoryEntry:
+    """An entry that makes things: `factory` is the callable or its import path `"package.module:attribute"`,
+    imported at the first `make`; the entry's other fields are read without importing anything."""
+
+    factory: str | Callable[..., Any]
+
+    def make(self, *args: Any, **kwargs: Any) -> Any:
+        factory = load(self.factory) if isinstance(self.factory, str) else self.factory
+        return factory(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class BackendKind(FactoryEntry):
+    """A backend `run` and `eval` generate with: `factory(model, **options) -> Backend`
+    (`srpo_dsl.backends.base.Backend`), `model` a local path or repo id (if `replays_script`: a reply
+    script)."""
+
+    options: tuple[str, ...] = ()  # the call's options it is given, of `device` and `decode` (others: none)
+    replays_script: bool = False  # its models are reply-script files: required, checked to exist, not
+    # resolved as model specs; each policy's tokenizer comes from the model the workflow names (if local)
+
+
+BACKENDS: Registry[BackendKind] = Registry("backend")
+BACKENDS.add("hf", BackendKind("srpo_dsl.backends:open_hf", options=("device", "decode")))
+BACKENDS.add("scripted", BackendKind("srpo_dsl.backends:open_scripted", replays_script=True))
+BACKENDS.add("vllm", BackendKind("srpo_dsl.backends:open_vllm"))
+
+
+@dataclass(frozen=True)
+class RolloutEngineKind(FactoryEntry):
+    """A rollout engine `train` generates with: `factory(module, tokenizer, path, dist, decode)`
+    returns a `srpo_dsl.backends.base.RolloutEngine`; called once per policy (once per shared base for
+    adapters)."""
+
+    generates_with_module: bool = True  # with the trainer's torch module (`module`): frozen policies live
+    # on the device, ZeRO-3 gives it a full copy (the fit check counts both); False: `module` is None, it
+    # loads `path` itself and frozen policies stay on the CPU
+    serves_adapters: bool = False  # adapter(...) policies on a shared base: `module` is the peft model with
+    # every adapter, each request naming its own (`GenRequest.adapter`); else such a workflow is refused
+    devices: tuple[str, ...] = ("cpu", "cuda")  # the devices it runs on (`srpo_dsl.devices.DEVICES`)
+    needs_package: str | None = None  # a module it imports, looked for before anything loads
+    install: str = ""  # how to install `needs_package`: the end of the error line when it is missing
+    reserves_gpu_share: bool = False  # keeps its own share of each GPU (`SRPO_DSL_VLLM_MEMORY`, default
+    # 0.3: `rl.engines.fit.vllm_memory_share`), which the fit check leaves out of the training memory
+
+    def __post_init__(self) -> None:
+        if self.serves_adapters and not self.generates_with_module:
+            raise ValueError(
+                "a rollout engine serves adapters with the trainer's module: generates_with_module"
+            )
+
+
+ROLLOUT_ENGINES: Registry[RolloutEngineKind] = Registry("rollout engine")
+ROLLOUT_ENGINES.add("hf", RolloutEngineKind("srpo_dsl.rl.engines.policies:hf_engine", serves_adapters=True))
+ROLLOUT_ENGINES.add(
+    "vllm",
+    RolloutEngineKind(
+        "srpo_dsl.rl.engines.policies:vllm_engine",
+        generates_with_module=False,
+        devices=("cuda",),
+        needs_package="vllm",
+        install="pip install 'srpo-dsl[vllm]'",
+        reserves_gpu_share=True,
+    ),
 )
-ROLLOUT_ENGINES: Registry[Any] = Registry(
-    "rollout engine",
-    {
-        "hf": "srpo_dsl.rl.engines.policies:hf_engine",
-        "vllm": "srpo_dsl.rl.engines.policies:vllm_engine",
-    },
-)
+
+
+def rollout_engine_problem(name: str, device: str) -> str | None:
+    """Why the rollout engine `name` cannot be built on `device` (one line), or None: an unknown name, a
+    device it does not run on, a package it needs that is not installed."""
+    import importlib.util
+
+    if name not in ROLLOUT_ENGINES:
+        return f"--backend {name}: train rolls out with {' or '.join(ROLLOUT_ENGINES)}"
+    kind = ROLLOUT_ENGINES[name]
+    if device not in kind.devices:
+        there = " or ".join(n for n, k in ROLLOUT_ENGINES.items() if device in k.devices)
+        needs = " or ".join(DEVICE_WORDS.get(d, d) for d in kind.devices)
+        return f"--backend {name} needs {needs} (use --backend {there} on {device.upper()})"
+    if kind.needs_package is not None and importlib.util.find_spec(kind.needs_package) is None:
+        return f"--backend {name} needs the optional extra: {kind.install}"
+    return None

@@ -54,7 +54,7 @@ def run_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def test_choices_come_from_the_registries_and_the_names() -> None:
-    from srpo_dsl.cli.run_cmds import BackendKind
+    from srpo_dsl.cli.run_cmds import BackendName
     from srpo_dsl.cli.train_cmds import RolloutEngine
 
     values = lambda enum: tuple(e.value for e in enum)  # noqa: E731
@@ -62,7 +62,7 @@ def test_choices_come_from_the_registries_and_the_names() -> None:
     assert values(SetNorm) == tuple(registries.SET_NORMS) == ("sqrt", "mean", "none")
     assert values(Offload) == choices.OFFLOAD
     assert values(Device) == devices.DEVICES
-    assert values(BackendKind) == tuple(registries.BACKENDS) == ("hf", "scripted", "vllm")
+    assert values(BackendName) == tuple(registries.BACKENDS) == ("hf", "scripted", "vllm")
     assert values(RolloutEngine) == tuple(registries.ROLLOUT_ENGINES) == ("hf", "vllm")
 
 

@@ -66,6 +66,8 @@ def test_every_builtin_entry_resolves() -> None:
     for registry in HUB:
         assert all(registry[name] is not None for name in registry), registry.what
     assert all(callable(CONTRACTS[name].parser) for name in CONTRACTS)
+    for kinds in (registries.BACKENDS, registries.ROLLOUT_ENGINES):  # factories by import path
+        assert all(callable(registries.load(kinds[name].factory)) for name in kinds), kinds.what
     assert all(callable(kinds[name].maker) for kinds in (TASK_KINDS, TOOL_KINDS) for name in kinds)
     assert {r.what for r in HUB} == {
         "objective",

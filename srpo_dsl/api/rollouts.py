@@ -17,7 +17,7 @@ from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import write_atomic
 from srpo_dsl.outputs import check_files, check_out, staged_output
-from srpo_dsl.registries import BACKENDS
+from srpo_dsl.registries import BACKENDS, BackendKind
 from srpo_dsl.rl.loop.runlog import write_graph
 from srpo_dsl.runtime.metrics import DatasetMetrics
 from srpo_dsl.runtime.traces import TraceEpisode, write_traces
@@ -40,18 +40,20 @@ class Engines:
     verbose: bool = False
 
     @property
-    def scripted(self) -> bool:
-        return self.backend == "scripted"
+    def kind(self) -> BackendKind:
+        """The backend's entry (`BACKENDS`): its factory and what it can do."""
+        return BACKENDS[self.backend]
 
     def check(self, wf: CompiledWorkflow) -> dict[str, str]:
         """The backend and device usable here, the models as {policy: model}; before anything loads."""
         if self.backend not in BACKENDS:
             raise UsageError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
-        if self.scripted and not self.models:
-            raise UsageError("the scripted backend needs its reply script: models='replies.json'")
+        script = self.kind.replays_script
+        if script and not self.models:
+            raise UsageError(f"the {self.backend} backend needs its reply script: models='replies.json'")
         check_device(self.device)
         models = model_overrides(self.models, list(wf.graph.policies))
-        check_files(Path(p) for p in (models.values() if self.scripted else ()))
+        check_files(Path(p) for p in (models.values() if script else ()))
         check_tools(wf)
         return models
 
@@ -62,22 +64,23 @@ class Engines:
         from srpo_dsl.models.specs import policy_models
         from srpo_dsl.runtime.setup import build_backends, build_tools
 
-        options = {"decode": self.decode} | ({"device": self.device} if self.device else {})
+        given = {"decode": self.decode} | ({"device": self.device} if self.device else {})
+        options = {name: value for name, value in given.items() if name in self.kind.options}
+        script = self.kind.replays_script
         try:
             tools = build_tools(wf)
-            specs = policy_models(wf.graph, models, resolve=not self.scripted)
-            own = scripted_tokenizers(wf, specs) if self.scripted else {}
-            backends = build_backends(
-                wf, self.backend, specs, own, **(options if self.backend == "hf" else {})
-            )
+            specs = policy_models(wf.graph, models, resolve=not script)
+            own = scripted_tokenizers(wf, specs) if script else {}
+            backends = build_backends(wf, self.backend, specs, own, **options)
         except (BackendError, RetrieverError, ValueError, OSError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
         return backends, tools
 
 
 def scripted_tokenizers(wf: CompiledWorkflow, specs: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """Per policy of `specs`, the tokenizer the scripted backend counts its replies in: the one of the
-    model the workflow names for it, where it is on this machine (`local_tokenizer`); else none (bytes)."""
+    """Per policy of `specs`, the tokenizer a backend that replays a script (`scripted`) counts its replies
+    in: the one of the model the workflow names for it, where it is on this machine (`local_tokenizer`);
+    else none (bytes)."""
     from srpo_dsl.models.specs import local_tokenizer
 
     found = {n: local_tokenizer(wf.graph.policies[n].model) for n in specs}

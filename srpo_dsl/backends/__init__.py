@@ -1,9 +1,9 @@
 """Generation backends (`hf`, `scripted`, `vllm`) behind one protocol, opened by name.
 
-The backends `run` and `eval` generate with are the entries of `srpo_dsl.registries.BACKENDS`:
-`open(model, **options) -> Backend`, where `model` is a local path or repo id
-(`srpo_dsl.models.specs.resolve_model_spec`) or,
-for `scripted`, the reply script (a JSON file). `BACKENDS.register(name)` adds one.
+The backends `run` and `eval` generate with are the entries of `srpo_dsl.registries.BACKENDS`
+(`BackendKind`): a factory `open(model, **options) -> Backend`, where `model` is a local path or repo id
+(`srpo_dsl.models.specs.resolve_model_spec`) or, for a backend that replays a script (`scripted`), the
+reply script (a JSON file), and the options it takes. `BACKENDS.add(name, BackendKind(...))` adds one.
 """
 
 from __future__ import annotations
@@ -39,4 +39,4 @@ def make_backend(kind: str, model: str, **options: object) -> Backend:
     resolves a workflow's specs); for `scripted`, `model` is the reply script (a JSON file)."""
     if kind not in BACKENDS:
         raise BackendError(f"unknown backend `{kind}`: expected one of {', '.join(BACKENDS)}")
-    return BACKENDS[kind](model, **options)
+    return BACKENDS[kind].make(model, **options)

@@ -34,14 +34,14 @@ if TYPE_CHECKING:
     from srpo_dsl.api import Workflow
     from srpo_dsl.api.runs import BranchMark, Member, TraceEpisode, TraceEvent
 
-BackendKind = choices("BackendKind", BACKENDS)
+BackendName = choices("BackendName", BACKENDS)
 
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
 DATA = typer.Option(None, "--data", help="Task file (JSONL/Parquet); default: the workflow's own binding.")
 LIMIT = typer.Option(None, "--limit", min=1, help="Use only the first N prompts.")
 SEED = typer.Option(0, "--seed", help="Sampling seed (runs are reproducible).")
-BACKEND = typer.Option(BackendKind.hf, "--backend", help="hf | scripted (replies from a JSON file) | vllm.")
+BACKEND = typer.Option(BackendName.hf, "--backend", help="hf | scripted (replies from a JSON file) | vllm.")
 MODEL = typer.Option(
     [],
     "--model",
@@ -88,11 +88,11 @@ def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, s
 
 
 def engines_of(
-    backend: BackendKind, model: list[str], wf: Workflow, device: Device | None, decode: Decode, verbose: bool
+    backend: BackendName, model: list[str], wf: Workflow, device: Device | None, decode: Decode, verbose: bool
 ) -> dict[str, Any]:
     """The API's rollout settings from the command line's flags."""
-    if backend is BackendKind.scripted and not model:
-        raise CliError("--backend scripted needs the reply script: --model replies.json")
+    if BACKENDS[backend.value].replays_script and not model:
+        raise CliError(f"--backend {backend.value} needs the reply script: --model replies.json")
     return {
         "backend": backend.value,
         "models": models_of(model, wf),
@@ -124,7 +124,7 @@ def run(
     limit: int | None = LIMIT,
     samples: int = typer.Option(1, "--samples", "-G", min=1, help="Rollouts per prompt (the group G)."),
     seed: int = SEED,
-    backend: BackendKind = BACKEND,
+    backend: BackendName = BACKEND,
     model: list[str] = MODEL,
     device: Device | None = DEVICE,
     decode: Decode = DECODE,
@@ -167,7 +167,7 @@ def eval_cmd(
     k: int = typer.Option(16, "-k", min=1, help="Samples per query (Avg@k, Pass@k)."),
     limit: int | None = LIMIT,
     seed: int = SEED,
-    backend: BackendKind = BACKEND,
+    backend: BackendName = BACKEND,
     model: list[str] = MODEL,
     device: Device | None = DEVICE,
     decode: Decode = DECODE,

@@ -5,9 +5,10 @@ out-of-memory error minutes into loading.
 Per GPU, with bf16 weights and gradients and fp32 master weights plus two Adam moments (the
 mixed-precision layout DeepSpeed uses on CUDA): weights 2 bytes per parameter (split over the
 ranks under ZeRO-3), gradients 2 per trainable parameter (split from ZeRO-2), optimizer state
-12 per trainable parameter (split from ZeRO-1; none on the GPU when offloaded). The `hf`
-rollout engine adds a full bf16 copy under ZeRO-3 (it cannot generate from shards); the `vllm`
-engine takes its share of the GPU (`vllm_memory_share`) and holds frozen policies. With `kl > 0`
+12 per trainable parameter (split from ZeRO-1; none on the GPU when offloaded). As the rollout
+engine's entry declares (`RolloutEngineKind`): one that generates with the trainer's module (`hf`)
+adds a full bf16 copy under ZeRO-3 (it cannot generate from shards) and keeps frozen policies on the
+GPU; one that reserves a GPU share (`vllm`: `vllm_memory_share`) holds frozen policies in it. With `kl > 0`
 every trained model (in full or `lora(...)`) keeps a frozen reference copy of its initial weights
 on the GPU, 2 bytes per parameter at every stage (adapters score their reference through the base
 they share, no copy). Activations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.registries import RolloutEngineKind
 
 WEIGHT, GRAD, OPTIMIZER = 2, 2, 12  # bytes per parameter (see above)
 
@@ -35,12 +37,13 @@ def vllm_memory_share() -> float:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the training state is spread: ZeRO stage, ranks, CPU offload, and the rollout engine."""
+    """How the training state is spread: ZeRO stage, ranks, CPU offload, and the rollout engine's
+    capabilities (whether it generates with the trained module, whether it keeps a GPU share)."""
 
     zero: int
     world_size: int
     offload: str  # none | optimizer | params | all
-    backend: str  # hf | vllm
+    engine: RolloutEngineKind
     reference: bool = False  # kl > 0: each trained model's frozen reference copy
 
 
@@ -55,7 +58,7 @@ def training_bytes(params: int, trainable: int, layout: Layout) -> float:
     optimizer = OPTIMIZER * trainable / (split if layout.zero >= 1 else 1)
     if layout.offload in ("optimizer", "all"):
         optimizer = 0.0
-    rollout_copy = WEIGHT * params if layout.zero == 3 and layout.backend == "hf" else 0.0
+    rollout_copy = WEIGHT * params if layout.zero == 3 and layout.engine.generates_with_module else 0.0
     return weights + grads + optimizer + rollout_copy
 
 
@@ -76,8 +79,8 @@ def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: Layout) ->
         if spec.base is not None:
             continue
         params = parameter_count(paths[name])
-        if not spec.trainable and name not in hosts:  # frozen: a plain module (vllm: in its own share)
-            out[name] = float(WEIGHT * params) if layout.backend == "hf" else 0.0
+        if not spec.trainable and name not in hosts:  # frozen: a plain module (else in the engine's share)
+            out[name] = float(WEIGHT * params) if layout.engine.generates_with_module else 0.0
             continue
         trainable = params if spec.trainable and not spec.lora else 0
         reference = WEIGHT * params if layout.reference and spec.trainable else 0.0
@@ -106,10 +109,11 @@ def fit_problem(needed: Mapping[str, float], available: float, layout: Layout) -
 def check_fit(
     graph: EventGraph, paths: Mapping[str, str], layout: Layout, device: torch.device
 ) -> str | None:
-    """On CUDA, `fit_problem` against this GPU's memory less vLLM's share (None on CPU: nothing to check)."""
+    """On CUDA, `fit_problem` against this GPU's memory less the rollout engine's share, if it keeps one
+    (None on CPU: nothing to check)."""
     if device.type != "cuda":
         return None
     available = torch.cuda.mem_get_info(device)[1] * (
-        1 - vllm_memory_share() if layout.backend == "vllm" else 1
+        1 - vllm_memory_share() if layout.engine.reserves_gpu_share else 1
     )
     return fit_problem(needed_bytes(graph, paths, layout), available, layout)

@@ -3,10 +3,12 @@ its DeepSpeed engine.
 
 A shared policy (LLM-sharing) is one engine; non-sharing workflows declare one policy per
 role, hence one engine per role. Frozen policies get no engine: a plain eval module.
-Each policy generates through a rollout engine (`RolloutEngine`: `hf` or `vllm`). The `hf`
-engine shares the trained module, except under ZeRO-3 where the module is partitioned: it
-then generates with a full copy, so generation runs no collectives and ranks may generate
-different numbers of tokens, or nothing. `vllm` holds its own copy, colocated on the GPU.
+Each policy generates through a rollout engine (`RolloutEngine`), built by its entry of
+`ROLLOUT_ENGINES` and treated as that entry's capabilities say (`RolloutEngineKind`). An engine that
+generates with the trainer's module (`hf`) shares it, except under ZeRO-3 where the module is
+partitioned: it then generates with a full copy, so generation runs no collectives and ranks may
+generate different numbers of tokens, or nothing. One that loads the weights itself (`vllm`) holds
+its own copy, colocated on the GPU.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.declarations import PolicyInfo
 from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.registries import ROLLOUT_ENGINES
+from srpo_dsl.registries import ROLLOUT_ENGINES, RolloutEngineKind
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.adapters import lora_config, with_adapters
 from srpo_dsl.rl.engines.ds_engine import build_engine
@@ -32,11 +34,16 @@ from srpo_dsl.seeds import seed_of
 
 @dataclass(frozen=True)
 class Rollout:
-    """How a run generates: the rollout engine (`hf`, or `vllm` colocated on the GPU) and the `hf`
-    engine's decode loop (`srpo_dsl.backends.decoding`)."""
+    """How a run generates: the rollout engine (`hf`, or `vllm` colocated on the GPU: a name of
+    `ROLLOUT_ENGINES`) and the `hf` engine's decode loop (`srpo_dsl.backends.decoding`)."""
 
     engine: str = "hf"
     decode: str = "auto"
+
+    @property
+    def kind(self) -> RolloutEngineKind:
+        """The engine's entry: its factory and what it can do."""
+        return ROLLOUT_ENGINES.lookup(self.engine)
 
 
 @dataclass
@@ -105,11 +112,7 @@ def build_policies(
 ) -> dict[str, Policy]:
     """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters;
     `rollout` says how they generate."""
-    hosts = list(dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None))
-    if hosts and rollout.engine != "hf":
-        raise BackendError(
-            f"--backend {rollout.engine}: adapter(...) policies generate with the hf backend only"
-        )
+    hosts = adapter_hosts(graph, rollout)
     out: dict[str, Policy] = {}
     for name, spec in graph.policies.items():
         if spec.base is None and name not in hosts:
@@ -117,8 +120,19 @@ def build_policies(
             out[name] = build_policy(name, paths[name], spec, opts, dist, config, rollout)
     for base in hosts:
         torch.manual_seed(seed_of("init", opts.seed, base))
-        out |= build_adapter_group(graph, base, paths[base], opts, dist, config, rollout.decode)
+        out |= build_adapter_group(graph, base, paths[base], opts, dist, config, rollout)
     return {name: out[name] for name in graph.policies}
+
+
+def adapter_hosts(graph: EventGraph, rollout: Rollout) -> list[str]:
+    """The bases hosting adapter(...) policies, if the rollout engine serves adapters (else BackendError)."""
+    hosts = list(dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None))
+    if hosts and not rollout.kind.serves_adapters:
+        serving = " or ".join(name for name, kind in ROLLOUT_ENGINES.items() if kind.serves_adapters)
+        raise BackendError(
+            f"--backend {rollout.engine}: adapter(...) policies generate with the {serving} backend only"
+        )
+    return hosts
 
 
 def build_policy(
@@ -132,15 +146,18 @@ def build_policy(
 ) -> Policy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
     model, tokenizer = load_model(path, dist)
-    if not spec.trainable:  # under vllm the engine holds the weights on the GPU: the module stays here
-        model.to(dist.device if rollout.engine == "hf" else "cpu").eval().requires_grad_(False)
-        return Policy(name, model, rollout_engine(rollout, model, tokenizer, path, dist))
+    with_module = rollout.kind.generates_with_module  # else the engine loads the weights onto the GPU itself
+    if not spec.trainable:  # the frozen module goes to the device only if the engine generates with it
+        model.to(dist.device if with_module else "cpu").eval().requires_grad_(False)
+        return Policy(
+            name, model, rollout_engine(rollout, model if with_module else None, tokenizer, path, dist)
+        )
     reference = None
     if opts.kl > 0:
         reference = load_model(path, dist)[0].to(dist.device).eval().requires_grad_(False)
     wrap = (lambda m: with_lora(m, spec.lora)) if spec.lora else (lambda m: m)
     engine = build_engine(wrap(model), opts, config)
-    module = None if rollout.engine == "vllm" else hf_rollout_module(engine, path, wrap, dist)
+    module = hf_rollout_module(engine, path, wrap, dist) if with_module else None
     backend = rollout_engine(rollout, module, tokenizer, path, dist)
     return Policy(name, engine.module, backend, engine, reference)
 
@@ -152,16 +169,17 @@ def build_adapter_group(
     opts: TrainOptions,
     dist: Dist,
     config: Mapping[str, Any],
-    decode: str = "auto",
+    rollout: Rollout = Rollout(),
 ) -> dict[str, Policy]:
     """The frozen `base` and its adapter policies: one model in memory, one engine training every adapter
-    (each clipped on its own, so DeepSpeed's clipping is off), one backend generating for all of them."""
+    (each clipped on its own, so DeepSpeed's clipping is off), one rollout engine generating for all of them
+    with its module (`adapter_hosts` checked that `rollout` serves adapters)."""
     adapters = graph.adapters_on(base)
     model, tokenizer = load_model(path, dist)
     model.requires_grad_(False)
     wrap = lambda m: with_adapters(m, adapters)  # noqa: E731
     engine = build_engine(wrap(model), opts, {**config, "gradient_clipping": 0.0})
-    backend = HFBackend(hf_rollout_module(engine, path, wrap, dist), tokenizer=tokenizer, decode=decode)
+    backend = rollout_engine(rollout, hf_rollout_module(engine, path, wrap, dist), tokenizer, path, dist)
     reference = engine.module if opts.kl > 0 else None  # scored without adapters: the base
     group = {base: Policy(base, engine.module, backend, adapter=BASE_ADAPTER, owner=base)}
     for name, adapter in graph.adapters.items():
@@ -173,9 +191,9 @@ def build_adapter_group(
 
 
 def rollout_engine(rollout: Rollout, module: Any, tokenizer: Any, path: str, dist: Dist) -> RolloutEngine:
-    """The engine `rollout.engine` names (`ROLLOUT_ENGINES`): `hf` generating with `module`, or `vllm`
-    loading `path` itself; each is called `(module, tokenizer, path, dist, decode)`."""
-    return ROLLOUT_ENGINES.lookup(rollout.engine)(module, tokenizer, path, dist, rollout.decode)
+    """The engine `rollout.engine` names (`ROLLOUT_ENGINES`), its factory called
+    `(module, tokenizer, path, dist, decode)`: `module` is None for one that loads `path` itself."""
+    return rollout.kind.make(module, tokenizer, path, dist, rollout.decode)
 
 
 def hf_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str) -> RolloutEngine:

@@ -22,7 +22,7 @@ from srpo_dsl.devices import resolve_device
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.outputs import check_files, refuse_existing
-from srpo_dsl.registries import ROLLOUT_ENGINES
+from srpo_dsl.registries import rollout_engine_problem
 from srpo_dsl.runtime.setup import CompiledWorkflow
 
 if TYPE_CHECKING:
@@ -140,15 +140,9 @@ def check_user_parts(opts: TrainOptions, overrides: Mapping[str, Any], folder: P
 
 
 def check_backend(backend: str, device: str) -> None:
-    """The rollout engine can be built here: `hf` anywhere, `vllm` installed and on CUDA."""
-    import importlib.util
-
-    if backend not in ROLLOUT_ENGINES:
-        raise TrainError(f"--backend {backend}: train rolls out with {' or '.join(ROLLOUT_ENGINES)}")
-    if backend == "vllm" and device != "cuda":
-        raise TrainError("--backend vllm needs a CUDA GPU (use --backend hf on CPU)")
-    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise TrainError("--backend vllm needs the optional extra: pip install 'srpo-dsl[vllm]'")
+    """The rollout engine can be built here, as its entry declares (`rollout_engine_problem`)."""
+    if problem := rollout_engine_problem(backend, device):
+        raise TrainError(problem)
 
 
 def check_trainable(wf: CompiledWorkflow) -> None:

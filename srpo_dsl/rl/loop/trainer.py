@@ -26,6 +26,7 @@ import torch
 
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce, barrier, init_distributed
 from srpo_dsl.rl.engines.policies import Policy, engine_owners
@@ -441,7 +442,8 @@ def check_memory(plan: TrainPlan, paths: Mapping[str, str], dist: Dist) -> None:
     from srpo_dsl.rl.engines.fit import Layout, check_fit
 
     opts = plan.opts
-    layout = Layout(opts.zero, dist.world_size, plan.setup.offload, plan.setup.backend, reference=opts.kl > 0)
+    engine = ROLLOUT_ENGINES[plan.setup.backend]
+    layout = Layout(opts.zero, dist.world_size, plan.setup.offload, engine, reference=opts.kl > 0)
     if problem := check_fit(plan.workflow.graph, paths, layout, dist.device):
         raise TrainError(problem)
 

@@ -1,6 +1,6 @@
 """A rollout worker: generates the steps trainer rank 0 orders, with the weights each step names.
 
-    engines = worker_engines(...)                 # every policy's rollout engine (hf or vllm), no trainer
+    engines = worker_engines(...)                 # each policy's rollout engine (ROLLOUT_ENGINES), no trainer
     inbox   = Inbox(link)                         # a thread receiving orders and versions
     while (order := inbox.next_order()):          # the smallest step ordered
         load inbox.weights_for(order.at_least)    # the step's version (rollout_schedule.py)
@@ -21,13 +21,12 @@ from contextlib import suppress
 import torch
 
 from srpo_dsl.backends.base import RolloutEngine
-from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.adapters import with_adapters
-from srpo_dsl.rl.engines.policies import Rollout, load_model, rollout_engine, with_lora
+from srpo_dsl.rl.engines.policies import Rollout, adapter_hosts, load_model, rollout_engine, with_lora
 from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import EPISODES, SETUP, Batch, Link, LinkError
 from srpo_dsl.rl.transport.remote_weights import load_weights
@@ -42,20 +41,21 @@ def worker_engines(
 ) -> dict[str, RolloutEngine]:
     """Each policy's rollout engine, built as the trainer builds its modules (same seeds for LoRA's
     initial weights); policies on one base share one engine."""
-    hosts = list(dict.fromkeys(p.base for p in graph.policies.values() if p.base is not None))
+    hosts = adapter_hosts(graph, rollout)
+    with_module = rollout.kind.generates_with_module
     out: dict[str, RolloutEngine] = {}
     for name, spec in graph.policies.items():
         if spec.base is None and name not in hosts:
             torch.manual_seed(seed_of("init", opts.seed, name))
             model, tokenizer = load_model(paths[name], dist)
             model = with_lora(model, spec.lora) if spec.lora and spec.trainable else model
-            module = model.to(dist.device).eval().requires_grad_(False) if rollout.engine == "hf" else None
+            module = model.to(dist.device).eval().requires_grad_(False) if with_module else None
             out[name] = rollout_engine(rollout, module, tokenizer, paths[name], dist)
     for base in hosts:
         torch.manual_seed(seed_of("init", opts.seed, base))
         model, tokenizer = load_model(paths[base], dist)
         module = with_adapters(model, graph.adapters_on(base)).to(dist.device).eval().requires_grad_(False)
-        engine = HFBackend(module, tokenizer=tokenizer, decode=rollout.decode)
+        engine = rollout_engine(rollout, module, tokenizer, paths[base], dist)
         out |= {n: engine for n, p in graph.policies.items() if n == base or p.base == base}
     return out
 
