@@ -121,3 +121,18 @@ def test_planning_imports_no_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(ROOT))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_run_and_eval_load_no_trainer(tmp_path) -> None:
+    """Rolling a workflow out checks its device and backend without importing the training loop."""
+    code = (
+        "import sys, srpo_dsl\n"
+        f"wf = srpo_dsl.load({str(ROOT / 'workflows/math_routed.srpo')!r})\n"
+        f"replies = {str(ROOT / 'workflows/math_replies.json')!r}\n"
+        "wf.run(limit=1, backend='scripted', models=replies, device='cpu', progress=False)\n"
+        "wf.evaluate(k=1, limit=1, backend='scripted', models=replies, device='cpu', progress=False)\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('srpo_dsl.rl.loop.trainer', 'deepspeed'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(ROOT))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
