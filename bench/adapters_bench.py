@@ -191,7 +191,7 @@ def serve_base(path: Path, device: str) -> dict:
     from srpo_dsl.rl.distributed.data_order import step_prompts
     from srpo_dsl.rl.distributed.process_group import init_distributed
     from srpo_dsl.rl.engines.policies import build_policies
-    from srpo_dsl.rl.loop.trainer import model_paths
+    from srpo_dsl.rl.loop.prepare import model_paths
     from srpo_dsl.runtime.executor import Executor
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
     from srpo_dsl.seeds import seed_of
@@ -209,7 +209,8 @@ def serve_base(path: Path, device: str) -> dict:
 def train_steps(path: Path, steps: int, device: str) -> tuple[dict, list[float]]:
     """Prepare the run as `srpo-dsl train` does and run its first `steps` steps; the policies and step times."""
     from srpo_dsl.rl.loop.plan import plan_file
-    from srpo_dsl.rl.loop.trainer import prepare_run, train_step
+    from srpo_dsl.rl.loop.prepare import prepare_run
+    from srpo_dsl.rl.loop.trainer import train_step
 
     run = prepare_run(plan_file(path, path.parent / "run", device=device))
     return run.policies, [train_step(run, step)["time"] for step in range(1, steps + 1)]

@@ -28,7 +28,7 @@ from srpo_dsl.registries import ROLLOUT_ENGINES, RolloutEngineKind
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.adapters import lora_config, with_adapters
 from srpo_dsl.rl.engines.ds_engine import build_engine
-from srpo_dsl.rl.engines.weight_sync import full_state
+from srpo_dsl.rl.engines.weight_sync import full_state, push_weights
 from srpo_dsl.seeds import seed_of
 
 
@@ -226,3 +226,10 @@ def vllm_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str)
         seed=dist.rank,
         **({"distributed_executor_backend": "external_launcher"} if launched else {}),
     )
+
+
+def sync_weights(policies: Mapping[str, Policy]) -> None:
+    """After the update (also one that trained nothing: a level-2 sleep discarded vLLM's weights), each
+    engine's weights reach its rollout engine, which wakes: policy version + 1 (collective at ZeRO-3)."""
+    for p in engine_owners(policies).values():
+        push_weights(p.backend, p.module)
