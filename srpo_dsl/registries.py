@@ -16,8 +16,11 @@ anything. A plugin adds an entry with the registry's `register` decorator, in it
     BACKENDS              (model, **options) -> Backend: run, eval  BACKENDS.register
     ROLLOUT_ENGINES       (module, tokenizer, path, dist, decode)   ROLLOUT_ENGINES.register
                           -> RolloutEngine: train (rl/engines/policies.py)
+    CONTRACTS             ContractSpec: an output contract's        register_contract (here)
+                          arguments, capabilities and parser
+                          (runtime/parsers.py)
 
-The language's own kinds (output contracts, task and tool kinds, policy kinds) are registries of
+The language's other kinds (task and tool kinds, policy kinds) are registries of
 `srpo_dsl.lang.schema`, whose entries carry their option models.
 """
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -159,3 +162,122 @@ ROLLOUT_ENGINES: Registry[Any] = Registry(
         "vllm": "srpo_dsl.rl.engines.policies:vllm_engine",
     },
 )
+
+
+ContractArgs = Literal["none", "pool", "words", "tag", "actions"]
+
+
+@dataclass(frozen=True)
+class ContractSpec:
+    """An output contract: what its arguments are (`pool` for route, `words` for verdict), its parser,
+    and what its outputs can do.
+
+    `parse(text, *args) -> Parsed` (srpo_dsl.runtime.parsers), or its import path: it receives the
+    text, then by `args`: nothing, the pool size, the tuple of words, the tag's name, or the tuple of
+    actions. A contract with `actions` *acts*: its parsed value is `{"action": KIND, "value": ...}`, the
+    agent's recorded state is the action taken, conditions test it and a tool serves the members whose
+    action is the tool's name.
+
+    The checker reads these capabilities, never a contract's name:
+    - `always_valid`: the parser accepts every text (`text`), so `retries` never resamples (W006);
+    - `testable`: its value is one of its listed words, which conditions test once a step records it
+      (`verdict`; E060), and which an environment's `emits` declares as the words its steps return;
+    - `multi_call`: an acting contract whose one output may take several tool actions, up to the agent's
+      `calls` (`act`; E074); the executor then reads the output with `parse_act_calls`.
+    """
+
+    args: ContractArgs
+    describe: str
+    parse: str | Callable[..., Any]
+    always_valid: bool = False
+    testable: bool = False
+    multi_call: bool = False
+
+    def __post_init__(self) -> None:
+        if self.testable and self.args != "words":
+            raise ValueError("a testable contract lists its words: args='words'")
+        if self.multi_call and not self.acts:
+            raise ValueError("a multi_call contract acts: args='actions'")
+
+    @property
+    def acts(self) -> bool:
+        return self.args == "actions"
+
+    @property
+    def selects(self) -> bool:
+        """Its value selects replicas of the pool its argument names (`route`; `KIND P by R` acts on it)."""
+        return self.args == "pool"
+
+    @property
+    def parser(self) -> Callable[..., Any]:
+        return load(self.parse) if isinstance(self.parse, str) else self.parse
+
+
+PARSERS = "srpo_dsl.runtime.parsers"
+CONTRACTS: Registry[ContractSpec] = Registry("output contract")
+CONTRACTS.add(
+    "route",
+    ContractSpec(
+        "pool", "`<route>1,3</route>` or `<route>STOP</route>` over a pool", f"{PARSERS}:parse_route"
+    ),
+)
+CONTRACTS.add(
+    "verdict",
+    ContractSpec(
+        "words",
+        "exactly one `<verify>WORD</verify>` with an allowed word",
+        f"{PARSERS}:parse_verdict",
+        testable=True,
+    ),
+)
+CONTRACTS.add("boxed", ContractSpec("none", "an answer in `\\boxed{...}`", f"{PARSERS}:parse_boxed"))
+CONTRACTS.add(
+    "final_boxed", ContractSpec("none", "one `FINAL: \\boxed{...}`", f"{PARSERS}:parse_final_boxed")
+)
+CONTRACTS.add(
+    "search",
+    ContractSpec(
+        "none", "`<think>...</think>` and exactly one `<search>query</search>`", f"{PARSERS}:parse_search"
+    ),
+)
+CONTRACTS.add(
+    "answer",
+    ContractSpec(
+        "none", "`<think>...</think>` and exactly one `<answer>...</answer>`", f"{PARSERS}:parse_answer"
+    ),
+)
+CONTRACTS.add(
+    "tag",
+    ContractSpec(
+        "tag", "exactly one `<NAME>...</NAME>` outside thinking (NAME as declared)", f"{PARSERS}:parse_tag"
+    ),
+)
+CONTRACTS.add("text", ContractSpec("none", "free text", f"{PARSERS}:parse_text", always_valid=True))
+CONTRACTS.add(
+    "act",
+    ContractSpec(
+        "actions",
+        "exactly one `<ACTION>...</ACTION>` outside thinking, ACTION one of those declared (the last ends)",
+        f"{PARSERS}:parse_act",
+        multi_call=True,
+    ),
+)
+
+
+def register_contract(
+    name: str,
+    *,
+    args: ContractArgs = "none",
+    describe: str,
+    always_valid: bool = False,
+    testable: bool = False,
+    multi_call: bool = False,
+) -> Callable[[Any], Any]:
+    """A decorator: its function `(text, *args) -> Parsed` parses the output contract `name`, whose
+    capabilities are `ContractSpec`'s."""
+
+    def register(parse: Callable[..., Any]) -> Callable[..., Any]:
+        CONTRACTS.add(name, ContractSpec(args, describe, parse, always_valid, testable, multi_call))
+        return parse
+
+    return register

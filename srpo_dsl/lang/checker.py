@@ -22,14 +22,12 @@ from srpo_dsl.lang.pycode import (
     locate_ref,
 )
 from srpo_dsl.lang.schema import (
-    CONTRACTS,
     DEFAULT_MAX_TOKENS,
     POLICY_KINDS,
     TASK_KINDS,
     TOOL_KINDS,
     AgentOptions,
     BindingKind,
-    ContractSpec,
     Generation,
     LoraOptions,
     PythonEnv,
@@ -38,7 +36,7 @@ from srpo_dsl.lang.schema import (
 )
 from srpo_dsl.lang.steps import FORMS, STEP_KINDS, StepKind, deciding, routers, takes
 from srpo_dsl.lang.templates import check_template
-from srpo_dsl.registries import REWARDS, Registry
+from srpo_dsl.registries import CONTRACTS, REWARDS, ContractSpec, Registry
 
 
 @dataclass
@@ -447,9 +445,12 @@ class _Checker(n.StepVisitor[None]):
         return a.trained and pol is not None and pol.trainable
 
     def agent_options(self, a: n.Agent, info: AgentInfo, pol: PolicyInfo) -> None:
-        """The generation and training options of an agent where they cannot apply, each at its option."""
+        """The generation and training options of an agent where they cannot apply, each at its option.
+        What a contract can do is read from its capabilities (`ContractSpec`), never from its name."""
         at = {o.name: o.span for o in a.options}
-        if info.calls > 1 and (info.contract != "act" or len(info.actions) < 2):
+        spec = CONTRACTS.get(info.contract) if info.parser is None else None  # None: a Python parser
+        several_calls = spec is not None and spec.multi_call and len(info.actions) >= 2  # a tool, a final
+        if info.calls > 1 and not several_calls:
             self.error(
                 "E074",
                 f"`calls = {info.calls}`: `{a.name.name}` emits `{info.contract}`, "
@@ -472,10 +473,10 @@ class _Checker(n.StepVisitor[None]):
                 at["trained"],
                 "remove the option (a frozen policy's outputs are never trained)",
             )
-        if info.retries and info.contract == "text":
+        if info.retries and spec is not None and spec.always_valid:  # no output is invalid: none resampled
             self.warn(
                 "W006",
-                f"`retries = {info.retries}` never resamples: `{a.name.name}` emits `text`, "
+                f"`retries = {info.retries}` never resamples: `{a.name.name}` emits `{info.contract}`, "
                 "which is always valid",
                 at["retries"],
             )
@@ -835,15 +836,17 @@ class _Checker(n.StepVisitor[None]):
         return _actions(a.contract) if a else ()
 
     def cond(self, c: n.Cond) -> None:
-        """A condition tests a verdict agent's word, or an acting agent's action, once it may have acted."""
+        """A condition tests a verdict agent's word, or an acting agent's action, once it may have acted.
+        Whether a contract's word can be tested is its `testable` capability, not its name."""
         if c.agent.name in self.env_names:
             self.envs.cond(c)
             return
         if not self.known_agent(c.agent):
             return
         contract, words = self.contract_of(c.agent) or ("", ())
+        spec = CONTRACTS.get(contract)  # None: a Python parser
         acts = bool(self.actions_of(c.agent))
-        if contract != "verdict" and not acts:
+        if not (spec is not None and spec.testable) and not acts:
             self.error(
                 "E060",
                 f"conditions test a verdict or an action, but `{c.agent.name}` emits `{contract}`",

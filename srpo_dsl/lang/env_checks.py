@@ -19,11 +19,13 @@ from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.declarations import EnvInfo
 from srpo_dsl.lang.graph import ENV_DONE
 from srpo_dsl.lang.messages import did_you_mean
+from srpo_dsl.registries import CONTRACTS
 
 if TYPE_CHECKING:
     from srpo_dsl.lang.checker import _Checker
 
-# What an environment may emit: the contract that lists its words, the one that names a pool it selects.
+# How messages write what an environment may emit: a contract that lists the words its steps return (a
+# `testable` one), and one that selects replicas of a pool (a `selects` one); see `ContractSpec`.
 ENV_WORDS, ENV_SELECTS = "verdict", "route"
 
 
@@ -58,9 +60,9 @@ class EnvChecks:
         selects: list[str] = []
         ok = True
         for c in env.emits:
-            name = c.name.name if isinstance(c.name, n.Ident) else None
-            if name not in (ENV_WORDS, ENV_SELECTS):
-                written = c.name.text if isinstance(c.name, n.Ref) else name
+            spec = CONTRACTS.get(c.name.name) if isinstance(c.name, n.Ident) else None
+            if spec is None or not (spec.testable or spec.selects):
+                written = c.name.text if isinstance(c.name, n.Ref) else c.name.name
                 self.c.error(
                     "E064",
                     f"an environment emits `{ENV_WORDS}(...)` (the words its steps return) and "
@@ -71,12 +73,11 @@ class EnvChecks:
                 ok = False
             elif self.contract_fails(c):  # its arguments: words once each, one declared pool
                 ok = False
-            elif name == ENV_WORDS and words:
-                self.c.error(
-                    "E064", f"`{ENV_WORDS}` is listed twice: one `{ENV_WORDS}(...)` lists every word", c.span
-                )
+            elif spec.testable and words:  # one list of words: the words its steps return
+                name = c.name.name
+                self.c.error("E064", f"`{name}` is listed twice: one `{name}(...)` lists every word", c.span)
                 ok = False
-            elif name == ENV_WORDS:
+            elif spec.testable:
                 words = tuple(w.name for w in c.args)
             elif c.args and c.args[0].name in selects:
                 self.c.error("E064", f"the pool `{c.args[0].name}` is selected twice", c.args[0].span)
