@@ -12,7 +12,7 @@ _EXPORTS = {
     "Result": "analysis",
     "analyze": "analysis",
     "load_graph": "analysis",
-    "Checked": "checker",
+    "Checked": "check_context",
     "check": "checker",
     "compile_checked": "compiler",
     "Diagnostic": "errors",
