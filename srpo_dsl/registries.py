@@ -15,13 +15,16 @@ anything. A plugin adds an entry with the registry's `register` decorator, in it
     REWARDS               (pred, task, field) -> float              register_reward (envs/rewards.py)
     BACKENDS              BackendKind: run, eval                    BACKENDS.add
     ROLLOUT_ENGINES       RolloutEngineKind: train                  ROLLOUT_ENGINES.add
+    CONTRACTS             ContractSpec: an output contract's        register_contract (here)
+                          arguments, capabilities and parser
+                          (runtime/parsers.py)
 
 A backend or a rollout engine is a kind: its factory (an import path, loaded when the first one is
-built) and what it can do, declared on the entry. Code reads these capabilities, never a name, so
-an engine registered by a plugin is treated as its declaration says (docs/dsl.md, "Adding a
-rollout engine").
+built) and what it can do, declared on the entry; an output contract declares what its outputs can
+do. Code reads these capabilities, never a name, so an entry registered by a plugin is treated as its
+declaration says (docs/dsl.md, "Adding a rollout engine").
 
-The language's own kinds (output contracts, task and tool kinds, policy kinds) are registries of
+The language's other kinds (task and tool kinds, policy kinds) are registries of
 `srpo_dsl.lang.schema`, whose entries carry their option models.
 """
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from srpo_dsl.devices import DEVICE_WORDS
 
@@ -235,3 +238,122 @@ def rollout_engine_problem(name: str, device: str) -> str | None:
     if kind.needs_package is not None and importlib.util.find_spec(kind.needs_package) is None:
         return f"--backend {name} needs the optional extra: {kind.install}"
     return None
+
+
+ContractArgs = Literal["none", "pool", "words", "tag", "actions"]
+
+
+@dataclass(frozen=True)
+class ContractSpec:
+    """An output contract: what its arguments are (`pool` for route, `words` for verdict), its parser,
+    and what its outputs can do.
+
+    `parse(text, *args) -> Parsed` (srpo_dsl.runtime.parsers), or its import path: it receives the
+    text, then by `args`: nothing, the pool size, the tuple of words, the tag's name, or the tuple of
+    actions. A contract with `actions` *acts*: its parsed value is `{"action": KIND, "value": ...}`, the
+    agent's recorded state is the action taken, conditions test it and a tool serves the members whose
+    action is the tool's name.
+
+    The checker reads these capabilities, never a contract's name:
+    - `always_valid`: the parser accepts every text (`text`), so `retries` never resamples (W006);
+    - `testable`: its value is one of its listed words, which conditions test once a step records it
+      (`verdict`; E060), and which an environment's `emits` declares as the words its steps return;
+    - `multi_call`: an acting contract whose one output may take several tool actions, up to the agent's
+      `calls` (`act`; E074); the executor then reads the output with `parse_act_calls`.
+    """
+
+    args: ContractArgs
+    describe: str
+    parse: str | Callable[..., Any]
+    always_valid: bool = False
+    testable: bool = False
+    multi_call: bool = False
+
+    def __post_init__(self) -> None:
+        if self.testable and self.args != "words":
+            raise ValueError("a testable contract lists its words: args='words'")
+        if self.multi_call and not self.acts:
+            raise ValueError("a multi_call contract acts: args='actions'")
+
+    @property
+    def acts(self) -> bool:
+        return self.args == "actions"
+
+    @property
+    def selects(self) -> bool:
+        """Its value selects replicas of the pool its argument names (`route`; `KIND P by R` acts on it)."""
+        return self.args == "pool"
+
+    @property
+    def parser(self) -> Callable[..., Any]:
+        return load(self.parse) if isinstance(self.parse, str) else self.parse
+
+
+PARSERS = "srpo_dsl.runtime.parsers"
+CONTRACTS: Registry[ContractSpec] = Registry("output contract")
+CONTRACTS.add(
+    "route",
+    ContractSpec(
+        "pool", "`<route>1,3</route>` or `<route>STOP</route>` over a pool", f"{PARSERS}:parse_route"
+    ),
+)
+CONTRACTS.add(
+    "verdict",
+    ContractSpec(
+        "words",
+        "exactly one `<verify>WORD</verify>` with an allowed word",
+        f"{PARSERS}:parse_verdict",
+        testable=True,
+    ),
+)
+CONTRACTS.add("boxed", ContractSpec("none", "an answer in `\\boxed{...}`", f"{PARSERS}:parse_boxed"))
+CONTRACTS.add(
+    "final_boxed", ContractSpec("none", "one `FINAL: \\boxed{...}`", f"{PARSERS}:parse_final_boxed")
+)
+CONTRACTS.add(
+    "search",
+    ContractSpec(
+        "none", "`<think>...</think>` and exactly one `<search>query</search>`", f"{PARSERS}:parse_search"
+    ),
+)
+CONTRACTS.add(
+    "answer",
+    ContractSpec(
+        "none", "`<think>...</think>` and exactly one `<answer>...</answer>`", f"{PARSERS}:parse_answer"
+    ),
+)
+CONTRACTS.add(
+    "tag",
+    ContractSpec(
+        "tag", "exactly one `<NAME>...</NAME>` outside thinking (NAME as declared)", f"{PARSERS}:parse_tag"
+    ),
+)
+CONTRACTS.add("text", ContractSpec("none", "free text", f"{PARSERS}:parse_text", always_valid=True))
+CONTRACTS.add(
+    "act",
+    ContractSpec(
+        "actions",
+        "exactly one `<ACTION>...</ACTION>` outside thinking, ACTION one of those declared (the last ends)",
+        f"{PARSERS}:parse_act",
+        multi_call=True,
+    ),
+)
+
+
+def register_contract(
+    name: str,
+    *,
+    args: ContractArgs = "none",
+    describe: str,
+    always_valid: bool = False,
+    testable: bool = False,
+    multi_call: bool = False,
+) -> Callable[[Any], Any]:
+    """A decorator: its function `(text, *args) -> Parsed` parses the output contract `name`, whose
+    capabilities are `ContractSpec`'s."""
+
+    def register(parse: Callable[..., Any]) -> Callable[..., Any]:
+        CONTRACTS.add(name, ContractSpec(args, describe, parse, always_valid, testable, multi_call))
+        return parse
+
+    return register

@@ -12,8 +12,8 @@ import pytest
 
 from srpo_dsl import registries
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.schema import CONTRACTS, TASK_KINDS, TOOL_KINDS, BindingKind, TrainOptions
-from srpo_dsl.registries import Registry
+from srpo_dsl.lang.schema import TASK_KINDS, TOOL_KINDS, BindingKind, TrainOptions
+from srpo_dsl.registries import CONTRACTS, Registry
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB = [r for r in vars(registries).values() if isinstance(r, Registry)]
@@ -77,6 +77,7 @@ def test_every_builtin_entry_resolves() -> None:
         "reward function",
         "backend",
         "rollout engine",
+        "output contract",
     }
 
 
@@ -135,7 +136,7 @@ def test_a_registered_aggregation_serves_any_objective_with_terms_of_its_rank(sc
 
 
 def test_a_registered_contract_is_checked_and_parsed(scratch, tmp_path) -> None:
-    from srpo_dsl.lang.schema import register_contract
+    from srpo_dsl.registries import register_contract
     from srpo_dsl.runtime.parsers import Parsed, parse_output
 
     scratch(CONTRACTS)
@@ -156,6 +157,45 @@ def test_a_registered_contract_is_checked_and_parsed(scratch, tmp_path) -> None:
     assert diagnostics(tmp_path, text.format(c="yes_no(yes, no)")) == []
     (error,) = diagnostics(tmp_path, text.format(c="yes_no"))
     assert error.code == "E031"
+
+
+def test_the_checker_reads_a_contracts_capabilities_not_its_name(scratch, tmp_path) -> None:
+    """A plugin's contract that is always valid is `text` to the `retries` check (W006), a testable one is
+    a verdict to conditions (E060), a multi-call one is `act` to `calls` (E074); without the capability,
+    the same contract is none of them."""
+    from srpo_dsl.registries import register_contract
+    from srpo_dsl.runtime.parsers import Parsed
+
+    scratch(CONTRACTS)
+    for name, args, capability in (
+        ("anything", "none", {"always_valid": True}),
+        ("plain", "none", {}),
+        ("yes_no", "words", {"testable": True}),
+        ("either", "words", {}),
+        ("steps", "actions", {"multi_call": True}),
+        ("one_step", "actions", {}),
+    ):
+        register_contract(name, args=args, describe="a test's", **capability)(
+            lambda text, *a: Parsed(True, text)
+        )
+    head = 'workflow w\npolicy lm = hf("m")\ntask arith()\nagent a uses lm prompt "p.j2" emits '
+    reward = "reward exact_match(a, task.answer)\n"
+
+    def found(contract: str, options: str, steps: str = "aggregate a\n") -> list[tuple[str, str]]:
+        text = f"{head}{contract} with ({options})\n{steps}{reward}"
+        return [(d.code, d.message) for d in diagnostics(tmp_path, text)]
+
+    never = "`retries = 2` never resamples: `a` emits `{}`, which is always valid"
+    assert found("text", "retries = 2") == [("W006", never.format("text"))]
+    assert found("anything", "retries = 2") == [("W006", never.format("anything"))]
+    assert found("plain", "retries = 2") == []
+    loop = "repeat at most 2 { aggregate a } until a == yes\n"
+    assert found("yes_no(yes, no)", "retries = 0", loop) == []
+    assert [code for code, _ in found("either(yes, no)", "retries = 0", loop)] == ["E060"]
+    assert found("steps(look, answer)", "calls = 2") == []
+    assert [code for code, _ in found("one_step(look, answer)", "calls = 2")] == ["E074"]
+    with pytest.raises(ValueError, match="testable contract lists its words"):
+        register_contract("bad", args="none", describe="a test's", testable=True)(lambda text: None)
 
 
 def test_registered_task_and_tool_kinds_load_through_the_runtime(scratch, tmp_path) -> None:

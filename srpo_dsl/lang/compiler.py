@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.branches import MAX_PATHS
-from srpo_dsl.lang.checker import Checked
+from srpo_dsl.lang.check_context import Checked
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import (
     Atom,

@@ -1,6 +1,7 @@
 """The checks of environments: their declarations, their steps, the conditions on their words and the
-steps whose members they select (`parallel P by ENV`). The checker (`checker._Checker`) holds one and
-calls it for every environment's declaration, step, condition and `by ENV`.
+steps whose members they select (`parallel P by ENV`). The declaration pass holds an `EnvDeclarations`
+and calls it for every environment's declaration; the flow pass holds an `EnvSteps` and calls it for
+every environment's step, condition and `by ENV`.
 
     env tree = "tot.py:search"(timeout = 10) emits verdict(expand, solved), route(proposer)
     step tree                       # no `on`: reads no outputs (the first observation)
@@ -19,49 +20,54 @@ from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.declarations import EnvInfo
 from srpo_dsl.lang.graph import ENV_DONE
 from srpo_dsl.lang.messages import did_you_mean
+from srpo_dsl.lang.option_checks import check_code_binding
+from srpo_dsl.registries import CONTRACTS
 
 if TYPE_CHECKING:
-    from srpo_dsl.lang.checker import _Checker
+    from srpo_dsl.lang.declaration_checks import DeclarationChecks
+    from srpo_dsl.lang.flow_checks import FlowChecks
 
-# What an environment may emit: the contract that lists its words, the one that names a pool it selects.
+# How messages write what an environment may emit: a contract that lists the words its steps return (a
+# `testable` one), and one that selects replicas of a pool (a `selects` one); see `ContractSpec`.
 ENV_WORDS, ENV_SELECTS = "verdict", "route"
 
 
-class EnvChecks:
-    """Environment checks, reporting through the checker they are part of (its diagnostics, the names it
-    has seen used, the agents and environments that may have acted before the step being checked)."""
+class EnvDeclarations:
+    """The checks of environments' declarations, part of the declaration pass (through which they report
+    and resolve Python code and contracts)."""
 
-    def __init__(self, checker: _Checker):
-        self.c = checker
+    def __init__(self, declarations: DeclarationChecks):
+        self.decl = declarations
+        self.ctx = declarations.ctx
 
-    # ---- the declaration -------------------------------------------------------------------------
-    def declare(self, env: n.Env) -> None:
-        """`env NAME = "file.py:function"(timeout = 10, key = value, ...) [emits ...]`: the user's Python."""
+    def check_env(self, env: n.Env) -> None:
+        """`env NAME = "file.py:function"(timeout = 10, key = value, ...) [emits ...]`: the user's Python,
+        resolved into `out.envs`."""
         kind = env.source.kind
         if isinstance(kind, n.Ident):
-            self.c.error(
+            self.ctx.error(
                 "E090",
                 f"an environment is the user's Python, not `{kind.name}`",
                 kind.span,
                 f'write `env {env.name.name} = "file.py:function"(key = value, ...)`',
             )
             return
-        emitted = self.emits(env)
-        bound = self.c.code_binding(env.source, kind, "env")
+        emitted = self.read_emits(env)
+        bound = check_code_binding(self.ctx, env.source, kind, "env")
         if bound is not None and emitted is not None:
             words, selects = emitted
-            self.c.out.envs[env.name.name] = EnvInfo(bound.kind, bound.options, bound.code, words, selects)
+            self.ctx.out.envs[env.name.name] = EnvInfo(bound.kind, bound.options, bound.code, words, selects)
 
-    def emits(self, env: n.Env) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    def read_emits(self, env: n.Env) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         """(its words, the pools it selects) from `emits`; None after reporting what is wrong (E064)."""
         words: tuple[str, ...] = ()
         selects: list[str] = []
         ok = True
         for c in env.emits:
-            name = c.name.name if isinstance(c.name, n.Ident) else None
-            if name not in (ENV_WORDS, ENV_SELECTS):
-                written = c.name.text if isinstance(c.name, n.Ref) else name
-                self.c.error(
+            spec = CONTRACTS.get(c.name.name) if isinstance(c.name, n.Ident) else None
+            if spec is None or not (spec.testable or spec.selects):
+                written = c.name.text if isinstance(c.name, n.Ref) else c.name.name
+                self.ctx.error(
                     "E064",
                     f"an environment emits `{ENV_WORDS}(...)` (the words its steps return) and "
                     f"`{ENV_SELECTS}(POOL)` (a pool whose replicas it selects), not `{written}`",
@@ -71,68 +77,77 @@ class EnvChecks:
                 ok = False
             elif self.contract_fails(c):  # its arguments: words once each, one declared pool
                 ok = False
-            elif name == ENV_WORDS and words:
-                self.c.error(
-                    "E064", f"`{ENV_WORDS}` is listed twice: one `{ENV_WORDS}(...)` lists every word", c.span
+            elif spec.testable and words:  # one list of words: the words its steps return
+                name = c.name.name
+                self.ctx.error(
+                    "E064", f"`{name}` is listed twice: one `{name}(...)` lists every word", c.span
                 )
                 ok = False
-            elif name == ENV_WORDS:
+            elif spec.testable:
                 words = tuple(w.name for w in c.args)
             elif c.args and c.args[0].name in selects:
-                self.c.error("E064", f"the pool `{c.args[0].name}` is selected twice", c.args[0].span)
+                self.ctx.error("E064", f"the pool `{c.args[0].name}` is selected twice", c.args[0].span)
                 ok = False
             elif c.args:
-                self.c.used.add(c.args[0].name)
+                self.ctx.used.add(c.args[0].name)
                 selects.append(c.args[0].name)
         return (words, tuple(selects)) if ok else None
 
     def contract_fails(self, c: n.Contract) -> bool:
-        """Whether the contract's arguments are wrong (reported by the checker: E031, E032, E012)."""
-        before = len(self.c.out.diagnostics)
-        self.c.contract(c)
-        return len(self.c.out.diagnostics) > before
+        """Whether the contract's arguments are wrong (reported by the declaration pass: E031, E032, E012)."""
+        before = len(self.ctx.out.diagnostics)
+        self.decl.check_contract(c)
+        return len(self.ctx.out.diagnostics) > before
 
-    # ---- steps -----------------------------------------------------------------------------------
-    def step(self, s: n.EnvStep, routed: set[str]) -> None:
+
+class EnvSteps:
+    """The checks of environments' steps, of the conditions on their words and of the steps whose members
+    they select, part of the flow pass (through which they report and read what may have acted)."""
+
+    def __init__(self, flow: FlowChecks):
+        self.flow = flow
+        self.ctx = flow.ctx
+
+    def check_step(self, s: n.EnvStep, routed: set[str]) -> None:
         """`step ENV [on A, B]`: a declared environment, on agents that may have acted before it."""
-        self.c.used.add(s.env.name)
-        if s.env.name not in self.c.env_names:
-            self.c.error(
+        self.ctx.used.add(s.env.name)
+        if s.env.name not in self.ctx.env_names:
+            self.ctx.error(
                 "E014",
                 f"undefined environment `{s.env.name}`",
                 s.env.span,
-                did_you_mean(s.env.name, self.c.env_names),
+                did_you_mean(s.env.name, self.ctx.env_names),
             )
         for agent in s.on:
-            if self.c.known_agent(agent) and agent.name not in self.c.acted:
-                self.c.error(
+            if self.ctx.require_agent(agent) and agent.name not in self.flow.acted:
+                self.ctx.error(
                     "E062",
                     f"unreachable: `{agent.name}` has no outputs before this step of `{s.env.name}`",
                     agent.span,
                     f"put a step of `{agent.name}` before it",
                 )
-        self.c.act(s.env.name)
+        self.flow.mark_acted(s.env.name)
         routed.add(s.env.name)
 
-    def router(self, s: n.EventStep, routed: set[str]) -> None:
+    def check_router(self, s: n.EventStep, routed: set[str]) -> None:
         """`KIND P by ENV`: ENV selects replicas of P (E065) and steps before it in the same block (E066)."""
         assert s.by is not None
         env = s.by.name
-        self.c.used.add(env)
-        info = self.c.out.envs.get(env)
+        self.ctx.used.add(env)
+        info = self.ctx.out.envs.get(env)
         if info is None:  # its declaration has errors, reported there
             return
         if s.agent.name not in info.selects:
             pools = ", ".join(f"`{p}`" for p in info.selects)
             what = f"it selects {pools}" if pools else "it selects none"
-            self.c.error(
+            self.ctx.error(
                 "E065",
                 f"`{env}` does not select replicas of `{s.agent.name}`: {what}",
                 s.by.span,
                 f"declare it: `env {env} = ... emits {ENV_SELECTS}({s.agent.name})`",
             )
         elif env not in routed:
-            self.c.error(
+            self.ctx.error(
                 "E066",
                 f"`{s.kind} {s.agent.name} by {env}` needs a `step {env}` before it, in its block or a block "
                 "around it",
@@ -141,28 +156,28 @@ class EnvChecks:
                 f"(`step {env}` reads no outputs)",
             )
 
-    def cond(self, c: n.Cond) -> None:
+    def check_condition(self, c: n.Cond) -> None:
         """`ENV == WORD` (or `!=`): one of its declared words, else `done`, once it may have stepped."""
-        self.c.used.add(c.agent.name)
-        info = self.c.out.envs.get(c.agent.name)  # None: its declaration has errors, reported there
+        self.ctx.used.add(c.agent.name)
+        info = self.ctx.out.envs.get(c.agent.name)  # None: its declaration has errors, reported there
         words = info.words if info is not None else ()
         if words and c.word.name not in words:
-            self.c.error(
+            self.ctx.error(
                 "E061",
                 f"`{c.agent.name}` never returns `{c.word.name}` (its words: {', '.join(words)})",
                 c.word.span,
                 did_you_mean(c.word.name, words),
             )
         elif info is not None and not words and c.word.name != ENV_DONE:
-            self.c.error(
+            self.ctx.error(
                 "E061",
                 f"`{c.agent.name}` is an environment: a condition tests `{ENV_DONE}`, not `{c.word.name}`",
                 c.word.span,
                 f"write `{c.agent.name} {c.op} {ENV_DONE}`, or declare its words: "
                 f"`emits {ENV_WORDS}({c.word.name}, ...)`",
             )
-        elif c.agent.name not in self.c.acted:
-            self.c.error(
+        elif c.agent.name not in self.flow.acted:
+            self.ctx.error(
                 "E062",
                 f"unreachable: `{c.agent.name}` has not stepped before this condition",
                 c.span,

@@ -1,10 +1,10 @@
-"""What the language accepts beyond its grammar: output contracts, binding kinds, option blocks.
+"""What the language accepts beyond its grammar: binding kinds and option blocks.
 
 The option blocks are pydantic models, so the checker and the trainer share one definition
 of every user-facing setting (the trainer reads `TrainOptions` and applies CLI overrides).
-Lists of names are never restated: output contracts and binding kinds are the registries here
-(each entry holds what the checker needs, and what runs it by import path, imported at first
-use); objectives, set norms, estimators, aggregations and reward functions are the registries of
+Lists of names are never restated: binding kinds are the registries here (each entry holds what
+the checker needs, and what runs it by import path, imported at first use); output contracts,
+objectives, set norms, estimators, aggregations and reward functions are the registries of
 `srpo_dsl.registries`, read when an option is checked, so an entry a plugin registered in Python
 is accepted. Nothing here imports torch.
 """
@@ -21,90 +21,6 @@ from pydantic_core import PydanticCustomError
 from srpo_dsl.lang.branches import BACKUPS
 from srpo_dsl.lang.pycode import is_reference
 from srpo_dsl.registries import ADVANTAGE_ESTIMATORS, AGGREGATIONS, OBJECTIVES, SET_NORMS, Registry, load
-
-ContractArgs = Literal["none", "pool", "words", "tag", "actions"]
-
-
-@dataclass(frozen=True)
-class ContractSpec:
-    """An output contract: what its arguments are (`pool` for route, `words` for verdict), and its parser.
-
-    `parse(text, *args) -> Parsed` (srpo_dsl.runtime.parsers), or its import path: it receives the
-    text, then by `args`: nothing, the pool size, the tuple of words, the tag's name, or the tuple of
-    actions. A contract with `actions` *acts*: its parsed value is `{"action": KIND, "value": ...}`, the
-    agent's recorded state is the action taken, conditions test it and a tool serves the members whose
-    action is the tool's name.
-    """
-
-    args: ContractArgs
-    describe: str
-    parse: str | Callable[..., Any]
-
-    @property
-    def acts(self) -> bool:
-        return self.args == "actions"
-
-    @property
-    def parser(self) -> Callable[..., Any]:
-        return load(self.parse) if isinstance(self.parse, str) else self.parse
-
-
-PARSERS = "srpo_dsl.runtime.parsers"
-CONTRACTS: Registry[ContractSpec] = Registry("output contract")
-CONTRACTS.add(
-    "route",
-    ContractSpec(
-        "pool", "`<route>1,3</route>` or `<route>STOP</route>` over a pool", f"{PARSERS}:parse_route"
-    ),
-)
-CONTRACTS.add(
-    "verdict",
-    ContractSpec(
-        "words", "exactly one `<verify>WORD</verify>` with an allowed word", f"{PARSERS}:parse_verdict"
-    ),
-)
-CONTRACTS.add("boxed", ContractSpec("none", "an answer in `\\boxed{...}`", f"{PARSERS}:parse_boxed"))
-CONTRACTS.add(
-    "final_boxed", ContractSpec("none", "one `FINAL: \\boxed{...}`", f"{PARSERS}:parse_final_boxed")
-)
-CONTRACTS.add(
-    "search",
-    ContractSpec(
-        "none", "`<think>...</think>` and exactly one `<search>query</search>`", f"{PARSERS}:parse_search"
-    ),
-)
-CONTRACTS.add(
-    "answer",
-    ContractSpec(
-        "none", "`<think>...</think>` and exactly one `<answer>...</answer>`", f"{PARSERS}:parse_answer"
-    ),
-)
-CONTRACTS.add(
-    "tag",
-    ContractSpec(
-        "tag", "exactly one `<NAME>...</NAME>` outside thinking (NAME as declared)", f"{PARSERS}:parse_tag"
-    ),
-)
-CONTRACTS.add("text", ContractSpec("none", "free text", f"{PARSERS}:parse_text"))
-CONTRACTS.add(
-    "act",
-    ContractSpec(
-        "actions",
-        "exactly one `<ACTION>...</ACTION>` outside thinking, ACTION one of those declared (the last ends)",
-        f"{PARSERS}:parse_act",
-    ),
-)
-
-
-def register_contract(name: str, *, args: ContractArgs = "none", describe: str) -> Callable[[Any], Any]:
-    """A decorator: its function `(text, *args) -> Parsed` parses the output contract `name`."""
-
-    def register(parse: Callable[..., Any]) -> Callable[..., Any]:
-        CONTRACTS.add(name, ContractSpec(args, describe, parse))
-        return parse
-
-    return register
-
 
 DEFAULT_MAX_TOKENS = 512
 

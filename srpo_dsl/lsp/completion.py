@@ -12,8 +12,8 @@ from pydantic.fields import FieldInfo
 
 from srpo_dsl.lang.branches import KEEP_RULES
 from srpo_dsl.lang.grammar import grammar_text
-from srpo_dsl.lang.schema import CONTRACTS, POLICY_KINDS, TASK_KINDS, TOOL_KINDS, AgentOptions, TrainOptions
-from srpo_dsl.registries import REWARDS
+from srpo_dsl.lang.schema import POLICY_KINDS, TASK_KINDS, TOOL_KINDS, AgentOptions, TrainOptions
+from srpo_dsl.registries import CONTRACTS, REWARDS
 
 CK = lsp.CompletionItemKind
 _TRAIN_OPEN = re.compile(r"\btrain\s+with\s*\(([^)]*)$")

@@ -19,7 +19,8 @@ from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.branches import KEEP_RULES
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
-from srpo_dsl.lang.schema import CONTRACTS, TrainOptions
+from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.registries import CONTRACTS
 from srpo_dsl.runtime.actions import allowed, asked, final_answer
 from srpo_dsl.runtime.branching import (
     Fork,
@@ -369,9 +370,9 @@ class Executor:
     def _parse(self, a: AgentInfo, actions: tuple[str, ...], text: str) -> Parsed:
         if a.parser is not None:
             return allowed(self.parsers[a.name](text), actions)
-        routes = CONTRACTS[a.contract].args == "pool"  # over the pool its first argument names
-        pool = self.graph.agents[a.contract_args[0]].replicas if routes else None
-        if a.calls > 1:  # `act(...)` whose tool actions may be taken up to `calls` times in one output
+        selects = CONTRACTS[a.contract].selects  # replicas of the pool its first argument names
+        pool = self.graph.agents[a.contract_args[0]].replicas if selects else None
+        if a.calls > 1:  # a `multi_call` contract (else E074): up to `calls` tool actions in one output
             return allowed(parse_act_calls(text, a.actions, a.calls), actions)
         return allowed(parse_output(a.contract, text, pool_size=pool, args=a.contract_args), actions)
 

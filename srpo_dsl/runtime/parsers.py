@@ -8,7 +8,7 @@ unclosed `<think>` hides the rest of the text; a leading `</think>` with no open
 closes thinking that the chat template opened in the prompt. Words are case-sensitive
 and compared after stripping whitespace (`<verify> approve </verify>` is `approve`,
 `<verify>Approve</verify>` is not). Each parser is the `parse` of its contract's entry in
-`srpo_dsl.lang.schema.CONTRACTS`: `parse(text, *args) -> Parsed`, its arguments after the text
+`srpo_dsl.registries.CONTRACTS`: `parse(text, *args) -> Parsed`, its arguments after the text
 by the kind of the contract's declared arguments (`ARGUMENTS`).
 """
 
@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from srpo_dsl.lang.schema import CONTRACTS
+from srpo_dsl.registries import CONTRACTS
 
 
 @dataclass(frozen=True)
