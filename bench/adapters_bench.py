@@ -30,7 +30,7 @@ on this model.
 Step time. The quickstart team on the embedded model, its own settings (32 prompts x 8
 rollouts per step): workflows/quickstart.srpo (one shared trainable policy) against
 workflows/quickstart_adapters.srpo (an adapter per role on the frozen model), each run in a
-fresh process through `srpo_dsl.rl.loop.trainer.train` for S + 1 steps; the first step (warm-up)
+fresh process through `srpo_dsl.rl.loop.trainer.train` (its plan from `plan_file`) for S + 1 steps; the first step (warm-up)
 is dropped, the trainer's per-step `time` (rollout + update + weight sync) is taken as the
 median of the others, then the median over R runs, the two alternating order run by run.
 Goal: adapters <= 1.2 x shared.

@@ -14,7 +14,7 @@ An environment without `emits verdict(...)` returns `done` as a bool, and condit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.declarations import EnvInfo
@@ -24,19 +24,35 @@ from srpo_dsl.lang.option_checks import check_code_binding
 from srpo_dsl.registries import CONTRACTS
 
 if TYPE_CHECKING:
-    from srpo_dsl.lang.declaration_checks import DeclarationChecks
-    from srpo_dsl.lang.flow_checks import FlowChecks
+    from srpo_dsl.lang.check_context import CheckContext
 
 # How messages write what an environment may emit: a contract that lists the words its steps return (a
 # `testable` one), and one that selects replicas of a pool (a `selects` one); see `ContractSpec`.
 ENV_WORDS, ENV_SELECTS = "verdict", "route"
 
 
+class ContractChecks(Protocol):
+    """What the environment checks use of the declaration pass: its context, its contract check."""
+
+    ctx: CheckContext
+
+    def check_contract(self, c: n.Contract) -> object: ...
+
+
+class ActedTracking(Protocol):
+    """What the environment checks use of the flow pass: its context, what may have acted by now."""
+
+    ctx: CheckContext
+    acted: set[str]
+
+    def mark_acted(self, agent: str) -> None: ...
+
+
 class EnvDeclarations:
     """The checks of environments' declarations, part of the declaration pass (through which they report
     and resolve Python code and contracts)."""
 
-    def __init__(self, declarations: DeclarationChecks):
+    def __init__(self, declarations: ContractChecks):
         self.decl = declarations
         self.ctx = declarations.ctx
 
@@ -104,7 +120,7 @@ class EnvSteps:
     """The checks of environments' steps, of the conditions on their words and of the steps whose members
     they select, part of the flow pass (through which they report and read what may have acted)."""
 
-    def __init__(self, flow: FlowChecks):
+    def __init__(self, flow: ActedTracking):
         self.flow = flow
         self.ctx = flow.ctx
 
