@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from srpo_dsl.lang.analysis import load_graph
@@ -24,3 +27,18 @@ def test_adapters_load_their_base_unless_given_a_model_of_their_own() -> None:
     assert mine == {"base": str(SHIPPED), "solving": "runs/export/solving/merged"}
     script = policy_models(graph, dict.fromkeys(graph.policies, "replies.json"), resolve=False)
     assert script == dict.fromkeys(["base", "solving", "verifying", "answering"], "replies.json")
+
+
+def test_resolving_the_shipped_tiny_model_imports_neither_torch_nor_transformers() -> None:
+    """Only building `builtin:tiny` (a missing folder) needs them; finding the shipped one does not."""
+    code = (
+        "import sys\n"
+        "from srpo_dsl.models.specs import local_tokenizer, resolve_model_spec\n"
+        "from srpo_dsl.models.tiny import SHIPPED\n"
+        "assert resolve_model_spec('builtin:tiny') == local_tokenizer('builtin:tiny') == str(SHIPPED)\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules)\n"
+        "assert heavy == [], heavy\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr

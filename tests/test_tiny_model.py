@@ -18,8 +18,9 @@ from srpo_dsl.backends import GenRequest
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.envs.arith import make_arith_tasks
-from srpo_dsl.models import tiny
+from srpo_dsl.models import episodes, tiny
 from srpo_dsl.models.build_tiny import differing_files, largest_weight_difference
+from srpo_dsl.models.evaluation import evaluate_team, evaluate_tools
 from srpo_dsl.models.specs import resolve_model_spec
 from srpo_dsl.models.tiny import (
     RECIPE,
@@ -28,10 +29,9 @@ from srpo_dsl.models.tiny import (
     Recipe,
     build_tiny_model,
     ensure_tiny_model,
-    evaluate_team,
-    evaluate_tools,
     warmup_report,
 )
+from srpo_dsl.models.transcripts import team_episode, tool_episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.prompts import PromptRenderer
 from srpo_dsl.runtime.setup import build_tools, load_workflow
@@ -134,10 +134,10 @@ def test_team_prompts_are_rendered_from_the_executors_episode_context(tmp_path: 
         "{{ step }}|{{ memory.accepted | map(attribute='text') | join(',') }}|{{ feedback | join(',') }}"
         "|{{ observations | length }}{{ memory.observations | length }}|{{ pool_size }}"
     )
-    for template in tiny.TEMPLATES.values():
+    for template in episodes.TEMPLATES.values():
         (tmp_path / template).write_text(probe)
     [task] = make_arith_tasks(1, 0)
-    (solver, one), (again, two), (verifier, verdict), (aggregator, _) = tiny._episode(
+    (solver, one), (again, two), (verifier, verdict), (aggregator, _) = team_episode(
         random.Random(0), task, PromptRenderer([tmp_path])
     )
     assert solver == again == "1|||00|2"
@@ -162,22 +162,22 @@ def test_tool_transcripts_are_what_the_executor_sends_and_parses() -> None:
     responses get exactly its prompts (calculator results included), are parsed to the same validity,
     and take as many turns; among them calls, malformed outputs and forced last turns."""
     workflow = load_workflow(Path(__file__).resolve().parents[1] / "workflows" / "quickstart_tools.srpo")
-    renderer, rng, tools = PromptRenderer([tiny._templates_dir()]), random.Random(0), build_tools(workflow)
+    renderer, rng, tools = PromptRenderer([episodes.templates_dir()]), random.Random(0), build_tools(workflow)
     tasks = make_arith_tasks(300, 0, mix="graded")
     seen = {"calc": 0, "invalid": 0, "forced": 0}
     for task in tasks:
-        rows = tiny._tool_episode(rng, task, renderer)
+        rows = tool_episode(rng, task, renderer)
         backend = _Recorder([text for _, text in rows])
         [ep] = Executor(workflow.graph, {"lm": backend}, workflow.renderer(), tools).run([task])
         assert backend.prompts == [prompt for prompt, _ in rows]
         members = [m for e in ep.events for m in e.members]
         assert [m.text for m in members] == [text for _, text in rows]
-        run = tiny.ToolRun(tiny._start(task))
+        run = episodes.ToolRun(episodes.start(task))
         for prompt, text in rows:
             assert run.prompt(renderer) == prompt
             run.commit(text)
         assert run.answer == ep.answer and run.ep.history == ep.history
         seen["calc"] += ep.tool_calls > 0
         seen["invalid"] += ep.invalid_actions > 0
-        seen["forced"] += len(members) == tiny.TOOL_TURNS + 1
+        seen["forced"] += len(members) == episodes.TOOL_TURNS + 1
     assert all(seen.values()), seen

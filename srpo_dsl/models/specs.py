@@ -3,7 +3,7 @@
 A spec is `builtin:tiny` (the embedded model, `tiny.py`: the shipped folder, built on first
 use where it is missing), `hf:NAME` (a Hugging Face repo id or path, said explicitly), a
 local path or a repo id. Resolving lives here, above the backends: they load what they are
-given.
+given. It imports neither torch nor transformers unless `builtin:tiny` has to be built.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.models.tiny import MARKER, SHIPPED, TINY_MODEL_ID, ensure_tiny_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def resolve_model_spec(model: str) -> str:
     """A local path or repo id for `builtin:tiny`, `hf:NAME`, a path or a repo id."""
-    from srpo_dsl.models.tiny import TINY_MODEL_ID, ensure_tiny_model
-
     spec = model.removeprefix("hf:")
     return str(ensure_tiny_model()) if spec == TINY_MODEL_ID else spec
 
@@ -37,8 +36,6 @@ def local_tokenizer(model: str) -> str | None:
     """Where the tokenizer of a workflow's model spec is on this machine, or None: `builtin:tiny` (the
     shipped folder), a local folder holding one, or a repo id in the Hugging Face cache. Nothing is
     downloaded or built (the scripted backend counts its tokens where it is here, else bytes)."""
-    from srpo_dsl.models.tiny import MARKER, SHIPPED, TINY_MODEL_ID
-
     spec = model.removeprefix("hf:")
     if spec == TINY_MODEL_ID:
         return str(SHIPPED) if (SHIPPED / MARKER).exists() else None
