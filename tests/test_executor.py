@@ -6,7 +6,7 @@ import pytest
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.runtime.effects import INVALID
-from srpo_dsl.runtime.episode import Episode, Member
+from srpo_dsl.runtime.episode import Episode, Member, ObservationEntry
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.prompts import PromptRenderer
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
@@ -388,5 +388,6 @@ def test_templates_read_the_history_as_the_documented_dicts():
     )
     second = ep.context(role="solver", replica=2, pool_size=2, turn=1, max_turns=2)
     assert renderer.render("react_pool/worker.j2", second) == "Q 2+3= ? boom"
-    # read by key, as the embedded model's tool agent reads it (`srpo_dsl.models.tiny`)
-    assert [h["result"] for h in ep.history if h["kind"] == "observation" and "result" in h] == ["5", "ok"]
+    # Python reads the typed records (the embedded model's tool agent: `srpo_dsl.models.episodes`)
+    seen = [h.observation for h in ep.history if isinstance(h, ObservationEntry)]
+    assert [o["result"] for o in seen if "result" in o] == ["5", "ok"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from srpo_dsl.envs.arith import calculate
 from srpo_dsl.runtime.actions import action_of, allowed
-from srpo_dsl.runtime.episode import Episode, Member, context_entry
+from srpo_dsl.runtime.episode import Episode, Member, ObservationEntry, context_entry
 from srpo_dsl.runtime.hooks import ToolResult
 from srpo_dsl.runtime.parsers import Parsed, parse_act, parse_verdict
 from srpo_dsl.runtime.prompts import PromptRenderer
@@ -119,5 +119,6 @@ class ToolRun:
 
     def last_result(self) -> str | None:
         """The latest calculator result in the history, if any."""
-        found = [h["result"] for h in self.ep.history if h["kind"] == "observation" and "result" in h]
-        return found[-1] if found else None
+        seen = [h.observation for h in self.ep.history if isinstance(h, ObservationEntry)]
+        found = [o["result"] for o in seen if "result" in o]
+        return found[-1] if found else None  # type: ignore[return-value]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -167,25 +167,15 @@ def context_entry(role: str, replica: int, text: str, valid: bool, value: object
     return {"role": role, "replica": replica, "text": text, "valid": valid, "value": value}
 
 
-class HistoryEntry(Mapping[str, object]):
-    """An item of an episode's `history`, in a template's context the dict docs/dsl.md documents: `kind`
-    ("output" or "observation") and its fields (`as_dict`). Python code reads its attributes; it stays
-    a read-only mapping of that dict for code that reads it by key (`srpo_dsl.models.tiny`)."""
+class HistoryEntry(ABC):
+    """An item of an episode's `history`: Python code reads its attributes; a template's context holds it
+    as the dict docs/dsl.md documents, `kind` ("output" or "observation") and its fields (`as_dict`)."""
 
     kind: ClassVar[str]
 
     @abstractmethod
     def as_dict(self) -> dict[str, object]:
         """The entry as a template sees it, `kind` first."""
-
-    def __getitem__(self, key: str) -> object:
-        return self.as_dict()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.as_dict())
-
-    def __len__(self) -> int:
-        return len(self.as_dict())
 
 
 @dataclass(frozen=True)
