@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from srpo_dsl import choices, devices, registries
 from srpo_dsl.api.quiet import libraries_quiet
+from srpo_dsl.api.runs import Run
 from srpo_dsl.cli.common import CliError
 from srpo_dsl.cli.train_cmds import (
     Device,
@@ -27,6 +28,7 @@ from srpo_dsl.cli.train_cmds import (
     parse_options,
     report,
 )
+from srpo_dsl.errors import SrpoDslError
 from srpo_dsl.rl.loop.runlog import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
 from tests.clitools import cli
 from tests.test_training import _env
@@ -113,10 +115,10 @@ def test_heldout_summary_from_the_first_and_last_rows(tmp_path: Path) -> None:
 
 def test_the_report_ends_with_the_heldout_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     history = [{"step": 100, "return": 0.61, "loss": -0.0123, "grad_norm": 0.456}]
-    report(history, tmp_path)  # no eval.jsonl: the step line only
+    report(Run(tmp_path, history))  # no eval.jsonl: the step line only
     assert capsys.readouterr().out == f"step 100: return 0.610, grad norm 0.456 -> {tmp_path}\n"
     write_jsonl(tmp_path / "eval.jsonl", EVAL_ROWS)
-    report([], tmp_path)
+    report(Run(tmp_path, []))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"nothing to do: {tmp_path} already reached its last step"
     assert lines[-1].startswith("held-out Avg@4 32.4% -> 67.0% (+34.6)")
@@ -129,8 +131,8 @@ def test_a_broken_eval_file_is_one_line(tmp_path: Path, text: str, capsys: pytes
     with pytest.raises(RunError) as err:
         eval_curve(read_jsonl(path), path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(CliError) as cli_err:  # the end-of-run report says it in one line, exit 1
-        report([], tmp_path)
+    with pytest.raises(SrpoDslError) as cli_err:  # the end-of-run report says it in one line, exit 1
+        report(Run(tmp_path, []))
     assert str(cli_err.value) == str(err.value) and cli_err.value.exit_code == 1
 
 
@@ -194,7 +196,7 @@ def test_plot_adds_the_per_role_panels_when_logged(tmp_path: Path) -> None:
         read_dynamics(tmp_path)
     assert "\n" not in str(err.value)
     result = CliRunner().invoke(app, ["plot", str(tmp_path)])  # `main` prints it as one line, exit 1
-    assert isinstance(result.exception, CliError) and result.exception.exit_code == 1
+    assert isinstance(result.exception, SrpoDslError) and result.exception.exit_code == 1
     assert str(result.exception) == str(err.value)
 
 
