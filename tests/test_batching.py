@@ -133,3 +133,29 @@ def test_drop_incomplete_checks_member_indices() -> None:
     assert drop_incomplete(events, cardinality) == ([0, 1, 2, 3, 4], 0)
     with pytest.raises(ValueError):
         drop_incomplete(events, cardinality[:2])
+
+
+def test_budget_batches_fill_whole_events_to_the_padded_token_budget() -> None:
+    from srpo_dsl.rl.objective.batching import budget_batches
+
+    # events: A rows 0,1 (10, 30 tokens: 2 x 30 = 60 padded), B rows 2 (50), C rows 3,4 (20, 20: 40), D row 5 (5)
+    events = ["A", "A", "B", "C", "C", "D"]
+    tokens = [10, 30, 50, 20, 20, 5]
+    # largest first: A (60), B (50), C (40), D (5). Budget 100: A opens bin 0; B would make 3 x 50 = 150:
+    # bin 1; C into bin 0 would be 4 x 30 = 120, into bin 1 3 x 50 = 150: bin 2; D: 3 x 30 = 90 <= 100
+    assert budget_batches(events, tokens, 100) == [[0, 1, 5], [2], [3, 4]]
+    assert budget_batches(events, tokens, 10_000) == [[0, 1, 2, 3, 4, 5]]
+    assert budget_batches(events, tokens, 1) == [[0, 1], [2], [3, 4], [5]]  # each event alone, never split
+    assert budget_batches([], [], 8) == [[]]
+    with pytest.raises(ValueError, match="budget must be >= 1"):
+        budget_batches(events, tokens, 0)
+
+
+def test_a_token_budget_and_a_micro_batch_count_are_one_choice() -> None:
+    from pydantic import ValidationError
+
+    from srpo_dsl.lang.schema import TrainOptions
+
+    assert TrainOptions(max_tokens_per_micro_batch=4096).micro_batches == 1
+    with pytest.raises(ValidationError, match="set micro_batches or max_tokens_per_micro_batch, not both"):
+        TrainOptions(micro_batches=2, max_tokens_per_micro_batch=4096)

@@ -254,7 +254,9 @@ def test_every_train_option_is_documented_once_for_completion_and_docs():
         defaults = [d.strip(" `") for d in cell.split(",")]
         listed = re.findall(r"`(\w+)`", names)
         shown = defaults[listed.index(name)] if len(defaults) == len(listed) else defaults[0]
-        if isinstance(info.default, (int, float)):
+        if isinstance(info.default, bool):  # written as the DSL writes it
+            assert shown == str(info.default).lower(), (name, cell)
+        elif isinstance(info.default, (int, float)):
             assert float(shown) == info.default, (name, cell)
         elif info.default is not None:
             assert shown == info.default, (name, cell)

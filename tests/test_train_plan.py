@@ -89,6 +89,11 @@ def test_every_check_runs_before_anything_loads(tmp_path) -> None:
         make_plan(wf, tmp_path / "taken")
     with pytest.raises(TrainError, match="training option `lr`"):
         make_plan(wf, tmp_path / "a", {"lr": "fast"})
+    adapters = srpo_dsl.load(ROOT / "workflows/quickstart_adapters.srpo")
+    with pytest.raises(
+        TrainError, match=r"gradient_checkpointing does not work with adapter\(...\) policies"
+    ):
+        make_plan(adapters, tmp_path / "a", {"gradient_checkpointing": True}, setup=Setup(device="cpu"))
     with pytest.raises(TrainError, match="train rolls out with hf or vllm"):
         make_plan(wf, tmp_path / "a", setup=Setup(backend="scripted", device="cpu"))
     same = (tmp_path / "x" / "held.jsonl", tmp_path / "y" / "held.jsonl")

@@ -342,6 +342,62 @@ def test_one_micro_batch_equals_two(models, dist, objective):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("objective", "zero"), [("srpo", 0), ("traj", 0), ("srpo", 2)])
+def test_a_token_budget_steps_like_one_micro_batch(models, dist, objective, zero):
+    """Micro-batches filled to a token budget (as many as it needs: the boundary is set by the plan, not by
+    DeepSpeed's counter) give the update of one micro-batch, two epochs over them."""
+    from srpo_dsl.rl.loop.update import atomic_ids, micro_plan, update
+    from srpo_dsl.rl.objective.plugins import training_objective
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    rows = build_rows(make_episodes(mixed=True), objective)
+    tokens = [len(a) + len(b) for a, b in zip(rows.prompt_token_ids, rows.response_token_ids)]
+    results = []
+    for budget in (None, 3 * max(tokens)):
+        options = {"objective": objective, "zero": zero, "epochs": 2, "grad_clip": 0.5}
+        policies, opts = build(
+            {"a": models[0], "b": models[1]}, dist, max_tokens_per_micro_batch=budget, **options
+        )
+        plan = micro_plan(atomic_ids(rows, training_objective(opts, Path("."))), tokens, opts)
+        stats = update(policies, rows, opts, dist, TEMPERATURES)
+        results.append((parameters(policies), stats, plan))
+    assert len(results[0][2]) == 1 and len(results[1][2]) >= 3  # the budget made several micro-batches
+    assert all(len(m) * max(tokens[i] for i in m) <= 3 * max(tokens) for m in results[1][2] if len(m) > 1)
+    assert_close(results[0][0], results[1][0])
+    assert results[0][1]["loss"] == pytest.approx(results[1][1]["loss"], abs=1e-6)
+    assert results[0][1]["grad_norm"] == pytest.approx(results[1][1]["grad_norm"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_gradient_checkpointing_recomputes_the_layers_and_steps_alike(models, dist):
+    """With `gradient_checkpointing`, every layer runs again in the backward pass (dropout still off),
+    and the update is the same."""
+    from collections import Counter
+
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    rows = build_rows(make_episodes(mixed=True), "srpo")
+    results = []
+    for checkpointing in (False, True):
+        policies, opts = build({"a": models[0], "b": models[1]}, dist, gradient_checkpointing=checkpointing)
+        modules = dict(policies["a"].module.named_modules())
+        calls: list[str] = []  # a pass over the embeddings, then its first layer's attention (again)
+        for name in ("embed_tokens", "layers.0.self_attn"):
+            module = next(m for n, m in modules.items() if n.endswith(name))
+            module.register_forward_pre_hook(lambda *_, name=name, calls=calls: calls.append(name))
+        stats = update(policies, rows, opts, dist, TEMPERATURES)
+        results.append((parameters(policies), stats, calls))
+        assert not policies["a"].module.training  # the module itself stays in eval mode
+    plain, checkpointed = (Counter(calls) for *_, calls in results)
+    assert plain["layers.0.self_attn"] == plain["embed_tokens"] > 0
+    assert checkpointed["layers.0.self_attn"] == 2 * checkpointed["embed_tokens"]  # again in the backward
+    assert_close(results[0][0], results[1][0])
+    assert results[0][1]["loss"] == pytest.approx(results[1][1]["loss"], abs=1e-6)
+    assert results[0][1]["grad_norm"] == pytest.approx(results[1][1]["grad_norm"], rel=1e-5)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_stages_step_like_stage_0(models, dist, stage):
     from srpo_dsl.rl.loop.update import update

@@ -167,6 +167,7 @@ def response_logprobs(
     device: torch.device,
     with_entropy: bool = False,
     adapters: list[str] | None = None,
+    cached: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[n, R]` log-probs (and entropies) of the response tokens, response-aligned, 0.0 past each row's end.
 
@@ -175,8 +176,13 @@ def response_logprobs(
     A group of G rollouts of one prompt computes that prompt once instead of G times. The
     pass count is fixed (two) whatever the duplication, so ranks stay in step under ZeRO-3.
     `adapters`: each row's peft adapter, for a model hosting several (a prompt is then
-    computed once per adapter that reads it).
+    computed once per adapter that reads it). `cached=False`: one pass over every row's prompt and
+    response together (`uncached_logprobs`), for a model whose layers are checkpointed.
     """
+    if not cached:
+        return uncached_logprobs(
+            model, prompts, responses, pad_id, temperature, device, with_entropy, adapters
+        )
     keyed = prompts if adapters is None else [[*p, a] for p, a in zip(prompts, adapters)]
     distinct_keys, index = distinct_rows(keyed)
     distinct = distinct_keys if adapters is None else [k[:-1] for k in distinct_keys]
@@ -210,6 +216,37 @@ def response_logprobs(
     return response_scores(
         first.logits[rows, -1], rest.logits, resp_ids, resp_mask, temperature, with_entropy
     )
+
+
+def uncached_logprobs(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad_id: int,
+    temperature: float,
+    device: torch.device,
+    with_entropy: bool = False,
+    adapters: list[str] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`response_logprobs` in one forward pass without a KV cache (gradient checkpointing turns the cache
+    off inside each layer): every row's left-padded prompt then right-padded response, the layout and
+    positions of the cached passes, the logits kept for the last prompt position and the response only."""
+    prompt_ids, prompt_mask = (
+        t.to(device) for t in pad_rows(prompts, pad_id, max(map(len, prompts)), left=True)
+    )
+    resp_ids, resp_mask = (
+        t.to(device) for t in pad_rows(responses, pad_id, max(1, *map(len, responses)), left=False)
+    )
+    mask = torch.cat([prompt_mask, resp_mask], dim=1)
+    with routed(adapters):
+        logits = model(
+            input_ids=torch.cat([prompt_ids, resp_ids], dim=1),
+            attention_mask=mask,
+            position_ids=mask_positions(mask),
+            use_cache=False,
+            logits_to_keep=resp_ids.shape[1] + 1,
+        ).logits
+    return response_scores(logits[:, 0], logits[:, 1:], resp_ids, resp_mask, temperature, with_entropy)
 
 
 def response_scores(

@@ -173,6 +173,14 @@ class TrainOptions(_Options):
     micro_batches: int = Field(
         1, ge=1, description="gradient-accumulation micro-batches (events never split)"
     )
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description="fill micro-batches to this many tokens (rows x the longest row), as many as needed",
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="recompute each layer's activations in the backward pass (less memory, more time)"
+    )
     kl: float = Field(0.0, ge=0.0, description="the weight of the k3 KL to the initial policy")
     entropy: float = Field(0.0, ge=0.0, description="the weight of the entropy bonus")
     zero: int = Field(0, ge=0, le=3, description="the DeepSpeed ZeRO stage, 0 to 3")
@@ -220,6 +228,15 @@ class TrainOptions(_Options):
                 "missing", "Field required with a Python objective ({expected})", {"expected": expected}
             )
         return None if value is None else registered(AGGREGATIONS, value)
+
+    @field_validator("max_tokens_per_micro_batch")
+    @classmethod
+    def _token_budget(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("micro_batches", 1) != 1:
+            raise PydanticCustomError(
+                "value_error", "set micro_batches or max_tokens_per_micro_batch, not both", {}
+            )
+        return value
 
     @field_validator("backup")
     @classmethod

@@ -96,6 +96,27 @@ def load_model(path: str, dist: Dist) -> tuple[Any, Any]:
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype), AutoTokenizer.from_pretrained(path)
 
 
+def checkpoint_layers(module: torch.nn.Module) -> int:
+    """Gradient checkpointing of each transformer layer, dropout still off; returns how many layers.
+
+    transformers checkpoints a layer only while it is in training mode, and the trainer's modules stay in
+    eval mode (dropout off: exact ratios): so the layers alone are marked training, their submodules are
+    not. Set before each update (generation puts the whole module back in eval mode); a no-grad pass
+    (old log-probs, the reference, generation) is never checkpointed."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in module.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if layers and not layers[0].gradient_checkpointing:
+        for model in {
+            id(m): m for m in module.modules() if hasattr(m, "gradient_checkpointing_enable")
+        }.values():
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            break
+    for layer in layers:
+        layer.training = True
+    return len(layers)
+
+
 def with_lora(model: torch.nn.Module, lora: Mapping[str, Any]) -> torch.nn.Module:
     from peft import get_peft_model
 

@@ -98,6 +98,7 @@ def make_plan(
     device = resolve_device(setup.device)
     check_backend(setup.backend, device)
     check_trainable(wf)
+    check_checkpointing(wf, opts)
     check_eval_names(setup.eval_data)
     ds_overrides = read_ds_config(setup.ds_config) if setup.ds_config else {}
     launched = "RANK" in os.environ  # a launcher started this process: it starts no other
@@ -151,6 +152,17 @@ def check_trainable(wf: CompiledWorkflow) -> None:
         raise TrainError(f"{wf.path}: no trainable policy (every policy is `frozen`)")
     if not any(a.trained and wf.graph.policies[a.policy].trainable for a in wf.graph.agents.values()):
         raise TrainError(f"{wf.path}: no agent of a trainable policy is trained (each has `trained = false`)")
+
+
+def check_checkpointing(wf: CompiledWorkflow, opts: TrainOptions) -> None:
+    """Gradient checkpointing replays a layer in the backward pass, where no adapter is routed any more:
+    not with `adapter(...)` policies (yet)."""
+    adapters = [name for name, p in wf.graph.policies.items() if p.base is not None]
+    if opts.gradient_checkpointing and adapters:
+        raise TrainError(
+            f"gradient_checkpointing does not work with adapter(...) policies yet ({', '.join(adapters)}): "
+            "train without it, or give each role its own lora(...) policy"
+        )
 
 
 def check_eval_names(eval_data: Sequence[Path]) -> None:

@@ -28,14 +28,14 @@ from torch import Tensor
 from srpo_dsl.backends.logprobs import response_logprobs
 from srpo_dsl.lang.graph import BASE_ADAPTER
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
+from srpo_dsl.rl.distributed.process_group import Dist, all_gather, all_reduce
 from srpo_dsl.rl.engines.adapters import clip_per_adapter
 from srpo_dsl.rl.engines.ds_engine import step_with_norm
-from srpo_dsl.rl.engines.policies import Policy, engine_owners
+from srpo_dsl.rl.engines.policies import Policy, checkpoint_layers, engine_owners
 from srpo_dsl.rl.loop.plan import TrainError
 from srpo_dsl.rl.loop.role_metrics import MetricKeys
 from srpo_dsl.rl.objective.aggregation import get_aggregation
-from srpo_dsl.rl.objective.batching import plan_batches
+from srpo_dsl.rl.objective.batching import budget_batches, plan_batches
 from srpo_dsl.rl.objective.losses import Objective, get_objective
 from srpo_dsl.rl.objective.rows import Rows
 
@@ -111,17 +111,20 @@ def score_group(
     device: torch.device,
     with_entropy: bool = False,
     reference: bool = False,
+    cached: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """[len(index), W] log-probs (and entropies) of the rows at `index` by `policy`'s engine (or its frozen
-    reference), each row through its own adapter; a 1-token dummy row when empty."""
+    reference), each row through its own adapter; a 1-token dummy row when empty. `cached=False`: without
+    a KV cache (checkpointed layers)."""
     model = policy.reference if reference else policy.model
+    options = {"with_entropy": with_entropy, "cached": cached}
     if not index:
         dummy = [[policy.pad_id]]
-        return response_logprobs(model, dummy, dummy, policy.pad_id, 1.0, device, with_entropy)
+        return response_logprobs(model, dummy, dummy, policy.pad_id, 1.0, device, **options)
     if policy.adapter is None:
         prompts = [batch.rows.prompt_token_ids[i] for i in index]
         responses = [batch.rows.response_token_ids[i] for i in index]
-        return response_logprobs(model, prompts, responses, policy.pad_id, temperature, device, with_entropy)
+        return response_logprobs(model, prompts, responses, policy.pad_id, temperature, device, **options)
     # each adapter's rows together (LoRA runs over row blocks), then back in `index` order; the
     # reference of an adapter is its base: no adapter
     names = [BASE_ADAPTER if reference else batch.adapters[i] or BASE_ADAPTER for i in index]
@@ -129,7 +132,14 @@ def score_group(
     prompts = [batch.rows.prompt_token_ids[index[k]] for k in order]
     responses = [batch.rows.response_token_ids[index[k]] for k in order]
     logprobs, entropy = response_logprobs(
-        model, prompts, responses, policy.pad_id, temperature, device, with_entropy, [names[k] for k in order]
+        model,
+        prompts,
+        responses,
+        policy.pad_id,
+        temperature,
+        device,
+        adapters=[names[k] for k in order],
+        **options,
     )
     back = torch.argsort(torch.tensor(order, device=logprobs.device))
     return logprobs[back], entropy[back] if entropy is not None else None
@@ -215,7 +225,13 @@ def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
         pos = s.batch.members_of(micro, group)
         index = [micro[j] for j in pos]
         logprobs, entropy = score_group(
-            s.leads[group[0]], s.batch, index, group[1], s.dist.device, s.opts.entropy > 0
+            s.leads[group[0]],
+            s.batch,
+            index,
+            group[1],
+            s.dist.device,
+            s.opts.entropy > 0,
+            cached=not s.opts.gradient_checkpointing,  # checkpointed layers keep no KV cache
         )
         out[group] = Scored(pos, logprobs, entropy)
     return out
@@ -318,6 +334,8 @@ def _surrogate(sc: Scored, weights: Tensor) -> Tensor:
 def micro_step(s: Step, micro: list[int], last: bool) -> tuple[MicroStats, dict[str, float]]:
     """Score one event-atomic micro-batch, weight its tokens by the objective, back-propagate per engine."""
     device = s.dist.device
+    for policy in s.leads.values():  # the boundary is the plan's last micro-batch, however many it has
+        policy.engine.set_gradient_accumulation_boundary(last)
     idx = torch.tensor(micro, dtype=torch.long, device=device)
     width = max(1, int(s.mask[idx].sum(-1).max())) if micro else 1
     scored = score_micro(s, micro)
@@ -366,6 +384,17 @@ def old_logprobs(
     return score_rows(leads, batch, plan, groups, device)
 
 
+def micro_plan(atoms: list[int], tokens: list[int], opts: TrainOptions) -> list[list[int]]:
+    """This rank's micro-batches: `micro_batches` of them balanced by tokens, or as many as the token budget
+    needs (`max_tokens_per_micro_batch`). Every rank runs as many as the rank that needs most (the others
+    run empty ones: each micro-batch is collective under ZeRO)."""
+    if opts.max_tokens_per_micro_batch is None:
+        return plan_batches(atoms, tokens, world_size=1, micro_batches=opts.micro_batches)[0]
+    plan = budget_batches(atoms, tokens, opts.max_tokens_per_micro_batch)
+    most = max(all_gather(len(plan)))
+    return plan + [[] for _ in range(most - len(plan))]
+
+
 def atomic_ids(rows: Rows, objective: Objective) -> list[int]:
     """The ids whose rows must share a micro-batch: episodes when the objective's terms are over
     episodes (its aggregation counts them: traj), else events."""
@@ -407,10 +436,12 @@ def update(
     batch = Batch.of(rows, temperatures, policies)
     groups = forward_groups(policies, temperatures)
     leads = engine_owners(policies)
+    if opts.gradient_checkpointing:
+        for lead in leads.values():
+            checkpoint_layers(lead.engine.module)
     objective = objective or get_objective(opts.objective)
     tokens = [len(a) + len(b) for a, b in zip(rows.prompt_token_ids, rows.response_token_ids)]
-    atoms = atomic_ids(rows, objective)  # whole events (episodes for traj) per micro-batch
-    plan = plan_batches(atoms, tokens, world_size=1, micro_batches=opts.micro_batches)[0]
+    plan = micro_plan(atomic_ids(rows, objective), tokens, opts)  # whole events (episodes for traj)
     local = [rows.num_events, float(batch.mask.sum()), len(rows), rows.num_episodes]
     counts = Counts(*(int(n) for n in all_reduce(local, device)))
     if counts.events == 0:

@@ -59,6 +59,33 @@ def plan_batches(
     return plan
 
 
+def budget_batches(atom_ids: Sequence[Hashable], token_counts: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices per micro-batch, each holding whole atoms (events, or episodes) and at most `budget`
+    padded tokens: its rows x its longest row, what the forward processes. First fit, largest atoms first
+    (by their padded tokens, then first appearance); an atom over the budget alone has a micro-batch of
+    its own. Deterministic; at least one micro-batch (empty when there are no rows)."""
+    if len(atom_ids) != len(token_counts):
+        raise ValueError(f"{len(atom_ids)} ids but {len(token_counts)} token counts")
+    if budget < 1:
+        raise ValueError(f"the token budget must be >= 1, got {budget}")
+    atoms = list(group_rows(atom_ids).values())
+    sizes = [(len(rows), max((token_counts[i] for i in rows), default=0)) for rows in atoms]
+    order = sorted(range(len(atoms)), key=lambda a: (-sizes[a][0] * sizes[a][1], a))
+    bins: list[list[int]] = []  # atoms per micro-batch
+    shapes: list[tuple[int, int]] = []  # (rows, longest row) per micro-batch
+    for a in order:
+        rows, longest = sizes[a]
+        fits = [b for b, (n, m) in enumerate(shapes) if (n + rows) * max(m, longest) <= budget]
+        if fits:
+            n, m = shapes[fits[0]]
+            bins[fits[0]].append(a)
+            shapes[fits[0]] = (n + rows, max(m, longest))
+        else:
+            bins.append([a])
+            shapes.append((rows, longest))
+    return [sorted(i for a in b for i in atoms[a]) for b in bins] or [[]]
+
+
 def drop_incomplete(
     event_ids: Sequence[Hashable], cardinality: Sequence[int], member_index: Sequence[int] | None = None
 ) -> tuple[list[int], int]:
