@@ -160,3 +160,30 @@ def test_the_trainer_checks_memory_with_the_reference_when_kl_is_on(tmp_path, mo
             )
     assert [layout.reference for layout in seen] == [False, True]
     assert not (tmp_path / "run-0.1").exists()
+
+
+def test_a_token_budget_counts_the_activations_of_a_micro_batch(tmp_path):
+    """By hand from the model's config: per token 34 bytes x hidden x layers (with checkpointing: 2 x hidden
+    x layers + one layer's 34 x hidden), plus 4 bytes per vocabulary entry, times the budget; once, for the
+    trained model that costs most. No budget: no activations line."""
+    from transformers import AutoConfig
+
+    from srpo_dsl.rl.engines.fit import ACTIVATIONS, needed_bytes
+    from srpo_dsl.runtime.setup import load_workflow
+    from tests.test_training import make_models
+
+    model = make_models(tmp_path)[0]
+    config = AutoConfig.from_pretrained(model)
+    h, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    (tmp_path / "p.j2").write_text("{{ task.question }}")
+    (tmp_path / "team.srpo").write_text(TEAM)
+    graph = load_workflow(tmp_path / "team.srpo").graph
+    paths = dict.fromkeys(graph.policies, str(model))
+    hf = ROLLOUT_ENGINES["hf"]
+    assert ACTIVATIONS not in needed_bytes(graph, paths, Layout(0, 1, "none", hf))
+    full = needed_bytes(graph, paths, Layout(0, 1, "none", hf, tokens=4096))
+    assert full[ACTIVATIONS] == 4096 * (34 * h * layers + 4 * vocab)
+    saved = needed_bytes(graph, paths, Layout(0, 1, "none", hf, tokens=4096, checkpointing=True))
+    assert saved[ACTIVATIONS] == 4096 * (2 * h * layers + 34 * h + 4 * vocab)
+    problem = fit_problem(full, 1.0, Layout(0, 1, "none", hf, tokens=4096))
+    assert "the activations of a micro-batch" in problem and "a smaller max_tokens_per_micro_batch" in problem

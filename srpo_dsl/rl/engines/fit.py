@@ -11,9 +11,18 @@ adds a full bf16 copy under ZeRO-3 (it cannot generate from shards) and keeps fr
 GPU; one that reserves a GPU share (`vllm`: `vllm_memory_share`) holds frozen policies in it. With `kl > 0`
 every trained model (in full or `lora(...)`) keeps a frozen reference copy of its initial weights
 on the GPU, 2 bytes per parameter at every stage (adapters score their reference through the base
-they share, no copy). Activations
-and logits come on top, so this is a lower bound: exceeding it means the run cannot fit at all.
-LoRA and adapter parameters are left out of the trainable count (a few percent at most).
+they share, no copy). LoRA and adapter parameters are left out of the trainable count (a few percent
+at most).
+
+Activations are counted when the micro-batches have a token budget (`max_tokens_per_micro_batch`: no
+micro-batch forwards more tokens, padding included): per token, 34 bytes per hidden unit in each layer
+(bf16, attention without the score matrix, as flash and SDPA kernels run it; Korthikanti et al. 2022,
+"Reducing activation recomputation in large transformer models", Table 2), or with gradient
+checkpointing each layer's 2-byte input plus one layer's 34; and the logits with their gradient, 4
+bytes per vocabulary entry. Every trained model's forward of a micro-batch is alive at its backward,
+but their rows share the budget: the largest per-token cost times the budget. Without a budget the
+longest micro-batch is not known before the rollouts, activations are left out, and the check is a
+lower bound.
 """
 
 from __future__ import annotations
@@ -28,6 +37,12 @@ from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.registries import RolloutEngineKind
 
 WEIGHT, GRAD, OPTIMIZER = 2, 2, 12  # bytes per parameter (see above)
+LAYER_ACTIVATION, LAYER_INPUT, LOGIT = (
+    34,
+    2,
+    4,
+)  # bytes per token: per hidden unit in a layer; per vocab entry
+ACTIVATIONS = "micro-batch activations"  # its line in `needed_bytes`
 
 
 def vllm_memory_share() -> float:
@@ -45,6 +60,25 @@ class Layout:
     offload: str  # none | optimizer | params | all
     engine: RolloutEngineKind
     reference: bool = False  # kl > 0: each trained model's frozen reference copy
+    tokens: int | None = None  # the micro-batch token budget (None: activations not counted)
+    checkpointing: bool = False  # gradient checkpointing: one layer's activations, the others' inputs
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a model's activations scale with, from its config."""
+
+    hidden: int
+    layers: int
+    vocab: int
+
+    def token_bytes(self, checkpointing: bool) -> float:
+        """Activation bytes per token of a forward kept for its backward (see the module's docstring)."""
+        if checkpointing:
+            layers = LAYER_INPUT * self.hidden * self.layers + LAYER_ACTIVATION * self.hidden
+        else:
+            layers = LAYER_ACTIVATION * self.hidden * self.layers
+        return float(layers + LOGIT * self.vocab)
 
 
 def training_bytes(params: int, trainable: int, layout: Layout) -> float:
@@ -71,6 +105,14 @@ def parameter_count(model_path: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def model_shape(model_path: str) -> Shape:
+    """Hidden size, layer count and vocabulary of the model at `model_path`, from its config."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path).get_text_config()
+    return Shape(config.hidden_size, config.num_hidden_layers, config.vocab_size)
+
+
 def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: Layout) -> dict[str, float]:
     """Each loaded model's lower bound (adapters live in their base's model, counted once there)."""
     hosts = {p.base for p in graph.policies.values() if p.base is not None}
@@ -85,6 +127,13 @@ def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: Layout) ->
         trainable = params if spec.trainable and not spec.lora else 0
         reference = WEIGHT * params if layout.reference and spec.trainable else 0.0
         out[name] = training_bytes(params, trainable, layout) + reference
+    if layout.tokens is not None:
+        trained = {paths[n] for n, p in graph.policies.items() if p.trainable and p.base is None}
+        trained |= {paths[p.base] for p in graph.policies.values() if p.base is not None and p.trainable}
+        per_token = max(
+            (model_shape(path).token_bytes(layout.checkpointing) for path in trained), default=0.0
+        )
+        out[ACTIVATIONS] = layout.tokens * per_token
     return out
 
 
@@ -95,14 +144,16 @@ def fit_problem(needed: Mapping[str, float], available: float, layout: Layout) -
         return None
     largest = max(needed, key=needed.__getitem__)
     gib = {name: f"{value / 2**30:.1f}" for name, value in {**needed, "": total, " ": available}.items()}
-    state = "weights, gradients and optimizer states"
-    if layout.reference:
-        state = "weights, gradients, optimizer states and KL reference copies"
+    parts = ["weights", "gradients", "optimizer states"]
+    parts += ["KL reference copies"] if layout.reference else []
+    parts += ["the activations of a micro-batch"] if layout.tokens is not None else []
+    state = ", ".join(parts[:-1]) + " and " + parts[-1]
     return (
         f"the policies' {state} need at least {gib['']} GiB per GPU under "
         f"ZeRO-{layout.zero} on {layout.world_size} GPU(s) (`{largest}` alone {gib[largest]} GiB), more "
         f"than the {gib[' ']} GiB of the GPU left for training: use --zero 3 on more GPUs, --offload "
         "optimizer (or all with --zero 3), or a lora(...) or adapter(...) policy"
+        + (", a smaller max_tokens_per_micro_batch or gradient_checkpointing" if layout.tokens else "")
     )
 
 

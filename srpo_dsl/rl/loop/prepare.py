@@ -165,7 +165,10 @@ def check_memory(plan: TrainPlan, paths: Mapping[str, str], dist: Dist) -> None:
 
     opts = plan.opts
     engine = ROLLOUT_ENGINES[plan.setup.backend]
-    layout = Layout(opts.zero, dist.world_size, plan.setup.offload, engine, reference=opts.kl > 0)
+    budget, checkpointing = opts.max_tokens_per_micro_batch, opts.gradient_checkpointing
+    layout = Layout(
+        opts.zero, dist.world_size, plan.setup.offload, engine, opts.kl > 0, budget, checkpointing
+    )
     if problem := check_fit(plan.workflow.graph, paths, layout, dist.device):
         raise TrainError(problem)
 
