@@ -147,6 +147,8 @@ def test_budget_batches_fill_whole_events_to_the_padded_token_budget() -> None:
     assert budget_batches(events, tokens, 10_000) == [[0, 1, 2, 3, 4, 5]]
     assert budget_batches(events, tokens, 1) == [[0, 1], [2], [3, 4], [5]]  # each event alone, never split
     assert budget_batches([], [], 8) == [[]]
+    # packed rows count their sum: A 40, B 50, C 40, D 5; budget 90: A + B = 90, then C + D = 45
+    assert budget_batches(events, tokens, 90, padded=False) == [[0, 1, 2], [3, 4, 5]]
     with pytest.raises(ValueError, match="budget must be >= 1"):
         budget_batches(events, tokens, 0)
 

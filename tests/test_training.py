@@ -369,6 +369,47 @@ def test_a_token_budget_steps_like_one_micro_batch(models, dist, objective, zero
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("objective", "options"),
+    [
+        ("srpo", {"pack_rows": True}),
+        ("traj", {"pack_rows": True, "max_tokens_per_micro_batch": 40}),
+        ("srpo", {"pack_rows": True, "gradient_checkpointing": True, "entropy": 0.5}),
+    ],
+)
+def test_packed_rows_step_like_padded_ones(models, dist, objective, options):
+    """Rows packed into one sequence without padding (positions restarting per row) give today's update:
+    loss, gradient norm and weights to 1e-6, also with a token budget, checkpointing and an entropy bonus."""
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    rows = build_rows(make_episodes(mixed=True), objective)
+    results = []
+    for packed in ({}, options):
+        base = {"objective": objective, "epochs": 2, "grad_clip": 0.5, "entropy": options.get("entropy", 0.0)}
+        policies, opts = build({"a": models[0], "b": models[1]}, dist, **(base | packed))
+        results.append((parameters(policies), update(policies, rows, opts, dist, TEMPERATURES)))
+    assert_close(results[0][0], results[1][0])
+    assert results[0][1]["loss"] == pytest.approx(results[1][1]["loss"], abs=1e-6)
+    assert results[0][1]["grad_norm"] == pytest.approx(results[1][1]["grad_norm"], rel=1e-5)
+
+
+def test_packed_log_probs_are_the_padded_ones(models):
+    """`packed_logprobs` against the cached two-pass scoring, entropies included, rows of unequal lengths."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from srpo_dsl.backends.logprobs import response_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(models[0]).eval()
+    prompts, responses = [[1, 5, 7, 9], [1, 5, 7, 9], [1, 4]], [[3, 3, 2], [6], [9, 9, 9, 9, 2]]
+    args = (model, prompts, responses, 0, 0.7, torch.device("cpu"), True)
+    (lp, h), (packed, packed_h) = response_logprobs(*args), response_logprobs(*args, layout="packed")
+    assert packed.shape == lp.shape == (3, 5) and (packed[1, 1:] == 0).all()
+    assert torch.allclose(packed, lp, atol=1e-5) and torch.allclose(packed_h, h, atol=1e-5)
+
+
+@pytest.mark.slow
 def test_gradient_checkpointing_recomputes_the_layers_and_steps_alike(models, dist):
     """With `gradient_checkpointing`, every layer runs again in the backward pass (dropout still off),
     and the update is the same."""

@@ -10,12 +10,15 @@ the attention mask, so left- and right-padded layouts give the same values.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from srpo_dsl.backends.routing import routed
+
+Layout = Literal["cached", "uncached", "packed"]
+LAYOUTS: tuple[Layout, ...] = ("cached", "uncached", "packed")  # how `response_logprobs` runs the model
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ def response_logprobs(
     device: torch.device,
     with_entropy: bool = False,
     adapters: list[str] | None = None,
-    cached: bool = True,
+    layout: Layout = "cached",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[n, R]` log-probs (and entropies) of the response tokens, response-aligned, 0.0 past each row's end.
 
@@ -176,13 +179,16 @@ def response_logprobs(
     A group of G rollouts of one prompt computes that prompt once instead of G times. The
     pass count is fixed (two) whatever the duplication, so ranks stay in step under ZeRO-3.
     `adapters`: each row's peft adapter, for a model hosting several (a prompt is then
-    computed once per adapter that reads it). `cached=False`: one pass over every row's prompt and
-    response together (`uncached_logprobs`), for a model whose layers are checkpointed.
+    computed once per adapter that reads it). Other `layout`s (`LAYOUTS`): `uncached`, one padded pass
+    over every row's prompt and response together (`uncached_logprobs`); `packed`, every row in one
+    sequence without padding (`packed_logprobs`; not with `adapters`, which route whole batch rows).
     """
-    if not cached:
+    if layout == "uncached":
         return uncached_logprobs(
             model, prompts, responses, pad_id, temperature, device, with_entropy, adapters
         )
+    if layout == "packed" and adapters is None:
+        return packed_logprobs(model, prompts, responses, temperature, device, with_entropy)
     keyed = prompts if adapters is None else [[*p, a] for p, a in zip(prompts, adapters)]
     distinct_keys, index = distinct_rows(keyed)
     distinct = distinct_keys if adapters is None else [k[:-1] for k in distinct_keys]
@@ -216,6 +222,41 @@ def response_logprobs(
     return response_scores(
         first.logits[rows, -1], rest.logits, resp_ids, resp_mask, temperature, with_entropy
     )
+
+
+def packed_logprobs(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    temperature: float,
+    device: torch.device,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`response_logprobs` with no padding: every row's prompt and response one after another in a single
+    sequence, position ids restarting at each row (transformers then keeps attention within a row: a
+    block-causal mask, or flash attention's variable-length kernel), logits kept only where a response
+    token is predicted, and scattered back to `[n, R]`."""
+    rows = [p + r for p, r in zip(prompts, responses, strict=True)]
+    lengths = torch.tensor([len(row) for row in rows])
+    ids = torch.tensor([token for row in rows for token in row], device=device)[None]
+    positions = torch.cat([torch.arange(n) for n in lengths.tolist()]).to(device)[None]
+    answered = torch.tensor([len(r) for r in responses])
+    row_of = torch.repeat_interleave(torch.arange(len(rows)), answered)  # each response token's row ...
+    column = torch.arange(len(row_of)) - torch.repeat_interleave(
+        torch.cumsum(answered, 0) - answered, answered
+    )
+    starts = torch.cumsum(lengths, 0) - lengths  # ... and the position that predicts it
+    predicting = starts[row_of] + torch.tensor([len(p) for p in prompts])[row_of] - 1 + column
+    targets = torch.tensor([token for r in responses for token in r], device=device)
+    kept = predicting.to(device)
+    logits = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=kept).logits[0]
+    shape, at = (len(rows), max(1, *answered.tolist())), (row_of.to(device), column.to(device))
+    logprobs = torch.zeros(shape, device=device, dtype=logits.dtype)
+    logprobs = logprobs.index_put(at, picked_logprobs(logits, targets, temperature))
+    if not with_entropy:
+        return logprobs, None
+    entropy = torch.zeros(shape, device=device, dtype=logits.dtype)
+    return logprobs, entropy.index_put(at, entropies(logits, temperature))
 
 
 def uncached_logprobs(

@@ -178,6 +178,9 @@ class TrainOptions(_Options):
         ge=1,
         description="fill micro-batches to this many tokens (rows x the longest row), as many as needed",
     )
+    pack_rows: bool = Field(
+        False, description="score a micro-batch's rows packed into one sequence, without padding"
+    )
     gradient_checkpointing: bool = Field(
         False, description="recompute each layer's activations in the backward pass (less memory, more time)"
     )

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from srpo_dsl.backends.logprobs import response_logprobs
+from srpo_dsl.backends.logprobs import Layout, response_logprobs
 from srpo_dsl.lang.graph import BASE_ADAPTER
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.distributed.process_group import Dist, all_gather, all_reduce
@@ -111,13 +111,13 @@ def score_group(
     device: torch.device,
     with_entropy: bool = False,
     reference: bool = False,
-    cached: bool = True,
+    layout: Layout = "cached",
 ) -> tuple[Tensor, Tensor | None]:
     """[len(index), W] log-probs (and entropies) of the rows at `index` by `policy`'s engine (or its frozen
-    reference), each row through its own adapter; a 1-token dummy row when empty. `cached=False`: without
-    a KV cache (checkpointed layers)."""
+    reference), each row through its own adapter; a 1-token dummy row when empty. `layout`: how the model
+    runs over the rows (`backends.logprobs.LAYOUTS`; adapters are never packed)."""
     model = policy.reference if reference else policy.model
-    options = {"with_entropy": with_entropy, "cached": cached}
+    options = {"with_entropy": with_entropy, "layout": layout}
     if not index:
         dummy = [[policy.pad_id]]
         return response_logprobs(model, dummy, dummy, policy.pad_id, 1.0, device, **options)
@@ -218,6 +218,15 @@ class MicroStats:
     importance: tuple[float, float, float] = (0.0, 0.0, 0.0)  # off-policy: (sum of w, capped units, units)
 
 
+def scoring_layout(opts: TrainOptions) -> Layout:
+    """How the update runs the model over a micro-batch's rows: `pack_rows` packs them without padding;
+    checkpointed layers keep no KV cache (one padded pass per row); else each distinct prompt once, and
+    the responses on its cache."""
+    if opts.pack_rows:
+        return "packed"
+    return "uncached" if opts.gradient_checkpointing else "cached"
+
+
 def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
     """Every group's forward over its rows of `micro` (with grad): the same forwards on every rank."""
     out = {}
@@ -231,7 +240,7 @@ def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
             group[1],
             s.dist.device,
             s.opts.entropy > 0,
-            cached=not s.opts.gradient_checkpointing,  # checkpointed layers keep no KV cache
+            layout=scoring_layout(s.opts),
         )
         out[group] = Scored(pos, logprobs, entropy)
     return out
@@ -390,7 +399,7 @@ def micro_plan(atoms: list[int], tokens: list[int], opts: TrainOptions) -> list[
     run empty ones: each micro-batch is collective under ZeRO)."""
     if opts.max_tokens_per_micro_batch is None:
         return plan_batches(atoms, tokens, world_size=1, micro_batches=opts.micro_batches)[0]
-    plan = budget_batches(atoms, tokens, opts.max_tokens_per_micro_batch)
+    plan = budget_batches(atoms, tokens, opts.max_tokens_per_micro_batch, padded=not opts.pack_rows)
     most = max(all_gather(len(plan)))
     return plan + [[] for _ in range(most - len(plan))]
 

@@ -59,30 +59,35 @@ def plan_batches(
     return plan
 
 
-def budget_batches(atom_ids: Sequence[Hashable], token_counts: Sequence[int], budget: int) -> list[list[int]]:
+def budget_batches(
+    atom_ids: Sequence[Hashable], token_counts: Sequence[int], budget: int, *, padded: bool = True
+) -> list[list[int]]:
     """Row indices per micro-batch, each holding whole atoms (events, or episodes) and at most `budget`
-    padded tokens: its rows x its longest row, what the forward processes. First fit, largest atoms first
-    (by their padded tokens, then first appearance); an atom over the budget alone has a micro-batch of
-    its own. Deterministic; at least one micro-batch (empty when there are no rows)."""
+    tokens as the forward processes them: its rows x its longest row (`padded`), or the sum of its rows
+    (packed rows). First fit, largest atoms first (by their tokens, then first appearance); an atom over
+    the budget alone has a micro-batch of its own. Deterministic; at least one (empty without rows)."""
     if len(atom_ids) != len(token_counts):
         raise ValueError(f"{len(atom_ids)} ids but {len(token_counts)} token counts")
     if budget < 1:
         raise ValueError(f"the token budget must be >= 1, got {budget}")
+
+    def cost(rows: int, longest: int, total: int) -> int:
+        return rows * longest if padded else total
+
     atoms = list(group_rows(atom_ids).values())
-    sizes = [(len(rows), max((token_counts[i] for i in rows), default=0)) for rows in atoms]
-    order = sorted(range(len(atoms)), key=lambda a: (-sizes[a][0] * sizes[a][1], a))
+    sizes = [(len(r), max(token_counts[i] for i in r), sum(token_counts[i] for i in r)) for r in atoms]
+    order = sorted(range(len(atoms)), key=lambda a: (-cost(*sizes[a]), a))
     bins: list[list[int]] = []  # atoms per micro-batch
-    shapes: list[tuple[int, int]] = []  # (rows, longest row) per micro-batch
+    shapes: list[tuple[int, int, int]] = []  # (rows, longest row, tokens) per micro-batch
     for a in order:
-        rows, longest = sizes[a]
-        fits = [b for b, (n, m) in enumerate(shapes) if (n + rows) * max(m, longest) <= budget]
+        joined = [(n + sizes[a][0], max(m, sizes[a][1]), s + sizes[a][2]) for n, m, s in shapes]
+        fits = [b for b, shape in enumerate(joined) if cost(*shape) <= budget]
         if fits:
-            n, m = shapes[fits[0]]
             bins[fits[0]].append(a)
-            shapes[fits[0]] = (n + rows, max(m, longest))
+            shapes[fits[0]] = joined[fits[0]]
         else:
             bins.append([a])
-            shapes.append((rows, longest))
+            shapes.append(sizes[a])
     return [sorted(i for a in b for i in atoms[a]) for b in bins] or [[]]
 
 
