@@ -395,18 +395,30 @@ def test_packed_rows_step_like_padded_ones(models, dist, objective, options):
 
 
 def test_packed_log_probs_are_the_padded_ones(models):
-    """`packed_logprobs` against the cached two-pass scoring, entropies included, rows of unequal lengths."""
+    """`packed_logprobs` against the cached two-pass scoring, entropies included, rows of unequal lengths
+    packed two to a sequence (as long as the longest row, 10 tokens: 7 + 3 and 5 + ...)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from srpo_dsl.backends.logprobs import response_logprobs
+    from srpo_dsl.backends.logprobs import pack_into, response_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(models[0]).eval()
-    prompts, responses = [[1, 5, 7, 9], [1, 5, 7, 9], [1, 4]], [[3, 3, 2], [6], [9, 9, 9, 9, 2]]
+    prompts = [[1, 5, 7, 9], [1, 5, 7, 9], [1, 4], [1, 6]]
+    responses = [[3, 3, 2], [6], [9, 9, 9, 9, 9, 9, 9, 2], [5]]
     args = (model, prompts, responses, 0, 0.7, torch.device("cpu"), True)
     (lp, h), (packed, packed_h) = response_logprobs(*args), response_logprobs(*args, layout="packed")
-    assert packed.shape == lp.shape == (3, 5) and (packed[1, 1:] == 0).all()
+    assert packed.shape == lp.shape == (4, 8) and (packed[1, 1:] == 0).all()
     assert torch.allclose(packed, lp, atol=1e-5) and torch.allclose(packed_h, h, atol=1e-5)
+    assert pack_into([7, 5, 10, 3], 10) == [[2], [0, 3], [1]]  # several rows share a sequence
+
+
+def test_rows_pack_first_fit_longest_first():
+    from srpo_dsl.backends.logprobs import pack_into
+
+    # lengths 5, 9, 3, 4, 12 into 10, longest first: 12 alone (over the width), 9 (1 left), 5 (5 left),
+    # 4 joins the 5 (1 left), 3 fits nowhere: a sequence of its own
+    assert pack_into([5, 9, 3, 4, 12], 10) == [[4], [1], [0, 3], [2]]
+    assert pack_into([2, 2, 2], 10) == [[0, 1, 2]]
 
 
 @pytest.mark.slow

@@ -224,6 +224,22 @@ def response_logprobs(
     )
 
 
+def pack_into(lengths: list[int], width: int) -> list[list[int]]:
+    """Row indices per packed sequence of at most `width` tokens (a longer row alone): first fit, longest
+    rows first; rows keep their order within a sequence."""
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        b = next((b for b, free in enumerate(room) if lengths[i] <= free), None)
+        if b is None:
+            bins.append([])
+            room.append(max(width, lengths[i]))
+            b = len(bins) - 1
+        bins[b].append(i)
+        room[b] -= lengths[i]
+    return [sorted(b) for b in bins]
+
+
 def packed_logprobs(
     model: torch.nn.Module,
     prompts: list[list[int]],
@@ -232,31 +248,37 @@ def packed_logprobs(
     device: torch.device,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`response_logprobs` with no padding: every row's prompt and response one after another in a single
-    sequence, position ids restarting at each row (transformers then keeps attention within a row: a
-    block-causal mask, or flash attention's variable-length kernel), logits kept only where a response
-    token is predicted, and scattered back to `[n, R]`."""
+    """`response_logprobs` without padding between rows: rows (prompt then response) one after another in
+    sequences as long as the longest row, position ids restarting at each row, so transformers keeps
+    attention within a row (a block-causal mask; flash attention's variable-length kernel where it is
+    installed); only each sequence's tail is padded. A sequence no longer than the longest row keeps the
+    attention no costlier than the padded layout's where the mask is materialised (SDPA, eager).
+    Scattered back to `[n, R]`."""
     rows = [p + r for p, r in zip(prompts, responses, strict=True)]
-    lengths = torch.tensor([len(row) for row in rows])
-    ids = torch.tensor([token for row in rows for token in row], device=device)[None]
-    positions = torch.cat([torch.arange(n) for n in lengths.tolist()]).to(device)[None]
-    answered = torch.tensor([len(r) for r in responses])
-    row_of = torch.repeat_interleave(torch.arange(len(rows)), answered)  # each response token's row ...
-    column = torch.arange(len(row_of)) - torch.repeat_interleave(
-        torch.cumsum(answered, 0) - answered, answered
-    )
-    starts = torch.cumsum(lengths, 0) - lengths  # ... and the position that predicts it
-    predicting = starts[row_of] + torch.tensor([len(p) for p in prompts])[row_of] - 1 + column
-    targets = torch.tensor([token for r in responses for token in r], device=device)
-    kept = predicting.to(device)
-    logits = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=kept).logits[0]
-    shape, at = (len(rows), max(1, *answered.tolist())), (row_of.to(device), column.to(device))
+    bins = pack_into([len(row) for row in rows], max(map(len, rows)))
+    width = max(sum(len(rows[i]) for i in b) for b in bins)
+    ids = torch.zeros(len(bins), width, dtype=torch.long)
+    positions = torch.zeros(len(bins), width, dtype=torch.long)
+    where: list[tuple[int, int, int, int]] = []  # (row, response token, flat position predicting it, target)
+    for b, members in enumerate(bins):
+        start = 0
+        for i in members:
+            n, first = len(rows[i]), start + len(prompts[i]) - 1
+            ids[b, start : start + n] = torch.tensor(rows[i])
+            positions[b, start : start + n] = torch.arange(n)
+            where += [(i, j, b * width + first + j, token) for j, token in enumerate(responses[i])]
+            start += n
+        positions[b, start:] = torch.arange(width - start)  # the tail: a row of its own, never read
+    row_at, column_at, flat_at, targets = (torch.tensor(c, device=device) for c in zip(*where))
+    logits = model(input_ids=ids.to(device), position_ids=positions.to(device), use_cache=False).logits
+    logits = logits.flatten(0, 1)[flat_at]
+    shape = (len(rows), max(1, *map(len, responses)))
     logprobs = torch.zeros(shape, device=device, dtype=logits.dtype)
-    logprobs = logprobs.index_put(at, picked_logprobs(logits, targets, temperature))
+    logprobs = logprobs.index_put((row_at, column_at), picked_logprobs(logits, targets, temperature))
     if not with_entropy:
         return logprobs, None
     entropy = torch.zeros(shape, device=device, dtype=logits.dtype)
-    return logprobs, entropy.index_put(at, entropies(logits, temperature))
+    return logprobs, entropy.index_put((row_at, column_at), entropies(logits, temperature))
 
 
 def uncached_logprobs(
