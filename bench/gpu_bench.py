@@ -3,6 +3,7 @@
     python bench/gpu_bench.py                    # CUDA, bf16: Qwen3-shaped 0.6B and 1.7B models
     python bench/gpu_bench.py --sizes 0.6b --parts rollout,update
     python bench/gpu_bench.py --cpu              # a tiny config on CPU, fp32 (what CI runs)
+    python bench/gpu_bench.py --option pack_rows=true --option max_tokens_per_micro_batch=16384
 
 Nothing is downloaded: each model is a random initialisation of a real architecture built from
 its config (Qwen3-0.6B and Qwen3-1.7B shapes, their 151,936-token vocabulary, tied embeddings),
@@ -293,7 +294,9 @@ def srpo_case(model_path: str, workflow: str, args: dict, zero: int) -> dict:
 
     setup = Setup(Path(workflow), args["steps"], args["batch"], args["group"])
     scratch = Path(tempfile.mkdtemp(prefix="gpu-bench-"))
-    run = run_srpo(setup, model_path, args["steps"], scratch, {"zero": zero}, device=args["device"])
+    run = run_srpo(
+        setup, model_path, args["steps"], scratch, {"zero": zero} | args["options"], device=args["device"]
+    )
     run.pop("out", None)
     return run
 
@@ -314,7 +317,7 @@ def team_case(model_path: str, workflow: str, args: dict) -> dict:
 
     out = Path(tempfile.mkdtemp(prefix="gpu-bench-team-")) / "run"
     overrides = {"steps": args["steps"], "eval_every": args["steps"] + 1, "eval_size": 1, "eval_k": 1,
-                 "save_every": args["steps"] + 1, "micro_batches": args["team_micro_batches"]}  # fmt: skip
+                 "save_every": args["steps"] + 1} | micro_batching(args)  # fmt: skip
     history = train(plan_file(Path(workflow), out, overrides, device=args["device"]), progress=False)
     return {
         "step_times": [r["time"] for r in history],
@@ -323,6 +326,17 @@ def team_case(model_path: str, workflow: str, args: dict) -> dict:
         "tokens": [r["response_length"] * r["num_events"] * r["mean_set_size"] for r in history],
         "peak_gib": max((r.get("memory/peak_gib", 0.0) for r in history), default=0.0),
     }
+
+
+def micro_batching(args: dict) -> dict:
+    """The team's micro-batches (`--team-micro-batches`), then every `--option` (a token budget replaces the
+    count: `max_tokens_per_micro_batch` and `micro_batches` are one choice)."""
+    count = (
+        {}
+        if "max_tokens_per_micro_batch" in args["options"]
+        else {"micro_batches": args["team_micro_batches"]}
+    )
+    return count | args["options"]
 
 
 def async_case(model_path: str, workflow: str, args: dict) -> dict:
@@ -335,7 +349,7 @@ def async_case(model_path: str, workflow: str, args: dict) -> dict:
         run = Path(tempfile.mkdtemp(prefix="gpu-bench-async-")) / "run"
         steps = args["steps"] + 1
         settings = {"steps": steps, "eval_every": steps, "eval_size": 1, "eval_k": 1, "save_every": steps}
-        settings |= {"micro_batches": args["team_micro_batches"]} | options
+        settings |= micro_batching(args) | options
         cmd = [
             sys.executable,
             "-m",
@@ -465,7 +479,7 @@ def machine(device: str) -> tuple[str, float | None]:
 def run_size(size: str, folder: Path, args: argparse.Namespace, parts: list[str]) -> dict:
     cfg = {"device": args.device, "batch": args.batch, "group": args.group, "tokens": args.tokens,
            "steps": args.steps, "repeats": args.repeats, "rollout_batch": args.rollout_batch,
-           "team_micro_batches": args.team_micro_batches}  # fmt: skip
+           "team_micro_batches": args.team_micro_batches, "options": args.options}  # fmt: skip
     model = in_child(build_model, size, folder, args.device)
     if isinstance(model, dict):
         raise SystemExit(f"building the {size} model failed: {model['error']}")
@@ -510,6 +524,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=2, help="timed rollout calls (median)")
     ap.add_argument("--zero", default="0,3", help="ZeRO stages of the update part")
     ap.add_argument("--json", default=None, help="also write the raw results here")
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        help="a `train with` option of every trained part, NAME=VALUE, repeatable "
+        "(e.g. pack_rows=true, max_tokens_per_micro_batch=16384, gradient_checkpointing=true)",
+    )
     args = ap.parse_args()
     small = {
         "sizes": "tiny",
@@ -534,6 +555,7 @@ def parse_args() -> argparse.Namespace:
             setattr(args, key, value)
     args.device = "cpu" if args.cpu else "cuda"
     args.zero = [int(z) for z in args.zero.split(",")]
+    args.options = dict(o.split("=", 1) for o in args.option)
     return args
 
 

@@ -76,3 +76,10 @@ def test_async_report_is_each_cells_rate_against_sync():
         "| async S=2 | failed: out of GPU memory | | |",
     ]
     assert set(bench.ASYNC_CELLS) == set(result) and bench.ASYNC_CELLS["async S=2"]["max_staleness"] == 2
+
+
+def test_options_reach_every_trained_part_and_a_budget_replaces_the_count():
+    bench = load_bench()
+    assert bench.micro_batching({"team_micro_batches": 8, "options": {}}) == {"micro_batches": 8}
+    budget = {"max_tokens_per_micro_batch": "16384", "pack_rows": "true"}
+    assert bench.micro_batching({"team_micro_batches": 8, "options": budget}) == budget
