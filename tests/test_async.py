@@ -18,7 +18,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from srpo_dsl.rl.distributed.process_group import free_port
-from srpo_dsl.rl.transport.link import Batch, Layout, Link, LinkError, flatten, join_launch, unflatten
+from srpo_dsl.rl.transport.link import (
+    LaunchLayout,
+    Link,
+    LinkError,
+    RolloutBatch,
+    flatten,
+    join_launch,
+    unflatten,
+)
 from srpo_dsl.rl.transport.staleness import episode_staleness, stale_rows, within_bound
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
@@ -55,18 +63,18 @@ def episode(*members: Member) -> Episode:
 def test_the_first_ranks_train_and_the_workers_take_steps_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "4")
-    layout = Layout.from_env(workers=2)
+    layout = LaunchLayout.from_env(workers=2)
     assert (layout.trainers, layout.workers, layout.is_worker) == (2, 2, False)
     assert [layout.worker_of(t) for t in range(1, 6)] == [2, 3, 2, 3, 2]
     assert layout.steps_of(3, first=3, last=8) == [4, 6, 8]
-    assert Layout(3, 2, 2).is_worker
+    assert LaunchLayout(3, 2, 2).is_worker
 
 
 def test_a_launch_without_a_trainer_or_a_launcher_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="rollout_workers = 2 needs at least 3 processes"):
-        Layout.from_env(workers=2)
+        LaunchLayout.from_env(workers=2)
     monkeypatch.delenv("RANK")
     with pytest.raises(ValueError, match="start them with `srpo-dsl train`"):
         join_launch(1, "cpu")
@@ -122,11 +130,11 @@ def first_result(targets: list[tuple[Callable[..., None], tuple]]) -> object:
 
 def _peer(port: int, out: mp.Queue, rank: int, die: bool) -> None:
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=30))
-    link = Link(Layout(rank, 1, 1), store, torch.device("cpu"))
+    link = Link(LaunchLayout(rank, 1, 1), store, torch.device("cpu"))
     if rank == 1:  # the worker
         if die:
             os._exit(3)  # a crash: no goodbye
-        link.send_object(Batch(7, 6, 0.5, [episode(member("lm", 6))]), 0, 20)
+        link.send_object(RolloutBatch(7, 6, 0.5, [episode(member("lm", 6))]), 0, 20)
         link.send_tensor(torch.arange(5.0), 0, 40)
         link.flush()
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from srpo_dsl.registries import ROLLOUT_ENGINES
-from srpo_dsl.rl.engines.fit import Layout, fit_problem, training_bytes
+from srpo_dsl.rl.engines.fit import MemoryLayout, fit_problem, training_bytes
 
 B = 10**9  # parameters
 
@@ -23,18 +23,18 @@ B = 10**9  # parameters
     ],
 )
 def test_training_bytes_by_stage(zero, world, offload, backend, expected):
-    assert training_bytes(B, B, Layout(zero, world, offload, ROLLOUT_ENGINES[backend])) == pytest.approx(
-        expected * B
-    )
+    assert training_bytes(
+        B, B, MemoryLayout(zero, world, offload, ROLLOUT_ENGINES[backend])
+    ) == pytest.approx(expected * B)
 
 
 def test_frozen_base_with_adapters_counts_weights_only():
     # a base hosting adapters is in an engine but trains (almost) nothing: its weights alone
-    assert training_bytes(B, 0, Layout(2, 8, "none", ROLLOUT_ENGINES["hf"])) == 2 * B
+    assert training_bytes(B, 0, MemoryLayout(2, 8, "none", ROLLOUT_ENGINES["hf"])) == 2 * B
 
 
 def test_fit_problem_names_the_stage_and_the_largest_policy():
-    layout = Layout(0, 1, "none", ROLLOUT_ENGINES["hf"])
+    layout = MemoryLayout(0, 1, "none", ROLLOUT_ENGINES["hf"])
     needed = {"solver": 16.0 * 2**30, "judge": 4.0 * 2**30}
     assert fit_problem(needed, 20.0 * 2**30, layout) is None
     message = fit_problem(needed, 19.5 * 2**30, layout)
@@ -82,7 +82,7 @@ def test_needed_bytes_per_kind_of_policy(tmp_path, backend):
     assert n == sum(
         p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(model).parameters()
     )
-    layout = Layout(0, 1, "none", ROLLOUT_ENGINES[backend])
+    layout = MemoryLayout(0, 1, "none", ROLLOUT_ENGINES[backend])
     needed = needed_bytes(graph, dict.fromkeys(graph.policies, str(model)), layout)
     assert needed == {
         "solver": 16 * n,  # trained in full
@@ -105,9 +105,9 @@ def test_kl_adds_a_reference_copy_per_trained_model(tmp_path, zero, world, backe
     (tmp_path / "team.srpo").write_text(TEAM)
     graph = load_workflow(tmp_path / "team.srpo").graph
     paths, n = dict.fromkeys(graph.policies, str(model)), parameter_count(str(model))
-    without = needed_bytes(graph, paths, Layout(zero, world, "none", ROLLOUT_ENGINES[backend]))
+    without = needed_bytes(graph, paths, MemoryLayout(zero, world, "none", ROLLOUT_ENGINES[backend]))
     with_kl = needed_bytes(
-        graph, paths, Layout(zero, world, "none", ROLLOUT_ENGINES[backend], reference=True)
+        graph, paths, MemoryLayout(zero, world, "none", ROLLOUT_ENGINES[backend], reference=True)
     )
     assert {name: with_kl[name] - without[name] for name in with_kl} == {
         "solver": 2 * n,
@@ -123,8 +123,8 @@ def test_a_kl_reference_that_does_not_fit_is_named():
     """One 1e9-parameter model trained in full on one GPU of 16 GiB: 16e9 bytes (14.9 GiB) fit, 18e9 with
     the reference (16.8 GiB) do not."""
     layout, with_kl = (
-        Layout(0, 1, "none", ROLLOUT_ENGINES["hf"]),
-        Layout(0, 1, "none", ROLLOUT_ENGINES["hf"], reference=True),
+        MemoryLayout(0, 1, "none", ROLLOUT_ENGINES["hf"]),
+        MemoryLayout(0, 1, "none", ROLLOUT_ENGINES["hf"], reference=True),
     )
     assert fit_problem({"solver": training_bytes(B, B, layout)}, 16 * 2**30, layout) is None
     needed = {"solver": training_bytes(B, B, with_kl) + 2 * B}
@@ -180,10 +180,10 @@ def test_a_token_budget_counts_the_activations_of_a_micro_batch(tmp_path):
     graph = load_workflow(tmp_path / "team.srpo").graph
     paths = dict.fromkeys(graph.policies, str(model))
     hf = ROLLOUT_ENGINES["hf"]
-    assert ACTIVATIONS not in needed_bytes(graph, paths, Layout(0, 1, "none", hf))
-    full = needed_bytes(graph, paths, Layout(0, 1, "none", hf, tokens=4096))
+    assert ACTIVATIONS not in needed_bytes(graph, paths, MemoryLayout(0, 1, "none", hf))
+    full = needed_bytes(graph, paths, MemoryLayout(0, 1, "none", hf, tokens=4096))
     assert full[ACTIVATIONS] == 4096 * (34 * h * layers + 4 * vocab)
-    saved = needed_bytes(graph, paths, Layout(0, 1, "none", hf, tokens=4096, checkpointing=True))
+    saved = needed_bytes(graph, paths, MemoryLayout(0, 1, "none", hf, tokens=4096, checkpointing=True))
     assert saved[ACTIVATIONS] == 4096 * (2 * h * layers + 34 * h + 4 * vocab)
-    problem = fit_problem(full, 1.0, Layout(0, 1, "none", hf, tokens=4096))
+    problem = fit_problem(full, 1.0, MemoryLayout(0, 1, "none", hf, tokens=4096))
     assert "the activations of a micro-batch" in problem and "a smaller max_tokens_per_micro_batch" in problem

@@ -146,3 +146,13 @@ def test_every_lazy_export_resolves() -> None:
         package = importlib.import_module(".".join(init.parent.relative_to(PACKAGE.parent).parts))
         for name in package.__all__:
             assert getattr(package, name) is not None, (package.__name__, name)
+
+
+def test_no_public_class_name_is_defined_twice() -> None:
+    """One name for one thing: two modules never define public classes of the same name."""
+    defined: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(path.relative_to(PACKAGE).as_posix())
+    assert {name: where for name, where in defined.items() if len(where) > 1} == {}

@@ -152,13 +152,13 @@ def test_rollout_engines_declare_the_pad_id_the_trainer_pads_with(models):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from srpo_dsl.backends.base import RolloutEngine
-    from srpo_dsl.rl.engines.policies import Policy
+    from srpo_dsl.rl.engines.policies import TrainingPolicy
 
     model = AutoModelForCausalLM.from_pretrained(models[0])
     tokenizer = AutoTokenizer.from_pretrained(models[0])
     engine = HFBackend(model, tokenizer=tokenizer)
     assert isinstance(engine, RolloutEngine) and engine.pad_id == tokenizer.pad_token_id == 0
-    assert Policy("a", model, engine).pad_id == 0
+    assert TrainingPolicy("a", model, engine).pad_id == 0
     tokenizer.pad_token = None
     assert HFBackend(model, tokenizer=tokenizer).pad_id == tokenizer.eos_token_id == 2
     del engine.pad_id

@@ -144,7 +144,7 @@ def test_the_fit_check_counts_what_an_engine_declares(colocated, team, monkeypat
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (0, 5 * 2**30))
     paths = dict.fromkeys(team.policies, "model-a")
     needed = {
-        name: fit.needed_bytes(team, paths, fit.Layout(3, 4, "none", ROLLOUT_ENGINES[name]))
+        name: fit.needed_bytes(team, paths, fit.MemoryLayout(3, 4, "none", ROLLOUT_ENGINES[name]))
         for name in ("hf", "vllm", "colocated")
     }
     assert needed["colocated"] == needed["vllm"] != needed["hf"]
@@ -152,7 +152,7 @@ def test_the_fit_check_counts_what_an_engine_declares(colocated, team, monkeypat
     for name, left in (("hf", "5.0"), ("colocated", "3.5")):  # SRPO_DSL_VLLM_MEMORY: 0.3 by default
         monkeypatch.delenv("SRPO_DSL_VLLM_MEMORY", raising=False)
         problem = fit.check_fit(
-            team, paths, fit.Layout(3, 4, "none", ROLLOUT_ENGINES[name]), torch.device("cuda")
+            team, paths, fit.MemoryLayout(3, 4, "none", ROLLOUT_ENGINES[name]), torch.device("cuda")
         )
         assert f"more than the {left} GiB of the GPU left for training" in problem
 

@@ -227,13 +227,13 @@ def joint_autograd_step(models, entropy_coef: float = 0.0, objective: str = "srp
     import torch
     from transformers import AutoModelForCausalLM
 
-    from srpo_dsl.rl.loop.update import Batch, response_logprobs
+    from srpo_dsl.rl.loop.update import UpdateBatch, response_logprobs
     from srpo_dsl.rl.objective.losses import get_objective
     from srpo_dsl.rl.objective.rows import build_rows
 
     rows = build_rows(make_episodes(mixed=True), objective)
     ref = {name: AutoModelForCausalLM.from_pretrained(path).eval() for name, path in zip("ab", models)}
-    batch = Batch.of(rows, TEMPERATURES)
+    batch = UpdateBatch.of(rows, TEMPERATURES)
     width = batch.mask.shape[1]
     pad = lambda x: torch.nn.functional.pad(x, (0, width - x.shape[1]))  # noqa: E731
     logprobs, entropy = torch.zeros(len(rows), width), torch.zeros(len(rows), width)
@@ -406,7 +406,7 @@ def test_packed_log_probs_are_the_padded_ones(models):
     prompts = [[1, 5, 7, 9], [1, 5, 7, 9], [1, 4], [1, 6]]
     responses = [[3, 3, 2], [6], [9, 9, 9, 9, 9, 9, 9, 2], [5]]
     args = (model, prompts, responses, 0, 0.7, torch.device("cpu"), True)
-    (lp, h), (packed, packed_h) = response_logprobs(*args), response_logprobs(*args, layout="packed")
+    (lp, h), (packed, packed_h) = response_logprobs(*args), response_logprobs(*args, scoring="packed")
     assert packed.shape == lp.shape == (4, 8) and (packed[1, 1:] == 0).all()
     assert torch.allclose(packed, lp, atol=1e-5) and torch.allclose(packed_h, h, atol=1e-5)
     assert pack_into([7, 5, 10, 3], 10) == [[2], [0, 3], [1]]  # several rows share a sequence

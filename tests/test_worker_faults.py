@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.transport.feed import Feed, NoWorkerLeft
 from srpo_dsl.rl.transport.inbox import Inbox
-from srpo_dsl.rl.transport.link import Layout, Link
+from srpo_dsl.rl.transport.link import LaunchLayout, Link
 from srpo_dsl.rl.transport.worker import send_batch
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from tests.clitools import ROOT
@@ -43,7 +43,7 @@ def marked(worker: int, step: int, version: int) -> Episode:
 def _worker(port: int, _: mp.Queue, rank: int, dies_after: int) -> None:
     """Generates what it is ordered (a marked episode per step); dies right after sending `dies_after`."""
     store = dist.TCPStore("127.0.0.1", port, 3, False, datetime.timedelta(seconds=30))
-    link = Link(Layout(rank, 1, 2), store, CPU)
+    link = Link(LaunchLayout(rank, 1, 2), store, CPU)
     inbox = Inbox(link)
     link.read(inbox)
     while (order := inbox.next_order()) is not None:
@@ -59,7 +59,7 @@ def _worker(port: int, _: mp.Queue, rank: int, dies_after: int) -> None:
 def _trainer(port: int, out: mp.Queue) -> None:
     """Takes steps 1..STEPS as the trainer does (no model: no weights to send, only versions)."""
     store = dist.TCPStore("127.0.0.1", port, 3, True, datetime.timedelta(seconds=30))
-    link = Link(Layout(0, 1, 2), store, CPU)
+    link = Link(LaunchLayout(0, 1, 2), store, CPU)
     feed = Feed(link, TrainOptions(steps=STEPS, rollout_workers=2, max_staleness=1), {}, CPU)
     feed.begin({}, 0, [])
     taken = []

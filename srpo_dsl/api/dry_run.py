@@ -5,7 +5,7 @@ on the launcher's rendezvous (`env://`), which also proves that the nodes reach 
 gathers every rank's place and prints one line per rank. Without a launcher it prints the processes
 this command would start (`TrainPlan.processes`: one, or 1 + R with `rollout_workers = R`) and
 starts none.
-Roles and devices come from the rules the run uses (`rl.transport.link.Layout`, `link_device`;
+Roles and devices come from the rules the run uses (`rl.transport.link.LaunchLayout`, `link_device`;
 `rl.distributed.process_group.rank_device`); no model, DeepSpeed or user code is loaded.
 """
 
@@ -37,9 +37,9 @@ class Place:
 def place(rank: int, local_rank: int, world: int, workers: int, device: str, node: str) -> Place:
     """Rank `rank` of `world` with `workers` rollout workers, as the run lays it out."""
     from srpo_dsl.rl.distributed.process_group import rank_device
-    from srpo_dsl.rl.transport.link import Layout, link_device
+    from srpo_dsl.rl.transport.link import LaunchLayout, link_device
 
-    layout = Layout.of(rank, world, workers)
+    layout = LaunchLayout.of(rank, world, workers)
     if layout.is_worker:
         role, used = f"rollout worker {rank - layout.trainers}", link_device(device, local_rank)
     else:

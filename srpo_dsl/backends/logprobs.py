@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from srpo_dsl.backends.routing import routed
 
-Layout = Literal["cached", "uncached", "packed"]
-LAYOUTS: tuple[Layout, ...] = ("cached", "uncached", "packed")  # how `response_logprobs` runs the model
+Scoring = Literal["cached", "uncached", "packed"]
+SCORINGS: tuple[Scoring, ...] = ("cached", "uncached", "packed")  # how `response_logprobs` runs the model
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def response_logprobs(
     device: torch.device,
     with_entropy: bool = False,
     adapters: list[str] | None = None,
-    layout: Layout = "cached",
+    scoring: Scoring = "cached",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[n, R]` log-probs (and entropies) of the response tokens, response-aligned, 0.0 past each row's end.
 
@@ -179,15 +179,15 @@ def response_logprobs(
     A group of G rollouts of one prompt computes that prompt once instead of G times. The
     pass count is fixed (two) whatever the duplication, so ranks stay in step under ZeRO-3.
     `adapters`: each row's peft adapter, for a model hosting several (a prompt is then
-    computed once per adapter that reads it). Other `layout`s (`LAYOUTS`): `uncached`, one padded pass
+    computed once per adapter that reads it). Other `scoring`s (`SCORINGS`): `uncached`, one padded pass
     over every row's prompt and response together (`uncached_logprobs`); `packed`, every row in one
     sequence without padding (`packed_logprobs`; not with `adapters`, which route whole batch rows).
     """
-    if layout == "uncached":
+    if scoring == "uncached":
         return uncached_logprobs(
             model, prompts, responses, pad_id, temperature, device, with_entropy, adapters
         )
-    if layout == "packed" and adapters is None:
+    if scoring == "packed" and adapters is None:
         return packed_logprobs(model, prompts, responses, temperature, device, with_entropy)
     keyed = prompts if adapters is None else [[*p, a] for p, a in zip(prompts, adapters)]
     distinct_keys, index = distinct_rows(keyed)

@@ -100,24 +100,24 @@ def _add_path(paths: list[Way], p: Way) -> None:
 
 
 @dataclass
-class Cost:
+class BoundCost:
     events: int = 0
     calls: int = 0
     tool_calls: int = 0
     tokens: int = 0
 
-    def __iadd__(self, o: Cost) -> Cost:
+    def __iadd__(self, o: BoundCost) -> BoundCost:
         self.events += o.events
         self.calls += o.calls
         self.tool_calls += o.tool_calls
         self.tokens += o.tokens
         return self
 
-    def __mul__(self, k: int) -> Cost:
-        return Cost(self.events * k, self.calls * k, self.tool_calls * k, self.tokens * k)
+    def __mul__(self, k: int) -> BoundCost:
+        return BoundCost(self.events * k, self.calls * k, self.tool_calls * k, self.tokens * k)
 
-    def max(self, o: Cost) -> Cost:
-        return Cost(
+    def max(self, o: BoundCost) -> BoundCost:
+        return BoundCost(
             max(self.events, o.events),
             max(self.calls, o.calls),
             max(self.tool_calls, o.tool_calls),
@@ -141,7 +141,7 @@ def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
     return out
 
 
-Bound = tuple[Cost, int]  # the most a step costs, and the most paths it splits an episode into
+Bound = tuple[BoundCost, int]  # the most a step costs, and the most paths it splits an episode into
 
 
 class _Bounds(n.StepVisitor[Bound]):
@@ -157,8 +157,8 @@ class _Bounds(n.StepVisitor[Bound]):
         self.agents = agents
 
     def block(self, steps: tuple[n.Step, ...]) -> Bound:
-        total, paths = Cost(), 1
-        turns: dict[str, dict[str, Cost]] = {}  # agent -> decision of its last turn -> the steps on it
+        total, paths = BoundCost(), 1
+        turns: dict[str, dict[str, BoundCost]] = {}  # agent -> decision of its last turn -> the steps on it
         for s in steps:
             cost, split = self.visit(s)
             cost = cost * paths
@@ -168,7 +168,7 @@ class _Bounds(n.StepVisitor[Bound]):
                 total += cost
             else:
                 ways = turns.setdefault(on[0], {})
-                ways[on[1]] = ways.get(on[1], Cost())
+                ways[on[1]] = ways.get(on[1], BoundCost())
                 ways[on[1]] += cost
             for agent in {a.name for e in n.walk_events((s,)) for a in e.agents}:  # a new turn of `agent`
                 total += _dearest(turns.pop(agent, {}))
@@ -188,7 +188,7 @@ class _Bounds(n.StepVisitor[Bound]):
         a = self.agents[s.agent.name]
         k = members(s, a.replicas).cardinality[1]
         others = [self.agents[o.name] for o in s.others]
-        once = Cost(1, k + sum(o.replicas for o in others), 0)
+        once = BoundCost(1, k + sum(o.replicas for o in others), 0)
         once.tokens = k * _turn_tokens(a) + sum(o.replicas * _turn_tokens(o) for o in others)
         if s.branch is None:
             return once, 1
@@ -196,14 +196,14 @@ class _Bounds(n.StepVisitor[Bound]):
 
     def visit_call(self, s: n.CallTool) -> Bound:
         agent = self.agents[s.agent.name]
-        return Cost(tool_calls=agent.replicas * agent.calls), 1  # each output may make `calls` calls
+        return BoundCost(tool_calls=agent.replicas * agent.calls), 1  # each output may make `calls` calls
 
     def visit_env(self, s: n.EnvStep) -> Bound:
-        return Cost(), 1  # an environment step generates nothing and calls no tool
+        return BoundCost(), 1  # an environment step generates nothing and calls no tool
 
     def visit_repeat(self, s: n.Repeat) -> Bound:
         body, split = self.block(s.body)
-        total, paths = Cost(), 1
+        total, paths = BoundCost(), 1
         for _ in range(s.bound or 0):  # round i runs on every path the earlier rounds made
             total += body * paths
             paths = min(paths * split, MAX_PATHS + 1)
@@ -214,7 +214,7 @@ class _Bounds(n.StepVisitor[Bound]):
         return then.max(orelse), max(p1, p2)
 
     def visit_break(self, s: n.Break) -> Bound:
-        return Cost(), 1
+        return BoundCost(), 1
 
 
 def _turn_tokens(a: AgentInfo) -> int:
@@ -238,15 +238,15 @@ def episode_cost(steps: tuple[n.Step, ...], agents: Mapping[str, AgentInfo]) -> 
     return cost, paths
 
 
-def _dearest(costs: Mapping[str, Cost]) -> Cost:
+def _dearest(costs: Mapping[str, BoundCost]) -> BoundCost:
     """The most that one of several exclusive ways costs, in each measure."""
-    out = Cost()
+    out = BoundCost()
     for cost in costs.values():
         out = out.max(cost)
     return out
 
 
-def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> Cost:
+def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> BoundCost:
     """The most one execution of `step` costs: its loops at their bounds, its branches at the dearer arm."""
     return _Bounds(agents).block((step,))[0]
 

@@ -6,7 +6,7 @@ from lsprotocol import types as lsp
 
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.compiler import Cost, step_cost
+from srpo_dsl.lang.compiler import BoundCost, step_cost
 from srpo_dsl.lsp.positions import contains
 from srpo_dsl.lsp.symbols import parsed, step_name
 
@@ -19,7 +19,7 @@ def steps_at(steps: tuple[n.Step, ...], pos: lsp.Position) -> list[n.Step]:
     return []
 
 
-def _cost(cost: Cost) -> str:
+def _cost(cost: BoundCost) -> str:
     return (
         f"events {cost.events} · model calls {cost.calls} · tool calls {cost.tool_calls} · "
         f"generated tokens {cost.tokens}"
@@ -47,6 +47,6 @@ def step_hover(text: str, path: str, pos: lsp.Position) -> tuple[str, n.Step] | 
     b = program.bounds
     paths = f" · {b.paths} paths (tree branches)" if b.paths > 1 else ""
     lines.append(
-        f"the whole episode, at most: {_cost(Cost(b.events, b.calls, b.tool_calls, b.tokens))}{paths}"
+        f"the whole episode, at most: {_cost(BoundCost(b.events, b.calls, b.tool_calls, b.tokens))}{paths}"
     )
     return "\n\n".join(lines), step

@@ -67,7 +67,7 @@ class Tree:
         return calls, errors
 
 
-class Scorer:
+class BranchScorer:
     """A branch's scorer: a reward function on each member's answer (their mean), or the user's Python
     called as a reward with the alternative's answer (a list for K > 1) and the task row."""
 

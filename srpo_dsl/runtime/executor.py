@@ -23,8 +23,8 @@ from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import CONTRACTS
 from srpo_dsl.runtime.actions import allowed, asked, final_answer
 from srpo_dsl.runtime.branching import (
+    BranchScorer,
     Fork,
-    Scorer,
     Tree,
     alternative_mark,
     close,
@@ -86,7 +86,9 @@ class Executor:
             n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
         }
         self.envs = load_envs(graph.envs, pools)
-        self.scorers = {v.id: Scorer(v, pools) for v in graph.event_nodes if v.branch and v.branch.scorer}
+        self.scorers = {
+            v.id: BranchScorer(v, pools) for v in graph.event_nodes if v.branch and v.branch.scorer
+        }
         options = options or graph.train
         self.backup, self.discount = options.backup, options.discount
         self.branching = True

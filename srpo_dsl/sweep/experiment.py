@@ -134,7 +134,7 @@ def load_experiment(path: Path) -> Experiment:
         lines = text.splitlines() or [""]
         line, col = (at.group(1), at.group(2)) if at else (len(lines), len(lines[-1]) + 1)  # end of document
         raise ExperimentError([f"{path}:{line}:{col}: error: {str(exc).split(' (at')[0]}"], True) from None
-    where = Where(path, text)
+    where = ExperimentPositions(path, text)
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
@@ -145,7 +145,7 @@ def load_experiment(path: Path) -> Experiment:
 
 
 @dataclass(frozen=True)
-class Where:
+class ExperimentPositions:
     """Positions in the experiment file, for its errors."""
 
     path: Path
@@ -163,7 +163,7 @@ class Where:
         return p
 
 
-def overrides_of(extra: dict[str, Any], loc: Loc, where: Where, lists: bool) -> dict[str, Any]:
+def overrides_of(extra: dict[str, Any], loc: Loc, where: ExperimentPositions, lists: bool) -> dict[str, Any]:
     """A table's override keys, checked: known `train` options, values of the right type."""
     for key, value in extra.items():
         if key in SWEEP_OWNED:
@@ -179,7 +179,7 @@ def overrides_of(extra: dict[str, Any], loc: Loc, where: Where, lists: bool) -> 
     return dict(extra)
 
 
-def check_value(key: str, value: Any, loc: Loc, where: Where) -> None:
+def check_value(key: str, value: Any, loc: Loc, where: ExperimentPositions) -> None:
     try:
         TrainOptions.model_validate({key: value})
     except ValidationError as exc:
@@ -189,7 +189,7 @@ def check_value(key: str, value: Any, loc: Loc, where: Where) -> None:
 Located = tuple[Cell, Loc]  # a cell and where the file defines it
 
 
-def named_cells(spec: ExperimentSpec, base: dict[str, Any], where: Where) -> list[Located]:
+def named_cells(spec: ExperimentSpec, base: dict[str, Any], where: ExperimentPositions) -> list[Located]:
     out = []
     for i, c in enumerate(spec.cell):
         extra = overrides_of(c.model_extra or {}, ("cell", i), where, lists=False)
@@ -198,7 +198,7 @@ def named_cells(spec: ExperimentSpec, base: dict[str, Any], where: Where) -> lis
     return out
 
 
-def grid_cells(spec: ExperimentSpec, base: dict[str, Any], where: Where) -> list[Located]:
+def grid_cells(spec: ExperimentSpec, base: dict[str, Any], where: ExperimentPositions) -> list[Located]:
     """Each grid's product of its list-valued overrides, named PREFIX-key=value-...; scalars fixed."""
     out = []
     for i, g in enumerate(spec.grid):
@@ -219,7 +219,7 @@ def grid_cells(spec: ExperimentSpec, base: dict[str, Any], where: Where) -> list
     return out
 
 
-def checked(spec: ExperimentSpec, cells: list[Located], where: Where) -> Experiment:
+def checked(spec: ExperimentSpec, cells: list[Located], where: ExperimentPositions) -> Experiment:
     """Distinct, well-formed cell names, a baseline that names a cell, distinct seeds, datasets that exist."""
     if not cells:
         raise where.error((), "no cells: add a [[cell]] or a [[grid]] table")

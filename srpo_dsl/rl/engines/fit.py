@@ -51,7 +51,7 @@ def vllm_memory_share() -> float:
 
 
 @dataclass(frozen=True)
-class Layout:
+class MemoryLayout:
     """How the training state is spread: ZeRO stage, ranks, CPU offload, and the rollout engine's
     capabilities (whether it generates with the trained module, whether it keeps a GPU share)."""
 
@@ -65,7 +65,7 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class Shape:
+class ModelShape:
     """What a model's activations scale with, from its config."""
 
     hidden: int
@@ -81,7 +81,7 @@ class Shape:
         return float(layers + LOGIT * self.vocab)
 
 
-def training_bytes(params: int, trainable: int, layout: Layout) -> float:
+def training_bytes(params: int, trainable: int, layout: MemoryLayout) -> float:
     """Lower bound on one GPU's memory for a model in a DeepSpeed engine: `params` parameters,
     `trainable` of them trained."""
     split = layout.world_size
@@ -105,15 +105,15 @@ def parameter_count(model_path: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def model_shape(model_path: str) -> Shape:
+def model_shape(model_path: str) -> ModelShape:
     """Hidden size, layer count and vocabulary of the model at `model_path`, from its config."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(model_path).get_text_config()
-    return Shape(config.hidden_size, config.num_hidden_layers, config.vocab_size)
+    return ModelShape(config.hidden_size, config.num_hidden_layers, config.vocab_size)
 
 
-def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: Layout) -> dict[str, float]:
+def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: MemoryLayout) -> dict[str, float]:
     """Each loaded model's lower bound (adapters live in their base's model, counted once there)."""
     hosts = {p.base for p in graph.policies.values() if p.base is not None}
     out = {}
@@ -137,7 +137,7 @@ def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: Layout) ->
     return out
 
 
-def fit_problem(needed: Mapping[str, float], available: float, layout: Layout) -> str | None:
+def fit_problem(needed: Mapping[str, float], available: float, layout: MemoryLayout) -> str | None:
     """The one-line reason the policies cannot fit in `available` bytes per GPU, or None."""
     total = sum(needed.values())
     if total <= available:
@@ -158,7 +158,7 @@ def fit_problem(needed: Mapping[str, float], available: float, layout: Layout) -
 
 
 def check_fit(
-    graph: EventGraph, paths: Mapping[str, str], layout: Layout, device: torch.device
+    graph: EventGraph, paths: Mapping[str, str], layout: MemoryLayout, device: torch.device
 ) -> str | None:
     """On CUDA, `fit_problem` against this GPU's memory less the rollout engine's share, if it keeps one
     (None on CPU: nothing to check)."""

@@ -47,7 +47,7 @@ class Rollout:
 
 
 @dataclass
-class Policy:
+class TrainingPolicy:
     """A policy's module, its rollout engine and, when trainable, its DeepSpeed engine (None when frozen).
 
     Policies on one shared base (adapters, and the base itself) share its module, backend and
@@ -79,9 +79,9 @@ class Policy:
         return self.backend.pad_id
 
 
-def engine_owners(policies: Mapping[str, Policy]) -> dict[str, Policy]:
+def engine_owners(policies: Mapping[str, TrainingPolicy]) -> dict[str, TrainingPolicy]:
     """One policy per engine, keyed by the name the engine is saved under (adapters share their base's)."""
-    out: dict[str, Policy] = {}
+    out: dict[str, TrainingPolicy] = {}
     for p in policies.values():
         if p.engine is not None:
             out.setdefault(p.engine_owner, p)
@@ -130,11 +130,11 @@ def build_policies(
     dist: Dist,
     config: Mapping[str, Any],
     rollout: Rollout = Rollout(),
-) -> dict[str, Policy]:
+) -> dict[str, TrainingPolicy]:
     """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters;
     `rollout` says how they generate."""
     hosts = adapter_hosts(graph, rollout)
-    out: dict[str, Policy] = {}
+    out: dict[str, TrainingPolicy] = {}
     for name, spec in graph.policies.items():
         if spec.base is None and name not in hosts:
             torch.manual_seed(seed_of("init", opts.seed, name))  # LoRA weights: the run's seed, per engine
@@ -164,13 +164,13 @@ def build_policy(
     dist: Dist,
     config: Mapping[str, Any],
     rollout: Rollout = Rollout(),
-) -> Policy:
+) -> TrainingPolicy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
     model, tokenizer = load_model(path, dist)
     with_module = rollout.kind.generates_with_module  # else the engine loads the weights onto the GPU itself
     if not spec.trainable:  # the frozen module goes to the device only if the engine generates with it
         model.to(dist.device if with_module else "cpu").eval().requires_grad_(False)
-        return Policy(
+        return TrainingPolicy(
             name, model, rollout_engine(rollout, model if with_module else None, tokenizer, path, dist)
         )
     reference = None
@@ -180,7 +180,7 @@ def build_policy(
     engine = build_engine(wrap(model), opts, config)
     module = hf_rollout_module(engine, path, wrap, dist) if with_module else None
     backend = rollout_engine(rollout, module, tokenizer, path, dist)
-    return Policy(name, engine.module, backend, engine, reference)
+    return TrainingPolicy(name, engine.module, backend, engine, reference)
 
 
 def build_adapter_group(
@@ -191,7 +191,7 @@ def build_adapter_group(
     dist: Dist,
     config: Mapping[str, Any],
     rollout: Rollout = Rollout(),
-) -> dict[str, Policy]:
+) -> dict[str, TrainingPolicy]:
     """The frozen `base` and its adapter policies: one model in memory, one engine training every adapter
     (each clipped on its own, so DeepSpeed's clipping is off), one rollout engine generating for all of them
     with its module (`adapter_hosts` checked that `rollout` serves adapters)."""
@@ -202,10 +202,10 @@ def build_adapter_group(
     engine = build_engine(wrap(model), opts, {**config, "gradient_clipping": 0.0})
     backend = rollout_engine(rollout, hf_rollout_module(engine, path, wrap, dist), tokenizer, path, dist)
     reference = engine.module if opts.kl > 0 else None  # scored without adapters: the base
-    group = {base: Policy(base, engine.module, backend, adapter=BASE_ADAPTER, owner=base)}
+    group = {base: TrainingPolicy(base, engine.module, backend, adapter=BASE_ADAPTER, owner=base)}
     for name, adapter in graph.adapters.items():
         if graph.policies[name].base == base:
-            group[name] = Policy(
+            group[name] = TrainingPolicy(
                 name, engine.module, backend, engine, reference, adapter, base, tuple(adapters)
             )
     return group
@@ -249,7 +249,7 @@ def vllm_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str)
     )
 
 
-def sync_weights(policies: Mapping[str, Policy]) -> None:
+def sync_weights(policies: Mapping[str, TrainingPolicy]) -> None:
     """After the update (also one that trained nothing: a level-2 sleep discarded vLLM's weights), each
     engine's weights reach its rollout engine, which wakes: policy version + 1 (collective at ZeRO-3)."""
     for p in engine_owners(policies).values():

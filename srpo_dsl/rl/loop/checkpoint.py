@@ -15,7 +15,7 @@ import torch
 
 from srpo_dsl.io import write_json
 from srpo_dsl.rl.distributed.process_group import Dist, barrier
-from srpo_dsl.rl.engines.policies import Policy, engine_owners
+from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners
 
 CHECKPOINTS = "checkpoints"
 ENGINE_TAG = "state"  # the tag each engine is saved under, in step-N/<engine owner>/
@@ -47,7 +47,7 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 def save_checkpoint(
     out: Path,
     step: int,
-    policies: Mapping[str, Policy],
+    policies: Mapping[str, TrainingPolicy],
     state: Mapping[str, Any],
     dist: Dist,
     rank_state: Mapping[str, Any] | None = None,
@@ -84,13 +84,13 @@ def read_rank_state(folder: Path, name: str, rank: int, default: Any = None) -> 
     return torch.load(path, weights_only=False) if path.exists() else default
 
 
-def save_engines(policies: Mapping[str, Policy], folder: Path) -> None:
+def save_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
     """Every engine's module, optimizer and scheduler state under folder/<owner> (collective)."""
     for owner, p in engine_owners(policies).items():
         p.engine.save_checkpoint(str(folder / owner), tag=ENGINE_TAG, save_latest=False)
 
 
-def load_engines(policies: Mapping[str, Policy], folder: Path) -> None:
+def load_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
     for owner, p in engine_owners(policies).items():
         path, _ = p.engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
         if path is None:
@@ -130,7 +130,7 @@ def _comparable(key: str, value: Any) -> Any:
     return value
 
 
-def load_checkpoint(folder: Path, policies: Mapping[str, Policy], dist: Dist) -> None:
+def load_checkpoint(folder: Path, policies: Mapping[str, TrainingPolicy], dist: Dist) -> None:
     """Engine states and this rank's RNG states (`read_state` gives the run state)."""
     load_engines(policies, folder)
     set_rng_state(torch.load(folder / f"rng-rank{dist.rank}.pt", weights_only=False))

@@ -30,7 +30,7 @@ class EvalSet:
 
 
 @dataclass(frozen=True)
-class Evaluation:
+class HeldoutEvaluation:
     """An evaluation's eval.jsonl row and its eval_prompts.jsonl row."""
 
     row: dict[str, Any]
@@ -39,7 +39,7 @@ class Evaluation:
 
 def evaluate_sets(
     executor: Executor, sets: Sequence[EvalSet], k: int, seed: int, step: int, dist: Dist, keys: MetricKeys
-) -> Evaluation:
+) -> HeldoutEvaluation:
     """Avg@k / Pass@k per dataset, their macro average, cost per episode, per-role invalid rates."""
     counts, totals = [], [0.0, 0.0, 0.0, *([0.0] * 2 * len(keys.roles))]  # episodes, tokens, calls, roles
     for index, data in enumerate(sets):
@@ -60,7 +60,7 @@ def evaluate_sets(
         per_set.append([round(c) for c in reduced[at : at + len(data.tasks)]])
         at += len(data.tasks)
     n_episodes, tokens, calls, *invalid = reduced[at:]
-    return Evaluation(
+    return HeldoutEvaluation(
         heldout_row(sets, per_set, k, step)
         | {"tokens_per_episode": tokens / max(n_episodes, 1), "calls_per_episode": calls / max(n_episodes, 1)}
         | {f"role/{r}/invalid_rate": rate for r, rate in role_invalid_rates(keys, invalid).items()},

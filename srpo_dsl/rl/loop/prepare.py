@@ -13,7 +13,7 @@ from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.distributed.process_group import Dist, barrier, init_distributed
-from srpo_dsl.rl.engines.policies import Policy, sync_weights
+from srpo_dsl.rl.engines.policies import TrainingPolicy, sync_weights
 from srpo_dsl.rl.loop.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -42,7 +42,7 @@ class TrainingRun:
     workflow: CompiledWorkflow
     opts: TrainOptions
     dist: Dist
-    policies: Mapping[str, Policy]
+    policies: Mapping[str, TrainingPolicy]
     executor: Executor
     tasks: list[dict]
     eval_sets: list[EvalSet]  # the held-out datasets, each cut to eval_size prompts
@@ -161,12 +161,12 @@ def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:
 def check_memory(plan: TrainPlan, paths: Mapping[str, str], dist: Dist) -> None:
     """On CUDA, before loading: the policies' training state, with each trained model's KL reference copy
     when `kl > 0`, must fit this GPU (rl/engines/fit.py)."""
-    from srpo_dsl.rl.engines.fit import Layout, check_fit
+    from srpo_dsl.rl.engines.fit import MemoryLayout, check_fit
 
     opts = plan.opts
     engine = ROLLOUT_ENGINES[plan.setup.backend]
     budget, checkpointing = opts.max_tokens_per_micro_batch, opts.gradient_checkpointing
-    layout = Layout(
+    layout = MemoryLayout(
         opts.zero, dist.world_size, plan.setup.offload, engine, opts.kl > 0, budget, checkpointing
     )
     if problem := check_fit(plan.workflow.graph, paths, layout, dist.device):
@@ -194,7 +194,7 @@ def resumable_state(found: Path, config: Mapping[str, Any]) -> dict[str, Any]:
     return state
 
 
-def restore(found: Path, state: Mapping[str, Any], policies: Mapping[str, Policy], dist: Dist) -> int:
+def restore(found: Path, state: Mapping[str, Any], policies: Mapping[str, TrainingPolicy], dist: Dist) -> int:
     """Load engines and RNG states; the loaded weights reach generation. Returns the last step done."""
     load_checkpoint(found, policies, dist)
     sync_weights(policies)  # the loaded weights reach generation (ZeRO-3: its full copy)

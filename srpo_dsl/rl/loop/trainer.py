@@ -26,7 +26,7 @@ import torch
 
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
-from srpo_dsl.rl.engines.policies import Policy, engine_owners, sync_weights
+from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners, sync_weights
 from srpo_dsl.rl.loop.checkpoint import (
     CHECKPOINTS,
     latest_checkpoint,
@@ -187,14 +187,14 @@ def training_rows(run: TrainingRun, episodes: list[Episode]) -> Rows:
     return rows.select(trainable_rows(rows, run.policies))
 
 
-def trainable_rows(rows: Rows, policies: Mapping[str, Policy]) -> list[int]:
+def trainable_rows(rows: Rows, policies: Mapping[str, TrainingPolicy]) -> list[int]:
     """Rows of events with at least one trainable member (an all-frozen event has no gradient)."""
     event_ids = rows.event_ids.tolist()
     events = {e for e, p in zip(event_ids, rows.policies) if policies[p].engine is not None}
     return [i for i, e in enumerate(event_ids) if e in events]
 
 
-def sleep(policies: Mapping[str, Policy]) -> None:
+def sleep(policies: Mapping[str, TrainingPolicy]) -> None:
     """Before the update: the rollout engine of every trained engine releases its generation memory
     (frozen policies' engines stay awake: nothing of theirs changes)."""
     for p in engine_owners(policies).values():

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from srpo_dsl.backends.logprobs import Layout, response_logprobs
+from srpo_dsl.backends.logprobs import Scoring, response_logprobs
 from srpo_dsl.lang.graph import BASE_ADAPTER
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.distributed.process_group import Dist, all_gather, all_reduce
 from srpo_dsl.rl.engines.adapters import clip_per_adapter
 from srpo_dsl.rl.engines.ds_engine import step_with_norm
-from srpo_dsl.rl.engines.policies import Policy, checkpoint_layers, engine_owners
+from srpo_dsl.rl.engines.policies import TrainingPolicy, checkpoint_layers, engine_owners
 from srpo_dsl.rl.loop.plan import TrainError
 from srpo_dsl.rl.loop.role_metrics import MetricKeys
 from srpo_dsl.rl.objective.aggregation import get_aggregation
@@ -54,7 +54,7 @@ def pad_right(values: Sequence[Sequence[float]], width: int) -> Tensor:
 
 
 @dataclass(frozen=True)
-class Batch:
+class UpdateBatch:
     """One step's rows as response-aligned tensors; `temperatures[i]` is row i's sampling temperature,
     `engines[i]` the engine that trains it (None: frozen), `adapters[i]` its peft adapter (None: none)."""
 
@@ -67,8 +67,8 @@ class Batch:
 
     @classmethod
     def of(
-        cls, rows: Rows, temperatures: Temperatures, policies: Mapping[str, Policy] | None = None
-    ) -> Batch:
+        cls, rows: Rows, temperatures: Temperatures, policies: Mapping[str, TrainingPolicy] | None = None
+    ) -> UpdateBatch:
         """Without `policies`, every policy is trainable by an engine of its own."""
         lengths = torch.tensor(rows.response_lengths, dtype=torch.long)
         width = max(1, int(lengths.max())) if len(rows) else 1
@@ -93,7 +93,7 @@ class Batch:
         ]
 
 
-def forward_groups(policies: Mapping[str, Policy], temperatures: Temperatures) -> list[Group]:
+def forward_groups(policies: Mapping[str, TrainingPolicy], temperatures: Temperatures) -> list[Group]:
     """(engine, temperature) of the trainable engines: one forward each per micro-batch, rank-wide order
     (an engine's temperatures are those of all its policies)."""
     used: dict[str, set[float]] = {}
@@ -104,20 +104,20 @@ def forward_groups(policies: Mapping[str, Policy], temperatures: Temperatures) -
 
 
 def score_group(
-    policy: Policy,
-    batch: Batch,
+    policy: TrainingPolicy,
+    batch: UpdateBatch,
     index: list[int],
     temperature: float,
     device: torch.device,
     with_entropy: bool = False,
     reference: bool = False,
-    layout: Layout = "cached",
+    scoring: Scoring = "cached",
 ) -> tuple[Tensor, Tensor | None]:
     """[len(index), W] log-probs (and entropies) of the rows at `index` by `policy`'s engine (or its frozen
-    reference), each row through its own adapter; a 1-token dummy row when empty. `layout`: how the model
-    runs over the rows (`backends.logprobs.LAYOUTS`; adapters are never packed)."""
+    reference), each row through its own adapter; a 1-token dummy row when empty. `scoring`: how the model
+    runs over the rows (`backends.logprobs.SCORINGS`; adapters are never packed)."""
     model = policy.reference if reference else policy.model
-    options = {"with_entropy": with_entropy, "layout": layout}
+    options = {"with_entropy": with_entropy, "scoring": scoring}
     if not index:
         dummy = [[policy.pad_id]]
         return response_logprobs(model, dummy, dummy, policy.pad_id, 1.0, device, **options)
@@ -147,8 +147,8 @@ def score_group(
 
 @torch.no_grad()
 def score_rows(
-    leads: Mapping[str, Policy],
-    batch: Batch,
+    leads: Mapping[str, TrainingPolicy],
+    batch: UpdateBatch,
     plan: list[list[int]],
     groups: list[Group],
     device: torch.device,
@@ -186,8 +186,8 @@ class Counts:
 class Step:
     """What every micro-batch of one update reads."""
 
-    leads: Mapping[str, Policy]  # engine -> a policy it trains (`engine_owners`)
-    batch: Batch
+    leads: Mapping[str, TrainingPolicy]  # engine -> a policy it trains (`engine_owners`)
+    batch: UpdateBatch
     opts: TrainOptions
     objective: Objective
     dist: Dist
@@ -203,7 +203,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Scored:
+class ScoredGroup:
     """One forward of a (policy, temperature) group over its rows of a micro-batch."""
 
     pos: list[int]  # positions in the micro-batch; empty: `logprobs` is the dummy row
@@ -218,7 +218,7 @@ class MicroStats:
     importance: tuple[float, float, float] = (0.0, 0.0, 0.0)  # off-policy: (sum of w, capped units, units)
 
 
-def scoring_layout(opts: TrainOptions) -> Layout:
+def scoring_of(opts: TrainOptions) -> Scoring:
     """How the update runs the model over a micro-batch's rows: `pack_rows` packs them without padding;
     checkpointed layers keep no KV cache (one padded pass per row); else each distinct prompt once, and
     the responses on its cache."""
@@ -227,7 +227,7 @@ def scoring_layout(opts: TrainOptions) -> Layout:
     return "uncached" if opts.gradient_checkpointing else "cached"
 
 
-def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
+def score_micro(s: Step, micro: list[int]) -> dict[Group, ScoredGroup]:
     """Every group's forward over its rows of `micro` (with grad): the same forwards on every rank."""
     out = {}
     for group in s.groups:
@@ -240,9 +240,9 @@ def score_micro(s: Step, micro: list[int]) -> dict[Group, Scored]:
             group[1],
             s.dist.device,
             s.opts.entropy > 0,
-            layout=scoring_layout(s.opts),
+            scoring=scoring_of(s.opts),
         )
-        out[group] = Scored(pos, logprobs, entropy)
+        out[group] = ScoredGroup(pos, logprobs, entropy)
     return out
 
 
@@ -289,7 +289,9 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
     return weights, MicroStats(loss.item(), terms.row_clips(len(idx), s.event_ids[idx]), importance)
 
 
-def micro_logprobs(s: Step, idx: Tensor, width: int, scored: Mapping[Group, Scored]) -> tuple[Tensor, Tensor]:
+def micro_logprobs(
+    s: Step, idx: Tensor, width: int, scored: Mapping[Group, ScoredGroup]
+) -> tuple[Tensor, Tensor]:
     """(current, old) [M, width] log-probs of the micro-batch, detached; frozen rows keep their old ones."""
     old = s.old[idx, :width] if s.old is not None else None
     current = old.clone() if old is not None else torch.zeros(len(idx), width, device=s.dist.device)
@@ -299,7 +301,7 @@ def micro_logprobs(s: Step, idx: Tensor, width: int, scored: Mapping[Group, Scor
     return current, old if old is not None else current.clone()
 
 
-def entropy_bonus(s: Step, idx: Tensor, sc: Scored) -> Tensor:
+def entropy_bonus(s: Step, idx: Tensor, sc: ScoredGroup) -> Tensor:
     """-c * sum(mask * H) / |tokens| of one group: linear in H, so H itself is its surrogate."""
     if s.opts.entropy == 0 or not sc.pos or sc.entropy is None:
         return torch.zeros((), device=s.dist.device)
@@ -309,7 +311,7 @@ def entropy_bonus(s: Step, idx: Tensor, sc: Scored) -> Tensor:
 
 def backward_engines(
     s: Step,
-    scored: Mapping[Group, Scored],
+    scored: Mapping[Group, ScoredGroup],
     weights: Tensor,
     bonus: Mapping[Group, Tensor],
     last: bool,
@@ -333,7 +335,7 @@ def backward_engines(
     return norms
 
 
-def _surrogate(sc: Scored, weights: Tensor) -> Tensor:
+def _surrogate(sc: ScoredGroup, weights: Tensor) -> Tensor:
     """sum(W * logprobs) over the group's rows; an empty group adds 0 x its dummy row (keeps ZeRO in step)."""
     if not sc.pos:
         return 0.0 * sc.logprobs.sum()
@@ -373,8 +375,8 @@ def run_epoch(s: Step, plan: list[list[int]]) -> tuple[MicroStats, float]:
 
 
 def old_logprobs(
-    leads: Mapping[str, Policy],
-    batch: Batch,
+    leads: Mapping[str, TrainingPolicy],
+    batch: UpdateBatch,
     plan: list[list[int]],
     groups: list[Group],
     opts: TrainOptions,
@@ -420,7 +422,7 @@ def corrected_rows(stale: Tensor | None, opts: TrainOptions, device: torch.devic
 
 
 def update(
-    policies: Mapping[str, Policy],
+    policies: Mapping[str, TrainingPolicy],
     rows: Rows,
     opts: TrainOptions,
     dist: Dist,
@@ -442,7 +444,7 @@ def update(
     corrected by a truncated importance weight (docs/objective.md), when the old log-probs are recomputed.
     """
     device = dist.device
-    batch = Batch.of(rows, temperatures, policies)
+    batch = UpdateBatch.of(rows, temperatures, policies)
     groups = forward_groups(policies, temperatures)
     leads = engine_owners(policies)
     if opts.gradient_checkpointing:

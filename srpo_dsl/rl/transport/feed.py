@@ -33,8 +33,8 @@ from tqdm.auto import tqdm
 
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.distributed.process_group import all_gather, all_reduce
-from srpo_dsl.rl.engines.policies import Policy
-from srpo_dsl.rl.transport.link import CONTROL, EPISODES, SETUP, Batch, Link, LinkError, Orders, Stop
+from srpo_dsl.rl.engines.policies import TrainingPolicy
+from srpo_dsl.rl.transport.link import CONTROL, EPISODES, SETUP, Link, LinkError, Orders, RolloutBatch, Stop
 from srpo_dsl.rl.transport.remote_weights import Weights, build_weights, send_weights
 from srpo_dsl.rl.transport.schedule import Schedule, lag
 from srpo_dsl.rl.transport.staleness import within_bound
@@ -50,12 +50,14 @@ class NoWorkerLeft(LinkError):
 class Feed:
     """The trainer rank's end of the link to the rollout workers."""
 
-    def __init__(self, link: Link, opts: TrainOptions, policies: Mapping[str, Policy], device: torch.device):
+    def __init__(
+        self, link: Link, opts: TrainOptions, policies: Mapping[str, TrainingPolicy], device: torch.device
+    ):
         self.link, self.opts, self.device = link, opts, device
         self.trained = {name for name, p in policies.items() if p.engine is not None}
         self.lag = lag(opts.max_staleness, opts.rollout_workers)
         self.ready = threading.Condition()
-        self.batches: dict[int, Batch] = {}  # step -> this rank's share, received and not taken
+        self.batches: dict[int, RolloutBatch] = {}  # step -> this rank's share, received and not taken
         self.alive = set(range(link.layout.trainers, link.layout.world))
         self.lost: list[str] = []  # why each worker went away
         self.taken = 0  # the last step taken
@@ -63,7 +65,7 @@ class Feed:
         self.current: Weights | None = None  # trainer rank 0's newest version
         self.closing = False
 
-    def begin(self, policies: Mapping[str, Policy], start: int, held: Sequence[Batch]) -> None:
+    def begin(self, policies: Mapping[str, TrainingPolicy], start: int, held: Sequence[RolloutBatch]) -> None:
         """Before the first step (`start` steps done): this rank's held batches, the listeners, the
         orders, and the weights the first steps need."""
         self.taken = start
@@ -102,7 +104,7 @@ class Feed:
         clocks = {"time/worker_idle": batch.idle, "time/trainer_idle": waited}  # wall-clock keys: time/
         return fresh.episodes, {PREFIX + k: v for k, v in metrics.items()} | clocks
 
-    def publish(self, policies: Mapping[str, Policy], version: int) -> None:
+    def publish(self, policies: Mapping[str, TrainingPolicy], version: int) -> None:
         """After the optimizer step that made `version`: the workers whose steps need it get it, unless no
         batch is left to generate (collective over the trainer ranks under ZeRO-3)."""
         if version >= self.opts.steps:
@@ -118,7 +120,7 @@ class Feed:
         with self.ready:
             self.send_due(weights)
 
-    def held_after(self, step: int) -> list[Batch]:
+    def held_after(self, step: int) -> list[RolloutBatch]:
         """This rank's batches of the steps after `step`, once it holds the next `lag` ones: generated
         with weights older than `step`'s, a resumed run could not generate them again."""
         upto = min(step + self.lag, self.opts.steps)
@@ -142,7 +144,7 @@ class Feed:
         """A thread: every share `worker` sends, until it goes away."""
         try:
             while True:
-                batch: Batch = self.link.recv_object(worker, EPISODES)
+                batch: RolloutBatch = self.link.recv_object(worker, EPISODES)
                 with self.ready:
                     if batch.step > self.taken:
                         self.batches.setdefault(batch.step, batch)  # the first copy received is kept

@@ -39,7 +39,7 @@ TIMEOUT = datetime.timedelta(hours=2)  # a generation or an update may take long
 
 
 @dataclass(frozen=True)
-class Batch:
+class RolloutBatch:
     """What a worker sends a trainer rank for one step: its share of the episodes, the version they
     were generated with, and the seconds the worker waited since its previous batch."""
 
@@ -66,7 +66,7 @@ class LinkError(ConnectionError):
 
 
 @dataclass(frozen=True)
-class Layout:
+class LaunchLayout:
     """This process's place in a launch of `trainers` trainer ranks and `workers` rollout workers."""
 
     rank: int  # global
@@ -74,12 +74,12 @@ class Layout:
     workers: int
 
     @classmethod
-    def from_env(cls, workers: int) -> Layout:
+    def from_env(cls, workers: int) -> LaunchLayout:
         """From the launcher's RANK and WORLD_SIZE; ValueError when no rank is left to train."""
         return cls.of(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), workers)
 
     @classmethod
-    def of(cls, rank: int, world: int, workers: int) -> Layout:
+    def of(cls, rank: int, world: int, workers: int) -> LaunchLayout:
         """Global rank `rank` of a launch of `world` processes, the last `workers` of them rollout workers
         (0: every rank trains); ValueError when no rank is left to train."""
         if world <= workers:
@@ -110,7 +110,7 @@ class Link:
     """The process groups of a launch with rollout workers. Sends return at once and keep their buffers
     until waited on (`flush`); any thread may send (one object's two parts are never interleaved)."""
 
-    def __init__(self, layout: Layout, store: Any, device: torch.device):
+    def __init__(self, layout: LaunchLayout, store: Any, device: torch.device):
         self.layout, self.device, self.store = layout, device, store
         objects = dist.PrefixStore("srpo-link", store)
         self.objects = dist.ProcessGroupGloo(objects, layout.rank, layout.world, TIMEOUT)
@@ -205,7 +205,7 @@ class Link:
         return f"trainer rank {rank}"
 
 
-def weight_pairs(layout: Layout, store: Any) -> dict[int, Any]:
+def weight_pairs(layout: LaunchLayout, store: Any) -> dict[int, Any]:
     """On CUDA, one NCCL group per worker with trainer rank 0 (weights go GPU to GPU): a worker that
     dies breaks its own pair only. Trainer rank 0 holds every pair, a worker its own."""
     if layout.rank == 0:
@@ -226,7 +226,7 @@ def join_launch(workers: int, device: str) -> Link:
             f"rollout_workers = {workers} runs {workers + 1} processes: start them with `srpo-dsl train` "
             f"(it launches them), torchrun or deepspeed"
         )
-    layout = Layout.from_env(workers)
+    layout = LaunchLayout.from_env(workers)
     use_route_to_master()  # gloo's interface to the other nodes
     store, _, _ = next(dist.rendezvous("env://"))
     with reaching_peers():

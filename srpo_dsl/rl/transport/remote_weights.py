@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from srpo_dsl.backends.base import RolloutEngine
-from srpo_dsl.rl.engines.policies import Policy, engine_owners
+from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners
 from srpo_dsl.rl.engines.weight_sync import rollout_weights
 from srpo_dsl.rl.transport.link import CONTROL, FLAT, Link, flatten, unflatten
 
@@ -47,7 +47,7 @@ class Weights:
         return zip(self.header.names[engine], unflatten(self.flats[engine], self.header.shapes[engine]))
 
 
-def trained_weights(policy: Policy) -> list[tuple[str, torch.Tensor]]:
+def trained_weights(policy: TrainingPolicy) -> list[tuple[str, torch.Tensor]]:
     """(name, full tensor) of what the update changes: the trained parameters, or for an engine that takes
     merged weights every base weight with the LoRA deltas folded in (gathered under ZeRO-3: collective)."""
     merged = policy.backend.merged_weights and hasattr(policy.module, "peft_config")
@@ -59,7 +59,7 @@ def trained_weights(policy: Policy) -> list[tuple[str, torch.Tensor]]:
     ]
 
 
-def build_weights(policies: Mapping[str, Policy], version: int, device: torch.device) -> Weights:
+def build_weights(policies: Mapping[str, TrainingPolicy], version: int, device: torch.device) -> Weights:
     """The trained engines' weights as `version` (every trainer rank: a collective under ZeRO-3)."""
     names, shapes, flats = {}, {}, {}
     for owner, policy in sorted(engine_owners(policies).items()):

@@ -28,7 +28,7 @@ from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.adapters import with_adapters
 from srpo_dsl.rl.engines.policies import Rollout, adapter_hosts, load_model, rollout_engine, with_lora
 from srpo_dsl.rl.transport.inbox import Inbox
-from srpo_dsl.rl.transport.link import EPISODES, SETUP, Batch, Link, LinkError
+from srpo_dsl.rl.transport.link import EPISODES, SETUP, Link, LinkError, RolloutBatch
 from srpo_dsl.rl.transport.remote_weights import load_weights
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
@@ -94,4 +94,4 @@ def send_batch(link: Link, step: int, version: int, idle: float, episodes: list[
     prompts = [episodes[i : i + group] for i in range(0, len(episodes), group)]
     for rank in range(trainers):
         share = [ep for g in prompts[rank::trainers] for ep in g]
-        link.send_object(Batch(step, version, idle, share), rank, EPISODES)
+        link.send_object(RolloutBatch(step, version, idle, share), rank, EPISODES)
