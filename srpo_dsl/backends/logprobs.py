@@ -172,34 +172,47 @@ def response_logprobs(
     adapters: list[str] | None = None,
     scoring: Scoring = "cached",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`[n, R]` log-probs (and entropies) of the response tokens, response-aligned, 0.0 past each row's end.
-
-    Two forward passes, differentiable: each distinct prompt once (left-padded, so every
-    prompt ends in the last column), then every response on top of its prompt's KV cache.
-    A group of G rollouts of one prompt computes that prompt once instead of G times. The
-    pass count is fixed (two) whatever the duplication, so ranks stay in step under ZeRO-3.
-    `adapters`: each row's peft adapter, for a model hosting several (a prompt is then
-    computed once per adapter that reads it). Other `scoring`s (`SCORINGS`): `uncached`, one padded pass
-    over every row's prompt and response together (`uncached_logprobs`); `packed`, every row in one
-    sequence without padding (`packed_logprobs`; not with `adapters`, which route whole batch rows).
-    """
-    if scoring == "uncached":
-        return uncached_logprobs(
-            model, prompts, responses, pad_id, temperature, device, with_entropy, adapters
-        )
+    """`[n, R]` log-probs (and entropies) of the response tokens, response-aligned, 0.0 past each row's end,
+    differentiable. `adapters`: each row's peft adapter, for a model hosting several. `scoring`
+    (`SCORINGS`): `cached` (`cached_logprobs`: each distinct prompt once, the responses on its KV cache),
+    `uncached` (`uncached_logprobs`: one padded pass over every row), `packed` (`packed_logprobs`: rows
+    without padding between them; not with `adapters`, which route whole batch rows: they stay cached)."""
     if scoring == "packed" and adapters is None:
         return packed_logprobs(model, prompts, responses, temperature, device, with_entropy)
+    scored = cached_logprobs if scoring != "uncached" else uncached_logprobs
+    return scored(model, prompts, responses, pad_id, temperature, device, with_entropy, adapters)
+
+
+def padded_pair(
+    prompts: list[list[int]], responses: list[list[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prompt ids and mask, left-padded (every prompt ends in the last column), then response ids and
+    mask, right-padded (at least one column), on `device`."""
+    prompt = pad_rows(prompts, pad_id, max(map(len, prompts)), left=True)
+    response = pad_rows(responses, pad_id, max(1, *map(len, responses)), left=False)
+    return tuple(t.to(device) for t in (*prompt, *response))  # type: ignore[return-value]
+
+
+def cached_logprobs(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad_id: int,
+    temperature: float,
+    device: torch.device,
+    with_entropy: bool = False,
+    adapters: list[str] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`response_logprobs` in two forward passes: each distinct prompt once (left-padded), then every
+    response on top of its prompt's KV cache. A group of G rollouts of one prompt computes that prompt
+    once instead of G times; the pass count is fixed (two) whatever the duplication, so ranks stay in
+    step under ZeRO-3. With `adapters` a prompt is computed once per adapter that reads it."""
     keyed = prompts if adapters is None else [[*p, a] for p, a in zip(prompts, adapters)]
     distinct_keys, index = distinct_rows(keyed)
     distinct = distinct_keys if adapters is None else [k[:-1] for k in distinct_keys]
     names = (None, None) if adapters is None else ([k[-1] for k in distinct_keys], adapters)
     rows = torch.tensor(index, device=device)
-    prompt_ids, prompt_mask = (
-        t.to(device) for t in pad_rows(distinct, pad_id, max(map(len, distinct)), left=True)
-    )
-    resp_ids, resp_mask = (
-        t.to(device) for t in pad_rows(responses, pad_id, max(1, *map(len, responses)), left=False)
-    )
+    prompt_ids, prompt_mask, resp_ids, resp_mask = padded_pair(distinct, responses, pad_id, device)
     with routed(names[0]):
         first = model(
             input_ids=prompt_ids,
@@ -259,26 +272,30 @@ def packed_logprobs(
     width = max(sum(len(rows[i]) for i in b) for b in bins)
     ids = torch.zeros(len(bins), width, dtype=torch.long)
     positions = torch.zeros(len(bins), width, dtype=torch.long)
-    where: list[tuple[int, int, int, int]] = []  # (row, response token, flat position predicting it, target)
+    offset = torch.zeros(len(rows), dtype=torch.long)  # where each row starts, counting along the flat bins
     for b, members in enumerate(bins):
-        start = 0
-        for i in members:
-            n, first = len(rows[i]), start + len(prompts[i]) - 1
-            ids[b, start : start + n] = torch.tensor(rows[i])
-            positions[b, start : start + n] = torch.arange(n)
-            where += [(i, j, b * width + first + j, token) for j, token in enumerate(responses[i])]
-            start += n
-        positions[b, start:] = torch.arange(width - start)  # the tail: a row of its own, never read
-    row_at, column_at, flat_at, targets = (torch.tensor(c, device=device) for c in zip(*where))
+        lengths = [len(rows[i]) for i in members]
+        ends = torch.tensor(lengths).cumsum(0)
+        ids[b, : int(ends[-1])] = torch.tensor([token for i in members for token in rows[i]])
+        starts = torch.cat([torch.zeros(1, dtype=torch.long), ends])  # the tail: a row of its own, never read
+        spans = torch.tensor([*lengths, width - int(ends[-1])])
+        positions[b] = torch.arange(width) - starts.repeat_interleave(spans)  # restarting at each row
+        offset[members] = b * width + ends - torch.tensor(lengths)
+    answered = torch.tensor([len(r) for r in responses])
+    row_of = torch.repeat_interleave(torch.arange(len(rows)), answered)  # each response token's row ...
+    column = torch.arange(len(row_of)) - torch.repeat_interleave(answered.cumsum(0) - answered, answered)
+    prompt_lengths = torch.tensor([len(p) for p in prompts])
+    predicting = (offset + prompt_lengths - 1)[row_of] + column  # ... and the flat position predicting it
+    targets = torch.tensor([token for r in responses for token in r], device=device)
     logits = model(input_ids=ids.to(device), position_ids=positions.to(device), use_cache=False).logits
-    logits = logits.flatten(0, 1)[flat_at]
-    shape = (len(rows), max(1, *map(len, responses)))
+    logits = logits.flatten(0, 1)[predicting.to(device)]
+    shape, at = (len(rows), max(1, *answered.tolist())), (row_of.to(device), column.to(device))
     logprobs = torch.zeros(shape, device=device, dtype=logits.dtype)
-    logprobs = logprobs.index_put((row_at, column_at), picked_logprobs(logits, targets, temperature))
+    logprobs = logprobs.index_put(at, picked_logprobs(logits, targets, temperature))
     if not with_entropy:
         return logprobs, None
     entropy = torch.zeros(shape, device=device, dtype=logits.dtype)
-    return logprobs, entropy.index_put((row_at, column_at), entropies(logits, temperature))
+    return logprobs, entropy.index_put(at, entropies(logits, temperature))
 
 
 def uncached_logprobs(
@@ -294,12 +311,7 @@ def uncached_logprobs(
     """`response_logprobs` in one forward pass without a KV cache (gradient checkpointing turns the cache
     off inside each layer): every row's left-padded prompt then right-padded response, the layout and
     positions of the cached passes, the logits kept for the last prompt position and the response only."""
-    prompt_ids, prompt_mask = (
-        t.to(device) for t in pad_rows(prompts, pad_id, max(map(len, prompts)), left=True)
-    )
-    resp_ids, resp_mask = (
-        t.to(device) for t in pad_rows(responses, pad_id, max(1, *map(len, responses)), left=False)
-    )
+    prompt_ids, prompt_mask, resp_ids, resp_mask = padded_pair(prompts, responses, pad_id, device)
     mask = torch.cat([prompt_mask, resp_mask], dim=1)
     with routed(adapters):
         logits = model(
