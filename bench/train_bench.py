@@ -155,7 +155,7 @@ def trl_dataset(setup: Setup, tokenizer, steps: int):
     """The prompts of the first `steps` steps, tokenized exactly as srpo-dsl sends them."""
     from datasets import Dataset
 
-    from srpo_dsl.backends.hf import encode_prompts
+    from srpo_dsl.backends.chat import encode_prompts
 
     # srpo-dsl sends BOS + text (no chat template); a plain-text TRL prompt is tokenized without
     # special tokens added by this tokenizer, so the BOS goes into the text

@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from srpo_dsl.backends import BackendError, GenRequest, make_backend
 from srpo_dsl.backends.base import RolloutEngine
-from srpo_dsl.backends.hf import HFBackend, encode_prompts
+from srpo_dsl.backends.chat import encode_prompts
+from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.logprobs import (
     distinct_rows,
     pack_sequences,
@@ -363,6 +364,7 @@ def _context(team: list[dict]) -> dict:
         "memory": {"accepted": [], "feedback": [], "documents": [], "observations": []},
         "actions": [],
         "history": [],
+        "new_history": [],
     }
 
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from srpo_dsl.backends.base import BackendError, RolloutEngine
-from srpo_dsl.backends.hf import HFBackend, encode_prompts
+from srpo_dsl.backends.chat import encode_prompts
+from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.seeds import seed_of
 from tests.test_training import make_models, policy_spec
 

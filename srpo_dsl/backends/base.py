@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -10,6 +10,8 @@ from srpo_dsl.seeds import seed_of
 
 if TYPE_CHECKING:
     import torch
+
+    from srpo_dsl.backends.chat import ChatEncoder
 
 
 class BackendError(Exception):
@@ -24,7 +26,9 @@ class GenRequest:
     is for the caller's bookkeeping (results come back in request order). `adapter` names
     the LoRA adapter of a model that hosts several (`hf` with a shared base); others ignore it.
     `seed` fixes the request's own random draw (in the `hf` engine independently of the rest of the
-    batch); without one, `generate`'s `seed` gives a default (`request_seeds`).
+    batch); without one, `generate`'s `seed` gives a default (`request_seeds`). `prompt_ids`, when given,
+    are the prompt's token ids as they are (a conversation's, `backends.chat`): the backend generates
+    after them and never encodes `prompt`, which is then for the record (and for scripted replies).
     """
 
     prompt: str
@@ -35,6 +39,17 @@ class GenRequest:
     tag: object = None
     adapter: str | None = None
     seed: int | None = None
+    prompt_ids: tuple[int, ...] | None = None
+
+
+def prompt_ids_of(
+    requests: Sequence[GenRequest], encode: Callable[[list[str]], list[list[int]]]
+) -> list[list[int]]:
+    """Each request's prompt ids: its own `prompt_ids`, else its prompt encoded (one `encode` call for
+    all of those)."""
+    texts = [r.prompt for r in requests if r.prompt_ids is None]
+    encoded = iter(encode(texts) if texts else [])
+    return [list(r.prompt_ids) if r.prompt_ids is not None else next(encoded) for r in requests]
 
 
 def request_seeds(requests: Sequence[GenRequest], seed: int | None) -> list[int | None]:
@@ -64,6 +79,14 @@ class Backend(Protocol):
     version: int  # policy version, bumped on every weight update
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]: ...
+
+
+@runtime_checkable
+class ChatBackend(Backend, Protocol):
+    """A backend that can keep an agent's turns as one conversation (`backends.chat`): it encodes the
+    messages, and generates from given prompt ids (`GenRequest.prompt_ids`)."""
+
+    def chat_encoder(self) -> ChatEncoder: ...
 
 
 @runtime_checkable

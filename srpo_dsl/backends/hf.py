@@ -15,26 +15,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from srpo_dsl.backends.base import BackendError, GenRequest, GenResult, request_seeds
+from srpo_dsl.backends.base import BackendError, GenRequest, GenResult, prompt_ids_of, request_seeds
+from srpo_dsl.backends.chat import TokenizerChat, encode_prompts
 from srpo_dsl.backends.decoding import Chunk, make_decoder, resolve_mode
 from srpo_dsl.seeds import SEED_BITS
-
-
-def encode_prompts(
-    tokenizer: PreTrainedTokenizerBase, prompts: list[str], use_chat_template: bool
-) -> list[list[int]]:
-    """Prompt token ids: a one-turn user chat with the generation prompt, or raw text after BOS."""
-    if use_chat_template:
-        texts = [
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False
-            )
-            for p in prompts
-        ]
-        return tokenizer(texts, add_special_tokens=False)["input_ids"]
-    ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    bos = tokenizer.bos_token_id
-    return [[bos, *row] for row in ids] if bos is not None else ids
 
 
 def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int | None:
@@ -105,6 +89,10 @@ class HFBackend:
         mode = resolve_mode(decode, self.device)
         self.decoder = make_decoder(mode, model, self.pad_id, self.eos_ids)
 
+    def chat_encoder(self) -> TokenizerChat:
+        """How a conversation agent's turns are encoded: this model's chat template (else raw text)."""
+        return TokenizerChat(self.tokenizer, self.use_chat_template, self.eos_ids)
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | None = None) -> int:
         """After an optimizer step: copy (name, tensor) pairs into the module's parameters (none when
         the module is the trained one itself); version + 1."""
@@ -134,7 +122,9 @@ class HFBackend:
             return []
         if not self.awake:
             raise BackendError("the hf engine is asleep (between sleep() and wake_up()): it cannot generate")
-        prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests], self.use_chat_template)
+        prompt_ids = prompt_ids_of(
+            requests, lambda texts: encode_prompts(self.tokenizer, texts, self.use_chat_template)
+        )
         seeds = [s if s is not None else _fresh_seed() for s in request_seeds(requests, seed)]
         groups: dict[tuple[float, float], list[int]] = {}
         for i, r in enumerate(requests):

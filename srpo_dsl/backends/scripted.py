@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
+from srpo_dsl.backends.chat import ByteChat, ChatEncoder, TokenizerChat
 
 
 def _load_script(script: Path | str | dict[str, list[str]]) -> dict[str, list[str]]:
@@ -68,7 +69,15 @@ class ScriptedBackend:
         self.cut += finish == "length"
         response = response[: request.max_tokens]
         text = self._decode(response)
-        return GenResult(self._encode(request.prompt), response, [0.0] * len(response), text, finish)
+        prompt = list(request.prompt_ids) if request.prompt_ids is not None else self._encode(request.prompt)
+        return GenResult(prompt, response, [0.0] * len(response), text, finish)
+
+    def chat_encoder(self) -> ChatEncoder:
+        """A conversation's encoding: the tokenizer's (its chat template, if it has one), else bytes."""
+        if self.tokenizer is None:
+            return ByteChat()
+        eos = {self.tokenizer.eos_token_id} - {None}
+        return TokenizerChat(self.tokenizer, bool(self.tokenizer.chat_template), eos)
 
     def _encode(self, text: str) -> list[int]:
         if self.tokenizer is None:

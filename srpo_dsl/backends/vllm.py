@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from srpo_dsl.backends.base import BackendError, GenRequest, GenResult, request_seeds
-from srpo_dsl.backends.hf import encode_prompts, pad_id_of
+from srpo_dsl.backends.base import BackendError, GenRequest, GenResult, prompt_ids_of, request_seeds
+from srpo_dsl.backends.chat import TokenizerChat, encode_prompts
+from srpo_dsl.backends.hf import pad_id_of
 
 MISSING = "the vllm backend needs the optional extra: pip install 'srpo-dsl[vllm]' (CUDA GPU required)"
 
@@ -55,7 +56,7 @@ class VLLMBackend:
             gpu_memory_utilization=gpu_memory_utilization,
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=enable_sleep_mode,
-            **engine_args,
+            **{"enable_prefix_caching": True, **engine_args},  # a conversation's turns share their prefix
         )
         self.sleep_mode = enable_sleep_mode
         self.asleep: set[str] = set()  # what level-2 sleep released and no wake_up has restored yet
@@ -76,7 +77,9 @@ class VLLMBackend:
             raise BackendError(
                 "the vllm engine is asleep (between sleep() and wake_up()): it cannot generate"
             )
-        prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests], self.use_chat_template)
+        prompt_ids = prompt_ids_of(
+            requests, lambda texts: encode_prompts(self.tokenizer, texts, self.use_chat_template)
+        )
         params = [
             self._sampling_params(
                 n=1,
@@ -97,6 +100,12 @@ class VLLMBackend:
             finish = "stop" if completion.finish_reason == "stop" else "length"
             results.append(GenResult(list(out.prompt_token_ids), ids, logprobs, completion.text, finish))
         return results
+
+    def chat_encoder(self) -> TokenizerChat:
+        """How a conversation agent's turns are encoded (as in the `hf` engine). Each later turn's prompt
+        starts with the earlier turn's ids, which vLLM's prefix cache (on) finds in its KV blocks: only
+        the new message is prefilled."""
+        return TokenizerChat(self.tokenizer, self.use_chat_template, {self.tokenizer.eos_token_id})
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | None = None) -> int:
         """Stream (name, tensor) pairs in the base model's naming into the engine's model; version + 1."""

@@ -191,6 +191,9 @@ class DeclarationChecks:
         self.check_agent_options(a, info, pol)
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):
             self.ctx.out.diagnostics.append(diag)
+        if info.observe is not None:  # a conversation's later messages: a template, checked alike
+            at = next(o.value_span or o.span for o in a.options if o.name == "observe")
+            self.ctx.out.diagnostics += check_template(info.observe, at, self.template_dirs)
 
     @staticmethod
     def resolve_agent(a: n.Agent, gen: dict, pol: PolicyInfo, parser: CodeRef | None) -> AgentInfo:
@@ -218,6 +221,7 @@ class DeclarationChecks:
             gen["budget"],
             gen["calls"],
             gen["stop"],
+            gen["observe"],
         )
 
     def check_agent_contract(self, c: n.Contract) -> tuple[bool, CodeRef | None]:

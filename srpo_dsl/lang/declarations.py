@@ -52,6 +52,7 @@ class AgentInfo:
     budget: int | None = None  # tokens shared by all the turns of one replica in an episode
     calls: int = 1  # tool calls one acting output may make
     stop: str = "pool"  # `replica`: each replica stops taking turns at its own final action
+    observe: str | None = None  # a conversation agent's template for the messages of its later turns
 
     @property
     def final_action(self) -> str | None:
@@ -74,6 +75,7 @@ class AgentInfo:
             "budget": self.budget,
             "calls": self.calls,
             "stop": self.stop,
+            "observe": self.observe,
         }
 
     def max_tokens_left(self, spent: int) -> int:

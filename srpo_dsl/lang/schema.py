@@ -58,6 +58,11 @@ class AgentOptions(Generation):
     stop: Literal[STOPS] = Field(
         "pool", description="pool: the replicas act until all answer; replica: each stops at its own answer"
     )
+    observe: str | None = Field(
+        None,
+        description="a template: each replica keeps its turns as one conversation, and every later turn "
+        "appends this template's rendering (of `new_history`) as the next user message",
+    )
 
 
 class LoraOptions(_Options):
@@ -324,5 +329,6 @@ CONTEXT_VARIABLES = frozenset(
         "memory",
         "actions",
         "history",
+        "new_history",
     }
 )

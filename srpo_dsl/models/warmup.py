@@ -17,7 +17,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from srpo_dsl.backends.hf import HFBackend, encode_prompts
+from srpo_dsl.backends.chat import encode_prompts
+from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.logprobs import TokenBatch, pack_sequences, token_logprobs
 from srpo_dsl.envs.arith import make_arith_tasks
 from srpo_dsl.models.evaluation import evaluate_team, evaluate_tools

@@ -232,6 +232,8 @@ class Episode:
     stopped: set[tuple[str, int]] = field(
         default_factory=set
     )  # replicas that took no more turns (runtime.turns)
+    # (agent, replica) of a conversation agent -> its conversation's ids so far (runtime.conversations)
+    conversations: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     invalid_actions: int = 0
     tool_calls: int = 0
@@ -305,6 +307,7 @@ class Episode:
         return {
             "actions": list(actions),
             "history": [h.as_dict() for h in self.history],
+            "new_history": [h.as_dict() for h in self.history[self.seen_by(role, replica) :]],
             "task": self.task,
             "step": self.step + 1,
             "turn": turn,
@@ -324,6 +327,14 @@ class Episode:
                 "observations": list(self.observations),
             },
         }
+
+    def seen_by(self, role: str, replica: int) -> int:
+        """How many history entries come before and include the replica's own last output (0: none)."""
+        for i in range(len(self.history) - 1, -1, -1):
+            h = self.history[i]
+            if isinstance(h, OutputEntry) and h.role == role and h.replica == replica:
+                return i + 1
+        return 0
 
     def observation_for(self, role: str) -> str | None:
         """The latest observation an environment addressed to `role` (None before any)."""

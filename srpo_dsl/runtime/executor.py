@@ -31,6 +31,7 @@ from srpo_dsl.runtime.branching import (
     keep_seed,
     pruned_return,
 )
+from srpo_dsl.runtime.conversations import chat_encoders, continue_conversations, turn_prompt
 from srpo_dsl.runtime.credit import rounds_taken, summed_returns
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
@@ -96,6 +97,7 @@ class Executor:
         # request through its own adapter; the call is named after the first of them
         first = {id(b): name for name, b in reversed(list(backends.items()))}
         self.call_of = {name: first[id(b)] for name, b in backends.items()}
+        self.chats = chat_encoders(graph.agents, backends)  # the policies of conversation agents
 
     # ---- public -------------------------------------------------------------
     def run(
@@ -220,7 +222,7 @@ class Executor:
                 max_turns=max_turns,
                 actions=node.actions,
             )
-            prompt = self.renderer.render(a.prompt, ctx, shuffle_seed=order)  # one for every alternative
+            prompt, ids = turn_prompt(ep, a, replica, ctx, self.renderer, self.chats, order)  # one for all
             adapter = self.graph.adapters.get(a.policy)
             max_tokens = tokens_left(ep, a, replica)
             for b in range(alternatives):
@@ -230,7 +232,14 @@ class Executor:
                     else seed_of(seed, ep.prompt_id, ep.sample, ep.path, b, i)
                 )
                 request = GenRequest(
-                    prompt, max_tokens, a.temperature, a.top_p, a.name, adapter=adapter, seed=draw
+                    prompt,
+                    max_tokens,
+                    a.temperature,
+                    a.top_p,
+                    a.name,
+                    adapter=adapter,
+                    seed=draw,
+                    prompt_ids=ids,
                 )
                 out.append(Slot(ep, i, a, replica, request, b))
         out.sort(key=lambda slot: slot.alternative)  # each alternative's members together, in member order
@@ -366,6 +375,7 @@ class Executor:
             own = [m for m in members if m.role == agent.name]
             ep.last_output[agent.name] = own
             note_turn(ep, agent, own, [t for t in tries if t.role == agent.name])
+            continue_conversations(ep, agent, own)
         for effect in node.step.effects:
             EFFECTS[effect](ep, node, members)
 
