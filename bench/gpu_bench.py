@@ -224,7 +224,7 @@ def rollout_case(model_path: str, workflow: str, args: dict) -> dict:
 
     from srpo_dsl.backends import GenRequest
     from srpo_dsl.backends.chat import encode_prompts
-from srpo_dsl.backends.hf import HFBackend
+    from srpo_dsl.backends.hf import HFBackend
 
     device, dtype = args["device"], torch.bfloat16 if args["device"] == "cuda" else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(model_path)

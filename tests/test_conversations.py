@@ -1,5 +1,6 @@
 """Conversation agents (`observe`): a replica's turns are one token stream, appended to, never re-encoded."""
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -43,7 +44,7 @@ def test_later_turns_append_the_sampled_ids_even_where_the_text_reencodes_otherw
     turns, reencoded_otherwise = 0, 0
     for ep in rollouts.episodes:
         members = [e.members[0] for e in ep.events]
-        for before, after in zip(members, members[1:]):
+        for before, after in itertools.pairwise(members):
             sampled = before.prompt_token_ids + before.response_token_ids
             assert after.prompt_token_ids[: len(sampled)] == sampled
             turns += 1
@@ -66,7 +67,7 @@ def test_the_observe_template_renders_what_came_since_the_replicas_last_turn(tmp
     first = encode_prompts(tiny_tokenizer, [tiny_tokenizer.decode(question.prompt_token_ids[1:])], True)[0]
     assert question.prompt_token_ids == first
     appended = lambda text: tiny_tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    for k, (before, after) in enumerate(zip(members, members[1:]), 1):
+    for k, (before, after) in enumerate(itertools.pairwise(members), 1):
         tail = " 5 !" if k == 3 else " 5"
         want = before.prompt_token_ids + before.response_token_ids + appended(f"</s>{tail} ")
         assert after.prompt_token_ids == want
