@@ -119,3 +119,20 @@ def test_an_observe_template_is_checked_like_a_prompt_template(tmp_path):
         if codes:
             line = text.splitlines()[diags[0].span.line - 1]
             assert line[diags[0].span.col - 1 :].startswith(f'"{template}"')
+
+
+@pytest.mark.parametrize(
+    ("workflow", "overrides", "packed"),
+    [
+        ("quickstart_tools_chat.srpo", {}, True),
+        ("quickstart_tools.srpo", {}, False),
+        ("quickstart_tools_chat.srpo", {"pack_rows": False}, False),
+    ],
+)
+def test_rows_are_packed_by_default_where_an_agent_keeps_a_conversation(
+    tmp_path, workflow, overrides, packed
+):
+    from srpo_dsl.rl.loop.plan import plan_file
+
+    plan = plan_file(ROOT / "workflows" / workflow, tmp_path / "run", overrides=overrides, device="cpu")
+    assert plan.opts.pack_rows is packed

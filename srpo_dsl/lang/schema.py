@@ -183,8 +183,10 @@ class TrainOptions(_Options):
         ge=1,
         description="fill micro-batches to this many tokens (rows x the longest row), as many as needed",
     )
-    pack_rows: bool = Field(
-        False, description="score a micro-batch's rows packed into one sequence, without padding"
+    pack_rows: bool | None = Field(
+        None,
+        description="score a micro-batch's rows packed into one sequence, without padding (default: on "
+        "when an agent keeps a conversation)",
     )
     gradient_checkpointing: bool = Field(
         False, description="recompute each layer's activations in the backward pass (less memory, more time)"

@@ -95,6 +95,8 @@ def make_plan(
     if not resume:
         refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
+    if opts.pack_rows is None:  # on where a conversation's turns can be scored in one pass
+        opts = opts.model_copy(update={"pack_rows": any(a.observe for a in wf.graph.agents.values())})
     device = resolve_device(setup.device)
     check_backend(setup.backend, device)
     check_trainable(wf)

@@ -1,0 +1,250 @@
+"""Multi-turn agents: today's prompts (every turn re-renders the history) against conversations (`observe`:
+each turn appends to one token stream), at 2, 4 and 8 turns, side by side in one run.
+
+    python bench/multiturn_bench.py               # four workflows x 2, 4, 8 turns, 3 timed updates each
+    python bench/multiturn_bench.py --turns 2 4 --repeats 5 --workflows quickstart_tools
+
+The shipped multi-turn workflows, on the embedded model: the tool quickstart, Search-R1 (its retrieval
+server: a loopback one answering from the BM25 sample corpus), the supervisor team, the code
+environment. Each is rolled out with scripted replies that never answer (the agents call their tools,
+the coder's programs fail the tests), so every episode takes all its turns: the outer loop's bound is
+set to the number of turns. A conversation variant adds `observe` to every agent (a generic template:
+the entries of `new_history`, one per line).
+
+For each (workflow, turns, path), one step's rows (--prompts x --group episodes):
+- update tokens: what the update's forward passes read. Today: every row's prompt + response (a turn's
+  prompt holds every turn before it). Conversations: each conversation's last turn once
+  (`pack_rows`, the rows' `follows`).
+- update (s): the median of --repeats updates (forward, backward, optimizer step), from the same weights.
+- loss: a conversation's rows scored one by one (`cached`) and as one stream (`packed`) must agree
+  (the `max |d loss|` column).
+- prefill tokens: what a rollout engine prefills over the episode's turns; with a prefix cache (vLLM's)
+  a conversation's turn prefills only its new message.
+- largest forward: the most tokens one forward pass holds (activation memory grows with it; on CUDA
+  the peak GiB as well).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OBSERVE = (
+    "{% for h in new_history %}{% if h.kind == 'output' %}{{ h.role }}: {{ h.text }}"
+    "{% elif h.result is defined %}{{ h.result }}{% elif h.documents is defined %}"
+    "{% for d in h.documents %}{{ d.title }}: {{ d.text }} {% endfor %}{% else %}{{ h.error }}{% endif %}\n"
+    "{% endfor %}"
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A shipped workflow, the folders it reads, and replies that keep its agents taking turns."""
+
+    file: str
+    folders: tuple[str, ...]
+    replies: dict[str, list[str]]
+
+
+CASES = {
+    "quickstart_tools": Case(
+        "quickstart_tools.srpo", ("quickstart_tools",), {"solver": ["<calc>2+3</calc>"]}
+    ),
+    "search_r1": Case(
+        "search_r1.srpo", ("search_r1",), {"researcher": ["<search>the capital of France</search>"]}
+    ),
+    "supervisor": Case(
+        "supervisor.srpo",
+        ("supervisor", "math_python.py"),
+        {"supervisor": ["<research>the capital of France</research>"], "*": ["<search>France</search>"]},
+    ),
+    "code_env": Case(
+        "code_env.srpo",
+        ("code_env", "code_env.py"),
+        {
+            "coder": ["<code>def add(a, b):\n    return a - b\n</code>"],
+            "tester": ["<tests>assert add(1, 2) == 3</tests>"],
+        },
+    ),
+}
+
+
+def variant(case: Case, folder: Path, turns: int, conversation: bool, server: str) -> Path:
+    """The workflow on the embedded model, its outer loop bounded by `turns`, in `folder` (with its files);
+    with `conversation`, every agent keeps a conversation."""
+    source = ROOT / "workflows"
+    for name in case.folders:
+        target = folder / name
+        if not target.exists():
+            (shutil.copytree if (source / name).is_dir() else shutil.copy)(source / name, target)
+    (folder / "observe.j2").write_text(OBSERVE, encoding="utf-8")
+    text = (source / case.file).read_text(encoding="utf-8")
+    text = re.sub(r'policy (\w+) = hf\("[^"]+"\)', r'policy \1 = builtin("tiny")', text)
+    text = re.sub(r"repeat at most \d+", f"repeat at most {turns}", text, count=1)
+    text = text.replace('"../data/', f'"{ROOT}/data/').replace("http://127.0.0.1:8000/retrieve", server)
+    if conversation:
+        text = "\n".join(_observed(line) for line in text.splitlines())
+    path = folder / f"{case.file[:-5]}_{turns}_{'chat' if conversation else 'flat'}.srpo"
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def _observed(line: str) -> str:
+    """An `agent` line with `observe = "observe.j2"` among its options."""
+    if not line.startswith("agent "):
+        return line
+    if " with (" in line:
+        return line.replace(" with (", ' with (observe = "observe.j2", ', 1)
+    code, _, comment = line.partition("#")
+    return f'{code.rstrip()} with (observe = "observe.j2")' + (f"  #{comment}" if comment else "")
+
+
+def rollout_rows(path: Path, replies: Path, prompts: int, group: int):
+    """The rows of one step of scripted episodes, and (prefill tokens, with a prefix cache)."""
+    from srpo_dsl.api import load
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    episodes = load(path).run(
+        limit=prompts, samples=group, backend="scripted", models=replies, progress=False
+    )
+    rows = build_rows(episodes.episodes, "srpo")
+    prefill = sum(len(p) for p in rows.prompt_token_ids)
+    cached = sum(len(rows.prompt_token_ids[i]) - _prefix(rows, i) for i in range(len(rows)))
+    return rows, prefill, cached
+
+
+def _prefix(rows, i: int) -> int:
+    """Tokens of row i's prompt that the row it continues already holds (0: it continues none)."""
+    j = rows.follows[i]
+    return 0 if j < 0 else len(rows.prompt_token_ids[j]) + len(rows.response_token_ids[j])
+
+
+def update_tokens(rows, packed: bool) -> tuple[int, int]:
+    """(tokens the update's forward reads, padding excluded; the tokens of its one forward, padding
+    included), one micro-batch. Rows one by one (`cached`): each distinct prompt, then every response.
+    Packed: each conversation's last turn (a row no other row continues) once, in sequences as long as
+    the longest."""
+    from srpo_dsl.backends.logprobs import pack_into
+
+    if packed:
+        continued = set(rows.follows) - {-1}
+        tails = [
+            len(p) + len(r) for i, (p, r) in enumerate(zip(rows.prompt_token_ids, rows.response_token_ids))
+        ]
+        tails = [n for i, n in enumerate(tails) if i not in continued]
+        return sum(tails), len(pack_into(tails, max(tails))) * max(tails)
+    distinct = {tuple(p) for p in rows.prompt_token_ids}
+    responses = rows.response_lengths
+    useful = sum(map(len, distinct)) + sum(responses)
+    return useful, len(distinct) * max(map(len, distinct)) + len(responses) * max(responses)
+
+
+def timed_update(run, rows, packed: bool, repeats: int) -> tuple[float, float, float | None]:
+    """(median seconds of `repeats` updates, the first update's loss, peak GiB on CUDA), each from the
+    run's initial weights (restored before every update), after one warm-up."""
+    import torch
+
+    from srpo_dsl.rl.loop.update import update
+
+    opts = run.opts.model_copy(update={"pack_rows": packed, "epochs": 1, "micro_batches": 1})
+    modules = [p.engine.module for p in run.policies.values() if p.engine is not None]
+    initial = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
+
+    def once() -> tuple[float, float]:
+        for module, state in zip(modules, initial):
+            module.load_state_dict(state)
+        start = time.perf_counter()
+        stats = update(run.policies, rows, opts, run.dist, run.temperatures, objective=run.objective)
+        return time.perf_counter() - start, stats["loss"]
+
+    loss = once()[1]
+    cuda = run.dist.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(run.dist.device)
+    seconds = statistics.median(once()[0] for _ in range(repeats))
+    peak = torch.cuda.max_memory_allocated(run.dist.device) / 2**30 if cuda else None
+    return seconds, loss, peak
+
+
+def measure(run, name: str, turns: int, flat, chat, repeats: int) -> list[str]:
+    """Three table rows: today's prompts; conversations scored row by row; conversations as streams."""
+    (flat_rows, flat_prefill, _), (chat_rows, chat_prefill, chat_cached) = flat, chat
+    out, losses = [], {}
+    sides = (
+        ("today", flat_rows, False),
+        ("conversation, rows", chat_rows, False),
+        ("conversation, stream", chat_rows, True),
+    )
+    for path, rows, packed in sides:
+        tokens, forward = update_tokens(rows, packed)
+        seconds, losses[path], peak = timed_update(run, rows, packed, repeats)
+        prefill = f"{flat_prefill:,} | -" if path == "today" else f"{chat_prefill:,} | {chat_cached:,}"
+        gap = abs(losses[path] - losses["conversation, rows"]) if packed else None
+        memory = f"{forward:,}" + (f" ({peak:.2f} GiB)" if peak is not None else "")
+        out.append(
+            f"| {name} | {turns} | {path} | {len(rows)} | {tokens:,} | {memory} | {seconds:.3f} | {prefill} | "
+            f"{'-' if gap is None else f'{gap:.1e}'} |"
+        )
+    return out
+
+
+def bench_case(name: str, case: Case, args, folder: Path, server: str) -> list[str]:
+    """Every turn count of one workflow: its rollouts, then its updates on one prepared run."""
+    from srpo_dsl.rl.loop.plan import plan_file
+    from srpo_dsl.rl.loop.prepare import prepare_run
+
+    replies = folder / f"{name}_replies.json"
+    replies.write_text(json.dumps(case.replies), encoding="utf-8")
+    out, run = [], None
+    for turns in args.turns:
+        flat_path, chat_path = (variant(case, folder, turns, chat, server) for chat in (False, True))
+        flat = rollout_rows(flat_path, replies, args.prompts, args.group)
+        chat = rollout_rows(chat_path, replies, args.prompts, args.group)
+        if run is None:
+            run = prepare_run(plan_file(chat_path, folder / f"{name}_run", device=args.device))
+        out += measure(run, name, turns, flat, chat, args.repeats)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--turns", nargs="+", type=int, default=[2, 4, 8])
+    parser.add_argument("--prompts", type=int, default=4, help="prompts of the step")
+    parser.add_argument("--group", type=int, default=4, help="episodes per prompt")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from retrieval_server import RetrievalServer
+
+    from srpo_dsl.envs.retrieval import Bm25Retriever
+
+    table = []
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        RetrievalServer(Bm25Retriever(ROOT / "data/wiki_sample.jsonl")) as server,
+    ):
+        for name in args.workflows:
+            table += bench_case(name, CASES[name], args, Path(tmp), server.url)
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.prompts} prompts x {args.group} episodes per step")
+    print(
+        "| workflow | turns | path | rows | update tokens | largest forward | update (s) | prefill | prefill, prefix cache | max \\|d loss\\| |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
