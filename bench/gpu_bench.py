@@ -23,6 +23,8 @@ Parts (each case in its own process, so GPU memory and process groups start clea
            median step time and its update part, update tokens/s (prompt + response tokens of
            every row), MFU = 6 x parameters x update tokens/s / the GPU's dense bf16 peak
            (attention FLOPs left out), and the peak GPU memory torch allocated in a step.
+  long     the update part's ZeRO-0 run with --tokens 512 (128 rows x 512 tokens at the default batch
+           and group): its peak memory, against the goal of 24 GiB on one H100.
   trl      TRL's GRPOTrainer on the same model, prompts, group, length and optimizer settings
            (bf16, `model.generate`, no vLLM): median step time and generated tokens/s, next to
            srpo-dsl's ZeRO-0 run (where TRL is installed).
@@ -32,6 +34,11 @@ Parts (each case in its own process, so GPU memory and process groups start clea
   async    the same team trained synchronously and with one rollout worker on the same GPU
            (`rollout_workers = 1`, S = 1 and 2; the worker generates while the trainer updates):
            optimizer steps per second after the first step, and the mean staleness.
+
+Shapes: Qwen3's 0.6B, 1.7B and 4B (the 4B trained through LoRA adapters, r = 16, its base frozen);
+`tiny` for --cpu. `--budget-s` (default 480: the 8 minutes a lent GPU's first call allows, model
+builds included) bounds the whole run: a case that would start after it is reported as skipped, so
+the tables always come back. Every table prints as Markdown, ready for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -60,10 +67,14 @@ SIZES = {  # Qwen3 shapes (hidden, MLP, layers, query heads, key-value heads, he
              "num_key_value_heads": 8, "head_dim": 128},
     "1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
              "num_key_value_heads": 8, "head_dim": 128},
+    "4b": {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128},
 }  # fmt: skip
+LORA = {"4b"}  # shapes trained through LoRA adapters (`lora(r = 16)` on the policy): the base stays frozen
+LONG_TOKENS = 512  # the `long` part's response length: 128 rows x 512 tokens, the memory goal's shape
 VOCAB = 151936
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by GPU name
-PARTS = ("rollout", "update", "trl", "team", "async")
+PARTS = ("rollout", "update", "long", "trl", "team", "async")
 ASYNC_CELLS = {"sync": {}, "async S=1": {"rollout_workers": 1, "max_staleness": 1},
                "async S=2": {"rollout_workers": 1, "max_staleness": 2}}  # fmt: skip
 GENERATORS = {  # the rollout part's generators: result key -> label
@@ -128,8 +139,13 @@ def build_model(size: str, folder: Path, device: str) -> Path:
     return path
 
 
-def write_workflow(folder: Path, text: str, model: Path, args: argparse.Namespace) -> Path:
+def write_workflow(
+    folder: Path, text: str, model: Path, args: argparse.Namespace, lora: bool = False
+) -> Path:
+    """The bench's workflow `text` on `model`, with the run's sizes (and LoRA adapters on the policy)."""
     folder.mkdir(parents=True, exist_ok=True)
+    if lora:
+        text = text.replace('hf("MODEL")', 'hf("MODEL") lora(r = 16, alpha = 32)')
     (folder / "solver.j2").write_text("{{ task.question }}=")
     for key, value in {
         "MODEL": str(model),
@@ -434,12 +450,13 @@ def rollout_report(r: dict) -> list[str]:
 
 
 def size_report(size: str, params: int, result: dict, peak: float | None) -> list[str]:
-    lines = [f"### {size}: {params:,} parameters", ""]
+    adapters = ", trained through LoRA adapters (r = 16)" if size in LORA else ""
+    lines = [f"### {size}: {params:,} parameters{adapters}", ""]
     lines += [f"{key}: failed, {value['error']}" for key, value in result.items() if "error" in value]
     result = {k: v for k, v in result.items() if isinstance(v, dict) and "error" not in v}
     if "rollout" in result:
         lines += rollout_report(result["rollout"])
-    runs = {k: v for k, v in result.items() if k.startswith("zero") or k == "trl"}
+    runs = {k: v for k, v in result.items() if k.startswith("zero") or k in ("long", "trl")}
     if runs:
         prompt = result.get("rollout", {}).get("prompt_tokens", 0.0)
         lines += ["| run | step ms | update ms | update tokens/s | MFU | rollout tokens/s | peak GiB |",
@@ -449,9 +466,8 @@ def size_report(size: str, params: int, result: dict, peak: float | None) -> lis
                 lines.append(f"| TRL GRPOTrainer | {1000 * steady(run['step_times']):.0f} | | | | "
                              f"{steady([t / s for t, s in zip(run['tokens'], run['step_times'])]):,.0f} (whole step) | |")  # fmt: skip
             else:
-                lines.append(
-                    update_row(f"srpo-dsl {key.replace('zero', 'ZeRO-')}", run, prompt, params, peak)
-                )
+                name = f"ZeRO-0, {LONG_TOKENS} tokens" if key == "long" else key.replace("zero", "ZeRO-")
+                lines.append(update_row(f"srpo-dsl {name}", run, prompt, params, peak))
         lines.append("")
     if "team" in result:
         t = result["team"]
@@ -477,28 +493,49 @@ def machine(device: str) -> tuple[str, float | None]:
     return f"machine: {name} (CUDA {torch.version.cuda}), {line}; bf16", peak
 
 
-def run_size(size: str, folder: Path, args: argparse.Namespace, parts: list[str]) -> dict:
+class Clock:
+    """The run's time budget (`--budget-s`): a case starts only while time is left."""
+
+    def __init__(self, budget_s: float):
+        self.end = time.monotonic() + budget_s
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`in_child(fn, *args)`, or a skipped case's record once the budget is spent."""
+        if time.monotonic() >= self.end:
+            return {"error": "skipped: the --budget-s time budget was spent"}
+        return in_child(fn, *args)
+
+
+def run_size(size: str, folder: Path, args: argparse.Namespace, parts: list[str], clock: Clock) -> dict:
     cfg = {"device": args.device, "batch": args.batch, "group": args.group, "tokens": args.tokens,
            "steps": args.steps, "repeats": args.repeats, "rollout_batch": args.rollout_batch,
            "team_micro_batches": args.team_micro_batches, "options": args.options}  # fmt: skip
-    model = in_child(build_model, size, folder, args.device)
+    model = clock.run(build_model, size, folder, args.device)
     if isinstance(model, dict):
-        raise SystemExit(f"building the {size} model failed: {model['error']}")
-    solver = write_workflow(folder / f"solver-{size}", SOLVER, model, args)
+        return {"params": 0, "build": model}
+    lora = size in LORA
+    solver = write_workflow(folder / f"solver-{size}", SOLVER, model, args, lora)
     result: dict[str, Any] = {"params": parameters(model)}
     if "rollout" in parts:
-        result["rollout"] = in_child(rollout_case, str(model), str(solver), cfg) | {"tokens": args.tokens}
+        result["rollout"] = clock.run(rollout_case, str(model), str(solver), cfg) | {"tokens": args.tokens}
     for zero in args.zero if "update" in parts else []:
-        result[f"zero{zero}"] = in_child(srpo_case, str(model), str(solver), cfg, zero)
-    if "trl" in parts and has_trl():
-        result["trl"] = in_child(trl_case, str(model), str(solver), cfg)
-    if "team" in parts:
-        team = write_workflow(folder / f"team-{size}", TEAM, model, args)
-        result["team"] = in_child(team_case, str(model), str(team), cfg)
-    if "async" in parts:
-        team = write_workflow(folder / f"async-{size}", TEAM, model, args)
-        result["async"] = in_child(async_case, str(model), str(team), cfg)
+        result[f"zero{zero}"] = clock.run(srpo_case, str(model), str(solver), cfg, zero)
+    if "long" in parts:
+        long = write_workflow(
+            folder / f"long-{size}", SOLVER, model, args_with(args, tokens=LONG_TOKENS), lora
+        )
+        result["long"] = clock.run(srpo_case, str(model), str(long), cfg | {"tokens": LONG_TOKENS}, 0)
+    if "trl" in parts and has_trl() and not lora:
+        result["trl"] = clock.run(trl_case, str(model), str(solver), cfg)
+    for part, case in (("team", team_case), ("async", async_case)):
+        if part in parts:
+            team = write_workflow(folder / f"{part}-{size}", TEAM, model, args, lora)
+            result[part] = clock.run(case, str(model), str(team), cfg)
     return result
+
+
+def args_with(args: argparse.Namespace, **changes: Any) -> argparse.Namespace:
+    return argparse.Namespace(**(vars(args) | changes))
 
 
 def has_trl() -> bool:
@@ -525,6 +562,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=2, help="timed rollout calls (median)")
     ap.add_argument("--zero", default="0,3", help="ZeRO stages of the update part")
     ap.add_argument("--json", default=None, help="also write the raw results here")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="cases start only within this many seconds")
     ap.add_argument(
         "--option",
         action="append",
@@ -543,7 +581,7 @@ def parse_args() -> argparse.Namespace:
         "team_micro_batches": 1,
     }
     large = {
-        "sizes": "0.6b,1.7b",
+        "sizes": "0.6b,1.7b,4b",
         "batch": 16,
         "rollout_batch": 64,
         "group": 8,
@@ -570,10 +608,10 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --cpu")
     line, peak = machine(args.device)
-    results = {}
+    results, clock = {}, Clock(args.budget_s)
     with tempfile.TemporaryDirectory(prefix="gpu-bench-") as scratch:
         for size in args.sizes.split(","):
-            results[size] = run_size(size, Path(scratch), args, parts)
+            results[size] = run_size(size, Path(scratch), args, parts, clock)
             print(f"done {size}", file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))

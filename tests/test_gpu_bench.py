@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -83,3 +84,31 @@ def test_options_reach_every_trained_part_and_a_budget_replaces_the_count():
     assert bench.micro_batching({"team_micro_batches": 8, "options": {}}) == {"micro_batches": 8}
     budget = {"max_tokens_per_micro_batch": "16384", "pack_rows": "true"}
     assert bench.micro_batching({"team_micro_batches": 8, "options": budget}) == budget
+
+
+def test_a_spent_time_budget_skips_the_cases_and_still_reports(tmp_path):
+    """`--budget-s 0`: no case starts (not even a model build), each is reported as skipped, exit 0."""
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cpu", "--budget-s", "0", "--json", tmp_path / "gpu.json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "gpu.json").read_text())["results"]["tiny"]
+    assert result["build"] == {"error": "skipped: the --budget-s time budget was spent"}
+    assert "build: failed, skipped" in done.stdout
+
+
+def test_the_lora_shape_trains_adapters_on_a_frozen_base(tmp_path):
+    """The 4B shape's workflow declares LoRA on its policy, and checks clean."""
+    from srpo_dsl.lang import analyze
+
+    bench = load_bench()
+    args = argparse.Namespace(tokens=8, group=2, batch=4)
+    path = bench.write_workflow(tmp_path, bench.SOLVER, tmp_path / "model", args, lora="4b" in bench.LORA)
+    text = path.read_text()
+    assert "lora(r = 16, alpha = 32)" in text
+    result = analyze(text, str(path))
+    assert result.diagnostics == [] and result.program.policies["lm"].lora["r"] == 16
