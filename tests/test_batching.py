@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from srpo_dsl.rl import plan_batches, setwise_loss
-from srpo_dsl.rl.objective.batching import balance, drop_incomplete
+from srpo_dsl.rl.objective.batching import balance, drop_incomplete, linked_atoms
 
 
 def random_rows(seed: int, num_events: int = 60) -> tuple[list[str], list[int]]:
@@ -133,6 +133,15 @@ def test_drop_incomplete_checks_member_indices() -> None:
     assert drop_incomplete(events, cardinality) == ([0, 1, 2, 3, 4], 0)
     with pytest.raises(ValueError):
         drop_incomplete(events, cardinality[:2])
+
+
+def test_linked_rows_merge_their_atoms() -> None:
+    """Rows linked by `follows` (a conversation's turns) put their atoms in one, transitively; the merged
+    atom keeps its smallest id; unlinked atoms stay apart."""
+    atoms = [5, 5, 3, 4, 1, 2, 0]
+    follows = [-1, -1, 0, -1, 2, -1, 3]  # row 2 continues row 0 (5 + 3), row 4 row 2 (+ 1), row 6 row 3
+    assert linked_atoms(atoms, follows) == [1, 1, 1, 0, 1, 2, 0]
+    assert linked_atoms(atoms, [-1] * 7) == atoms
 
 
 def test_budget_batches_fill_whole_events_to_the_padded_token_budget() -> None:

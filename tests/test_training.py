@@ -137,6 +137,42 @@ def make_episodes(mixed: bool, n_prompts: int = 3, group: int = 4, seed: int = 0
 TEMPERATURES = {"a": {"solver": 1.0, "aggregator": 1.0}, "b": {"solver": 1.0}}  # policy -> role
 
 
+def conversation_episodes(n_prompts: int = 2, group: int = 3, seed: int = 0) -> list:
+    """Synthetic multi-turn rollouts, each turn continuing its member's token stream (prompt = the previous
+    turn's prompt + response + new observation ids): per episode two rounds of a K=2 `solver` event
+    (replica 1 on policy a, replica 2 on b, each continuing its own replica's conversation) and three
+    turns of a `talker` (policy a), each its own K=1 event; rows in order: solvers, talker 1, talker 2,
+    solvers, talker 3."""
+    from srpo_dsl.runtime.episode import Episode, Event, Member
+
+    rng = random.Random(seed)
+    ids = lambda lo, hi: [rng.randrange(3, 200) for _ in range(rng.randint(lo, hi))]  # noqa: E731
+
+    def turn(i: int, role: str, replica: int, policy: str, stream: dict) -> Member:
+        prompt, response = stream.get((role, replica), [1]) + ids(1, 3), ids(1, 5)
+        stream[(role, replica)] = prompt + response
+        logprobs = [-rng.uniform(3.0, 7.0) for _ in response]
+        return Member(i, role, replica, policy, 0, prompt, response, logprobs, "", True, None)
+
+    solvers, talker = [("solver", 1, "a"), ("solver", 2, "b")], [("talker", 1, "a")]
+    steps = [("solve", solvers), ("talk", talker), ("talk", talker), ("solve", solvers), ("talk", talker)]
+    episodes = []
+    for p in range(n_prompts):
+        for s in range(group):
+            ep = Episode(f"q{p}/{s}", f"q{p}", s, {"id": f"q{p}"}, reward=rng.choice([0.0, 1.0, 0.5, -0.1]))
+            stream: dict = {}  # (role, replica) -> its conversation's ids so far
+            for k, (kind, seats) in enumerate(steps):
+                members = [turn(i, *seat, stream) for i, seat in enumerate(seats)]
+                ep.events.append(
+                    Event(f"{ep.episode_id}/e{k}", f"{kind}:x", kind, f"s{k}", len(members), True, members)
+                )
+            episodes.append(ep)
+    return episodes
+
+
+CONVERSATION_TEMPERATURES = {"a": {"solver": 1.0, "talker": 0.7}, "b": {"solver": 1.0}}  # policy -> role
+
+
 def build(paths: dict, dist, **options) -> dict:
     """One engine per policy, with SGD (lr 1) unless `ds` says otherwise."""
     from srpo_dsl.lang.schema import TrainOptions
@@ -200,6 +236,40 @@ def test_rows_group_by_prompt_and_event_type_and_share_event_advantages():
     assert len({int(rows.event_ids[i]) for i in k2}) == len(k2) // 2
     drmas = build_rows(make_episodes(mixed=False), "drmas")  # (prompt, role) groups
     assert drmas.advantages.shape == rows.advantages.shape
+
+
+def test_rows_follow_the_turns_they_continue_and_select_remaps_them():
+    """A row continues the previous row of its (episode, role, replica, policy) when its prompt begins with
+    that row's prompt + response ids; not when the ids differ (a truncated response, a resampled try);
+    `select` remaps the links, a row continued but not selected leaves none; a conversation costs its last
+    row's tokens once, and its events are one micro-batch atom."""
+    import dataclasses
+
+    from srpo_dsl.rl.loop.update import atomic_ids
+    from srpo_dsl.rl.objective.losses import get_objective
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    episodes = conversation_episodes()
+    rows = build_rows(episodes, "srpo")
+    assert rows.follows == [f + 7 * e if f >= 0 else -1 for e in range(6) for f in [-1, -1, -1, 2, 0, 1, 3]]
+    talk = [2, 3, 6]  # one conversation's rows: each counts its new tokens, the whole its last row's length
+    assert sum(rows.new_tokens[i] for i in talk) == rows.lengths[6] < sum(rows.lengths[i] for i in talk)
+    atoms = atomic_ids(rows, get_objective("srpo"))  # per episode: the solvers' events, the talker's
+    assert [len(set(atoms[7 * e : 7 * e + 7])) for e in range(6)] == [2] * 6
+    assert atoms[0] == atoms[1] == atoms[4] == atoms[5] != atoms[2] == atoms[3] == atoms[6]
+    third, second = episodes[0].events[4].members[0], episodes[0].events[2].members[0]
+    cut = [*second.prompt_token_ids, *second.response_token_ids[:-1], 9]  # not the turn's ids verbatim
+    episodes[0].events[4].members[0] = dataclasses.replace(third, prompt_token_ids=cut)
+    resampled = episodes[1].events[2].members[0]  # a try of talker 2: its prompt, another response
+    episodes[1].events[2].tries.append(
+        dataclasses.replace(resampled, response_token_ids=[5], behavior_logprobs=[-1.0])
+    )
+    changed = build_rows(episodes, "srpo")
+    assert changed.members[11] == ("q0/1/e2/try1", 0)  # after talker 2 (row 10); talker 3 (row 14) after it
+    assert changed.follows[:15] == [-1, -1, -1, 2, 0, 1, -1, -1, -1, -1, 9, -1, 7, 8, -1]
+    assert changed.new_tokens[6] == changed.lengths[6]
+    picked = rows.select([6, 5, 3, 0, 4])  # talker 3, solver 2 of round 2, talker 2, solver 1 of rounds 1, 2
+    assert picked.follows == [2, -1, -1, -1, 3]
 
 
 def test_incomplete_events_are_dropped_whole_and_never_trained():
@@ -394,6 +464,56 @@ def test_packed_rows_step_like_padded_ones(models, dist, objective, options):
     assert results[0][1]["grad_norm"] == pytest.approx(results[1][1]["grad_norm"], rel=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("objective", "options"),
+    [
+        ("srpo", {"set_norm": "none"}),
+        ("srpo", {"set_norm": "sqrt", "max_tokens_per_micro_batch": 40}),
+        ("srpo", {"set_norm": "mean", "stale": True}),  # off-policy rows, old log-probs recomputed
+        ("grpo", {}),
+        ("traj", {}),
+        ("srpo", {"adapters": True}),  # adapters a and b on one base
+    ],
+)
+def test_conversations_packed_in_one_pass_step_like_cached_rows(
+    models, dist, tmp_path, monkeypatch, objective, options
+):
+    """Multi-turn conversations (`conversation_episodes`), each scored in one packed pass over its last turn,
+    give the update of cached per-row scoring: weights, loss, clip fraction to 1e-6, grad norm to 1e-5
+    (relative), two epochs; off-policy, with a token budget, and with adapters too."""
+    import torch
+
+    from srpo_dsl.rl.loop import update as update_module
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    rows = build_rows(conversation_episodes(), objective)
+    options = dict(options)
+    adapters, stale = options.pop("adapters", False), options.pop("stale", False)
+    off_policy = torch.arange(len(rows)) % 3 == 0 if stale else None
+    links: list[int] = []  # the most linked row each scoring call was given
+    scored = update_module.response_logprobs
+    spy = lambda *a, **kw: links.append(max(kw.get("follows") or [-1])) or scored(*a, **kw)  # noqa: E731
+    monkeypatch.setattr(update_module, "response_logprobs", spy)
+    results = []
+    for packed in (False, True):
+        chosen = {"objective": objective, "epochs": 2, "grad_clip": 0.5, "pack_rows": packed, **options}
+        if adapters:
+            from test_adapters import shared
+
+            policies, opts = shared(models[0], tmp_path, dist, **chosen)
+        else:
+            policies, opts = build({"a": models[0], "b": models[1]}, dist, **chosen)
+        stats = update_module.update(policies, rows, opts, dist, CONVERSATION_TEMPERATURES, stale=off_policy)
+        results.append((parameters(policies), stats))
+    assert max(links) >= 0  # the packed update passed the conversations' links
+    (cached, a), (packed_weights, b) = results
+    assert_close(cached, packed_weights, atol=1e-6)
+    for key in ("loss", "clip_fraction", *(("importance_weight_mean",) if stale else ())):
+        assert a[key] == pytest.approx(b[key], abs=1e-6), key
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["clip_fraction"] > 0
+
+
 def test_packed_log_probs_are_the_padded_ones(models):
     """`packed_logprobs` against the cached two-pass scoring, entropies included, rows of unequal lengths
     packed two to a sequence (as long as the longest row, 10 tokens: 7 + 3 and 5 + ...)."""
@@ -410,6 +530,68 @@ def test_packed_log_probs_are_the_padded_ones(models):
     assert packed.shape == lp.shape == (4, 8) and (packed[1, 1:] == 0).all()
     assert torch.allclose(packed, lp, atol=1e-5) and torch.allclose(packed_h, h, atol=1e-5)
     assert pack_into([7, 5, 10, 3], 10) == [[2], [0, 3], [1]]  # several rows share a sequence
+
+
+def chained_rows(seed: int = 0) -> tuple[list[list[int]], list[list[int]], list[int], list[str]]:
+    """Prompts, responses, follows and adapters of two conversations (3 turns on adapter x, 2 on y; a turn's
+    prompt is the previous turn's prompt + response + observation ids) and a row alone (the base), shuffled:
+    a chain's rows out of order."""
+    rng = random.Random(seed)
+    ids = lambda lo, hi: [rng.randrange(3, 200) for _ in range(rng.randint(lo, hi))]  # noqa: E731
+    prompts, responses, follows, adapters = [], [], [], []
+    for turns, adapter in ((3, "x"), (2, "y"), (1, "__base__")):
+        stream = [1]
+        for k in range(turns):
+            prompts.append(stream + ids(1, 3))
+            responses.append(ids(1, 5))
+            follows.append(len(prompts) - 2 if k else -1)
+            adapters.append(adapter)
+            stream = prompts[-1] + responses[-1]
+    order = [4, 2, 5, 0, 3, 1]
+    position = {row: k for k, row in enumerate(order)}
+    follows = [position[follows[i]] if follows[i] >= 0 else -1 for i in order]
+    return [prompts[i] for i in order], [responses[i] for i in order], follows, [adapters[i] for i in order]
+
+
+@pytest.mark.parametrize("adapters", [False, True])
+def test_chained_rows_are_scored_in_one_pass_over_their_last(models, adapters):
+    """Rows of a conversation, `follows` linking them, read their log-probs (and entropies) from one packed
+    segment, the conversation's last row: the cached per-row scores to 1e-5, and the model runs over the
+    conversations' last rows only; with adapters, each conversation through its own (LoRA weights made
+    non-zero: the base alone would score differently)."""
+    import torch
+    from test_adapters import LORA_A, LORA_B
+    from transformers import AutoModelForCausalLM
+
+    from srpo_dsl.backends.logprobs import response_logprobs
+    from srpo_dsl.rl.engines.adapters import with_adapters
+
+    model = AutoModelForCausalLM.from_pretrained(models[0]).eval()
+    prompts, responses, follows, names = chained_rows()
+    if adapters:
+        model = with_adapters(model, {"x": LORA_A, "y": LORA_B}).eval()
+        generator = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if ".lora_" in name:
+                    p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
+    seen: list = []
+    model.register_forward_pre_hook(lambda _, args, kw: seen.append(kw["input_ids"]), with_kwargs=True)
+    args = (model, prompts, responses, 0, 0.7, torch.device("cpu"), True, names if adapters else None)
+    lp, h = response_logprobs(*args)
+    seen.clear()
+    packed, packed_h = response_logprobs(*args, scoring="packed", follows=follows)
+    assert packed.shape == lp.shape == (6, max(map(len, responses)))
+    assert torch.allclose(packed, lp, atol=1e-5) and torch.allclose(packed_h, h, atol=1e-5)
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    tails = sum(n for i, n in enumerate(lengths) if i not in follows)  # 3 sequences: 2 conversations, 1 row
+    assert len(seen) == 1 and int((seen[0] != 0).sum()) == tails < sum(lengths)
+    if adapters:
+        assert seen[0].shape[0] == 3  # a sequence per adapter
+        base = response_logprobs(*args[:-1], ["__base__"] * 6, scoring="packed", follows=follows)[0]
+        assert (base - lp).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="not the start of row"):
+        response_logprobs(*args, scoring="packed", follows=[-1, -1, 0, -1, -1, -1])
 
 
 def test_rows_pack_first_fit_longest_first():

@@ -171,14 +171,18 @@ def response_logprobs(
     with_entropy: bool = False,
     adapters: list[str] | None = None,
     scoring: Scoring = "cached",
+    follows: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[n, R]` log-probs (and entropies) of the response tokens, response-aligned, 0.0 past each row's end,
     differentiable. `adapters`: each row's peft adapter, for a model hosting several. `scoring`
     (`SCORINGS`): `cached` (`cached_logprobs`: each distinct prompt once, the responses on its KV cache),
     `uncached` (`uncached_logprobs`: one padded pass over every row), `packed` (`packed_logprobs`: rows
-    without padding between them; not with `adapters`, which route whole batch rows: they stay cached)."""
-    if scoring == "packed" and adapters is None:
-        return packed_logprobs(model, prompts, responses, temperature, device, with_entropy)
+    without padding between them, a conversation's rows linked by `follows` in one pass over its last;
+    the other scorings run every row alone)."""
+    if scoring == "packed":
+        return packed_logprobs(
+            model, prompts, responses, temperature, device, with_entropy, adapters, follows
+        )
     scored = cached_logprobs if scoring != "uncached" else uncached_logprobs
     return scored(model, prompts, responses, pad_id, temperature, device, with_entropy, adapters)
 
@@ -260,34 +264,36 @@ def packed_logprobs(
     temperature: float,
     device: torch.device,
     with_entropy: bool = False,
+    adapters: list[str] | None = None,
+    follows: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`response_logprobs` without padding between rows: rows (prompt then response) one after another in
-    sequences as long as the longest row, position ids restarting at each row, so transformers keeps
-    attention within a row (a block-causal mask; flash attention's variable-length kernel where it is
-    installed); only each sequence's tail is padded. A sequence no longer than the longest row keeps the
-    attention no costlier than the padded layout's where the mask is materialised (SDPA, eager).
-    Scattered back to `[n, R]`."""
+    """`response_logprobs` without padding between rows: segments (a row's prompt then response) one after
+    another in sequences as long as the longest segment, position ids restarting at each segment, so
+    transformers keeps attention within a segment (a block-causal mask; flash attention's variable-length
+    kernel where it is installed); only each sequence's tail is padded. A sequence no longer than the
+    longest segment keeps the attention no costlier than the padded layout's where the mask is
+    materialised (SDPA, eager). `follows` (row i continues row `follows[i]`, -1: none; `chain_tails`)
+    chains rows into one segment, the chain's last row: each row reads its response at its prompt's
+    length into it, exact under causal attention (a position sees only the tokens up to it, its row's
+    own). `adapters`: each row's; each adapter's segments get sequences of their own, run under
+    `routed`. Scattered back to `[n, R]`."""
     rows = [p + r for p, r in zip(prompts, responses, strict=True)]
-    bins = pack_into([len(row) for row in rows], max(map(len, rows)))
-    width = max(sum(len(rows[i]) for i in b) for b in bins)
-    ids = torch.zeros(len(bins), width, dtype=torch.long)
-    positions = torch.zeros(len(bins), width, dtype=torch.long)
-    offset = torch.zeros(len(rows), dtype=torch.long)  # where each row starts, counting along the flat bins
-    for b, members in enumerate(bins):
-        lengths = [len(rows[i]) for i in members]
-        ends = torch.tensor(lengths).cumsum(0)
-        ids[b, : int(ends[-1])] = torch.tensor([token for i in members for token in rows[i]])
-        starts = torch.cat([torch.zeros(1, dtype=torch.long), ends])  # the tail: a row of its own, never read
-        spans = torch.tensor([*lengths, width - int(ends[-1])])
-        positions[b] = torch.arange(width) - starts.repeat_interleave(spans)  # restarting at each row
-        offset[members] = b * width + ends - torch.tensor(lengths)
+    tails = chain_tails(follows if follows is not None else [-1] * len(rows))
+    check_chains(rows, tails, adapters)
+    segments = list(dict.fromkeys(tails))  # each chain's last row: the tokens the model runs over
+    lengths = [len(rows[t]) for t in segments]
+    bins, routes = bin_segments(lengths, None if adapters is None else [adapters[t] for t in segments])
+    ids, positions, starts = packed_layout([rows[t] for t in segments], bins)
+    segment_of = {t: k for k, t in enumerate(segments)}
+    offset = starts[torch.tensor([segment_of[t] for t in tails], dtype=torch.long)]  # where each row starts
     answered = torch.tensor([len(r) for r in responses])
     row_of = torch.repeat_interleave(torch.arange(len(rows)), answered)  # each response token's row ...
     column = torch.arange(len(row_of)) - torch.repeat_interleave(answered.cumsum(0) - answered, answered)
     prompt_lengths = torch.tensor([len(p) for p in prompts])
     predicting = (offset + prompt_lengths - 1)[row_of] + column  # ... and the flat position predicting it
     targets = torch.tensor([token for r in responses for token in r], device=device)
-    logits = model(input_ids=ids.to(device), position_ids=positions.to(device), use_cache=False).logits
+    with routed(routes):
+        logits = model(input_ids=ids.to(device), position_ids=positions.to(device), use_cache=False).logits
     logits = logits.flatten(0, 1)[predicting.to(device)]
     shape, at = (len(rows), max(1, *answered.tolist())), (row_of.to(device), column.to(device))
     logprobs = torch.zeros(shape, device=device, dtype=logits.dtype)
@@ -296,6 +302,72 @@ def packed_logprobs(
         return logprobs, None
     entropy = torch.zeros(shape, device=device, dtype=logits.dtype)
     return logprobs, entropy.index_put(at, entropies(logits, temperature))
+
+
+def chain_tails(follows: list[int]) -> list[int]:
+    """Each row's chain tail: rows linked by `follows` (row i continues row `follows[i]`; -1: none) form a
+    chain, whose tail is the row no other row continues. A row continued twice, or a cycle, is an error."""
+    after = [-1] * len(follows)
+    for i, r in enumerate(follows):
+        if r < -1 or r >= len(follows) or (r >= 0 and after[r] >= 0):
+            raise ValueError(f"follows: row {i} cannot continue row {r}")
+        if r >= 0:
+            after[r] = i
+    tails = [-1] * len(follows)
+    for tail in (i for i, a in enumerate(after) if a < 0):
+        row = tail
+        while row >= 0:
+            tails[row] = tail
+            row = follows[row]
+    if -1 in tails:
+        raise ValueError("follows: rows continue each other in a cycle")
+    return tails
+
+
+def check_chains(rows: list[list[int]], tails: list[int], adapters: list[str] | None) -> None:
+    """Each row (prompt + response ids) must begin its chain's tail, and go through its tail's adapter."""
+    for i, tail in enumerate(tails):
+        if rows[tail][: len(rows[i])] != rows[i]:
+            raise ValueError(f"follows: row {i} is not the start of row {tail}, the last of its chain")
+        if adapters is not None and adapters[i] != adapters[tail]:
+            raise ValueError(f"follows: rows {i} and {tail} of one chain go through different adapters")
+
+
+def bin_segments(lengths: list[int], names: list[str] | None) -> tuple[list[list[int]], list[str] | None]:
+    """Segment indices per packed sequence as long as the longest segment (`pack_into`); with `names` (each
+    segment's adapter), each adapter's segments in sequences of their own, adapters in first-seen order,
+    and each sequence's adapter."""
+    width = max(lengths)
+    if names is None:
+        return pack_into(lengths, width), None
+    bins, routes = [], []
+    for name in dict.fromkeys(names):
+        mine = [k for k, n in enumerate(names) if n == name]
+        for members in pack_into([lengths[k] for k in mine], width):
+            bins.append([mine[j] for j in members])
+            routes.append(name)
+    return bins, routes
+
+
+def packed_layout(
+    segments: list[list[int]], bins: list[list[int]]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`[S, W]` ids and position ids of `segments` packed by `bins` (one after another, positions restarting
+    at each; W: the fullest sequence, the others' tails padded), and each segment's start in the
+    flattened `[S * W]` layout."""
+    width = max(sum(len(segments[i]) for i in b) for b in bins)
+    ids = torch.zeros(len(bins), width, dtype=torch.long)
+    positions = torch.zeros(len(bins), width, dtype=torch.long)
+    offset = torch.zeros(len(segments), dtype=torch.long)  # counting along the flat sequences
+    for b, members in enumerate(bins):
+        lengths = [len(segments[i]) for i in members]
+        ends = torch.tensor(lengths).cumsum(0)
+        ids[b, : int(ends[-1])] = torch.tensor([token for i in members for token in segments[i]])
+        starts = torch.cat([torch.zeros(1, dtype=torch.long), ends])  # the tail: a segment never read
+        spans = torch.tensor([*lengths, width - int(ends[-1])])
+        positions[b] = torch.arange(width) - starts.repeat_interleave(spans)  # restarting at each segment
+        offset[members] = b * width + ends - torch.tensor(lengths)
+    return ids, positions, offset
 
 
 def uncached_logprobs(

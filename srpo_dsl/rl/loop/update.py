@@ -35,9 +35,9 @@ from srpo_dsl.rl.engines.policies import TrainingPolicy, checkpoint_layers, engi
 from srpo_dsl.rl.loop.plan import TrainError
 from srpo_dsl.rl.loop.role_metrics import MetricKeys
 from srpo_dsl.rl.objective.aggregation import get_aggregation
-from srpo_dsl.rl.objective.batching import budget_batches, plan_batches
+from srpo_dsl.rl.objective.batching import budget_batches, linked_atoms, plan_batches
 from srpo_dsl.rl.objective.losses import Objective, get_objective
-from srpo_dsl.rl.objective.rows import Rows
+from srpo_dsl.rl.objective.rows import Rows, followed_within
 
 Temperatures = Mapping[str, Mapping[str, float]]  # policy -> role -> sampling temperature
 Group = tuple[str, float]  # (engine, temperature): one forward per micro-batch (adapters on a base: one)
@@ -115,32 +115,29 @@ def score_group(
 ) -> tuple[Tensor, Tensor | None]:
     """[len(index), W] log-probs (and entropies) of the rows at `index` by `policy`'s engine (or its frozen
     reference), each row through its own adapter; a 1-token dummy row when empty. `scoring`: how the model
-    runs over the rows (`backends.logprobs.SCORINGS`; adapters are never packed)."""
+    runs over the rows (`backends.logprobs.SCORINGS`; packed, a conversation's rows in one pass)."""
     model = policy.reference if reference else policy.model
     options = {"with_entropy": with_entropy, "scoring": scoring}
     if not index:
         dummy = [[policy.pad_id]]
         return response_logprobs(model, dummy, dummy, policy.pad_id, 1.0, device, **options)
-    if policy.adapter is None:
-        prompts = [batch.rows.prompt_token_ids[i] for i in index]
-        responses = [batch.rows.response_token_ids[i] for i in index]
-        return response_logprobs(model, prompts, responses, policy.pad_id, temperature, device, **options)
-    # each adapter's rows together (LoRA runs over row blocks), then back in `index` order; the
-    # reference of an adapter is its base: no adapter
-    names = [BASE_ADAPTER if reference else batch.adapters[i] or BASE_ADAPTER for i in index]
-    order = sorted(range(len(index)), key=lambda k: names[k])
-    prompts = [batch.rows.prompt_token_ids[index[k]] for k in order]
-    responses = [batch.rows.response_token_ids[index[k]] for k in order]
+    order, names = list(range(len(index))), None
+    if policy.adapter is not None:
+        # each adapter's rows together (LoRA runs over row blocks), then back in `index` order; the
+        # reference of an adapter is its base: no adapter
+        row_names = [BASE_ADAPTER if reference else batch.adapters[i] or BASE_ADAPTER for i in index]
+        order = sorted(order, key=lambda k: row_names[k])
+        names = [row_names[k] for k in order]
+    rows = [index[k] for k in order]
+    if scoring == "packed":
+        options["follows"] = followed_within(batch.rows.follows, rows)
+    prompts = [batch.rows.prompt_token_ids[i] for i in rows]
+    responses = [batch.rows.response_token_ids[i] for i in rows]
     logprobs, entropy = response_logprobs(
-        model,
-        prompts,
-        responses,
-        policy.pad_id,
-        temperature,
-        device,
-        adapters=[names[k] for k in order],
-        **options,
+        model, prompts, responses, policy.pad_id, temperature, device, adapters=names, **options
     )
+    if names is None:
+        return logprobs, entropy
     back = torch.argsort(torch.tensor(order, device=logprobs.device))
     return logprobs[back], entropy[back] if entropy is not None else None
 
@@ -408,9 +405,10 @@ def micro_plan(atoms: list[int], tokens: list[int], opts: TrainOptions) -> list[
 
 def atomic_ids(rows: Rows, objective: Objective) -> list[int]:
     """The ids whose rows must share a micro-batch: episodes when the objective's terms are over
-    episodes (its aggregation counts them: traj), else events."""
+    episodes (its aggregation counts them: traj), else events; merged over the rows of one conversation
+    (`Rows.follows`), which packed scoring runs as one sequence (`linked_atoms`)."""
     over_episodes = get_aggregation(objective.aggregation).count == "num_episodes"
-    return (rows.episode_ids if over_episodes else rows.event_ids).tolist()
+    return linked_atoms((rows.episode_ids if over_episodes else rows.event_ids).tolist(), rows.follows)
 
 
 def corrected_rows(stale: Tensor | None, opts: TrainOptions, device: torch.device) -> Tensor | None:
@@ -451,7 +449,7 @@ def update(
         for lead in leads.values():
             checkpoint_layers(lead.engine.module)
     objective = objective or get_objective(opts.objective)
-    tokens = [len(a) + len(b) for a, b in zip(rows.prompt_token_ids, rows.response_token_ids)]
+    tokens = rows.new_tokens if opts.pack_rows else rows.lengths  # packed: a conversation's length once
     plan = micro_plan(atomic_ids(rows, objective), tokens, opts)  # whole events (episodes for traj)
     local = [rows.num_events, float(batch.mask.sum()), len(rows), rows.num_episodes]
     counts = Counts(*(int(n) for n in all_reduce(local, device)))

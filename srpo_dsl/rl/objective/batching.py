@@ -2,7 +2,8 @@
 
 All rows of one event share one ratio and one clip, so they must be in the same
 micro-batch of the same rank; the loss is normalised by the global event count of the
-optimizer step, so this layout does not change the update.
+optimizer step, so this layout does not change the update. The rows of one conversation are scored in
+one pass, so the events they touch are one atom (`linked_atoms`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,24 @@ def budget_batches(
             bins.append([a])
             shapes.append(sizes[a])
     return [sorted(i for a in b for i in atoms[a]) for b in bins] or [[]]
+
+
+def linked_atoms(atom_ids: Sequence[int], follows: Sequence[int]) -> list[int]:
+    """Each row's atom id once the atoms of linked rows are merged (row i is linked to row `follows[i]`;
+    -1: none), by union-find; a merged atom takes the smallest of its ids."""
+    parent = {a: a for a in atom_ids}
+
+    def root(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]  # path halving
+            a = parent[a]
+        return a
+
+    for i, r in enumerate(follows):
+        if r >= 0:
+            x, y = root(atom_ids[i]), root(atom_ids[r])
+            parent[max(x, y)] = min(x, y)
+    return [root(a) for a in atom_ids]
 
 
 def drop_incomplete(

@@ -10,7 +10,9 @@ backed-up return in a branching episode) and the advantage A of the objective's 
 estimator (advantages.py): per event over (prompt, event type) groups for srpo, from the mean of
 its members' returns, so all members of one event share one advantage; per episode over its
 prompt's episodes for traj (`episode`, from the episode's team return), so all rows of one
-episode share one (docs/objective.md §5).
+episode share one (docs/objective.md §5). A row that continues its member's conversation (its prompt
+begins with the previous turn's prompt and response, verbatim) names that row (`Rows.follows`): the
+update scores a conversation's rows in one pass over its last row (docs/training.md, Memory).
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class Rows:
     policies: list[str]
     versions: list[int]  # the policy version each row was generated with (its weights' optimizer steps)
     members: list[tuple[str, int]]  # (event id, member index): the row's member in the traces
+    follows: list[int]  # the row it continues (its prompt begins with that row's prompt + response), -1: none
     returns: Tensor  # [N] return R of the row's member (its episode's, unless the reward keyed returns)
     advantages: Tensor  # [N]
     dropped_events: int  # incomplete events left out
@@ -101,8 +104,21 @@ class Rows:
     def response_lengths(self) -> list[int]:
         return [len(r) for r in self.response_token_ids]
 
+    @property
+    def lengths(self) -> list[int]:
+        """Each row's tokens: its prompt's and its response's."""
+        return [len(p) + len(r) for p, r in zip(self.prompt_token_ids, self.response_token_ids)]
+
+    @property
+    def new_tokens(self) -> list[int]:
+        """Each row's tokens past the row it continues (all of them when it continues none): a conversation
+        scored in one pass costs its last row's length once."""
+        lengths = self.lengths
+        return [n - (lengths[r] if r >= 0 else 0) for n, r in zip(lengths, self.follows)]
+
     def select(self, index: Sequence[int]) -> Rows:
-        """The rows at `index`, in that order (event ids, returns and advantages kept)."""
+        """The rows at `index`, in that order (event ids, returns and advantages kept; `follows` as positions
+        in `index`, -1 where the row continued is not selected)."""
         idx = torch.as_tensor(list(index), dtype=torch.long)
         return Rows(
             _pick(self.prompt_token_ids, index),
@@ -117,6 +133,7 @@ class Rows:
             _pick(self.policies, index),
             _pick(self.versions, index),
             _pick(self.members, index),
+            followed_within(self.follows, index),
             self.returns[idx],
             self.advantages[idx],
             self.dropped_events,
@@ -125,6 +142,12 @@ class Rows:
 
 def _pick(column: list, index: Sequence[int]) -> list:
     return [column[i] for i in index]
+
+
+def followed_within(follows: Sequence[int], index: Sequence[int]) -> list[int]:
+    """The rows at `index`: each one's continued row as a position in `index` (-1: none, or not there)."""
+    position = {row: k for k, row in enumerate(index)}
+    return [position.get(follows[i], -1) for i in index]
 
 
 def _on_paths(events: Sequence[_Event]) -> tuple[list[_Event], list[dict[str, int]]]:
@@ -162,6 +185,21 @@ def _rows_of(episodes: Sequence[_Episode]) -> list[_Row]:
             out += [_Row(ep, e, e.event_id, e.cardinality, m.member_index, m) for m in e.members]
             out += [_Row(ep, e, f"{e.event_id}/try{i}", 1, 0, t) for i, t in enumerate(e.tries, 1)]
     return out
+
+
+def continued_rows(flat: Sequence[_Row]) -> list[int]:
+    """Row i continues row r (r, else -1) when r is the previous row of the same (episode, role, replica,
+    policy) and row i's prompt ids begin with row r's prompt then response ids (checked, never assumed)."""
+    last: dict[tuple[str, str, int, str], int] = {}
+    follows = []
+    for i, row in enumerate(flat):
+        m = row.member
+        key = (row.episode.episode_id, m.role, m.replica, m.policy)
+        r = last.get(key, -1)
+        last[key] = i
+        turn = [*flat[r].member.prompt_token_ids, *flat[r].member.response_token_ids] if r >= 0 else []
+        follows.append(r if r >= 0 and list(m.prompt_token_ids[: len(turn)]) == turn else -1)
+    return follows
 
 
 def dense_ids(keys: Sequence[str]) -> Tensor:
@@ -219,6 +257,7 @@ def build_rows(
         [r.member.policy for r in flat],
         [r.member.policy_version for r in flat],
         [(r.event_id, r.member.member_index) for r in flat],
+        continued_rows(flat),
         returns,
         advantages,
         marked + dropped,
