@@ -16,8 +16,11 @@ For each (workflow, turns, path), one step's rows (--prompts x --group episodes)
   prompt holds every turn before it). Conversations: each conversation's last turn once
   (`pack_rows`, the rows' `follows`).
 - update (s): the median of --repeats updates (forward, backward, optimizer step), from the same weights.
-- loss: a conversation's rows scored one by one (`cached`) and as one stream (`packed`) must agree
-  (the `max |d loss|` column).
+- agreement: a conversation's rows scored one by one (`cached`) and as one stream (`packed`) give the
+  same update (scripted replies all score alike, so every advantage would be 0: the bench gives each
+  event the advantage sin(its index + 1), and the updates have gradients to compare): the relative
+  difference of the first update's gradient norm (the loss of one epoch does
+  not depend on the log-probs' values, the gradient does), and of its loss.
 - prefill tokens: what a rollout engine prefills over the episode's turns; with a prefix cache (vLLM's)
   a conversation's turn prefills only its new message.
 - largest forward: the most tokens one forward pass holds (activation memory grows with it; on CUDA
@@ -27,6 +30,7 @@ For each (workflow, turns, path), one step's rows (--prompts x --group episodes)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -35,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +116,8 @@ def _observed(line: str) -> str:
 
 def rollout_rows(path: Path, replies: Path, prompts: int, group: int):
     """The rows of one step of scripted episodes, and (prefill tokens, with a prefix cache)."""
+    import torch
+
     from srpo_dsl.api import load
     from srpo_dsl.rl.objective.rows import build_rows
 
@@ -118,6 +125,7 @@ def rollout_rows(path: Path, replies: Path, prompts: int, group: int):
         limit=prompts, samples=group, backend="scripted", models=replies, progress=False
     )
     rows = build_rows(episodes.episodes, "srpo")
+    rows = dataclasses.replace(rows, advantages=torch.sin(rows.event_ids.float() + 1.0))  # see the docstring
     prefill = sum(len(p) for p in rows.prompt_token_ids)
     cached = sum(len(rows.prompt_token_ids[i]) - _prefix(rows, i) for i in range(len(rows)))
     return rows, prefill, cached
@@ -149,34 +157,40 @@ def update_tokens(rows, packed: bool) -> tuple[int, int]:
     return useful, len(distinct) * max(map(len, distinct)) + len(responses) * max(responses)
 
 
-def timed_update(run, rows, packed: bool, repeats: int) -> tuple[float, float, float | None]:
-    """(median seconds of `repeats` updates, the first update's loss, peak GiB on CUDA), each from the
-    run's initial weights (restored before every update), after one warm-up."""
+def initial_weights(run) -> list[tuple[object, dict]]:
+    """Each trained module and a copy of its weights now (every update of the bench starts from them)."""
+    modules = [p.engine.module for p in run.policies.values() if p.engine is not None]
+    return [(m, {k: v.detach().clone() for k, v in m.state_dict().items()}) for m in modules]
+
+
+def timed_update(
+    run, initial: list, rows, packed: bool, repeats: int
+) -> tuple[float, tuple[float, float], float | None]:
+    """(median seconds of `repeats` updates, the first update's (loss, gradient norm), peak GiB on CUDA),
+    each from the `initial` weights (restored before every update), after one warm-up."""
     import torch
 
     from srpo_dsl.rl.loop.update import update
 
     opts = run.opts.model_copy(update={"pack_rows": packed, "epochs": 1, "micro_batches": 1})
-    modules = [p.engine.module for p in run.policies.values() if p.engine is not None]
-    initial = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
 
-    def once() -> tuple[float, float]:
-        for module, state in zip(modules, initial):
+    def once() -> tuple[float, tuple[float, float]]:
+        for module, state in initial:
             module.load_state_dict(state)
         start = time.perf_counter()
         stats = update(run.policies, rows, opts, run.dist, run.temperatures, objective=run.objective)
-        return time.perf_counter() - start, stats["loss"]
+        return time.perf_counter() - start, (stats["loss"], stats["grad_norm"])
 
-    loss = once()[1]
+    first = once()[1]
     cuda = run.dist.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(run.dist.device)
     seconds = statistics.median(once()[0] for _ in range(repeats))
     peak = torch.cuda.max_memory_allocated(run.dist.device) / 2**30 if cuda else None
-    return seconds, loss, peak
+    return seconds, first, peak
 
 
-def measure(run, name: str, turns: int, flat, chat, repeats: int) -> list[str]:
+def measure(run, initial: list, name: str, turns: int, flat, chat, repeats: int) -> list[str]:
     """Three table rows: today's prompts; conversations scored row by row; conversations as streams."""
     (flat_rows, flat_prefill, _), (chat_rows, chat_prefill, chat_cached) = flat, chat
     out, losses = [], {}
@@ -187,15 +201,20 @@ def measure(run, name: str, turns: int, flat, chat, repeats: int) -> list[str]:
     )
     for path, rows, packed in sides:
         tokens, forward = update_tokens(rows, packed)
-        seconds, losses[path], peak = timed_update(run, rows, packed, repeats)
+        seconds, losses[path], peak = timed_update(run, initial, rows, packed, repeats)
         prefill = f"{flat_prefill:,} | -" if path == "today" else f"{chat_prefill:,} | {chat_cached:,}"
-        gap = abs(losses[path] - losses["conversation, rows"]) if packed else None
+        gap = relative_gap(losses[path], losses["conversation, rows"]) if packed else None
         memory = f"{forward:,}" + (f" ({peak:.2f} GiB)" if peak is not None else "")
         out.append(
             f"| {name} | {turns} | {path} | {len(rows)} | {tokens:,} | {memory} | {seconds:.3f} | {prefill} | "
             f"{'-' if gap is None else f'{gap:.1e}'} |"
         )
     return out
+
+
+def relative_gap(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """The larger relative difference of (loss, gradient norm) between two updates."""
+    return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
 
 
 def bench_case(name: str, case: Case, args, folder: Path, server: str) -> list[str]:
@@ -212,7 +231,8 @@ def bench_case(name: str, case: Case, args, folder: Path, server: str) -> list[s
         chat = rollout_rows(chat_path, replies, args.prompts, args.group)
         if run is None:
             run = prepare_run(plan_file(chat_path, folder / f"{name}_run", device=args.device))
-        out += measure(run, name, turns, flat, chat, args.repeats)
+            initial = initial_weights(run)
+        out += measure(run, initial, name, turns, flat, chat, args.repeats)
     return out
 
 
@@ -226,6 +246,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore")
     sys.path.insert(0, str(ROOT / "tests"))
     from retrieval_server import RetrievalServer
 
@@ -240,7 +261,7 @@ def main() -> None:
             table += bench_case(name, CASES[name], args, Path(tmp), server.url)
     print(f"load average {os.getloadavg()[0]:.2f}; {args.prompts} prompts x {args.group} episodes per step")
     print(
-        "| workflow | turns | path | rows | update tokens | largest forward | update (s) | prefill | prefill, prefix cache | max \\|d loss\\| |"
+        "| workflow | turns | path | rows | update tokens | largest forward | update (s) | prefill | prefill, prefix cache | loss, grad norm: rel. diff |"
     )
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(table))
