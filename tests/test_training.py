@@ -471,6 +471,7 @@ def test_packed_rows_step_like_padded_ones(models, dist, objective, options):
         ("srpo", {"set_norm": "none"}),
         ("srpo", {"set_norm": "sqrt", "max_tokens_per_micro_batch": 40}),
         ("srpo", {"set_norm": "mean", "stale": True}),  # off-policy rows, old log-probs recomputed
+        ("srpo", {"set_norm": "sqrt", "kl": 0.5}),  # the reference's no-grad pass packed too
         ("grpo", {}),
         ("traj", {}),
         ("srpo", {"adapters": True}),  # adapters a and b on one base

@@ -150,8 +150,10 @@ def score_rows(
     groups: list[Group],
     device: torch.device,
     reference: bool = False,
+    scoring: Scoring = "cached",
 ) -> Tensor:
-    """[N, T] log-probs of every trainable row (current or reference weights), behaviour elsewhere.
+    """[N, T] log-probs of every trainable row (current or reference weights), behaviour elsewhere;
+    `scoring`: `packed` (a conversation in one pass) or `cached` (no gradient: no checkpointing to mind).
 
     Follows the micro-batch plan so every rank runs the same forwards (ZeRO-3 gathers).
     """
@@ -163,7 +165,9 @@ def score_rows(
             if reference and not pos and policy.adapter is None:
                 continue  # a plain module: no collectives to keep in step (an adapter's is the engine's)
             index = [micro[j] for j in pos]
-            logprobs, _ = score_group(policy, batch, index, group[1], device, reference=reference)
+            logprobs, _ = score_group(
+                policy, batch, index, group[1], device, reference=reference, scoring=scoring
+            )
             if pos:
                 out[torch.tensor(index, device=device), : logprobs.shape[1]] = logprobs
     return torch.where(batch.mask.to(device), out, 0.0)
@@ -389,7 +393,13 @@ def old_logprobs(
         return batch.behaviour.to(device)
     if opts.epochs == 1:
         return None
-    return score_rows(leads, batch, plan, groups, device)
+    return score_rows(leads, batch, plan, groups, device, scoring=_no_grad_scoring(opts))
+
+
+def _no_grad_scoring(opts: TrainOptions) -> Scoring:
+    """How the no-grad passes (old and reference log-probs) run the model: packed as the update is, else
+    each distinct prompt once (they keep no activations: checkpointing is not theirs)."""
+    return "packed" if opts.pack_rows else "cached"
 
 
 def micro_plan(atoms: list[int], tokens: list[int], opts: TrainOptions) -> list[list[int]]:
@@ -456,7 +466,9 @@ def update(
     if counts.events == 0:
         return {"num_events": 0.0, "num_rows": 0.0, "num_tokens": 0.0}
     old = old_logprobs(leads, batch, plan, groups, opts, device)
-    ref = score_rows(leads, batch, plan, groups, device, reference=True) if opts.kl > 0 else None
+    ref = None
+    if opts.kl > 0:
+        ref = score_rows(leads, batch, plan, groups, device, reference=True, scoring=_no_grad_scoring(opts))
     mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
     stale = corrected_rows(stale, opts, device)
     ids = (event_ids, rows.episode_ids.to(device), advantages)
