@@ -15,6 +15,8 @@ For each (workflow, turns, path), one step's rows (--prompts x --group episodes)
 - update tokens: what the update's forward passes read. Today: every row's prompt + response (a turn's
   prompt holds every turn before it). Conversations: each conversation's last turn once
   (`pack_rows`, the rows' `follows`).
+- micro-batches: every path's update fills them to --budget tokens (the padded cost, rows x the longest,
+  row by row; the new tokens, packed), whole events and conversations.
 - update (s): the median of --repeats updates (forward, backward, optimizer step), from the same weights.
 - agreement: a conversation's rows scored one by one (`cached`) and as one stream (`packed`) give the
   same update (scripted replies all score alike, so every advantage would be 0: the bench gives each
@@ -137,24 +139,35 @@ def _prefix(rows, i: int) -> int:
     return 0 if j < 0 else len(rows.prompt_token_ids[j]) + len(rows.response_token_ids[j])
 
 
-def update_tokens(rows, packed: bool) -> tuple[int, int]:
-    """(tokens the update's forward reads, padding excluded; the tokens of its one forward, padding
-    included), one micro-batch. Rows one by one (`cached`): each distinct prompt, then every response.
-    Packed: each conversation's last turn (a row no other row continues) once, in sequences as long as
-    the longest."""
-    from srpo_dsl.backends.logprobs import pack_into
+def options(run, packed: bool, budget: int):
+    """The bench's update options: one epoch, micro-batches filled to `budget` tokens, packed or not."""
+    return run.opts.model_copy(
+        update={"pack_rows": packed, "epochs": 1, "max_tokens_per_micro_batch": budget}
+    )
 
-    if packed:
-        continued = set(rows.follows) - {-1}
-        tails = [
-            len(p) + len(r) for i, (p, r) in enumerate(zip(rows.prompt_token_ids, rows.response_token_ids))
-        ]
-        tails = [n for i, n in enumerate(tails) if i not in continued]
-        return sum(tails), len(pack_into(tails, max(tails))) * max(tails)
-    distinct = {tuple(p) for p in rows.prompt_token_ids}
-    responses = rows.response_lengths
-    useful = sum(map(len, distinct)) + sum(responses)
-    return useful, len(distinct) * max(map(len, distinct)) + len(responses) * max(responses)
+
+def update_tokens(run, rows, opts) -> tuple[int, int]:
+    """(tokens the update's forward passes read, padding excluded; the most tokens one forward holds,
+    padding included), over the update's own micro-batches. Rows one by one (`cached`): each distinct
+    prompt, then every response. Packed: each conversation's last turn (a row no other row in the
+    micro-batch continues) once, in sequences as long as the longest."""
+    from srpo_dsl.backends.logprobs import pack_into
+    from srpo_dsl.rl.loop.update import atomic_ids, micro_plan
+
+    costs = rows.new_tokens if opts.pack_rows else rows.lengths
+    read, largest = 0, 0
+    for micro in filter(None, micro_plan(atomic_ids(rows, run.objective), costs, opts)):
+        if opts.pack_rows:
+            continued = {rows.follows[i] for i in micro}
+            tails = [rows.lengths[i] for i in micro if i not in continued]
+            read += sum(tails)
+            largest = max(largest, len(pack_into(tails, max(tails))) * max(tails))
+            continue
+        distinct = {tuple(rows.prompt_token_ids[i]) for i in micro}
+        responses = [rows.response_lengths[i] for i in micro]
+        read += sum(map(len, distinct)) + sum(responses)
+        largest = max(largest, len(distinct) * max(map(len, distinct)) + len(responses) * max(responses))
+    return read, largest
 
 
 def initial_weights(run) -> list[tuple[object, dict]]:
@@ -164,15 +177,13 @@ def initial_weights(run) -> list[tuple[object, dict]]:
 
 
 def timed_update(
-    run, initial: list, rows, packed: bool, repeats: int
+    run, initial: list, rows, opts, repeats: int
 ) -> tuple[float, tuple[float, float], float | None]:
     """(median seconds of `repeats` updates, the first update's (loss, gradient norm), peak GiB on CUDA),
     each from the `initial` weights (restored before every update), after one warm-up."""
     import torch
 
     from srpo_dsl.rl.loop.update import update
-
-    opts = run.opts.model_copy(update={"pack_rows": packed, "epochs": 1, "micro_batches": 1})
 
     def once() -> tuple[float, tuple[float, float]]:
         for module, state in initial:
@@ -190,7 +201,7 @@ def timed_update(
     return seconds, first, peak
 
 
-def measure(run, initial: list, name: str, turns: int, flat, chat, repeats: int) -> list[str]:
+def measure(run, initial: list, name: str, turns: int, flat, chat, args) -> list[str]:
     """Three table rows: today's prompts; conversations scored row by row; conversations as streams."""
     (flat_rows, flat_prefill, _), (chat_rows, chat_prefill, chat_cached) = flat, chat
     out, losses = [], {}
@@ -200,8 +211,9 @@ def measure(run, initial: list, name: str, turns: int, flat, chat, repeats: int)
         ("conversation, stream", chat_rows, True),
     )
     for path, rows, packed in sides:
-        tokens, forward = update_tokens(rows, packed)
-        seconds, losses[path], peak = timed_update(run, initial, rows, packed, repeats)
+        opts = options(run, packed, args.budget)
+        tokens, forward = update_tokens(run, rows, opts)
+        seconds, losses[path], peak = timed_update(run, initial, rows, opts, args.repeats)
         prefill = f"{flat_prefill:,} | -" if path == "today" else f"{chat_prefill:,} | {chat_cached:,}"
         gap = relative_gap(losses[path], losses["conversation, rows"]) if packed else None
         memory = f"{forward:,}" + (f" ({peak:.2f} GiB)" if peak is not None else "")
@@ -232,7 +244,7 @@ def bench_case(name: str, case: Case, args, folder: Path, server: str) -> list[s
         if run is None:
             run = prepare_run(plan_file(chat_path, folder / f"{name}_run", device=args.device))
             initial = initial_weights(run)
-        out += measure(run, initial, name, turns, flat, chat, args.repeats)
+        out += measure(run, initial, name, turns, flat, chat, args)
     return out
 
 
@@ -243,6 +255,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4, help="prompts of the step")
     parser.add_argument("--group", type=int, default=4, help="episodes per prompt")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--budget", type=int, default=16384, help="tokens per micro-batch (every path)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

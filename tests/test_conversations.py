@@ -136,3 +136,32 @@ def test_rows_are_packed_by_default_where_an_agent_keeps_a_conversation(
 
     plan = plan_file(ROOT / "workflows" / workflow, tmp_path / "run", overrides=overrides, device="cpu")
     assert plan.opts.pack_rows is packed
+
+
+@pytest.mark.slow
+def test_the_multiturn_bench_scores_a_conversation_once_with_the_same_update(tmp_path):
+    """bench/multiturn_bench.py on the tool quickstart at 2 and 4 turns: the conversation's stream reads
+    fewer update tokens than today's prompts and than its own rows one by one, the gap grows with the
+    turns, prefix caching prefills less, and both scorings give one update (loss, gradient norm)."""
+    import argparse
+
+    from tests.clitools import load_bench
+
+    bench = load_bench("multiturn_bench")
+    args = argparse.Namespace(turns=[2, 4], prompts=2, group=2, repeats=1, device="cpu", budget=4096)
+    table = bench.bench_case("quickstart_tools", bench.CASES["quickstart_tools"], args, tmp_path, "unused")
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    tokens = {(int(c[1]), c[2]): int(c[4].replace(",", "")) for c in cells}
+    for turns in (2, 4):
+        stream, rows, today = (
+            tokens[(turns, p)] for p in ("conversation, stream", "conversation, rows", "today")
+        )
+        assert stream < rows and stream < today
+    assert (
+        tokens[(4, "today")] / tokens[(4, "conversation, stream")]
+        > tokens[(2, "today")] / tokens[(2, "conversation, stream")]
+    )
+    for c in cells:
+        if c[2] == "conversation, stream":
+            assert int(c[8].replace(",", "")) < int(c[7].replace(",", ""))  # prefix cache: new messages only
+            assert float(c[9]) < 1e-5
