@@ -165,3 +165,49 @@ def test_the_multiturn_bench_scores_a_conversation_once_with_the_same_update(tmp
         if c[2] == "conversation, stream":
             assert int(c[8].replace(",", "")) < int(c[7].replace(",", ""))  # prefix cache: new messages only
             assert float(c[9]) < 1e-5
+
+
+def test_the_hf_engine_keeps_a_conversations_kv_between_its_turns(tiny_tokenizer):
+    """Turn 2 of four conversations (one cut at max_tokens, with its own appended closing) on the `dynamic`
+    loop: with the KV kept from turn 1, only the new ids are prefilled, and the draws and their log-probs
+    are those of an engine that prefills every prompt whole."""
+    import torch
+
+    from srpo_dsl.backends.base import GenRequest
+    from srpo_dsl.backends.hf import HFBackend
+
+    def engine() -> HFBackend:
+        return HFBackend(str(SHIPPED), decode="dynamic")
+
+    kept, fresh = engine(), engine()
+    questions = ["Q 3+4= ", "Q 12+9= ", "Q 7*8= ", "Q 40+2= "]
+    chat = kept.chat_encoder()
+    first = [
+        GenRequest(q, 12 if i else 3, prompt_ids=tuple(chat.first(q)), prefix=0, seed=i)
+        for i, q in enumerate(questions)
+    ]
+    replies = kept.generate(first)
+    assert len(kept.decoder.turns.entries) == 4 and replies[0].finish_reason == "length"
+    second = []
+    for i, (request, reply) in enumerate(zip(first, replies)):
+        so_far = [*request.prompt_ids, *reply.response_token_ids]
+        ids = (*so_far, *chat.then(" 7 ", so_far))
+        second.append(GenRequest("", 8, prompt_ids=ids, prefix=len(so_far), seed=10 + i))
+    widths = []
+    hook = kept.model.register_forward_pre_hook(
+        lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    again = kept.generate(second)
+    hook.remove()
+    want = fresh.generate(
+        [GenRequest(r.prompt, r.max_tokens, prompt_ids=r.prompt_ids, seed=r.seed) for r in second]
+    )
+    assert widths[0] < min(len(r.prompt_ids) for r in second) - 5  # the prefill ran over the new ids only
+    assert (
+        not kept.decoder.turns.entries or len(kept.decoder.turns.entries) == 4
+    )  # turn 1's taken, turn 2's kept
+    for a, b in zip(again, want):
+        assert a.response_token_ids == b.response_token_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    kept.sleep()
+    assert not kept.decoder.turns.entries  # released before an update: the weights change

@@ -29,6 +29,9 @@ class GenRequest:
     batch); without one, `generate`'s `seed` gives a default (`request_seeds`). `prompt_ids`, when given,
     are the prompt's token ids as they are (a conversation's, `backends.chat`): the backend generates
     after them and never encodes `prompt`, which is then for the record (and for scripted replies).
+    `prefix` marks a conversation's turn: how many of its first prompt ids are its previous turn's prompt
+    and reply (0 on its first turn; None: not a conversation), so an engine that kept that turn's KV
+    prefills only the rest (`backends.turn_cache`).
     """
 
     prompt: str
@@ -40,6 +43,7 @@ class GenRequest:
     adapter: str | None = None
     seed: int | None = None
     prompt_ids: tuple[int, ...] | None = None
+    prefix: int | None = None
 
 
 def prompt_ids_of(

@@ -37,6 +37,7 @@ from srpo_dsl.backends.base import BackendError
 from srpo_dsl.backends.logprobs import distinct_rows, mask_positions, pad_rows, picked_logprobs
 from srpo_dsl.backends.routing import routed
 from srpo_dsl.backends.sampling import sample_next
+from srpo_dsl.backends.turn_cache import TurnCache, keeps_turns, seeded_cache
 from srpo_dsl.choices import DECODE_MODES
 from srpo_dsl.lang.graph import BASE_ADAPTER
 
@@ -55,6 +56,7 @@ class Chunk:
     temperature: float
     top_p: float
     adapters: list[str | None] | None = None
+    prefixes: list[int | None] | None = None  # a conversation's row: its prompt's ids kept from its turns
 
     def names(self) -> list[str] | None:
         """Each row's adapter for `routed` (the base's own name for rows without one)."""
@@ -78,7 +80,8 @@ def make_decoder(mode: str, model: PreTrainedModel, pad_id: int, eos_ids: Collec
 
 
 class Decoder:
-    """The `dynamic` loop (see the module's docstring)."""
+    """The `dynamic` loop (see the module's docstring); a conversation's KV stays between its turns
+    (`turn_cache`)."""
 
     mode = "dynamic"
 
@@ -87,9 +90,12 @@ class Decoder:
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
         self.eos = torch.tensor(sorted(eos_ids), device=self.device)
+        self.turns = TurnCache()
+        self.keeps_turns = keeps_turns(DynamicCache(config=model.config))
 
     def release(self) -> None:
-        """Drop what is kept between calls (nothing here)."""
+        """Drop what is kept between calls: the conversations' KV (the weights are about to change)."""
+        self.turns.clear()
 
     def decode(self, chunk: Chunk) -> tuple[torch.Tensor, torch.Tensor]:
         """`[n, T]` sampled tokens (pad after a row's end) and their log-probs (0 there), T = max tokens."""
@@ -98,9 +104,7 @@ class Decoder:
         distinct, index = distinct_rows(keyed)
         first = {k: i for i, k in reversed(list(enumerate(index)))}
         heads = [first[k] for k in range(len(distinct))]  # a request of each distinct (prompt, adapter)
-        input_ids, mask = self._padded([chunk.prompts[i] for i in heads])
-        cache = DynamicCache(config=self.model.config)
-        logits = self.forward(input_ids, mask, cache, None if names is None else [names[i] for i in heads])
+        logits, cache, mask = self._prefill(chunk, heads, names)
         rows = torch.tensor(index, device=self.device)
         cache.batch_select_indices(rows)  # one cache row per request (prompts repeat within groups)
         logits, mask = logits[rows], mask[rows]
@@ -115,6 +119,10 @@ class Decoder:
             tokens[active, step] = picked
             logprobs[active, step] = picked_logprobs(logits, picked, chunk.temperature)
             going = ~torch.isin(picked, self.eos) & (limits[active] > step + 1)
+            if chunk.prefixes is not None:  # a conversation's row that ends keeps its KV for its next turn
+                self._keep(
+                    chunk, cache, mask, active, (~going).nonzero().squeeze(-1).tolist(), tokens, step, names
+                )
             if not going.any():
                 break
             if not going.all():
@@ -126,6 +134,44 @@ class Decoder:
             t = t + 1
             logits = self.forward(picked[:, None], mask, cache, names)
         return tokens, logprobs
+
+    def _prefill(
+        self, chunk: Chunk, heads: list[int], names: list[str] | None
+    ) -> tuple[torch.Tensor, DynamicCache, torch.Tensor]:
+        """The next-token logits of each distinct prompt (rows `heads`), its cache and attention mask; a
+        conversation's turn whose last turn's KV was kept prefills only its new ids on top of it."""
+        prompts = [chunk.prompts[i] for i in heads]
+        adapters = None if names is None else [names[i] for i in heads]
+        kept = [None] * len(heads)
+        if chunk.prefixes is not None and self.keeps_turns:
+            own = [None if names is None else names[i] for i in heads]
+            kept = [self.turns.take(p, chunk.prefixes[i] or 0, a) for p, i, a in zip(prompts, heads, own)]
+        if any(k is not None for k in kept):
+            suffixes = [p[0 if k is None else k[0][0].shape[1] :] for p, k in zip(prompts, kept)]
+            cache, input_ids, mask = seeded_cache(self.model.config, kept, self.pad_id, suffixes, self.device)
+        else:
+            (input_ids, mask), cache = self._padded(prompts), DynamicCache(config=self.model.config)
+        return self.forward(input_ids, mask, cache, adapters), cache, mask
+
+    def _keep(
+        self,
+        chunk: Chunk,
+        cache: Cache,
+        mask: torch.Tensor,
+        active: torch.Tensor,
+        ending: list[int],
+        tokens: torch.Tensor,
+        step: int,
+        names: list[str] | None,
+    ) -> None:
+        """Keep the KV of the conversations' rows among `ending` (positions in `active`): their prompt and
+        the reply tokens fed so far (`step` of them; the one drawn now never was)."""
+        assert chunk.prefixes is not None
+        for j in ending:
+            r = int(active[j])
+            if chunk.prefixes[r] is not None and self.keeps_turns:
+                fed = [*chunk.prompts[r], *tokens[r, :step].tolist()]
+                self.turns.keep(fed, cache, j, mask[j], None if names is None else names[j])
 
     def _padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         input_ids, mask = pad_rows(prompts, self.pad_id, max(map(len, prompts)), left=True)

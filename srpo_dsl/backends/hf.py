@@ -26,6 +26,12 @@ def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int | None:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
+def _prefixes(requests: list[GenRequest]) -> list[int | None] | None:
+    """Each request's conversation prefix (`GenRequest.prefix`), or None when no request is a conversation."""
+    prefixes = [r.prefix for r in requests]
+    return None if all(p is None for p in prefixes) else prefixes
+
+
 def _fresh_seed() -> int:
     """A seed for a request that has none: drawn from torch's global generator (`torch.manual_seed`)."""
     return int(torch.randint(0, 2**SEED_BITS - 1, ()))
@@ -146,6 +152,7 @@ class HFBackend:
                             temperature,
                             top_p,
                             self._routing([requests[i] for i in chunk]),
+                            _prefixes([requests[i] for i in chunk]),
                         )
                         for i, out in zip(chunk, outs):
                             results[i] = out
@@ -168,10 +175,12 @@ class HFBackend:
         temperature: float,
         top_p: float,
         adapters: list[str | None] | None = None,
+        prefixes: list[int | None] | None = None,
     ) -> list[GenResult]:
         """Decode one chunk with the engine's decode loop (`decoding`); `seeds`: each row's sampling
-        seed; `adapters`: each row's LoRA adapter (one batch may mix them)."""
-        chunk = Chunk(prompts, max_tokens, seeds, temperature, top_p, adapters)
+        seed; `adapters`: each row's LoRA adapter (one batch may mix them); `prefixes`: each conversation
+        row's `GenRequest.prefix`."""
+        chunk = Chunk(prompts, max_tokens, seeds, temperature, top_p, adapters, prefixes)
         tokens, logprobs = self.decoder.decode(chunk)
         return self._results(prompts, tokens.tolist(), logprobs.tolist(), max_tokens)
 

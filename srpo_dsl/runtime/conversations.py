@@ -54,6 +54,12 @@ def turn_prompt(
     return text, (*so_far, *chats[agent.policy].then(text, so_far))
 
 
+def conversation_prefix(ep: Episode, agent: AgentInfo, replica: int) -> int | None:
+    """A conversation turn's `GenRequest.prefix`: the ids of its turns so far (0 on its first), None for
+    an agent that keeps none."""
+    return None if agent.observe is None else len(ep.conversations.get((agent.name, replica), ()))
+
+
 def continue_conversations(ep: Episode, agent: AgentInfo, members: Sequence[Member]) -> None:
     """After a conversation agent's members were committed: each replica's conversation is its turn's
     prompt and reply ids."""

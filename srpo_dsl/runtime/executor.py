@@ -31,7 +31,12 @@ from srpo_dsl.runtime.branching import (
     keep_seed,
     pruned_return,
 )
-from srpo_dsl.runtime.conversations import chat_encoders, continue_conversations, turn_prompt
+from srpo_dsl.runtime.conversations import (
+    chat_encoders,
+    continue_conversations,
+    conversation_prefix,
+    turn_prompt,
+)
 from srpo_dsl.runtime.credit import rounds_taken, summed_returns
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
@@ -240,6 +245,7 @@ class Executor:
                     adapter=adapter,
                     seed=draw,
                     prompt_ids=ids,
+                    prefix=conversation_prefix(ep, a, replica),
                 )
                 out.append(Slot(ep, i, a, replica, request, b))
         out.sort(key=lambda slot: slot.alternative)  # each alternative's members together, in member order
