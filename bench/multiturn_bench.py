@@ -159,7 +159,7 @@ def update_tokens(run, rows, opts) -> tuple[int, int]:
 
     costs = rows.new_tokens if opts.pack_rows else rows.lengths
     read, largest = 0, 0
-    for micro in filter(None, micro_plan(atomic_ids(rows, run.objective), costs, opts)):
+    for micro in filter(None, micro_plan(atomic_ids(rows, run.objective, opts.pack_rows), costs, opts)):
         if opts.pack_rows:
             continued = {rows.follows[i] for i in micro}
             tails = [rows.lengths[i] for i in micro if i not in continued]

@@ -81,12 +81,12 @@ def measure(run, rows, name: str, budget: int, repeats: int) -> list[str]:
     from srpo_dsl.rl.loop.update import atomic_ids, micro_plan
 
     tokens = [len(a) + len(b) for a, b in zip(rows.prompt_token_ids, rows.response_token_ids)]
-    atoms = atomic_ids(rows, run.objective)
+    atoms = {packed: atomic_ids(rows, run.objective, packed) for packed in (False, True)}
     out = []
     for batching in ({}, {"max_tokens_per_micro_batch": budget}):
         for packed in (False, True):
             opts = run.opts.model_copy(update={"pack_rows": packed, "epochs": 1, **batching})
-            plan = micro_plan(atoms, tokens, opts)
+            plan = micro_plan(atoms[packed], tokens, opts)
             processed, padding = forward_tokens(rows, plan, packed)
             seconds = timed(run, rows, opts, repeats)
             how = f"budget {budget}" if batching else "one micro-batch"

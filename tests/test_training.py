@@ -254,9 +254,12 @@ def test_rows_follow_the_turns_they_continue_and_select_remaps_them():
     assert rows.follows == [f + 7 * e if f >= 0 else -1 for e in range(6) for f in [-1, -1, -1, 2, 0, 1, 3]]
     talk = [2, 3, 6]  # one conversation's rows: each counts its new tokens, the whole its last row's length
     assert sum(rows.new_tokens[i] for i in talk) == rows.lengths[6] < sum(rows.lengths[i] for i in talk)
-    atoms = atomic_ids(rows, get_objective("srpo"))  # per episode: the solvers' events, the talker's
+    atoms = atomic_ids(
+        rows, get_objective("srpo"), packed=True
+    )  # per episode: the solvers' events, the talker's
     assert [len(set(atoms[7 * e : 7 * e + 7])) for e in range(6)] == [2] * 6
     assert atoms[0] == atoms[1] == atoms[4] == atoms[5] != atoms[2] == atoms[3] == atoms[6]
+    assert atomic_ids(rows, get_objective("srpo")) == rows.event_ids.tolist()  # row by row: events alone
     third, second = episodes[0].events[4].members[0], episodes[0].events[2].members[0]
     cut = [*second.prompt_token_ids, *second.response_token_ids[:-1], 9]  # not the turn's ids verbatim
     episodes[0].events[4].members[0] = dataclasses.replace(third, prompt_token_ids=cut)

@@ -413,12 +413,14 @@ def micro_plan(atoms: list[int], tokens: list[int], opts: TrainOptions) -> list[
     return plan + [[] for _ in range(most - len(plan))]
 
 
-def atomic_ids(rows: Rows, objective: Objective) -> list[int]:
+def atomic_ids(rows: Rows, objective: Objective, packed: bool = False) -> list[int]:
     """The ids whose rows must share a micro-batch: episodes when the objective's terms are over
-    episodes (its aggregation counts them: traj), else events; merged over the rows of one conversation
-    (`Rows.follows`), which packed scoring runs as one sequence (`linked_atoms`)."""
+    episodes (its aggregation counts them: traj), else events; `packed`, merged over the rows of one
+    conversation (`Rows.follows`), which packed scoring runs as one sequence (`linked_atoms`). Scored row
+    by row, a conversation is not kept together: its micro-batches would hold its every turn, padded."""
     over_episodes = get_aggregation(objective.aggregation).count == "num_episodes"
-    return linked_atoms((rows.episode_ids if over_episodes else rows.event_ids).tolist(), rows.follows)
+    atoms = (rows.episode_ids if over_episodes else rows.event_ids).tolist()
+    return linked_atoms(atoms, rows.follows) if packed else atoms
 
 
 def corrected_rows(stale: Tensor | None, opts: TrainOptions, device: torch.device) -> Tensor | None:
@@ -460,7 +462,9 @@ def update(
             checkpoint_layers(lead.engine.module)
     objective = objective or get_objective(opts.objective)
     tokens = rows.new_tokens if opts.pack_rows else rows.lengths  # packed: a conversation's length once
-    plan = micro_plan(atomic_ids(rows, objective), tokens, opts)  # whole events (episodes for traj)
+    plan = micro_plan(
+        atomic_ids(rows, objective, bool(opts.pack_rows)), tokens, opts
+    )  # whole events (episodes for traj)
     local = [rows.num_events, float(batch.mask.sum()), len(rows), rows.num_episodes]
     counts = Counts(*(int(n) for n in all_reduce(local, device)))
     if counts.events == 0:
