@@ -7,7 +7,8 @@ each turn appends to one token stream), at 2, 4 and 8 turns, side by side in one
 The shipped multi-turn workflows, on the embedded model: the tool quickstart, Search-R1 (its retrieval
 server: a loopback one answering from the BM25 sample corpus), the supervisor team, the code
 environment. Each is rolled out with scripted replies that never answer (the agents call their tools,
-the coder's programs fail the tests), so every episode takes all its turns: the outer loop's bound is
+the coder's programs fail the tests; three of each, drawn in turn, so a group's episodes differ as
+sampled ones would), so every episode takes all its turns: the outer loop's bound is
 set to the number of turns. A conversation variant adds `observe` to every agent (a generic template:
 the entries of `new_history`, one per line).
 
@@ -65,25 +66,32 @@ class Case:
     most: tuple[int, int] | None = None  # at most (prompts, group): a team whose turns are many and long
 
 
-CASES = {
+CASES = {  # three replies per role, drawn in turn: a group's episodes differ, as sampled ones would
     "quickstart_tools": Case(
-        "quickstart_tools.srpo", ("quickstart_tools",), {"solver": ["<calc>2+3</calc>"]}
+        "quickstart_tools.srpo",
+        ("quickstart_tools",),
+        {"solver": ["<calc>2+3</calc>", "<calc>12*7</calc>", "<calc>40-1</calc>"]},
     ),
     "search_r1": Case(
-        "search_r1.srpo", ("search_r1",), {"researcher": ["<search>the capital of France</search>"]}
+        "search_r1.srpo",
+        ("search_r1",),
+        {"researcher": [f"<search>{q}</search>" for q in ("the capital of France", "Paris", "river Seine")]},
     ),
     "supervisor": Case(
         "supervisor.srpo",
         ("supervisor", "math_python.py"),
-        {"supervisor": ["<research>the capital of France</research>"], "*": ["<search>France</search>"]},
+        {
+            "supervisor": [f"<research>{q}</research>" for q in ("the capital of France", "Paris", "Lyon")],
+            "*": [f"<search>{q}</search>" for q in ("France", "Seine", "Louvre")],
+        },
         (1, 2),  # 8 turns: 33 events an episode, today's prompts to 11k tokens
     ),
     "code_env": Case(
         "code_env.srpo",
         ("code_env", "code_env.py"),
         {
-            "coder": ["<code>def add(a, b):\n    return a - b\n</code>"],
-            "tester": ["<tests>assert add(1, 2) == 3</tests>"],
+            "coder": [f"<code>def add(a, b):\n    return a {op} b\n</code>" for op in ("-", "*", "- 1 +")],
+            "tester": [f"<tests>assert add({a}, 2) == {a + 2}</tests>" for a in (1, 5, 9)],
         },
     ),
 }
