@@ -188,3 +188,45 @@ def test_shipped_toy_ablation_is_the_papers_cells_on_five_seeds():
     assert [cells[n].overrides.get("set_norm") for n in ("sum", "mean", "sqrt")] == ["none", "mean", "sqrt"]
     assert [cells[n].overrides.get("objective") for n in ("grpo", "drmas")] == ["grpo", "drmas"]
     assert workflow_errors(exp) == []
+
+
+@pytest.mark.parametrize(
+    ("recipe", "cells"),
+    [
+        (
+            "paper_math.toml",
+            {
+                "single-grpo": ("math_single.srpo", "grpo"),
+                "sharing-grpo": ("math_routed.srpo", "grpo"),
+                "sharing-drmas": ("math_routed.srpo", "drmas"),
+                "nonsharing-grpo": ("math_routed_nonsharing.srpo", "grpo"),
+                "nonsharing-drmas": ("math_routed_nonsharing.srpo", "drmas"),
+                "srpo": ("math_routed.srpo", "srpo"),
+            },
+        ),
+        (
+            "paper_search.toml",
+            {
+                "singleton": ("search_singleton.srpo", None),
+                "sum": ("search_k5_sum.srpo", None),
+                "mean": ("search_k5_mean.srpo", None),
+                "sqrt": ("search_k5_sqrt.srpo", None),
+                "routed": ("search_routed.srpo", None),
+            },
+        ),
+    ],
+)
+def test_the_paper_recipes_hold_every_column_and_their_workflows_check_clean(recipe, cells):
+    """The paper's Math columns and Search rows, each a cell of one paired experiment whose workflows
+    validate; the non-sharing team has one model per role, the sharing team one for all."""
+    from srpo_dsl.lang import analyze
+
+    exp = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / recipe)
+    assert workflow_errors(exp) == []
+    got = {c.name: (c.workflow.name, c.overrides.get("objective")) for c in exp.cells}
+    assert got == cells
+    if recipe == "paper_math.toml":
+        policies = {
+            c.name: len(analyze(c.workflow.read_text(), str(c.workflow)).program.policies) for c in exp.cells
+        }
+        assert policies["nonsharing-grpo"] == 4 and policies["sharing-grpo"] == policies["single-grpo"] == 1
