@@ -230,3 +230,49 @@ def test_the_paper_recipes_hold_every_column_and_their_workflows_check_clean(rec
             c.name: len(analyze(c.workflow.read_text(), str(c.workflow)).program.policies) for c in exp.cells
         }
         assert policies["nonsharing-grpo"] == 4 and policies["sharing-grpo"] == policies["single-grpo"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["paper_math.toml", "paper_search.toml"])
+def test_every_cell_of_the_paper_recipes_runs_to_the_end_on_the_embedded_model(tmp_path, recipe):
+    """`sweep --model builtin:tiny --seeds 1 --option steps=1 ...`: every cell trains and is evaluated, so
+    the GPU recipes cannot rot; the command line's changes reach every run."""
+    import json
+
+    out = tmp_path / "sweep"
+    options = ["--option", "steps=1", "--option", "batch=1", "--option", "group=2"]
+    options += ["--option", "eval_k=1", "--option", "eval_size=1"]
+    done = cli(
+        "sweep",
+        f"experiments/{recipe}",
+        "--out",
+        out,
+        "--model",
+        "builtin:tiny",
+        "--seeds",
+        "1",
+        "--jobs",
+        "2",
+        *options,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads((out / "sweep.json").read_text())
+    assert {r["status"] for r in state["runs"].values()} == {"done"} and state["seeds"] == [1]
+    assert state["evaluation"]["eval_k"] == 1 and state["evaluation"]["eval_size"] == 1
+    assert all(c["model"] == "builtin:tiny" and c["overrides"]["steps"] == "1" for c in state["cells"])
+    rows = (out / "results.md").read_text()
+    assert all(f"| {c['name']} |" in rows for c in state["cells"])
+
+
+def test_a_sweep_refuses_an_option_it_owns_and_bad_seeds(tmp_path):
+    for args, message in (
+        (["--option", "seed=2"], "--option seed: not an option a sweep may set (use --seeds)"),
+        (["--option", "stepz=2"], "no training option `stepz` (did you mean `steps`?)"),
+        (["--option", "eval_k=x"], "--option eval_k=x: expected a whole number >= 1"),
+        (["--seeds", "1,x"], "--seeds 1,x: expected integers"),
+        (["--seeds", "1,1"], "a seed is given twice"),
+    ):
+        done = cli("sweep", "experiments/paper_search.toml", "--out", tmp_path / "s", *args)
+        assert done.returncode != 0 and message in done.stderr, done.stderr
+        assert not (tmp_path / "s").exists()

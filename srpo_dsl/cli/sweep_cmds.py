@@ -5,12 +5,14 @@ Light to import: the runs are subprocesses; numpy and matplotlib load only for t
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from srpo_dsl.cli.common import EXIT_INPUT, SET, CliError, eprint, parse_settings
+from srpo_dsl.cli.train_cmds import parse_options
 from srpo_dsl.outputs import refuse_existing
 
 if TYPE_CHECKING:
@@ -21,6 +23,11 @@ EXPERIMENT = typer.Argument(None, help="An experiment file (TOML; see docs/train
 OUT = typer.Option(None, "--out", help="The sweep folder (runs, logs, state, results).")
 JOBS = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time (each a `train` subprocess).")
 REPORT = typer.Option(None, "--report", help="Rebuild DIR's results from what is on disk, run nothing.")
+OPTION = typer.Option(
+    [], "--option", help="A `train with` option of every cell, NAME=VALUE (wins over the cell's); repeatable."
+)
+MODEL = typer.Option(None, "--model", help="Every policy's model in every cell (e.g. builtin:tiny).")
+SEEDS = typer.Option(None, "--seeds", help="The seeds in place of the experiment's, comma-separated.")
 
 
 def sweep_cmd(
@@ -29,6 +36,9 @@ def sweep_cmd(
     jobs: int = JOBS,
     report: Path | None = REPORT,
     setting: list[str] = SET,
+    option: list[str] = OPTION,
+    model: str | None = MODEL,
+    seeds: str | None = SEEDS,
 ) -> None:
     """Run an experiment: every cell (workflow + overrides) once per seed, then its results.
 
@@ -44,6 +54,8 @@ def sweep_cmd(
       srpo-dsl sweep experiments/toy_ablation.toml --out runs/ablation --jobs 2
 
       srpo-dsl sweep --report runs/ablation
+
+      srpo-dsl sweep experiments/paper_math.toml --out runs/c --model builtin:tiny --seeds 1 --option steps=2
     """
     if report is not None:
         if experiment is not None or out is not None:
@@ -52,15 +64,41 @@ def sweep_cmd(
         return
     if experiment is None or out is None:
         raise CliError("give an EXPERIMENT file and --out DIR (or --report DIR)")
-    failed = run_sweep(experiment, out, jobs, parse_settings(setting))
+    changes = Changes(parse_options(option), model, parse_seeds(seeds))
+    failed = run_sweep(experiment, out, jobs, parse_settings(setting), changes)
     if failed:
         raise typer.Exit(EXIT_INPUT)
 
 
-def run_sweep(experiment: Path, out: Path, jobs: int, settings: dict[str, str]) -> int:
+@dataclass(frozen=True)
+class Changes:
+    """What the command line changes in every cell: `train` options, the model, the seeds."""
+
+    options: dict[str, str] = field(default_factory=dict)
+    model: str | None = None
+    seeds: list[int] | None = None
+
+
+def parse_seeds(value: str | None) -> list[int] | None:
+    """`--seeds 1,2,3` as [1, 2, 3]; one line for anything else."""
+    if value is None:
+        return None
+    try:
+        seeds = [int(s) for s in value.split(",")]
+    except ValueError:
+        raise CliError(f"--seeds {value}: expected integers separated by commas, e.g. 1,2,3") from None
+    if len(set(seeds)) != len(seeds):
+        raise CliError(f"--seeds {value}: a seed is given twice")
+    return seeds
+
+
+def run_sweep(
+    experiment: Path, out: Path, jobs: int, settings: dict[str, str], changes: Changes = Changes()
+) -> int:
     """Check everything, run what is left with a live view, write the results; the number of failed runs.
-    `settings`: `--set` tool options, checked (and each tool's server asked) before any run starts."""
-    from srpo_dsl.sweep.experiment import ExperimentError, load_experiment, workflow_errors
+    `settings`: `--set` tool options, checked (and each tool's server asked) before any run starts;
+    `changes`: the command line's options, model and seeds for every cell."""
+    from srpo_dsl.sweep.experiment import ExperimentError, load_experiment, overridden, workflow_errors
     from srpo_dsl.sweep.progress import summary
     from srpo_dsl.sweep.runner import Sweep
     from srpo_dsl.sweep.state import STATE, open_state
@@ -68,7 +106,7 @@ def run_sweep(experiment: Path, out: Path, jobs: int, settings: dict[str, str]) 
     if not (out / STATE).is_file():  # a sweep's folder is its own: new, or the one it goes on with
         refuse_existing(out, "it holds no sweep to go on with; choose another --out")
     try:
-        exp = load_experiment(experiment)
+        exp = overridden(load_experiment(experiment), changes.options, changes.model, changes.seeds)
         problems = workflow_errors(exp)
         if problems:  # as `srpo-dsl validate` shows them: position, source line, hint
             eprint("\n\n".join(problems))

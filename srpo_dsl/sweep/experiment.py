@@ -23,6 +23,7 @@ the workflows are checked (`srpo-dsl validate`) before any cell runs.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import sys
@@ -106,6 +107,7 @@ class Cell:
     name: str
     workflow: Path
     overrides: dict[str, Scalar]
+    model: str | None = None  # every policy's model (`sweep --model`); None: the workflow's
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,31 @@ class Experiment:
 
     def cell(self, name: str) -> Cell:
         return next(c for c in self.cells if c.name == name)
+
+
+def overridden(
+    exp: Experiment, options: dict[str, str], model: str | None = None, seeds: list[int] | None = None
+) -> Experiment:
+    """The experiment as the command line changes it (`sweep --option/--model/--seeds`): `options`, `train`
+    options of every cell that win over the cell's own (`eval_k`, `eval_size`, `eval_every`: the one
+    evaluation's, still the same for every cell); every policy's `model`; the `seeds`. `ExperimentError`
+    (one line) for `seed` (`--seeds`) or no option of that name."""
+    evaluation = {k: v for k, v in options.items() if k in EVAL_OPTIONS.values()}
+    train = {k: v for k, v in options.items() if k not in evaluation}
+    for key, value in evaluation.items():
+        if not value.isdigit() or int(value) < 1:
+            raise ExperimentError([f"--option {key}={value}: expected a whole number >= 1"])
+    for key in train:
+        if key not in OVERRIDES:
+            hint = "use --seeds" if key == "seed" else did_you_mean(key, OVERRIDES) or "see `train with`"
+            raise ExperimentError([f"--option {key}: not an option a sweep may set ({hint})"])
+    cells = [dataclasses.replace(c, overrides=c.overrides | train, model=model or c.model) for c in exp.cells]
+    return dataclasses.replace(
+        exp,
+        cells=cells,
+        seeds=seeds or exp.seeds,
+        evaluation=exp.evaluation | {k: int(v) for k, v in evaluation.items()},
+    )
 
 
 def load_experiment(path: Path) -> Experiment:

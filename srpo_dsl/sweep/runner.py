@@ -52,6 +52,8 @@ def train_command(
         cmd += ["--option", f"{name}={option_value(value)}"]
     for data in exp.datasets:
         cmd += ["--eval-data", str(data)]
+    if job.cell.model is not None:
+        cmd += ["--model", job.cell.model]
     for key, value in (settings or {}).items():
         cmd += ["--set", f"{key}={value}"]
     return cmd

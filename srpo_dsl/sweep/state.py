@@ -67,7 +67,11 @@ def plan_of(exp: Experiment) -> dict[str, Any]:
         "baseline": exp.baseline,
         "evaluation": exp.evaluation,
         "datasets": [str(p) for p in exp.datasets],
-        "cells": [{"name": c.name, "workflow": str(c.workflow), "overrides": c.overrides} for c in exp.cells],
+        "cells": [
+            {"name": c.name, "workflow": str(c.workflow), "overrides": c.overrides}
+            | ({"model": c.model} if c.model is not None else {})
+            for c in exp.cells
+        ],
     }
 
 
