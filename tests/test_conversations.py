@@ -211,3 +211,22 @@ def test_the_hf_engine_keeps_a_conversations_kv_between_its_turns(tiny_tokenizer
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
     kept.sleep()
     assert not kept.decoder.turns.entries  # released before an update: the weights change
+
+
+def test_a_model_whose_template_rewrites_turns_stops_a_conversation_run_in_one_line(tmp_path):
+    """`srpo-dsl run` of a conversation agent on such a model: one line naming the cause, exit 2, no folder."""
+    from tests.clitools import cli
+
+    model = tmp_path / "model"
+    shutil.copytree(SHIPPED, model)
+    (model / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}{% endif %}"
+        "{% endfor %}"
+    )
+    out = tmp_path / "run"
+    done = cli("run", "workflows/quickstart_tools_chat.srpo", "--model", model, "--limit", "1", "--out", out)
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip().splitlines() == [
+        "error: the model's chat template rewrites earlier turns when a message is added: its conversations "
+        "cannot be kept as one token stream (drop the agent's `observe`)"
+    ]

@@ -205,6 +205,13 @@ def assert_close(x: dict, y: dict, atol: float = 1e-5) -> None:
     assert worst <= atol, f"parameters differ by {worst:.3g}"
 
 
+def assert_same_update(a: tuple, b: tuple) -> None:
+    """Two updates' (parameters, stats, ...) agree: weights to 1e-5, loss to 1e-6, grad norm to 1e-5 relative."""
+    assert_close(a[0], b[0])
+    assert a[1]["loss"] == pytest.approx(b[1]["loss"], abs=1e-6)
+    assert a[1]["grad_norm"] == pytest.approx(b[1]["grad_norm"], rel=1e-5)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny models run far faster on one thread (and two threads thrash when the other core is busy)."""
@@ -409,9 +416,7 @@ def test_one_micro_batch_equals_two(models, dist, objective):
         )
         stats = update(policies, rows, opts, dist, TEMPERATURES)
         results.append((parameters(policies), stats))
-    assert_close(results[0][0], results[1][0])
-    assert results[0][1]["loss"] == pytest.approx(results[1][1]["loss"], abs=1e-6)
-    assert results[0][1]["grad_norm"] == pytest.approx(results[1][1]["grad_norm"], rel=1e-5)
+    assert_same_update(results[0], results[1])
 
 
 @pytest.mark.slow
@@ -436,9 +441,7 @@ def test_a_token_budget_steps_like_one_micro_batch(models, dist, objective, zero
         results.append((parameters(policies), stats, plan))
     assert len(results[0][2]) == 1 and len(results[1][2]) >= 3  # the budget made several micro-batches
     assert all(len(m) * max(tokens[i] for i in m) <= 3 * max(tokens) for m in results[1][2] if len(m) > 1)
-    assert_close(results[0][0], results[1][0])
-    assert results[0][1]["loss"] == pytest.approx(results[1][1]["loss"], abs=1e-6)
-    assert results[0][1]["grad_norm"] == pytest.approx(results[1][1]["grad_norm"], rel=1e-5)
+    assert_same_update(results[0], results[1])
 
 
 @pytest.mark.slow
@@ -462,9 +465,7 @@ def test_packed_rows_step_like_padded_ones(models, dist, objective, options):
         base = {"objective": objective, "epochs": 2, "grad_clip": 0.5, "entropy": options.get("entropy", 0.0)}
         policies, opts = build({"a": models[0], "b": models[1]}, dist, **(base | packed))
         results.append((parameters(policies), update(policies, rows, opts, dist, TEMPERATURES)))
-    assert_close(results[0][0], results[1][0])
-    assert results[0][1]["loss"] == pytest.approx(results[1][1]["loss"], abs=1e-6)
-    assert results[0][1]["grad_norm"] == pytest.approx(results[1][1]["grad_norm"], rel=1e-5)
+    assert_same_update(results[0], results[1])
 
 
 @pytest.mark.slow
@@ -631,9 +632,7 @@ def test_gradient_checkpointing_recomputes_the_layers_and_steps_alike(models, di
     plain, checkpointed = (Counter(calls) for *_, calls in results)
     assert plain["layers.0.self_attn"] == plain["embed_tokens"] > 0
     assert checkpointed["layers.0.self_attn"] == 2 * checkpointed["embed_tokens"]  # again in the backward
-    assert_close(results[0][0], results[1][0])
-    assert results[0][1]["loss"] == pytest.approx(results[1][1]["loss"], abs=1e-6)
-    assert results[0][1]["grad_norm"] == pytest.approx(results[1][1]["grad_norm"], rel=1e-5)
+    assert_same_update(results[0], results[1])
 
 
 @pytest.mark.slow

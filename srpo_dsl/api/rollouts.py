@@ -161,12 +161,16 @@ def roll_out(
     every `branch` step sampled once (evaluation)."""
     from tqdm import tqdm
 
+    from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
     from srpo_dsl.runtime.executor import Executor
     from srpo_dsl.runtime.traces import to_trace
 
     backends, tools = built
-    executor = Executor(wf.graph, backends, wf.renderer(), tools)
+    try:  # a conversation agent's chat template is read here (`runtime.conversations`)
+        executor = Executor(wf.graph, backends, wf.renderer(), tools)
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
     off = {"disable": True} if desc is None else {}  # else tqdm's own default (TQDM_DISABLE may set it)
     done: list[Episode] = []
     with tqdm(total=len(tasks) * samples, desc=desc, unit="episode", leave=False, **off) as bar:

@@ -9,12 +9,12 @@ which is what lets the update score a conversation's turns in one pass (`rl/obje
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from srpo_dsl.backends.base import Backend, BackendError
 from srpo_dsl.backends.chat import ChatEncoder
 from srpo_dsl.lang.declarations import AgentInfo
-from srpo_dsl.runtime.episode import Episode, Member
+from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 
@@ -46,7 +46,7 @@ def turn_prompt(
 ) -> tuple[str, tuple[int, ...] | None]:
     """The text of a turn's prompt (or of its new message) and, for a conversation agent, the prompt's
     ids: the first turn's, or the conversation so far with the new message appended."""
-    so_far = ep.conversations.get((agent.name, replica))
+    so_far = conversation_so_far(ep, agent, replica)
     if agent.observe is None or so_far is None:
         text = renderer.render(agent.prompt, context, shuffle_seed=shuffle_seed)
         return text, None if agent.observe is None else tuple(chats[agent.policy].first(text))
@@ -54,16 +54,19 @@ def turn_prompt(
     return text, (*so_far, *chats[agent.policy].then(text, so_far))
 
 
+def conversation_so_far(ep: Episode, agent: AgentInfo, replica: int) -> tuple[int, ...] | None:
+    """The replica's conversation: its last turn's prompt and reply ids (None before its first turn, or for
+    an agent that keeps none), read from the episode's events (a path's own: a fork shares them)."""
+    if agent.observe is None:
+        return None
+    for event in reversed(ep.events):
+        for m in event.members:
+            if m.role == agent.name and m.replica == replica:
+                return (*m.prompt_token_ids, *m.response_token_ids)
+    return None
+
+
 def conversation_prefix(ep: Episode, agent: AgentInfo, replica: int) -> int | None:
     """A conversation turn's `GenRequest.prefix`: the ids of its turns so far (0 on its first), None for
     an agent that keeps none."""
-    return None if agent.observe is None else len(ep.conversations.get((agent.name, replica), ()))
-
-
-def continue_conversations(ep: Episode, agent: AgentInfo, members: Sequence[Member]) -> None:
-    """After a conversation agent's members were committed: each replica's conversation is its turn's
-    prompt and reply ids."""
-    if agent.observe is None:
-        return
-    for m in members:
-        ep.conversations[(agent.name, m.replica)] = (*m.prompt_token_ids, *m.response_token_ids)
+    return None if agent.observe is None else len(conversation_so_far(ep, agent, replica) or ())

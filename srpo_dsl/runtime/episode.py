@@ -232,8 +232,6 @@ class Episode:
     stopped: set[tuple[str, int]] = field(
         default_factory=set
     )  # replicas that took no more turns (runtime.turns)
-    # (agent, replica) of a conversation agent -> its conversation's ids so far (runtime.conversations)
-    conversations: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     invalid_actions: int = 0
     tool_calls: int = 0

@@ -33,7 +33,6 @@ from srpo_dsl.runtime.branching import (
 )
 from srpo_dsl.runtime.conversations import (
     chat_encoders,
-    continue_conversations,
     conversation_prefix,
     turn_prompt,
 )
@@ -381,7 +380,6 @@ class Executor:
             own = [m for m in members if m.role == agent.name]
             ep.last_output[agent.name] = own
             note_turn(ep, agent, own, [t for t in tries if t.role == agent.name])
-            continue_conversations(ep, agent, own)
         for effect in node.step.effects:
             EFFECTS[effect](ep, node, members)
 
