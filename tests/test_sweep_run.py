@@ -103,6 +103,11 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert (out / "results.json").read_text() == before
     assert (out / "curves.png").stat().st_size > 10_000
+    assert (out / "dynamics.png").stat().st_size > 10_000
+    dynamics = (out / "results.md").read_text().split("## Training dynamics")[1].splitlines()
+    a_row, b_row = (next(line for line in dynamics if line.startswith(f"| {c} | 1 |")) for c in "ab")
+    assert a_row[len("| a |") :] == b_row[len("| b |") :]  # identical runs, identical dynamics
+    assert "parallel:solver 0.0" in a_row  # one epoch: nothing clipped
 
 
 @pytest.mark.slow

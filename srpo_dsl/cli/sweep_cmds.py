@@ -28,6 +28,9 @@ OPTION = typer.Option(
 )
 MODEL = typer.Option(None, "--model", help="Every policy's model in every cell (e.g. builtin:tiny).")
 SEEDS = typer.Option(None, "--seeds", help="The seeds in place of the experiment's, comma-separated.")
+EVAL_DATA = typer.Option(
+    [], "--eval-data", help="A held-out data file in place of the experiment's [eval] datasets; repeatable."
+)
 
 
 def sweep_cmd(
@@ -39,15 +42,17 @@ def sweep_cmd(
     option: list[str] = OPTION,
     model: str | None = MODEL,
     seeds: str | None = SEEDS,
+    eval_data: list[Path] = EVAL_DATA,
 ) -> None:
     """Run an experiment: every cell (workflow + overrides) once per seed, then its results.
 
     Each run is an ordinary `srpo-dsl train` run in OUT/cells/CELL/seed-S. Running the same
     command again skips finished runs and resumes the others from their checkpoints. A failed
     run is recorded (exit code, error line) and the others go on. Writes OUT/results.md,
-    results.csv, results.json and curves.png: held-out Avg@k / Pass@k per cell (mean ± std
-    over seeds) and each cell's paired difference to the baseline with a 95% bootstrap interval.
-    Exits 1 when a run failed.
+    results.csv, results.json, curves.png and dynamics.png: held-out Avg@k / Pass@k per cell
+    (mean ± std over seeds), each cell's paired difference to the baseline with a 95% bootstrap
+    interval, and how each cell trained (return, gradient norm and its CV, length, mean K, clip
+    fraction per event type). Exits 1 when a run failed.
 
     Examples:
 
@@ -56,6 +61,8 @@ def sweep_cmd(
       srpo-dsl sweep --report runs/ablation
 
       srpo-dsl sweep experiments/paper_math.toml --out runs/c --model builtin:tiny --seeds 1 --option steps=2
+
+      srpo-dsl sweep experiments/paper_math.toml --out runs/m --eval-data aime24.jsonl --eval-data amc23.jsonl
     """
     if report is not None:
         if experiment is not None or out is not None:
@@ -64,7 +71,7 @@ def sweep_cmd(
         return
     if experiment is None or out is None:
         raise CliError("give an EXPERIMENT file and --out DIR (or --report DIR)")
-    changes = Changes(parse_options(option), model, parse_seeds(seeds))
+    changes = Changes(parse_options(option), model, parse_seeds(seeds), list(eval_data) or None)
     failed = run_sweep(experiment, out, jobs, parse_settings(setting), changes)
     if failed:
         raise typer.Exit(EXIT_INPUT)
@@ -72,11 +79,12 @@ def sweep_cmd(
 
 @dataclass(frozen=True)
 class Changes:
-    """What the command line changes in every cell: `train` options, the model, the seeds."""
+    """What the command line changes in every cell: `train` options, model, seeds, held-out data."""
 
     options: dict[str, str] = field(default_factory=dict)
     model: str | None = None
     seeds: list[int] | None = None
+    datasets: list[Path] | None = None
 
 
 def parse_seeds(value: str | None) -> list[int] | None:
@@ -97,7 +105,7 @@ def run_sweep(
 ) -> int:
     """Check everything, run what is left with a live view, write the results; the number of failed runs.
     `settings`: `--set` tool options, checked (and each tool's server asked) before any run starts;
-    `changes`: the command line's options, model and seeds for every cell."""
+    `changes`: the command line's options, model, seeds and held-out data for every cell."""
     from srpo_dsl.sweep.experiment import ExperimentError, load_experiment, overridden, workflow_errors
     from srpo_dsl.sweep.progress import summary
     from srpo_dsl.sweep.runner import Sweep
@@ -106,7 +114,9 @@ def run_sweep(
     if not (out / STATE).is_file():  # a sweep's folder is its own: new, or the one it goes on with
         refuse_existing(out, "it holds no sweep to go on with; choose another --out")
     try:
-        exp = overridden(load_experiment(experiment), changes.options, changes.model, changes.seeds)
+        exp = overridden(
+            load_experiment(experiment), changes.options, changes.model, changes.seeds, changes.datasets
+        )
         problems = workflow_errors(exp)
         if problems:  # as `srpo-dsl validate` shows them: position, source line, hint
             eprint("\n\n".join(problems))

@@ -124,12 +124,17 @@ class Experiment:
 
 
 def overridden(
-    exp: Experiment, options: dict[str, str], model: str | None = None, seeds: list[int] | None = None
+    exp: Experiment,
+    options: dict[str, str],
+    model: str | None = None,
+    seeds: list[int] | None = None,
+    datasets: list[Path] | None = None,
 ) -> Experiment:
-    """The experiment as the command line changes it (`sweep --option/--model/--seeds`): `options`, `train`
-    options of every cell that win over the cell's own (`eval_k`, `eval_size`, `eval_every`: the one
-    evaluation's, still the same for every cell); every policy's `model`; the `seeds`. `ExperimentError`
-    (one line) for `seed` (`--seeds`) or no option of that name."""
+    """The experiment as the command line changes it (`sweep --option/--model/--seeds/--eval-data`):
+    `options`, `train` options of every cell that win over the cell's own (`eval_k`, `eval_size`,
+    `eval_every`: the one evaluation's, still the same for every cell); every policy's `model`; the
+    `seeds`; the evaluation's `datasets` in place of `[eval] datasets`. `ExperimentError` (one line) for
+    `seed` (`--seeds`), no option of that name, or a data file that is not there."""
     evaluation = {k: v for k, v in options.items() if k in EVAL_OPTIONS.values()}
     train = {k: v for k, v in options.items() if k not in evaluation}
     for key, value in evaluation.items():
@@ -139,12 +144,16 @@ def overridden(
         if key not in OVERRIDES:
             hint = "use --seeds" if key == "seed" else did_you_mean(key, OVERRIDES) or "see `train with`"
             raise ExperimentError([f"--option {key}: not an option a sweep may set ({hint})"])
+    for path in datasets or ():
+        if not path.is_file():
+            raise ExperimentError([f"--eval-data {path}: no such file"])
     cells = [dataclasses.replace(c, overrides=c.overrides | train, model=model or c.model) for c in exp.cells]
     return dataclasses.replace(
         exp,
         cells=cells,
         seeds=seeds or exp.seeds,
         evaluation=exp.evaluation | {k: int(v) for k, v in evaluation.items()},
+        datasets=datasets or exp.datasets,
     )
 
 

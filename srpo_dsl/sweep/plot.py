@@ -1,4 +1,5 @@
-"""curves.png: each cell's held-out Avg@k and Pass@k over steps, mean over seeds with a ± std band."""
+"""curves.png: each cell's held-out Avg@k and Pass@k over steps, mean over seeds with a ± std band;
+dynamics.png: each cell's training dynamics per step (sweep/dynamics.py), mean over seeds."""
 
 from __future__ import annotations
 
@@ -6,7 +7,17 @@ from pathlib import Path
 
 import numpy as np
 
+from srpo_dsl.sweep.dynamics import CLIP, SERIES, WINDOW, RunDynamics, mean_series
 from srpo_dsl.sweep.results import CellResult
+
+TITLES = {
+    "return": "return",
+    "grad_norm": "gradient norm",
+    "grad_norm_cv": f"gradient-norm CV (last {WINDOW} steps)",
+    "response_length": "tokens per call",
+    "mean_set_size": "members per event (mean K)",
+}
+SMOOTH = 5  # steps: the moving average drawn for the noisy per-step series
 
 
 def mean_band(cell: CellResult, which: str) -> tuple[list[int], np.ndarray, np.ndarray]:
@@ -42,8 +53,51 @@ def plot_curves(cells: list[CellResult], k: int | None, path: Path) -> None:
         ax.grid(alpha=0.3)
     if any(cell.runs for cell in cells):
         axes[0].legend(loc="best", fontsize="small")
+    saved(fig, path)
+
+
+def saved(fig, path: Path) -> None:
+    """Write `fig` to `path` atomically and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     tmp.replace(path)
+
+
+def smoothed(values: np.ndarray) -> np.ndarray:
+    """The moving average over the last SMOOTH values at each step (fewer at the start)."""
+    sums = np.cumsum(np.nan_to_num(values))
+    counts = np.minimum(np.arange(1, len(values) + 1), SMOOTH)
+    return (sums - np.concatenate([np.zeros(SMOOTH), sums[:-SMOOTH]])[: len(values)]) / counts
+
+
+def plot_dynamics(dynamics: dict[str, list[RunDynamics]], path: Path) -> None:
+    """Six panels: the SERIES and the clip fraction of each event type (a line style per type)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    styles = ("-", "--", ":", "-.")
+    for i, (name, runs) in enumerate((n, r) for n, r in dynamics.items() if r):
+        color = f"C{i % 10}"
+        for ax, series in zip(axes.flat, SERIES):
+            steps, mean = mean_series(runs, series)
+            ax.plot(steps, smoothed(mean), color=color, linewidth=1.5, label=f"{name} (n={len(runs)})")
+        clips = sorted({k for r in runs for k in r.series if k.startswith(CLIP)})
+        for style, key in zip(styles * len(clips), clips):
+            steps, mean = mean_series(runs, key)
+            label = f"{name} {key[len(CLIP) :]}"
+            axes.flat[5].plot(steps, smoothed(mean), color=color, linestyle=style, label=label)
+    for ax, title in zip(axes.flat, [*(TITLES[s] for s in SERIES), "clip fraction per event type"]):
+        ax.set_title(f"{title}, mean over seeds ({SMOOTH}-step average)", fontsize="medium")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    if any(dynamics.values()):
+        axes.flat[0].legend(loc="best", fontsize="small")
+        axes.flat[5].legend(loc="best", fontsize="x-small")
+    saved(fig, path)

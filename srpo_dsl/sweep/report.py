@@ -1,4 +1,4 @@
-"""DIR/results.md, results.csv, results.json and curves.png of a sweep (rebuilt from disk each time)."""
+"""DIR/results.md, results.csv, results.json, curves.png and dynamics.png of a sweep (rebuilt from disk)."""
 
 from __future__ import annotations
 
@@ -10,24 +10,27 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.io import write_atomic
+from srpo_dsl.sweep.dynamics import CLIP, WINDOW, RunDynamics, cell_summary, collect_dynamics
 from srpo_dsl.sweep.results import METRICS, PAIRED, SCHEME, CellResult, collect, to_json, without_nan
 from srpo_dsl.sweep.state import SweepState, read_state
 from srpo_dsl.sweep.stats import LEVEL, REPLICATES, Difference, Spread
 
-OUTPUTS = ("results.md", "results.csv", "results.json", "curves.png")
+OUTPUTS = ("results.md", "results.csv", "results.json", "curves.png", "dynamics.png")
 
 
 def write_report(folder: Path) -> list[Path]:
     """Collect the sweep in `folder` and write its result files; ValueError (one line) if it cannot."""
     state = read_state(folder)
     cells = collect(folder, state)
+    dynamics = collect_dynamics(folder, state)
     data = to_json(cells, state)
     write_atomic(folder / "results.json", json.dumps(without_nan(data), indent=2) + "\n")
     write_atomic(folder / "results.csv", results_csv(cells))
-    write_atomic(folder / "results.md", results_md(cells, state, data["k"]))
-    from srpo_dsl.sweep.plot import plot_curves
+    write_atomic(folder / "results.md", results_md(cells, state, data["k"]) + dynamics_md(dynamics))
+    from srpo_dsl.sweep.plot import plot_curves, plot_dynamics
 
     plot_curves(cells, data["k"], folder / "curves.png")
+    plot_dynamics(dynamics, folder / "dynamics.png")
     return [folder / name for name in OUTPUTS]
 
 
@@ -126,3 +129,29 @@ def results_csv(cells: list[CellResult]) -> str:
             row += [d.mean, d.low, d.high, d.n_seeds] if isinstance(d, Difference) else ["", "", "", ""]
         writer.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in row])
     return buf.getvalue()
+
+
+def dynamics_md(dynamics: dict[str, list[RunDynamics]]) -> str:
+    """How each cell trained (metrics.jsonl): each run's means over its steps, mean ± std over seeds."""
+    lines = [
+        "",
+        "## Training dynamics",
+        "",
+        f"Per run over its steps (metrics.jsonl), then mean ± std over seeds: the return of its last "
+        f"{WINDOW} steps, the gradient norm, its coefficient of variation over the run (std / mean), "
+        "tokens per model call, members per event (mean K), and each event type's clip fraction "
+        "(percent). `dynamics.png` plots them per step.",
+        "",
+        "| cell | seeds | return | grad norm | grad-norm CV | response length | mean K "
+        "| clip fraction per event type |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, runs in dynamics.items():
+        if not runs:
+            continue
+        s = cell_summary(runs)
+        cols = [fmt(s[k], 3) for k in ("return", "grad_norm", "grad_norm_cv")]
+        cols += [fmt(s["response_length"], 1), fmt(s["mean_set_size"], 2)]
+        clips = [f"{k[len(CLIP) :]} {100 * v.mean:.1f}" for k, v in s.items() if k.startswith(CLIP)]
+        lines.append(f"| {name} | {len(runs)} | " + " | ".join(cols) + f" | {', '.join(clips) or '-'} |")
+    return "\n".join(lines) + "\n"
