@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class LspClient:
-    """`python -m srpo_dsl lsp` in a subprocess; requests wait for their response, notifications queue."""
+    """`python -m srpo_dsl lsp [ARGS]` in a subprocess; requests wait for their response, notifications queue."""
 
-    def __init__(self) -> None:
+    def __init__(self, *args: str) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "srpo_dsl", "lsp"],
+            [sys.executable, "-m", "srpo_dsl", "lsp", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=ROOT,

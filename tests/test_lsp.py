@@ -59,6 +59,16 @@ def as_lsp(d: dict) -> dict:
     }
 
 
+def test_the_server_takes_stdio_as_language_clients_start_it() -> None:
+    # vscode-languageclient starts a server over stdio as `COMMAND --stdio` (issue 37).
+    c = LspClient("--stdio")
+    try:
+        capabilities = c.initialize(ROOT)["capabilities"]
+    finally:
+        c.close()
+    assert capabilities["documentFormattingProvider"] and c.proc.returncode == 0
+
+
 def published(diags: list[dict]) -> list[dict]:
     return [{k: d[k] for k in ("code", "severity", "message", "range")} for d in diags]
 

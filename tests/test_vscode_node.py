@@ -1,7 +1,10 @@
 """The VS Code extension under node, as VS Code itself runs it: every shipped workflow tokenized by
 `vscode-textmate` on `vscode-oniguruma` (editors/vscode/test/tokenize.js) with the extension's
 grammar, checked character by character against the parser's own lexer and, for one file, against
-a reviewed snapshot of its scopes; and the extension packaged with `vsce` into a `.vsix`.
+a reviewed snapshot of its scopes; the real extension.js with the real vscode-languageclient
+(editors/vscode/test/client.js, with a stand-in for the `vscode` module) activated against
+`python -m srpo_dsl lsp`: the server started, a diagnostic arriving, a format edit applied; and the
+extension packaged with `vsce` into a `.vsix`.
 
 They need node and `npm ci` in editors/vscode (`.ci/run` does both). Skipped without them, unless
 SRPO_DSL_NODE_TESTS=required (CI), where a missing piece fails. After a deliberate change to the
@@ -12,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -21,12 +26,16 @@ import pytest
 
 from srpo_dsl.lang.format import tokens_of
 from srpo_dsl.lang.textmate import DECLARING, keywords
+from tests.clitools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "editors" / "vscode"
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.srpo"))
 SNAPPED = ROOT / "workflows" / "supervisor.srpo"
 SNAPSHOT = ROOT / "tests" / "snapshots" / "supervisor.srpo.scopes"
+QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
+TYPO = ("parallel solver ", "parallel solvers")  # an undefined agent: E012 on line 13
+SERVER = [sys.executable, "-m", "srpo_dsl", "lsp"]
 REQUIRED = os.environ.get("SRPO_DSL_NODE_TESTS") == "required"
 STRING = "string.quoted.double.srpo"
 PUNCTUATION = {
@@ -161,8 +170,12 @@ def test_the_extension_packages_as_a_vsix(tmp_path) -> None:
         names = set(zf.namelist())
         grammar = zf.read("extension/syntaxes/srpo.tmLanguage.json").decode()
         manifest = json.loads(zf.read("extension/package.json"))
+        packaged_js = zf.read("extension/extension.js")
     assert grammar == (EXT / "syntaxes" / "srpo.tmLanguage.json").read_text(encoding="utf-8")
+    assert packaged_js == (EXT / "extension.js").read_bytes()  # the file test/client.js runs
     assert manifest["contributes"]["languages"][0]["extensions"] == [".srpo"]
+    settings = manifest["contributes"]["configuration"]["properties"]
+    assert set(settings) == {"srpo.server.command", "srpo.trace.server"}
     assert {
         "extension/extension.js",
         "extension/language-configuration.json",
@@ -176,14 +189,89 @@ def test_the_extension_packages_as_a_vsix(tmp_path) -> None:
 
 def test_the_extension_s_scripts_are_valid_javascript() -> None:
     need_node()
-    for script in ("extension.js", "test/tokenize.js"):
+    for script in ("extension.js", "test/tokenize.js", "test/client.js", "test/vscode.js"):
         done = subprocess.run(
             ["node", "--check", script], cwd=EXT, capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0, done.stderr
 
 
-def test_tokenize_js_without_files_is_a_usage_error() -> None:
+@pytest.mark.parametrize("script", ["test/tokenize.js", "test/client.js"])
+def test_a_script_without_files_is_a_usage_error(script: str) -> None:
     need_node()
-    done = subprocess.run(["node", "test/tokenize.js"], cwd=EXT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["node", script], cwd=EXT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("usage:")
+
+
+@pytest.fixture(scope="module")
+def editor_files(tmp_path_factory) -> tuple[Path, Path]:
+    """A folder with the quickstart's templates, a workflow with an error (broken.srpo) and one that
+    needs formatting (messy.srpo: its columns no longer aligned)."""
+    folder = tmp_path_factory.mktemp("editor")
+    shutil.copytree(ROOT / "workflows" / "quickstart", folder / "quickstart")
+    text = QUICKSTART.read_text(encoding="utf-8")
+    broken, messy = folder / "broken.srpo", folder / "messy.srpo"
+    broken.write_text(text.replace(*TYPO), encoding="utf-8")
+    messy.write_text(re.sub(" +", " ", text), encoding="utf-8")
+    return broken, messy
+
+
+def run_client(files: tuple[Path, Path], server: list[str], trace: str) -> tuple[int, dict]:
+    """test/client.js: the extension activated with `server` as its `srpo.server.command`, the
+    diagnostics of the first file, the second file formatted; its JSON report."""
+    need_node()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the server runs in the files' folder
+    cmd = ["node", "test/client.js", f"--trace={trace}", *map(str, files), "--", *server]
+    done = subprocess.run(cmd, cwd=EXT, capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def session(editor_files) -> dict:
+    code, report = run_client(editor_files, SERVER, trace="messages")
+    assert code == 0 and report["failure"] is None, (report["failure"], report["output"])
+    return report
+
+
+def test_the_extension_starts_the_server_with_stdio(session) -> None:
+    assert session["spawned"] == [[*SERVER, "--stdio"]]  # vscode-languageclient appends --stdio
+    assert session["shown"] == [] and session["unhandled"] == []  # no pop-up, no failed promise
+
+
+def test_the_server_s_diagnostics_arrive_in_the_editor(session, editor_files) -> None:
+    broken = editor_files[0]
+    done = cli("validate", broken, "--format", "json")
+    want = [
+        (d["code"], d["line"], d["col"], d["message"] + (f"\nhint: {d['hint']}" if d["hint"] else ""))
+        for d in json.loads(done.stdout)
+    ]
+    got = [(d["code"], d["line"], d["col"], d["message"]) for d in session["diagnostics"]]
+    assert got == want
+    e012 = next(d for d in session["diagnostics"] if d["code"] == "E012")
+    assert (e012["line"], e012["severity"], e012["source"]) == (13, "error", "srpo-dsl")
+    assert e012["message"].startswith("undefined agent `solvers`")
+
+
+def test_the_format_edit_gives_fmt_s_output(session, editor_files, tmp_path) -> None:
+    messy = editor_files[1]
+    copy = tmp_path / messy.name
+    shutil.copy(messy, copy)
+    done = cli("fmt", copy)
+    assert done.returncode == 0, done.stderr
+    formatted = copy.read_text(encoding="utf-8")
+    assert formatted != messy.read_text(encoding="utf-8")
+    assert session["edits"] == 1 and session["formatted"] == formatted
+
+
+def test_the_trace_setting_traces_the_messages(session) -> None:
+    for line in ("Sending request 'initialize", "Sending request 'textDocument/formatting"):
+        assert f"] {line}" in session["output"]
+
+
+def test_a_server_that_rejects_stdio_fails_activation(editor_files) -> None:
+    # `srpo-dsl lsp` did before it took --stdio (issue 37): `validate` rejects it the same way.
+    code, report = run_client(editor_files, [sys.executable, "-m", "srpo_dsl", "validate"], trace="off")
+    assert code == 1 and report["failure"].startswith("activation failed")
+    assert "No such option: --stdio" in report["output"] and report["diagnostics"] is None
+    assert any("could not start the language server" in m["message"] for m in report["shown"])

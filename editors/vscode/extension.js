@@ -1,5 +1,8 @@
 // The srpo-dsl extension: starts the language server (`srpo-dsl lsp` by default) over stdio for
 // *.srpo files. Syntax highlighting comes from syntaxes/srpo.tmLanguage.json (package.json).
+// Settings (package.json): `srpo.server.command`, the server's command and arguments, to which the
+// language client appends `--stdio` (TransportKind.stdio); `srpo.trace.server`, read by the
+// language client itself (its id is "srpo"). test/client.js runs this file under node.
 "use strict";
 
 const vscode = require("vscode");
@@ -25,9 +28,10 @@ async function activate(context) {
     await client.start();
   } catch (err) {
     client = undefined;
-    const shown = [command, ...args].join(" ");
+    const shown = [command, ...args, "--stdio"].join(" ");
     vscode.window.showErrorMessage(
-      `srpo-dsl: could not start the language server \`${shown}\` (${err && err.message ? err.message : err}). ` +
+      `srpo-dsl: could not start the language server \`${shown}\` (${err && err.message ? err.message : err}; ` +
+        "its output is in the srpo-dsl output channel). " +
         "Install srpo-dsl (`pip install .` in its repository), or set `srpo.server.command` to the command " +
         '(e.g. ["/path/to/.venv/bin/srpo-dsl", "lsp"]). Highlighting works without it.'
     );

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import typer
 
-def lsp_cmd() -> None:
+
+def lsp_cmd(
+    stdio: bool = typer.Option(
+        False,
+        "--stdio",
+        help="Speak over stdin/stdout: what the server always does. Accepted because language "
+        "clients (VS Code's vscode-languageclient) append it when they start a server over stdio.",
+    ),
+) -> None:
     """Serve the Language Server Protocol over stdin/stdout, for editors.
 
     Diagnostics as `validate` reports them, formatting as `fmt` does, document symbols, go to
     definition, hover and completion for *.srpo files. An editor starts it as a process:
 
-      srpo-dsl lsp
+      srpo-dsl lsp            (or `srpo-dsl lsp --stdio`, the same)
     """
+    del stdio  # stdio is the only transport: the flag changes nothing
     from srpo_dsl.lsp.server import serve
 
     serve()
