@@ -75,29 +75,36 @@ def smoothed(values: np.ndarray) -> np.ndarray:
 
 
 def plot_dynamics(dynamics: dict[str, list[RunDynamics]], path: Path) -> None:
-    """Six panels: the SERIES and the clip fraction of each event type (a line style per type)."""
+    """Six panels: the SERIES, and the clip fraction of each event type that clipped (a style per type)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
-    styles = ("-", "--", ":", "-.")
+    clipped = False
     for i, (name, runs) in enumerate((n, r) for n, r in dynamics.items() if r):
         color = f"C{i % 10}"
         for ax, series in zip(axes.flat, SERIES):
             steps, mean = mean_series(runs, series)
             ax.plot(steps, smoothed(mean), color=color, linewidth=1.5, label=f"{name} (n={len(runs)})")
         clips = sorted({k for r in runs for k in r.series if k.startswith(CLIP)})
-        for style, key in zip(styles * len(clips), clips):
+        for style, key in zip(("-", "--", ":", "-.") * len(clips), clips):
             steps, mean = mean_series(runs, key)
-            label = f"{name} {key[len(CLIP) :]}"
-            axes.flat[5].plot(steps, smoothed(mean), color=color, linestyle=style, label=label)
+            if np.nanmax(mean, initial=0.0) > 0:  # an event type nothing clipped would only crowd the legend
+                clipped = True
+                label = f"{name} {key[len(CLIP) :]}"
+                axes.flat[5].plot(steps, smoothed(mean), color=color, linestyle=style, label=label)
     for ax, title in zip(axes.flat, [*(TITLES[s] for s in SERIES), "clip fraction per event type"]):
-        ax.set_title(f"{title}, mean over seeds ({SMOOTH}-step average)", fontsize="medium")
+        ax.set_title(title, fontsize="medium")
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+    fig.suptitle(f"Training dynamics: mean over seeds, {SMOOTH}-step moving average", fontsize="medium")
     if any(dynamics.values()):
         axes.flat[0].legend(loc="best", fontsize="small")
-        axes.flat[5].legend(loc="best", fontsize="x-small")
+    clip_axes = axes.flat[5]
+    if clipped:
+        clip_axes.legend(loc="best", fontsize="x-small")
+    else:
+        clip_axes.text(0.5, 0.5, "nothing clipped", ha="center", va="center", transform=clip_axes.transAxes)
     saved(fig, path)
