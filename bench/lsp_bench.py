@@ -19,18 +19,20 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 class LspClient:
-    """`python -m srpo_dsl lsp [ARGS]` in a subprocess; requests wait for their response, notifications queue."""
+    """`python -m srpo_dsl lsp ARGS` in a subprocess (started by `prefix`, e.g. a command that drops
+    privileges); requests wait for their response, notifications and the server's requests queue."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "srpo_dsl", "lsp", *args],
+            [*prefix, sys.executable, "-m", "srpo_dsl", "lsp", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=ROOT,
@@ -82,10 +84,13 @@ class LspClient:
         )
         return note["params"]["diagnostics"]
 
-    def initialize(self, root: Path) -> dict:
-        result = self.request(
-            "initialize", {"processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": {}}
-        )
+    def reply(self, request: dict, result: object = None) -> None:
+        """Answer a request the server sent."""
+        self.send({"id": request["id"], "result": result})
+
+    def initialize(self, root: Path, capabilities: dict | None = None) -> dict:
+        params = {"processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": capabilities or {}}
+        result = self.request("initialize", params)
         self.notify("initialized", {})
         return result
 

@@ -1,10 +1,16 @@
 """One template search path: the checker and the runtime look up a role's template alike."""
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 from lang_cases import BASE
+from lsprotocol.types import Position
 
-from srpo_dsl.lang import analyze
+from srpo_dsl.lang import analyze, templates
 from srpo_dsl.lang.templates import PACKAGE_TEMPLATES, template_search_path
+from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.runtime.prompts import PromptError, PromptRenderer
 
 CONTEXT = {
@@ -141,3 +147,57 @@ def test_a_variable_set_in_an_included_template_is_not_carried_out_of_it(tmp_pat
     )
     with pytest.raises(PromptError, match="step_note"):  # what the check predicts: rendering fails
         PromptRenderer([tmp_path]).render("main.j2", CONTEXT)
+
+
+def test_the_template_checks_follow_the_files_they_read(tmp_path, monkeypatch):
+    """The checks are cached (workflows share templates), each result with the state of every file it
+    read: a file rewritten at once with the same size (its time may not change within the filesystem's
+    tick) is read again, an unchanged settled one is not, a deleted one is E080."""
+    text, path = _workflow(tmp_path, "t.j2"), str(tmp_path / "w.srpo")
+    role = tmp_path / "t.j2"
+
+    def problems() -> list[tuple[str, str]]:
+        return [(d.code, d.message) for d in analyze(text, path).diagnostics]
+
+    role.write_text("{{ aaaa }}")
+    assert problems() == [("E082", "template `t.j2` line 1 uses `aaaa`, which no step provides")]
+    role.write_text("{{ bbbb }}")
+    assert problems() == [("E082", "template `t.j2` line 1 uses `bbbb`, which no step provides")]
+    role.write_text("{{ task.question }}")
+    long_ago = time.time_ns() - 60 * 10**9
+    for settled in (role, tmp_path / "p.j2"):
+        os.utime(settled, ns=(long_ago, long_ago))
+    assert problems() == []
+    checks, check = [], templates._template_problems
+    monkeypatch.setattr(templates, "_template_problems", lambda *a: checks.append(a[0]) or check(*a))
+    assert problems() == [] and checks == []  # served from the cache: nothing changed
+    role.unlink()
+    assert problems() == [("E080", "template not found")] and checks == ["t.j2"]
+
+
+def test_a_folder_that_cannot_be_searched_is_e081_and_navigation_says_so(tmp_path, monkeypatch):
+    """In-process, with `os.stat` denied under `locked/` (root searches any folder; tests/test_lsp_watch.py
+    makes a real one by dropping root's override): E081 "cannot be read", not E080 "not found"; hover
+    says so, go to definition finds nothing, neither raises."""
+    text, path = _workflow(tmp_path, "locked/t.j2"), str(tmp_path / "w.srpo")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "t.j2").write_text("{{ task.question }}")
+    real_stat = os.stat
+
+    def stat(where, *args, **kwargs):
+        if (tmp_path / "locked") in Path(where).parents:
+            raise PermissionError(13, "Permission denied", str(where))
+        return real_stat(where, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    (diag,) = analyze(text, path).diagnostics
+    assert (diag.code, diag.message) == ("E081", "template cannot be read: Permission denied")
+    assert (
+        diag.hint
+        == f"{tmp_path / 'locked' / 't.j2'}: check the permissions of the file and of the folders above it"
+    )
+    line = text.splitlines().index('agent agg uses lm prompt "locked/t.j2" emits final_boxed')
+    shown = hover(text, path, Position(line=line, character=7)).contents.value
+    assert '"locked/t.j2" (cannot be read: Permission denied)' in shown
+    at = Position(line=line, character=text.splitlines()[line].index("locked/"))
+    assert definition(text, path, Path(path).as_uri(), at) is None

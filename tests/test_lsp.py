@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +12,7 @@ import pytest
 from srpo_dsl.lang.format import format_source
 from srpo_dsl.lang.schema import AgentOptions, TrainOptions
 from tests.clitools import ROOT, load_bench
+from tests.lsptools import as_lsp, published, validate_json
 
 LspClient = load_bench("lsp_bench").LspClient
 
@@ -39,38 +36,14 @@ def routed(tmp_path: Path) -> Path:
     return tmp_path / "math_routed.srpo"
 
 
-def validate_json(path: Path) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "srpo_dsl", "validate", str(path), "--format", "json"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
-    return json.loads(done.stdout)
-
-
-def as_lsp(d: dict) -> dict:
-    """What the server must publish for one diagnostic of `validate --format json`."""
-    return {
-        "code": d["code"],
-        "severity": 1 if d["severity"] == "error" else 2,
-        "message": d["message"] + (f"\nhint: {d['hint']}" if d["hint"] else ""),
-        "range": {
-            "start": {"line": d["line"] - 1, "character": d["col"] - 1},
-            "end": {"line": d["end_line"] - 1, "character": d["end_col"] - 1},
-        },
-    }
-
-
 def test_the_server_takes_stdio_as_language_clients_start_it() -> None:
     # vscode-languageclient starts a server over stdio as `COMMAND --stdio` (issue 37).
-    c = LspClient("--stdio")
+    c = LspClient(["--stdio"])
     try:
         capabilities = c.initialize(ROOT)["capabilities"]
     finally:
         c.close()
     assert capabilities["documentFormattingProvider"] and c.proc.returncode == 0
-
-
-def published(diags: list[dict]) -> list[dict]:
-    return [{k: d[k] for k in ("code", "severity", "message", "range")} for d in diags]
 
 
 def test_diagnostics_are_validates_and_clear_on_fix(client, routed):

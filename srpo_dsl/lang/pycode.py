@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from srpo_dsl.lang.filestate import look
+
 UseName = Literal["reward", "loader", "tool", "env", "parser", "objective", "advantage"]
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -175,22 +177,31 @@ def split_ref(text: str) -> tuple[str, str]:
     return where, function
 
 
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a file (recorded: `filestate.look`); E092 when it cannot be looked at."""
+    state = look(path)
+    if state.error is not None:
+        raise RefProblem("E092", f"cannot read {path}: {state.error}")
+    return state.is_file
+
+
 def find_module(name: str) -> Path | None:
     """The source file of module `name` on `sys.path` (a package's `__init__.py`), found by path only."""
     parts = name.split(".")
     for entry in sys.path:
         base = Path(entry or ".").joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
+            if _is_file(candidate):
                 return candidate
     return None
 
 
 def source_of(where: str, base: Path) -> tuple[Path, str | None]:
-    """(the file, the module name or None) a reference's left side names; RefProblem if absent."""
+    """(the file, the module name or None) a reference's left side names; RefProblem if absent or if
+    it cannot be looked at."""
     if where.endswith(".py"):
         path = Path(where) if Path(where).is_absolute() else base / where
-        if not path.is_file():
+        if not _is_file(path):
             raise RefProblem("E091", f"Python file `{where}` not found (looked in {base})")
         return path, None
     found = find_module(where)

@@ -10,8 +10,10 @@ from typing import TypeVar
 
 import jinja2
 from jinja2 import meta, nodes
+from jinja2.loaders import split_template_path
 from jinja2.sandbox import SandboxedEnvironment
 
+from srpo_dsl.lang.filestate import FileCache, FileState, look, unchanged
 from srpo_dsl.lang.messages import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
 
@@ -44,11 +46,20 @@ def _is_path(name: str) -> bool:
     return Path(name).is_absolute() or ".." in Path(name).parts
 
 
+class TemplateUnreadable(jinja2.TemplateError):
+    """A template that may exist but cannot be read: the file, or a folder on its way, lacks permissions
+    (not the same as "not found": the file may be the one meant)."""
+
+    def __init__(self, name: str, path: Path, reason: str):
+        super().__init__(f"cannot read {path}: {reason}")
+        self.name, self.path, self.reason = name, path, reason
+
+
 class TemplateLoader(jinja2.FileSystemLoader):
     """Jinja2's file loader over `template_search_path(dirs)`, which also takes a prompt given as a
     path, as data files and Python references are: absolute, or relative to the workflow's folder
-    with `..` in it. Such a file is read by a loader rooted at its own folder; includes it makes
-    are looked up on the search path, as any template's."""
+    with `..` in it. Includes are looked up on the search path, as any template is. Every path it
+    looks at is recorded (`filestate.look`), so a cached check knows which files it depends on."""
 
     def __init__(self, dirs: Sequence[Path]):
         super().__init__(template_search_path(dirs))
@@ -62,14 +73,32 @@ class TemplateLoader(jinja2.FileSystemLoader):
             [Path(name).resolve()] if Path(name).is_absolute() else [(d / name).resolve() for d in self.dirs]
         )
 
+    def candidates(self, name: str) -> list[Path]:
+        """Every file `name` may mean, in the order they are tried."""
+        if _is_path(name):
+            return self.resolved(name)
+        pieces = split_template_path(name)
+        return [Path(folder, *pieces) for folder in self.searchpath]
+
+    def find(self, name: str) -> Path:
+        """The first candidate that is a file: TemplateNotFound if none is, TemplateUnreadable if one
+        before it cannot be looked at (it may be the one meant)."""
+        for path in self.candidates(name):
+            state = look(path)
+            if state.error is not None:
+                raise TemplateUnreadable(name, path, state.error)
+            if state.is_file:
+                return path
+        raise jinja2.TemplateNotFound(name)
+
     def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
-        candidates = self.resolved(template)
-        if not candidates:
-            return super().get_source(environment, template)
-        found = next((p for p in candidates if p.is_file()), None)
-        if found is None:
-            raise jinja2.TemplateNotFound(template)
-        return jinja2.FileSystemLoader(found.parent).get_source(environment, found.name)
+        path = self.find(template)
+        read = {path: FileState.of(path)}
+        try:
+            source = path.read_text(encoding=self.encoding)
+        except OSError as exc:
+            raise TemplateUnreadable(template, path, exc.strerror or str(exc)) from None
+        return source, str(path), lambda: unchanged(read)
 
     def looked_in(self, name: str) -> str:
         """Where `name` was looked for, in words."""
@@ -79,15 +108,19 @@ class TemplateLoader(jinja2.FileSystemLoader):
         return f"looked in {', '.join(str(d) for d in self.dirs) or '.'} and the package defaults"
 
 
+Problems = tuple[tuple[str, str, str | None], ...]  # (code, message, hint) of each
+_PROBLEMS: FileCache[Problems] = FileCache(1024)  # workflows share templates; a changed one is read again
+
+
 def check_template(name: str, at: Span, dirs: list[Path]) -> list[Diagnostic]:
-    """Missing template, syntax error, or a variable the runtime does not provide."""
-    return [
-        Diagnostic(code, message, at, hint) for code, message, hint in _template_problems(name, tuple(dirs))
-    ]
+    """Missing or unreadable template, syntax error, or a variable the runtime does not provide."""
+    problems = _PROBLEMS.get((name, tuple(dirs)), lambda: _template_problems(name, tuple(dirs)))
+    return [Diagnostic(code, message, at, hint) for code, message, hint in problems]
 
 
 @functools.lru_cache(maxsize=256)
 def _environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
+    """The checker's environment (its loader reads the files on each call: it holds none of them)."""
     env = SandboxedEnvironment(loader=TemplateLoader(dirs))
     env.filters.update(FILTERS)
     return env
@@ -176,7 +209,7 @@ def _setter_included(env: SandboxedEnvironment, tree: nodes.Template, var: str) 
             seen.add(name)
             try:
                 included = env.parse(env.loader.get_source(env, name)[0], name=name)  # type: ignore[union-attr]
-            except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError):
+            except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError, TemplateUnreadable):
                 continue  # E080 or E081 for that file
             if _assigned_somewhere(included, var):
                 return name
@@ -205,9 +238,8 @@ def _undefined_words(
     return f"template `{template}` line {line} uses `{var}`, which no step provides", hint
 
 
-@functools.lru_cache(maxsize=1024)
-def _template_problems(name: str, dirs: tuple[Path, ...]) -> tuple[tuple[str, str, str | None], ...]:
-    """(code, message, hint) for each problem; cached, since workflows share templates."""
+def _template_problems(name: str, dirs: tuple[Path, ...]) -> Problems:
+    """(code, message, hint) for each problem of `name` and the templates it includes."""
     env = _environment(dirs)
     loader: TemplateLoader = env.loader  # type: ignore[assignment]
     diags: list[tuple[str, str, str | None]] = []
@@ -218,10 +250,14 @@ def _template_problems(name: str, dirs: tuple[Path, ...]) -> tuple[tuple[str, st
         if current in seen:
             continue
         seen.add(current)
+        what = "template" if current == name else f"template `{current}` (included by `{name}`)"
         try:
             source = loader.get_source(env, current)[0]
+        except TemplateUnreadable as exc:
+            hint = f"{exc.path}: check the permissions of the file and of the folders above it"
+            diags.append(("E081", f"{what} cannot be read: {exc.reason}", hint))
+            continue
         except jinja2.TemplateNotFound:
-            what = "template" if current == name else f"template `{current}` (included by `{name}`)"
             diags.append(("E080", f"{what} not found", loader.looked_in(current)))
             continue
         try:

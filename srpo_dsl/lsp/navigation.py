@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jinja2
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.templates import TemplateLoader, template_search_path
+from srpo_dsl.lang.templates import TemplateLoader, TemplateUnreadable
 from srpo_dsl.lsp.costs import step_hover
 from srpo_dsl.lsp.occurrences import Occurrence, declarations, occurrence_at
 from srpo_dsl.lsp.positions import span_range
@@ -17,17 +18,21 @@ from srpo_dsl.lsp.symbols import parsed
 _START = lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=0, character=0))
 
 
-def template_file(name: str, workflow: str) -> Path | None:
-    """The file a prompt names, looked up as the checker and runtime do (the workflow's folder first)."""
-    folder = Path(workflow).resolve().parent
-    candidates = TemplateLoader([folder]).resolved(name) or [d / name for d in template_search_path([folder])]
-    return next((p for p in candidates if p.is_file()), None)
+def template_lookup(name: str, workflow: str) -> Path | str:
+    """The file a prompt names, looked up as the checker and runtime do (the workflow's folder first),
+    else why there is none, in words."""
+    try:
+        return TemplateLoader([Path(workflow).resolve().parent]).find(name)
+    except TemplateUnreadable as exc:
+        return f"cannot be read: {exc.reason}"
+    except jinja2.TemplateNotFound:
+        return "not found"
 
 
 def _target(occ: Occurrence, program: n.Program, uri: str) -> lsp.Location | None:
     if occ.kind == "template":
-        found = template_file(occ.text, program.file)
-        return lsp.Location(uri=found.as_uri(), range=_START) if found else None
+        found = template_lookup(occ.text, program.file)
+        return lsp.Location(uri=found.as_uri(), range=_START) if isinstance(found, Path) else None
     if occ.kind == "ref":
         target = locate(occ.text, program.file)
         if target is None:
@@ -59,8 +64,7 @@ def _agent_hover(agent: n.Agent, program: n.Program) -> str:
     bound = _source_text(program, policy.source.span) if policy else "undeclared"
     contract = _source_text(program, agent.contract.span)
     pool = f"K in 1..{agent.replicas} (pool of {agent.replicas})" if agent.pooled else "K = 1 (single agent)"
-    template = template_file(agent.prompt, program.file)
-    shown = f'"{agent.prompt}"' + (f" ({template})" if template else " (not found)")
+    shown = f'"{agent.prompt}" ({template_lookup(agent.prompt, program.file)})'
     return "\n\n".join(
         [
             f"**agent** `{agent.name.name}`",

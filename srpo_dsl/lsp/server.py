@@ -1,19 +1,25 @@
-"""The pygls server: each LSP method calls its feature module on the document's text and path."""
+"""The pygls server: each LSP method calls its feature module on the document's text and path; the
+diagnostics of open workflows are published again when the files they read change (`watch`)."""
 
 from __future__ import annotations
+
+import asyncio
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
+from srpo_dsl.lang.filestate import recording
 from srpo_dsl.lsp.completion import completions
 from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.formatting import format_edits
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.symbols import document_symbols
+from srpo_dsl.lsp.watch import OpenWorkflows, offers_watching, registration
 from srpo_dsl.version import __version__
 
 server = LanguageServer("srpo-dsl", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+workflows = OpenWorkflows()
 
 
 def _path(doc: TextDocument) -> str:
@@ -29,15 +35,42 @@ def _at(doc: TextDocument, pos: lsp.Position) -> lsp.Position:
     return doc.position_codec.position_from_client_units(doc.lines, pos)
 
 
-def publish(ls: LanguageServer, uri: str) -> None:
-    """Check the document as `srpo-dsl validate` would and publish every diagnostic."""
+def publish(ls: LanguageServer, uri: str, if_changed: bool = False) -> None:
+    """Check the document as `srpo-dsl validate` would and publish every diagnostic (`if_changed`: only
+    when they differ from those last published)."""
     doc = ls.workspace.get_text_document(uri)
-    diags = diagnose(doc.source, _path(doc))
+    with recording() as reads:
+        diags = diagnose(doc.source, _path(doc))
     for d in diags:
         d.range = _client(doc, d.range)
-    ls.text_document_publish_diagnostics(
-        lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=doc.version)
-    )
+    if workflows.analysed(uri, reads, diags) or not if_changed:
+        ls.text_document_publish_diagnostics(
+            lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=doc.version)
+        )
+
+
+@server.feature(lsp.INITIALIZED)
+def _initialized(ls: LanguageServer, params: lsp.InitializedParams) -> None:
+    """Ask the client to report changed templates and Python where it can; start looking at them."""
+    if offers_watching(ls.client_capabilities):
+        ls.client_register_capability(registration())
+    if workflows.poll > 0:
+        asyncio.get_running_loop().call_later(workflows.poll, _poll, ls)
+
+
+def _poll(ls: LanguageServer) -> None:
+    """Analyse again each open workflow whose last analysis read a path that changed since; then wait."""
+    try:
+        for uri in workflows.stale():
+            publish(ls, uri, if_changed=True)
+    finally:
+        asyncio.get_running_loop().call_later(workflows.poll, _poll, ls)
+
+
+@server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+def _files_changed(ls: LanguageServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+    for uri in workflows.uris():
+        publish(ls, uri)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
@@ -52,6 +85,7 @@ def _did_change(ls: LanguageServer, params: lsp.DidChangeTextDocumentParams) -> 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
 def _did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
+    workflows.forget(params.text_document.uri)
     cleared = lsp.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[])
     ls.text_document_publish_diagnostics(cleared)
 
@@ -103,6 +137,8 @@ def _completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.Complet
     return lsp.CompletionList(is_incomplete=False, items=completions(doc.source, pos.line, pos.character))
 
 
-def serve() -> None:
-    """Speak LSP over stdin/stdout until the client says `exit`."""
+def serve(poll: float) -> None:
+    """Speak LSP over stdin/stdout until the client says `exit`; every `poll` seconds (0: never), look
+    whether the files the open workflows read changed."""
+    workflows.poll = poll
     server.start_io()
