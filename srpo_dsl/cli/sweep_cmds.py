@@ -28,6 +28,12 @@ OPTION = typer.Option(
 )
 MODEL = typer.Option(None, "--model", help="Every policy's model in every cell (e.g. builtin:tiny).")
 SEEDS = typer.Option(None, "--seeds", help="The seeds in place of the experiment's, comma-separated.")
+PROCS = typer.Option(
+    1,
+    "--procs-per-run",
+    min=1,
+    help="Processes (GPUs) per run: > 1 launches each run with torchrun, on its own GPUs.",
+)
 EVAL_DATA = typer.Option(
     [], "--eval-data", help="A held-out data file in place of the experiment's [eval] datasets; repeatable."
 )
@@ -43,6 +49,7 @@ def sweep_cmd(
     model: str | None = MODEL,
     seeds: str | None = SEEDS,
     eval_data: list[Path] = EVAL_DATA,
+    procs_per_run: int = PROCS,
 ) -> None:
     """Run an experiment: every cell (workflow + overrides) once per seed, then its results.
 
@@ -72,7 +79,7 @@ def sweep_cmd(
     if experiment is None or out is None:
         raise CliError("give an EXPERIMENT file and --out DIR (or --report DIR)")
     changes = Changes(parse_options(option), model, parse_seeds(seeds), list(eval_data) or None)
-    failed = run_sweep(experiment, out, jobs, parse_settings(setting), changes)
+    failed = run_sweep(experiment, out, jobs, parse_settings(setting), changes, procs_per_run)
     if failed:
         raise typer.Exit(EXIT_INPUT)
 
@@ -101,15 +108,26 @@ def parse_seeds(value: str | None) -> list[int] | None:
 
 
 def run_sweep(
-    experiment: Path, out: Path, jobs: int, settings: dict[str, str], changes: Changes = Changes()
+    experiment: Path,
+    out: Path,
+    jobs: int,
+    settings: dict[str, str],
+    changes: Changes = Changes(),
+    procs: int = 1,
 ) -> int:
     """Check everything, run what is left with a live view, write the results; the number of failed runs.
     `settings`: `--set` tool options, checked (and each tool's server asked) before any run starts;
-    `changes`: the command line's options, model, seeds and held-out data for every cell."""
+    `changes`: the command line's options, model, seeds and held-out data for every cell; `procs`:
+    processes (GPUs) per run."""
     from srpo_dsl.sweep.experiment import ExperimentError, load_experiment, overridden, workflow_errors
     from srpo_dsl.sweep.progress import summary
-    from srpo_dsl.sweep.runner import Sweep
+    from srpo_dsl.sweep.runner import Sweep, device_slots
     from srpo_dsl.sweep.state import STATE, open_state
+
+    try:
+        device_slots(jobs, procs)
+    except ValueError as exc:
+        raise CliError(f"--jobs {jobs} --procs-per-run {procs}: {exc}") from None
 
     if not (out / STATE).is_file():  # a sweep's folder is its own: new, or the one it goes on with
         refuse_existing(out, "it holds no sweep to go on with; choose another --out")
@@ -133,7 +151,7 @@ def run_sweep(
         raise CliError(err.lines[0], EXIT_INPUT) from None
     except OSError as exc:
         raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
-    sweep = Sweep(exp, out, state, jobs, settings)
+    sweep = Sweep(exp, out, state, jobs, settings, procs)
     todo = sweep.todo()
     watched(sweep, todo)
     print(f"{len(state.runs)} runs: {summary(state)}")

@@ -9,6 +9,7 @@ change, so a killed sweep resumes where it was.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -42,11 +43,23 @@ def option_value(value: Any) -> str:
 
 
 def train_command(
-    exp: Experiment, job: Job, folder: Path, settings: Mapping[str, str] | None = None
+    exp: Experiment, job: Job, folder: Path, settings: Mapping[str, str] | None = None, procs: int = 1
 ) -> list[str]:
     """`python -m srpo_dsl train WORKFLOW --out RUN --resume --seed S --option NAME=VALUE ...`, and the
-    sweep's `--set` tool options."""
-    cmd = [sys.executable, "-m", "srpo_dsl", "train", str(job.cell.workflow)]
+    sweep's `--set` tool options; with `procs` > 1 under torchrun (`--standalone`: each run its own
+    rendezvous on a free port), one process per GPU."""
+    launch = [sys.executable, "-m", "srpo_dsl"]
+    if procs > 1:
+        launch = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(procs),
+        ]
+        launch += ["-m", "srpo_dsl"]
+    cmd = [*launch, "train", str(job.cell.workflow)]
     cmd += ["--out", str(run_dir(folder, job.cell.name, job.seed)), "--resume", "--seed", str(job.seed)]
     for name, value in (job.cell.overrides | exp.evaluation).items():
         cmd += ["--option", f"{name}={option_value(value)}"]
@@ -59,13 +72,30 @@ def train_command(
     return cmd
 
 
-def child_env(jobs: int) -> dict[str, str]:
-    """This environment without a launcher's rendezvous variables (each run is one process); with no
-    OMP_NUM_THREADS set, the cores are shared out between the jobs (oversubscribed torch threads
-    slow every run down several times)."""
+def child_env(jobs: int, devices: list[str] | None = None) -> dict[str, str]:
+    """This environment without a launcher's rendezvous variables (a run launches its own); with no
+    OMP_NUM_THREADS set, the cores are shared out between the processes of the running jobs
+    (oversubscribed torch threads slow every run down several times); `devices`: the run's GPUs
+    (CUDA_VISIBLE_DEVICES), when the sweep shares the GPUs out."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+    processes = jobs * max(1, len(devices or ()))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
+    if devices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     return env
+
+
+def device_slots(jobs: int, procs: int) -> list[list[str]]:
+    """The GPUs of each of the `jobs` runs at a time, `procs` each: consecutive slices of
+    CUDA_VISIBLE_DEVICES (else devices 0, 1, ...); no slices with one process per run."""
+    if procs <= 1:
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = [d.strip() for d in visible.split(",")] if visible else [str(i) for i in range(jobs * procs)]
+    if len(devices) < jobs * procs:
+        need = f"{jobs} runs at a time of {procs} processes need {jobs * procs} GPUs"
+        raise ValueError(f"{need}; CUDA_VISIBLE_DEVICES names {len(devices)}")
+    return [devices[i * procs : (i + 1) * procs] for i in range(jobs)]
 
 
 def last_error(log: Path) -> str:
@@ -89,9 +119,14 @@ class Sweep:
         state: SweepState,
         jobs: int,
         settings: Mapping[str, str] | None = None,
+        procs: int = 1,
     ):
         self.exp, self.folder, self.state, self.jobs = exp, folder, state, jobs
         self.settings = dict(settings or {})  # `--set` tool options, passed to every run
+        self.procs_per_run = procs  # processes (GPUs) per run; > 1: torchrun
+        self.slots: queue.SimpleQueue[list[str]] = queue.SimpleQueue()  # free GPU slices, when shared out
+        for slot in device_slots(jobs, procs):
+            self.slots.put(slot)
         self.lock = threading.Lock()
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopping = False
@@ -130,16 +165,12 @@ class Sweep:
         run = self.state.runs[job.key]
         self.update(job, status="running", attempts=run.attempts + 1, error=None, exit_code=None)
         start = time.monotonic()
-        with log.open("a", encoding="utf-8") as out:
-            proc = subprocess.Popen(
-                train_command(self.exp, job, self.folder, self.settings),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=child_env(self.jobs),
-            )
-            self.procs[job.key] = proc
-            code = proc.wait()
-            self.procs.pop(job.key, None)
+        devices = self.slots.get() if self.procs_per_run > 1 else None
+        try:
+            code = self.launch(job, log, devices)
+        finally:
+            if devices is not None:
+                self.slots.put(devices)
         wall = run.wall_s + time.monotonic() - start
         if self.stopping:
             self.update(job, status="pending", wall_s=wall)
@@ -147,6 +178,20 @@ class Sweep:
             self.update(job, status="done", exit_code=0, wall_s=wall)
         else:
             self.update(job, status="failed", exit_code=code, error=last_error(log), wall_s=wall)
+
+    def launch(self, job: Job, log: Path, devices: list[str] | None) -> int:
+        """The run's train command to its end, its output appended to `log`; its exit code."""
+        with log.open("a", encoding="utf-8") as out:
+            proc = subprocess.Popen(
+                train_command(self.exp, job, self.folder, self.settings, self.procs_per_run),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=child_env(self.jobs, devices),
+            )
+            self.procs[job.key] = proc
+            code = proc.wait()
+            self.procs.pop(job.key, None)
+        return code
 
     def run(self, jobs: list[Job]) -> None:
         """Every job, `self.jobs` at a time; on an interrupt (SIGINT, or SIGTERM in the main thread) the
