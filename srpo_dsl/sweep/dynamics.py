@@ -71,12 +71,18 @@ def collect_dynamics(folder: Path, state: SweepState) -> dict[str, list[RunDynam
     return {name: sorted(runs, key=lambda r: r.seed) for name, runs in out.items()}
 
 
+def finite_mean(values: np.ndarray) -> float:
+    """The mean of the finite values (NaN: a step that did not record it); NaN when there are none."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else math.nan
+
+
 def run_summary(run: RunDynamics) -> dict[str, float]:
     """The run's mean of each series over its steps; `return` over its last WINDOW steps; the CV over all."""
-    out = {name: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for name, v in run.series.items()}
-    out["return"] = float(np.nanmean(run.series["return"][-WINDOW:]))
-    norms = run.series["grad_norm"]
-    out["grad_norm_cv"] = float(np.nanstd(norms) / np.nanmean(norms)) if np.nanmean(norms) > 0 else math.nan
+    out = {name: finite_mean(v) for name, v in run.series.items()}
+    out["return"] = finite_mean(run.series["return"][-WINDOW:])
+    norms = run.series["grad_norm"][np.isfinite(run.series["grad_norm"])]
+    out["grad_norm_cv"] = float(norms.std() / norms.mean()) if norms.size and norms.mean() > 0 else math.nan
     return out
 
 
