@@ -341,8 +341,12 @@ def test_the_editor_and_the_formatter_know_the_branch_clause(tmp_path):
     from srpo_dsl.lang.format import format_source
     from srpo_dsl.lsp.completion import completions
 
-    labels = {item.label for item in completions("act s ", 0, 6)}
-    assert {"branch", "keep", "best", "random", "first"} <= labels
+    def labels(text: str) -> set[str]:
+        return {item.label for item in completions(text, 0, len(text))}
+
+    assert "branch" in labels("act s ") and "keep" not in labels("act s ")
+    assert {"keep", "by"} <= labels("act s branch 2 ")
+    assert labels("act s branch 2 keep ") == {"best", "random", "first"}
     messy = HEAD + "aggregate  solver   branch  2 keep best  by exact_match( task.answer )\n"
     tidy = format_source(messy)
     assert "aggregate solver branch 2 keep best by exact_match(task.answer)" in tidy

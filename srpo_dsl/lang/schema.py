@@ -149,6 +149,16 @@ def registered(registry: Registry[Any] | Mapping[str, Any], value: str, *, code:
     raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
 
 
+# The registry each `train with` option that names an entry is checked against (and completion offers).
+TRAIN_CHOICES: dict[str, Mapping[str, Any]] = {
+    "objective": OBJECTIVES,
+    "advantage": ADVANTAGE_ESTIMATORS,
+    "aggregation": AGGREGATIONS,
+    "set_norm": SET_NORMS,
+    "backup": BACKUPS,
+}
+
+
 class TrainOptions(_Options):
     """The `train with (...)` block; every field can be overridden on the command line.
     Every field's description is its documentation (completion, hover; the table in docs/dsl.md)."""
@@ -222,12 +232,12 @@ class TrainOptions(_Options):
     @field_validator("objective")
     @classmethod
     def _objective(cls, value: str) -> str:
-        return registered(OBJECTIVES, value, code=True)
+        return registered(TRAIN_CHOICES["objective"], value, code=True)
 
     @field_validator("advantage")
     @classmethod
     def _advantage(cls, value: str | None) -> str | None:
-        return None if value is None else registered(ADVANTAGE_ESTIMATORS, value, code=True)
+        return None if value is None else registered(TRAIN_CHOICES["advantage"], value, code=True)
 
     @field_validator("aggregation")
     @classmethod
@@ -237,7 +247,7 @@ class TrainOptions(_Options):
             raise PydanticCustomError(
                 "missing", "Field required with a Python objective ({expected})", {"expected": expected}
             )
-        return None if value is None else registered(AGGREGATIONS, value)
+        return None if value is None else registered(TRAIN_CHOICES["aggregation"], value)
 
     @field_validator("max_tokens_per_micro_batch")
     @classmethod
@@ -251,12 +261,12 @@ class TrainOptions(_Options):
     @field_validator("backup")
     @classmethod
     def _backup(cls, value: str) -> str:
-        return registered(BACKUPS, value)
+        return registered(TRAIN_CHOICES["backup"], value)
 
     @field_validator("set_norm")
     @classmethod
     def _set_norm(cls, value: str) -> str:
-        return registered(SET_NORMS, value)
+        return registered(TRAIN_CHOICES["set_norm"], value)
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,70 @@
-"""textDocument/completion: keywords, declared names, registered kinds, and the options of an open
-`train with (` or `agent ... with (`."""
+"""textDocument/completion by position: the keywords the grammar accepts at the cursor and, where it
+accepts a name, the names that fit the clause (agents after a step keyword, `on` and `by`; policies
+after `uses`; contracts after `emits`; an option's values after its `=`; ...). Nothing in a comment
+or a string."""
 
 from __future__ import annotations
 
-import functools
 import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from lsprotocol import types as lsp
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from srpo_dsl.lang.branches import KEEP_RULES
-from srpo_dsl.lang.grammar import grammar_text
-from srpo_dsl.lang.schema import POLICY_KINDS, TASK_KINDS, TOOL_KINDS, AgentOptions, TrainOptions
+from srpo_dsl.lang.grammar import lark_parser, statements
+from srpo_dsl.lang.schema import (
+    POLICY_KINDS,
+    TASK_KINDS,
+    TOOL_KINDS,
+    TRAIN_CHOICES,
+    AgentOptions,
+    Generation,
+    LoraOptions,
+    TrainOptions,
+)
+from srpo_dsl.lsp.expected import Expected, expected, in_comment_or_string
 from srpo_dsl.registries import CONTRACTS, REWARDS
 
 CK = lsp.CompletionItemKind
-_TRAIN_OPEN = re.compile(r"\btrain\s+with\s*\(([^)]*)$")
-_AGENT_OPEN = re.compile(r"(?:^|\n)[ \t]*agent\b[^\n]*\bwith\s*\(([^)]*)$")
-_DECLARED = re.compile(r"^\s*(policy|tool|env|agent)\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
-_LITERAL = re.compile(r'"([a-z_]+)"')
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DECLARED = re.compile(
+    r"^[ \t]*(policy|tool|env|agent)[ \t]+([A-Za-z_][A-Za-z0-9_]*)(?:[ \t]*\[[ \t]*([0-9]+))?([^\n]*)",
+    re.MULTILINE,
+)
+_CONTRACT_ARGS = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(([^)]*)\)")
+_WITH = {"TRAIN": TrainOptions, "AGENT": AgentOptions, "POLICY": Generation}
+_KINDS = {"POLICY": POLICY_KINDS, "TASK": TASK_KINDS, "TOOL": TOOL_KINDS}
 
 
-@functools.cache
-def keywords() -> tuple[str, ...]:
-    """The grammar's keywords (the step table's included), as registered now."""
-    return tuple(sorted(set(_LITERAL.findall(grammar_text()))))
+@dataclass(frozen=True)
+class Declared:
+    """A name the file declares: its kind (`agent`, `policy`, `tool`, `env`), its pool size (agents
+    written `[N]`), and the words its `emits` lists (`verdict(approve, reject)`, `act(search, answer)`)."""
+
+    kind: str
+    name: str
+    pool: int | None
+    words: tuple[str, ...]
+
+
+def declared(text: str) -> list[Declared]:
+    """Every declaration of `text`, read line by line (a file with syntax errors has them too)."""
+    out = []
+    for kind, name, pool, rest in _DECLARED.findall(text):
+        emits = rest.partition("emits")[2]
+        words = [
+            w.strip()
+            for contract, args in _CONTRACT_ARGS.findall(emits)
+            if contract in CONTRACTS and (CONTRACTS[contract].testable or CONTRACTS[contract].acts)
+            for w in args.split(",")
+        ]
+        out.append(Declared(kind, name, int(pool) if pool else None, tuple(w for w in words if w)))
+    return out
 
 
 def _field_detail(name: str, info: FieldInfo) -> str:
@@ -48,29 +87,166 @@ def options(model: type[BaseModel]) -> list[lsp.CompletionItem]:
     ]
 
 
-def _registered() -> list[lsp.CompletionItem]:
-    groups = [
-        (CONTRACTS, "output contract"),
-        (TASK_KINDS, "task kind"),
-        (POLICY_KINDS, "policy kind"),
-        (TOOL_KINDS, "tool kind"),
-        (REWARDS, "reward function"),
-    ]
-    rules = [lsp.CompletionItem(label=name, kind=CK.EnumMember, detail="keep rule") for name in KEEP_RULES]
+def choices(model: type[BaseModel], name: str) -> list[str]:
+    """The values an option takes by name: a registry's entries, a `Literal`'s, or `true` and `false`."""
+    if model is TrainOptions and name in TRAIN_CHOICES:
+        return list(TRAIN_CHOICES[name])
+    info = model.model_fields.get(name)
+    if info is None:
+        return []
+    kinds = [info.annotation]
+    if typing.get_origin(info.annotation) in (typing.Union, types.UnionType):  # `X | None`: X
+        kinds = [a for a in typing.get_args(info.annotation) if a is not type(None)]
+    if kinds == [bool]:
+        return ["true", "false"]
+    return [str(v) for a in kinds if typing.get_origin(a) is typing.Literal for v in typing.get_args(a)]
+
+
+def _value(word: str) -> str:
+    """A value as written: a bare word, or a string where it is not a name (`"event-mean"`)."""
+    return word if _IDENT.fullmatch(word) else f'"{word}"'
+
+
+def _items(names: Iterable[str], kind: lsp.CompletionItemKind, detail: str) -> list[lsp.CompletionItem]:
+    return [lsp.CompletionItem(label=_value(n), kind=kind, detail=detail) for n in names]
+
+
+def _declared_items(decls: list[Declared], *kinds: str) -> list[lsp.CompletionItem]:
     return [
-        lsp.CompletionItem(label=name, kind=CK.Function, detail=what) for reg, what in groups for name in reg
-    ] + rules
+        lsp.CompletionItem(
+            label=d.name,
+            kind=CK.Variable,
+            detail=f"{d.kind} (pool of {d.pool})" if d.pool else d.kind,
+        )
+        for d in decls
+        if d.kind in kinds
+    ]
+
+
+def _contracts() -> list[lsp.CompletionItem]:
+    return [
+        lsp.CompletionItem(
+            label=name, kind=CK.Function, detail="output contract", documentation=spec.describe
+        )
+        for name, spec in CONTRACTS.items()
+    ]
+
+
+def _option_model(exp: Expected) -> type[BaseModel] | None:
+    """The option model of the `(` left open before the cursor: `with (`, `lora(`, or a kind's call."""
+    at = exp.opener()
+    if not at:
+        return None
+    before, head = exp.tokens[at - 1], exp.head()
+    if before.type == "LORA":
+        return LoraOptions
+    if before.type == "WITH":
+        return _WITH.get(head or "")
+    kinds: Mapping = _KINDS.get(head or "", {})
+    return kinds[before.value].options if before.type == "NAME" and before.value in kinds else None
+
+
+def _in_parens(exp: Expected, decls: list[Declared]) -> list[lsp.CompletionItem]:
+    """A name after `(` or `,` inside parentheses: an option's name, an agent of `reward FN(`, a pool
+    of `route(`."""
+    at = exp.opener()
+    model = _option_model(exp)
+    if model is not None:
+        return options(model)
+    if at and exp.head() == "REWARD" and exp.last == "LPAR":
+        return _declared_items(decls, "agent")
+    before = exp.tokens[at - 1] if at else None
+    if before is not None and before.value in CONTRACTS and CONTRACTS[before.value].selects:
+        return _declared_items([d for d in decls if d.pool], "agent")
+    return []
+
+
+def _after_equal(exp: Expected) -> list[lsp.CompletionItem]:
+    """After `policy NAME =`, `tool NAME =`: the kinds; after an option's `=`: its values."""
+    name = exp.tokens[-2] if len(exp.tokens) > 1 else None
+    if len(exp.tokens) > 2 and exp.tokens[-3].type in _KINDS:
+        return _items(_KINDS[exp.tokens[-3].type], CK.Function, f"{exp.tokens[-3].value} kind")
+    model = _option_model(exp)
+    if model is None or name is None:
+        return []
+    return _items(choices(model, name.value), CK.EnumMember, f"{name.value} value")
+
+
+def _after_compare(exp: Expected, decls: list[Declared]) -> list[lsp.CompletionItem]:
+    subject = exp.tokens[-2].value if len(exp.tokens) > 1 else ""
+    words = [w for d in decls if d.name == subject for w in d.words]
+    return _items(dict.fromkeys(words), CK.EnumMember, f"a word {subject} says")
+
+
+_AFTER: dict[str, tuple[str, ...]] = {  # the keyword before a name -> the kinds of names declared
+    "USES": ("policy",),
+    "CALL": ("tool",),
+    "ON": ("agent",),
+    "STEP": ("env",),
+    "IF": ("agent", "env"),
+    "UNTIL": ("agent", "env"),
+}
+
+
+def names(exp: Expected, decls: list[Declared]) -> list[lsp.CompletionItem]:
+    """The names that fit where the parser takes a name, by the word before the cursor."""
+    last, step_kinds = exp.last or "", statements(lark_parser()).step_kinds
+    if last in _AFTER:
+        return _declared_items(decls, *_AFTER[last])
+    if last in step_kinds:
+        return _declared_items(decls, "agent")
+    if last == "BY":
+        branch = any(t.type == "BRANCH" for t in exp.statement())
+        return (
+            _items(REWARDS, CK.Function, "reward function")
+            if branch
+            else _declared_items(decls, "agent", "env")
+        )
+    if last == "REWARD":
+        return _items(REWARDS, CK.Function, "reward function") + _declared_items(decls, "env")
+    if last == "KEEP":
+        return _items(KEEP_RULES, CK.EnumMember, "keep rule")
+    if last == "TASK" and exp.head() == "TASK":
+        return _items(TASK_KINDS, CK.Function, "task kind")
+    if last == "EQUAL":
+        return _after_equal(exp)
+    if last == "COMPARE":
+        return _after_compare(exp, decls)
+    if last == "EMITS" or (last == "COMMA" and exp.head() == "ENV" and exp.opener() is None):
+        return _contracts()
+    if last in ("LPAR", "COMMA") and exp.opener() is not None:
+        return _in_parens(exp, decls)
+    if last == "COMMA" and (exp.list_opener() == "ON" or exp.list_opener() in step_kinds):
+        return _declared_items(decls, "agent")  # `step e on a, `, `parallel a, `
+    return []
+
+
+_NO_KEYWORDS = frozenset({"EMITS", "EQUAL"})  # a contract or a value here, never a keyword
+
+
+def keywords(exp: Expected) -> list[lsp.CompletionItem]:
+    """The keywords the parser takes next (`by`, `only`, `branch` after `parallel solver`; every
+    statement's keyword where one may start)."""
+    if exp.last in _NO_KEYWORDS or (exp.last == "COMMA" and exp.head() == "ENV"):
+        return []
+    parser = lark_parser()
+    words = []
+    for term in sorted(exp.accepts - {"$END"}):
+        pattern = parser.get_terminal(term).pattern
+        if pattern.type == "str" and _IDENT.fullmatch(pattern.value):
+            words.append(pattern.value)
+    return [lsp.CompletionItem(label=w, kind=CK.Keyword) for w in sorted(words)]
 
 
 def completions(text: str, line: int, character: int) -> list[lsp.CompletionItem]:
-    """What may be written at (line, character): inside an open `train with (`, its options; else the rest."""
+    """What may be written at (line, character): nothing in a comment or a string, else the keywords the
+    grammar accepts there and, where it accepts a name, the names that fit."""
     lines = text.split("\n")
-    prefix = "\n".join([*lines[:line], lines[line][:character] if line < len(lines) else ""])
-    if _TRAIN_OPEN.search(prefix):
-        return options(TrainOptions)
-    if _AGENT_OPEN.search(prefix):
-        return options(AgentOptions)
-    items = [lsp.CompletionItem(label=k, kind=CK.Keyword) for k in keywords()]
-    declared = dict.fromkeys(_DECLARED.findall(text))
-    items += [lsp.CompletionItem(label=name, kind=CK.Variable, detail=kind) for kind, name in declared]
-    return items + _registered()
+    current = lines[line][:character] if line < len(lines) else ""
+    if in_comment_or_string(current):
+        return []
+    exp = expected("\n".join([*lines[:line], current]))
+    if exp is None:
+        return []
+    found = names(exp, declared(text)) if "NAME" in exp.accepts else []
+    return found + keywords(exp)

@@ -130,7 +130,7 @@ def _hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
     return found
 
 
-@server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=["(", ",", " "]))
+@server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=["(", ",", "="]))
 def _completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
     doc = ls.workspace.get_text_document(params.text_document.uri)
     pos = _at(doc, params.position)

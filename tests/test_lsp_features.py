@@ -1,0 +1,105 @@
+"""`srpo-dsl lsp`'s editing features over the real server: completion by position, quick fixes, rename
+and references, links, folding, semantic tokens, code lenses and the graph command (issue 37, part 4)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.steps import step_keywords
+from srpo_dsl.registries import CONTRACTS, OBJECTIVES
+from tests.clitools import ROOT, load_bench
+
+LspClient = load_bench("lsp_bench").LspClient
+
+WORKFLOWS = ROOT / "workflows"
+STEPS = {*step_keywords(), "call", "step", "repeat", "if", "break"}
+DECLARATIONS = {"policy", "task", "tool", "env", "agent", "reward", "train"}
+AGENTS = {"router", "solver", "verifier", "aggregator"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = LspClient()
+    c.initialize(ROOT)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def routed(tmp_path: Path) -> Path:
+    """A copy of workflows/math_routed.srpo with its prompt folder (templates resolve from its folder)."""
+    shutil.copytree(WORKFLOWS / "math", tmp_path / "math")
+    shutil.copy(WORKFLOWS / "math_routed.srpo", tmp_path)
+    return tmp_path / "math_routed.srpo"
+
+
+def after(text: str, line_has: str, word: str) -> dict:
+    """The position just after the first `word` on the first line holding `line_has`."""
+    lines = text.splitlines()
+    line = next(i for i, x in enumerate(lines) if line_has in x)
+    return {"line": line, "character": lines[line].index(word) + len(word)}
+
+
+def offered(client, uri: str, position: dict) -> dict[str, dict]:
+    params = {"textDocument": {"uri": uri}, "position": position}
+    return {i["label"]: i for i in client.request("textDocument/completion", params)["items"]}
+
+
+def test_completion_offers_what_fits_the_position(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    end = {"line": len(text.splitlines()), "character": 0}
+    assert set(offered(client, uri, end)) == STEPS | DECLARATIONS  # a statement starts: keywords only
+    in_loop = {"line": text.splitlines().index("repeat at most 4 {") + 1, "character": 0}
+    assert set(offered(client, uri, in_loop)) == STEPS  # no declaration inside a block
+    agents = offered(client, uri, after(text, "parallel solver by router", "parallel "))
+    assert set(agents) == AGENTS and agents["solver"]["detail"] == "agent (pool of 3)"
+    assert set(offered(client, uri, after(text, "parallel solver by router", "by "))) == AGENTS
+    clause = set(offered(client, uri, after(text, "parallel solver by router", "solver ")))
+    assert {"by", "only", "branch"} <= clause and not clause & (AGENTS | DECLARATIONS)
+    assert set(offered(client, uri, after(text, "agent router", "uses "))) == {"lm"}
+    assert set(offered(client, uri, after(text, "agent router", "emits "))) == set(CONTRACTS)
+    assert set(offered(client, uri, after(text, "until verifier", "== "))) == {"approve", "reject"}
+    assert set(offered(client, uri, after(text, "policy lm", "= "))) == {"hf", "builtin", "adapter"}
+
+
+def test_completion_of_options_and_their_values(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    assert set(offered(client, uri, after(text, "train with", "("))) == set(TrainOptions.model_fields)
+    assert set(offered(client, uri, after(text, "train with", "objective = "))) == set(OBJECTIVES)
+    assert set(offered(client, uri, after(text, "train with", "set_norm = "))) == {"sqrt", "mean", "none"}
+    text = text.replace("clip = 0.2", "aggregation = x, gradient_checkpointing = x, old_logprobs = x")
+    uri = client.open(routed, text)
+    aggregations = set(offered(client, uri, after(text, "train with", "aggregation = ")))
+    assert aggregations == {'"event-mean"', '"token-mean"', '"row-mean"', '"episode-mean"'}
+    assert set(offered(client, uri, after(text, "train with", "checkpointing = "))) == {"true", "false"}
+    assert set(offered(client, uri, after(text, "train with", "logprobs = "))) == {"recompute", "rollout"}
+    assert set(offered(client, uri, after(text, "agent router", "max_tokens = "))) == set()
+
+
+def test_no_completion_in_comments_and_strings_and_no_space_trigger(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    assert offered(client, uri, after(text, "route router", "# singleton")) == {}
+    assert offered(client, uri, after(text, "agent solver", '"math/')) == {}
+    c = LspClient()
+    try:
+        triggers = c.initialize(ROOT)["capabilities"]["completionProvider"]["triggerCharacters"]
+    finally:
+        c.close()
+    assert " " not in triggers
+
+
+def test_completion_after_an_error_earlier_in_the_file(client, routed):
+    text = routed.read_text().replace("repeat at most 4 {", "agent broken uses\nrepeat at most 4 {")
+    uri = client.open(routed, text)
+    offers = set(offered(client, uri, after(text, "parallel solver by router", "parallel ")))
+    assert offers == AGENTS | {"broken"}  # declared, if not well
+    typed = text.replace("parallel solver by router", "parallel sol")
+    uri = client.open(routed, typed)
+    assert set(offered(client, uri, after(typed, "parallel sol", "parallel sol"))) == offers
