@@ -103,3 +103,61 @@ def test_completion_after_an_error_earlier_in_the_file(client, routed):
     typed = text.replace("parallel solver by router", "parallel sol")
     uri = client.open(routed, typed)
     assert set(offered(client, uri, after(typed, "parallel sol", "parallel sol"))) == offers
+
+
+def fixes(client, uri: str, text: str, has: str) -> dict[str, dict]:
+    """The quick fixes offered on the first line holding `has`, by title: each one's single edit."""
+    line = line_of(text, has)
+    end = len(text.splitlines()[line])
+    whole_line = {"start": {"line": line, "character": 0}, "end": {"line": line, "character": end}}
+    params = {"textDocument": {"uri": uri}, "range": whole_line, "context": {"diagnostics": []}}
+    actions = client.request("textDocument/codeAction", params)
+    assert all(a["kind"] == "quickfix" for a in actions)
+    return {a["title"]: a["edit"]["changes"][uri][0] for a in actions}
+
+
+def applied(text: str, edit: dict) -> str:
+    lines = text.split("\n")
+    start, end = edit["range"]["start"], edit["range"]["end"]
+    assert start["line"] == end["line"]
+    line = lines[start["line"]]
+    lines[start["line"]] = line[: start["character"]] + edit["newText"] + line[end["character"] :]
+    return "\n".join(lines)
+
+
+def line_of(text: str, has: str) -> int:
+    return next(i for i, x in enumerate(text.splitlines()) if has in x)
+
+
+def test_quick_fixes_apply_the_hint_or_declare_the_name(client, routed):
+    good = routed.read_text()
+    text = good.replace("parallel solver by router", "parallel solvers by router")
+    routed.write_text(text)
+    uri = client.open(routed, text)
+    found = fixes(client, uri, text, "parallel solvers")
+    assert set(found) == {"Change `solvers` to `solver`", "Declare `solvers`"}
+    assert applied(text, found["Change `solvers` to `solver`"]) == good
+    last = line_of(text, "agent aggregator")
+    end_of_agents = {"line": last, "character": len(text.splitlines()[last])}
+    assert found["Declare `solvers`"] == {
+        "range": {"start": end_of_agents, "end": end_of_agents},
+        "newText": '\nagent solvers uses lm prompt "solvers.j2" emits boxed',
+    }
+    client.replace(uri, applied(text, found["Change `solvers` to `solver`"]), 2)
+    assert client.diagnostics(uri) == []
+
+
+def test_quick_fix_of_an_options_name_changes_the_name_alone(client, routed):
+    text = routed.read_text().replace("with (max_tokens = 256)", "with (max_token = 256)")
+    uri = client.open(routed, text)
+    found = fixes(client, uri, text, "max_token = 256")
+    assert list(found) == ["Change `max_token` to `max_tokens`"]
+    assert applied(text, found["Change `max_token` to `max_tokens`"]) == routed.read_text()
+
+
+def test_quick_fix_of_a_missing_template_is_the_nearest_file(client, routed):
+    text = routed.read_text().replace('"math/solver.j2"', '"math/solvr.j2"')
+    uri = client.open(routed, text)
+    found = fixes(client, uri, text, "math/solvr.j2")
+    assert list(found) == ['Use the template "math/solver.j2"']
+    assert applied(text, found['Use the template "math/solver.j2"']) == routed.read_text()

@@ -12,6 +12,7 @@ from pygls.workspace import TextDocument
 from srpo_dsl.lang.filestate import recording
 from srpo_dsl.lsp.completion import completions
 from srpo_dsl.lsp.diagnostics import diagnose
+from srpo_dsl.lsp.fixes import code_actions
 from srpo_dsl.lsp.formatting import format_edits
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.symbols import document_symbols
@@ -135,6 +136,21 @@ def _completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.Complet
     doc = ls.workspace.get_text_document(params.text_document.uri)
     pos = _at(doc, params.position)
     return lsp.CompletionList(is_incomplete=False, items=completions(doc.source, pos.line, pos.character))
+
+
+@server.feature(
+    lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix])
+)
+def _code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    at = lsp.Range(start=_at(doc, params.range.start), end=_at(doc, params.range.end))
+    actions = code_actions(doc.source, _path(doc), doc.uri, at)
+    for action in actions:
+        for d in action.diagnostics or []:
+            d.range = _client(doc, d.range)
+        for e in (action.edit.changes or {}).get(doc.uri, []) if action.edit else []:
+            e.range = _client(doc, e.range)
+    return actions
 
 
 def serve(poll: float) -> None:
