@@ -161,3 +161,58 @@ def test_quick_fix_of_a_missing_template_is_the_nearest_file(client, routed):
     found = fixes(client, uri, text, "math/solvr.j2")
     assert list(found) == ['Use the template "math/solver.j2"']
     assert applied(text, found['Use the template "math/solver.j2"']) == routed.read_text()
+
+
+def all_applied(text: str, edits: list[dict]) -> str:
+    """`text` with every (one-line) edit, the last first."""
+    for edit in sorted(edits, key=lambda e: (e["range"]["start"]["line"], e["range"]["start"]["character"]))[
+        ::-1
+    ]:
+        text = applied(text, edit)
+    return text
+
+
+def test_rename_and_references_of_an_agent_and_a_policy(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    at = {"textDocument": {"uri": uri}, "position": after(text, "parallel solver", "parallel s")}
+    edit = client.request("textDocument/rename", {**at, "newName": "worker"})
+    renamed = (
+        text.replace("solver[3]", "worker[3]").replace("(solver)", "(worker)").replace("l solver", "l worker")
+    )
+    assert all_applied(text, edit["changes"][uri]) == renamed and '"math/solver.j2"' in renamed
+    found = client.request("textDocument/references", {**at, "context": {"includeDeclaration": False}})
+    assert sorted(r["range"]["start"]["line"] for r in found) == [
+        line_of(text, "route(solver)"),
+        line_of(text, "parallel solver"),
+    ]
+    found = client.request("textDocument/references", {**at, "context": {"includeDeclaration": True}})
+    assert len(found) == 3
+    prepared = client.request("textDocument/prepareRename", at)
+    assert prepared["placeholder"] == "solver"
+    assert client.request("textDocument/rename", {**at, "newName": "agent"}) is None  # a keyword
+    at["position"] = after(text, "agent router", "uses l")
+    edit = client.request("textDocument/rename", {**at, "newName": "model"})
+    assert all_applied(text, edit["changes"][uri]) == text.replace(" lm ", " model ")
+    at["position"] = after(text, "repeat at most 4", "rep")
+    assert client.request("textDocument/prepareRename", at) is None
+
+
+def test_rename_a_template_path_and_its_file(routed):
+    text = routed.read_text()
+    c = LspClient()
+    try:
+        resources = {"workspaceEdit": {"documentChanges": True, "resourceOperations": ["rename"]}}
+        c.initialize(ROOT, {"workspace": resources})
+        uri = c.open(routed, text)
+        at = {"textDocument": {"uri": uri}, "position": after(text, "agent solver", "math/sol")}
+        edit = c.request("textDocument/rename", {**at, "newName": "math/worker.j2"})
+    finally:
+        c.close()
+    changed, moved = edit["documentChanges"]
+    assert all_applied(text, changed["edits"]) == text.replace("math/solver.j2", "math/worker.j2")
+    assert moved == {
+        "kind": "rename",
+        "oldUri": (routed.parent / "math" / "solver.j2").resolve().as_uri(),
+        "newUri": (routed.parent / "math" / "worker.j2").resolve().as_uri(),
+    }

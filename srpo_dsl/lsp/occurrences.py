@@ -11,6 +11,7 @@ from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.messages import Span
 from srpo_dsl.lang.pycode import is_reference
 from srpo_dsl.lsp.positions import contains
+from srpo_dsl.registries import CONTRACTS
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,14 @@ def _call(call: n.Call, names: dict[str, str]) -> Iterator[Occurrence]:
     yield from _options(call.args, names)
 
 
+def _pools(contract: n.Contract) -> Iterator[Occurrence]:
+    """The pools a selecting contract names (`route(solver)`)."""
+    name = contract.name.name if isinstance(contract.name, n.Ident) else ""
+    if name in CONTRACTS and CONTRACTS[name].selects:
+        for ident in contract.args:
+            yield from _name("agent", ident)
+
+
 def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
     for pol in p.policies:
         yield from _name("policy", pol.name)
@@ -60,6 +69,9 @@ def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
     for decl, kind in [(t, "tool") for t in p.tools] + [(e, "env") for e in p.envs]:
         yield from _name(kind, decl.name)
         yield from _call(decl.source, names)
+    for env in p.envs:
+        for contract in env.emits:
+            yield from _pools(contract)
     for task in p.tasks:
         yield from _call(task.source, names)
     for a in p.agents:
@@ -68,6 +80,7 @@ def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
         yield Occurrence("template", a.prompt, a.prompt_span)
         if isinstance(a.contract.name, n.Ref):
             yield Occurrence("ref", a.contract.name.text, a.contract.name.span)
+        yield from _pools(a.contract)
         yield from _options(a.options, names)
     for r in p.rewards:
         kind = "ref" if isinstance(r.fn, n.Ref) else ("env" if r.fn.name in names else "")
@@ -98,11 +111,16 @@ def _in_steps(steps: tuple[n.Step, ...], names: dict[str, str]) -> Iterator[Occu
                 yield from _name(names.get(cond.agent.name, "agent"), cond.agent)
 
 
+def occurrences(p: n.Program) -> list[Occurrence]:
+    """Every declared name, template path and Python reference of `p`, where declared or used."""
+    names = {name: kind for kind, decls in declarations(p).items() for name in decls}
+    return [occ for occ in (*_declared(p, names), *_in_steps(p.steps, names)) if occ.kind]
+
+
 def occurrence_at(p: n.Program, pos: lsp.Position) -> Occurrence | None:
     """The innermost occurrence under `pos` (the last found: names come after the spans holding them)."""
-    names = {name: kind for kind, decls in declarations(p).items() for name in decls}
     found = None
-    for occ in (*_declared(p, names), *_in_steps(p.steps, names)):
-        if occ.kind and contains(occ.span, pos):
+    for occ in occurrences(p):
+        if contains(occ.span, pos):
             found = occ
     return found

@@ -15,6 +15,7 @@ from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.fixes import code_actions
 from srpo_dsl.lsp.formatting import format_edits
 from srpo_dsl.lsp.navigation import definition, hover
+from srpo_dsl.lsp.rename import prepare_rename, references, rename
 from srpo_dsl.lsp.symbols import document_symbols
 from srpo_dsl.lsp.watch import OpenWorkflows, offers_watching, registration
 from srpo_dsl.version import __version__
@@ -151,6 +152,47 @@ def _code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.C
         for e in (action.edit.changes or {}).get(doc.uri, []) if action.edit else []:
             e.range = _client(doc, e.range)
     return actions
+
+
+@server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
+def _references(ls: LanguageServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    found = references(
+        doc.source, _path(doc), doc.uri, _at(doc, params.position), params.context.include_declaration
+    )
+    for loc in found:
+        loc.range = _client(doc, loc.range)
+    return found
+
+
+@server.feature(lsp.TEXT_DOCUMENT_PREPARE_RENAME)
+def _prepare_rename(
+    ls: LanguageServer, params: lsp.PrepareRenameParams
+) -> lsp.PrepareRenamePlaceholder | None:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    found = prepare_rename(doc.source, _path(doc), _at(doc, params.position))
+    if found is not None:
+        found.range = _client(doc, found.range)
+    return found
+
+
+def _renames_files(ls: LanguageServer) -> bool:
+    edit = ls.client_capabilities.workspace.workspace_edit if ls.client_capabilities.workspace else None
+    return lsp.ResourceOperationKind.Rename in ((edit.resource_operations or []) if edit else [])
+
+
+@server.feature(lsp.TEXT_DOCUMENT_RENAME)
+def _rename(ls: LanguageServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit | None:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    found = rename(
+        doc.source, _path(doc), doc.uri, _at(doc, params.position), params.new_name, _renames_files(ls)
+    )
+    for change in (found.document_changes or []) if found else []:
+        for e in change.edits if isinstance(change, lsp.TextDocumentEdit) else []:
+            e.range = _client(doc, e.range)
+    for e in (found.changes or {}).get(doc.uri, []) if found else []:
+        e.range = _client(doc, e.range)
+    return found
 
 
 def serve(poll: float) -> None:
