@@ -216,3 +216,44 @@ def test_rename_a_template_path_and_its_file(routed):
         "oldUri": (routed.parent / "math" / "solver.j2").resolve().as_uri(),
         "newUri": (routed.parent / "math" / "worker.j2").resolve().as_uri(),
     }
+
+
+SUPERVISOR = WORKFLOWS / "supervisor.srpo"  # opened, never written
+
+
+def test_document_links_to_templates_and_python(client):
+    text = SUPERVISOR.read_text()
+    uri = client.open(SUPERVISOR, text)
+    links = client.request("textDocument/documentLink", {"textDocument": {"uri": uri}})
+    got = {(link["range"]["start"]["line"], link["target"]) for link in links}
+    folder = SUPERVISOR.parent.resolve()
+    py = (folder / "math_python.py").read_text().splitlines()
+    def_line = next(i for i, x in enumerate(py) if x.startswith("def run_python(")) + 1
+    assert got == {
+        (line_of(text, "tool python"), f"{(folder / 'math_python.py').as_uri()}#L{def_line}"),
+        *{
+            (line_of(text, f"agent {role}"), (folder / "supervisor" / f"{role}.j2").as_uri())
+            for role in ("supervisor", "researcher", "calculator")
+        },
+    }
+    prompt = next(link for link in links if link["target"].endswith("researcher.j2"))
+    assert prompt["range"] == {
+        "start": after(text, "agent researcher", 'prompt "'),
+        "end": after(text, "agent researcher", "researcher.j2"),
+    }
+
+
+def test_folding_ranges(client):
+    text = SUPERVISOR.read_text()
+    uri = client.open(SUPERVISOR, text)
+    ranges = client.request("textDocument/foldingRange", {"textDocument": {"uri": uri}})
+    got = [(r["startLine"], r["endLine"], r.get("kind")) for r in ranges]
+    research = line_of(text, "if supervisor == research")
+    assert got == [
+        (0, 4, "comment"),
+        (line_of(text, "repeat at most 4"), line_of(text, "if supervisor != finish") - 2, None),
+        (research, research + 5, None),
+        (research + 1, research + 4, None),
+        (line_of(text, "if supervisor == compute"), line_of(text, "call python on"), None),
+        (line_of(text, "if supervisor != finish"), line_of(text, "act supervisor only"), None),
+    ]

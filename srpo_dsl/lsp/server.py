@@ -13,7 +13,9 @@ from srpo_dsl.lang.filestate import recording
 from srpo_dsl.lsp.completion import completions
 from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.fixes import code_actions
+from srpo_dsl.lsp.folding import folding_ranges
 from srpo_dsl.lsp.formatting import format_edits
+from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.rename import prepare_rename, references, rename
 from srpo_dsl.lsp.symbols import document_symbols
@@ -193,6 +195,21 @@ def _rename(ls: LanguageServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit |
     for e in (found.changes or {}).get(doc.uri, []) if found else []:
         e.range = _client(doc, e.range)
     return found
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_LINK)
+def _links(ls: LanguageServer, params: lsp.DocumentLinkParams) -> list[lsp.DocumentLink]:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    links = document_links(doc.source, _path(doc))
+    for link in links:
+        link.range = _client(doc, link.range)
+    return links
+
+
+@server.feature(lsp.TEXT_DOCUMENT_FOLDING_RANGE)
+def _folding(ls: LanguageServer, params: lsp.FoldingRangeParams) -> list[lsp.FoldingRange]:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    return folding_ranges(doc.source, _path(doc))
 
 
 def serve(poll: float) -> None:
