@@ -257,3 +257,49 @@ def test_folding_ranges(client):
         (line_of(text, "if supervisor == compute"), line_of(text, "call python on"), None),
         (line_of(text, "if supervisor != finish"), line_of(text, "act supervisor only"), None),
     ]
+
+
+def decoded(data: list[int], text: str, legend: list[str]) -> list[tuple[int, str, str]]:
+    """(line, text, type) of each semantic token."""
+    lines, out, line, start = text.split("\n"), [], 0, 0
+    for i in range(0, len(data), 5):
+        d_line, d_start, length, kind, _ = data[i : i + 5]
+        line, start = line + d_line, (start + d_start if d_line == 0 else d_start)
+        out.append((line, lines[line][start : start + length], legend[kind]))
+    return out
+
+
+def test_semantic_tokens(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    c = LspClient()
+    try:
+        provider = c.initialize(ROOT)["capabilities"]["semanticTokensProvider"]
+    finally:
+        c.close()
+    data = client.request("textDocument/semanticTokens/full", {"textDocument": {"uri": uri}})["data"]
+    tokens = decoded(data, text, provider["legend"]["tokenTypes"])
+    line = line_of(text, "agent router")
+    assert [(t, kind) for n, t, kind in tokens if n == line] == [
+        ("agent", "keyword"),
+        ("router", "class"),
+        ("uses", "keyword"),
+        ("lm", "variable"),
+        ("prompt", "keyword"),
+        ('"math/router.j2"', "string"),
+        ("emits", "keyword"),
+        ("route", "function"),
+        ("solver", "class"),
+        ("with", "keyword"),
+        ("max_tokens", "property"),
+        ("=", "operator"),
+        ("256", "number"),
+    ]
+    line = line_of(text, "} until verifier")
+    assert [(t, kind) for n, t, kind in tokens if n == line] == [
+        ("until", "keyword"),
+        ("verifier", "class"),
+        ("==", "operator"),
+        ("approve", "enumMember"),
+    ]
+    assert tokens[0] == (0, text.splitlines()[0], "comment")

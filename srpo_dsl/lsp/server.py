@@ -18,6 +18,7 @@ from srpo_dsl.lsp.formatting import format_edits
 from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.rename import prepare_rename, references, rename
+from srpo_dsl.lsp.semantic import LEGEND, encode, semantic_ranges
 from srpo_dsl.lsp.symbols import document_symbols
 from srpo_dsl.lsp.watch import OpenWorkflows, offers_watching, registration
 from srpo_dsl.version import __version__
@@ -210,6 +211,13 @@ def _links(ls: LanguageServer, params: lsp.DocumentLinkParams) -> list[lsp.Docum
 def _folding(ls: LanguageServer, params: lsp.FoldingRangeParams) -> list[lsp.FoldingRange]:
     doc = ls.workspace.get_text_document(params.text_document.uri)
     return folding_ranges(doc.source, _path(doc))
+
+
+@server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
+def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    ranges = [(_client(doc, rng), kind) for rng, kind in semantic_ranges(doc.source)]
+    return lsp.SemanticTokens(data=encode(ranges))
 
 
 def serve(poll: float) -> None:

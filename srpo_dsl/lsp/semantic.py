@@ -1,0 +1,78 @@
+"""textDocument/semanticTokens/full: each token of the file by what it is, read from the grammar's own
+lexer (keywords, strings, numbers, comments, operators) and the file's declarations (a name is an agent,
+a policy, a tool or an environment where the file declares one; a contract, a kind or a reward function
+a function; an option's name a property; any other name, a value or a word, an enum member)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+from lark import Token
+from lark.exceptions import UnexpectedInput
+from lsprotocol import types as lsp
+
+from srpo_dsl.lang.grammar import lark_parser
+from srpo_dsl.lsp.completion import declared
+
+TOKEN_TYPES = ["keyword", "class", "variable", "function", "namespace", "string", "number", "comment"]
+TOKEN_TYPES += ["operator", "property", "enumMember"]
+LEGEND = lsp.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=[])
+_BY_KIND = {"agent": "class", "policy": "variable", "tool": "function", "env": "namespace"}
+_BY_TERMINAL = {
+    "STRING": "string",
+    "NUMBER": "number",
+    "COMMENT": "comment",
+    "COMPARE": "operator",
+    "EQUAL": "operator",
+}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _lexed(text: str) -> list[Token]:
+    """The tokens of `text`, comments included, up to the first character no terminal matches."""
+    out: list[Token] = []
+    with contextlib.suppress(UnexpectedInput):  # the tokens before it are kept
+        out.extend(lark_parser().lex(text, dont_ignore=True))
+    return out
+
+
+def _kind(tok: Token, around: tuple[Token | None, Token | None], names: dict[str, str]) -> str | None:
+    """The token type of `tok`, between the tokens `around` it (None at the file's ends)."""
+    before, after = (t.type if t is not None else "" for t in around)
+    if before == "EMITS" or (tok.type == "NAME" and after == "LPAR"):
+        return "function"  # a contract, a kind, a reward function
+    if tok.type in _BY_TERMINAL:
+        return _BY_TERMINAL[tok.type]
+    if tok.type != "NAME":
+        return "keyword" if _IDENT.fullmatch(tok) else None
+    if before == "WORKFLOW":
+        return "namespace"
+    if tok in names:
+        return _BY_KIND[names[tok]]
+    return "property" if after == "EQUAL" else "enumMember"  # an option's name; a value or a word
+
+
+def semantic_ranges(text: str) -> list[tuple[lsp.Range, int]]:
+    """(range, index in `TOKEN_TYPES`) of each classified token, in order (one line each)."""
+    names = {d.name: d.kind for d in declared(text)}
+    tokens = [t for t in _lexed(text) if t.type != "WS"]
+    out = []
+    for before, tok, after in zip([None, *tokens[:-1]], tokens, [*tokens[1:], None]):
+        kind = _kind(tok, (before, after), names)
+        if kind is not None:
+            start = lsp.Position(line=tok.line - 1, character=tok.column - 1)
+            end = lsp.Position(line=tok.line - 1, character=tok.column - 1 + len(tok))
+            out.append((lsp.Range(start=start, end=end), TOKEN_TYPES.index(kind)))
+    return out
+
+
+def encode(ranges: list[tuple[lsp.Range, int]]) -> list[int]:
+    """LSP's relative encoding: per token, its line and start from the previous token's, length, type."""
+    data, line, start = [], 0, 0
+    for rng, kind in ranges:
+        delta_line = rng.start.line - line
+        delta_start = rng.start.character - (start if delta_line == 0 else 0)
+        data += [delta_line, delta_start, rng.end.character - rng.start.character, kind, 0]
+        line, start = rng.start.line, rng.start.character
+    return data
