@@ -3,7 +3,10 @@ and references, links, folding, semantic tokens, code lenses and the graph comma
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -303,3 +306,41 @@ def test_semantic_tokens(client, routed):
         ("approve", "enumMember"),
     ]
     assert tokens[0] == (0, text.splitlines()[0], "comment")
+
+
+def test_code_lenses_give_each_steps_k_range_and_cost(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    lenses = client.request("textDocument/codeLens", {"textDocument": {"uri": uri}})
+    titles = {lens["range"]["start"]["line"]: lens["command"]["title"] for lens in lenses}
+    parallel = titles[line_of(text, "parallel solver by router")]
+    assert parallel.startswith("K 1..3 · at most: events 1 · model calls 3 · tool calls 0 · ")
+    assert parallel.endswith(" · up to 4× an episode")
+    assert titles[line_of(text, "aggregate aggregator")].startswith(
+        "K = 1 · at most: events 1 · model calls 1 ·"
+    )
+    assert len(lenses) == 5  # the loop and its 3 steps, and `aggregate`
+    text = SUPERVISOR.read_text()
+    uri = client.open(SUPERVISOR, text)
+    lenses = client.request("textDocument/codeLens", {"textDocument": {"uri": uri}})
+    titles = {lens["range"]["start"]["line"]: lens["command"]["title"] for lens in lenses}
+    assert titles[line_of(text, "act researcher")] == (
+        "K = 1 · at most: events 1 · model calls 1 · tool calls 0 · generated tokens 512 · up to 12× an episode"
+    )
+    assert titles[line_of(text, "repeat at most 4")] == (
+        "at most: events 16 · model calls 16 · tool calls 12 · generated tokens 8192"
+    )
+
+
+def test_the_graph_command_gives_compiles_mermaid(client, routed):
+    text = routed.read_text()
+    uri = client.open(routed, text)
+    shown = client.request("workspace/executeCommand", {"command": "srpo.showGraph", "arguments": [uri]})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "srpo_dsl", "compile", str(routed.resolve()), "--emit", "mermaid"]
+    printed = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=True).stdout
+    assert shown == printed and shown.startswith("flowchart TD")
+    client.replace(uri, text.replace("agent router", "agent = router"), 2)
+    assert (
+        client.request("workspace/executeCommand", {"command": "srpo.showGraph", "arguments": [uri]}) is None
+    )

@@ -19,7 +19,7 @@ def steps_at(steps: tuple[n.Step, ...], pos: lsp.Position) -> list[n.Step]:
     return []
 
 
-def _cost(cost: BoundCost) -> str:
+def cost_text(cost: BoundCost) -> str:
     return (
         f"events {cost.events} · model calls {cost.calls} · tool calls {cost.tool_calls} · "
         f"generated tokens {cost.tokens}"
@@ -39,14 +39,17 @@ def step_hover(text: str, path: str, pos: lsp.Position) -> tuple[str, n.Step] | 
     times = 1
     for bound in loops:
         times *= bound
-    lines = [f"**{step_name(step)}**", f"at most, once: {_cost(once)}"]
+    lines = [f"**{step_name(step)}**", f"at most, once: {cost_text(once)}"]
     if times > 1:
         lines.append(
-            f"at most {times} times an episode (the bounds of its loops), so at most: {_cost(once * times)}"
+            f"at most {times} times an episode (the bounds of its loops), so at most: "
+            + cost_text(once * times)
         )
     b = program.bounds
     paths = f" · {b.paths} paths (tree branches)" if b.paths > 1 else ""
     lines.append(
-        f"the whole episode, at most: {_cost(BoundCost(b.events, b.calls, b.tool_calls, b.tokens))}{paths}"
+        "the whole episode, at most: "
+        + cost_text(BoundCost(b.events, b.calls, b.tool_calls, b.tokens))
+        + paths
     )
     return "\n\n".join(lines), step

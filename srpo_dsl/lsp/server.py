@@ -15,6 +15,7 @@ from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.fixes import code_actions
 from srpo_dsl.lsp.folding import folding_ranges
 from srpo_dsl.lsp.formatting import format_edits
+from srpo_dsl.lsp.lenses import SHOW_GRAPH, code_lenses, mermaid
 from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.rename import prepare_rename, references, rename
@@ -218,6 +219,22 @@ def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.Seman
     doc = ls.workspace.get_text_document(params.text_document.uri)
     ranges = [(_client(doc, rng), kind) for rng, kind in semantic_ranges(doc.source)]
     return lsp.SemanticTokens(data=encode(ranges))
+
+
+@server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
+def _lenses(ls: LanguageServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    lenses = code_lenses(doc.source, _path(doc))
+    for lens in lenses:
+        lens.range = _client(doc, lens.range)
+    return lenses
+
+
+@server.command(SHOW_GRAPH)
+def _show_graph(ls: LanguageServer, uri: str) -> str | None:
+    """The open workflow's compiled event graph, as Mermaid (None when it does not compile)."""
+    doc = ls.workspace.get_text_document(uri)
+    return mermaid(doc.source, _path(doc))
 
 
 def serve(poll: float) -> None:
