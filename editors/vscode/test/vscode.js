@@ -91,6 +91,27 @@ class TextEdit {
   }
 }
 
+// A hierarchical code action kind ("quickfix", "refactor.extract"): the client builds the server's
+// kinds from CodeActionKind.Empty with `append`.
+class CodeActionKind {
+  constructor(value) {
+    this.value = value;
+  }
+  append(part) {
+    return new CodeActionKind(this.value ? `${this.value}.${part}` : part);
+  }
+  contains(other) {
+    return this.value === "" || other.value === this.value || other.value.startsWith(`${this.value}.`);
+  }
+  intersects(other) {
+    return this.contains(other) || other.contains(this);
+  }
+}
+CodeActionKind.Empty = new CodeActionKind("");
+CodeActionKind.QuickFix = CodeActionKind.Empty.append("quickfix");
+CodeActionKind.Refactor = CodeActionKind.Empty.append("refactor");
+CodeActionKind.Source = CodeActionKind.Empty.append("source");
+
 // A document as VS Code keeps it (what the client reads of it): LF line ends, offsets in UTF-16 code
 // units (JS string indices).
 class TextDocument {
@@ -250,7 +271,7 @@ const vscode = stubbed(
     languages: stubbed(languages, "languages."),
     window: stubbed(window, "window."),
     commands: stubbed({}, "commands."),
-    ...{ Uri, Position, Range, Diagnostic, DiagnosticSeverity, TextEdit, Disposable },
+    ...{ Uri, Position, Range, Diagnostic, DiagnosticSeverity, TextEdit, Disposable, CodeActionKind },
     ...{ EventEmitter: Emitter, CancellationTokenSource, CancellationError },
   },
   ""
