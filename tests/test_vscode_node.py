@@ -236,7 +236,8 @@ def session(editor_files) -> dict:
 
 def test_the_extension_starts_the_server_with_stdio(session) -> None:
     assert session["spawned"] == [[*SERVER, "--stdio"]]  # vscode-languageclient appends --stdio
-    assert session["shown"] == [] and session["unhandled"] == []  # no pop-up, no failed promise
+    assert session["unhandled"] == []  # no failed promise
+    assert [m for m in session["shown"] if m["level"] == "error"] == []  # no error pop-up
 
 
 def test_the_server_s_diagnostics_arrive_in_the_editor(session, editor_files) -> None:
@@ -275,3 +276,19 @@ def test_a_server_that_rejects_stdio_fails_activation(editor_files) -> None:
     assert code == 1 and report["failure"].startswith("activation failed")
     assert "No such option: --stdio" in report["output"] and report["diagnostics"] is None
     assert any("could not start the language server" in m["message"] for m in report["shown"])
+
+
+def test_show_the_compiled_graph_opens_compile_s_mermaid_beside(session, editor_files) -> None:
+    """The palette's "srpo-dsl: Show the compiled graph" (srpo.showCompiledGraph), run with each file
+    active: the messy file's graph as `srpo-dsl compile --emit mermaid` prints it, in a Mermaid editor;
+    for the broken one, which does not compile, a warning and nothing opened."""
+    messy = editor_files[1]
+    done = cli("compile", messy, "--emit", "mermaid")
+    assert done.returncode == 0, done.stderr
+    assert session["graphs"] == [None, {"language": "mermaid", "text": done.stdout}]
+    assert session["shown"] == [
+        {
+            "level": "warning",
+            "message": "srpo-dsl: the workflow does not compile; its errors are in the Problems view.",
+        }
+    ]

@@ -38,6 +38,26 @@ async function activate(context) {
     return;
   }
   context.subscriptions.push({ dispose: () => client && client.stop() });
+  context.subscriptions.push(vscode.commands.registerCommand("srpo.showCompiledGraph", showCompiledGraph));
+}
+
+// "srpo-dsl: Show the compiled graph": the active workflow's event graph as Mermaid (the server's
+// `srpo.showGraph` command, as `srpo-dsl compile --emit mermaid` prints it), in an editor beside it.
+async function showCompiledGraph() {
+  const editor = vscode.window.activeTextEditor;
+  if (!client || !editor || editor.document.languageId !== "srpo") {
+    vscode.window.showInformationMessage("srpo-dsl: open a .srpo workflow to show its compiled graph.");
+    return undefined;
+  }
+  const uri = editor.document.uri.toString();
+  const graph = await client.sendRequest("workspace/executeCommand", { command: "srpo.showGraph", arguments: [uri] });
+  if (!graph) {
+    vscode.window.showWarningMessage("srpo-dsl: the workflow does not compile; its errors are in the Problems view.");
+    return undefined;
+  }
+  const document = await vscode.workspace.openTextDocument({ language: "mermaid", content: graph });
+  await vscode.window.showTextDocument(document, { viewColumn: vscode.ViewColumn.Beside, preview: true });
+  return document;
 }
 
 function deactivate() {

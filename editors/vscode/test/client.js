@@ -5,10 +5,11 @@
 //   2. the server's diagnostics for it arrive in the client's DiagnosticCollection;
 //   3. FORMAT_FILE is opened, then formatted: the formatting provider the client registered returns
 //      TextEdits, applied to the text as VS Code applies them;
-//   4. `deactivate` stops the server.
+//   4. "srpo-dsl: Show the compiled graph" is run with each document active;
+//   5. `deactivate` stops the server.
 // Prints, as JSON: {"spawned": [[command, ...args]], "shown": [{level, message}], "unhandled":
 // [rejected promises nobody handled], "diagnostics": [{code, severity, source, line, col, message}],
-// "edits": N, "formatted": TEXT, "failure": null or why, "stubbed": [names the stand-in did not
+// "edits": N, "formatted": TEXT, "graphs": [{language, text} or null per document], "failure": null or why, "stubbed": [names the stand-in did not
 // implement], "output": the output channel's text}.
 // Exit 0 when every step happened, 1 when one did not ("failure" says which), 2 on a usage error.
 // Usage (from editors/vscode, after `npm ci`):
@@ -121,6 +122,19 @@ async function run(extension, opts, result) {
   const document = openTextDocument(opts.formatFile, "srpo", fs.readFileSync(opts.formatFile, "utf8"));
   await withTimeout(synced, `diagnostics for ${opts.formatFile}`);
   await withTimeout(format(document, result), `formatting ${opts.formatFile}`);
+  result.graphs = await withTimeout(showGraphs(opened, document), "srpo-dsl: Show the compiled graph");
+}
+
+// The palette's "srpo-dsl: Show the compiled graph" with each document active: what it opened
+// beside it ({language, text}), or null (with the message it showed).
+async function showGraphs(...documents) {
+  const graphs = [];
+  for (const document of documents) {
+    vscode.window.activeTextEditor = { document };
+    const shown = await vscode.commands.executeCommand("srpo.showCompiledGraph");
+    graphs.push(shown ? { language: shown.languageId, text: shown.getText() } : null);
+  }
+  return graphs;
 }
 
 async function main() {
@@ -133,6 +147,7 @@ async function main() {
     diagnostics: null,
     edits: null,
     formatted: null,
+    graphs: null,
   };
   process.on("unhandledRejection", (err) => result.unhandled.push(String(err)));
   harness.settings["srpo.server.command"] = opts.command;

@@ -20,6 +20,9 @@ const harness = {
   output: [], // what was written to output channels
   stubbed: new Set(), // names served by a stub
   providers: [], // {kind, selector, provider} for every provider registered (formatting's here)
+  commands: {}, // id -> callback, every command registered (the extension's and the client's)
+  untitled: [], // documents opened with openTextDocument({language, content})
+  editors: [], // editors shown with window.showTextDocument
 };
 
 class Disposable {
@@ -217,6 +220,7 @@ const events = {
 
 const workspace = {
   getConfiguration,
+  openTextDocument: openUntitled,
   onDidChangeConfiguration: events.didChangeConfiguration.event,
   textDocuments: [],
   workspaceFolders: undefined,
@@ -243,8 +247,35 @@ const languages = {
   registerDocumentFormattingEditProvider: register("documentFormatting"),
 };
 
+// Commands as VS Code keeps them: registered by id, run by `executeCommand`.
+const commands = {
+  registerCommand(id, callback) {
+    harness.commands[id] = callback;
+    return new Disposable(() => delete harness.commands[id]);
+  },
+  executeCommand(id, ...args) {
+    if (!(id in harness.commands)) return Promise.reject(new Error(`command '${id}' not found`));
+    return Promise.resolve(harness.commands[id](...args));
+  },
+};
+
+// An untitled document (`openTextDocument({language, content})`) and an editor shown for it.
+async function openUntitled({ language, content }) {
+  const document = new TextDocument(`/untitled-${harness.untitled.length + 1}`, language, content || "");
+  harness.untitled.push(document);
+  return document;
+}
+
+async function showTextDocument(document, options) {
+  const editor = { document, viewColumn: options && options.viewColumn };
+  harness.editors.push(editor);
+  window.activeTextEditor = editor;
+  return editor;
+}
+
 const window = {
   createOutputChannel,
+  showTextDocument,
   showErrorMessage: showMessage("error"),
   showWarningMessage: showMessage("warning"),
   showInformationMessage: showMessage("information"),
@@ -270,7 +301,8 @@ const vscode = stubbed(
     workspace: stubbed(workspace, "workspace."),
     languages: stubbed(languages, "languages."),
     window: stubbed(window, "window."),
-    commands: stubbed({}, "commands."),
+    commands: stubbed(commands, "commands."),
+    ViewColumn: { Active: -1, Beside: -2, One: 1, Two: 2 },
     ...{ Uri, Position, Range, Diagnostic, DiagnosticSeverity, TextEdit, Disposable, CodeActionKind },
     ...{ EventEmitter: Emitter, CancellationTokenSource, CancellationError },
   },
