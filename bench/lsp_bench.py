@@ -6,7 +6,9 @@ real editor (headless Neovim) from a buffer edit to its diagnostics.
 
 A JSON-RPC client over the server's stdio (Content-Length framing), as an editor speaks to it:
 it opens each workflow, then replaces its text with an edit at a time (a comment appended) and
-waits for the diagnostics the server publishes for it. The same client drives tests/test_lsp.py.
+waits for the diagnostics the server publishes for it (the time includes the 20 ms the server
+waits for more changes before it analyses: srpo_dsl/lsp/documents.py). The same client drives
+tests/test_lsp.py.
 
 Then, where `nvim` is installed, Neovim itself runs headless with editors/neovim/srpo.lua
 (editors/neovim/test/driver.lua scripts it): per workflow, edits with nvim_buf_set_lines, each

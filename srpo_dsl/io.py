@@ -12,17 +12,18 @@ from typing import Any
 from srpo_dsl.errors import UsageError
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename: never half-written."""
-    write_lines_atomic(path, [text])
+def write_atomic(path: Path, text: str, newline: str | None = None) -> None:
+    """Write via a temporary file in the same folder and rename: never half-written (`newline`: as
+    `open`'s; "" writes the line endings of `text` as they are)."""
+    write_lines_atomic(path, [text], newline)
 
 
-def write_lines_atomic(path: Path, chunks: Iterable[str]) -> None:
+def write_lines_atomic(path: Path, chunks: Iterable[str], newline: str | None = None) -> None:
     """Write `chunks` in order via a temporary file in the same folder and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
             f.writelines(chunks)
         os.replace(tmp, path)
     except BaseException:
@@ -55,10 +56,12 @@ def complete_lines(text: str) -> tuple[list[str], int | None]:
     return lines, None
 
 
-def read_text(path: Path) -> str:
-    """A text file's content, or a `UsageError` that says in one line why it cannot be read."""
+def read_text(path: Path, newline: str | None = None) -> str:
+    """A text file's content, or a `UsageError` that says in one line why it cannot be read
+    (`newline`: as `open`'s; "" keeps the file's line endings as they are)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline=newline) as f:
+            text = f.read()
     except FileNotFoundError:
         raise UsageError(f"cannot read {path}: no such file") from None
     except IsADirectoryError:

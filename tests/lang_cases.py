@@ -29,6 +29,10 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "E005": ("repeat at most 2 {", "repeat 2 {"),
     "E006": ('policy lm = hf("m")', 'policy lm hf("m")'),
     "E007": ("until verifier == approve", "until verifier"),
+    "E008": (
+        "aggregate agg\n",
+        "repeat at most 2 { " * 65 + "verify verifier " + "} " * 65 + "\naggregate agg\n",
+    ),
     "E010": ("agent agg uses", "agent solver uses"),
     "E011": ("agent agg uses lm", "agent agg uses llm"),
     "E012": ("aggregate agg\n", "aggregate agr\n"),

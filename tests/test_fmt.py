@@ -16,8 +16,9 @@ from srpo_dsl.lang import analyze
 from srpo_dsl.lang.format import format_source, tokens_of
 from srpo_dsl.lang.graph_formats import export
 from srpo_dsl.lang.layout import COMMENT
-from srpo_dsl.lang.messages import SrpoError
+from srpo_dsl.lang.messages import BOM, SrpoError
 from srpo_dsl.lang.parser import parse
+from srpo_dsl.lang.width import display_width
 
 WORKFLOWS = ROOT / "workflows"
 SHIPPED = sorted(WORKFLOWS.rglob("*.srpo"))
@@ -255,3 +256,65 @@ def test_fmt_reads_nothing_but_the_workflow(tmp_path):
     assert r.returncode == 0, r.stderr
     assert wf.read_text() == 'workflow w\nenv e = "env.py:make"()\nstep e on e\n'
     assert Path(code).read_text() == "raise SystemExit('user code ran')\n"
+
+
+def test_line_endings_and_a_byte_order_mark_stay_as_the_first_line_has_them():
+    """docs/cli.md, `srpo-dsl fmt`: every line ends as the first line does; a leading mark is kept."""
+    crlf = EXPECTED.replace("\n", "\r\n")
+    assert format_source(crlf) == crlf
+    assert format_source(MESSY.replace("\n", "\r\n")) == crlf
+    assert format_source(MESSY.replace("\n", "\r\n", 1)) == crlf  # mixed: the first line's ending
+    assert format_source(MESSY.replace("\n", "\r\n").replace("\r\n", "\n", 1)) == EXPECTED
+    assert format_source(BOM + MESSY) == BOM + EXPECTED
+    assert format_source(BOM + crlf) == BOM + crlf
+
+
+def test_the_command_line_keeps_line_endings_and_the_mark_and_check_agrees(tmp_path):
+    """A CRLF file in the layout and one with a mark are left alone (`--check` passes); a messy CRLF
+    file is rewritten in CRLF, not LF."""
+    crlf = EXPECTED.replace("\n", "\r\n").encode()
+    clean, marked, messy = tmp_path / "c.srpo", tmp_path / "b.srpo", tmp_path / "m.srpo"
+    clean.write_bytes(crlf)
+    marked.write_bytes((BOM + EXPECTED).encode())
+    messy.write_bytes(MESSY.replace("\n", "\r\n").encode())
+    r = cli("fmt", "--check", clean, marked)
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    r = cli("fmt", clean, marked, messy)
+    assert r.returncode == 0, r.stderr
+    assert "1 file(s) formatted, 2 unchanged" in r.stdout
+    assert messy.read_bytes() == crlf and clean.read_bytes() == crlf
+    assert marked.read_bytes() == (BOM + EXPECTED).encode()
+
+
+def test_columns_align_by_display_width():
+    """A CJK character or an emoji takes two columns, a combining accent none: `emits` and the
+    trailing comments line up on screen."""
+    text = (
+        'workflow w\npolicy lm = hf("模型") # a\npolicy m2 = hf("m") # b\n'
+        'agent a uses lm prompt "提示.j2" emits boxed\n'
+        'agent b uses lm prompt "pq.j2" emits boxed\n'
+        'agent c uses lm prompt "p😀.j2" emits boxed\n'
+        'agent d uses lm prompt "e\u0301t.j2" emits boxed\n'
+        "aggregate a\n"
+    )
+    lines = format_source(text).splitlines()
+    assert {display_width(line[: line.index("#")]) for line in lines[1:3]} == {23}
+    assert {display_width(line[: line.index("emits")]) for line in lines[3:7]} == {33}
+    assert lines[3] == 'agent a uses lm prompt "提示.j2" emits boxed'
+
+
+def test_an_outlier_cell_does_not_widen_its_column():
+    """One long prompt path does not pad every other agent line to its width."""
+    long = "prompts/" + "x" * 40 + ".j2"
+    text = (
+        'workflow w\npolicy lm = hf("m")\n'
+        'agent a uses lm prompt "p.j2" emits boxed\n'
+        f'agent bb uses lm prompt "{long}" emits boxed\n'
+        'agent c uses lm prompt "pq.j2" emits boxed\n'
+        "aggregate a\n"
+    )
+    assert format_source(text).splitlines()[2:5] == [
+        'agent a  uses lm prompt "p.j2"  emits boxed',
+        f'agent bb uses lm prompt "{long}" emits boxed',
+        'agent c  uses lm prompt "pq.j2" emits boxed',
+    ]

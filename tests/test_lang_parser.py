@@ -147,3 +147,33 @@ def test_recovery_does_not_blank_a_closing_brace_on_the_erroneous_line():
     text = BASE.replace("  verify verifier\n", "  verify 3 }\n").replace("} until verifier == approve\n", "")
     (diag,) = analyze(text, "t.srpo").diagnostics
     assert (diag.code, diag.span.line, diag.message) == ("E001", 13, "unexpected `3` (expected a name)")
+
+
+def _nested(depth: int) -> str:
+    """BASE with its `verify verifier` inside `depth` loops, one inside the other, each on its line."""
+    loops = "repeat at most 2 {\n" * depth + "verify verifier\n" + "}\n" * depth
+    return BASE.replace("aggregate agg\n", loops + "aggregate agg\n")
+
+
+def test_blocks_nest_at_most_max_nesting_deep_and_deeper_is_one_e008():
+    """Every pass over the steps recurses; a depth beyond the limit is refused at parse time (no
+    RecursionError anywhere after): the first block too deep, at its keyword."""
+    from srpo_dsl.lang.nesting import MAX_NESTING
+
+    assert "E008" not in {d.code for d in analyze(_nested(MAX_NESTING), "t.srpo").diagnostics}
+    first = BASE.splitlines().index("aggregate agg") + 1 + MAX_NESTING  # the line of the first too deep
+    for depth in (MAX_NESTING + 1, 300, 5000):
+        (diag,) = analyze(_nested(depth), "t.srpo").diagnostics
+        assert (diag.code, diag.span.line, diag.span.col, diag.span.end_col) == ("E008", first, 1, 7)
+        assert diag.message == f"blocks nested more than {MAX_NESTING} deep"
+
+
+def test_a_letter_outside_ascii_in_a_name_says_names_are_ascii():
+    text = BASE.replace("agent agg uses", "agent rédacteur uses")
+    (diag,) = analyze(text, "t.srpo").diagnostics
+    line = BASE.splitlines().index('agent agg uses lm prompt "p.j2" emits final_boxed') + 1
+    assert (diag.code, diag.span.line, diag.span.col) == ("E002", line, 8)
+    assert diag.message == "unexpected character `é` in `rédacteur`: a name is ASCII letters, digits and `_`"
+    assert diag.hint.startswith("spell the name in ASCII, e.g. `redacteur`")
+    (cjk,) = analyze(BASE.replace("agent agg uses", "agent 审稿人 uses"), "t.srpo").diagnostics
+    assert "in `审稿人`: a name is ASCII" in cjk.message and "e.g." not in cjk.hint

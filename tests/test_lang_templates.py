@@ -10,7 +10,9 @@ from lsprotocol.types import Position
 
 from srpo_dsl.lang import analyze, templates
 from srpo_dsl.lang.templates import PACKAGE_TEMPLATES, template_search_path
+from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.navigation import definition, hover
+from srpo_dsl.lsp.view import View
 from srpo_dsl.runtime.prompts import PromptError, PromptRenderer
 
 CONTEXT = {
@@ -197,7 +199,8 @@ def test_a_folder_that_cannot_be_searched_is_e081_and_navigation_says_so(tmp_pat
         == f"{tmp_path / 'locked' / 't.j2'}: check the permissions of the file and of the folders above it"
     )
     line = text.splitlines().index('agent agg uses lm prompt "locked/t.j2" emits final_boxed')
-    shown = hover(text, path, Position(line=line, character=7)).contents.value
+    view = View.of(diagnose(text, path)[1], text)
+    shown = hover(view, Position(line=line, character=7)).contents.value
     assert '"locked/t.j2" (cannot be read: Permission denied)' in shown
     at = Position(line=line, character=text.splitlines()[line].index("locked/"))
-    assert definition(text, path, Path(path).as_uri(), at) is None
+    assert definition(view, Path(path).as_uri(), at) is None

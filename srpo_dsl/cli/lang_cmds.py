@@ -94,7 +94,7 @@ def fmt_cmd(
     texts = {}
     for path in files:
         try:
-            texts[path] = read_text(path)
+            texts[path] = read_text(path, newline="")  # as it is: line endings are kept (format_source)
         except UsageError as err:
             print_error(err)
     if len(texts) < len(files):  # every file is read before any is written: a missing one writes nothing
@@ -140,7 +140,7 @@ def _apply(path: Path, text: str, formatted: str, check: bool, diff: bool) -> No
     if check or diff:
         return
     try:
-        write_atomic(path, formatted)
+        write_atomic(path, formatted, newline="")
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
 

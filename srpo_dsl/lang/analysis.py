@@ -10,6 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.checker import check
 from srpo_dsl.lang.compiler import compile_checked
 from srpo_dsl.lang.graph import EventGraph
@@ -28,6 +29,7 @@ class Result:
     source: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
     program: EventGraph | None = None
+    tree: n.Program | None = None  # the syntax tree (None: the text does not parse)
 
     @property
     def ok(self) -> bool:
@@ -69,6 +71,7 @@ def _analyze(text: str, file: str, template_dirs: list[Path] | None) -> Result:
     except SrpoError as err:
         result.diagnostics = err.diagnostics
         return result
+    result.tree = program
     checked = check(program, template_dirs)
     result.diagnostics = list(checked.diagnostics)
     if checked.errors:

@@ -9,8 +9,9 @@ the code. Nothing but the text is read: no Python file of the workflow is import
 The layout (docs/dsl.md, "Formatting"): one statement per line, blocks indented by 4 spaces,
 one space between tokens except none after `(` `[` `.`, none before `,` `)` `]` `.`, and none
 before `(` `[` except after `with`; consecutive `agent` lines aligned in columns, and the
-`=` of consecutive `policy` (`tool`, `env`) lines; consecutive
-trailing comments aligned; runs of blank lines collapsed to one; a final newline.
+`=` of consecutive `policy` (`tool`, `env`) lines, by display width (`srpo_dsl.lang.width`),
+an outlier cell left out; consecutive trailing comments aligned; runs of blank lines collapsed
+to one; a final newline. Line endings and a byte-order mark stay as the text has them.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from lark.lexer import LexerState
 from lark.utils import TextSlice
 
 from srpo_dsl.lang.layout import Line, build_lines, statement_starts
-from srpo_dsl.lang.messages import without_bom
+from srpo_dsl.lang.messages import BOM, without_bom
 from srpo_dsl.lang.parser import _build_parser, parse
+from srpo_dsl.lang.width import display_width, pad
 
 INDENT = "    "
 AGENT_COLUMNS = ("uses", "prompt", "emits", "with")  # the keywords that start an agent line's columns
 ASSIGN_COLUMNS = ("=",)
 COLUMNS = {"agent": AGENT_COLUMNS, "policy": ASSIGN_COLUMNS, "tool": ASSIGN_COLUMNS, "env": ASSIGN_COLUMNS}
+OUTLIER = 16  # display columns past the next cell down beyond which a cell no longer widens its column
 _NO_SPACE_AFTER = frozenset({"(", "[", "."})
 _NO_SPACE_BEFORE = frozenset({",", ")", "]", "."})
 
@@ -37,16 +40,28 @@ def tokens_of(text: str) -> list[Token]:
     return list(lexer.lex(LexerState(TextSlice.cast_from(text)), None))
 
 
+def line_ending(text: str) -> str:
+    """The line ending formatted text is written with: its first line's, CRLF or else LF."""
+    first = text.find("\n")
+    return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+
+
 def format_source(text: str, file: str = "<string>") -> str:
-    """`text` in the canonical layout; `SrpoError` (nothing formatted) when it does not parse."""
-    text = without_bom(text)
+    """`text` in the canonical layout; `SrpoError` (nothing formatted) when it does not parse.
+
+    Every line ends as `text`'s first line does (`line_ending`), and a leading byte-order mark is
+    kept (docs/cli.md, `srpo-dsl fmt`): a text in the layout comes back unchanged, whatever its
+    line endings and mark."""
+    bom = BOM if text.startswith(BOM) else ""
+    newline = line_ending(text)
+    text = without_bom(text).replace("\r\n", "\n")  # a CR before LF is in no token: positions stay
     program = parse(text, file)
     lines = build_lines(text, tokens_of(text), statement_starts(program))
     codes = [INDENT * line.depth + join(line.tokens) for line in lines]
     align_columns(lines, codes)
     place_comments(lines, codes)
     out = [("\n" if line.blank_before else "") + code.rstrip() for line, code in zip(lines, codes)]
-    return "\n".join(out) + "\n"
+    return bom + ("\n".join(out) + "\n").replace("\n", newline)
 
 
 def _punct(tok: Token) -> str:
@@ -101,16 +116,27 @@ def _runs(lines: list[Line]) -> list[list[int]]:
     return runs
 
 
+def column_width(cells: list[int]) -> int:
+    """The width of a column whose cells are `cells` columns wide: its widest cell that is no outlier.
+    An outlier is wider by more than `OUTLIER` columns than the next cell down (after the outliers
+    above it are set aside)."""
+    widths = sorted(cells)
+    while len(widths) > 1 and widths[-1] > widths[-2] + OUTLIER:
+        widths.pop()
+    return widths[-1] if widths else 0
+
+
 def align_columns(lines: list[Line], codes: list[str]) -> None:
-    """Consecutive declarations of one keyword in columns: a cell is padded to the widest cell of its
-    column among the lines that go on after it (a line's last cell is never padded)."""
+    """Consecutive declarations of one keyword in columns: a cell is padded to its column's width
+    (`column_width`, in display columns) among the lines that go on after it (a line's last cell is
+    never padded; an outlier is not padded and does not widen its column)."""
     for run in _runs(lines):
         if len(run) < 2:
             continue
         rows = [[join(cell) for cell in _cells(lines[i])[1]] for i in run]  # type: ignore[index]
-        widths = [max((len(row[c]) for row in rows if len(row) > c + 1), default=0) for c in range(5)]
+        widths = [column_width([display_width(row[c]) for row in rows if len(row) > c + 1]) for c in range(5)]
         for i, row in zip(run, rows):
-            padded = [cell.ljust(widths[c]) for c, cell in enumerate(row[:-1])] + [row[-1]]
+            padded = [pad(cell, widths[c]) for c, cell in enumerate(row[:-1])] + [row[-1]]
             codes[i] = INDENT * lines[i].depth + " ".join(padded)
 
 
@@ -122,9 +148,9 @@ def place_comments(lines: list[Line], codes: list[str]) -> None:
     for i, line in enumerate([*lines, Line(0)]):
         trailing = line.comment is not None and bool(line.tokens)
         if run and (not trailing or line.blank_before):
-            col = max(max(lines[j].comment_col, len(codes[j].rstrip()) + 1) for j in run)
+            col = max(max(lines[j].comment_col, display_width(codes[j].rstrip()) + 1) for j in run)
             for j in run:
-                codes[j] = codes[j].rstrip().ljust(col) + str(lines[j].comment)
+                codes[j] = pad(codes[j].rstrip(), col) + str(lines[j].comment)
             run = []
         if trailing:
             run.append(i)

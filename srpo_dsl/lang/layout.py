@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from lark import Token
 
 from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.width import display_width
 
 COMMENT = re.compile(r"#[^\n]*")
 
@@ -26,7 +27,7 @@ class Line:
     depth: int
     tokens: list[Token] = field(default_factory=list)
     comment: str | None = None
-    comment_col: int = 0  # the comment's column in the source (0-based): kept when past the code
+    comment_col: int = 0  # the comment's display column in the source (0-based): kept when past the code
     blank_before: bool = False
     continuation: bool = False  # the rest of a statement a comment interrupted
 
@@ -81,7 +82,7 @@ class _Builder:
             if at < 0:
                 return
             comment = COMMENT.match(self.text, at).group().rstrip()
-            col = at - (self.text.rfind("\n", 0, at) + 1)
+            col = display_width(self.text[self.text.rfind("\n", 0, at) + 1 : at])
             if "\n" not in space and not first:  # after a token on its line: a trailing comment
                 self.lines[-1].comment, self.lines[-1].comment_col = comment, col
             else:

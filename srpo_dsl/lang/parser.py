@@ -17,6 +17,7 @@ from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.grammar import grammar_text
 from srpo_dsl.lang.lexer import ScanLexer
 from srpo_dsl.lang.messages import Diagnostic, Span, SrpoError, without_bom
+from srpo_dsl.lang.nesting import too_deep
 from srpo_dsl.lang.syntax_errors import syntax_errors
 
 _UNESCAPE = re.compile(r"\\(.)")
@@ -400,15 +401,21 @@ def parse(text: str, file: str = "<string>") -> n.Program:
 
     A leading byte-order mark is dropped first (positions count from the character after it).
     Well-formed text takes the fast pipeline; text it rejects is parsed again by Lark's own
-    pipeline, which finds and explains the syntax errors.
+    pipeline, which finds and explains the syntax errors. Blocks nested deeper than
+    `nesting.MAX_NESTING` are refused (E008), so no later pass recurses too deep.
     """
     text = without_bom(text)
     try:
-        return fast_parse(text, file)
+        program = fast_parse(text, file)
     except UnexpectedInput:
         literal_error = None
     except SrpoError as err:  # a malformed literal: report it unless there are syntax errors
         literal_error = err
+    else:
+        deep = too_deep(program.steps)
+        if deep is not None:
+            raise SrpoError([deep])
+        return program
     diags = syntax_errors(text, file)
     if diags:
         raise SrpoError(diags)

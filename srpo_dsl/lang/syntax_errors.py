@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -192,6 +193,8 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_b
     span = Span(file, line, col, line, col + width)
     if isinstance(err, UnexpectedCharacters) and err.char == '"':
         return Diagnostic("E002", "unterminated string", span, 'close the string with `"` on the same line')
+    if isinstance(err, UnexpectedCharacters) and not err.char.isascii() and err.char.isidentifier():
+        return _non_ascii_name(err, text, span)
     code, hint = (
         ("E003" if _at_end(err) else "E002" if isinstance(err, UnexpectedCharacters) else "E001"),
         None,
@@ -211,6 +214,21 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_b
         where = "at the end" if _at_end(err) else f"before `{err.token}`"  # type: ignore[attr-defined]
         hint = f"a block is still open here: is a `}}` missing {where} or earlier?"
     return Diagnostic(code, found + _expected(err, parser) + (missing[1] if missing else ""), span, hint)
+
+
+def _non_ascii_name(err: UnexpectedCharacters, text: str, span: Span) -> Diagnostic:
+    """A letter outside ASCII where the grammar reads a name (`agent rédacteur`): names are ASCII."""
+    at = err.pos_in_stream
+    before = re.search(r"\w*$", text[text.rfind("\n", 0, at) + 1 : at]).group()
+    word = before + re.compile(r"\w*").match(text, at).group()
+    plain = unicodedata.normalize("NFKD", word).encode("ascii", "ignore").decode()
+    example = f", e.g. `{plain}`" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", plain) else ""
+    return Diagnostic(
+        "E002",
+        f"unexpected character `{err.char}` in `{word}`: a name is ASCII letters, digits and `_`",
+        span,
+        f"spell the name in ASCII{example} (any character may appear in a string or a comment)",
+    )
 
 
 def _resumes(line: str, parser: Lark) -> bool:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang import analyze
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.compiler import BoundCost, step_cost
 from srpo_dsl.lsp.positions import contains
-from srpo_dsl.lsp.symbols import parsed, step_name
+from srpo_dsl.lsp.symbols import step_name
+from srpo_dsl.lsp.view import Good
 
 
 def steps_at(steps: tuple[n.Step, ...], pos: lsp.Position) -> list[n.Step]:
@@ -26,13 +26,13 @@ def cost_text(cost: BoundCost) -> str:
     )
 
 
-def step_hover(text: str, path: str, pos: lsp.Position) -> tuple[str, n.Step] | None:
-    """Markdown on the innermost step at `pos`: its cost once, the most times an episode runs it (the
-    bounds of the loops around it) and so its cost per episode, and the episode's bounds."""
-    tree = parsed(text, path)
-    chain = steps_at(tree.steps, pos) if tree else []
-    program = analyze(text, path).program if chain else None
-    if program is None:  # no step here, or the workflow has errors: no bounds to give
+def step_hover(good: Good, pos: lsp.Position) -> tuple[str, n.Step] | None:
+    """Markdown on the innermost step at `pos` (in `good`'s text): its cost once, the most times an
+    episode runs it (the bounds of the loops around it) and so its cost per episode, and the
+    episode's bounds."""
+    chain = steps_at(good.tree.steps, pos)
+    program = good.graph
+    if not chain or program is None:  # no step here, or the workflow has errors: no bounds to give
         return None
     step, loops = chain[-1], [s.bound or 0 for s in chain[:-1] if isinstance(s, n.Repeat)]
     once = step_cost(step, program.agents)

@@ -13,7 +13,7 @@ from srpo_dsl.lsp.costs import step_hover
 from srpo_dsl.lsp.occurrences import Occurrence, declarations, occurrence_at
 from srpo_dsl.lsp.positions import span_range
 from srpo_dsl.lsp.pyrefs import describe, locate
-from srpo_dsl.lsp.symbols import parsed
+from srpo_dsl.lsp.view import View
 
 _START = lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=0, character=0))
 
@@ -29,7 +29,8 @@ def template_lookup(name: str, workflow: str) -> Path | str:
         return "not found"
 
 
-def _target(occ: Occurrence, program: n.Program, uri: str) -> lsp.Location | None:
+def _target(occ: Occurrence, view: View, uri: str) -> lsp.Location | None:
+    program = view.tree
     if occ.kind == "template":
         found = template_lookup(occ.text, program.file)
         return lsp.Location(uri=found.as_uri(), range=_START) if isinstance(found, Path) else None
@@ -40,14 +41,15 @@ def _target(occ: Occurrence, program: n.Program, uri: str) -> lsp.Location | Non
         at = lsp.Position(line=target.line - 1, character=0)
         return lsp.Location(uri=target.file.resolve().as_uri(), range=lsp.Range(start=at, end=at))
     decl = declarations(program)[occ.kind].get(occ.text)
-    return lsp.Location(uri=uri, range=span_range(decl.name.span)) if decl else None
+    shown = view.shown(span_range(decl.name.span)) if decl else None
+    return lsp.Location(uri=uri, range=shown) if shown else None
 
 
-def definition(text: str, path: str, uri: str, pos: lsp.Position) -> lsp.Location | None:
+def definition(view: View, uri: str, pos: lsp.Position) -> lsp.Location | None:
     """Where the name, prompt path or Python reference under `pos` is defined."""
-    program = parsed(text, path)
-    occ = occurrence_at(program, pos) if program else None
-    return _target(occ, program, uri) if occ else None
+    at = view.at(pos)
+    occ = occurrence_at(view.tree, at) if at is not None else None
+    return _target(occ, view, uri) if occ else None
 
 
 def _source_text(program: n.Program, span) -> str:
@@ -76,13 +78,13 @@ def _agent_hover(agent: n.Agent, program: n.Program) -> str:
     )
 
 
-def hover(text: str, path: str, pos: lsp.Position) -> lsp.Hover | None:
+def hover(view: View, pos: lsp.Position) -> lsp.Hover | None:
     """An agent's policy, template, contract and K range; a Python function's signature and docstring;
     elsewhere in a step, its cost bounds."""
-    program = parsed(text, path)
-    occ = occurrence_at(program, pos) if program else None
+    program, at = view.tree, view.at(pos)
+    occ = occurrence_at(program, at) if at is not None else None
     if occ is None:
-        return _step(text, path, pos)
+        return _step(view, at) if at is not None else None
     if occ.kind == "agent" and occ.text in declarations(program)["agent"]:
         value = _agent_hover(declarations(program)["agent"][occ.text], program)
     elif occ.kind == "ref" and (target := locate(occ.text, program.file)) is not None:
@@ -90,14 +92,15 @@ def hover(text: str, path: str, pos: lsp.Position) -> lsp.Hover | None:
     else:
         return None
     content = lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=value)
-    return lsp.Hover(contents=content, range=span_range(occ.span))
+    return lsp.Hover(contents=content, range=view.shown(span_range(occ.span)))
 
 
-def _step(text: str, path: str, pos: lsp.Position) -> lsp.Hover | None:
-    found = step_hover(text, path, pos)
+def _step(view: View, at: lsp.Position) -> lsp.Hover | None:
+    found = step_hover(view.good, at)
     if found is None:
         return None
     value, step = found
     return lsp.Hover(
-        contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=value), range=span_range(step.span)
+        contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=value),
+        range=view.shown(span_range(step.span)),
     )

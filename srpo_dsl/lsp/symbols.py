@@ -5,19 +5,11 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.messages import Span, SrpoError
-from srpo_dsl.lang.parser import parse
+from srpo_dsl.lang.messages import Span
 from srpo_dsl.lsp.positions import span_range, whole_document
+from srpo_dsl.lsp.view import View
 
 K = lsp.SymbolKind
-
-
-def parsed(text: str, path: str) -> n.Program | None:
-    """The syntax tree of `text`, or None when it has syntax errors."""
-    try:
-        return parse(text, path)
-    except SrpoError:
-        return None
 
 
 def _symbol(
@@ -74,18 +66,31 @@ def _steps(steps: tuple[n.Step, ...]) -> list[lsp.DocumentSymbol]:
     ]
 
 
-def document_symbols(text: str, path: str) -> list[lsp.DocumentSymbol]:
-    """One symbol for the workflow (the whole document) holding its declarations and steps."""
-    program = parsed(text, path)
-    if program is None:
-        return []
+def _shown(view: View, symbols: list[lsp.DocumentSymbol]) -> list[lsp.DocumentSymbol]:
+    """The symbols whose ranges lie on lines left alone since `view`'s tree (`view.shown`), moved there;
+    one that touches an edited line is left out, and what it holds with it."""
+    out = []
+    for s in symbols:
+        rng, at = view.shown(s.range), view.shown(s.selection_range)
+        if rng is not None and at is not None:
+            s.range, s.selection_range, s.children = rng, at, _shown(view, s.children or [])
+            out.append(s)
+    return out
+
+
+def document_symbols(view: View) -> list[lsp.DocumentSymbol]:
+    """One symbol for the workflow (the whole current text) holding its declarations and steps."""
+    program = view.tree
     children = _declarations(program) + _steps(program.steps)
-    whole = whole_document(text)
+    if not view.lines.unchanged:
+        children = _shown(view, children)
+    whole = whole_document(view.text)
+    name = view.shown(span_range(program.name.span)) or lsp.Range(start=whole.start, end=whole.start)
     top = lsp.DocumentSymbol(
         name=program.name.name,
         kind=K.Namespace,
         range=whole,
-        selection_range=span_range(program.name.span),
+        selection_range=name,
         detail="workflow",
         children=children,
     )
