@@ -172,6 +172,23 @@ def test_a_burst_of_changes_is_analysed_once(client, tmp_path):
     assert len(versions) <= 2, versions
 
 
+def test_a_change_is_published_though_the_poll_analyses_it_first(tmp_path):
+    """The poll analyses a document again while a template it reads was written under 2 s ago (its state
+    not settled yet), and publishes only diagnostics that changed; a change whose analysis was due
+    then is published all the same, for its version."""
+    c = LspClient(["--poll", "0.05"])
+    try:
+        c.initialize(ROOT)
+        (tmp_path / "p.j2").write_text(TEMPLATES["p.j2"])
+        uri = c.open(tmp_path / "w.srpo", BASE)
+        c.diagnostics(uri)
+        for version in range(2, 12):
+            c.replace(uri, BASE + f"# {version}\n", version)
+            assert _published(c, uri, version)[-1] == version
+    finally:
+        c.close()
+
+
 def test_formatting_keeps_the_buffer_s_line_endings(client, tmp_path):
     """An editor's CRLF buffer in the layout gets no edit; a messy one gets the layout in CRLF."""
     crlf = format_source(BASE).replace("\n", "\r\n")

@@ -44,16 +44,18 @@ def _path(doc: TextDocument) -> str:
 
 def publish(ls: LanguageServer, uri: str, if_changed: bool = False) -> None:
     """Check the document as `srpo-dsl validate` would and publish every diagnostic (`if_changed`: only
-    when they differ from those last published); keep what requests answer from."""
+    when they differ from those last published, or the text is new: a change's analysis may be due);
+    keep what requests answer from."""
     doc = ls.workspace.get_text_document(uri)
     text = doc.source
+    new = documents.stale(uri, text)
     with recording() as reads:
         diags, good = diagnose(text, _path(doc))
     documents.record(uri, text, good)
     units = Units(doc)
     for d in diags:
         d.range = units.range(d.range)
-    if workflows.analysed(uri, reads, diags) or not if_changed:
+    if workflows.analysed(uri, reads, diags) or new or not if_changed:
         ls.text_document_publish_diagnostics(
             lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=doc.version)
         )
