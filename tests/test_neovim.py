@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 from lsprotocol import types as lsp
 
+from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.navigation import hover
+from srpo_dsl.lsp.view import View
 from tests.clitools import ROOT, cli, load_bench
 
 bench = load_bench("lsp_bench")
@@ -93,7 +95,8 @@ def test_the_server_s_diagnostics_arrive_in_neovim(session, files) -> None:
 def test_a_hover_shows_the_agent(session, files) -> None:
     text = files[0].read_text(encoding="utf-8")
     at = hover_position(text)
-    want = hover(text, str(files[0]), lsp.Position(**at)).contents.value
+    view = View.of(diagnose(text, str(files[0]))[1], text)  # the text as the server last analysed it
+    want = hover(view, lsp.Position(**at)).contents.value
     assert session["hover"] == want  # the request's reply, as the server computes it
     assert "`lm`" in want and "quickstart/verifier.j2" in want and "verdict" in want
     assert "quickstart/verifier.j2" in session["hover_window"]  # what vim.lsp.buf.hover() shows

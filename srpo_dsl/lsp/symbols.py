@@ -5,11 +5,21 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.messages import Span
+from srpo_dsl.lang.messages import Span, SrpoError
+from srpo_dsl.lang.parser import parse
 from srpo_dsl.lsp.positions import span_range, whole_document
 from srpo_dsl.lsp.view import View
 
 K = lsp.SymbolKind
+
+
+def parsed(text: str, path: str) -> n.Program | None:
+    """The syntax tree of `text`, or None when it has syntax errors (quick fixes, folding, links,
+    lenses, rename read the current text; symbols, hover and definition the last good one: View)."""
+    try:
+        return parse(text, path)
+    except SrpoError:
+        return None
 
 
 def _symbol(
