@@ -273,6 +273,29 @@ def test_option_pairs_are_parsed_and_checked_by_the_trainer(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("args", [["--lr", "inf"], ["--option", "lr=nan"], ["--option", "clip=inf"]])
+def test_a_non_finite_option_is_refused_before_anything_is_written(tmp_path, args):
+    # `--lr inf` trained on to `grad norm nan` and exported NaN weights with exit 0 (issue 38).
+    result = cli("train", "workflows/quickstart.srpo", "--out", tmp_path / "r", *args, env=_env())
+    name = args[1].split("=")[0] if args[0] == "--option" else "lr"
+    assert result.returncode != 0 and result.stderr.strip() == (
+        f"error: training option `{name}`: Input should be a finite number"
+    )
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_non_finite_option_in_the_workflow_is_a_positioned_error(tmp_path):
+    import shutil
+
+    workflows = Path(__file__).resolve().parents[1] / "workflows"
+    text = (workflows / "quickstart.srpo").read_text().replace("lr = 4e-4", "lr = inf")
+    assert "lr = inf" in text
+    shutil.copytree(workflows / "quickstart", tmp_path / "quickstart")  # its templates, beside it
+    (tmp_path / "q.srpo").write_text(text)
+    result = cli("validate", tmp_path / "q.srpo")
+    assert result.returncode == 1 and "error[E024]: train: `lr` must be a finite number" in result.stdout
+
+
 @pytest.mark.slow
 def test_resume_compares_the_config_both_ways_with_paths_resolved(
     tmp_path: Path, tiny_random_model: Path

@@ -26,7 +26,7 @@ DEFAULT_MAX_TOKENS = 512
 
 
 class _Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan option
 
 
 class Generation(_Options):
