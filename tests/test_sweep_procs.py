@@ -1,5 +1,6 @@
-"""`sweep --procs-per-run N`: each run under torchrun with N processes, the GPUs shared out between the
-runs at a time (CUDA_VISIBLE_DEVICES slices), the cores between all their processes."""
+"""How the sweep runs its runs: `--procs-per-run N` (each run under torchrun with N processes, the GPUs
+shared out between the runs at a time as CUDA_VISIBLE_DEVICES slices, the cores between all their
+processes), and the error line it records for a run that failed."""
 
 import json
 import sys
@@ -7,7 +8,7 @@ import sys
 import pytest
 
 from srpo_dsl.sweep.experiment import load_experiment
-from srpo_dsl.sweep.runner import Job, child_env, device_slots, train_command
+from srpo_dsl.sweep.runner import Job, child_env, device_slots, last_error, train_command
 from tests.clitools import ROOT, cli
 from tests.test_training import _env
 
@@ -72,3 +73,23 @@ def test_a_sweep_run_of_two_processes_trains_as_one_data_parallel_run(tmp_path):
     assert config["world_size"] == 2  # two ranks, one run: its data split between them
     steps = (out / "cells" / "sync" / "seed-1" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in steps] == [1]
+
+
+@pytest.mark.parametrize(
+    "log, want",
+    [
+        ("train:  10%|#  | 1/10 [00:01<00:09]error: batch = 5000 prompts\n", "error: batch = 5000 prompts"),
+        ("loading\rtrain:   0%|  | 0/10\rerror: no such file\n\n", "error: no such file"),
+        (
+            "internal error (a bug, please report it): KeyError: 'x'\n",
+            "internal error (a bug, please report it): KeyError: 'x'",
+        ),
+        ("a warning: terror: not one\nlast words\n", "last words"),
+        ("", "no output"),
+    ],
+)
+def test_a_failed_run_s_error_is_its_message_not_a_progress_frame(tmp_path, log, want):
+    # sweep recorded the bar's frame as the error when the message followed it on one line (issue 38).
+    path = tmp_path / "seed-1.log"
+    path.write_text(log)
+    assert last_error(path) == want

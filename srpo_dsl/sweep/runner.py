@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -98,14 +99,18 @@ def device_slots(jobs: int, procs: int) -> list[list[str]]:
     return [devices[i * procs : (i + 1) * procs] for i in range(jobs)]
 
 
+ERROR_LINE = re.compile(r"(?<![\w-])(internal error.*|error: .*)$")  # where a message starts in a line
+
+
 def last_error(log: Path) -> str:
-    """The run's `error: ...` line, else its last line (progress bars' carriage returns split lines)."""
+    """The run's last `error: ...` message, else its last line. Progress bars' carriage returns split
+    lines, and a bar left unfinished puts the message after its last frame on the same line."""
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "no log"
     lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith(("error:", "internal error"))]
+    errors = [found.group(1) for line in lines if (found := ERROR_LINE.search(line))]
     return (errors or lines or ["no output"])[-1]
 
 
