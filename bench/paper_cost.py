@@ -112,7 +112,10 @@ def parse_params(values: list[str]) -> dict[str, float]:
     out = dict(PARAMS)
     for value in values:
         name, _, count = value.partition("=")
-        out[name] = float(count)
+        try:
+            out[name] = float(count)
+        except ValueError:
+            raise SystemExit(f"--params {value}: expected NAME=COUNT, e.g. Qwen/Qwen3-4B=4.02e9") from None
     return out
 
 

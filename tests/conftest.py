@@ -68,3 +68,26 @@ def dist():
     from srpo_dsl.rl.distributed.process_group import init_distributed
 
     return init_distributed("cpu")
+
+
+@pytest.fixture(scope="module")
+def client():
+    """The language server (`python -m srpo_dsl lsp`) with bench/lsp_bench.py's client, initialized on
+    the repository; one per test module."""
+    from tests.clitools import ROOT, load_bench
+
+    c = load_bench("lsp_bench").LspClient()
+    c.initialize(ROOT)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def routed(tmp_path: Path) -> Path:
+    """A copy of workflows/math_routed.srpo with its prompt folder (templates resolve from its folder)."""
+    import shutil
+
+    workflows = Path(__file__).resolve().parents[1] / "workflows"
+    shutil.copytree(workflows / "math", tmp_path / "math")
+    shutil.copy(workflows / "math_routed.srpo", tmp_path)
+    return tmp_path / "math_routed.srpo"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -35,3 +37,18 @@ def as_lsp(d: dict) -> dict:
 
 def published(diags: list[dict]) -> list[dict]:
     return [{k: d[k] for k in ("code", "severity", "message", "range")} for d in diags]
+
+
+QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
+TYPO = ("parallel solver ", "parallel solvers")  # an undefined agent: E012 on line 13
+
+
+def editor_files(folder: Path) -> tuple[Path, Path]:
+    """In `folder`: the quickstart's templates, a workflow with an error (broken.srpo: TYPO) and one
+    that needs formatting (messy.srpo: its columns no longer aligned), as the editor tests open them."""
+    shutil.copytree(ROOT / "workflows" / "quickstart", folder / "quickstart")
+    text = QUICKSTART.read_text(encoding="utf-8")
+    broken, messy = folder / "broken.srpo", folder / "messy.srpo"
+    broken.write_text(text.replace(*TYPO), encoding="utf-8")
+    messy.write_text(re.sub(" +", " ", text), encoding="utf-8")
+    return broken, messy

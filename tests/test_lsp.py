@@ -7,8 +7,6 @@ import shutil
 import statistics
 from pathlib import Path
 
-import pytest
-
 from srpo_dsl.lang.format import format_source
 from srpo_dsl.lang.schema import AgentOptions, TrainOptions
 from tests.clitools import ROOT, load_bench
@@ -18,22 +16,6 @@ LspClient = load_bench("lsp_bench").LspClient
 
 WORKFLOWS = ROOT / "workflows"
 TYPO = ("parallel solver by router", "parallel solvers by router")
-
-
-@pytest.fixture(scope="module")
-def client():
-    c = LspClient()
-    c.initialize(ROOT)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def routed(tmp_path: Path) -> Path:
-    """A copy of workflows/math_routed.srpo with its prompt folder (templates resolve from its folder)."""
-    shutil.copytree(WORKFLOWS / "math", tmp_path / "math")
-    shutil.copy(WORKFLOWS / "math_routed.srpo", tmp_path)
-    return tmp_path / "math_routed.srpo"
 
 
 def test_the_server_takes_stdio_as_language_clients_start_it() -> None:

@@ -4,12 +4,8 @@ and references, links, folding, semantic tokens, code lenses and the graph comma
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.lang.steps import step_keywords
@@ -22,22 +18,6 @@ WORKFLOWS = ROOT / "workflows"
 STEPS = {*step_keywords(), "call", "step", "repeat", "if", "break"}
 DECLARATIONS = {"policy", "task", "tool", "env", "agent", "reward", "train"}
 AGENTS = {"router", "solver", "verifier", "aggregator"}
-
-
-@pytest.fixture(scope="module")
-def client():
-    c = LspClient()
-    c.initialize(ROOT)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def routed(tmp_path: Path) -> Path:
-    """A copy of workflows/math_routed.srpo with its prompt folder (templates resolve from its folder)."""
-    shutil.copytree(WORKFLOWS / "math", tmp_path / "math")
-    shutil.copy(WORKFLOWS / "math_routed.srpo", tmp_path)
-    return tmp_path / "math_routed.srpo"
 
 
 def after(text: str, line_has: str, word: str) -> dict:

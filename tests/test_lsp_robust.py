@@ -9,7 +9,6 @@ import statistics
 import time
 from pathlib import Path
 
-import pytest
 from lang_cases import BASE, TEMPLATES
 from lsprotocol import types as lsp
 
@@ -23,14 +22,6 @@ LspClient = load_bench("lsp_bench").LspClient
 
 SUPERVISOR = ROOT / "workflows" / "supervisor.srpo"  # opened, never written
 OPTIONS = {"tabSize": 4, "insertSpaces": True}
-
-
-@pytest.fixture(scope="module")
-def client():
-    c = LspClient()
-    c.initialize(ROOT)
-    yield c
-    c.close()
 
 
 def _at(text: str, line_has: str, word: str) -> dict:

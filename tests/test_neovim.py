@@ -23,14 +23,13 @@ from lsprotocol import types as lsp
 from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.navigation import hover
 from srpo_dsl.lsp.view import View
-from tests.clitools import ROOT, cli, load_bench
+from tests.clitools import cli, load_bench
+from tests.lsptools import QUICKSTART, editor_files
 
 bench = load_bench("lsp_bench")
 
 NVIM = os.environ.get("SRPO_DSL_NVIM", "nvim")
 REQUIRED = os.environ.get("SRPO_DSL_EDITOR_TESTS") == "required"
-QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
-TYPO = ("parallel solver ", "parallel solvers")  # an undefined agent: E012 on line 13
 HOVERED = ("verify verifier", "verifier")  # the line, then the agent's name on it
 
 
@@ -46,15 +45,7 @@ def nvim() -> str:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> tuple[Path, Path]:
-    """A folder with the quickstart's templates, a workflow with an error (broken.srpo) and one that
-    needs formatting (messy.srpo: its columns no longer aligned)."""
-    folder = tmp_path_factory.mktemp("nvim")
-    shutil.copytree(ROOT / "workflows" / "quickstart", folder / "quickstart")
-    text = QUICKSTART.read_text(encoding="utf-8")
-    broken, messy = folder / "broken.srpo", folder / "messy.srpo"
-    broken.write_text(text.replace(*TYPO), encoding="utf-8")
-    messy.write_text(re.sub(" +", " ", text), encoding="utf-8")
-    return broken, messy
+    return editor_files(tmp_path_factory.mktemp("nvim"))
 
 
 def hover_position(text: str) -> dict:

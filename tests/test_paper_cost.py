@@ -43,3 +43,11 @@ def test_team_cells_cost_their_token_bound_and_the_command_prints_both_recipes()
         "paper_math.toml: 3 seeds" in done.stdout
         and "| routed | Qwen/Qwen2.5-3B-Instruct | 1 |" in done.stdout
     )
+
+
+def test_a_bad_model_size_is_one_line():
+    cmd = [sys.executable, str(ROOT / "bench" / "paper_cost.py"), "--params", "Qwen/Qwen3-4B"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.strip() == (
+        "--params Qwen/Qwen3-4B: expected NAME=COUNT, e.g. Qwen/Qwen3-4B=4.02e9"
+    )

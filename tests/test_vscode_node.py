@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import pytest
 
 from srpo_dsl.lang.format import tokens_of
 from srpo_dsl.lang.textmate import DECLARING, keywords
+from tests import lsptools
 from tests.clitools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +33,6 @@ EXT = ROOT / "editors" / "vscode"
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.srpo"))
 SNAPPED = ROOT / "workflows" / "supervisor.srpo"
 SNAPSHOT = ROOT / "tests" / "snapshots" / "supervisor.srpo.scopes"
-QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
-TYPO = ("parallel solver ", "parallel solvers")  # an undefined agent: E012 on line 13
 SERVER = [sys.executable, "-m", "srpo_dsl", "lsp"]
 REQUIRED = os.environ.get("SRPO_DSL_NODE_TESTS") == "required"
 STRING = "string.quoted.double.srpo"
@@ -205,15 +203,7 @@ def test_a_script_without_files_is_a_usage_error(script: str) -> None:
 
 @pytest.fixture(scope="module")
 def editor_files(tmp_path_factory) -> tuple[Path, Path]:
-    """A folder with the quickstart's templates, a workflow with an error (broken.srpo) and one that
-    needs formatting (messy.srpo: its columns no longer aligned)."""
-    folder = tmp_path_factory.mktemp("editor")
-    shutil.copytree(ROOT / "workflows" / "quickstart", folder / "quickstart")
-    text = QUICKSTART.read_text(encoding="utf-8")
-    broken, messy = folder / "broken.srpo", folder / "messy.srpo"
-    broken.write_text(text.replace(*TYPO), encoding="utf-8")
-    messy.write_text(re.sub(" +", " ", text), encoding="utf-8")
-    return broken, messy
+    return lsptools.editor_files(tmp_path_factory.mktemp("editor"))
 
 
 def run_client(files: tuple[Path, Path], server: list[str], trace: str) -> tuple[int, dict]:
