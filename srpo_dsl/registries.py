@@ -15,6 +15,8 @@ anything. A plugin adds an entry with the registry's `register` decorator, in it
     REWARDS               (pred, task, field) -> float              register_reward (envs/rewards.py)
     BACKENDS              BackendKind: run, eval                    BACKENDS.add
     ROLLOUT_ENGINES       RolloutEngineKind: train                  ROLLOUT_ENGINES.add
+    TRACKERS              TrackerKind: where a run reports          TRACKERS.add
+                          (`train with (report_to = ...)`)
     CONTRACTS             ContractSpec: an output contract's        register_contract (here)
                           arguments, capabilities and parser
                           (runtime/parsers.py)
@@ -220,6 +222,24 @@ ROLLOUT_ENGINES.add(
         install="pip install 'srpo-dsl[vllm]'",
         reserves_gpu_share=True,
     ),
+)
+
+
+@dataclass(frozen=True)
+class TrackerKind(FactoryEntry):
+    """An experiment tracker a training run reports to (`train with (report_to = NAME)`):
+    `factory(run: srpo_dsl.trackers.base.TrackedRun) -> srpo_dsl.trackers.base.Tracker`, called on rank 0
+    when the run starts (docs/training.md, "Trackers")."""
+
+    needs_package: str | None = None  # a module it imports, looked for before it starts
+    install: str = ""  # how to install `needs_package`: the end of the warning when it is missing
+
+
+TRACKERS: Registry[TrackerKind] = Registry("tracker")
+TRACKERS.add("tensorboard", TrackerKind("srpo_dsl.trackers.tensorboard:TensorBoard", "tensorboard"))
+TRACKERS.add("wandb", TrackerKind("srpo_dsl.trackers.wandb:Wandb", "wandb", "pip install 'srpo-dsl[wandb]'"))
+TRACKERS.add(
+    "mlflow", TrackerKind("srpo_dsl.trackers.mlflow:MLflow", "mlflow", "pip install 'srpo-dsl[mlflow]'")
 )
 
 

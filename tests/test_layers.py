@@ -28,6 +28,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds
     ("backends", "runtime"),  # generation; rolling a workflow out through the backends
     ("models",),  # the embedded model, built and evaluated with the runtime; model specs
+    ("trackers",),  # the experiment trackers a training run reports to (TensorBoard, W&B, MLflow)
     ("rl",),  # training, and a training run's folder (runlog)
     ("api",),  # srpo-dsl from Python: load, run, evaluate, train (docs/python.md)
     ("view", "sweep"),  # the viewer and experiments, over the runs' folders

@@ -13,9 +13,11 @@ QUIET_ENV = {  # read by the libraries when they are imported
     "TRANSFORMERS_VERBOSITY": "error",
     "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' "Loading weights", "Writing model shards"
+    "WANDB_SILENT": "true",  # W&B's "Tracking run with wandb ..." (a tracker of `report_to`)
 }
 LIBRARIES = (
-    r"(torch|transformers|deepspeed|accelerate|huggingface_hub|peft|safetensors|tokenizers|srpo_dsl)(\.|$)"
+    r"(torch|transformers|deepspeed|accelerate|huggingface_hub|peft|safetensors|tokenizers|wandb|mlflow|srpo_dsl)"
+    r"(\.|$)"
 )
 
 

@@ -15,9 +15,11 @@ from typing import Any, TypeVar
 
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.outputs import check_out, staged_output
+from srpo_dsl.rl.loop.plots import SMOOTHING, write_plots
 from srpo_dsl.rl.loop.runlog import (
     METRICS,
     PANELS,
+    PLOTS,
     ROLE_PANELS,
     TRACES,
     Dynamics,
@@ -33,7 +35,9 @@ from srpo_dsl.runtime.traces import TraceEpisode, TraceError, TraceEvent, read_t
 
 __all__ = [
     "PANELS",
+    "PLOTS",
     "ROLE_PANELS",
+    "SMOOTHING",
     "BranchMark",
     "Dynamics",
     "EvalCurve",
@@ -45,6 +49,7 @@ __all__ = [
     "TraceEvent",
     "export_checkpoint",
     "load_traces",
+    "write_plots",
 ]
 
 T = TypeVar("T")

@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from srpo_dsl.api.dry_run import launch_table
 from srpo_dsl.api.launch import relaunch
 from srpo_dsl.api.quiet import libraries_quiet
-from srpo_dsl.api.runs import PANELS, ROLE_PANELS, Run, export_checkpoint
+from srpo_dsl.api.runs import PLOTS, SMOOTHING, Run, export_checkpoint, write_plots
 from srpo_dsl.api.training import train_plan
 from srpo_dsl.choices import OFFLOAD
 from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, VERBOSE, CliError, Decode, Device, choices
@@ -28,14 +28,12 @@ from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 
 if TYPE_CHECKING:
-    from srpo_dsl.api.runs import Dynamics, EvalCurve, RoleSeries
+    from srpo_dsl.api.runs import EvalCurve
 
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
 Offload = choices("Offload", OFFLOAD)
 RolloutEngine = choices("RolloutEngine", ROLLOUT_ENGINES)
-
-EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (the others: runlog.PANELS)
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
 OUT = typer.Option(Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints).")
@@ -182,64 +180,14 @@ def _change(name: str, first: float, last: float) -> str:
     return f"{name} {first:.1f}% -> {last:.1f}% ({last - first:+.1f})"
 
 
-def ema(values: list[float], alpha: float) -> list[float]:
-    """s_t = alpha s_{t-1} + (1 - alpha) x_t, started at x_0."""
-    out, s = [], values[0] if values else 0.0
-    for x in values:
-        s = alpha * s + (1 - alpha) * x
-        out.append(s)
-    return out
-
-
-def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None:
-    """Raw values faint, their EMA solid; the gradient-norm panel names its coefficient of variation."""
-    from matplotlib.ticker import MaxNLocator
-
-    values = dynamics.series[key]
-    line = ax.plot(dynamics.steps, values, alpha=0.25, linewidth=1)[0]
-    ax.plot(dynamics.steps, ema(values, smoothing), color=line.get_color(), linewidth=2)
-    mean = sum(values) / len(values)
-    cv = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5 / mean if mean > 0 else 0.0
-    ax.set_title(PANELS[key] + (f" (CV {cv:.2f})" if key == "grad_norm" else ""))
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(alpha=0.3)
-
-
-def draw_roles(ax: Any, series: list[RoleSeries], metric: str, smoothing: float) -> None:
-    """One colour per role: raw values faint, their EMA solid, named in the legend."""
-    from matplotlib.ticker import MaxNLocator
-
-    for s in series:
-        line = ax.plot(s.steps, s.values, alpha=0.25, linewidth=1)[0]
-        ax.plot(s.steps, ema(s.values, smoothing), color=line.get_color(), linewidth=2, label=s.role)
-    ax.set_title(ROLE_PANELS[metric])
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(loc="best")
-    ax.grid(alpha=0.3)
-
-
-def draw_heldout(ax: Any, curve: EvalCurve) -> None:
-    """Held-out Avg@k and Pass@k (percent) at each evaluated step."""
-    from matplotlib.ticker import MaxNLocator
-
-    ax.plot(curve.steps, curve.avg, marker="o", linewidth=2, label=f"Avg@{curve.k}")
-    ax.plot(curve.steps, curve.passed, marker="s", linewidth=2, label=f"Pass@{curve.k}")
-    ax.set_title(f"Held-out Avg@{curve.k} / Pass@{curve.k} (%)")
-    ax.set_xlabel("step")
-    ax.set_ylim(0, 100)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(loc="lower right")
-    ax.grid(alpha=0.3)
-
-
 def plot_cmd(
     run: Path = typer.Argument(
         ..., help="A run folder written by `train` (holds metrics.jsonl).", show_default=False
     ),
     out: Path | None = typer.Option(None, "--out", help="Where to write the PNGs (default: RUN/plots)."),
-    smoothing: float = typer.Option(0.9, "--ema", min=0.0, max=0.999, help="EMA factor of the solid line."),
+    smoothing: float = typer.Option(
+        SMOOTHING, "--ema", min=0.0, max=0.999, help="EMA factor of the solid line."
+    ),
 ) -> None:
     """Plot return, gradient norm, response length, active-set size, per-role panels, held-out Avg@k / Pass@k.
 
@@ -252,45 +200,9 @@ def plot_cmd(
 
       srpo-dsl plot runs/q1
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     dynamics = Run.open(run).dynamics
-    folder = out or run / "plots"
-    folder.mkdir(parents=True, exist_ok=True)
-    roles = [f"role_{metric}" for metric in dynamics.roles]
-    names = [*dynamics.series, *roles, *([EVAL_PANEL] if dynamics.curve is not None else [])]
-    written = []
-    for name in names:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        draw_panel(ax, dynamics, name, smoothing)
-        written.append(save(fig, folder / f"{name}.png"))
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.5))
-    for ax, name in zip(axes, names):
-        draw_panel(ax, dynamics, name, smoothing)
-    written.append(save(fig, folder / "training_dynamics.png"))
+    written = write_plots(dynamics, out or run / PLOTS, smoothing)
     print(f"{len(dynamics.steps)} steps -> " + ", ".join(str(p) for p in written))
-
-
-def draw_panel(ax: Any, dynamics: Dynamics, name: str, smoothing: float) -> None:
-    if name == EVAL_PANEL and dynamics.curve is not None:
-        draw_heldout(ax, dynamics.curve)
-    elif name.startswith("role_"):
-        metric = name.removeprefix("role_")
-        draw_roles(ax, dynamics.roles[metric], metric, smoothing)
-    else:
-        draw_metric(ax, dynamics, name, smoothing)
-
-
-def save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def export_cmd(

@@ -20,7 +20,15 @@ from pydantic_core import PydanticCustomError
 
 from srpo_dsl.lang.branches import BACKUPS
 from srpo_dsl.lang.pycode import is_reference
-from srpo_dsl.registries import ADVANTAGE_ESTIMATORS, AGGREGATIONS, OBJECTIVES, SET_NORMS, Registry, load
+from srpo_dsl.registries import (
+    ADVANTAGE_ESTIMATORS,
+    AGGREGATIONS,
+    OBJECTIVES,
+    SET_NORMS,
+    TRACKERS,
+    Registry,
+    load,
+)
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -156,7 +164,33 @@ TRAIN_CHOICES: dict[str, Mapping[str, Any]] = {
     "aggregation": AGGREGATIONS,
     "set_norm": SET_NORMS,
     "backup": BACKUPS,
+    "report_to": TRACKERS,  # or several, comma-separated, or `none`
 }
+NO_TRACKER = "none"  # `report_to = none`: metrics.jsonl and eval.jsonl only
+
+
+def tracker_list(value: Any) -> str:
+    """`report_to` as the options hold it: registered tracker names joined by commas (each once, in the
+    order given), or `none`. Accepts `"tensorboard, wandb"`, a bare name, or (the Python API) a list."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise PydanticCustomError("string_type", "Input should be a valid string", {})
+    names = list(dict.fromkeys(n.strip() for n in value.split(",")))
+    if names == [NO_TRACKER]:
+        return NO_TRACKER
+    if NO_TRACKER in names:
+        raise PydanticCustomError("value_error", "'none' reports to no tracker: name it alone", {})
+    for name in names:
+        if name not in TRAIN_CHOICES["report_to"]:
+            known = ", ".join(f"'{n}'" for n in TRAIN_CHOICES["report_to"])
+            raise PydanticCustomError(
+                "literal_error",
+                "Input should be {known}, several joined by commas (\"tensorboard,wandb\"), or 'none'; "
+                "got '{name}'",
+                {"known": known, "name": name},
+            )
+    return ",".join(names)
 
 
 class TrainOptions(_Options):
@@ -228,6 +262,16 @@ class TrainOptions(_Options):
     discount: float = Field(
         1.0, gt=0.0, le=1.0, description="gamma: an alternative's return is its score + gamma * its subtree's"
     )
+    report_to: str = Field(
+        "tensorboard",
+        description="the experiment trackers the run reports to: tensorboard, wandb, mlflow, several "
+        'joined by commas ("tensorboard,mlflow"), or none (metrics.jsonl and eval.jsonl only)',
+    )
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The trackers of `report_to`, in order (none: ())."""
+        return () if self.report_to == NO_TRACKER else tuple(self.report_to.split(","))
 
     @field_validator("objective")
     @classmethod
@@ -262,6 +306,11 @@ class TrainOptions(_Options):
     @classmethod
     def _backup(cls, value: str) -> str:
         return registered(TRAIN_CHOICES["backup"], value)
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _report_to(cls, value: Any) -> str:
+        return tracker_list(value)
 
     @field_validator("set_norm")
     @classmethod

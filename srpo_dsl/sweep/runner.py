@@ -25,6 +25,7 @@ from typing import Any
 
 from srpo_dsl.sweep.experiment import Cell, Experiment
 from srpo_dsl.sweep.state import SweepState, finished, log_path, run_dir, run_key
+from srpo_dsl.trackers.base import EXPERIMENT_ENV, RUN_NAME_ENV
 
 LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -84,6 +85,12 @@ def child_env(jobs: int, devices: list[str] | None = None) -> dict[str, str]:
     if devices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     return env
+
+
+def tracked_as(exp: Experiment, job: Job) -> dict[str, str]:
+    """How the run's trackers name it (`report_to`): in the experiment named after the experiment file
+    (unless SRPO_DSL_EXPERIMENT is set), as CELL/seed-S."""
+    return {EXPERIMENT_ENV: os.environ.get(EXPERIMENT_ENV) or exp.path.stem, RUN_NAME_ENV: job.key}
 
 
 def device_slots(jobs: int, procs: int) -> list[list[str]]:
@@ -191,7 +198,7 @@ class Sweep:
                 train_command(self.exp, job, self.folder, self.settings, self.procs_per_run),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=child_env(self.jobs, devices),
+                env=child_env(self.jobs, devices) | tracked_as(self.exp, job),
             )
             self.procs[job.key] = proc
             code = proc.wait()

@@ -20,7 +20,7 @@ from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners
 CHECKPOINTS = "checkpoints"
 ENGINE_TAG = "state"  # the tag each engine is saved under, in step-N/<engine owner>/
 RESUMABLE = ("backend", "decode")  # config keys a resume may change
-RESUMABLE_OPTIONS = ("steps", "rollout_workers")  # `train` options a resume may change
+RESUMABLE_OPTIONS = ("steps", "rollout_workers", "report_to")  # `train` options a resume may change
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -100,8 +100,8 @@ def load_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
 def resume_conflicts(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """The run config's keys (and `options`' keys) whose values differ between a checkpoint's run and
     this one, either way: a key only one side has differs (`eval_data` given then left out). File
-    paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode`, `steps` and `rollout_workers`
-    may change."""
+    paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode`, `steps`, `rollout_workers`
+    and `report_to` may change."""
     changed = [
         k
         for k in _union(before, now)

@@ -72,13 +72,19 @@ class TrainPlan:
         s = self.setup
         argv = ["train", str(self.workflow.path), "--out", str(self.out), "--backend", s.backend]
         argv += ["--decode", s.decode, "--offload", s.offload] + (["--resume"] if self.resume else [])
-        argv += [x for k, v in self.overrides.items() for x in ("--option", f"{k}={v}")]
+        argv += [x for k, v in self.overrides.items() for x in ("--option", f"{k}={option_text(v)}")]
         argv += [x for p, m in s.models.items() for x in ("--model", f"{p}={m}")]
         argv += [x for p in s.eval_data for x in ("--eval-data", str(p))]
         argv += ["--device", s.device] if s.device else []
         argv += [x for k, v in self.workflow.settings.items() for x in ("--set", f"{k}={v}")]
         argv += ["--ds-config", str(s.ds_config)] if s.ds_config else []
         return argv + (["--verbose"] if verbose else [])
+
+
+def option_text(value: Any) -> str:
+    """An option's value as `--option NAME=VALUE` writes it: a list (the API's `report_to=[...]`) joined by
+    commas."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def make_plan(

@@ -100,7 +100,7 @@ def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf), opts)
     start = restore(found, state, policies, dist) if state is not None else 0
-    log = RunLog(out, config, start, wf.graph) if dist.rank == 0 else None
+    log = RunLog(out, config, start, wf.graph, opts.trackers) if dist.rank == 0 else None
     feed = Feed(link, opts, policies, dist.device) if link else None
     if feed is not None:  # the workers start from the weights trained so far, and the batches received
         feed.begin(policies, start, read_rank_state(found, "batches", dist.rank, []) if state else [])

@@ -1,6 +1,7 @@
-"""A training run's folder: its outputs, written by rank 0 (metrics.jsonl, eval.jsonl, TensorBoard,
-traces, config, the event graph), and the readers of what `plot`, `view`, `sweep` and the end-of-run
-report show from it. A file cut by a killed writer is read up to its last complete line."""
+"""A training run's folder: its outputs, written by rank 0 (metrics.jsonl, eval.jsonl, traces, config, the
+event graph; the trackers of `report_to`: TensorBoard's tb/, ...), and the readers of what `plot`, `view`,
+`sweep` and the end-of-run report show from it. A file cut by a killed writer is read up to its last
+complete line."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from typing import Any
 
 from srpo_dsl.io import append_jsonl, complete_lines, write_atomic, write_json, write_lines_atomic
 from srpo_dsl.lang.graph import EventGraph
-from srpo_dsl.lang.graph_formats import to_json
+from srpo_dsl.lang.graph_formats import to_json, to_mermaid
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.traces import EventUpdate, to_trace, write_traces
+from srpo_dsl.trackers.base import TrackedRun, run_identity, tracked_metrics
+from srpo_dsl.trackers.fanout import IDS, Trackers, problem_of, warn
+from srpo_dsl.trackers.tensorboard import FOLDER as TENSORBOARD
 
 METRICS, EVAL, CONFIG, TRACES, GRAPH = (
     "metrics.jsonl",
@@ -24,6 +28,8 @@ METRICS, EVAL, CONFIG, TRACES, GRAPH = (
     "traces.jsonl",
     "graph.json",
 )
+MERMAID = "graph.mmd"  # the graph as Mermaid, for the trackers that keep files
+PLOTS = "plots"  # `srpo-dsl plot`'s PNGs, drawn at the end of a run whose trackers keep files
 EVAL_PROMPTS = "eval_prompts.jsonl"  # per evaluation: each held-out prompt's correct samples out of k
 RENAMED = {"score": "return", "accuracy": "task_score"}  # metrics.jsonl: an older run's key -> its name now
 
@@ -55,11 +61,12 @@ def write_graph(out: Path, graph: EventGraph) -> None:
 
 
 class RunLog:
-    """Appends one row per step (and per evaluation); a resumed run first drops rows after its checkpoint."""
+    """Appends one row per step (and per evaluation), and reports each to the run's trackers (`report_to`);
+    a resumed run first drops rows after its checkpoint."""
 
-    def __init__(self, out: Path, config: Mapping[str, Any], start: int, graph: EventGraph):
-        from torch.utils.tensorboard import SummaryWriter
-
+    def __init__(
+        self, out: Path, config: Mapping[str, Any], start: int, graph: EventGraph, trackers: Sequence[str]
+    ):
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / CONFIG, config)
         write_graph(out, graph)
@@ -67,9 +74,11 @@ class RunLog:
             truncate_jsonl(out / name, start if start else -1)
         self.out = out
         self.graph_hash = graph.hash
-        self.writer = SummaryWriter(
-            str(out / "tb"), purge_step=start + 1 if start else 0
-        )  # drop a killed tail
+        name, experiment = run_identity(out, graph.name)
+        self.trackers = Trackers(trackers, TrackedRun(out, name, experiment, config, start, None))
+        if self.trackers.keep_files:
+            write_atomic(out / MERMAID, to_mermaid(graph.to_networkx()) + "\n")
+            self.trackers.log_files([out / CONFIG, out / MERMAID], out)
 
     def step(
         self,
@@ -80,35 +89,41 @@ class RunLog:
         """A training step's metrics; its rollouts, when given, replace OUT/traces.jsonl (with `updates`:
         event id -> what the update did with it)."""
         append_jsonl(self.out / METRICS, row)
-        for key, value in row.items():
-            if key != "step":
-                self.writer.add_scalar(f"train/{key}", value, row["step"])
         if episodes:
             write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash, updates) for ep in episodes])
-        self.writer.flush()
+        self.trackers.log(tracked_metrics(row, "train"), int(row["step"]))
 
     def evaluation(self, row: Mapping[str, Any], prompts: Mapping[str, Any]) -> None:
         """A held-out evaluation: Avg@k, Pass@k, cost and the per-role invalid-output rates (`role/R/...`);
         `prompts`: its per-prompt outcomes (eval_prompts.jsonl)."""
         append_jsonl(self.out / EVAL_PROMPTS, prompts)
         append_jsonl(self.out / EVAL, row)
-        self.writer.add_scalar(f"eval/avg_at_{row['k']}", row["avg_at_k"], row["step"])
-        self.writer.add_scalar(f"eval/pass_at_{row['k']}", row["pass_at_k"], row["step"])
-        for key, value in row.items():
-            if key.startswith("role/"):
-                self.writer.add_scalar(f"eval/{key}", value, row["step"])
-        self.writer.flush()
+        self.trackers.log(tracked_metrics(row, "eval"), int(row["step"]))
 
     def close(self) -> None:
-        self.writer.close()
+        """The run is done: the trackers that keep files get `srpo-dsl plot`'s PNGs (OUT/plots), then end."""
+        if self.trackers.keep_files:
+            from srpo_dsl.rl.loop.plots import write_plots
+
+            try:
+                plots = write_plots(read_dynamics(self.out), self.out / PLOTS)
+            except (RunError, OSError, ValueError) as exc:
+                warn(f"the plots for the trackers were not drawn: {problem_of(exc)}")
+            else:
+                self.trackers.log_files(plots, self.out)
+        self.trackers.finish()
+
+    def fail(self) -> None:
+        """The run stopped on an error (its files are kept): the trackers' runs end as failed."""
+        self.trackers.finish(failed=True)
 
     def discard(self) -> None:
         """Remove what this log wrote (a fresh run that failed before its first checkpoint), and the
-        output folder too when nothing else is in it."""
-        self.writer.close()
-        for name in (METRICS, EVAL, EVAL_PROMPTS, CONFIG, TRACES, GRAPH):
+        output folder too when nothing else is in it; the trackers' runs end as failed."""
+        self.trackers.finish(failed=True)
+        for name in (METRICS, EVAL, EVAL_PROMPTS, CONFIG, TRACES, GRAPH, MERMAID, IDS):
             (self.out / name).unlink(missing_ok=True)
-        shutil.rmtree(self.out / "tb", ignore_errors=True)
+        shutil.rmtree(self.out / TENSORBOARD, ignore_errors=True)
         if not any(self.out.iterdir()):
             self.out.rmdir()
 

@@ -53,9 +53,9 @@ __all__ = ["TrainError", "train"]
 def train(plan: TrainPlan, progress: bool = True) -> list[dict[str, float]]:
     """Train the plan's workflow (`plan.make_plan`) into its run folder.
 
-    Writes OUT/metrics.jsonl, OUT/eval.jsonl, OUT/tb, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts
-    of the last checkpointed step) and OUT/checkpoints/step-N. Returns this call's per-step metrics (none
-    in a rollout worker, which serves its batches and returns).
+    Writes OUT/metrics.jsonl, OUT/eval.jsonl, OUT/config.json, OUT/traces.jsonl (rank 0's rollouts of the
+    last checkpointed step), OUT/checkpoints/step-N, and reports to the trackers of `report_to` (OUT/tb).
+    Returns this call's per-step metrics (none in a rollout worker, which serves its batches and returns).
     """
     link = rollout_link(plan)
     if link is not None and link.layout.is_worker:
@@ -69,6 +69,8 @@ def train(plan: TrainPlan, progress: bool = True) -> list[dict[str, float]]:
     except BaseException:  # a fresh run that fails before its first checkpoint leaves no files behind
         if run.log is not None and run.start == 0 and latest_checkpoint(run.out) is None:
             run.log.discard()
+        elif run.log is not None:
+            run.log.fail()
         raise
     finally:
         if link is not None:

@@ -1,0 +1,106 @@
+"""`srpo-dsl plot`'s PNGs of a run's training dynamics (`runlog.read_dynamics`): one per panel (`PANELS`,
+the per-role `ROLE_PANELS` when logged, the held-out curve when evaluated) and `training_dynamics.png`
+with all of them; also drawn at the end of a run whose trackers keep files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from srpo_dsl.rl.loop.runlog import PANELS, ROLE_PANELS, Dynamics, EvalCurve, RoleSeries
+
+EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (the others: runlog.PANELS)
+SMOOTHING = 0.9  # the EMA factor of the solid lines
+
+
+def write_plots(dynamics: Dynamics, folder: Path, smoothing: float = SMOOTHING) -> list[Path]:
+    """Every panel's PNG in `folder` (made if missing), then all of them in training_dynamics.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    roles = [f"role_{metric}" for metric in dynamics.roles]
+    names = [*dynamics.series, *roles, *([EVAL_PANEL] if dynamics.curve is not None else [])]
+    written = []
+    for name in names:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        draw_panel(ax, dynamics, name, smoothing)
+        written.append(save(fig, folder / f"{name}.png"))
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.5))
+    for ax, name in zip(axes, names):
+        draw_panel(ax, dynamics, name, smoothing)
+    written.append(save(fig, folder / "training_dynamics.png"))
+    return written
+
+
+def ema(values: list[float], alpha: float) -> list[float]:
+    """s_t = alpha s_{t-1} + (1 - alpha) x_t, started at x_0."""
+    out, s = [], values[0] if values else 0.0
+    for x in values:
+        s = alpha * s + (1 - alpha) * x
+        out.append(s)
+    return out
+
+
+def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None:
+    """Raw values faint, their EMA solid; the gradient-norm panel names its coefficient of variation."""
+    from matplotlib.ticker import MaxNLocator
+
+    values = dynamics.series[key]
+    line = ax.plot(dynamics.steps, values, alpha=0.25, linewidth=1)[0]
+    ax.plot(dynamics.steps, ema(values, smoothing), color=line.get_color(), linewidth=2)
+    mean = sum(values) / len(values)
+    cv = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5 / mean if mean > 0 else 0.0
+    ax.set_title(PANELS[key] + (f" (CV {cv:.2f})" if key == "grad_norm" else ""))
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def draw_roles(ax: Any, series: list[RoleSeries], metric: str, smoothing: float) -> None:
+    """One colour per role: raw values faint, their EMA solid, named in the legend."""
+    from matplotlib.ticker import MaxNLocator
+
+    for s in series:
+        line = ax.plot(s.steps, s.values, alpha=0.25, linewidth=1)[0]
+        ax.plot(s.steps, ema(s.values, smoothing), color=line.get_color(), linewidth=2, label=s.role)
+    ax.set_title(ROLE_PANELS[metric])
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="best")
+    ax.grid(alpha=0.3)
+
+
+def draw_heldout(ax: Any, curve: EvalCurve) -> None:
+    """Held-out Avg@k and Pass@k (percent) at each evaluated step."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.plot(curve.steps, curve.avg, marker="o", linewidth=2, label=f"Avg@{curve.k}")
+    ax.plot(curve.steps, curve.passed, marker="s", linewidth=2, label=f"Pass@{curve.k}")
+    ax.set_title(f"Held-out Avg@{curve.k} / Pass@{curve.k} (%)")
+    ax.set_xlabel("step")
+    ax.set_ylim(0, 100)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+
+
+def draw_panel(ax: Any, dynamics: Dynamics, name: str, smoothing: float) -> None:
+    if name == EVAL_PANEL and dynamics.curve is not None:
+        draw_heldout(ax, dynamics.curve)
+    elif name.startswith("role_"):
+        metric = name.removeprefix("role_")
+        draw_roles(ax, dynamics.roles[metric], metric, smoothing)
+    else:
+        draw_metric(ax, dynamics, name, smoothing)
+
+
+def save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
