@@ -66,7 +66,7 @@ def test_every_builtin_entry_resolves() -> None:
     for registry in HUB:
         assert all(registry[name] is not None for name in registry), registry.what
     assert all(callable(CONTRACTS[name].parser) for name in CONTRACTS)
-    for kinds in (registries.BACKENDS, registries.ROLLOUT_ENGINES):  # factories by import path
+    for kinds in (registries.BACKENDS, registries.ROLLOUT_ENGINES, registries.TRACKERS):  # factories by path
         assert all(callable(registries.load(kinds[name].factory)) for name in kinds), kinds.what
     assert all(callable(kinds[name].maker) for kinds in (TASK_KINDS, TOOL_KINDS) for name in kinds)
     assert {r.what for r in HUB} == {
@@ -78,6 +78,7 @@ def test_every_builtin_entry_resolves() -> None:
         "backend",
         "rollout engine",
         "output contract",
+        "tracker",
     }
 
 

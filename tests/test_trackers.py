@@ -71,7 +71,7 @@ def mlflow_uri(tmp_path_factory: pytest.TempPathFactory):
         wait_for(f"{uri}/health", server, folder / "server.log")
         yield uri
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        os.killpg(server.pid, signal.SIGKILL)  # the server and its workers; its store is a temporary file
         server.wait(timeout=30)
 
 

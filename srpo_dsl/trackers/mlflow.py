@@ -1,8 +1,8 @@
 """MLflow, through `MlflowClient` configured by MLflow's own environment variables (MLFLOW_TRACKING_URI,
 MLFLOW_TRACKING_USERNAME/PASSWORD, ...). Experiment: $MLFLOW_EXPERIMENT_NAME, else the run's experiment
 (a sweep's name, else the workflow's); run name: the run's name. The run's config is flattened into params
-(`options.lr`, `ds_config.zero_optimization.stage`, ...) and kept whole as config.json; the graph and the
-plots are artifacts. A resumed run continues the MLflow run of OUT/trackers.json when the server still
+(`options.lr`, `ds_config.zero_optimization.stage`, ...); config.json, the graph and the plots are
+artifacts. A resumed run continues the MLflow run of OUT/trackers.json when the server still
 has it.
 
 A server that does not answer must not hold the run for minutes: unless set, MLflow's HTTP requests are
@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from srpo_dsl.trackers.base import TrackedRun, Tracker, flat_config
 
@@ -36,10 +37,9 @@ class MLflow(Tracker):
 
         self.client = MlflowClient()
         self.run_id = self._resumed(run.resume_id) or self._created(run)
-        if run.resume_id != self.run_id:
+        if run.resume_id != self.run_id:  # a new run: its params (a resumed one keeps its first)
             params = [Param(k, v) for k, v in flat_config(run.config).items()]
             self.client.log_batch(self.run_id, params=params)
-            self.client.log_dict(self.run_id, dict(run.config), "config.json")
 
     def _resumed(self, run_id: str | None) -> str | None:
         """`run_id`, running again, when the server has it."""
@@ -74,15 +74,15 @@ class MLflow(Tracker):
         self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
 
 
-def experiment_id(client: object, name: str) -> str:
+def experiment_id(client: Any, name: str) -> str:
     """The id of the experiment `name`, created if there is none (another run may create it meanwhile:
     a sweep's cells start together)."""
     from mlflow.exceptions import MlflowException
 
-    found = client.get_experiment_by_name(name)  # type: ignore[attr-defined]
+    found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
     try:
-        return client.create_experiment(name)  # type: ignore[attr-defined]
+        return client.create_experiment(name)
     except MlflowException:
-        return client.get_experiment_by_name(name).experiment_id  # type: ignore[attr-defined]
+        return client.get_experiment_by_name(name).experiment_id
