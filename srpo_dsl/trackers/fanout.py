@@ -42,7 +42,9 @@ def start_tracker(name: str, run: TrackedRun) -> Tracker | None:
     """The tracker `name` started for `run`, or None after one warning."""
     kind = TRACKERS.lookup(name)
     if kind.needs_package is not None and importlib.util.find_spec(kind.needs_package) is None:
-        dropped(name, f"{kind.needs_package} is not installed ({kind.install})")
+        dropped(
+            name, f"{kind.needs_package} is not installed" + (f" ({kind.install})" if kind.install else "")
+        )
         return None
     try:
         return kind.make(run)
