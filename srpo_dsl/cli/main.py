@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+import traceback
+from pathlib import Path
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INTERNAL, eprint, print_error
+from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, eprint, print_error
 from srpo_dsl.cli.lang_cmds import compile_cmd, fmt_cmd, validate
 from srpo_dsl.cli.lsp_cmd import lsp_cmd
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
@@ -65,6 +67,11 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line and a non-zero exit for every failure, never a traceback."""
     try:
         code = app(args=argv, standalone_mode=False)  # returns the exit code of a `typer.Exit`
+    except SystemExit as exc:
+        if (where := foreign_exit(exc)) is None:
+            raise
+        eprint(f"error: {where}: SystemExit({exc.code!r}) raised there would end the command")
+        sys.exit(EXIT_INPUT)
     except SrpoDslError as err:  # the API's and the CLI's: a workflow's errors, the user's file:line, ...
         print_error(err)
         sys.exit(err.exit_code)
@@ -83,3 +90,12 @@ def main(argv: list[str] | None = None) -> None:
         eprint(f"internal error (a bug, please report it): {type(exc).__name__}: {exc}")
         sys.exit(EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def foreign_exit(exc: SystemExit) -> str | None:
+    """`FILE:LINE` of the code outside srpo-dsl that raised `exc` (a plugin's; the user's own Python is
+    reported sooner, by `runtime.usercode`), or None when srpo-dsl raised it (a signal's exit code)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or Path(frames[-1].filename).resolve().is_relative_to(Path(__file__).parents[1]):
+        return None
+    return f"{frames[-1].filename}:{frames[-1].lineno}"

@@ -1,6 +1,10 @@
 """The user's Python at run time: imported once per process, called under a time limit, its
 failures reported as one line naming the user's file:line, the function and the input.
 
+User code may not end the process: a `SystemExit` it raises (`sys.exit(0)` too) is such a failure
+(KeyboardInterrupt stays an interrupt). What it prints goes to stderr, also while the libraries'
+stdout is hidden (`api.quiet`): stdout holds results (`--format json`), never the user's prints.
+
 Only `run`, `eval`, `train` (and the Python API behind them) come here; `validate` and
 `compile` read the same references with `ast` only (`srpo_dsl.lang.pycode`).
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import io
 import math
 import os
 import signal
@@ -21,7 +26,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
@@ -95,7 +100,42 @@ def _failure(ref: CodeRef, exc: BaseException, what: str) -> UserCodeError:
     if isinstance(exc, UserTimeout):
         return UserCodeError(ref.file, line, what)
     reason = f"{type(exc).__name__}: {exc}".rstrip(": ").replace("\n", " ")
+    if isinstance(exc, SystemExit):
+        reason = f"SystemExit({exc.code!r}): user code may not end the process, raise an exception instead"
     return UserCodeError(ref.file, line, f"{what}: {reason}")
+
+
+class UserLines(io.TextIOBase):
+    """User code's stdout: whole lines to stderr, above srpo-dsl's progress bars (`tqdm.write`)."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        from tqdm import tqdm
+
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            tqdm.write(line, file=sys.stderr)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.write("\n")
+
+
+@contextmanager
+def user_output() -> Iterator[None]:
+    """What user code prints goes to stderr (`print` writes to `sys.stdout`: hidden, or results)."""
+    lines = UserLines()
+    try:
+        with redirect_stdout(lines):  # type: ignore[type-var]
+            yield
+    finally:
+        lines.flush()
 
 
 def import_module(ref: CodeRef) -> ModuleType:
@@ -104,11 +144,11 @@ def import_module(ref: CodeRef) -> ModuleType:
     if key in _MODULES:
         return _MODULES[key]
     try:
-        with time_limit(IMPORT_TIME_LIMIT):
+        with time_limit(IMPORT_TIME_LIMIT), user_output():
             module = importlib.import_module(ref.module) if ref.module else _exec_file(Path(ref.file))
     except UserTimeout as exc:
         raise _failure(ref, exc, f"importing it did not finish within {IMPORT_TIME_LIMIT:g} s") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise _failure(ref, exc, "importing it failed") from None
     _MODULES[key] = module
     return module
@@ -143,13 +183,13 @@ class UserFunction:
     def __call__(self, *args: Any, about: Callable[[], str], **kwargs: Any) -> Any:
         name = f"{self.ref.function}()"
         try:
-            with time_limit(self.timeout):
+            with time_limit(self.timeout), user_output():
                 return self.fn(*args, **kwargs)
         except UserTimeout as exc:
             raise _failure(
                 self.ref, exc, f"{name} did not return within {self.timeout:g} s on {about()}"
             ) from None
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise _failure(self.ref, exc, f"{name} raised on {about()}") from None
 
     def fail(self, message: str) -> UserCodeError:
