@@ -15,15 +15,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from srpo_dsl.errors import UsageError
+from srpo_dsl.runlock import LOCK
 
 SHOWN = 4  # names of a refused folder's entries in its error line
 
 
 def held(folder: Path) -> list[str]:
-    """The names of what `folder` holds, sorted; [] when it does not exist. A file there is refused."""
+    """The names of what `folder` holds, sorted; [] when it does not exist. A file there is refused. The
+    lock of a run folder's owner is no result (`runlock`: its owner is checked before this)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out {folder}: a file is there, not a folder")
-    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    return sorted(p.name for p in folder.iterdir() if p.name != LOCK) if folder.is_dir() else []
 
 
 def refuse_existing(folder: Path, advice: str) -> None:

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
+from srpo_dsl.launched import LAUNCHER
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
 
 
@@ -33,6 +35,7 @@ def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None)
         "WORLD_SIZE": str(processes),
         "LOCAL_WORLD_SIZE": str(processes),
         "OMP_NUM_THREADS": str(max(1, cores // processes)),
+        LAUNCHER: str(os.getpid()),  # they die with this process, and write under its lock of the run folder
     }
     command = [sys.executable, "-m", "srpo_dsl", *argv]
     ranks = [  # a session of their own: a Ctrl-C reaches them once, forwarded by this process

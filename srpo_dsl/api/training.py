@@ -22,6 +22,7 @@ from srpo_dsl.api.runs import Run, read_run_file
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.lang.messages import WorkflowError
 from srpo_dsl.rl.loop.runlog import METRICS, read_jsonl
+from srpo_dsl.runlock import owning
 
 if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import Setup, TrainPlan
@@ -49,13 +50,15 @@ def plan_training(
 
 
 def train_plan(plan: TrainPlan, progress: bool = True, verbose: bool = False) -> Run:
-    """Train as planned: here, or as 1 + R processes when the run has rollout workers and no launcher."""
-    if plan.processes:
-        return launched(plan, verbose)
-    with libraries_quiet(not verbose), training_errors(plan.workflow.path), released():
-        from srpo_dsl.rl.loop.trainer import train  # quiet: imports transformers
+    """Train as planned: here, or as 1 + R processes when the run has rollout workers and no launcher;
+    this process owns the run folder meanwhile (`runlock`: a second writer is refused)."""
+    with owning(plan.out):
+        if plan.processes:
+            return launched(plan, verbose)
+        with libraries_quiet(not verbose), training_errors(plan.workflow.path), released():
+            from srpo_dsl.rl.loop.trainer import train  # quiet: imports transformers
 
-        return Run(plan.out, train(plan, progress))
+            return Run(plan.out, train(plan, progress))
 
 
 def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:

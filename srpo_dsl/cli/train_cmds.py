@@ -26,6 +26,7 @@ from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, VERBOSE, CliError, Decod
 from srpo_dsl.cli.run_cmds import load_checked, models_of
 from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
+from srpo_dsl.runlock import owning
 
 if TYPE_CHECKING:
     from srpo_dsl.api.runs import EvalCurve
@@ -128,7 +129,9 @@ def train_cmd(
             print(table)
         return
     if plan.processes:  # rollout workers and no launcher: the command launches them with itself
-        raise typer.Exit(relaunch(plan.processes, plan.argv(verbose)))
+        with owning(plan.out):
+            code = relaunch(plan.processes, plan.argv(verbose))
+        raise typer.Exit(code)
     run = train_plan(plan, verbose=verbose)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
         report(run)

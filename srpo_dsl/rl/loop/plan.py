@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.devices import resolve_device
+from srpo_dsl.errors import UsageError
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.outputs import check_files, refuse_existing
 from srpo_dsl.registries import rollout_engine_problem
+from srpo_dsl.runlock import check_free
 from srpo_dsl.runtime.setup import CompiledWorkflow
 
 if TYPE_CHECKING:
@@ -98,8 +100,7 @@ def make_plan(
     return the plan. Raises `TrainError` (one line) or the `UsageError` of a file or folder."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_files([setup.ds_config, *setup.eval_data])
-    if not resume:
-        refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
+    check_out(out, resume)
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
     if opts.pack_rows is None:  # on where a conversation's turns can be scored in one pass
         opts = opts.model_copy(update={"pack_rows": any(a.observe for a in wf.graph.agents.values())})
@@ -112,6 +113,18 @@ def make_plan(
     launched = "RANK" in os.environ  # a launcher started this process: it starts no other
     processes = 1 + opts.rollout_workers if opts.rollout_workers and not launched else 0
     return TrainPlan(wf, Path(out), overrides, opts, resume, setup, device, ds_overrides, processes)
+
+
+def check_out(out: Path, resume: bool) -> None:
+    """A folder another live run writes is refused naming that run (`runlock`), whatever it holds; a
+    folder holding files is refused without `resume`."""
+    try:
+        check_free(out)
+        if not resume:
+            refuse_existing(out, "pass --resume to continue the run in it, or choose another --out")
+    except UsageError:
+        check_free(out)  # a run that started meanwhile wrote what is there: it is the answer
+        raise
 
 
 def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], folder: Path) -> TrainOptions:

@@ -1,0 +1,55 @@
+"""A process that `srpo-dsl` launched dies with its launcher (`api.launch.relaunch`).
+
+The launcher names itself in `LAUNCHER` (its pid). At its start, before anything else, a launched
+process asks Linux to kill it when its parent ends (`prctl(PR_SET_PDEATHSIG, SIGKILL)`), then checks
+that its launcher is still its parent: one that was killed before the request was made is already
+gone, and the process ends at once. The kernel sends the signal however the launcher ends (SIGKILL
+included) and whatever the process is doing (a collective, a C call), so no rank or rollout worker
+outlives its launcher and writes beside a later `--resume`; a thread that watched the parent's pid
+would wait on Python's interpreter lock and its polling interval. (Linux only: elsewhere a launcher
+stops its processes when it ends of a signal it can catch, not of SIGKILL.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from contextlib import suppress
+
+LAUNCHER = "SRPO_DSL_LAUNCHER"  # the launcher's pid, in the environment of the processes it starts
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def launcher() -> int | None:
+    """The pid of the `srpo-dsl` launcher that started this process (None: no launcher did)."""
+    value = os.environ.get(LAUNCHER, "")
+    return int(value) if value.isdigit() and int(value) == os.getppid() else None
+
+
+def follow_launcher() -> None:
+    """When a launcher started this process, end it with the launcher (see the module)."""
+    named = os.environ.get(LAUNCHER, "")
+    if not named.isdigit():
+        return
+    if int(named) != os.getppid():
+        if not _alive(int(named)):  # orphaned before this line: the launcher is gone
+            os._exit(128 + signal.SIGKILL)
+        return  # a process a launched one started in turn: not launched by it
+    if not sys.platform.startswith("linux"):
+        return
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(named):  # the launcher ended before the request: no signal will come
+        os._exit(128 + signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,113 @@
+"""A run folder's owner: the one process that writes it, for the run's life (docs/cli.md, "One writer
+per run folder").
+
+`owning(folder)` holds an exclusive `fcntl.flock` on FOLDER/.lock, which names the owner (pid, host,
+start time, command). The OS releases the lock when the process ends, however it ends, so it is never
+stale. Another `train` (or `--resume`) of the folder is refused before it writes anything, with one
+line naming the live owner. The owner is the process that writes the folder: a run in one process,
+rank 0 under a launcher (torchrun, deepspeed), or the launcher of a run's 1 + R processes
+(`api.launch`), whose processes write under its lock (`srpo_dsl.launched`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from srpo_dsl.errors import UsageError
+from srpo_dsl.launched import launcher
+
+LOCK = ".lock"  # in the run folder; not one of its results (`outputs.held` leaves it out)
+
+
+def owner_here() -> bool:
+    """Whether this process owns the run folder it trains: not a rank > 0, nor a process of a launcher
+    that holds the folder's lock for it."""
+    return launcher() is None and os.environ.get("RANK", "0") == "0"
+
+
+def check_free(folder: Path) -> None:
+    """Refuse (UsageError) a folder that another live process owns; takes nothing."""
+    path = folder / LOCK
+    if not owner_here() or not path.is_file():
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UsageError(in_use(folder, fd)) from None
+    finally:
+        os.close(fd)  # a shared lock taken is released with it
+
+
+@contextmanager
+def owning(folder: Path) -> Iterator[None]:
+    """Own `folder` for the block (created if absent; removed afterwards if this created it and left it
+    empty). A folder another live process owns is refused (UsageError) before anything is written."""
+    if not owner_here():
+        yield
+        return
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK
+    fd = _lock(path)
+    try:
+        yield
+    finally:
+        with suppress(OSError):
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                path.unlink()
+        os.close(fd)
+        if created:
+            with suppress(OSError):
+                folder.rmdir()
+
+
+def _lock(path: Path) -> int:
+    """An open descriptor of `path` holding its exclusive lock, the owner's details written in it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            message = in_use(path.parent, fd)
+            os.close(fd)
+            raise UsageError(message) from None
+        with suppress(FileNotFoundError):
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        os.close(fd)  # the owner before removed the file as it ended: lock the one there now
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(_me()).encode())
+    return fd
+
+
+def _me() -> dict[str, Any]:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": started, "command": _command()}
+
+
+def _command() -> str:
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    if argv and Path(argv[0]).name.startswith("python"):
+        argv[0] = "python"
+    return shlex.join(argv)
+
+
+def in_use(folder: Path, fd: int) -> str:
+    """`FOLDER is in use by another run: pid N on HOST since TIME (COMMAND); ...` from the lock's file."""
+    try:
+        owner = json.loads(os.pread(fd, 65536, 0))
+        who = f"pid {owner['pid']} on {owner['host']} since {owner['started']} ({owner['command']})"
+    except (ValueError, KeyError, TypeError, OSError):  # the owner is writing its details this instant
+        who = "another process"
+    return f"{folder} is in use by another run: {who}; wait for it to end or stop it, or choose another --out"
