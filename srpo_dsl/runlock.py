@@ -57,9 +57,12 @@ def owning(folder: Path) -> Iterator[None]:
         yield
         return
     created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK
-    fd = _lock(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = _lock(path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {folder}: {exc.strerror or exc}") from None
     try:
         yield
     finally:

@@ -14,6 +14,7 @@ import typer
 from srpo_dsl.cli.common import EXIT_INPUT, SET, CliError, eprint, parse_settings
 from srpo_dsl.cli.train_cmds import parse_options
 from srpo_dsl.outputs import refuse_existing
+from srpo_dsl.runlock import check_free, owning
 
 if TYPE_CHECKING:
     from srpo_dsl.sweep.experiment import Experiment
@@ -129,34 +130,35 @@ def run_sweep(
     except ValueError as exc:
         raise CliError(f"--jobs {jobs} --procs-per-run {procs}: {exc}") from None
 
+    check_free(out)  # another sweep goes on in it
     if not (out / STATE).is_file():  # a sweep's folder is its own: new, or the one it goes on with
         refuse_existing(out, "it holds no sweep to go on with; choose another --out")
-    try:
-        exp = overridden(
-            load_experiment(experiment), changes.options, changes.model, changes.seeds, changes.datasets
-        )
-        problems = workflow_errors(exp)
-        if problems:  # as `srpo-dsl validate` shows them: position, source line, hint
-            eprint("\n\n".join(problems))
-            raise CliError(
-                f"{len(problems)} error(s) in the experiment's workflows: no run started", EXIT_INPUT
+    with owning(out):  # the sweep writes its folder alone; each run's folder is its train's
+        try:
+            exp = overridden(
+                load_experiment(experiment), changes.options, changes.model, changes.seeds, changes.datasets
             )
-        checked_tools(exp, settings)
-        out.mkdir(parents=True, exist_ok=True)
-        state = open_state(out, exp)
-    except ExperimentError as err:
-        if err.positioned:  # already `FILE:LINE:COL: error: ...`, as the DSL's diagnostics
-            eprint(err.lines[0])
-            raise typer.Exit(EXIT_INPUT) from None
-        raise CliError(err.lines[0], EXIT_INPUT) from None
-    except OSError as exc:
-        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
-    sweep = Sweep(exp, out, state, jobs, settings, procs)
-    todo = sweep.todo()
-    watched(sweep, todo)
-    print(f"{len(state.runs)} runs: {summary(state)}")
-    print_written(report_files(out))
-    return state.counts()["failed"]
+            problems = workflow_errors(exp)
+            if problems:  # as `srpo-dsl validate` shows them: position, source line, hint
+                eprint("\n\n".join(problems))
+                raise CliError(
+                    f"{len(problems)} error(s) in the experiment's workflows: no run started", EXIT_INPUT
+                )
+            checked_tools(exp, settings)
+            state = open_state(out, exp)
+        except ExperimentError as err:
+            if err.positioned:  # already `FILE:LINE:COL: error: ...`, as the DSL's diagnostics
+                eprint(err.lines[0])
+                raise typer.Exit(EXIT_INPUT) from None
+            raise CliError(err.lines[0], EXIT_INPUT) from None
+        except OSError as exc:
+            raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+        sweep = Sweep(exp, out, state, jobs, settings, procs)
+        todo = sweep.todo()
+        watched(sweep, todo)
+        print(f"{len(state.runs)} runs: {summary(state)}")
+        print_written(report_files(out))
+        return state.counts()["failed"]
 
 
 def checked_tools(exp: Experiment, settings: dict[str, str]) -> None:

@@ -102,11 +102,16 @@ def build_engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str
     return engine
 
 
-def step_with_norm(engine: Any) -> float:
-    """`engine.step()` at the accumulation boundary; returns the gradient norm before clipping."""
-    norm = None
-    if engine.zero_optimization_stage() == 0 and not engine.bfloat16_enabled():  # DeepSpeed reports none here
-        grads = [p.grad.float().norm() for p in engine.module.parameters() if p.grad is not None]
-        norm = float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
-    engine.step()
-    return norm if norm is not None else float(engine.get_global_grad_norm() or 0.0)
+def norm_before_step(engine: Any) -> float | None:
+    """The gradient norm before clipping where DeepSpeed reports none (ZeRO stage 0 in fp32: it would
+    apply a step whose gradient is not finite), computed before the step; None: `norm_after_step`."""
+    if engine.zero_optimization_stage() != 0 or engine.bfloat16_enabled():
+        return None
+    grads = [p.grad.float().norm() for p in engine.module.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
+
+
+def norm_after_step(engine: Any) -> float:
+    """DeepSpeed's gradient norm of the step it just took (inf: it skipped a step whose gradient was not
+    finite, as its ZeRO optimizers do)."""
+    return float(engine.get_global_grad_norm() or 0.0)

@@ -205,7 +205,12 @@ def export_engine(engine: EngineExport, zero: int, folders: Mapping[str, Path]) 
     module = load_model(engine.model)
     if engine.adapters is not None:
         module = with_adapters(module, engine.adapters)
-    load_strict(module, read_weights(engine.folder, zero), engine.folder)
+    weights = read_weights(engine.folder, zero)
+    if (bad := next((k for k, v in weights.items() if not bool(v.isfinite().all())), None)) is not None:
+        raise ExportError(
+            f"{engine.folder} holds weights that are not finite ({bad}): export an earlier step"
+        )
+    load_strict(module, weights, engine.folder)
     for policy, adapter in engine.policies.items():
         if adapter is None:
             save_model(module, engine.model, folders[policy] / MERGED)

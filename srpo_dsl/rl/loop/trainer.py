@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from srpo_dsl.errors import InputError
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
 from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners, sync_weights
@@ -38,7 +39,7 @@ from srpo_dsl.rl.loop.heldout import evaluate_sets
 from srpo_dsl.rl.loop.plan import TrainError, TrainPlan
 from srpo_dsl.rl.loop.prepare import TrainingRun, prepare_run
 from srpo_dsl.rl.loop.role_metrics import keyed_metrics, step_sums
-from srpo_dsl.rl.loop.update import update
+from srpo_dsl.rl.loop.update import NotFinite, update
 from srpo_dsl.rl.objective.rows import Rows, build_rows
 from srpo_dsl.rl.transport.feed import NoWorkerLeft
 from srpo_dsl.rl.transport.link import Link, join_launch
@@ -105,6 +106,8 @@ def train_steps(run: TrainingRun, progress: bool) -> list[dict[str, float]]:
             history.append(train_step(run, step))
         except NoWorkerLeft as exc:
             raise stopped_without_workers(run, step - 1, exc) from None
+        except NotFinite as exc:
+            raise diverged(run, step, exc) from None
         bar.set_postfix_str(f"return {history[-1]['return']:.3f}, grad norm {history[-1]['grad_norm']:.3f}")
         if due(step, run.opts.eval_every, run.opts.steps):
             evaluate(run, step)
@@ -121,6 +124,22 @@ def stopped_without_workers(run: TrainingRun, done: int, exc: NoWorkerLeft) -> T
     if latest_checkpoint(run.out) != run.out / CHECKPOINTS / f"step-{done}":
         checkpoint(run, done)
     return TrainError(f"{exc}: step {done} is checkpointed in {run.out}, continue with --resume")
+
+
+class Diverged(InputError):
+    """A step whose update was not finite stopped the run (exit 1: the options, rewards or objective)."""
+
+
+def diverged(run: TrainingRun, step: int, exc: NotFinite) -> Diverged:
+    """Step `step`'s update is not finite: it was not taken, so the weights are the last good step's,
+    checkpointed here unless they are already (or moved anyway: the last checkpoint stays the last good
+    one). Its metrics are not logged; a fresh run with no good step leaves nothing (`train`)."""
+    good = step - 1
+    if not exc.applied and good > 0 and latest_checkpoint(run.out) != run.out / CHECKPOINTS / f"step-{good}":
+        checkpoint(run, good)
+    last = latest_checkpoint(run.out)
+    where = f"the last good checkpoint is step {last.name[5:]}: {last}" if last else "no step was good"
+    return Diverged(f"step {step}: {exc}; {where} (check the rewards, the objective and the learning rate)")
 
 
 def train_step(run: TrainingRun, step: int) -> dict[str, float]:

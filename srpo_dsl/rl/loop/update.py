@@ -30,14 +30,25 @@ from srpo_dsl.lang.graph import BASE_ADAPTER
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.distributed.process_group import Dist, all_gather, all_reduce
 from srpo_dsl.rl.engines.adapters import clip_per_adapter
-from srpo_dsl.rl.engines.ds_engine import step_with_norm
+from srpo_dsl.rl.engines.ds_engine import norm_after_step, norm_before_step
 from srpo_dsl.rl.engines.policies import TrainingPolicy, checkpoint_layers, engine_owners
-from srpo_dsl.rl.loop.plan import TrainError
 from srpo_dsl.rl.loop.role_metrics import MetricKeys
 from srpo_dsl.rl.objective.aggregation import get_aggregation
 from srpo_dsl.rl.objective.batching import budget_batches, linked_atoms, plan_batches
 from srpo_dsl.rl.objective.losses import Objective, get_objective
 from srpo_dsl.rl.objective.rows import Rows, followed_within
+
+
+class NotFinite(Exception):
+    """An optimizer step whose loss or gradient norm is not finite: not taken. `grad_norm` is None where
+    the step stopped before it was computed; `applied`: the weights moved anyway (an earlier epoch's step
+    of the update, or an engine that stepped before another's norm turned out not finite)."""
+
+    def __init__(self, loss: float, grad_norm: float | None, applied: bool):
+        norm = "" if grad_norm is None else f", grad norm {grad_norm:.4g}"
+        super().__init__(f"the update is not finite (loss {loss:.4g}{norm})")
+        self.loss, self.grad_norm, self.applied = loss, grad_norm, applied
+
 
 Temperatures = Mapping[str, Mapping[str, float]]  # policy -> role -> sampling temperature
 Group = tuple[str, float]  # (engine, temperature): one forward per micro-batch (adapters on a base: one)
@@ -276,8 +287,6 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
         episode_ids=s.episode_ids[idx],
         num_episodes=s.counts.episodes,
     )
-    if not math.isfinite(loss.item()):
-        raise TrainError(f"non-finite loss {loss.item()} (check the rewards and the learning rate)")
     (weights,) = torch.autograd.grad(loss, logprobs)
     units = metrics["num_units"]
     importance = (0.0, 0.0, 0.0)
@@ -315,24 +324,44 @@ def backward_engines(
     scored: Mapping[Group, ScoredGroup],
     weights: Tensor,
     bonus: Mapping[Group, Tensor],
-    last: bool,
+    loss: float | None,
 ) -> dict[str, float]:
-    """Per engine: backward of sum(W_p * logprobs_p) over its rows (+ their entropy bonus); step at the
-    boundary. Adapters on one base share an engine: one backward, one step, each adapter clipped alone."""
-    norms = {}
-    for owner in sorted({g[0] for g in s.groups}):
+    """Per engine: backward of sum(W_p * logprobs_p) over its rows (+ their entropy bonus). At the
+    boundary (`loss`: the optimizer step's, over ranks; None before it) every engine steps, unless the
+    update is not finite (`boundary_step`). Adapters on one base share an engine: one backward, one step."""
+    owners = sorted({g[0] for g in s.groups})
+    for owner in owners:
         parts = [(g, sc) for g, sc in scored.items() if g[0] == owner]
         surrogate = sum(_surrogate(sc, weights) + bonus[g] for g, sc in parts)
-        policy = s.leads[owner]
-        engine = policy.engine
+        engine = s.leads[owner].engine
         engine.backward(surrogate * s.dist.world_size, scale_wrt_gas=False)  # DeepSpeed averages over ranks
-        if not last:
+        if loss is None:
             engine.step()
-        elif policy.adapters:  # the accumulation boundary: the optimizer steps
-            norms[owner] = clip_per_adapter(engine.module, policy.adapters, s.opts.grad_clip)
-            engine.step()
+    return {} if loss is None else boundary_step(s, owners, loss)
+
+
+def boundary_step(s: Step, owners: list[str], loss: float) -> dict[str, float]:
+    """The optimizer step of every engine; its gradient norms before clipping. A loss or a norm that is
+    not finite stops it with `NotFinite` before any engine steps where the norm is known first (ZeRO
+    stage 0 in fp32, adapters: each clipped alone); a norm DeepSpeed reports after its step is not
+    finite only where it skipped the step (ZeRO 1-3, bf16), which `applied` says."""
+    norms = {}
+    for owner in owners:
+        policy = s.leads[owner]
+        if policy.adapters:
+            norms[owner] = clip_per_adapter(policy.engine.module, policy.adapters, s.opts.grad_clip)
         else:
-            norms[owner] = step_with_norm(engine)
+            norms[owner] = norm_before_step(policy.engine)
+    known = [n for n in norms.values() if n is not None]
+    if not math.isfinite(loss) or not all(map(math.isfinite, known)):
+        raise NotFinite(loss, math.sqrt(sum(n**2 for n in known)) if known else None, applied=False)
+    for owner in owners:
+        engine = s.leads[owner].engine
+        engine.step()
+        norms[owner] = norms[owner] if norms[owner] is not None else norm_after_step(engine)
+    total = math.sqrt(sum(n**2 for n in norms.values()))
+    if not math.isfinite(total):
+        raise NotFinite(loss, total, applied=any(s.leads[o].engine.was_step_applied() for o in owners))
     return norms
 
 
@@ -343,8 +372,9 @@ def _surrogate(sc: ScoredGroup, weights: Tensor) -> Tensor:
     return (weights[sc.pos, : sc.logprobs.shape[1]] * sc.logprobs).sum()
 
 
-def micro_step(s: Step, micro: list[int], last: bool) -> tuple[MicroStats, dict[str, float]]:
-    """Score one event-atomic micro-batch, weight its tokens by the objective, back-propagate per engine."""
+def micro_step(s: Step, micro: list[int], last: bool, before: float) -> tuple[MicroStats, dict[str, float]]:
+    """Score one event-atomic micro-batch, weight its tokens by the objective, back-propagate per engine;
+    `before`: the loss of the step's earlier micro-batches (the last one's step checks the sum over ranks)."""
     device = s.dist.device
     for policy in s.leads.values():  # the boundary is the plan's last micro-batch, however many it has
         policy.engine.set_gradient_accumulation_boundary(last)
@@ -358,8 +388,10 @@ def micro_step(s: Step, micro: list[int], last: bool) -> tuple[MicroStats, dict[
     if micro:
         current, old = micro_logprobs(s, idx, width, scored)
         weights, stats = token_weights(s, idx, current, old)
-    norms = backward_engines(s, scored, weights, bonus, last)
-    return MicroStats(loss + stats.loss, stats.clips, stats.importance), norms
+    loss += stats.loss
+    total = all_reduce([before + loss], device)[0] if last else None  # every rank decides alike
+    norms = backward_engines(s, scored, weights, bonus, total)
+    return MicroStats(loss, stats.clips, stats.importance), norms
 
 
 def run_epoch(s: Step, plan: list[list[int]]) -> tuple[MicroStats, float]:
@@ -367,7 +399,7 @@ def run_epoch(s: Step, plan: list[list[int]]) -> tuple[MicroStats, float]:
     loss, norms, importance = 0.0, {}, [0.0, 0.0, 0.0]
     clips = torch.zeros(s.mask.shape[0], 2, dtype=torch.float64, device=s.dist.device)
     for m, micro in enumerate(plan):
-        micro_stats, micro_norms = micro_step(s, micro, last=m == len(plan) - 1)
+        micro_stats, micro_norms = micro_step(s, micro, m == len(plan) - 1, loss)
         loss += micro_stats.loss
         clips[micro] = micro_stats.clips
         importance = [a + b for a, b in zip(importance, micro_stats.importance)]
@@ -477,7 +509,13 @@ def update(
     stale = corrected_rows(stale, opts, device)
     ids = (event_ids, rows.episode_ids.to(device), advantages)
     s = Step(leads, batch, opts, objective, dist, groups, counts, old, ref, stale, mask, *ids)
-    epochs = [run_epoch(s, plan) for _ in range(opts.epochs)]
+    epochs: list[tuple[MicroStats, float]] = []
+    for _ in range(opts.epochs):
+        try:
+            epochs.append(run_epoch(s, plan))
+        except NotFinite as exc:
+            exc.applied = exc.applied or bool(epochs)  # an earlier epoch stepped
+            raise
     clips = sum(t.clips for t, _ in epochs)  # [N, 2] over every epoch
     if row_clips is not None:
         row_clips.copy_(clips)
