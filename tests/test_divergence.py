@@ -4,6 +4,7 @@ exported."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from test_async import metrics
 
 from tests.clitools import ROOT
 from tests.test_objective_plugins import SRPO_AGAIN
+from tests.test_training import TEMPERATURES, build, make_episodes, make_models, parameters
 
 NAN_AT_STEP_2 = (
     SRPO_AGAIN
@@ -33,6 +35,60 @@ def nan_at_2(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
     return terms
 '''
 )
+
+
+POISONED = (
+    SRPO_AGAIN
+    + '''
+import dataclasses
+
+
+def nan_loss(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
+    terms = loss(batch, config)
+    return dataclasses.replace(terms, values=terms.values * float("nan"))
+
+
+def nan_grad(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
+    """The loss finite, its gradient NaN: `where` passes sqrt's NaN derivative on (0 * NaN)."""
+    terms = loss(batch, config)
+    x = -(batch.logprobs.sum().abs() + 1.0)
+    return dataclasses.replace(terms, values=terms.values + torch.where(x > 0, x.sqrt(), 0.0))
+'''
+)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> tuple[Path, Path]:
+    return make_models(tmp_path_factory.mktemp("models"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero", [0, 2])
+@pytest.mark.parametrize("poison", ["nan_loss", "nan_grad"])
+def test_an_update_that_is_not_finite_moves_no_weight(tmp_path, models, dist, zero, poison) -> None:
+    """A NaN loss stops before any engine steps; a NaN gradient too, at stage 0 by the norm taken before
+    the step, under ZeRO by DeepSpeed's skip of the step (its norm then inf)."""
+    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.rl.loop.update import NotFinite, update
+    from srpo_dsl.rl.objective.plugins import training_objective
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    (tmp_path / "poisoned.py").write_text(POISONED)
+    options = {"objective": f"poisoned.py:{poison}", "aggregation": "event-mean", "advantage": "event"}
+    objective = training_objective(TrainOptions(**options), tmp_path)
+    rows = build_rows(make_episodes(mixed=True), objective)
+    policies, opts = build({"a": models[0], "b": models[1]}, dist, zero=zero, micro_batches=2)
+    before = parameters(policies)
+    with pytest.raises(NotFinite) as stopped:
+        update(policies, rows, opts, dist, TEMPERATURES, objective=objective)
+    after = parameters(policies)
+    assert all(torch.equal(before[k], after[k]) for k in before) and not stopped.value.applied
+    if poison == "nan_loss":
+        assert math.isnan(stopped.value.loss)
+        assert (stopped.value.grad_norm is None) == (zero != 0)  # DeepSpeed's norm comes with its step
+    else:
+        assert math.isfinite(stopped.value.loss)
+        assert stopped.value.grad_norm == (math.inf if zero else pytest.approx(math.nan, nan_ok=True))
 
 
 def model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
