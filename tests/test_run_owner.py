@@ -22,7 +22,8 @@ from srpo_dsl.outputs import held
 from srpo_dsl.runlock import LOCK, check_free, owning
 from tests.clitools import ROOT
 
-LONG = ["--steps", "200", "--batch", "2", "--group", "2", "--option", "eval_size=2", "--option", "eval_k=1"]
+SMALL = ["--batch", "2", "--group", "2", "--option", "eval_size=2", "--option", "eval_k=1"]
+LONG = ["--steps", "100000", *SMALL]  # killed long before its end
 
 
 def command(out: Path, *args: str) -> list[str]:
@@ -109,8 +110,8 @@ def test_a_killed_launchers_processes_die_with_it_then_resume_writes_alone(tmp_p
     _, alive = psutil.wait_procs(children, timeout=5)
     assert alive == [], [p.cmdline() for p in alive]
     done = max(int(p.name.removeprefix("step-")) for p in (out / "checkpoints").glob("step-*"))
-    assert done < 100  # the run was killed, it did not end
-    more = train(out, *LONG[2:], "--steps", str(done + 1), "--resume", *workers, threads=2)
+    assert done < 1000  # the run was killed, it did not end
+    more = train(out, *SMALL, "--steps", str(done + 1), "--resume", *workers, threads=2)
     _, err = more.communicate(timeout=300)
     assert more.returncode == 0, err[-3000:]
     assert [r["step"] for r in metrics(out)] == list(range(1, done + 2))
