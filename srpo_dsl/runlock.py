@@ -103,7 +103,7 @@ def _command() -> str:
     argv = list(getattr(sys, "orig_argv", sys.argv))
     if argv and Path(argv[0]).name.startswith("python"):
         argv[0] = "python"
-    return shlex.join(argv)
+    return shlex.join(argv).replace("\n", "\\n")  # one line (a `python -c` script may hold several)
 
 
 def in_use(folder: Path, fd: int) -> str:

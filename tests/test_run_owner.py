@@ -20,7 +20,7 @@ from test_async import QUICKSTART, env_threads, metrics
 from srpo_dsl.errors import UsageError
 from srpo_dsl.outputs import held
 from srpo_dsl.runlock import LOCK, check_free, owning
-from tests.clitools import ROOT
+from tests.clitools import ROOT, cli
 
 SMALL = ["--batch", "2", "--group", "2", "--option", "eval_size=2", "--option", "eval_k=1"]
 LONG = ["--steps", "100000", *SMALL]  # killed long before its end
@@ -39,9 +39,9 @@ def train(out: Path, *args: str, threads: int = 1, log: Path | None = None) -> s
     )
 
 
-def in_use_line(out: Path, owner: psutil.Process) -> str:
+def in_use_line(out: Path, pid: int) -> str:
     """The refusal's line, up to the owner's start time and command."""
-    return f"error: {out} is in use by another run: pid {owner.pid} on {socket.gethostname()} since "
+    return f"error: {out} is in use by another run: pid {pid} on {socket.gethostname()} since "
 
 
 def until(condition, what: str, timeout: float = 300) -> None:
@@ -51,16 +51,36 @@ def until(condition, what: str, timeout: float = 300) -> None:
         time.sleep(0.1)
 
 
+def hold(folder: Path) -> subprocess.Popen:
+    """A process owning `folder` until it is killed."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from srpo_dsl.runlock import owning; from pathlib import Path\n"
+         "with owning(Path(sys.argv[1])):\n    print('owned', flush=True); time.sleep(600)", str(folder)],
+        stdout=subprocess.PIPE, text=True, env=env_threads(1),
+    )  # fmt: skip
+    assert holder.stdout.readline() == "owned\n"
+    return holder
+
+
+def test_a_sweep_folder_has_one_writer_too(tmp_path: Path) -> None:
+    """A second `sweep` of a sweep folder is refused, as a second `train` is (each of its runs is a `train`)."""
+    out = tmp_path / "sweep"
+    holder = hold(out)
+    try:
+        r = cli("sweep", "experiments/toy_ablation.toml", "--out", out, env=env_threads(1))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (
+        r.returncode == 2 and r.stderr.startswith(in_use_line(out, holder.pid)) and r.stderr.count("\n") == 1
+    )
+
+
 def test_a_folder_is_owned_by_one_process_and_released_when_it_dies(tmp_path: Path) -> None:
     """The lock names its owner, is refused to a second process, ignored as a result, and released by
     the OS when its owner is killed (no stale lock: the next owner takes it)."""
     out = tmp_path / "run"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from srpo_dsl.runlock import owning; from pathlib import Path\n"
-         "with owning(Path(sys.argv[1])):\n    print('owned', flush=True); time.sleep(600)", str(out)],
-        stdout=subprocess.PIPE, text=True, env=env_threads(1),
-    )  # fmt: skip
-    assert holder.stdout.readline() == "owned\n"
+    holder = hold(out)
     owner = json.loads((out / LOCK).read_text())
     assert owner["pid"] == holder.pid and "owning" in owner["command"]
     assert held(out) == []  # an owned folder with nothing in it holds no results
@@ -86,11 +106,11 @@ def test_two_trains_on_one_folder_and_a_resume_beside_them(tmp_path: Path) -> No
     refused, owner = both if both[0].poll() is not None else both[::-1]
     _, err = refused.communicate()
     assert refused.returncode == 2 and err.count("\n") == 1 and owner.poll() is None, err
-    assert err.startswith(in_use_line(out, psutil.Process(owner.pid)))
+    assert err.startswith(in_use_line(out, owner.pid))
     resumed = subprocess.run(
         command(out, *LONG, "--resume"), cwd=ROOT, env=env_threads(1), capture_output=True, text=True
     )
-    assert resumed.returncode == 2 and resumed.stderr.startswith(in_use_line(out, psutil.Process(owner.pid)))
+    assert resumed.returncode == 2 and resumed.stderr.startswith(in_use_line(out, owner.pid))
     owner.kill()
     owner.communicate()
 
