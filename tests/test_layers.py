@@ -16,13 +16,15 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "version",
         "errors",
         "io",
+        "launched",
+        "runlock",
         "outputs",
         "choices",
         "registries",
         "lazy",
         "seeds",
         "devices",
-    ),  # files, plugin registries, seeds
+    ),  # files and their owner, launched processes, plugin registries, seeds
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds
