@@ -13,3 +13,4 @@ DECODE_MODES = (
     "static",
     "compiled",
 )  # the hf decode loops (backends/decoding.py)
+LAUNCHERS = ("ray",)  # launchers `train` starts its processes with (api/ray_launch.py); none: this machine

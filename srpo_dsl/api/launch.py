@@ -15,14 +15,29 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from srpo_dsl.rl.loop.plan import TrainPlan
 
 from srpo_dsl.launched import LAUNCHER
+from srpo_dsl.runlock import owning
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
 
 
-def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
+def launch(plan: TrainPlan, argv: Sequence[str], stderr: IO[bytes] | None = None) -> int:
+    """Start the plan's processes, `srpo-dsl ARGV` each: as Ray actors (`--launcher ray`,
+    `api.ray_launch`), else on this machine (`relaunch`); trainer rank 0's exit code."""
+    if plan.setup.ray is not None:
+        from srpo_dsl.api.ray_launch import run_on_ray
+
+        return run_on_ray(plan, argv, stderr)  # rank 0 owns the run folder, on its node
+    with owning(plan.out):  # the launcher owns it for the processes it starts (`runlock`)
+        return relaunch(plan.processes, argv, stderr)
+
+
+def relaunch(processes: int, argv: Sequence[str], stderr: IO[bytes] | None = None) -> int:
     """Run `srpo-dsl ARGV` as `processes` processes on this machine: rank 0 trains, the others are rollout
     workers. Rank 0's exit code: a worker that stops does not stop the run (the trainer hands its steps
     to the others, or stops with one line when none is left); once the trainer is done, so are they."""

@@ -3,7 +3,8 @@
 In one process (no launcher, no rollout workers) training runs in the caller's process and leaves nothing
 behind: the process group it made is destroyed, its engines and threads are gone, so a notebook can train
 again. Rollout workers need processes of their own: the run is then started as `srpo-dsl train`, 1 + R
-processes (`api.launch`), and this call waits for it.
+processes (`api.launch`), and this call waits for it; with `launcher="ray"` every process is a Ray actor
+on an existing cluster (`api.ray_launch`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from srpo_dsl.rl.loop.runlog import METRICS, read_jsonl
 from srpo_dsl.runlock import owning
 
 if TYPE_CHECKING:
-    from srpo_dsl.rl.loop.plan import Setup, TrainPlan
+    from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainPlan
     from srpo_dsl.runtime.setup import CompiledWorkflow
 
 OUT_OF_MEMORY = (
@@ -43,6 +44,10 @@ def plan_training(
     from srpo_dsl.rl.loop.plan import make_plan
 
     overrides = checked_options(options)
+    if setup.ray is not None:  # the device is the cluster's
+        from srpo_dsl.api.ray_launch import on_cluster
+
+        setup = on_cluster(setup)
     with libraries_quiet(not verbose), training_errors(wf.path):
         plan = make_plan(wf, out, overrides, resume, setup)
     check_tools(wf)
@@ -50,15 +55,36 @@ def plan_training(
 
 
 def train_plan(plan: TrainPlan, progress: bool = True, verbose: bool = False) -> Run:
-    """Train as planned: here, or as 1 + R processes when the run has rollout workers and no launcher;
-    this process owns the run folder meanwhile (`runlock`: a second writer is refused)."""
-    with owning(plan.out):
-        if plan.processes:
-            return launched(plan, verbose)
-        with libraries_quiet(not verbose), training_errors(plan.workflow.path), released():
-            from srpo_dsl.rl.loop.trainer import train  # quiet: imports transformers
+    """Train as planned: here, or as 1 + R processes when the run has rollout workers and no launcher
+    (whose launcher owns the run folder, `api.launch.launch`), or as Ray actors (`launcher="ray"`, whose
+    rank 0 owns it); here, this process owns it meanwhile (`runlock`: a second writer is refused)."""
+    if plan.processes:
+        return launched(plan, verbose)
+    with owning(plan.out), libraries_quiet(not verbose), training_errors(plan.workflow.path), released():
+        from srpo_dsl.rl.loop.trainer import train  # quiet: imports transformers
 
-            return Run(plan.out, train(plan, progress))
+        return Run(plan.out, train(plan, progress))
+
+
+def ray_launch(
+    launcher: str | None, address: str | None, processes: int | None, cpus: int
+) -> RayLaunch | None:
+    """The Ray launch asked for (`launcher="ray"`), checked; None for none (the `ray_...` settings must
+    then be left out)."""
+    from srpo_dsl.choices import LAUNCHERS
+    from srpo_dsl.rl.loop.plan import RayLaunch
+
+    if launcher is None:
+        if address is not None or processes is not None or cpus != 1:
+            raise UsageError("--ray-address, --ray-processes and --ray-cpus go with --launcher ray")
+        return None
+    if launcher not in LAUNCHERS:
+        raise UsageError(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)} (or none)")
+    if (processes is not None and processes < 1) or cpus < 1:
+        raise UsageError("--ray-processes and --ray-cpus: at least 1")
+    from srpo_dsl.api.ray_launch import default_address
+
+    return RayLaunch(default_address(address), processes, cpus)
 
 
 def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,15 +154,17 @@ def empty_cuda_cache() -> None:
 
 
 def launched(plan: TrainPlan, verbose: bool) -> Run:
-    """The run as `srpo-dsl train`, 1 + R processes; its error line, if it fails, as an `InputError`."""
-    from srpo_dsl.api.launch import relaunch
+    """The run as `srpo-dsl train`, 1 + R processes (on Ray: its actors); its error line, if it fails, as
+    an `InputError`."""
+    from srpo_dsl.api.launch import launch
 
     before = len(read_run_file(lambda: read_jsonl(plan.out / METRICS)))
-    with tempfile.TemporaryFile("w+") as log:
-        code = relaunch(plan.processes, plan.argv(verbose), stderr=log)
+    with tempfile.TemporaryFile("w+b") as log:
+        code = launch(plan, plan.argv(verbose), stderr=log)
         if code != 0:
             log.seek(0)
-            errors = [line for line in log.read().splitlines() if line.startswith("error: ")]
+            lines = log.read().decode(errors="replace").splitlines()
+            errors = [line for line in lines if line.startswith("error: ")]
             said = errors[0].removeprefix("error: ") if errors else f"exit code {code}"
             raise InputError(f"training in {plan.processes} processes (`srpo-dsl train`) failed: {said}")
     return Run(plan.out, read_run_file(lambda: read_jsonl(plan.out / METRICS))[before:])

@@ -152,19 +152,26 @@ class Workflow(CompiledWorkflow):
         decode: str = "auto",
         ds_config: str | Path | None = None,
         offload: str = "none",
+        launcher: str | None = None,
+        ray_address: str | None = None,
+        ray_processes: int | None = None,
+        ray_cpus: int = 1,
         verbose: bool = False,
         **options: Any,
     ) -> TrainPlan:
         """The plan of a training run into `out` (`train`'s arguments), every input checked and nothing
-        loaded: its resolved `opts`, `device`, `processes` (1 + R with R rollout workers), `argv()`."""
+        loaded: its resolved `opts`, `device`, `processes` (1 + R with R rollout workers), `argv()`.
+        `launcher="ray"`: every process a Ray actor on the cluster at `ray_address` (default: RAY_ADDRESS,
+        else `auto`), `ray_processes` of them (default 1 + R), `ray_cpus` CPUs each; it joins the cluster."""
         from srpo_dsl.api.rollouts import model_overrides
-        from srpo_dsl.api.training import plan_training
+        from srpo_dsl.api.training import plan_training, ray_launch
         from srpo_dsl.rl.loop.plan import Setup
 
         models_ = model_overrides(models, list(self.graph.policies))
         files = tuple(Path(p) for p in eval_data)
         config = Path(ds_config) if ds_config else None
-        setup = Setup(models_, files, device, backend, decode, config, offload)
+        ray = ray_launch(launcher, ray_address, ray_processes, ray_cpus)
+        setup = Setup(models_, files, device, backend, decode, config, offload, ray)
         return plan_training(self, Path(out), options, resume, setup, verbose)
 
     def train(
@@ -176,7 +183,8 @@ class Workflow(CompiledWorkflow):
         **arguments: Any,
     ) -> Run:
         """Train the workflow's trainable policies into the run folder `out`: `plan`'s arguments (`resume`,
-        `models`, `eval_data`, `device`, `backend`, `decode`, `ds_config`, `offload`), and options that
+        `models`, `eval_data`, `device`, `backend`, `decode`, `ds_config`, `offload`, `launcher` and the
+        `ray_...` settings of `launcher="ray"`), and options that
         override its `train with (...)` block (`steps=20`, `lr=1e-4`, ...). Returns the `Run`."""
         from srpo_dsl.api.training import train_plan
 

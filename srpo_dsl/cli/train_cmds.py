@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING
 import typer
 
 from srpo_dsl.api.dry_run import launch_table
-from srpo_dsl.api.launch import relaunch
+from srpo_dsl.api.launch import launch
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.runs import PLOTS, SMOOTHING, Run, export_checkpoint, write_plots
 from srpo_dsl.api.training import train_plan
-from srpo_dsl.choices import OFFLOAD
+from srpo_dsl.choices import LAUNCHERS, OFFLOAD
 from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, VERBOSE, CliError, Decode, Device, choices
 from srpo_dsl.cli.run_cmds import load_checked, models_of
 from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
-from srpo_dsl.runlock import owning
 
 if TYPE_CHECKING:
     from srpo_dsl.api.runs import EvalCurve
@@ -35,6 +34,7 @@ Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
 Offload = choices("Offload", OFFLOAD)
 RolloutEngine = choices("RolloutEngine", ROLLOUT_ENGINES)
+Launcher = choices("Launcher", LAUNCHERS)
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
 OUT = typer.Option(Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints).")
@@ -76,6 +76,27 @@ DRY_RUN = typer.Option(
     "every rank has joined one gloo group, which checks that the nodes reach each other).",
 )
 
+LAUNCHER = typer.Option(
+    None,
+    "--launcher",
+    help="ray: run every trainer rank and rollout worker as a Ray actor on an existing Ray cluster "
+    "(default: this process, or 1 + R processes on this machine).",
+)
+RAY_ADDRESS = typer.Option(
+    None,
+    "--ray-address",
+    help="The Ray cluster to join (HOST:PORT of its head); default: RAY_ADDRESS, else this node's cluster.",
+)
+RAY_PROCESSES = typer.Option(
+    None,
+    "--ray-processes",
+    min=1,
+    help="Processes (Ray actors) of the run, the last rollout_workers of them workers; default 1 + those.",
+)
+RAY_CPUS = typer.Option(
+    1, "--ray-cpus", min=1, help="CPUs of each process's Ray bundle (its OMP_NUM_THREADS)."
+)
+
 
 def train_cmd(
     workflow: Path = WORKFLOW,
@@ -99,6 +120,10 @@ def train_cmd(
     backend: RolloutEngine = BACKEND,
     decode: Decode = DECODE,
     dry_run: bool = DRY_RUN,
+    launcher: Launcher | None = LAUNCHER,
+    ray_address: str | None = RAY_ADDRESS,
+    ray_processes: int | None = RAY_PROCESSES,
+    ray_cpus: int = RAY_CPUS,
     setting: list[str] = SET,
     verbose: bool = VERBOSE,
 ) -> None:
@@ -116,6 +141,8 @@ def train_cmd(
       srpo-dsl train workflows/quickstart.srpo --option clip=0.1 --option eval_every=10 --out runs/q3
 
       torchrun --nproc_per_node 2 -m srpo_dsl train workflows/quickstart.srpo --zero 3 --out runs/q2
+
+      srpo-dsl train workflows/quickstart.srpo --launcher ray --ray-processes 2 --zero 3 --out runs/q4
     """
     flags = {"steps": steps, "lr": lr, "group": group, "batch": batch, "zero": zero, "seed": seed}
     flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
@@ -123,15 +150,17 @@ def train_cmd(
     wf = load_checked(workflow, setting)
     setup = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
     setup |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}
+    setup |= {"launcher": launcher and launcher.value, "ray_address": ray_address}
+    setup |= {"ray_processes": ray_processes, "ray_cpus": ray_cpus}
     plan = wf.plan(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
+    if dry_run and plan.setup.ray is not None:  # the actors' own dry run: who runs where, connected
+        raise typer.Exit(launch(plan, [*plan.argv(verbose), "--dry-run"]))
     if dry_run:  # each process's role, node and device; loads no model
         if (table := launch_table(plan, verbose)) is not None:
             print(table)
         return
-    if plan.processes:  # rollout workers and no launcher: the command launches them with itself
-        with owning(plan.out):
-            code = relaunch(plan.processes, plan.argv(verbose))
-        raise typer.Exit(code)
+    if plan.processes:  # rollout workers and no launcher, or Ray: the command launches the processes
+        raise typer.Exit(launch(plan, plan.argv(verbose)))
     run = train_plan(plan, verbose=verbose)
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
         report(run)

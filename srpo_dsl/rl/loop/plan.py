@@ -36,6 +36,15 @@ class TrainError(Exception):
 
 
 @dataclass(frozen=True)
+class RayLaunch:
+    """A run started as Ray actors on an existing Ray cluster (`api.ray_launch`): one per process."""
+
+    address: str  # `ray.init`'s: HOST:PORT of the cluster's head, or `auto`
+    processes: int | None = None  # trainer ranks and rollout workers (WORLD_SIZE); None: 1 + rollout_workers
+    cpus: int = 1  # CPUs of each process's bundle (its OMP_NUM_THREADS)
+
+
+@dataclass(frozen=True)
 class Setup:
     """Where and how a run trains, as the caller chose it (everything but the `train with` options)."""
 
@@ -46,12 +55,14 @@ class Setup:
     decode: str = "auto"  # the hf engine's decode loop
     ds_config: Path | None = None  # JSON merged over the DeepSpeed config
     offload: str = "none"
+    ray: RayLaunch | None = None  # started on a Ray cluster; its device is the cluster's, already decided
 
 
 @dataclass(frozen=True)
 class TrainPlan:
     """A training run, checked: the workflow, its resolved options, where and how it trains, and how many
-    processes this call starts (`processes`: 0 = it trains here or was started by a launcher)."""
+    processes this call starts (`processes`: 0 = it trains here or was started by a launcher; on Ray, its
+    actors)."""
 
     workflow: CompiledWorkflow
     out: Path
@@ -104,14 +115,14 @@ def make_plan(
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
     if opts.pack_rows is None:  # on where a conversation's turns can be scored in one pass
         opts = opts.model_copy(update={"pack_rows": any(a.observe for a in wf.graph.agents.values())})
-    device = resolve_device(setup.device)
-    check_backend(setup.backend, device)
+    device = resolve_device(setup.device) if setup.ray is None else str(setup.device)
+    if setup.ray is None:  # on Ray, each process checks its own node's engine
+        check_backend(setup.backend, device)
     check_trainable(wf)
     check_checkpointing(wf, opts)
     check_eval_names(setup.eval_data)
     ds_overrides = read_ds_config(setup.ds_config) if setup.ds_config else {}
-    launched = "RANK" in os.environ  # a launcher started this process: it starts no other
-    processes = 1 + opts.rollout_workers if opts.rollout_workers and not launched else 0
+    processes = launch_processes(opts.rollout_workers, setup.ray)
     return TrainPlan(wf, Path(out), overrides, opts, resume, setup, device, ds_overrides, processes)
 
 
@@ -125,6 +136,23 @@ def check_out(out: Path, resume: bool) -> None:
     except UsageError:
         check_free(out)  # a run that started meanwhile wrote what is there: it is the answer
         raise
+
+
+def launch_processes(workers: int, ray: RayLaunch | None) -> int:
+    """The processes this call starts: on Ray, every one (`ray.processes`, else 1 + R); without a launcher,
+    1 + R with R rollout workers (else none: it trains here); under a launcher, none."""
+    launched = "RANK" in os.environ  # a launcher started this process: it starts no other
+    if ray is None:
+        return 1 + workers if workers and not launched else 0
+    if launched:
+        raise TrainError("--launcher ray: this process was started by a launcher already (RANK is set)")
+    processes = ray.processes or 1 + workers
+    if processes <= workers:
+        raise TrainError(
+            f"--ray-processes {processes}: rollout_workers = {workers} needs at least {workers + 1} "
+            "processes (one trainer)"
+        )
+    return processes
 
 
 def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], folder: Path) -> TrainOptions:

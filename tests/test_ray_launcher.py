@@ -1,0 +1,189 @@
+"""`srpo-dsl train --launcher ray` on a real Ray cluster the tests start on this machine (`ray start --head`
+with 3 logical CPUs, one per process): the quickstart trained synchronously and with a rollout worker at
+S = 0 through Ray equals the one-process run bit for bit; a worker whose actor is killed hands its steps to
+the other, and with none left the trainer checkpoints and stops with one line; a cluster that is not there
+is one line. The cluster's processes are one process group of their own, ended by the module (not `ray
+stop`, which would stop every Ray cluster of this machine)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from srpo_dsl.api.ray_launch import import_ray, launch_env
+from srpo_dsl.errors import UsageError
+from srpo_dsl.rl.distributed.process_group import free_port
+from tests.clitools import ROOT, cli
+from tests.test_async import QUICKSTART, SMALL, env_threads, metrics, weights
+
+pytest.importorskip("ray")
+
+SAVE = ["--option", "save_every=3"]
+COMPARED = ("return", "loss", "grad_norm", "num_events")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """The address of a one-node Ray cluster on loopback, its sockets under a short temporary folder."""
+    temp = Path(tempfile.mkdtemp(prefix="srpo-ray-", dir="/tmp"))  # Ray's socket paths have a length limit
+    port = free_port()
+    ports = [f"--{name}-port={free_port()}" for name in ("dashboard", "ray-client-server")]
+    command = [shutil.which("ray") or "ray", "start", "--head", "--node-ip-address", "127.0.0.1"]
+    command += ["--port", str(port), "--num-cpus", "3", "--include-dashboard=false", "--disable-usage-stats"]
+    command += ["--temp-dir", str(temp), *ports]
+    start = subprocess.Popen(  # its daemons stay in this new process group: ended below, none other
+        command, env=env_threads(1), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    output = start.communicate(timeout=180)[0].decode()
+    try:
+        assert start.returncode == 0, output[-3000:]
+        yield f"127.0.0.1:{port}"
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(start.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(3)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quickstart's 3 steps in one process, one thread (no launcher)."""
+    out = tmp_path_factory.mktemp("ray") / "one"
+    done = cli("train", QUICKSTART, "--out", out, *SMALL, *SAVE, env=env_threads(1))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def same_run(a: Path, b: Path) -> None:
+    """The same metrics at every step and the same checkpointed weights, bit for bit."""
+    assert [[r[k] for k in COMPARED] for r in metrics(a)] == [[r[k] for k in COMPARED] for r in metrics(b)]
+    first, second = weights(a, 3), weights(b, 3)
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def ray_train(address: str, out: Path, *args: str) -> subprocess.CompletedProcess:
+    launch = ["--launcher", "ray", "--ray-address", address]
+    return cli("train", QUICKSTART, "--out", out, *SMALL, *SAVE, *launch, *args, env=env_threads(2))
+
+
+@pytest.mark.slow
+def test_trained_on_ray_as_in_one_process(cluster: str, one_process: Path, tmp_path: Path) -> None:
+    """One trainer actor, then a trainer and a rollout worker at S = 0: each is the one-process run."""
+    sync = ray_train(cluster, tmp_path / "sync")
+    assert sync.returncode == 0, sync.stderr[-3000:]
+    assert sync.stdout.splitlines()[-1].startswith("held-out Avg@4"), sync.stdout  # the trainer's report
+    same_run(one_process, tmp_path / "sync")
+    workers = ["--option", "rollout_workers=1", "--option", "max_staleness=0"]
+    run = ray_train(cluster, tmp_path / "async", *workers)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [line for line in run.stdout.splitlines() if line.startswith("held-out")] != []
+    rows = metrics(tmp_path / "async")
+    assert all(r["async/staleness_max"] == 0 and r["async/workers"] == 1 for r in rows)
+    same_run(one_process, tmp_path / "async")
+
+
+@pytest.mark.slow
+def test_the_dry_run_on_ray_shows_each_actor_joined(cluster: str, tmp_path: Path) -> None:
+    done = ray_train(cluster, tmp_path / "dry", "--option", "rollout_workers=1", "--dry-run")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("dry run: 2 processes on 1 node (1 trainer rank, 1 rollout worker), connected")
+    assert "rank 1/2  rollout worker 0  node 0 (" in lines[2] and lines[2].endswith("cpu")
+    assert not (tmp_path / "dry").exists()
+
+
+def actor_of(out: Path, rank: int) -> psutil.Process:
+    """The Ray actor process whose child trains rank `rank` of the run into `out`."""
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if str(out) in (process.info["cmdline"] or []) and process.environ().get("RANK") == str(rank):
+                return process.parent()
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no process of rank {rank}")
+
+
+def wait_for_steps(run: subprocess.Popen, out: Path, steps: int) -> None:
+    deadline = time.time() + 600
+    while not (out / "metrics.jsonl").exists() or len(metrics(out)) < steps:
+        assert run.poll() is None, "the run ended before the kill"
+        assert time.time() < deadline, f"no {steps} steps in 600 s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_actor_hands_its_steps_on_and_none_left_is_one_line(
+    cluster: str, tmp_path: Path
+) -> None:
+    """Two workers: one's actor process killed at step 2, the run goes on; the other's at step 4: the
+    trainer checkpoints what it trained and stops with one line."""
+    out = tmp_path / "run"
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--steps", "8", "--option", "save_every=8"]
+    args += ["--option", "rollout_workers=2", "--option", "max_staleness=1"]
+    args += ["--launcher", "ray", "--ray-address", cluster]
+    command = [sys.executable, "-m", "srpo_dsl", *map(str, args)]
+    run = subprocess.Popen(
+        command, cwd=ROOT, env=env_threads(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_for_steps(run, out, 2)
+    actor_of(out, 2).kill()
+    wait_for_steps(run, out, 4)
+    actor_of(out, 1).kill()
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode not in (0, None), stderr[-3000:]
+    assert "warning: rollout worker 1 (rank 2) stopped (" in stderr
+    assert "warning: the Ray actor of rollout worker 1 (rank 2) died (" in stderr
+    last = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(last) == 1 and "no rollout worker is left: step " in last[0], stderr[-3000:]
+    assert "Traceback" not in stderr
+    done = int(last[0].split(": step ")[1].split()[0])
+    assert done >= 4 and (out / "checkpoints" / f"step-{done}").is_dir()
+    assert [r["step"] for r in metrics(out)] == list(range(1, done + 1))
+
+
+def test_a_cluster_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    done = cli("train", QUICKSTART, "--out", tmp_path / "run", "--launcher", "ray", "--ray-address", address)
+    assert done.returncode == 2
+    assert (
+        done.stderr == f"error: --ray-address {address}: no Ray cluster answers there (Connection refused)\n"
+    )
+    assert not (tmp_path / "run").exists()
+    alone = cli("train", QUICKSTART, "--out", tmp_path / "run", "--ray-processes", "2")
+    assert alone.returncode == 2
+    assert alone.stderr == "error: --ray-address, --ray-processes and --ray-cpus go with --launcher ray\n"
+
+
+def test_without_ray_installed_the_launcher_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(UsageError, match=r"^--launcher ray needs Ray, an optional extra: pip install"):
+        import_ray()
+
+
+def test_each_process_sees_its_node_s_gpus_as_torchrun_gives_them() -> None:
+    """Two nodes of two GPUs each, ranks placed 0, 1 on node a and 2, 3 on node b: LOCAL_RANK counts on the
+    node and its own GPU is at LOCAL_RANK of CUDA_VISIBLE_DEVICES; node b is node 1."""
+    envs = launch_env([("a", ["3"]), ("a", ["1"]), ("b", ["0"]), ("b", ["1"])], ("10.0.0.1", 29500), 4)
+    assert [(e["LOCAL_RANK"], e["GROUP_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in envs] == [
+        ("0", "0", "3,1"),
+        ("1", "0", "3,1"),
+        ("0", "1", "0,1"),
+        ("1", "1", "0,1"),
+    ]
+    assert all(e["WORLD_SIZE"] == "4" and e["LOCAL_WORLD_SIZE"] == "2" for e in envs)
+    assert envs[3] | {"RANK": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"} == envs[3]
+    assert "CUDA_VISIBLE_DEVICES" not in launch_env([("a", [])], ("h", 1), 1)[0]
