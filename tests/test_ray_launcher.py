@@ -1,9 +1,10 @@
-"""`srpo-dsl train --launcher ray` on a real Ray cluster the tests start on this machine (`ray start --head`
-with 3 logical CPUs, one per process): the quickstart trained synchronously and with a rollout worker at
-S = 0 through Ray equals the one-process run bit for bit; a worker whose actor is killed hands its steps to
-the other, and with none left the trainer checkpoints and stops with one line; a cluster that is not there
-is one line. The cluster's processes are one process group of their own, ended by the module (not `ray
-stop`, which would stop every Ray cluster of this machine)."""
+"""`srpo-dsl train --launcher ray` (and `Workflow.train(launcher="ray")`) on a real Ray cluster the tests
+start on this machine (`ray start --head` with 3 logical CPUs, one per process): the quickstart trained
+synchronously (the API) and with a rollout worker at S = 0 (the CLI) through Ray equals the one-process
+run bit for bit; a worker whose actor is killed hands its steps to the other, and with none left the
+trainer checkpoints and stops with one line; Ctrl-C on the driver stops every actor's process; a cluster
+that is not there is one line. The cluster's processes are one process group of their own, ended by the
+module (not `ray stop`, which would stop every Ray cluster of this machine)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import psutil
 import pytest
 import torch
 
+import srpo_dsl
 from srpo_dsl.api.ray_launch import import_ray, launch_env
 from srpo_dsl.errors import UsageError
 from srpo_dsl.rl.distributed.process_group import free_port
@@ -50,6 +52,8 @@ def cluster() -> Iterator[str]:
         assert start.returncode == 0, output[-3000:]
         yield f"127.0.0.1:{port}"
     finally:
+        if "ray" in sys.modules and sys.modules["ray"].is_initialized():  # the API's run joined it
+            sys.modules["ray"].shutdown()
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(start.pid, sig)
@@ -81,16 +85,20 @@ def ray_train(address: str, out: Path, *args: str) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
-def test_trained_on_ray_as_in_one_process(cluster: str, one_process: Path, tmp_path: Path) -> None:
-    """One trainer actor, then a trainer and a rollout worker at S = 0: each is the one-process run."""
-    sync = ray_train(cluster, tmp_path / "sync")
-    assert sync.returncode == 0, sync.stderr[-3000:]
-    assert sync.stdout.splitlines()[-1].startswith("held-out Avg@4"), sync.stdout  # the trainer's report
+def test_trained_on_ray_as_in_one_process(
+    cluster: str, one_process: Path, tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    """One trainer actor (the API), then a trainer and a rollout worker at S = 0 (the CLI): each is the
+    one-process run."""
+    small = {"steps": 3, "batch": 4, "group": 4, "eval_every": 3, "eval_size": 8, "save_every": 3}
+    sync = srpo_dsl.load(QUICKSTART).train(tmp_path / "sync", launcher="ray", ray_address=cluster, **small)
+    assert [r["step"] for r in sync.history] == [1, 2, 3]
+    assert "held-out Avg@4" in capfd.readouterr().out  # the trainer's report, as the self-launch shows it
     same_run(one_process, tmp_path / "sync")
     workers = ["--option", "rollout_workers=1", "--option", "max_staleness=0"]
     run = ray_train(cluster, tmp_path / "async", *workers)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert [line for line in run.stdout.splitlines() if line.startswith("held-out")] != []
+    assert run.stdout.splitlines()[-1].startswith("held-out Avg@4"), run.stdout  # the trainer's report
     rows = metrics(tmp_path / "async")
     assert all(r["async/staleness_max"] == 0 and r["async/workers"] == 1 for r in rows)
     same_run(one_process, tmp_path / "async")
@@ -106,15 +114,15 @@ def test_the_dry_run_on_ray_shows_each_actor_joined(cluster: str, tmp_path: Path
     assert not (tmp_path / "dry").exists()
 
 
-def actor_of(out: Path, rank: int) -> psutil.Process:
-    """The Ray actor process whose child trains rank `rank` of the run into `out`."""
+def actor_of(out: Path, rank: int) -> psutil.Process | None:
+    """The Ray actor process whose child runs rank `rank` of the run into `out` (None: none yet)."""
     for process in psutil.process_iter(["cmdline"]):
         try:
             if str(out) in (process.info["cmdline"] or []) and process.environ().get("RANK") == str(rank):
                 return process.parent()
         except psutil.Error:
             continue
-    raise AssertionError(f"no process of rank {rank}")
+    return None
 
 
 def wait_for_steps(run: subprocess.Popen, out: Path, steps: int) -> None:
@@ -140,9 +148,9 @@ def test_a_killed_worker_actor_hands_its_steps_on_and_none_left_is_one_line(
         command, cwd=ROOT, env=env_threads(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     wait_for_steps(run, out, 2)
-    actor_of(out, 2).kill()
+    actor_of(out, 2).kill()  # type: ignore[union-attr]
     wait_for_steps(run, out, 4)
-    actor_of(out, 1).kill()
+    actor_of(out, 1).kill()  # type: ignore[union-attr]
     _, stderr = run.communicate(timeout=300)
     assert run.returncode not in (0, None), stderr[-3000:]
     assert "warning: rollout worker 1 (rank 2) stopped (" in stderr
@@ -153,6 +161,32 @@ def test_a_killed_worker_actor_hands_its_steps_on_and_none_left_is_one_line(
     done = int(last[0].split(": step ")[1].split()[0])
     assert done >= 4 and (out / "checkpoints" / f"step-{done}").is_dir()
     assert [r["step"] for r in metrics(out)] == list(range(1, done + 1))
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_the_driver_stops_every_process(cluster: str, tmp_path: Path) -> None:
+    """SIGINT reaches the trainer and the worker as they start (a Ray worker blocks it: their processes
+    unblock it), the driver returns the trainer's exit code (130), and no process of the run is left."""
+    out = tmp_path / "run"
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--option", "rollout_workers=1"]
+    command = [
+        sys.executable,
+        "-m",
+        "srpo_dsl",
+        *map(str, [*args, "--launcher", "ray", "--ray-address", cluster]),
+    ]
+    run = subprocess.Popen(
+        command, cwd=ROOT, env=env_threads(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 300
+    while (trainer := actor_of(out, 0)) is None or actor_of(out, 1) is None:
+        assert run.poll() is None and time.time() < deadline, "the run did not start"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130, stderr[-3000:]  # (interrupted while importing: Python's traceback)
+    trainer.wait(30)  # its actor is gone, and so is every process of the run
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(out) in (p.info["cmdline"] or [])]
 
 
 def test_a_cluster_that_is_not_there_is_one_line(tmp_path: Path) -> None:

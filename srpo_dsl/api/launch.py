@@ -26,7 +26,7 @@ from srpo_dsl.runlock import owning
 FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
 
 
-def launch(plan: TrainPlan, argv: Sequence[str], stderr: IO[bytes] | None = None) -> int:
+def launch(plan: TrainPlan, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
     """Start the plan's processes, `srpo-dsl ARGV` each: as Ray actors (`--launcher ray`,
     `api.ray_launch`), else on this machine (`relaunch`); trainer rank 0's exit code."""
     if plan.setup.ray is not None:
@@ -37,7 +37,7 @@ def launch(plan: TrainPlan, argv: Sequence[str], stderr: IO[bytes] | None = None
         return relaunch(plan.processes, argv, stderr)
 
 
-def relaunch(processes: int, argv: Sequence[str], stderr: IO[bytes] | None = None) -> int:
+def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
     """Run `srpo-dsl ARGV` as `processes` processes on this machine: rank 0 trains, the others are rollout
     workers. Rank 0's exit code: a worker that stops does not stop the run (the trainer hands its steps
     to the others, or stops with one line when none is left); once the trainer is done, so are they."""

@@ -19,6 +19,7 @@ process, and its actors and placement group are removed when it returns.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import signal
@@ -114,7 +115,7 @@ def launch_env(
     return envs
 
 
-def run_on_ray(plan: TrainPlan, argv: Sequence[str], stderr: IO[bytes] | None = None) -> int:
+def run_on_ray(plan: TrainPlan, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
     """Run `srpo-dsl ARGV` as the plan's processes, one Ray actor each; trainer rank 0's exit code."""
     assert plan.setup.ray is not None
     launch, gpus = plan.setup.ray, int(plan.device == "cuda")
@@ -125,7 +126,7 @@ def run_on_ray(plan: TrainPlan, argv: Sequence[str], stderr: IO[bytes] | None = 
     group = placement_group(bundles, strategy="PACK")
     actors: list[Any] = []
     try:
-        reserved(ray, group, bundles, stderr or sys.stderr.buffer)
+        reserved(ray, group, bundles, stderr or sys.stderr)
         actors = started_actors(ray, group, launch, gpus, plan.processes)
         trainers = plan.processes - plan.opts.rollout_workers
         return followed(ray, actors, trainers, list(argv), launch, stderr)
@@ -135,12 +136,12 @@ def run_on_ray(plan: TrainPlan, argv: Sequence[str], stderr: IO[bytes] | None = 
         remove_placement_group(group)
 
 
-def reserved(ray: Any, group: Any, bundles: list[dict[str, int]], err: IO[bytes]) -> None:
+def reserved(ray: Any, group: Any, bundles: list[dict[str, int]], err: IO[str]) -> None:
     """Wait until the cluster holds the run's bundles, saying so once when it takes long."""
     ready, _ = ray.wait([group.ready()], timeout=WAITING)
     if not ready:
         each = ", ".join(f"{v} {k}" for k, v in bundles[0].items())
-        err.write(f"waiting for the Ray cluster to hold {len(bundles)} processes of {each} each\n".encode())
+        err.write(f"waiting for the Ray cluster to hold {len(bundles)} processes of {each} each\n")
         err.flush()
         ray.get(group.ready())
 
@@ -164,15 +165,15 @@ def started_actors(ray: Any, group: Any, launch: RayLaunch, gpus: int, processes
 
 
 def followed(
-    ray: Any, actors: list[Any], trainers: int, argv: list[str], launch: RayLaunch, stderr: IO[bytes] | None
+    ray: Any, actors: list[Any], trainers: int, argv: list[str], launch: RayLaunch, stderr: IO[str] | None
 ) -> int:
     """Start every process, print what each writes, pass signals on; trainer rank 0's exit code."""
     places = ray.get([a.place.remote() for a in actors])
     master = (places[0][1], ray.get(actors[0].free_port.remote()))
     envs = launch_env([(node, gpus) for node, _, gpus in places], master, launch.cpus)
     streams = {rank: a.run.remote(argv, env, os.getcwd()) for rank, (a, env) in enumerate(zip(actors, envs))}
-    out, err = sys.stdout.buffer, stderr or sys.stderr.buffer
-    sys.stdout.flush()
+    out, err = sys.stdout, stderr or sys.stderr  # text streams: a notebook's have no bytes underneath
+    out.flush()
     with forwarded_signals() as received:
         return Follow(ray, actors, trainers, streams, out, err, received).until_done()
 
@@ -184,6 +185,7 @@ class Follow:
         self.ray, self.actors, self.trainers, self.streams = ray, actors, trainers, streams
         self.out, self.err, self.received = sinks
         self.codes: dict[int, int] = {}
+        self.decoders: dict[tuple[int, str], Any] = {}  # a chunk may end inside a character
         self.stopping = False
 
     def until_done(self) -> int:
@@ -218,8 +220,9 @@ class Follow:
             if 0 < rank < self.trainers and value != 0 and not self.stopping:
                 self.signal_all(signal.SIGTERM)  # a trainer rank that fails stops the run, as under torchrun
         else:
+            decoder = self.decoders.setdefault((rank, kind), codecs.getincrementaldecoder("utf-8")("replace"))
             sink = self.out if kind == "out" else self.err
-            sink.write(value)
+            sink.write(decoder.decode(value))
             sink.flush()
 
     def lost(self, rank: int, exc: Exception) -> None:
@@ -232,7 +235,7 @@ class Follow:
         )
         why = str(exc).splitlines()[0].rstrip(".") if str(exc) else type(exc).__name__
         level = "warning" if rank >= self.trainers else "error"
-        self.err.write(f"{level}: the Ray actor of {role} died ({why})\n".encode())
+        self.err.write(f"{level}: the Ray actor of {role} died ({why})\n")
         self.err.flush()
         if rank < self.trainers and not self.stopping:
             self.signal_all(signal.SIGTERM)

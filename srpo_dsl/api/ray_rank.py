@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 
 CHUNK = 1 << 16  # bytes read from the child at a time
 PR_SET_PDEATHSIG = 1  # prctl(2)
-SIGKILL = 9
+SIGKILL = int(signal.SIGKILL)
 
 
 class RankProcess:
@@ -86,15 +87,17 @@ def streamed(process: subprocess.Popen) -> Iterator[tuple[str, bytes]]:
 
 
 def dying_with(parent: int) -> Any:
-    """What the child runs before `exec`: on Linux, be killed when `parent` (the actor) dies."""
-    if sys.platform != "linux":
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    """What the child runs before `exec`: take signals again (a Ray worker blocks SIGINT, and a blocked
+    signal stays blocked across `exec`: the driver's Ctrl-C would never arrive), and on Linux be killed
+    when `parent` (the actor) dies."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None  # looked up here
 
     def child() -> None:
-        prctl(PR_SET_PDEATHSIG, SIGKILL)
-        if os.getppid() != parent:  # the actor died before the call
-            os._exit(1)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, SIGKILL)
+            if os.getppid() != parent:  # the actor died before the call
+                os._exit(1)
 
     return child
 

@@ -159,12 +159,11 @@ def launched(plan: TrainPlan, verbose: bool) -> Run:
     from srpo_dsl.api.launch import launch
 
     before = len(read_run_file(lambda: read_jsonl(plan.out / METRICS)))
-    with tempfile.TemporaryFile("w+b") as log:
+    with tempfile.TemporaryFile("w+") as log:
         code = launch(plan, plan.argv(verbose), stderr=log)
         if code != 0:
             log.seek(0)
-            lines = log.read().decode(errors="replace").splitlines()
-            errors = [line for line in lines if line.startswith("error: ")]
+            errors = [line for line in log.read().splitlines() if line.startswith("error: ")]
             said = errors[0].removeprefix("error: ") if errors else f"exit code {code}"
             raise InputError(f"training in {plan.processes} processes (`srpo-dsl train`) failed: {said}")
     return Run(plan.out, read_run_file(lambda: read_jsonl(plan.out / METRICS))[before:])
