@@ -6,6 +6,7 @@ With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers
 WORLD_SIZE, MASTER_ADDR, ...; rank 0 hosts the rendezvous store), and returns the trainer's code.
 Not torch's elastic launcher: that stops every process when one fails, and here a worker that dies
 must not stop the run. The threads of this machine are shared out between the processes.
+`launch` starts a plan's processes this way, or as Ray actors with `--launcher ray` (`api.ray_launch`).
 """
 
 from __future__ import annotations

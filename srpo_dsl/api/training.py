@@ -66,7 +66,7 @@ def train_plan(plan: TrainPlan, progress: bool = True, verbose: bool = False) ->
         return Run(plan.out, train(plan, progress))
 
 
-def ray_launch(
+def ray_setup(
     launcher: str | None, address: str | None, processes: int | None, cpus: int
 ) -> RayLaunch | None:
     """The Ray launch asked for (`launcher="ray"`), checked; None for none (the `ray_...` settings must

@@ -164,13 +164,13 @@ class Workflow(CompiledWorkflow):
         `launcher="ray"`: every process a Ray actor on the cluster at `ray_address` (default: RAY_ADDRESS,
         else `auto`), `ray_processes` of them (default 1 + R), `ray_cpus` CPUs each; it joins the cluster."""
         from srpo_dsl.api.rollouts import model_overrides
-        from srpo_dsl.api.training import plan_training, ray_launch
+        from srpo_dsl.api.training import plan_training, ray_setup
         from srpo_dsl.rl.loop.plan import Setup
 
         models_ = model_overrides(models, list(self.graph.policies))
         files = tuple(Path(p) for p in eval_data)
         config = Path(ds_config) if ds_config else None
-        ray = ray_launch(launcher, ray_address, ray_processes, ray_cpus)
+        ray = ray_setup(launcher, ray_address, ray_processes, ray_cpus)
         setup = Setup(models_, files, device, backend, decode, config, offload, ray)
         return plan_training(self, Path(out), options, resume, setup, verbose)
 
