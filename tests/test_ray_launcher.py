@@ -148,9 +148,10 @@ def test_a_killed_worker_actor_hands_its_steps_on_and_none_left_is_one_line(
         command, cwd=ROOT, env=env_threads(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     wait_for_steps(run, out, 2)
-    actor_of(out, 2).kill()  # type: ignore[union-attr]
+    actors = {rank: actor_of(out, rank) for rank in (1, 2)}  # found now: a search takes a while
+    actors[2].kill()  # type: ignore[union-attr]
     wait_for_steps(run, out, 4)
-    actor_of(out, 1).kill()  # type: ignore[union-attr]
+    actors[1].kill()  # type: ignore[union-attr]
     _, stderr = run.communicate(timeout=300)
     assert run.returncode not in (0, None), stderr[-3000:]
     assert "warning: rollout worker 1 (rank 2) stopped (" in stderr

@@ -12,7 +12,7 @@ import srpo_dsl
 from srpo_dsl.errors import UsageError
 from srpo_dsl.lang import analysis
 from srpo_dsl.rl.loop import plan as plan_module
-from srpo_dsl.rl.loop.plan import Setup, TrainError, TrainPlan, make_plan
+from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainError, TrainPlan, make_plan
 from tests.clitools import ROOT
 
 QUICKSTART = ROOT / "workflows/quickstart.srpo"
@@ -113,6 +113,27 @@ def test_processes_come_from_the_plan(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("RANK", "0")
     launched = make_plan(wf, tmp_path / "a", {"rollout_workers": 2}, setup=Setup(device="cpu"))
     assert launched.processes == 0  # a launcher started the processes
+
+
+def test_on_ray_every_process_is_started_by_the_call(tmp_path, monkeypatch) -> None:
+    """`--launcher ray`: the actors are 1 + R or --ray-processes; each runs the plan's command (the device
+    the cluster decided, no launcher flag); too few for the workers, or a launcher's process, is one line."""
+    wf = srpo_dsl.load(QUICKSTART)
+    monkeypatch.delenv("RANK", raising=False)
+    on_ray = Setup(device="cpu", ray=RayLaunch("auto"))
+    plan = make_plan(wf, tmp_path / "a", {"rollout_workers": 1}, setup=on_ray)
+    assert plan.processes == 2 and plan.device == "cpu"
+    assert "--device" in plan.argv() and not any(a.startswith("--launcher") for a in plan.argv())
+    four = Setup(device="cpu", ray=RayLaunch("auto", processes=4))
+    assert make_plan(wf, tmp_path / "a", setup=four).processes == 4  # four trainer ranks
+    one = Setup(device="cpu", ray=RayLaunch("auto", processes=1))
+    with pytest.raises(
+        TrainError, match=r"^--ray-processes 1: rollout_workers = 1 needs at least 2 processes"
+    ):
+        make_plan(wf, tmp_path / "a", {"rollout_workers": 1}, setup=one)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(TrainError, match="started by a launcher already"):
+        make_plan(wf, tmp_path / "a", setup=on_ray)
 
 
 def test_planning_imports_no_torch() -> None:
