@@ -24,6 +24,7 @@ import torch
 
 import srpo_dsl
 from srpo_dsl.api.ray_launch import import_ray, launch_env
+from srpo_dsl.api.ray_rank import RankProcess
 from srpo_dsl.errors import UsageError
 from srpo_dsl.rl.distributed.process_group import free_port
 from tests.clitools import ROOT, cli
@@ -201,6 +202,15 @@ def test_a_cluster_that_is_not_there_is_one_line(tmp_path: Path) -> None:
     alone = cli("train", QUICKSTART, "--out", tmp_path / "run", "--ray-processes", "2")
     assert alone.returncode == 2
     assert alone.stderr == "error: --ray-address, --ray-processes and --ray-cpus go with --launcher ray\n"
+
+
+def test_an_actor_streams_its_process_s_output_and_exit_code(tmp_path: Path) -> None:
+    """The actor's body outside Ray: stdout and stderr apart, as written, then the command's exit code."""
+    items = list(RankProcess().run(["validate", str(tmp_path / "absent.srpo")], {}, str(ROOT)))
+    err = b"".join(value for kind, value in items if kind == "err").decode()
+    assert items[-1] == ("exit", 2) and err.startswith("error: ") and "absent.srpo" in err
+    assert not [value for kind, value in items if kind == "out"]
+    assert list(RankProcess().run(["--help"], {}, str(tmp_path / "gone")))[-1] == ("exit", 1)
 
 
 def test_without_ray_installed_the_launcher_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,12 +52,16 @@ class RankProcess:
         """`python -m srpo_dsl ARGV` in `cwd`, this actor's environment with `env` over it: ("out" or "err",
         bytes) as the child writes them, then ("exit", its exit code)."""
         command = [sys.executable, "-m", "srpo_dsl", *argv]
-        pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         try:
             self.process = subprocess.Popen(
-                command, cwd=cwd, env=os.environ | dict(env), stdin=subprocess.DEVNULL, **pipes,
+                command,
+                cwd=cwd,
+                env=os.environ | dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 preexec_fn=dying_with(os.getpid()),
-            )  # fmt: skip
+            )
         except OSError as exc:
             where = ray_node_address()
             yield "err", f"error: cannot start srpo-dsl on the Ray node {where} in {cwd}: {exc}\n".encode()
