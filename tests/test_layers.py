@@ -24,7 +24,9 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "lazy",
         "seeds",
         "devices",
-    ),  # files and their owner, launched processes, plugin registries, seeds
+        "console",
+        "progress",
+    ),  # files and their owner, launched processes, plugin registries, seeds, what srpo-dsl says on stderr
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds

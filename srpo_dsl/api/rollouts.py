@@ -17,6 +17,7 @@ from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import write_atomic
 from srpo_dsl.outputs import check_files, check_out, staged_output
+from srpo_dsl.progress import progress
 from srpo_dsl.registries import BACKENDS, BackendKind
 from srpo_dsl.rl.loop.runlog import write_graph
 from srpo_dsl.runtime.metrics import DatasetMetrics
@@ -159,8 +160,6 @@ def roll_out(
 ) -> list[Episode]:
     """`samples` episodes per task; a progress bar on stderr named `desc` (None: none); `branching=False`:
     every `branch` step sampled once (evaluation)."""
-    from tqdm import tqdm
-
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
     from srpo_dsl.runtime.executor import Executor
@@ -171,9 +170,9 @@ def roll_out(
         executor = Executor(wf.graph, backends, wf.renderer(), tools)
     except BackendError as exc:
         raise UsageError(str(exc)) from None
-    off = {"disable": True} if desc is None else {}  # else tqdm's own default (TQDM_DISABLE may set it)
     done: list[Episode] = []
-    with tqdm(total=len(tasks) * samples, desc=desc, unit="episode", leave=False, **off) as bar:
+    total = len(tasks) * samples
+    with progress(total=total, desc=desc or "", unit="episode", enabled=desc is not None, leave=False) as bar:
 
         def finished(ep: Episode) -> None:
             done.append(ep)
@@ -182,7 +181,7 @@ def roll_out(
         try:
             return executor.run(tasks, samples=samples, seed=seed, on_done=finished, branching=branching)
         except RetrieverError as exc:  # mid-run: the episodes finished so far are kept
-            message = f"{exc}, after {len(done)} of {len(tasks) * samples} episodes"
+            message = f"{exc}, after {len(done)} of {total} episodes"
             raise ToolServerError(message, [to_trace(ep, wf.graph.hash) for ep in done]) from None
 
 

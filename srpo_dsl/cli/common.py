@@ -5,15 +5,22 @@ command-line argument that cannot be used); `main` prints each as one line and e
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
+from typing import Any
 
 import typer
 
+from srpo_dsl import console
 from srpo_dsl.choices import DECODE_MODES
 from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, SrpoDslError
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 __all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "CliError", "fail", "print_error"]
 
@@ -32,6 +39,12 @@ def fail(message: str, code: int = EXIT_USAGE) -> CliError:
     return CliError(message, code)
 
 
+def interrupted(message: str = "interrupted") -> CliError:
+    """A Ctrl-C: `message` on stderr, once (under a launcher every rank gets the signal: rank 0 says it),
+    exit 130."""
+    return CliError(message, EXIT_INTERRUPTED, shown=message if os.environ.get("RANK", "0") == "0" else "")
+
+
 def choices(name: str, names: Iterable[str]) -> type[Enum]:
     """A str Enum of `names` for typer: every CLI choice list comes from its registry's names."""
     return Enum(name, {n: n for n in names}, type=str)  # type: ignore[return-value]
@@ -48,7 +61,12 @@ DECODE = typer.Option(
 OVERWRITE = typer.Option(  # the results-folder rule itself: `srpo_dsl.outputs`
     False, "--overwrite", help="Replace the --out folder if it exists (once the new results are complete)."
 )
-VERBOSE = typer.Option(False, "--verbose", "-v", help="Show the libraries' logs, warnings and progress bars.")
+QUIET = typer.Option(
+    False, "--quiet", "-q", help="Print only errors on stderr (the command's results still go to stdout)."
+)
+VERBOSE = typer.Option(
+    False, "--verbose", "-v", help="Also show the libraries' logs, warnings, progress bars and build output."
+)
 SET = typer.Option(
     [],
     "--set",
@@ -77,4 +95,31 @@ def print_error(err: SrpoDslError) -> None:
     (position, source line, caret, hint), a message shown in full, or `error: MESSAGE`."""
     render = getattr(err, "render", None)
     shown = render() if callable(render) else getattr(err, "shown", None)
-    eprint(shown if shown is not None else f"error: {err}")
+    if shown != "":  # "": said elsewhere (another rank)
+        eprint(shown if shown is not None else f"error: {err}")
+
+
+def output_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`command` with --quiet and --verbose, the same in every command: they set the process's level
+    (`srpo_dsl.console`) before it runs, and a command that takes `verbose` gets it."""
+    signature = inspect.signature(command)
+    takes_verbose = "verbose" in signature.parameters
+
+    @functools.wraps(command)
+    def with_level(*args: Any, quiet: bool, verbose: bool, **kwargs: Any) -> Any:
+        if quiet and verbose:
+            raise CliError("--quiet and --verbose: give one of them")
+        console.set_level(console.QUIET if quiet else console.VERBOSE if verbose else console.NORMAL)
+        try:
+            return command(*args, **kwargs, **({"verbose": verbose} if takes_verbose else {}))
+        except KeyboardInterrupt:  # else typer turns it into a silent exit 130
+            raise interrupted() from None
+
+    own = [p for name, p in signature.parameters.items() if name != "verbose"]
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=bool)
+        for name, default in (("quiet", QUIET), ("verbose", VERBOSE))
+    ]
+    with_level.__signature__ = signature.replace(parameters=[*own, *options])  # type: ignore[attr-defined]
+    with_level.__annotations__ = {**command.__annotations__, "quiet": bool, "verbose": bool}
+    return with_level

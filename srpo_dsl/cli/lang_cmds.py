@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from srpo_dsl.api.quiet import libraries_quiet
-from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, VERBOSE, CliError, choices, eprint, print_error
+from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, CliError, choices, eprint, print_error
+from srpo_dsl.console import note
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import read_text, write_atomic
 from srpo_dsl.lang.graph_formats import FORMATS
@@ -68,7 +69,7 @@ def validate(
         n_err = sum(d.severity == "error" for d in diags)
         n_warn = len(diags) - n_err
         not_read = f", {unreadable} unreadable" if unreadable else ""
-        eprint(f"{len(files)} file(s) checked: {n_err} error(s), {n_warn} warning(s){not_read}")
+        note(f"{len(files)} file(s) checked: {n_err} error(s), {n_warn} warning(s){not_read}")
     if unreadable:
         raise typer.Exit(EXIT_USAGE)
     if has_error:
@@ -110,7 +111,7 @@ def fmt_cmd(
             changed += 1
             _apply(path, text, formatted, check, diff)
     verb = "would be formatted" if check or diff else "formatted"
-    (eprint if check or diff else print)(f"{changed} file(s) {verb}, {unchanged} unchanged")
+    (note if check or diff else print)(f"{changed} file(s) {verb}, {unchanged} unchanged")
     if invalid or (check and changed):
         raise typer.Exit(EXIT_INPUT)
 
@@ -151,7 +152,7 @@ def compile_cmd(
         Emit.mermaid, "--emit", "-e", help="json (node-link) | mermaid | dot | graphml."
     ),
     out: Path | None = typer.Option(None, "--output", "-o", help="Write the graph here instead of stdout."),
-    verbose: bool = VERBOSE,
+    verbose: bool = False,
 ) -> None:
     """Compile a workflow into its event graph and report static cost bounds per episode.
 
@@ -167,8 +168,8 @@ def compile_cmd(
 
     text = read_text(file)
     result = analyze(text, str(file))
-    for d in result.diagnostics:
-        eprint(render_pretty(d, text) + "\n")
+    for d in result.diagnostics:  # a warning is a note: not under --quiet
+        (eprint if d.severity == "error" else note)(render_pretty(d, text) + "\n")
     program = result.program
     if program is None:
         raise typer.Exit(EXIT_INPUT)
@@ -185,7 +186,7 @@ def compile_cmd(
     summary = "\n".join([summary, *adapters])
     if out is None:
         print(rendered, end="")
-        eprint(summary)
+        note(summary)
     else:
         try:
             write_atomic(out, rendered)

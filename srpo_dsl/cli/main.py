@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, eprint, print_error
+from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, eprint, output_options, print_error
 from srpo_dsl.cli.lang_cmds import compile_cmd, fmt_cmd, validate
 from srpo_dsl.cli.lsp_cmd import lsp_cmd
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
@@ -26,19 +26,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.command("validate")(validate)
-app.command("compile")(compile_cmd)
-app.command("fmt")(fmt_cmd)
-app.command("lsp")(lsp_cmd)
-app.command("render")(render)
-app.command("run")(run)
-app.command("eval")(eval_cmd)
-app.command("audit")(audit)
-app.command("view")(view)
-app.command("train")(train_cmd)
-app.command("plot")(plot_cmd)
-app.command("export")(export_cmd)
-app.command("sweep")(sweep_cmd)
+COMMANDS = {  # the one list of the commands: each takes --quiet and --verbose (`output_options`)
+    "validate": validate,
+    "compile": compile_cmd,
+    "fmt": fmt_cmd,
+    "lsp": lsp_cmd,
+    "render": render,
+    "run": run,
+    "eval": eval_cmd,
+    "audit": audit,
+    "view": view,
+    "train": train_cmd,
+    "plot": plot_cmd,
+    "export": export_cmd,
+    "sweep": sweep_cmd,
+}
+for _name, _command in COMMANDS.items():
+    app.command(_name)(output_options(_command))
 
 
 def _version(value: bool) -> None:

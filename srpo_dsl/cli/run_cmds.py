@@ -19,14 +19,13 @@ from srpo_dsl.cli.common import (
     EXIT_INPUT,
     OVERWRITE,
     SET,
-    VERBOSE,
     CliError,
     Decode,
     Device,
     choices,
-    eprint,
     parse_settings,
 )
+from srpo_dsl.console import note
 from srpo_dsl.outputs import check_files, check_out
 from srpo_dsl.registries import BACKENDS
 
@@ -133,7 +132,7 @@ def run(
     ),
     overwrite: bool = OVERWRITE,
     setting: list[str] = SET,
-    verbose: bool = VERBOSE,
+    verbose: bool = False,
 ) -> None:
     """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/3).
 
@@ -153,7 +152,7 @@ def run(
         rollouts = wf.run(limit=limit, samples=samples, seed=seed, data=data, **engines)
     rollouts.save(out, overwrite)
     for line in rollouts.warnings:
-        eprint(f"warning: {line}")
+        note(f"warning: {line}")
     s = rollouts.summary
     print(
         f"{s.episodes} episodes, {s.events} events ({s.incomplete_events} incomplete), "
@@ -176,7 +175,7 @@ def eval_cmd(
     ),
     overwrite: bool = OVERWRITE,
     setting: list[str] = SET,
-    verbose: bool = VERBOSE,
+    verbose: bool = False,
 ) -> None:
     """Evaluate a workflow: Avg@k, Pass@k per dataset, their macro average, cost per query.
 
@@ -196,7 +195,7 @@ def eval_cmd(
         evaluation = wf.evaluate(k=k, data=data, limit=limit, seed=seed, **engines)
     evaluation.save(out, overwrite)
     for line in evaluation.warnings:
-        eprint(f"warning: {line}")
+        note(f"warning: {line}")
     print(evaluation.table())
     print(f"-> {out / 'metrics.json'}")
 

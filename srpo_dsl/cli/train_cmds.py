@@ -22,7 +22,7 @@ from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.runs import PLOTS, SMOOTHING, Run, export_checkpoint, write_plots
 from srpo_dsl.api.training import train_plan
 from srpo_dsl.choices import LAUNCHERS, OFFLOAD
-from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, VERBOSE, CliError, Decode, Device, choices
+from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, CliError, Decode, Device, choices, interrupted
 from srpo_dsl.cli.run_cmds import load_checked, models_of
 from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
@@ -125,7 +125,7 @@ def train_cmd(
     ray_processes: int | None = RAY_PROCESSES,
     ray_cpus: int = RAY_CPUS,
     setting: list[str] = SET,
-    verbose: bool = VERBOSE,
+    verbose: bool = False,
 ) -> None:
     """Train a workflow's trainable policies with SRPO (or a baseline); flags override its `train` block.
 
@@ -159,11 +159,24 @@ def train_cmd(
         if (table := launch_table(plan, verbose)) is not None:
             print(table)
         return
-    if plan.processes:  # rollout workers and no launcher, or Ray: the command launches the processes
-        raise typer.Exit(launch(plan, plan.argv(verbose)))
-    run = train_plan(plan, verbose=verbose)
+    try:
+        if plan.processes:  # rollout workers and no launcher, or Ray: the command launches the processes
+            raise typer.Exit(launch(plan, plan.argv(verbose)))  # (rank 0 reports a Ctrl-C)
+        run = train_plan(plan, verbose=verbose)
+    except KeyboardInterrupt:
+        raise interrupted(where_to_resume(plan.out, plan.resume)) from None
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
         report(run)
+
+
+def where_to_resume(out: Path, resumed: bool) -> str:
+    """What a Ctrl-C leaves: the last checkpoint and the flag that continues from it, or that nothing was
+    kept (a fresh run stopped before its first checkpoint writes nothing)."""
+    checkpoints = Run(out, []).checkpoints
+    if not checkpoints:
+        return f"interrupted before the first checkpoint: nothing was kept in {out}; run the command again"
+    again = "run the same command again" if resumed else "run the same command with --resume"
+    return f"interrupted: the last checkpoint is {checkpoints[-1]}; {again} to continue from it"
 
 
 def parse_options(values: list[str]) -> dict[str, str]:
@@ -244,7 +257,7 @@ def export_cmd(
     step: int | None = typer.Option(None, "--step", min=0, help="The step to export (default: the latest)."),
     out: Path | None = typer.Option(None, "--out", help="Where to write (default: RUN/export)."),
     overwrite: bool = OVERWRITE,
-    verbose: bool = VERBOSE,
+    verbose: bool = False,
 ) -> None:
     """Export a checkpoint's trained policies as Hugging Face models, one folder per policy.
 

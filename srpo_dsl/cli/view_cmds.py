@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INPUT, CliError, eprint
+from srpo_dsl.cli.common import EXIT_INPUT, CliError
+from srpo_dsl.console import note
 from srpo_dsl.io import write_atomic
 
 
@@ -58,8 +59,8 @@ def view(
         write_atomic(target, html)
     except OSError as exc:
         raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
-    for note in source.notes:
-        eprint(f"note: {note}")
+    for line in source.notes:
+        note(f"note: {line}")
     events = sum(len(ep.events) for ep in source.episodes)
     size = len(html.encode("utf-8"))
     print(f"{target}: {size_text(size)} ({size} bytes), {len(source.episodes)} episodes, {events} events")

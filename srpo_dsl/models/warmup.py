@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from srpo_dsl.backends.chat import encode_prompts
@@ -25,6 +24,7 @@ from srpo_dsl.models.evaluation import evaluate_team, evaluate_tools
 from srpo_dsl.models.tiny import TINY_MODEL_ID, Recipe, WarmupReport
 from srpo_dsl.models.tokenizer import train_tokenizer
 from srpo_dsl.models.transcripts import transcript_rows
+from srpo_dsl.progress import progress as lines
 
 
 def build(out: Path, recipe: Recipe, *, seed: int, progress: bool) -> WarmupReport:
@@ -120,7 +120,7 @@ def _fit(model: LlamaForCausalLM, data: TokenBatch, recipe: Recipe, progress: bo
     order = torch.cat([torch.randperm(rows) for _ in range(epochs)])[: steps * batch].view(steps, batch)
     loss_avg = 0.0
     model.train()
-    bar = tqdm(range(steps), desc=f"warming up {TINY_MODEL_ID}", disable=not progress, unit="step")
+    bar = lines(range(steps), desc=f"warming up {TINY_MODEL_ID}", unit="step", enabled=progress)
     for step, idx in zip(bar, order):
         width = int(data.attention_mask[idx].sum(-1).max())
         mask = data.response_mask[idx, :width]
@@ -133,5 +133,5 @@ def _fit(model: LlamaForCausalLM, data: TokenBatch, recipe: Recipe, progress: bo
         schedule.step()
         loss_avg = loss.item() if step == 0 else 0.98 * loss_avg + 0.02 * loss.item()
         if step % 50 == 0:
-            bar.set_postfix(loss=f"{loss_avg:.3f}")
+            bar.set_postfix_str(f"loss {loss_avg:.3f}")
     return loss_avg

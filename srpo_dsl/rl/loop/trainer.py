@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from srpo_dsl.errors import InputError
+from srpo_dsl.progress import progress as progress_lines
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
 from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners, sync_weights
@@ -299,13 +300,11 @@ def checkpoint(run: TrainingRun, step: int) -> Path:
 
 def progress_bar(run: TrainingRun, progress: bool) -> Any:
     """The steps still to run, with a progress bar on rank 0."""
-    from tqdm.auto import tqdm
-
-    return tqdm(
+    return progress_lines(
         range(run.start + 1, run.opts.steps + 1),
         initial=run.start,
         total=run.opts.steps,
         desc="train",
         unit="step",
-        disable=not progress or run.dist.rank != 0,
+        enabled=progress and run.dist.rank == 0,
     )

@@ -22,16 +22,15 @@ seconds the worker and the trainer waited for each other (`worker_idle`, `traine
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 
 import torch
-from tqdm.auto import tqdm
 
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.progress import write
 from srpo_dsl.rl.distributed.process_group import all_gather, all_reduce
 from srpo_dsl.rl.engines.policies import TrainingPolicy
 from srpo_dsl.rl.transport.link import CONTROL, EPISODES, SETUP, Link, LinkError, Orders, RolloutBatch, Stop
@@ -174,7 +173,7 @@ class Feed:
             self.send_due(self.current)
         if self.alive:
             left = f"{len(self.alive)} worker{'s' if len(self.alive) > 1 else ''} left"
-            tqdm.write(f"warning: {exc}: its steps go to the {left}", file=sys.stderr)  # above the bar
+            write(f"warning: {exc}: its steps go to the {left}")  # above the bar
 
     def send_due(self, weights: Weights) -> None:
         """Trainer rank 0 (holding the lock): `weights` becomes the newest version, sent to the workers
