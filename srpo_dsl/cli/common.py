@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from srpo_dsl import console
+import srpo_dsl.console as console
 from srpo_dsl.choices import DECODE_MODES
 from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, SrpoDslError

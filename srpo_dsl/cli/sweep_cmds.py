@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from srpo_dsl.cli.common import EXIT_INPUT, SET, CliError, eprint, parse_settings
+from srpo_dsl.cli.common import EXIT_INPUT, SET, CliError, eprint, interrupted, parse_settings
 from srpo_dsl.cli.train_cmds import parse_options
+from srpo_dsl.console import note, quiet
 from srpo_dsl.outputs import refuse_existing
 from srpo_dsl.runlock import check_free, owning
 
@@ -80,7 +81,10 @@ def sweep_cmd(
     if experiment is None or out is None:
         raise CliError("give an EXPERIMENT file and --out DIR (or --report DIR)")
     changes = Changes(parse_options(option), model, parse_seeds(seeds), list(eval_data) or None)
-    failed = run_sweep(experiment, out, jobs, parse_settings(setting), changes, procs_per_run)
+    try:
+        failed = run_sweep(experiment, out, jobs, parse_settings(setting), changes, procs_per_run)
+    except KeyboardInterrupt:
+        raise interrupted(f"interrupted: the same command goes on with {out}'s unfinished runs") from None
     if failed:
         raise typer.Exit(EXIT_INPUT)
 
@@ -172,13 +176,17 @@ def checked_tools(exp: Experiment, settings: dict[str, str]) -> None:
 
 
 def watched(sweep: Sweep, todo: list[Job]) -> None:
-    """Run `todo` with a live table on a terminal, or a line per change of the counts in a log."""
+    """Run `todo` with a live table on a terminal, or a line per change of the counts in a log (the table
+    at the end); nothing under --quiet."""
     from rich.console import Console
     from rich.live import Live
 
     from srpo_dsl.sweep.progress import summary, view
 
     console, state = Console(stderr=True), sweep.state
+    if quiet():
+        sweep.run(todo)
+        return
     if console.is_terminal:
         with Live(view(state), console=console, refresh_per_second=2) as live:
             sweep.on_change = lambda: live.update(view(state))
@@ -189,7 +197,7 @@ def watched(sweep: Sweep, todo: list[Job]) -> None:
     def line() -> None:
         if summary(state) != shown[0]:
             shown[0] = summary(state)
-            eprint(f"sweep: {shown[0]}")
+            note(f"sweep: {shown[0]}")
 
     sweep.on_change = line
     sweep.run(todo)

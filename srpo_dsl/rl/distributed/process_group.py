@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
+from srpo_dsl.rl.distributed.op_builds import SHM_OP, prepare_builds
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
     import deepspeed.ops
 
     if os.environ["WORLD_SIZE"] == "1":  # alone there is nothing to all-reduce: skip the shared-memory
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # op (its first build takes ~1 min)
+        deepspeed.ops.__compatible_ops__[SHM_OP] = False  # op (its first build takes ~1 min)
+    shm = device == "cpu" and deepspeed.ops.__compatible_ops__.get(SHM_OP, False)
+    prepare_builds(Path(os.environ["TORCH_EXTENSIONS_DIR"]), [SHM_OP] if shm else [])
 
     warnings.filterwarnings(
         "ignore", category=FutureWarning, module="torch.distributed"

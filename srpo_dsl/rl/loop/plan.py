@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srpo_dsl.console import quiet
 from srpo_dsl.devices import resolve_device
 from srpo_dsl.errors import UsageError
 from srpo_dsl.lang.pycode import UseName, is_reference
@@ -81,7 +82,8 @@ class TrainPlan:
         return Rollout(self.setup.backend, self.setup.decode)
 
     def argv(self, verbose: bool = False) -> list[str]:
-        """`srpo-dsl train`'s arguments for this run, as each process of a launch starts it."""
+        """`srpo-dsl train`'s arguments for this run, as each process of a launch starts it (at this
+        process's --verbose or --quiet)."""
         s = self.setup
         argv = ["train", str(self.workflow.path), "--out", str(self.out), "--backend", s.backend]
         argv += ["--decode", s.decode, "--offload", s.offload] + (["--resume"] if self.resume else [])
@@ -91,7 +93,7 @@ class TrainPlan:
         argv += ["--device", s.device] if s.device else []
         argv += [x for k, v in self.workflow.settings.items() for x in ("--set", f"{k}={v}")]
         argv += ["--ds-config", str(s.ds_config)] if s.ds_config else []
-        return argv + (["--verbose"] if verbose else [])
+        return argv + (["--verbose"] if verbose else ["--quiet"] if quiet() else [])
 
 
 def option_text(value: Any) -> str:

@@ -66,8 +66,6 @@ def train(plan: TrainPlan, progress: bool = True) -> list[dict[str, float]]:
     try:
         with deterministic_kernels(run.dist.device):  # bitwise-reproducible steps on CPU
             history = train_steps(run, progress)
-        if run.feed is not None:
-            run.feed.close()
     except BaseException:  # a fresh run that fails before its first checkpoint leaves no files behind
         if run.log is not None and run.start == 0 and latest_checkpoint(run.out) is None:
             run.log.discard()
@@ -75,6 +73,8 @@ def train(plan: TrainPlan, progress: bool = True) -> list[dict[str, float]]:
             run.log.fail()
         raise
     finally:
+        if run.feed is not None:  # the workers stop, also after a Ctrl-C (else each waits on the other)
+            run.feed.close()
         if link is not None:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if run.log is not None:
