@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import typer
 from clitools import ROOT
 
@@ -111,3 +112,15 @@ def test_quiet_prints_only_results(tmp_path: Path, capfd, monkeypatch) -> None:
 def test_quiet_and_verbose_together_is_a_usage_error(capfd) -> None:
     code, _, err = run_main(["validate", "-q", "-v", "workflows/quickstart.srpo"], capfd)
     assert (code, err) == (2, "error: --quiet and --verbose: give one of them\n")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpus_asked_for_on_a_machine_without_one_are_said_at_once() -> None:
+    """`deepspeed --num_gpus 2` on a CPU machine sets CUDA_VISIBLE_DEVICES=0,1: the first line says what
+    runs instead (here the dry run, without the launcher's minutes of loading)."""
+    env = os.environ | {"PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "0,1"}
+    command = [sys.executable, "-m", "srpo_dsl", "train", "workflows/quickstart.srpo", "--dry-run"]
+    r = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("no GPU found (CUDA_VISIBLE_DEVICES=0,1): 1 process(es) train on the CPU")

@@ -24,6 +24,7 @@ from srpo_dsl.api.training import train_plan
 from srpo_dsl.choices import LAUNCHERS, OFFLOAD
 from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, CliError, Decode, Device, choices, interrupted
 from srpo_dsl.cli.run_cmds import load_checked, models_of
+from srpo_dsl.console import note
 from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 
@@ -155,6 +156,8 @@ def train_cmd(
     plan = wf.plan(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
     if dry_run and plan.setup.ray is not None:  # the actors' own dry run: who runs where, connected
         raise typer.Exit(launch(plan, [*plan.argv(verbose), "--dry-run"]))
+    if plan.device == "cpu" and plan.setup.device is None and "CUDA_VISIBLE_DEVICES" in os.environ:
+        no_gpu_note()
     if dry_run:  # each process's role, node and device; loads no model
         if (table := launch_table(plan, verbose)) is not None:
             print(table)
@@ -167,6 +170,18 @@ def train_cmd(
         raise interrupted(where_to_resume(plan.out, plan.resume)) from None
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
         report(run)
+
+
+def no_gpu_note() -> None:
+    """GPUs asked for (`deepspeed --num_gpus 8` sets CUDA_VISIBLE_DEVICES) on a machine that has none: said
+    at once by rank 0, as the CPU processes load for minutes before their first step."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    visible, ranks = os.environ["CUDA_VISIBLE_DEVICES"], os.environ.get("WORLD_SIZE", "1")
+    note(
+        f"no GPU found (CUDA_VISIBLE_DEVICES={visible}): {ranks} process(es) train on the CPU over gloo, "
+        f"sharing its {os.cpu_count()} cores; loading takes minutes before the first step"
+    )
 
 
 def where_to_resume(out: Path, resumed: bool) -> str:
