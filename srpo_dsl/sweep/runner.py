@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import srpo_dsl.console as console
 from srpo_dsl.sweep.experiment import Cell, Experiment
 from srpo_dsl.sweep.state import SweepState, finished, log_path, run_dir, run_key
 from srpo_dsl.trackers.base import EXPERIMENT_ENV, RUN_NAME_ENV
@@ -48,8 +49,9 @@ def train_command(
     exp: Experiment, job: Job, folder: Path, settings: Mapping[str, str] | None = None, procs: int = 1
 ) -> list[str]:
     """`python -m srpo_dsl train WORKFLOW --out RUN --resume --seed S --option NAME=VALUE ...`, and the
-    sweep's `--set` tool options; with `procs` > 1 under torchrun (`--standalone`: each run its own
-    rendezvous on a free port), one process per GPU."""
+    sweep's `--set` tool options (and `--verbose` under `sweep --verbose`: into each run's log); with
+    `procs` > 1 under torchrun (`--standalone`: each run its own rendezvous on a free port), one process
+    per GPU."""
     launch = [sys.executable, "-m", "srpo_dsl"]
     if procs > 1:
         launch = [
@@ -71,7 +73,7 @@ def train_command(
         cmd += ["--model", job.cell.model]
     for key, value in (settings or {}).items():
         cmd += ["--set", f"{key}={value}"]
-    return cmd
+    return cmd + (["--verbose"] if console.level() == console.VERBOSE else [])  # the libraries' logs
 
 
 def child_env(jobs: int, devices: list[str] | None = None) -> dict[str, str]:
