@@ -156,8 +156,7 @@ def train_cmd(
     plan = wf.plan(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
     if dry_run and plan.setup.ray is not None:  # the actors' own dry run: who runs where, connected
         raise typer.Exit(launch(plan, [*plan.argv(verbose), "--dry-run"]))
-    if plan.device == "cpu" and plan.setup.device is None and "CUDA_VISIBLE_DEVICES" in os.environ:
-        no_gpu_note()
+    no_gpu_note(plan.device, asked=plan.setup.device)
     if dry_run:  # each process's role, node and device; loads no model
         if (table := launch_table(plan, verbose)) is not None:
             print(table)
@@ -172,10 +171,11 @@ def train_cmd(
         report(run)
 
 
-def no_gpu_note() -> None:
+def no_gpu_note(device: str, asked: str | None) -> None:
     """GPUs asked for (`deepspeed --num_gpus 8` sets CUDA_VISIBLE_DEVICES) on a machine that has none: said
     at once by rank 0, as the CPU processes load for minutes before their first step."""
-    if os.environ.get("RANK", "0") != "0":
+    gpus = asked is None and "CUDA_VISIBLE_DEVICES" in os.environ  # no --device: the machine's default
+    if device != "cpu" or not gpus or os.environ.get("RANK", "0") != "0":
         return
     visible, ranks = os.environ["CUDA_VISIBLE_DEVICES"], os.environ.get("WORLD_SIZE", "1")
     note(

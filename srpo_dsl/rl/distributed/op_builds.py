@@ -16,7 +16,7 @@ from pathlib import Path
 from srpo_dsl.console import note
 
 SHM_OP = "deepspeed_shm_comm"  # what a CPU run of several ranks builds (DeepSpeed's ShareMemCommBuilder)
-SETTLE_S = 10.0  # a lock younger than this may be a build that is starting on another rank: not judged
+SETTLE_S = 10.0  # a younger unheld lock may be one being released (closed, not yet removed): waited for
 PROC = Path("/proc")
 
 
