@@ -114,7 +114,6 @@ def test_quiet_and_verbose_together_is_a_usage_error(capfd) -> None:
     assert (code, err) == (2, "error: --quiet and --verbose: give one of them\n")
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_gpus_asked_for_on_a_machine_without_one_are_said_at_once() -> None:
     """`deepspeed --num_gpus 2` on a CPU machine sets CUDA_VISIBLE_DEVICES=0,1: the first line says what
