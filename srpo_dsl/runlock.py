@@ -108,9 +108,24 @@ def _command() -> str:
 
 def in_use(folder: Path, fd: int) -> str:
     """`FOLDER is in use by another run: pid N on HOST since TIME (COMMAND); ...` from the lock's file."""
-    try:
-        owner = json.loads(os.pread(fd, 65536, 0))
+    owner = _owner(fd)
+    who = "another process"
+    if owner:
         who = f"pid {owner['pid']} on {owner['host']} since {owner['started']} ({owner['command']})"
-    except (ValueError, KeyError, TypeError, OSError):  # the owner is writing its details this instant
-        who = "another process"
     return f"{folder} is in use by another run: {who}; wait for it to end or stop it, or choose another --out"
+
+
+def _owner(fd: int, wait: float = 2.0) -> dict[str, Any]:
+    """The owner's details in the lock's file; {} if unreadable. The owner writes them just after it takes
+    the lock, so an empty file is read again for up to `wait` seconds (a busy machine delays that write)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            owner = json.loads(os.pread(fd, 65536, 0))
+            if {"pid", "host", "started", "command"} <= owner.keys():
+                return owner
+        except (ValueError, AttributeError, OSError):  # the owner is writing its details this instant
+            pass
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.05)

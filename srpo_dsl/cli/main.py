@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -67,8 +68,27 @@ def _root(
     """Multi-agent LLM workflows as text: validate, compile, run, evaluate and train them with SRPO."""
 
 
+INTERRUPTS: list[int] = []  # the SIGINTs this process received (`note_interrupt`)
+
+
+def note_interrupt(signum: int, frame: object) -> None:
+    """Python's Ctrl-C, remembered: one that lands in a library's import can come out as another error
+    (transformers turns it into a ModuleNotFoundError), which is still an interrupt, not a bug."""
+    INTERRUPTS.append(signum)
+    signal.default_int_handler(signum, frame)
+
+
+def interrupted_exit() -> None:
+    """After a Ctrl-C, whatever error it caused is the interrupt: one line, exit 130."""
+    if INTERRUPTS:
+        eprint("interrupted")
+        sys.exit(130)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line and a non-zero exit for every failure, never a traceback."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, note_interrupt)
     try:
         code = app(args=argv, standalone_mode=False)  # returns the exit code of a `typer.Exit`
     except SystemExit as exc:
@@ -77,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         eprint(f"error: {where}: SystemExit({exc.code!r}) raised there would end the command")
         sys.exit(EXIT_INPUT)
     except SrpoDslError as err:  # the API's and the CLI's: a workflow's errors, the user's file:line, ...
+        if err.exit_code != 130:
+            interrupted_exit()
         print_error(err)
         sys.exit(err.exit_code)
     except typer.Exit as ex:
@@ -85,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         eprint("interrupted")
         sys.exit(130)
     except Exception as exc:
+        interrupted_exit()
         if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()  # a usage error of click (as vendored by typer): exit code 2
             sys.exit(exc.exit_code)
