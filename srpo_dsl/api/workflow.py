@@ -63,7 +63,6 @@ class Workflow(CompiledWorkflow):
         """`role`'s prompt on the first task (of `data`, or the workflow's own), the team context empty."""
         from srpo_dsl.api.rollouts import tasks_of
         from srpo_dsl.runtime.episode import Episode
-        from srpo_dsl.runtime.prompts import PromptError
 
         agents = self.graph.agents
         if role not in agents:
@@ -82,10 +81,7 @@ class Workflow(CompiledWorkflow):
             max_turns=turns,
             actions=agents[role].actions,
         )
-        try:
-            return self.renderer().render(agents[role].prompt, ctx)
-        except PromptError as exc:
-            raise InputError(str(exc)) from None
+        return self.renderer().render(agents[role].prompt, ctx)  # a `PromptError` is an `InputError`
 
     def adapter_sizes(self, base: str) -> dict[str, int]:
         """{peft adapter name: trainable parameter count} of `base`'s adapters; empty when its model's config

@@ -27,6 +27,7 @@ lists the items in an order drawn from the seed `render` is given.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,14 +35,16 @@ import jinja2
 from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
+from srpo_dsl.errors import InputError
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
 from srpo_dsl.lang.templates import FILTERS, SHUFFLE_SEED, TemplateLoader
 
 __all__ = ["CONTEXT_VARIABLES", "PromptError", "PromptRenderer"]
 
 
-class PromptError(Exception):
-    """A template that cannot be rendered; the message is one line naming the template."""
+class PromptError(InputError):
+    """A template that cannot be rendered (exit code 1): one line naming the template, and for a failure
+    while rendering, its `FILE:LINE`."""
 
 
 class PromptRenderer:
@@ -61,16 +64,30 @@ class PromptRenderer:
 
     def render(self, template: str, context: Mapping[str, object], shuffle_seed: int = 0) -> str:
         """The rendered prompt, `shuffle` drawing its order from `shuffle_seed`; `PromptError` for a missing
-        template or variable."""
+        template or variable, or anything the template raises while it renders (`{{ 1/0 }}`, a sandbox
+        violation, a range over the sandbox's limit)."""
         try:
             return self._env.get_template(template).render({**context, SHUFFLE_SEED: shuffle_seed})
         except jinja2.TemplateNotFound as exc:
             raise PromptError(
                 f"template `{exc.name}` not found ({self._loader.looked_in(str(exc.name))})"
             ) from None
-        except jinja2.UndefinedError as exc:
-            raise PromptError(f"template `{template}`: {exc.message}") from None
         except jinja2.TemplateSyntaxError as exc:
             raise PromptError(f"template `{exc.name or template}` line {exc.lineno}: {exc.message}") from None
-        except jinja2.TemplateError as exc:
-            raise PromptError(f"template `{template}`: {exc}") from None
+        except Exception as exc:  # the template's own code failed: name where, as user code's errors do
+            raise PromptError(f"{_where(exc)}template `{template}`: {_reason(exc)}") from None
+
+
+def _where(exc: BaseException) -> str:
+    """`FILE:LINE: ` of the innermost template line in `exc`'s traceback (Jinja rewrites the traceback so
+    that a template's lines appear as frames of its file), or nothing."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith(".py")]
+    frames = [f for f in frames if not f.filename.startswith("<")]
+    return f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
+
+
+def _reason(exc: Exception) -> str:
+    """What went wrong, one line: Jinja's own message, or the Python exception's type and message."""
+    message = exc.message if isinstance(exc, jinja2.TemplateError) else None
+    text = message or f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())

@@ -1,0 +1,44 @@
+"""Input a user can fix, met while a workflow runs, is one `error:` line and exit code 1, not the
+"internal error" of a bug (3): a template that fails while it renders, ..."""
+
+import json
+
+import pytest
+from clitools import cli
+
+WORKFLOW = (
+    "workflow w\n"
+    'policy lm = hf("srpo-dsl-tests/not-here") with (max_tokens = 5)\n'
+    "task arith(n = 4, eval_n = 2)\n"
+    'agent a uses lm prompt "a.j2" emits boxed\n'
+    "aggregate a\n"
+    "reward exact_match(a, task.answer)\n"
+)
+
+
+def _workflow(tmp_path, template):
+    (tmp_path / "a.j2").write_text(template)
+    (tmp_path / "w.srpo").write_text(WORKFLOW)
+    (tmp_path / "r.json").write_text(json.dumps({"a": ["\\boxed{1}"]}))
+    return tmp_path / "w.srpo", ("--backend", "scripted", "--model", tmp_path / "r.json", "--limit", "1")
+
+
+@pytest.mark.parametrize(
+    ("template", "line", "reason"),
+    [
+        ("Solve.\n{{ 1/0 }}\n", 2, "ZeroDivisionError: division by zero"),
+        ("{% for i in range(100001) %}x{% endfor %}", 1, "OverflowError: Range too big."),
+        ("{{ task.__class__ }}", 1, "access to attribute '__class__' of 'dict' object is unsafe"),
+    ],
+)
+def test_a_template_that_fails_while_rendering_is_its_file_line(tmp_path, template, line, reason):
+    """`render`, `run` and `eval` say the same line: the template's FILE:LINE and what failed; exit 1,
+    and `run` writes nothing."""
+    workflow, args = _workflow(tmp_path, template)
+    said = f"error: {tmp_path / 'a.j2'}:{line}: template `a.j2`: {reason}"
+    rendered = cli("render", workflow, "--role", "a")
+    ran = cli("run", workflow, *args, "--out", tmp_path / "out")
+    for result in (rendered, ran):
+        assert result.returncode == 1 and said in result.stderr, result.stderr
+        assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
