@@ -168,6 +168,20 @@ def test_blocks_nest_at_most_max_nesting_deep_and_deeper_is_one_e008():
         assert diag.message == f"blocks nested more than {MAX_NESTING} deep"
 
 
+def test_too_deep_with_a_syntax_error_is_the_same_e008_not_a_recursion_error():
+    """Text that does not parse goes through Lark's own pipeline, which recurses as deep as the blocks
+    nest: 400 loops with one `}` missing, or with a bad step inside, are the E008 alone."""
+    from srpo_dsl.lang.nesting import MAX_NESTING
+
+    first = BASE.splitlines().index("aggregate agg") + 1 + MAX_NESTING
+    unclosed = _nested(400).replace("}\naggregate agg", "aggregate agg", 1)
+    for text in (unclosed, _nested(400).replace("verify verifier\n}", "verify 3\n}", 1)):
+        (diag,) = analyze(text, "t.srpo").diagnostics
+        assert (diag.code, diag.span.line, diag.span.col, diag.span.end_col) == ("E008", first, 1, 7)
+    shallow = _nested(3).replace("verify verifier\n}", "verify 3\n}", 1)  # not too deep: its syntax error
+    assert [d.code for d in analyze(shallow, "t.srpo").diagnostics] == ["E001"]
+
+
 def test_a_letter_outside_ascii_in_a_name_says_names_are_ascii():
     text = BASE.replace("agent agg uses", "agent rédacteur uses")
     (diag,) = analyze(text, "t.srpo").diagnostics

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.api.rollouts import Models
-from srpo_dsl.errors import InputError, UsageError
+from srpo_dsl.errors import UsageError
 from srpo_dsl.io import read_text
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.graph import Bounds, EventGraph

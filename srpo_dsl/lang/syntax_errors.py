@@ -8,15 +8,18 @@ blanking cannot close, so every later statement would be reported again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import unicodedata
+from collections.abc import Iterator
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from srpo_dsl.lang.grammar import lark_parser, statements
 from srpo_dsl.lang.messages import Diagnostic, Span
+from srpo_dsl.lang.nesting import too_deep_tokens
 
 MAX_PARSE_ERRORS = 10
 
@@ -144,14 +147,17 @@ def _keyword_as_name(err: UnexpectedInput, parser: Lark) -> str | None:
 def _last_token(text: str, end: int, parser: Lark) -> Token | None:
     """The last token that starts before offset `end` (comments are not tokens)."""
     last = None
-    try:
-        for token in parser.lex(text):
-            if token.start_pos >= end:
-                break
-            last = token
-    except UnexpectedCharacters:
-        pass  # a bad character after the tokens read so far
+    for token in _tokens(text, parser):
+        if token.start_pos >= end:
+            break
+        last = token
     return last
+
+
+def _tokens(text: str, parser: Lark) -> Iterator[Token]:
+    """The tokens of `text` up to a character no terminal matches (comments are not tokens)."""
+    with contextlib.suppress(UnexpectedCharacters):  # a bad character after the tokens read so far
+        yield from parser.lex(text)
 
 
 def _incomplete(err: UnexpectedInput, parser: Lark) -> bool:
@@ -256,8 +262,12 @@ def _depth(text: str) -> int:
 
 
 def syntax_errors(text: str, file: str = "<string>") -> list[Diagnostic]:
-    """Every syntax error found (up to a limit), resuming after each at the next statement when safe."""
+    """Every syntax error found (up to a limit), resuming after each at the next statement when safe; for
+    text nested too deep for Lark's pipeline to recurse through, E008 alone."""
     parser = lark_parser()
+    deep = too_deep_tokens(_tokens(text, parser), file)
+    if deep is not None:
+        return [deep]
     diags: list[Diagnostic] = []
     work = text
     while len(diags) < MAX_PARSE_ERRORS:
