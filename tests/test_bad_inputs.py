@@ -42,3 +42,17 @@ def test_a_template_that_fails_while_rendering_is_its_file_line(tmp_path, templa
         assert result.returncode == 1 and said in result.stderr, result.stderr
         assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_reply_script_without_a_role_is_refused_before_the_run(tmp_path):
+    """A scripted run's reply script must answer every agent: one line naming the file and the role,
+    exit 1, before any episode runs (`run` and `eval` alike); a "*" entry answers every role."""
+    workflow, args = _workflow(tmp_path, "{{ task.question }}")
+    (tmp_path / "r.json").write_text(json.dumps({"b": ["\\boxed{1}"]}))
+    said = f'error: the reply script `{tmp_path / "r.json"}` has no entry for role `a` (and no "*" fallback)'
+    for result in (cli("run", workflow, *args, "--out", tmp_path / "out"), cli("eval", workflow, *args)):
+        assert result.returncode == 1 and said in result.stderr.splitlines(), result.stderr
+        assert "episode/s" not in result.stderr  # refused before the rollouts' progress bar
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "r.json").write_text(json.dumps({"b": ["x"], "*": ["\\boxed{1}"]}))
+    assert cli("run", workflow, *args, "--out", tmp_path / "out").returncode == 0

@@ -75,7 +75,21 @@ class Engines:
             backends = build_backends(wf, self.backend, specs, own, **options)
         except (BackendError, RetrieverError, ValueError, OSError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        check_scripts(wf, backends)
         return backends, tools
+
+
+def check_scripts(wf: CompiledWorkflow, backends: Mapping[str, Any]) -> None:
+    """Each reply script (a backend that replays one: `check_roles`) has replies for every agent of its
+    policy, before the run starts: else an `InputError` naming the script and the role."""
+    from srpo_dsl.backends.base import BackendError
+
+    for policy, backend in backends.items():
+        if hasattr(backend, "check_roles"):
+            try:
+                backend.check_roles(a.name for a in wf.graph.agents.values() if a.policy == policy)
+            except BackendError as exc:
+                raise InputError(str(exc)) from None
 
 
 def scripted_tokenizers(wf: CompiledWorkflow, specs: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -183,6 +197,8 @@ def roll_out(
         except RetrieverError as exc:  # mid-run: the episodes finished so far are kept
             message = f"{exc}, after {len(done)} of {total} episodes"
             raise ToolServerError(message, [to_trace(ep, wf.graph.hash) for ep in done]) from None
+        except BackendError as exc:  # a backend that cannot answer what the workflow asks of it
+            raise InputError(str(exc)) from None
 
 
 def save_results(

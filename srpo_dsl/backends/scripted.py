@@ -4,16 +4,17 @@ The script maps a role name to its replies, e.g. `{"solver": ["\\\\boxed{1}", "\
 "*": ["ok"]}` (a dict, or a JSON file holding one). Each role cycles through its own list
 independently, in request order: the n-th request of role `r` gets reply `n mod len`.
 Roles without an entry use `"*"` (still with their own counter); with no `"*"` they are an
-error. Tokens are those of `tokenizer` when one is given (the policy's own, where it is on this
-machine: `srpo_dsl.models.specs.local_tokenizer`), else UTF-8 bytes (token id = byte value); each
-with log-prob 0.0. A reply longer than `max_tokens` tokens is cut (`finish_reason == "length"`) and
-counted in `cut`, which the caller reports once per run.
+error, which `check_roles` finds before a run starts. Tokens are those of `tokenizer` when one is
+given (the policy's own, where it is on this machine: `srpo_dsl.models.specs.local_tokenizer`), else
+UTF-8 bytes (token id = byte value); each with log-prob 0.0. A reply longer than `max_tokens` tokens
+is cut (`finish_reason == "length"`) and counted in `cut`, which the caller reports once per run.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ class ScriptedBackend:
 
     def __init__(self, script: Path | str | dict[str, list[str]], tokenizer: str | Path | None = None):
         self.script = _load_script(script)
+        self.source = "the reply script" if isinstance(script, dict) else f"the reply script `{script}`"
         self.version = 0
         self._served: Counter[str] = Counter()
         self.cut = 0  # replies cut at their request's max_tokens
@@ -56,12 +58,15 @@ class ScriptedBackend:
         requests') are ignored."""
         return [self._reply(r) for r in requests]
 
+    def check_roles(self, roles: Iterable[str]) -> None:
+        """`BackendError` naming the script and the first of `roles` it has no replies for."""
+        for role in roles:
+            if role not in self.script and "*" not in self.script:
+                raise BackendError(f'{self.source} has no entry for role `{role}` (and no "*" fallback)')
+
     def _reply(self, request: GenRequest) -> GenResult:
-        replies = self.script.get(request.role) or self.script.get("*")
-        if replies is None:
-            raise BackendError(
-                f'the reply script has no entry for role `{request.role}` (and no "*" fallback)'
-            )
+        self.check_roles([request.role])
+        replies = self.script.get(request.role) or self.script["*"]
         reply = replies[self._served[request.role] % len(replies)]
         self._served[request.role] += 1
         response = self._encode(reply)
