@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.errors import UsageError
+from srpo_dsl.errors import UsageError, WriteError
+
+FULL = 1 << 20  # bytes: a disk with less free space than this is full, for a writer that does not say so
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """What the block writes is `path`: an `OSError` (a read-only or full disk, no permission), or a
+    `WriteError` of a file written under it, is one `WriteError` line naming `path`."""
+    try:
+        yield
+    except WriteError as exc:
+        raise WriteError(path, exc.reason) from None
+    except OSError as exc:
+        raise WriteError(path, exc.strerror or str(exc)) from None
+
+
+def disk_full(path: Path) -> bool:
+    """Whether the disk `path` is (or would be) on has less than `FULL` bytes free: the reason a library
+    that reports a failed write in its own words (torch's "unexpected pos") failed."""
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free < FULL
+
+
+def full_disk_error(path: Path) -> WriteError:
+    return WriteError(path, os.strerror(errno.ENOSPC))
 
 
 def write_atomic(path: Path, text: str, newline: str | None = None) -> None:
@@ -19,16 +49,18 @@ def write_atomic(path: Path, text: str, newline: str | None = None) -> None:
 
 
 def write_lines_atomic(path: Path, chunks: Iterable[str], newline: str | None = None) -> None:
-    """Write `chunks` in order via a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
-            f.writelines(chunks)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write `chunks` in order via a temporary file in the same folder and a rename; a `WriteError` when
+    the disk refuses it (the temporary file removed)."""
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
+                f.writelines(chunks)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -36,8 +68,9 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
-    """Append one row and flush it to disk (a killed run keeps every row it logged)."""
-    with path.open("a", encoding="utf-8") as f:
+    """Append one row and flush it to disk (a killed run keeps every row it logged); a `WriteError` when
+    the disk refuses it."""
+    with writing(path), path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
         f.flush()
         os.fsync(f.fileno())

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from srpo_dsl.errors import UsageError
+from srpo_dsl.io import writing
 from srpo_dsl.runlock import LOCK
 
 SHOWN = 4  # names of a refused folder's entries in its error line
@@ -36,29 +37,46 @@ def refuse_existing(folder: Path, advice: str) -> None:
         raise UsageError(f"{folder} already exists ({shown}): {advice}")
 
 
+def check_writable(out: Path) -> None:
+    """`out` can be written (its nearest existing folder takes a new entry): else, before anything loads,
+    the `WriteError` the disk gives (a read-only one, no permission)."""
+    folder = out
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    with writing(out):
+        tempfile.TemporaryDirectory(dir=folder, prefix=".srpo-dsl-probe-").cleanup()
+
+
 def check_out(out: Path, overwrite: bool, inputs: Iterable[Path | None] = ()) -> None:
     """The folder of results that replace it: absent or empty, or `overwrite`; never a folder that holds
-    the current folder or one of the `inputs` (replacing it would delete them)."""
+    the current folder or one of the `inputs` (replacing it would delete them); on a disk that takes it."""
     if not overwrite:
         refuse_existing(out, "pass --overwrite to replace it, or choose another --out")
-        return
-    held(out)
-    target = out.resolve()
-    for path, what in [(Path.cwd(), "the current folder"), *((p, str(p)) for p in inputs if p is not None)]:
-        if target == path.resolve() or target in path.resolve().parents:
-            raise UsageError(f"--overwrite: replacing {out} would delete {what}; choose another --out")
+    else:
+        held(out)
+        target = out.resolve()
+        for path, what in [
+            (Path.cwd(), "the current folder"),
+            *((p, str(p)) for p in inputs if p is not None),
+        ]:
+            if target == path.resolve() or target in path.resolve().parents:
+                raise UsageError(f"--overwrite: replacing {out} would delete {what}; choose another --out")
+    check_writable(out)
 
 
 @contextmanager
 def staged_output(out: Path) -> Iterator[Path]:
-    """Write into a temporary sibling folder; it replaces `out` only when everything succeeded."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
+    """Write into a temporary sibling folder; it replaces `out` only when everything succeeded. A disk
+    that refuses it is one `WriteError` naming `out` (the temporary folder removed)."""
+    with writing(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
     try:
-        yield stage
-        if out.exists():
-            shutil.rmtree(out)
-        stage.rename(out)
+        with writing(out):
+            yield stage
+            if out.exists():
+                shutil.rmtree(out)
+            stage.rename(out)
     finally:
         if stage.exists():
             shutil.rmtree(stage, ignore_errors=True)

@@ -55,10 +55,7 @@ def view(
         raise CliError(str(exc), EXIT_INPUT) from None
     finally:
         gc.enable()
-    try:
-        write_atomic(target, html)
-    except OSError as exc:
-        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
+    write_atomic(target, html)  # a disk that refuses it: a `WriteError` line
     for line in source.notes:
         note(f"note: {line}")
     events = sum(len(ep.events) for ep in source.episodes)

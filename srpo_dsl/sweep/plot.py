@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from srpo_dsl.rl.loop.plots import save
 from srpo_dsl.sweep.dynamics import CLIP, SERIES, WINDOW, RunDynamics, mean_series
 from srpo_dsl.sweep.results import CellResult
 
@@ -53,18 +54,7 @@ def plot_curves(cells: list[CellResult], k: int | None, path: Path) -> None:
         ax.grid(alpha=0.3)
     if any(cell.runs for cell in cells):
         axes[0].legend(loc="best", fontsize="small")
-    saved(fig, path)
-
-
-def saved(fig, path: Path) -> None:
-    """Write `fig` to `path` atomically and close it."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save(fig, path)
 
 
 def smoothed(values: np.ndarray) -> np.ndarray:
@@ -107,4 +97,4 @@ def plot_dynamics(dynamics: dict[str, list[RunDynamics]], path: Path) -> None:
         clip_axes.legend(loc="best", fontsize="x-small")
     else:
         clip_axes.text(0.5, 0.5, "nothing clipped", ha="center", va="center", transform=clip_axes.transAxes)
-    saved(fig, path)
+    save(fig, path)

@@ -6,14 +6,15 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from srpo_dsl.io import write_json
+from srpo_dsl.io import disk_full, full_disk_error, write_json, writing
 from srpo_dsl.rl.distributed.process_group import Dist, barrier
 from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners
 
@@ -53,24 +54,45 @@ def save_checkpoint(
     rank_state: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write OUT/checkpoints/step-N atomically: a temporary folder, renamed once every rank is done.
-    `rank_state`: objects of this rank's own, each saved as NAME-rankR.pt (`read_rank_state`)."""
+    `rank_state`: objects of this rank's own, each saved as NAME-rankR.pt (`read_rank_state`). A disk
+    that refuses it (read-only, full) is one `WriteError` naming the checkpoint, the temporary folder
+    removed."""
     final = out / CHECKPOINTS / f"step-{step}"
     tmp = out / CHECKPOINTS / f".step-{step}.tmp"
-    if dist.rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier()
-    save_engines(policies, tmp)
-    torch.save(rng_state(), tmp / f"rng-rank{dist.rank}.pt")
-    for name, value in (rank_state or {}).items():
-        torch.save(value, tmp / f"{name}-rank{dist.rank}.pt")
-    barrier()
-    if dist.rank == 0:
-        write_json(tmp / "state.json", state)
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(tmp, final)
+    with removed_on_failure(tmp, final):
+        if dist.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        barrier()
+        save_engines(policies, tmp)
+        torch.save(rng_state(), tmp / f"rng-rank{dist.rank}.pt")
+        for name, value in (rank_state or {}).items():
+            torch.save(value, tmp / f"{name}-rank{dist.rank}.pt")
+        barrier()
+        if dist.rank == 0:
+            write_json(tmp / "state.json", state)
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(tmp, final)
     barrier()
     return final
+
+
+@contextmanager
+def removed_on_failure(tmp: Path, final: Path) -> Iterator[None]:
+    """`tmp` (and the checkpoints folder, if left empty) removed if the block fails; a write the disk
+    refused as a `WriteError` naming `final`: an `OSError`, or torch's own error for a short write
+    (`unexpected pos`) on a full disk."""
+    try:
+        with writing(final):
+            yield
+    except BaseException as exc:
+        full = isinstance(exc, RuntimeError) and disk_full(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        with suppress(OSError):
+            tmp.parent.rmdir()  # only if empty: the run's first checkpoint
+        if full:
+            raise full_disk_error(final) from None
+        raise
 
 
 def read_state(folder: Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from srpo_dsl.devices import resolve_device
 from srpo_dsl.errors import UsageError
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.outputs import check_files, refuse_existing
+from srpo_dsl.outputs import check_files, check_writable, refuse_existing
 from srpo_dsl.registries import rollout_engine_problem
 from srpo_dsl.runlock import check_free
 from srpo_dsl.runtime.setup import CompiledWorkflow
@@ -114,6 +114,7 @@ def make_plan(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_files([setup.ds_config, *setup.eval_data])
     check_out(out, resume)
+    check_writable(out)
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
     if opts.pack_rows is None:  # on where a conversation's turns can be scored in one pass
         opts = opts.model_copy(update={"pack_rows": any(a.observe for a in wf.graph.agents.values())})

@@ -4,9 +4,11 @@ with all of them; also drawn at the end of a run whose trackers keep files."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from srpo_dsl.io import writing
 from srpo_dsl.rl.loop.runlog import PANELS, ROLE_PANELS, Dynamics, EvalCurve, RoleSeries
 
 EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (the others: runlog.PANELS)
@@ -20,7 +22,8 @@ def write_plots(dynamics: Dynamics, folder: Path, smoothing: float = SMOOTHING) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder.mkdir(parents=True, exist_ok=True)
+    with writing(folder):
+        folder.mkdir(parents=True, exist_ok=True)
     roles = [f"role_{metric}" for metric in dynamics.roles]
     names = [*dynamics.series, *roles, *([EVAL_PANEL] if dynamics.curve is not None else [])]
     written = []
@@ -98,9 +101,18 @@ def draw_panel(ax: Any, dynamics: Dynamics, name: str, smoothing: float) -> None
 
 
 def save(fig: Any, path: Path) -> Path:
+    """Write `fig` to `path` atomically and close it; a disk that refuses it (read-only, full) is one
+    `WriteError` naming `path`, and no partial file stays."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    try:
+        with writing(path):
+            fig.savefig(tmp, dpi=120)
+            tmp.replace(path)
+    finally:
+        plt.close(fig)
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return path

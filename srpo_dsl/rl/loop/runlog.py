@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.io import append_jsonl, complete_lines, write_atomic, write_json, write_lines_atomic
+from srpo_dsl.io import append_jsonl, complete_lines, write_atomic, write_json, write_lines_atomic, writing
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.graph_formats import to_json, to_mermaid
 from srpo_dsl.runtime.episode import Episode
@@ -67,7 +67,8 @@ class RunLog:
     def __init__(
         self, out: Path, config: Mapping[str, Any], start: int, graph: EventGraph, trackers: Sequence[str]
     ):
-        out.mkdir(parents=True, exist_ok=True)
+        with writing(out):
+            out.mkdir(parents=True, exist_ok=True)
         write_json(out / CONFIG, config)
         write_graph(out, graph)
         for name in (METRICS, EVAL, EVAL_PROMPTS):
