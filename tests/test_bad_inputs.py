@@ -56,3 +56,25 @@ def test_a_reply_script_without_a_role_is_refused_before_the_run(tmp_path):
     assert not (tmp_path / "out").exists()
     (tmp_path / "r.json").write_text(json.dumps({"b": ["x"], "*": ["\\boxed{1}"]}))
     assert cli("run", workflow, *args, "--out", tmp_path / "out").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "said"),
+    [
+        ({"type": "Nope"}, "DeepSpeed has no optimizer `Nope`: one of adagrad, adam, adamw"),
+        ("adam", '"optimizer" must be an object with a "type"'),
+        ({"params": {"lr": 1e-4}}, '"optimizer" must be an object with a "type"'),
+    ],
+)
+def test_a_deepspeed_config_with_a_bad_optimizer_is_refused_in_the_dry_run(tmp_path, optimizer, said):
+    """DeepSpeed would assert (or fail on an index) once the model is loaded: the plan checks first, one
+    line naming the config file, exit 1, the dry run included; a torch.optim class name is accepted."""
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"optimizer": optimizer}))
+    args = ("train", "workflows/quickstart.srpo", "--ds-config", config, "--out", tmp_path / "r", "--dry-run")
+    refused = cli(*args)
+    assert refused.returncode == 1 and refused.stderr.startswith(f"error: {config}: {said}"), refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and not (tmp_path / "r").exists()
+    if isinstance(optimizer, dict) and "type" in optimizer:  # the name checked: a torch one passes
+        config.write_text(json.dumps({"optimizer": {"type": "SGD", "params": {"lr": 1e-4}}}))
+        assert cli(*args).returncode == 0

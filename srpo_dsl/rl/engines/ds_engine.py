@@ -81,6 +81,10 @@ def warmup_schedule(warmup: int):
     )
 
 
+class EngineConfigError(Exception):
+    """A DeepSpeed config that DeepSpeed refuses when it builds an engine; the message is one line."""
+
+
 def build_engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str, Any]) -> Any:
     """A DeepSpeed engine over `model`'s trainable parameters."""
     import deepspeed
@@ -89,9 +93,17 @@ def build_engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str
     # torch AdamW unless the user's config names one of DeepSpeed's optimizers
     optimizer = None if "optimizer" in config else torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.0)
     scheduler = None if "scheduler" in config else warmup_schedule(opts.warmup)
-    engine, *_ = deepspeed.initialize(
-        model=model, optimizer=optimizer, model_parameters=params, lr_scheduler=scheduler, config=dict(config)
-    )
+    try:
+        engine, *_ = deepspeed.initialize(
+            model=model,
+            optimizer=optimizer,
+            model_parameters=params,
+            lr_scheduler=scheduler,
+            config=dict(config),
+        )
+    except (AssertionError, ValueError, TypeError, KeyError) as exc:  # DeepSpeed's own checks of the config
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise EngineConfigError(f"DeepSpeed cannot build an engine from this config: {reason}") from None
     engine.module.eval()  # dropout off: recomputed old log-probs equal the update's at the first epoch
     plain = not (engine.bfloat16_enabled() or engine.fp16_enabled())  # no DeepSpeed optimizer wrapper
     if plain and engine.zero_optimization_stage() == 0 and engine.dp_world_size == 1:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.console import quiet
 from srpo_dsl.devices import resolve_device
-from srpo_dsl.errors import UsageError
+from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.outputs import check_files, check_writable, refuse_existing
@@ -236,7 +236,31 @@ def read_ds_config(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
+    check_ds_optimizer(data, path)
     return data
+
+
+def check_ds_optimizer(config: Mapping[str, Any], path: Path) -> None:
+    """The `optimizer` a DeepSpeed config names is one DeepSpeed builds (its own, by name in any case, or a
+    `torch.optim` class, as `DeepSpeedEngine` accepts): else an `InputError` naming the file. DeepSpeed's
+    list is read (imported) only for a config that names an optimizer."""
+    if "optimizer" not in config:
+        return
+    section = config["optimizer"]
+    if not isinstance(section, dict) or not isinstance(section.get("type"), str):
+        raise InputError(
+            f'{path}: "optimizer" must be an object with a "type": '
+            '{"type": "AdamW", "params": {"lr": 1e-5}}'
+        )
+    import torch
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+
+    name = section["type"]
+    if name.lower() not in DEEPSPEED_OPTIMIZERS and not isinstance(getattr(torch.optim, name, None), type):
+        raise InputError(
+            f"{path}: DeepSpeed has no optimizer `{name}`: one of {', '.join(DEEPSPEED_OPTIMIZERS)}, "
+            "or a torch.optim class (e.g. SGD)"
+        )
 
 
 def plan_file(

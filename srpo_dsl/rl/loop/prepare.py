@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from srpo_dsl.errors import InputError
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.registries import ROLLOUT_ENGINES
@@ -78,7 +79,7 @@ def role_temperatures(graph: EventGraph) -> dict[str, dict[str, float]]:
 
 def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
     """Load the data, build the engines and the executor, and resume the latest checkpoint if asked."""
-    from srpo_dsl.rl.engines.ds_engine import ds_config
+    from srpo_dsl.rl.engines.ds_engine import EngineConfigError, ds_config
     from srpo_dsl.rl.engines.policies import build_policies
     from srpo_dsl.runtime.setup import build_tools
 
@@ -96,7 +97,10 @@ def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
     )
     config = run_config(plan, paths, dist.world_size, engine_config)
     state = resumable_state(found, config) if found else None
-    policies = build_policies(wf.graph, paths, opts, dist, engine_config, plan.rollout)
+    try:
+        policies = build_policies(wf.graph, paths, opts, dist, engine_config, plan.rollout)
+    except EngineConfigError as exc:
+        raise InputError(f"{plan.setup.ds_config or 'the DeepSpeed config'}: {exc}") from None
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf), opts)
     start = restore(found, state, policies, dist) if state is not None else 0
