@@ -288,3 +288,33 @@ def test_a_count_above_the_maximum_is_an_error_at_the_number(template_dir, old, 
 )
 def test_a_count_at_the_maximum_is_accepted(template_dir, old, new):
     assert analyze(BASE.replace(old, new), "t.srpo", [template_dir]).diagnostics == []
+
+
+def test_many_diagnostics_print_in_time_linear_in_their_count(tmp_path, monkeypatch):
+    """20,000 warnings once took 87 s to print: each split the whole source again. `validate` splits a
+    file's source once however many diagnostics it has (counted); rendering 20,000 of them into a
+    20,000-line source stays far under what a split each (about 100 s here) would take."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from srpo_dsl.cli.main import app
+    from srpo_dsl.lang import messages
+    from srpo_dsl.lang.messages import Diagnostic, Span, render_all
+
+    unused = "".join(f'agent u{i} uses lm prompt "p.j2" emits boxed\n' for i in range(300))
+    (tmp_path / "w.srpo").write_text(BASE + unused)
+    splits = []
+    monkeypatch.setattr(messages, "source_lines", lambda s: splits.append(1) or s.splitlines())
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "w.srpo")])
+    assert result.output.count("warning[W001]") == 300 and len(splits) == 1
+    monkeypatch.undo()
+    source = "".join(f"agent a{i} uses lm prompt 'p.j2' emits boxed\n" for i in range(20_000))
+    diags = [
+        Diagnostic("W001", "unused", Span("w.srpo", i, 7, i, 9), None, "warning") for i in range(1, 20_001)
+    ]
+    start = time.perf_counter()
+    shown = list(render_all(diags, source))
+    assert time.perf_counter() - start < 10 and shown[-1].splitlines()[1].startswith(
+        "20000 | agent a19999 uses lm"
+    )

@@ -44,7 +44,7 @@ def validate(
       srpo-dsl validate my.srpo --format github   # annotations in GitHub Actions
     """
     from srpo_dsl.lang import analyze
-    from srpo_dsl.lang.messages import render_github, render_json, render_pretty
+    from srpo_dsl.lang.messages import render_all, render_github, render_json
 
     diags, unreadable, has_error = [], 0, False
     for path in files:
@@ -58,8 +58,8 @@ def validate(
         has_error |= not result.ok
         diags.extend(result.diagnostics)
         if fmt is Format.pretty:
-            for d in result.diagnostics:
-                print(render_pretty(d, text) + "\n")
+            for shown in render_all(result.diagnostics, text):
+                print(shown + "\n")
         elif fmt is Format.github:
             for d in result.diagnostics:
                 print(render_github(d))
@@ -119,13 +119,13 @@ def fmt_cmd(
 def _formatted(path: Path, text: str) -> str | None:
     """The file in the canonical layout, or None after printing its syntax errors as `validate` does."""
     from srpo_dsl.lang.format import format_source
-    from srpo_dsl.lang.messages import SrpoError, render_pretty
+    from srpo_dsl.lang.messages import SrpoError, render_all
 
     try:
         return format_source(text, str(path))
     except SrpoError as err:
-        for d in err.diagnostics:
-            eprint(render_pretty(d, text) + "\n")
+        for shown in render_all(err.diagnostics, text):
+            eprint(shown + "\n")
         return None
 
 
@@ -161,12 +161,12 @@ def compile_cmd(
     """
     from srpo_dsl.lang import analyze
     from srpo_dsl.lang.graph_formats import export
-    from srpo_dsl.lang.messages import render_pretty
+    from srpo_dsl.lang.messages import render_all
 
     text = read_text(file)
     result = analyze(text, str(file))
-    for d in result.diagnostics:  # a warning is a note: not under --quiet
-        (eprint if d.severity == "error" else note)(render_pretty(d, text) + "\n")
+    for d, shown in zip(result.diagnostics, render_all(result.diagnostics, text)):
+        (eprint if d.severity == "error" else note)(shown + "\n")  # a warning is a note: not under --quiet
     program = result.program
     if program is None:
         raise typer.Exit(EXIT_INPUT)

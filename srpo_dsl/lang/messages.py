@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -77,10 +77,22 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     return f"did you mean `{close[0]}`?" if close else None
 
 
-def render_pretty(diag: Diagnostic, source: str | None) -> str:
-    """`FILE:LINE:COL: error[CODE]: message`, the source line, a caret underline, the hint."""
+def source_lines(source: str | None) -> list[str]:
+    """The lines diagnostics point into (columns count from after a byte-order mark); [] for no source."""
+    return without_bom(source).splitlines() if source is not None else []
+
+
+def render_all(diags: Iterable[Diagnostic], source: str | None) -> Iterator[str]:
+    """`render_pretty` of each diagnostic, the source split once: time linear in their count."""
+    lines = source_lines(source)
+    return (render_pretty(d, lines) for d in diags)
+
+
+def render_pretty(diag: Diagnostic, source: str | Sequence[str] | None) -> str:
+    """`FILE:LINE:COL: error[CODE]: message`, the source line, a caret underline, the hint. `source`: the
+    text, or its `source_lines` (for many diagnostics of one file: `render_all`)."""
     out = [f"{diag.span}: {diag.severity}[{diag.code}]: {diag.message}"]
-    lines = without_bom(source).splitlines() if source is not None else []
+    lines = source_lines(source) if source is None or isinstance(source, str) else source
     if 1 <= diag.span.line <= len(lines):
         text = lines[diag.span.line - 1].expandtabs(1)
         gutter = f"{diag.span.line:>4} | "
@@ -116,6 +128,7 @@ __all__ = [
     "SrpoError",
     "WorkflowError",
     "did_you_mean",
+    "render_all",
     "render_github",
     "render_json",
     "render_pretty",
@@ -147,4 +160,4 @@ class WorkflowError(InputError):
 
     def render(self) -> str:
         """Every error with its source line, a caret and its hint."""
-        return "\n\n".join(render_pretty(d, self.source) for d in self.errors)
+        return "\n\n".join(render_all(self.errors, self.source))

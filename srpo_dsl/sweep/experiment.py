@@ -283,11 +283,11 @@ def checked(spec: ExperimentSpec, cells: list[Located], where: ExperimentPositio
 def workflow_errors(exp: Experiment) -> list[str]:
     """Each workflow's errors as `srpo-dsl validate` prints them (position, source line, hint)."""
     from srpo_dsl.lang import analyze
-    from srpo_dsl.lang.messages import render_pretty
+    from srpo_dsl.lang.messages import render_all
 
     out = []
     for path in dict.fromkeys(c.workflow for c in exp.cells):
         text = path.read_text(encoding="utf-8")
         result = analyze(text, str(path))
-        out += [render_pretty(d, text) for d in result.diagnostics if d.severity == "error"]
+        out += render_all([d for d in result.diagnostics if d.severity == "error"], text)
     return out
