@@ -26,7 +26,8 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "devices",
         "console",
         "progress",
-    ),  # files and their owner, launched processes, plugin registries, seeds, what srpo-dsl says on stderr
+        "limits",
+    ),  # files and their owner, launched processes, plugin registries, seeds, stderr, size limits
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds

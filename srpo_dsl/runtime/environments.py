@@ -31,6 +31,7 @@ from srpo_dsl.lang.declarations import EnvInfo
 from srpo_dsl.lang.env_checks import ENV_WORDS
 from srpo_dsl.lang.graph import ENV_DONE, ENV_RUNNING, EnvNode
 from srpo_dsl.lang.pycode import ENV_OPTIONS
+from srpo_dsl.limits import bounded
 from srpo_dsl.runtime.credit import CreditError, parse_credit, rounds_taken
 from srpo_dsl.runtime.episode import EnvProgress, EnvStepResult, Episode, Event, context_entry
 from srpo_dsl.runtime.usercode import UserFunction, finite_number, load_function, shorten
@@ -71,7 +72,7 @@ class UserEnv:
         progress.log.append(reply.result)
         ep.state[self.name] = reply.result.word
         for agent, text in reply.observations.items():
-            observation = {"env": self.name, "agent": agent, "result": text}
+            observation = {"env": self.name, "agent": agent, **bounded("result", text)}
             ep.observations.append(observation)
             acted = {m.replica for m in ep.last_output.get(agent, [])}
             for replica in sorted(acted) or range(1, self.pools[agent] + 1):  # in `history`, per replica

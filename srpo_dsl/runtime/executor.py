@@ -20,6 +20,7 @@ from srpo_dsl.lang.branches import KEEP_RULES
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.limits import bounded
 from srpo_dsl.registries import CONTRACTS
 from srpo_dsl.runtime.actions import allowed, asked, final_answer
 from srpo_dsl.runtime.branching import (
@@ -289,11 +290,13 @@ class Executor:
         except RetrieverError as exc:  # the run stops: the caller keeps the episodes already done
             raise RetrieverError(f"tool `{node.tool}`: {exc}") from None
         for ep, qs in zip(episodes, queries):
-            found = [(r, q, next(docs)) for r, q in qs]
+            found = [(r, _documents(node.tool, q, next(docs))) for r, q in qs]
             ep.documents.extend(
-                d.text if not d.title else f"{d.title}: {d.text}" for _, _, ds in found for d in ds
+                d["text"] if not d["title"] else f"{d['title']}: {d['text']}"
+                for _, o in found
+                for d in o["documents"]
             )
-            self._observe(ep, node, [(r, _documents(node.tool, q, ds)) for r, q, ds in found])
+            self._observe(ep, node, found)
 
     def _observe(self, ep: Episode, node: ToolNode, observations: list[tuple[int, dict]]) -> None:
         """Count the calls, record them on the queried event and in the history (for the replica that
@@ -450,7 +453,7 @@ def _documents(tool: str, query: str, docs: list) -> dict:
     return {
         "tool": tool,
         "query": query,
-        "documents": [{"id": d.id, "title": d.title, "text": d.text} for d in docs],
+        "documents": [{"id": d.id, "title": d.title, **bounded("text", d.text)} for d in docs],
     }
 
 

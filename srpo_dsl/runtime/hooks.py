@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef
+from srpo_dsl.limits import bounded
 from srpo_dsl.runtime.credit import CreditError, parse_credit
 from srpo_dsl.runtime.parsers import Parsed
 from srpo_dsl.runtime.usercode import (
@@ -135,7 +136,7 @@ class ToolResult:
     def observation(self, tool: str) -> dict[str, str | None]:
         if self.error is not None:
             return {"tool": tool, "query": self.query, "error": self.error}
-        return {"tool": tool, "query": self.query, "result": self.result}
+        return {"tool": tool, "query": self.query, **bounded("result", self.result or "")}
 
 
 class UserTool:
