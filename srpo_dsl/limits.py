@@ -10,6 +10,7 @@ prompts and in the trace alike.
 
 from __future__ import annotations
 
+import json
 import os
 
 MiB = 1 << 20
@@ -36,6 +37,16 @@ def size(n: int) -> str:
     if n < 1024:
         return f"{n} B"
     return f"{n / 1024:.1f} KB" if n < MiB else f"{n / MiB:.1f} MB"
+
+
+def oversized_row(row: object, nbytes: int | None = None) -> str | None:
+    """Why `row` (its JSON text, or `nbytes` of it when known) may not be a task's row, or None."""
+    nbytes = len(json.dumps(row, default=str).encode("utf-8")) if nbytes is None else nbytes
+    if nbytes <= max_row_bytes():
+        return None
+    return (
+        f"a row of {size(nbytes)}, over the limit of {size(max_row_bytes())} a row ({ROW_VARIABLE} raises it)"
+    )
 
 
 def bounded(key: str, text: str) -> dict[str, object]:

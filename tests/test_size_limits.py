@@ -85,3 +85,17 @@ def test_bounded_keeps_text_at_the_limit_whole(monkeypatch):
     assert bounded("text", "a" * 10) == {"text": "a" * 10}
     cut = bounded("text", "a" * 11)
     assert cut["truncated"] == 11 and cut["text"].startswith("a" * 10 + "\n[... cut by srpo-dsl: 1 of 11")
+
+
+def test_a_loaders_row_over_the_limit_is_its_error(tmp_path):
+    """A Python loader's row is bounded as a file's: the error names the loader's file and the row."""
+    (tmp_path / "user.py").write_text(
+        CODE + 'def load(split):\n    return [{"question": "q" * n, "answer": "1"} for n in (10, 2000)]\n'
+    )
+    (tmp_path / "p.j2").write_text("{{ task.question }}")
+    (tmp_path / "w.srpo").write_text(WORKFLOW.replace('jsonl(data = "d.jsonl")', '"user.py:load"()'))
+    (tmp_path / "r.json").write_text(json.dumps({"*": ["\\boxed{1}"]}))
+    env = {**os.environ, ROW_VARIABLE: "1000"}
+    result = cli("run", tmp_path / "w.srpo", "--backend", "scripted", "--model", tmp_path / "r.json", env=env)
+    assert result.returncode == 1 and str(tmp_path / "user.py") in result.stderr, result.stderr
+    assert "row 1 of split 'train': a row of 2.0 KB, over the limit of 1000 B a row" in result.stderr

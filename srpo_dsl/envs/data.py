@@ -39,7 +39,7 @@ from typing import Any
 
 from srpo_dsl.envs.arith import make_arith_tasks
 from srpo_dsl.lang.schema import TASK_KINDS
-from srpo_dsl.limits import ROW_VARIABLE, max_row_bytes, size
+from srpo_dsl.limits import oversized_row
 
 QUESTION_FIELDS = ("question", "problem", "prompt", "query")
 ANSWER_FIELDS = (
@@ -69,14 +69,12 @@ _WRAPPERS = (
 )
 
 
-def check_row_size(where: str, nbytes: int) -> None:
-    """A row over `max_row_bytes()` is refused (ValueError naming it): it would be copied into every
-    prompt and trace of its episodes."""
-    if nbytes > max_row_bytes():
-        raise ValueError(
-            f"{where}: a row of {size(nbytes)}, over the limit of {size(max_row_bytes())} a row "
-            f"({ROW_VARIABLE} raises it)"
-        )
+def check_row_size(where: str, row: object, nbytes: int | None = None) -> None:
+    """A row over the limit (`limits.oversized_row`) is refused (ValueError naming it): it would be copied
+    into every prompt and trace of its episodes."""
+    problem = oversized_row(row, nbytes)
+    if problem:
+        raise ValueError(f"{where}: {problem}")
 
 
 def _jsonl(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
@@ -86,7 +84,7 @@ def _jsonl(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
             if limit is not None and count >= limit:
                 return
             if line.strip():
-                check_row_size(f"{path}:{n}", len(line.encode("utf-8")))
+                check_row_size(f"{path}:{n}", line, len(line.encode("utf-8")))
                 try:
                     yield f"{path}:{n}", json.loads(line)
                 except json.JSONDecodeError as exc:
@@ -117,7 +115,7 @@ def _records(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
             f"{path}: unsupported task file type {path.suffix!r} (use .jsonl, .json or .parquet)"
         )
     for i, row in enumerate(rows):
-        check_row_size(f"{path} row {i}", len(json.dumps(row, default=str).encode("utf-8")))
+        check_row_size(f"{path} row {i}", row)
         yield f"{path} row {i}", row
 
 

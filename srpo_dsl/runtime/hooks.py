@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef
-from srpo_dsl.limits import bounded
+from srpo_dsl.limits import bounded, oversized_row
 from srpo_dsl.runtime.credit import CreditError, parse_credit
 from srpo_dsl.runtime.parsers import Parsed
 from srpo_dsl.runtime.usercode import (
@@ -120,6 +120,9 @@ def load_rows(ref: CodeRef, split: str, options: Mapping[str, Any]) -> list[dict
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise fn.fail(f"row {i} of split {split!r} is {shorten(row)}: every row is a dict")
+        problem = oversized_row(row)
+        if problem:
+            raise fn.fail(f"row {i} of split {split!r}: {problem}")
         rid = str(row.get("id", f"{split}-{i}"))
         rid = f"{rid}@{i}" if rid in seen else rid
         seen.add(rid)
