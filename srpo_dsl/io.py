@@ -32,14 +32,20 @@ def writing(path: Path) -> Iterator[None]:
 def disk_full(path: Path) -> bool:
     """Whether the disk `path` is (or would be) on has less than `FULL` bytes free: the reason a library
     that reports a failed write in its own words (torch's "unexpected pos") failed."""
-    folder = Path(path)
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return shutil.disk_usage(folder).free < FULL
+    return shutil.disk_usage(nearest_folder(path)).free < FULL
 
 
 def full_disk_error(path: Path) -> WriteError:
+    """The `WriteError` of a full disk, for a writer that did not say so itself."""
     return WriteError(path, os.strerror(errno.ENOSPC))
+
+
+def nearest_folder(path: Path) -> Path:
+    """`path` if it is a folder, else its nearest ancestor that is (where it would be created)."""
+    folder = Path(path)
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    return folder
 
 
 def write_atomic(path: Path, text: str, newline: str | None = None) -> None:

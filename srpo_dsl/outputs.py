@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from srpo_dsl.errors import UsageError
-from srpo_dsl.io import writing
+from srpo_dsl.io import nearest_folder, writing
 from srpo_dsl.runlock import LOCK
 
 SHOWN = 4  # names of a refused folder's entries in its error line
@@ -40,11 +40,8 @@ def refuse_existing(folder: Path, advice: str) -> None:
 def check_writable(out: Path) -> None:
     """`out` can be written (its nearest existing folder takes a new entry): else, before anything loads,
     the `WriteError` the disk gives (a read-only one, no permission)."""
-    folder = out
-    while not folder.is_dir() and folder != folder.parent:
-        folder = folder.parent
     with writing(out):
-        tempfile.TemporaryDirectory(dir=folder, prefix=".srpo-dsl-probe-").cleanup()
+        tempfile.TemporaryDirectory(dir=nearest_folder(out), prefix=".srpo-dsl-probe-").cleanup()
 
 
 def check_out(out: Path, overwrite: bool, inputs: Iterable[Path | None] = ()) -> None:
