@@ -1,5 +1,6 @@
-"""Input a user can fix, met while a workflow runs, is one `error:` line and exit code 1, not the
-"internal error" of a bug (3): a template that fails while it renders, ..."""
+"""Input a user can fix is one `error:` line and exit code 1, not the "internal error" of a bug (3): a
+template that fails while it renders, a reply script without an entry for an agent, a DeepSpeed config
+whose optimizer DeepSpeed does not build."""
 
 import json
 
@@ -68,13 +69,16 @@ def test_a_reply_script_without_a_role_is_refused_before_the_run(tmp_path):
 )
 def test_a_deepspeed_config_with_a_bad_optimizer_is_refused_in_the_dry_run(tmp_path, optimizer, said):
     """DeepSpeed would assert (or fail on an index) once the model is loaded: the plan checks first, one
-    line naming the config file, exit 1, the dry run included; a torch.optim class name is accepted."""
+    line naming the config file, exit 1, the dry run included; DeepSpeed's names (any case) and torch.optim
+    classes pass."""
     config = tmp_path / "ds.json"
     config.write_text(json.dumps({"optimizer": optimizer}))
     args = ("train", "workflows/quickstart.srpo", "--ds-config", config, "--out", tmp_path / "r", "--dry-run")
     refused = cli(*args)
     assert refused.returncode == 1 and refused.stderr.startswith(f"error: {config}: {said}"), refused.stderr
     assert len(refused.stderr.splitlines()) == 1 and not (tmp_path / "r").exists()
-    if isinstance(optimizer, dict) and "type" in optimizer:  # the name checked: a torch one passes
-        config.write_text(json.dumps({"optimizer": {"type": "SGD", "params": {"lr": 1e-4}}}))
-        assert cli(*args).returncode == 0
+    if isinstance(optimizer, dict) and "type" in optimizer:  # the name checked: DeepSpeed's or torch's pass
+        from srpo_dsl.rl.loop.plan import check_ds_optimizer
+
+        for name in ("SGD", "AdamW", "lamb"):
+            check_ds_optimizer({"optimizer": {"type": name, "params": {"lr": 1e-4}}}, config)
