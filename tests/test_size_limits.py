@@ -99,3 +99,30 @@ def test_a_loaders_row_over_the_limit_is_its_error(tmp_path):
     result = cli("run", tmp_path / "w.srpo", "--backend", "scripted", "--model", tmp_path / "r.json", env=env)
     assert result.returncode == 1 and str(tmp_path / "user.py") in result.stderr, result.stderr
     assert "row 1 of split 'train': a row of 2.0 KB, over the limit of 1000 B a row" in result.stderr
+
+
+def test_a_retrieved_document_over_the_limit_is_cut_in_the_prompt_and_the_trace(tmp_path):
+    """A bm25 corpus with one 4,999-character document, the limit set to 1,000: the `documents` the next
+    prompt shows and the trace's document hold the cut text; the trace records the original length."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "0", "contents": '"Big"\n' + " ".join(["word"] * 1000)}) + "\n")
+    (tmp_path / "p.j2").write_text("{{ task.question }} {% for d in documents %}{{ d }}{% endfor %}")
+    (tmp_path / "w.srpo").write_text(
+        'workflow w\npolicy lm = hf("srpo-dsl-tests/not-here") with (max_tokens = 64)\n'
+        'task jsonl(data = "d.jsonl")\ntool web = bm25(corpus = "c.jsonl", top_k = 1)\n'
+        'agent s uses lm prompt "p.j2" emits search\nagent b uses lm prompt "p.j2" emits boxed\n'
+        "parallel s\ncall web on s\naggregate b\nreward exact_match(b, task.answer)\n"
+    )
+    _rows(tmp_path / "d.jsonl", "word")
+    (tmp_path / "r.json").write_text(
+        json.dumps({"s": ["<think>t</think><search>word</search>"], "b": ["\\boxed{1}"]})
+    )
+    env = {**os.environ, OBSERVATION_VARIABLE: "1000"}
+    args = ("--backend", "scripted", "--model", tmp_path / "r.json", "--out", tmp_path / "out")
+    result = cli("run", tmp_path / "w.srpo", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    (trace,) = [json.loads(line) for line in (tmp_path / "out" / "traces.jsonl").read_text().splitlines()]
+    (document,) = trace["events"][0]["observations"][0]["documents"]
+    assert document["truncated"] == 4999 and len(document["text"]) < 1100
+    prompt = bytes(trace["events"][1]["members"][0]["prompt_token_ids"]).decode()
+    assert "of 4999 characters left out]" in prompt and "word " * 201 not in prompt
