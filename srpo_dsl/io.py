@@ -1,4 +1,9 @@
-"""Files written by every stage: atomic writes (never half-written) and append-only JSON Lines."""
+"""Files written by every stage: atomic writes (never half-written) and append-only JSON Lines.
+
+Every file and folder written goes through `new_file` or `new_folder`: a new one gets the modes the
+user's umask gives (as `open` and `mkdir` do; `tempfile`'s 0600/0700 would hide results from the
+user's group), and a file rewritten in place (`write_atomic`) keeps its mode and, when `path` is a
+symbolic link, is its target, the link staying a link."""
 
 from __future__ import annotations
 
@@ -6,7 +11,8 @@ import errno
 import json
 import os
 import shutil
-import tempfile
+import stat
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,18 +61,36 @@ def write_atomic(path: Path, text: str, newline: str | None = None) -> None:
 
 
 def write_lines_atomic(path: Path, chunks: Iterable[str], newline: str | None = None) -> None:
-    """Write `chunks` in order via a temporary file in the same folder and a rename; a `WriteError` when
-    the disk refuses it (the temporary file removed)."""
+    """Write `chunks` in order via a temporary file in the same folder and a rename (a rewritten file keeps
+    its mode; a link's target is rewritten, the link stays); a `WriteError` when the disk refuses it (the
+    temporary file removed)."""
+    path = Path(os.path.realpath(path))
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = new_file(path.parent, f".{path.name}.", ".tmp")
         try:
+            if path.exists():
+                os.fchmod(fd, stat.S_IMODE(path.stat().st_mode))
             with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
                 f.writelines(chunks)
             os.replace(tmp, path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
+
+
+def new_file(folder: Path, prefix: str, suffix: str) -> tuple[int, Path]:
+    """A new file of a name no other has in `folder`, opened for writing: (descriptor, path); its mode
+    is what the umask leaves of 0666, as for any file `open` creates."""
+    path = folder / f"{prefix}{uuid.uuid4().hex[:16]}{suffix}"
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
+
+
+def new_folder(folder: Path, prefix: str) -> Path:
+    """A new empty folder of a name no other has in `folder`; its mode is what the umask leaves of 0777."""
+    path = folder / f"{prefix}{uuid.uuid4().hex[:16]}"
+    path.mkdir()
+    return path
 
 
 def write_json(path: Path, data: Any) -> None:

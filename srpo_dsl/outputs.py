@@ -8,14 +8,15 @@ again. Results are written into a temporary sibling folder that replaces the tar
 
 from __future__ import annotations
 
+import os
 import shutil
-import tempfile
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from srpo_dsl.errors import UsageError
-from srpo_dsl.io import nearest_folder, writing
+from srpo_dsl.io import nearest_folder, new_folder, writing
 from srpo_dsl.runlock import LOCK
 
 SHOWN = 4  # names of a refused folder's entries in its error line
@@ -41,7 +42,7 @@ def check_writable(out: Path) -> None:
     """`out` can be written (its nearest existing folder takes a new entry): else, before anything loads,
     the `WriteError` the disk gives (a read-only one, no permission)."""
     with writing(out):
-        tempfile.TemporaryDirectory(dir=nearest_folder(out), prefix=".srpo-dsl-probe-").cleanup()
+        new_folder(nearest_folder(out), ".srpo-dsl-probe-").rmdir()
 
 
 def check_out(out: Path, overwrite: bool, inputs: Iterable[Path | None] = ()) -> None:
@@ -63,15 +64,18 @@ def check_out(out: Path, overwrite: bool, inputs: Iterable[Path | None] = ()) ->
 
 @contextmanager
 def staged_output(out: Path) -> Iterator[Path]:
-    """Write into a temporary sibling folder; it replaces `out` only when everything succeeded. A disk
-    that refuses it is one `WriteError` naming `out` (the temporary folder removed)."""
+    """Write into a temporary sibling folder; it replaces `out` only when everything succeeded (a folder
+    replaced keeps its mode; a link to a folder stays, its target is replaced). A disk that refuses it is
+    one `WriteError` naming `out` (the temporary folder removed)."""
+    out = Path(os.path.realpath(out))
     with writing(out):
         out.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
+        stage = new_folder(out.parent, f".{out.name}.partial-")
     try:
         with writing(out):
             yield stage
             if out.exists():
+                stage.chmod(stat.S_IMODE(out.stat().st_mode))
                 shutil.rmtree(out)
             stage.rename(out)
     finally:
