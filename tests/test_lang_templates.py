@@ -130,6 +130,24 @@ def test_a_missing_template_path_says_which_file_was_looked_for(tmp_path):
         PromptRenderer([flows]).render("../shared/nope.j2", CONTEXT)
 
 
+@pytest.mark.parametrize("given", ["../shared/role.j2", "ABSOLUTE", "../shared/nope.j2"])
+def test_an_include_follows_the_rule_of_a_prompt(tmp_path, given):
+    """One rule for every template a prompt reads: an `{% include %}` of a path is found where a prompt of
+    that path is (the checker and the renderer alike), and one that is not found is E080 for both."""
+    flows = _shared_template(tmp_path)
+    name = str(tmp_path / "shared" / "role.j2") if given == "ABSOLUTE" else given
+    (flows / "main.j2").write_text(f"{{% include '{name}' %}}")
+    as_prompt = analyze(_workflow(flows, name), str(flows / "w.srpo")).diagnostics
+    as_include = analyze(_workflow(flows, "main.j2"), str(flows / "w.srpo")).diagnostics
+    assert [(d.code, d.hint) for d in as_include] == [(d.code, d.hint) for d in as_prompt]
+    if "nope" in name:
+        assert as_include[0].message == "template `../shared/nope.j2` (included by `main.j2`) not found"
+        with pytest.raises(PromptError, match=r"template `\.\./shared/nope\.j2` not found \(looked for "):
+            PromptRenderer([flows]).render("main.j2", CONTEXT)
+    else:
+        assert as_include == [] and PromptRenderer([flows]).render("main.j2", CONTEXT) == "shared: 17+25"
+
+
 @pytest.mark.parametrize("chain", [["part.j2"], ["middle.j2", "part.j2"]])
 def test_a_variable_set_in_an_included_template_is_not_carried_out_of_it(tmp_path, chain):
     """`{% include %}` renders the included file in a context of its own: its `{% set %}` stays there.
