@@ -117,6 +117,12 @@ def test_one_line_errors(tmp_path):
             2,
             "error: cannot read none.jsonl: no such file",
         ),
+        (
+            ["run", "workflows/quickstart.srpo", "--model", "/nonexistent", "--out", tmp_path / "r"],
+            2,
+            "error: model `/nonexistent`: no such file or folder (a path, not a Hugging Face repo id: "
+            "nothing is downloaded)",
+        ),
     ]
     for args, code, line in cases:
         r = cli(*args)
@@ -125,6 +131,7 @@ def test_one_line_errors(tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
         if line:
             assert r.stderr.strip() == line
+    assert not (tmp_path / "r").exists()
 
 
 def test_bad_trace_line_is_named(tmp_path):

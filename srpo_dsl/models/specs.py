@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from srpo_dsl.errors import UsageError
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.models.tiny import MARKER, SHIPPED, TINY_MODEL_ID, ensure_tiny_model
 
@@ -18,9 +19,28 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 def resolve_model_spec(model: str) -> str:
-    """A local path or repo id for `builtin:tiny`, `hf:NAME`, a path or a repo id."""
+    """A local path or repo id for `builtin:tiny`, `hf:NAME`, a path or a repo id; a `UsageError` for a
+    path that is not there (a spec that cannot be a repo id: nothing would be downloaded)."""
     spec = model.removeprefix("hf:")
-    return str(ensure_tiny_model()) if spec == TINY_MODEL_ID else spec
+    if spec == TINY_MODEL_ID:
+        return str(ensure_tiny_model())
+    if not Path(spec).exists() and not _repo_id(spec):
+        raise UsageError(
+            f"model `{model}`: no such file or folder "
+            "(a path, not a Hugging Face repo id: nothing is downloaded)"
+        )
+    return spec
+
+
+def _repo_id(spec: str) -> bool:
+    """`spec` may name a Hugging Face repo (`NAME` or `OWNER/NAME`, the hub's own rule)."""
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(spec)
+    except ValueError:
+        return False
+    return True
 
 
 def policy_models(graph: EventGraph, overrides: Mapping[str, str], resolve: bool = True) -> dict[str, str]:
