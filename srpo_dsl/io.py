@@ -119,6 +119,12 @@ def complete_lines(text: str) -> tuple[list[str], int | None]:
     return lines, None
 
 
+def not_utf8(exc: UnicodeDecodeError, start: int = 0) -> str:
+    """Why bytes are not text, in words: `not UTF-8 text (byte 0xff at offset 49)`, the offset counted in
+    the file (`start`: where the bytes decoded begin in it)."""
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {start + exc.start})"
+
+
 def read_text(path: Path, newline: str | None = None) -> str:
     """A text file's content, or a `UsageError` that says in one line why it cannot be read
     (`newline`: as `open`'s; "" keeps the file's line endings as they are)."""
@@ -130,10 +136,7 @@ def read_text(path: Path, newline: str | None = None) -> str:
     except IsADirectoryError:
         raise UsageError(f"cannot read {path}: it is a directory") from None
     except UnicodeDecodeError as exc:
-        byte = exc.object[exc.start]
-        raise UsageError(
-            f"cannot read {path}: not UTF-8 text (byte 0x{byte:02x} at offset {exc.start})"
-        ) from None
+        raise UsageError(f"cannot read {path}: {not_utf8(exc)}") from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     if "\x00" in text:

@@ -93,6 +93,8 @@ def test_render_shows_a_role_prompt():
 
 
 def test_one_line_errors(tmp_path):
+    empty = tmp_path / "traces.jsonl"
+    empty.write_text("\n")
     cases = [
         (["run", "nope.srpo"], 2, "error: cannot read nope.srpo: no such file"),
         (
@@ -102,6 +104,7 @@ def test_one_line_errors(tmp_path):
         ),
         (["run", "workflows/math_fixed.srpo", "--backend", "scripted", "--model", "missing.json"], 2, None),
         (["audit", "missing.jsonl"], 2, "error: cannot read missing.jsonl: no such file"),
+        (["audit", empty], 2, f"error: {empty}: no episode (an empty or truncated traces file)"),
         (["render", "workflows/math_fixed.srpo", "--role", "nobody"], 2, None),
         (
             [

@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from srpo_dsl.rl.loop.plan import read_ds_config
 from tests.clitools import ROOT, cli
 from tests.test_async import QUICKSTART, env_threads
 from tests.test_readme_tour import Shown, indented_blocks, trimmed
@@ -107,3 +110,19 @@ def test_a_launch_too_small_for_its_workers_is_one_line() -> None:
     assert done.stderr == (
         "error: rollout_workers = 2 needs at least 3 processes (one trainer), the launcher started 2\n"
     )
+
+
+def test_a_deepspeed_config_that_is_not_json_is_one_line_naming_its_place(tmp_path: Path) -> None:
+    """The dry run reads `--ds-config` as the run does: a file that is not JSON (here YAML) stops it with
+    the file and the JSON error's line:column, before anything is printed; one that is not text, with
+    the byte."""
+    (tmp_path / "ds.yaml").write_text("{\n  zero_optimization:\n    stage: 2\n")
+    done = cli("train", QUICKSTART, "--ds-config", "ds.yaml", "--dry-run", cwd=tmp_path, env=env_threads(1))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert (
+        done.stderr == "error: ds.yaml:2:3: invalid JSON: Expecting property name enclosed in double quotes\n"
+    )
+    (tmp_path / "ds.bin").write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(ValueError) as err:
+        read_ds_config(tmp_path / "ds.bin")
+    assert str(err.value) == f"cannot read {tmp_path / 'ds.bin'}: not UTF-8 text (byte 0xff at offset 7)"

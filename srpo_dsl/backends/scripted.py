@@ -20,6 +20,7 @@ from typing import Any
 
 from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
 from srpo_dsl.backends.chat import ByteChat, ChatEncoder, TokenizerChat
+from srpo_dsl.io import not_utf8
 
 
 def _load_script(script: Path | str | dict[str, list[str]]) -> dict[str, list[str]]:
@@ -28,6 +29,8 @@ def _load_script(script: Path | str | dict[str, list[str]]) -> dict[str, list[st
     else:
         try:
             data = json.loads(Path(script).read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise BackendError(f"cannot read the reply script `{script}`: {not_utf8(exc)}") from None
         except (OSError, json.JSONDecodeError) as exc:
             raise BackendError(f"cannot read the reply script `{script}`: {exc}") from None
     if not isinstance(data, dict) or not all(

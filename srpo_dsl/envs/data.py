@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.envs.arith import make_arith_tasks
+from srpo_dsl.io import not_utf8
 from srpo_dsl.lang.schema import TASK_KINDS
 from srpo_dsl.limits import oversized_row
 
@@ -78,11 +79,16 @@ def check_row_size(where: str, row: object, nbytes: int | None = None) -> None:
 
 
 def _jsonl(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
-    with path.open(encoding="utf-8") as f:
-        count = 0
-        for n, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        count, offset = 0, 0
+        for n, raw in enumerate(f, 1):
             if limit is not None and count >= limit:
                 return
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{n}: {not_utf8(exc, offset)}") from None
+            offset += len(raw)
             if line.strip():
                 check_row_size(f"{path}:{n}", line, len(line.encode("utf-8")))
                 try:
@@ -100,6 +106,8 @@ def _records(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
     if path.suffix == ".json":
         try:
             rows = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: {not_utf8(exc)}") from None
         except json.JSONDecodeError as exc:
             if exc.msg != "Extra data":
                 raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None

@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
+from srpo_dsl.io import not_utf8
 from srpo_dsl.lang.schema import TOOL_KINDS
 
 
@@ -58,6 +59,8 @@ def read_corpus(path: Path) -> list[Document]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise RetrieverError(f"cannot read corpus {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RetrieverError(f"cannot read corpus {path}: {not_utf8(exc)}") from None
     docs = []
     for i, line in enumerate(lines, 1):
         if line.strip():

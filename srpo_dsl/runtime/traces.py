@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from srpo_dsl.io import complete_lines, write_lines_atomic
+from srpo_dsl.io import complete_lines, not_utf8, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
 from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Leaf, Member
 
@@ -177,9 +177,8 @@ def write_traces(path: Path, episodes: Iterable[TraceEpisode]) -> None:
 
 
 def read_traces(path: Path) -> list[TraceEpisode]:
-    """Validate and load every episode; `TraceError` names the first bad line."""
-    lines = _read(path).splitlines()
-    return [parse_episode(path, i, line) for i, line in enumerate(lines, 1) if line.strip()]
+    """Validate and load every episode; `TraceError` names the first bad line, or says there is none."""
+    return _episodes(path, _read(path).splitlines(), None)
 
 
 @dataclass(frozen=True)
@@ -194,11 +193,16 @@ def read_partial_traces(path: Path) -> PartialTraces:
     """As `read_traces`, but an unfinished last line (no newline, not valid JSON) is left out;
     `TraceError` when any other line is bad or no episode is complete."""
     lines, cut = complete_lines(_read(path))
+    return PartialTraces(_episodes(path, lines, cut), cut)
+
+
+def _episodes(path: Path, lines: list[str], cut: int | None) -> list[TraceEpisode]:
+    """The episodes of `lines`; `TraceError` when there is none (an empty file holds no run's traces)."""
     episodes = [parse_episode(path, i, line) for i, line in enumerate(lines, 1) if line.strip()]
     if not episodes:
         what = f"only an unfinished line {cut}" if cut else "no episode"
         raise TraceError(f"{path}: {what} (an empty or truncated traces file)")
-    return PartialTraces(episodes, cut)
+    return episodes
 
 
 def parse_episode(path: Path, lineno: int, line: str) -> TraceEpisode:
@@ -228,7 +232,7 @@ def _read(path: Path) -> str:
         raise TraceError(f"cannot read {path}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"cannot read {path}: it is a directory") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"cannot read {path}: not UTF-8 text") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"cannot read {path}: {not_utf8(exc)}") from None
     except OSError as exc:
         raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None

@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from srpo_dsl.io import not_utf8
 from srpo_dsl.lang.messages import did_you_mean
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.sweep.positions import locate
@@ -161,8 +162,10 @@ def load_experiment(path: Path) -> Experiment:
     """Read, validate and expand an experiment file; `ExperimentError` with positioned lines."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExperimentError([f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ExperimentError([f"cannot read {path}: {not_utf8(exc)}"]) from None
+    except OSError as exc:
+        raise ExperimentError([f"cannot read {path}: {exc.strerror or exc}"]) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

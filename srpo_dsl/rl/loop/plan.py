@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from srpo_dsl.console import quiet
 from srpo_dsl.devices import resolve_device
 from srpo_dsl.errors import InputError, UsageError
+from srpo_dsl.io import not_utf8
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.outputs import check_files, check_writable, refuse_existing
@@ -230,8 +231,10 @@ def read_ds_config(path: Path) -> dict[str, Any]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"cannot read {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"cannot read {path}: {not_utf8(exc)}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     if not isinstance(data, dict):
