@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from srpo_dsl.backends import BackendError, GenRequest, make_backend
-from srpo_dsl.backends.base import RolloutEngine
+from srpo_dsl.backends.base import NOT_DOWNLOADED, RolloutEngine, model_load_error
 from srpo_dsl.backends.chat import encode_prompts
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.logprobs import (
@@ -24,6 +24,8 @@ from srpo_dsl.backends.logprobs import (
 )
 from srpo_dsl.backends.sampling import counter_uniform, nucleus, sample_next
 from srpo_dsl.backends.scripted import ScriptedBackend
+from srpo_dsl.rl.distributed.process_group import Dist
+from srpo_dsl.rl.engines.policies import load_model
 from srpo_dsl.runtime.prompts import CONTEXT_VARIABLES, PromptError, PromptRenderer
 
 WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
@@ -124,7 +126,22 @@ def test_hf_wraps_an_in_memory_model_and_loads_weights(tiny_random_model: Path) 
 def test_hf_load_error_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="cannot load model") as err:
         HFBackend(tmp_path / "missing")
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and NOT_DOWNLOADED not in str(err.value)  # a path: nothing to download
+
+
+def test_a_load_error_of_a_hub_model_not_downloaded_says_what_it_needs(tmp_path: Path) -> None:
+    """A repo id missing from the Hugging Face cache: its load error (the hub's "couldn't connect" offline)
+    says that it is downloaded on first use; a local folder's does not; the trainer's load says the same."""
+    unseen = model_load_error("srpo-dsl-tests/never-published", OSError("We couldn't connect\nmore"))
+    assert (
+        str(unseen)
+        == f"cannot load model `srpo-dsl-tests/never-published`: We couldn't connect ({NOT_DOWNLOADED})"
+    )
+    assert str(model_load_error(str(tmp_path), ValueError("bad config"))) == (
+        f"cannot load model `{tmp_path}`: bad config"
+    )
+    with pytest.raises(BackendError, match=f"^cannot load model `{tmp_path}`: "):
+        load_model(str(tmp_path), Dist(0, 0, 1, torch.device("cpu")))  # an empty folder: no config
 
 
 def test_hf_shares_a_repeated_prompt_and_stops_rows_at_their_own_limits(backend: HFBackend) -> None:

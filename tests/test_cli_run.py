@@ -9,6 +9,8 @@ import pytest
 import torch
 from clitools import ROOT, cli
 
+from srpo_dsl.backends.base import NOT_DOWNLOADED
+
 SCRIPT = {
     "solver": ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}"],
     "verifier": ["<verify>approve</verify>"],
@@ -217,6 +219,27 @@ def test_every_input_is_checked_before_the_model_loads(command, flags, line, tmp
     )  # last wins
     assert r.returncode == 2 and r.stderr.startswith(line), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_to_download_offline_is_named_with_what_it_needs(tmp_path):
+    """docs/cli.md's `eval` of math_routed (Qwen3-4B) on a shipped file, offline: one line that names the
+    model and says it is downloaded on first use, exit 2, nothing written."""
+    r = cli(
+        "eval",
+        "workflows/math_routed.srpo",
+        "--data",
+        "data/math_sample.jsonl",
+        "--limit",
+        "1",
+        "-k",
+        "1",
+        "--out",
+        tmp_path / "e",
+        env=OFFLINE,
+    )
+    assert r.returncode == 2 and not (tmp_path / "e").exists()
+    assert r.stderr.startswith("error: cannot load model `Qwen/Qwen3-4B`: ")
+    assert r.stderr.endswith(f"({NOT_DOWNLOADED})\n") and r.stderr.count("\n") == 1
 
 
 def _scripted(tmp_path, out, *extra):

@@ -18,6 +18,35 @@ class BackendError(Exception):
     """A backend failure with a one-line, user-facing message."""
 
 
+NOT_DOWNLOADED = (
+    "not on this machine: a Hugging Face Hub model is downloaded on first use, which needs a connection "
+    "and room for its weights; or give a local copy with --model PATH"
+)
+
+
+def model_load_error(model: str, exc: BaseException) -> BackendError:
+    """A model that did not load (transformers' OSError or ValueError), in one line naming it; for a
+    Hub repo id that is not in this machine's Hugging Face cache, also that it is downloaded on first
+    use and how to do without."""
+    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+    missing = f" ({NOT_DOWNLOADED})" if _not_downloaded(model) else ""
+    return BackendError(f"cannot load model `{model}`: {reason}{missing}")
+
+
+def _not_downloaded(model: str) -> bool:
+    """`model` is a Hub repo id (not a local path) whose config is not in the Hugging Face cache."""
+    from pathlib import Path
+
+    from huggingface_hub import try_to_load_from_cache
+
+    if Path(model).exists():
+        return False
+    try:
+        return not isinstance(try_to_load_from_cache(model, "config.json"), str)
+    except ValueError:  # not a repo id: a path
+        return False
+
+
 @dataclass(frozen=True)
 class GenRequest:
     """One generation: the rendered prompt and its sampling settings.

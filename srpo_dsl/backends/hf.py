@@ -15,7 +15,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from srpo_dsl.backends.base import BackendError, GenRequest, GenResult, prompt_ids_of, request_seeds
+from srpo_dsl.backends.base import (
+    BackendError,
+    GenRequest,
+    GenResult,
+    model_load_error,
+    prompt_ids_of,
+    request_seeds,
+)
 from srpo_dsl.backends.chat import TokenizerChat, encode_prompts
 from srpo_dsl.backends.decoding import Chunk, make_decoder, resolve_mode
 from srpo_dsl.seeds import SEED_BITS
@@ -67,8 +74,7 @@ class HFBackend:
                     str(model_or_path), dtype=_resolve_dtype(dtype, device)
                 )
             except (OSError, ValueError) as exc:
-                reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-                raise BackendError(f"cannot load model `{model_or_path}`: {reason}") from None
+                raise model_load_error(str(model_or_path), exc) from None
             model.to(device)
         else:
             if tokenizer is None:
