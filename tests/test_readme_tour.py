@@ -5,16 +5,25 @@
 - The workflow the tour shows is the shipped file; the Mermaid block is what `compile` prints.
 - Every command line in a code block of the README and docs/ parses: srpo-dsl's own options, and
   the launchers' (`deepspeed`, `torchrun`) with the srpo-dsl command they start.
+- The quickstart's figures the README and docs/cli.md state are those of a recorded run of its command
+  (tests/data/quickstart_run/: eval.jsonl, and metrics.jsonl's first and last rows), and the command
+  still starts as that run did (its step-0 evaluation and first step, to the digit: a run is
+  deterministic for a seed and a thread count). A change that moves them makes the figures stale: run
+  `srpo-dsl train workflows/quickstart.srpo --out runs/quickstart` again, copy its eval.jsonl and the first
+  and last rows of its metrics.jsonl there, and state its figures.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +32,7 @@ import typer
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+QUICKSTART_RUN = ROOT / "tests" / "data" / "quickstart_run"
 TOUR = "## A five-minute tour"
 LAUNCHED = re.compile(r"(\$ )?(srpo-dsl|deepspeed|torchrun) ")
 
@@ -117,6 +127,8 @@ def test_the_tour_prints_what_the_readme_shows(tmp_path: Path) -> None:
             shown, out = "\n".join(step.output), "\n".join(printed)
             drifted.append(f"$ {step.command}\n--- shown\n{shown}\n--- printed\n{out}")
     assert not drifted, "the README's tour has drifted:\n\n" + "\n\n".join(drifted)
+    again = run_shown(steps[0].command, tmp_path)  # the tour left no workflow of its own behind
+    assert len(again) == len(steps[0].output) and all(map(agrees, steps[0].output, again)), again
 
 
 def test_the_tour_shows_the_shipped_workflow_and_its_graph() -> None:
@@ -128,6 +140,54 @@ def test_the_tour_shows_the_shipped_workflow_and_its_graph() -> None:
     mermaid = lines[fences[2] + 1 : fences[3]]
     (compiled,) = [s for s in tour() if s.command.startswith("srpo-dsl compile")]
     assert lines[fences[2]] == "```mermaid" and mermaid == compiled.output[:-1]
+
+
+def quickstart_report() -> list[str]:
+    """The two lines `srpo-dsl train workflows/quickstart.srpo --out runs/quickstart` ended with, in the
+    recorded run: its last step, and the held-out result."""
+    from srpo_dsl.api.runs import Run
+    from srpo_dsl.cli.train_cmds import report
+
+    with redirect_stdout(io.StringIO()) as printed:
+        report(Run(QUICKSTART_RUN, Run.open(QUICKSTART_RUN).metrics[-1:]))
+    return printed.getvalue().replace(str(QUICKSTART_RUN), "runs/quickstart").splitlines()
+
+
+def test_the_docs_state_the_recorded_quickstart_runs_figures() -> None:
+    step, heldout = quickstart_report()
+    assert step.startswith("step 150: ") and heldout.startswith("held-out Avg@4 ")
+    cli_page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert f"    {step}\n    {heldout}\n" in cli_page  # as `train` prints them
+    assert f"    {heldout.split(';')[0]}\n" in README.read_text(encoding="utf-8")  # the README's quickstart
+
+
+def first_rows(run: Path) -> tuple[dict, dict]:
+    """The step-0 evaluation and the first step's metrics of a run, without their wall-clock times."""
+    rows = [json.loads((run / name).read_text().splitlines()[0]) for name in ("eval.jsonl", "metrics.jsonl")]
+    untimed = [{k: v for k, v in row.items() if not k.startswith("time")} for row in rows]
+    return untimed[0], untimed[1]
+
+
+@pytest.mark.slow
+def test_the_quickstart_starts_as_the_recorded_run(tmp_path: Path) -> None:
+    """One step of the README's command, with the two threads of the 2-core machine it was recorded on."""
+    from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
+
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env |= {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+    command = ["train", "workflows/quickstart.srpo", "--out", str(tmp_path / "q"), "--steps", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "srpo_dsl", *command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (evaluated, step), (recorded_eval, recorded_step) = first_rows(tmp_path / "q"), first_rows(QUICKSTART_RUN)
+    assert evaluated == recorded_eval  # sampled answers: the same to the digit
+    assert step == pytest.approx(recorded_step, rel=1e-4, abs=1e-6)  # the gradient's norm to rounding
 
 
 def doc_commands() -> list[tuple[str, list[str]]]:

@@ -183,7 +183,7 @@ def eval_cmd(
 
     Examples:
 
-      srpo-dsl eval workflows/math_routed.srpo --data data/math500.jsonl -k 16 --out runs/e1
+      srpo-dsl eval workflows/math_routed.srpo --data data/math_sample.jsonl -k 16 --out runs/e1
 
       srpo-dsl eval workflows/quickstart.srpo -k 4 --limit 64
     """
