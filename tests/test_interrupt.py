@@ -57,3 +57,32 @@ def test_ctrl_c_with_rollout_workers_says_it_once(tmp_path: Path) -> None:
     out = tmp_path / "q"
     r = interrupted_train(out, "--option", "rollout_workers=1", "--quiet")
     assert (r.returncode, r.stderr) == (130, resume_line(out) + "\n")
+
+
+API_TRAIN = """
+import sys, srpo_dsl
+try:
+    srpo_dsl.load("workflows/quickstart.srpo").train(
+        sys.argv[1], steps=40, batch=4, group=2, eval_every=100, eval_size=4, save_every=1, rollout_workers=1
+    )
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_through_the_api_with_rollout_workers_is_a_keyboard_interrupt(tmp_path: Path) -> None:
+    """`Workflow.train` starts 1 + R processes: a Ctrl-C stops them and reaches the caller as Python's
+    KeyboardInterrupt (not an InputError saying `exit code 130`)."""
+    out = tmp_path / "q"
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", API_TRAIN, str(out)], cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE
+    )
+    began = time.monotonic()
+    while not (out / "checkpoints" / "step-1").is_dir() and proc.poll() is None:
+        assert time.monotonic() - began < 300, "no checkpoint in 300 s"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stdout.decode()) == (0, "KeyboardInterrupt\n"), stderr.decode()[-2000:]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -155,12 +156,14 @@ def empty_cuda_cache() -> None:
 
 def launched(plan: TrainPlan, verbose: bool) -> Run:
     """The run as `srpo-dsl train`, 1 + R processes (on Ray: its actors); its error line, if it fails, as
-    an `InputError`."""
+    an `InputError`; a Ctrl-C that stopped them as a `KeyboardInterrupt`."""
     from srpo_dsl.api.launch import launch
 
     before = len(read_run_file(lambda: read_jsonl(plan.out / METRICS)))
     with tempfile.TemporaryFile("w+") as log:
         code = launch(plan, plan.argv(verbose), stderr=log)
+        if code == 128 + signal.SIGINT:  # a Ctrl-C, passed on to the processes: the caller's interrupt
+            raise KeyboardInterrupt
         if code != 0:
             log.seek(0)
             errors = [line for line in log.read().splitlines() if line.startswith("error: ")]

@@ -30,6 +30,7 @@ from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 
 if TYPE_CHECKING:
     from srpo_dsl.api.runs import EvalCurve
+    from srpo_dsl.rl.loop.plan import TrainPlan
 
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
@@ -154,6 +155,12 @@ def train_cmd(
     setup |= {"launcher": launcher and launcher.value, "ray_address": ray_address}
     setup |= {"ray_processes": ray_processes, "ray_cpus": ray_cpus}
     plan = wf.plan(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
+    carry_out(plan, dry_run, verbose)
+
+
+def carry_out(plan: TrainPlan, dry_run: bool, verbose: bool) -> None:
+    """The planned run: its dry run (who runs where), its processes (rollout workers and no launcher, or
+    Ray), or training here; a Ctrl-C says where to `--resume` from."""
     if dry_run and plan.setup.ray is not None:  # the actors' own dry run: who runs where, connected
         raise typer.Exit(launch(plan, [*plan.argv(verbose), "--dry-run"]))
     no_gpu_note(plan.device, asked=plan.setup.device)
