@@ -91,3 +91,19 @@ def routed(tmp_path: Path) -> Path:
     shutil.copytree(workflows / "math", tmp_path / "math")
     shutil.copy(workflows / "math_routed.srpo", tmp_path)
     return tmp_path / "math_routed.srpo"
+
+
+@pytest.fixture(autouse=True)
+def launch_variables_kept():
+    """A test that trains in this process without the API (which restores them, `api.training.released`)
+    leaves the launch variables of its group of one (RANK=0, WORLD_SIZE=1, ...): a later test's `srpo-dsl`
+    subprocess would take itself for a launched rank. Each test gets back the variables it began with."""
+    from srpo_dsl.rl.distributed.process_group import LAUNCH_VARIABLES
+
+    before = {name: os.environ.get(name) for name in LAUNCH_VARIABLES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

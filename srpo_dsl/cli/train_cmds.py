@@ -30,7 +30,7 @@ from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
 
 if TYPE_CHECKING:
     from srpo_dsl.api.runs import EvalCurve
-    from srpo_dsl.rl.loop.plan import TrainPlan
+    from srpo_dsl.api.training import TrainPlan
 
 Objective = choices("Objective", OBJECTIVES)
 SetNorm = choices("SetNorm", SET_NORMS)
