@@ -18,6 +18,7 @@ import signal
 import sys
 from contextlib import suppress
 
+LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # a launcher's
 LAUNCHER = "SRPO_DSL_LAUNCHER"  # the launcher's pid, in the environment of the processes it starts
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 

@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from srpo_dsl.launched import LAUNCH_VARIABLES
+
+LAUNCHED_WITH = {
+    name: os.environ.get(name) for name in LAUNCH_VARIABLES
+}  # pytest's own (none, or a launcher's)
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -94,15 +100,21 @@ def routed(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def launch_variables_kept():
-    """A test that trains in this process without the API (which restores them, `api.training.released`)
-    leaves the launch variables of its group of one (RANK=0, WORLD_SIZE=1, ...): a later test's `srpo-dsl`
-    subprocess would take itself for a launched rank. Each test gets back the variables it began with."""
-    from srpo_dsl.rl.distributed.process_group import LAUNCH_VARIABLES
-
+def launch_variables_kept(request: pytest.FixtureRequest):
+    """The launch variables (RANK=0, WORLD_SIZE=1, ...) a group of one sets in this process (the session's
+    `dist`, or a test that trains here without the API, which takes them back: `api.training.released`)
+    are seen by the tests that ask for `dist` only: another test's `srpo-dsl` subprocess would take itself
+    for a launched rank. Each test gets back the variables it began with."""
     before = {name: os.environ.get(name) for name in LAUNCH_VARIABLES}
+    if "dist" not in request.fixturenames:
+        restore(LAUNCHED_WITH)
     yield
-    for name, value in before.items():
+    restore(before)
+
+
+def restore(variables: dict[str, str | None]) -> None:
+    """`os.environ` as it was for `variables` (None: unset)."""
+    for name, value in variables.items():
         if value is None:
             os.environ.pop(name, None)
         else:

@@ -164,7 +164,8 @@ def live_engines() -> int:
 def test_train_twice_in_one_process_leaves_nothing_behind(tmp_path: Path) -> None:
     import torch.distributed
 
-    from srpo_dsl.rl.distributed.process_group import LAUNCH_VARIABLES, destroy_distributed
+    from srpo_dsl.launched import LAUNCH_VARIABLES
+    from srpo_dsl.rl.distributed.process_group import destroy_distributed
 
     destroy_distributed()  # what an earlier test in this process left (the trainer's own group)
     for key in LAUNCH_VARIABLES:

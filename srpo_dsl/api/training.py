@@ -124,7 +124,8 @@ def training_errors(workflow: Path) -> Iterator[None]:
 def released() -> Iterator[None]:
     """Training alone in this process: afterwards its process group is destroyed and the launch variables
     it set are unset (the next run makes its own), and the memory of its engines is returned."""
-    from srpo_dsl.rl.distributed.process_group import LAUNCH_VARIABLES, destroy_distributed
+    from srpo_dsl.launched import LAUNCH_VARIABLES
+    from srpo_dsl.rl.distributed.process_group import destroy_distributed
 
     alone = "RANK" not in os.environ
     saved = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from srpo_dsl.launched import LAUNCH_VARIABLES
 from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
 from srpo_dsl.rl.distributed.op_builds import SHM_OP, prepare_builds
 
@@ -58,9 +59,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # a launcher's
 
 
 def init_distributed(device: str, store: Any = None, trainers: int | None = None) -> Dist:
