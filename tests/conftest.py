@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from srpo_dsl.api.training import restore_environment
 from srpo_dsl.launched import LAUNCH_VARIABLES
 
 LAUNCHED_WITH = {
@@ -107,15 +108,6 @@ def launch_variables_kept(request: pytest.FixtureRequest):
     for a launched rank. Each test gets back the variables it began with."""
     before = {name: os.environ.get(name) for name in LAUNCH_VARIABLES}
     if "dist" not in request.fixturenames:
-        restore(LAUNCHED_WITH)
+        restore_environment(LAUNCHED_WITH)
     yield
-    restore(before)
-
-
-def restore(variables: dict[str, str | None]) -> None:
-    """`os.environ` as it was for `variables` (None: unset)."""
-    for name, value in variables.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    restore_environment(before)

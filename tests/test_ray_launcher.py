@@ -29,6 +29,7 @@ from srpo_dsl.errors import UsageError
 from srpo_dsl.rl.distributed.process_group import free_port
 from tests.clitools import ROOT, cli
 from tests.test_async import QUICKSTART, SMALL, env_threads, metrics, weights
+from tests.test_worker_faults import wait_for_steps
 
 pytest.importorskip("ray")
 
@@ -124,14 +125,6 @@ def actor_of(out: Path, rank: int) -> psutil.Process | None:
         except psutil.Error:
             continue
     return None
-
-
-def wait_for_steps(run: subprocess.Popen, out: Path, steps: int) -> None:
-    deadline = time.time() + 600
-    while not (out / "metrics.jsonl").exists() or len(metrics(out)) < steps:
-        assert run.poll() is None, "the run ended before the kill"
-        assert time.time() < deadline, f"no {steps} steps in 600 s"
-        time.sleep(0.05)
 
 
 @pytest.mark.slow
