@@ -20,14 +20,18 @@ from srpo_dsl.io import nearest_folder, new_folder, writing
 from srpo_dsl.runlock import LOCK
 
 SHOWN = 4  # names of a refused folder's entries in its error line
+PROBE = ".srpo-dsl-probe-"  # `check_writable`'s passing entry (another rank's, at a launch): no result
 
 
 def held(folder: Path) -> list[str]:
     """The names of what `folder` holds, sorted; [] when it does not exist. A file there is refused. The
-    lock of a run folder's owner is no result (`runlock`: its owner is checked before this)."""
+    lock of a run folder's owner is no result (`runlock`: its owner is checked before this), nor the probe
+    of a process checking it meanwhile (the ranks of one launch check it at once)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out {folder}: a file is there, not a folder")
-    return sorted(p.name for p in folder.iterdir() if p.name != LOCK) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if p.name != LOCK and not p.name.startswith(PROBE))
 
 
 def refuse_existing(folder: Path, advice: str) -> None:
@@ -42,7 +46,7 @@ def check_writable(out: Path) -> None:
     """`out` can be written (its nearest existing folder takes a new entry): else, before anything loads,
     the `WriteError` the disk gives (a read-only one, no permission)."""
     with writing(out):
-        new_folder(nearest_folder(out), ".srpo-dsl-probe-").rmdir()
+        new_folder(nearest_folder(out), PROBE).rmdir()
 
 
 def check_out(out: Path, overwrite: bool, inputs: Iterable[Path | None] = ()) -> None:

@@ -3,6 +3,8 @@ steps) and a worker's inbox (orders smallest step first, the oldest version new 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from srpo_dsl.rl.transport.inbox import Inbox, Order
@@ -68,20 +70,48 @@ def weights(version: int) -> Weights:
 
 def test_an_inbox_gives_the_smallest_step_first_then_stops() -> None:
     inbox = Inbox(link=None)
+    inbox.take(weights(1).header)
     inbox.take(Orders([(3, 1), (5, 3)]))
     inbox.take(Orders([(2, 0)]))  # a lost worker's step, ordered later
-    assert [inbox.next_order(), inbox.next_order()] == [Order(2, 0), Order(3, 1)]
+    assert inbox.next_step() == (Order(2, 0), weights(1))
+    assert inbox.next_step() == (Order(3, 1), None)  # version 1 is loaded
     inbox.take(Stop())
-    assert inbox.next_order() is None
+    assert inbox.next_step() is None
+
+
+def test_an_inbox_waiting_for_a_later_steps_version_takes_an_earlier_step_ordered_meanwhile() -> None:
+    """Worker 1 waits for step 5's version 3 while the trainer waits for step 4 from a worker that died:
+    step 4, handed to worker 1, comes first (taking step 5 first deadlocked the run: the trainer makes
+    version 3 only from step 4's batch)."""
+    inbox = Inbox(link=None)
+    inbox.take(weights(1).header)
+    inbox.take(Orders([(3, 1), (5, 3)]))
+    assert inbox.next_step() == (Order(3, 1), weights(1))
+    taken = []
+    waiting = threading.Thread(target=lambda: taken.append(inbox.next_step()))
+    waiting.start()
+    waiting.join(timeout=0.2)
+    assert waiting.is_alive()  # step 5's version is not there yet
+    inbox.take(Orders([(4, 2)]))  # the lost worker's step, with the version held: version 1 will not do
+    waiting.join(timeout=0.2)
+    assert waiting.is_alive()
+    inbox.take(weights(2).header)
+    waiting.join(timeout=5)
+    assert taken == [(Order(4, 2), weights(2))]
+    inbox.take(weights(3).header)
+    assert inbox.next_step() == (Order(5, 3), weights(3))
 
 
 def test_an_inbox_takes_the_oldest_version_new_enough_and_drops_the_older() -> None:
     inbox = Inbox(link=None)
-    inbox.versions.extend(weights(v) for v in (0, 1, 2))
-    assert inbox.weights_for(1).version == 1 and inbox.loaded == 1
-    assert inbox.weights_for(0) is None and inbox.weights_for(1) is None  # the loaded one will do
+    for v in (0, 1, 2):
+        inbox.take(weights(v).header)
+    inbox.take(Orders([(2, 1), (3, 1), (4, 0), (6, 3), (5, 2)]))
+    assert inbox.next_step() == (Order(2, 1), weights(1)) and inbox.loaded == 1
+    assert inbox.next_step() == (Order(3, 1), None)  # the loaded one will do
+    assert inbox.next_step() == (Order(4, 0), None)
     assert [w.version for w in inbox.versions] == [2]
     inbox.error = LinkError("trainer rank 0 stopped (Connection closed by peer)")
+    assert inbox.next_step() == (Order(5, 2), weights(2))  # what arrived before the trainer went away
     with pytest.raises(LinkError, match="trainer rank 0 stopped"):
-        inbox.weights_for(3)
-    assert inbox.weights_for(2).version == 2  # what arrived before the trainer went away is used
+        inbox.next_step()  # step 6's version 3 never came

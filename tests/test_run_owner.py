@@ -18,7 +18,7 @@ import pytest
 from test_async import QUICKSTART, env_threads, metrics
 
 from srpo_dsl.errors import UsageError
-from srpo_dsl.outputs import held
+from srpo_dsl.outputs import PROBE, held
 from srpo_dsl.runlock import LOCK, check_free, owning
 from tests.clitools import ROOT, cli
 
@@ -94,6 +94,17 @@ def test_a_folder_is_owned_by_one_process_and_released_when_it_dies(tmp_path: Pa
     with owning(out):
         assert json.loads((out / LOCK).read_text())["pid"] == os.getpid()
     assert list(out.iterdir()) == []  # an owner that ends removes its lock file
+
+
+def test_another_ranks_probe_is_no_result_but_anything_else_is(tmp_path: Path) -> None:
+    """The ranks of one launch check the run folder at once: one rank's passing writability probe is not
+    taken by another for results (CI: a launched trainer refused its own fresh folder)."""
+    out = tmp_path / "run"
+    (out / f"{PROBE}1a2b").mkdir(parents=True)
+    assert held(out) == []
+    (out / "metrics.jsonl").write_text("")
+    (out / "probe").mkdir()
+    assert held(out) == ["metrics.jsonl", "probe"]
 
 
 @pytest.mark.slow

@@ -40,14 +40,18 @@ def marked(worker: int, step: int, version: int) -> Episode:
     return ep
 
 
-def _worker(port: int, _: mp.Queue, rank: int, dies_after: int) -> None:
-    """Generates what it is ordered (a marked episode per step); dies right after sending `dies_after`."""
+def _worker(port: int, _: mp.Queue, rank: int, dies_after: int, dies_at: int = -1) -> None:
+    """Generates what it is ordered (a marked episode per step); dies right after sending `dies_after`,
+    or a second into generating `dies_at` (the other worker meanwhile waits for a later step's version)."""
     store = dist.TCPStore("127.0.0.1", port, 3, False, datetime.timedelta(seconds=30))
     link = Link(LaunchLayout(rank, 1, 2), store, CPU)
     inbox = Inbox(link)
     link.read(inbox)
-    while (order := inbox.next_order()) is not None:
-        inbox.weights_for(order.at_least)
+    while (taken := inbox.next_step()) is not None:
+        order = taken[0]
+        if order.step == dies_at:
+            time.sleep(1.0)
+            os._exit(9)
         link.flush()
         send_batch(link, order.step, inbox.loaded, 0.0, [marked(rank, order.step, inbox.loaded)], 1)
         if order.step == dies_after:
@@ -56,15 +60,15 @@ def _worker(port: int, _: mp.Queue, rank: int, dies_after: int) -> None:
     link.flush()
 
 
-def _trainer(port: int, out: mp.Queue) -> None:
-    """Takes steps 1..STEPS as the trainer does (no model: no weights to send, only versions)."""
+def _trainer(port: int, out: mp.Queue, steps: int = STEPS) -> None:
+    """Takes steps 1..`steps` as the trainer does (no model: no weights to send, only versions)."""
     store = dist.TCPStore("127.0.0.1", port, 3, True, datetime.timedelta(seconds=30))
     link = Link(LaunchLayout(0, 1, 2), store, CPU)
-    feed = Feed(link, TrainOptions(steps=STEPS, rollout_workers=2, max_staleness=1), {}, CPU)
+    feed = Feed(link, TrainOptions(steps=steps, rollout_workers=2, max_staleness=1), {}, CPU)
     feed.begin({}, 0, [])
     taken = []
     try:
-        for step in range(1, STEPS + 1):
+        for step in range(1, steps + 1):
             episodes, stats = feed.batch(step)
             taken.append((episodes[0].prompt_id, episodes[0].events[0].members[0].policy_version))
             taken.append(stats["async/workers"])
@@ -76,8 +80,10 @@ def _trainer(port: int, out: mp.Queue) -> None:
     link.close()
 
 
-def run_feed(dies_after: dict[int, int]) -> list:
-    return first_result([(_trainer, ()), *((_worker, (r, dies_after.get(r, -1))) for r in (1, 2))])
+def run_feed(dies_after: dict[int, int], dies_at: dict[int, int] | None = None, steps: int = STEPS) -> list:
+    at = dies_at or {}
+    workers = [(_worker, (r, dies_after.get(r, -1), at.get(r, -1))) for r in (1, 2)]
+    return first_result([(_trainer, (steps,)), *workers])
 
 
 def test_a_lost_workers_steps_go_to_the_other_and_what_it_sent_is_kept(capfd: pytest.CaptureFixture) -> None:
@@ -90,6 +96,20 @@ def test_a_lost_workers_steps_go_to_the_other_and_what_it_sent_is_kept(capfd: py
     assert (
         "warning: rollout worker 1 (rank 2) stopped (" in err and "its steps go to the 1 worker left" in err
     )
+
+
+def test_a_worker_lost_while_the_other_waits_for_a_later_steps_version(capfd: pytest.CaptureFixture) -> None:
+    """Worker rank 2 dies generating step 4, while worker 1, done with step 5, waits for step 7's version
+    (5, made from step 4's batch): step 4 goes to worker 1, which takes it first (it used to wait on:
+    a deadlock, CI's hung test_a_killed_worker_then_the_last_one_then_resume)."""
+    taken = run_feed({}, {2: 4}, steps=8)
+    assert [prompt for prompt, _ in taken[0::2]] == [
+        "w1-s1",
+        "w2-s2",
+        "w1-s3",
+        *(f"w1-s{t}" for t in range(4, 9)),
+    ]
+    assert taken[-1] == 1 and "its steps go to the 1 worker left" in capfd.readouterr().err
 
 
 def test_with_no_worker_left_the_trainer_stops_with_one_line() -> None:

@@ -111,7 +111,9 @@ class Feed:
         weights = build_weights(policies, version, self.link.device)
         if self.link.layout.rank != 0:
             return
-        for worker in sorted(self.alive):  # the previous version was taken: one version's buffers at a time
+        with self.ready:  # the listeners change `alive`
+            workers = sorted(self.alive)
+        for worker in workers:  # the previous version was taken: one version's buffers at a time
             try:
                 self.link.flush([worker])
             except LinkError as exc:
@@ -133,9 +135,10 @@ class Feed:
         """The run is over: every worker still running stops."""
         with self.ready:
             self.closing = True
-            for worker in self.alive if self.link.layout.rank == 0 else ():
+            workers = sorted(self.alive)
+            for worker in workers if self.link.layout.rank == 0 else ():
                 self.link.send_object(Stop(), worker, CONTROL)
-        for worker in sorted(self.alive):
+        for worker in workers:
             with suppress(LinkError):  # it went away after its last batch: nothing is lost
                 self.link.flush([worker])
 
@@ -152,7 +155,8 @@ class Feed:
             self.lose(worker, exc)
 
     def lose(self, worker: int, exc: LinkError) -> None:
-        """`worker` went away: it is forgotten, and on trainer rank 0 its steps go to the others."""
+        """`worker` went away: it is forgotten, and on trainer rank 0 its steps go to the others (a warning
+        line, written once the lock is released: a slow stderr never holds up the listeners)."""
         with self.ready:
             if self.closing or self.link.closed or worker not in self.alive:
                 return
@@ -160,10 +164,13 @@ class Feed:
             self.link.forget(worker)
             self.lost.append(str(exc))
             if self.schedule is not None:
-                self.reassign(worker, exc)
+                self.reassign(worker)
             self.ready.notify_all()
+            left = len(self.alive) if self.schedule is not None else 0
+        if left:
+            write(f"warning: {exc}: its steps go to the {left} worker{'s' if left > 1 else ''} left")
 
-    def reassign(self, worker: int, exc: LinkError) -> None:
+    def reassign(self, worker: int) -> None:
         """Trainer rank 0 (holding the lock): the lost worker's steps not yet trained to the others."""
         assert self.schedule is not None
         orders = self.schedule.lose(worker)
@@ -171,9 +178,6 @@ class Feed:
             self.link.send_object(Orders(steps), other, CONTROL)
         if self.current is not None:
             self.send_due(self.current)
-        if self.alive:
-            left = f"{len(self.alive)} worker{'s' if len(self.alive) > 1 else ''} left"
-            write(f"warning: {exc}: its steps go to the {left}")  # above the bar
 
     def send_due(self, weights: Weights) -> None:
         """Trainer rank 0 (holding the lock): `weights` becomes the newest version, sent to the workers

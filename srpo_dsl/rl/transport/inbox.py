@@ -1,14 +1,16 @@
 """A rollout worker's thread on its control stream from trainer rank 0: orders, weights, stop.
 
     inbox = Inbox(link); link.read(inbox)
-    while (order := inbox.next_order()) is not None:      # the smallest step ordered (None: stop)
-        weights = inbox.weights_for(order.at_least)       # the oldest version held that is new enough
-        ...
+    while (taken := inbox.next_step()) is not None:    # None: stop
+        order, weights = taken                         # the smallest step ordered, once a version new
+        ...                                            # enough for it is held (None: the loaded one is)
 
 Messages never wait for a generation to end. Versions arrive in the order they were made; the
 worker keeps the one it loaded and those after it, and takes for each step the oldest version
 that is at least the step's target (`rollout_schedule.py`): in a run without faults exactly the
-target, whatever the timing.
+target, whatever the timing. A step is taken only once its version is held: while the worker waits
+for a later step's version, a lost worker's earlier step may be ordered, and it comes first (the
+trainer cannot make that version without it).
 """
 
 from __future__ import annotations
@@ -62,30 +64,32 @@ class Inbox(threading.Thread):
                 self.stopped = True
             self.ready.notify_all()
 
-    def next_order(self) -> Order | None:
-        """The smallest step ordered and not generated yet (waits for one); None once stopped."""
+    def next_step(self) -> tuple[Order, Weights | None] | None:
+        """The smallest step ordered and not generated yet, once a version new enough for it is held
+        (waits), and the version to load (None: the loaded one will do); None once stopped."""
         with self.ready:
-            self.ready.wait_for(lambda: self.todo or self.stopped or self.error)
+            self.ready.wait_for(lambda: self.stopped or self.error is not None or self.servable())
             if self.stopped:
                 return None
-            if self.error is not None and not self.todo:
-                raise self.error
-            return heapq.heappop(self.todo)
-
-    def weights_for(self, at_least: int) -> Weights | None:
-        """The oldest version held that is at least `at_least`, to load (waits for it); None when the
-        loaded one is. Older versions are dropped."""
-        with self.ready:
-            if self.loaded >= at_least:
-                return None
-            self.ready.wait_for(lambda: self.newest() >= at_least or self.error is not None)
-            if self.newest() < at_least:
+            if not self.servable():
                 raise self.error  # type: ignore[misc]
-            while self.versions[0].version < at_least:
-                self.versions.popleft()
-            weights = self.versions.popleft()
-            self.loaded = weights.version
-            return weights
+            order = heapq.heappop(self.todo)
+            return order, self.version_for(order.at_least)
+
+    def servable(self) -> bool:
+        """The smallest step ordered can be generated with what is held."""
+        return bool(self.todo) and self.newest() >= self.todo[0].at_least
+
+    def version_for(self, at_least: int) -> Weights | None:
+        """(Holding the lock, one new enough held.) The oldest version held that is at least `at_least`,
+        to load; None when the loaded one is. Older versions are dropped."""
+        if self.loaded >= at_least:
+            return None
+        while self.versions[0].version < at_least:
+            self.versions.popleft()
+        weights = self.versions.popleft()
+        self.loaded = weights.version
+        return weights
 
     def newest(self) -> int:
         return self.versions[-1].version if self.versions else self.loaded

@@ -2,8 +2,8 @@
 
     engines = worker_engines(...)                 # each policy's rollout engine (ROLLOUT_ENGINES), no trainer
     inbox   = Inbox(link)                         # a thread receiving orders and versions
-    while (order := inbox.next_order()):          # the smallest step ordered
-        load inbox.weights_for(order.at_least)    # the step's version (rollout_schedule.py)
+    while (taken := inbox.next_step()):           # the smallest step ordered, once its version is held
+        load its version, if a new one            # (rollout_schedule.py)
         rollout(order.step)                       # the step's prompts and seeds, exactly as the trainer's
         send each trainer rank its share          # with the version used and the time spent waiting
 
@@ -72,8 +72,8 @@ def run_worker(wf: CompiledWorkflow, opts: TrainOptions, link: Link, rollout: Ro
     inbox = Inbox(link)
     link.read(inbox)
     idle, clock = 0.0, time.perf_counter()
-    while (order := inbox.next_order()) is not None:
-        weights = inbox.weights_for(order.at_least)
+    while (taken := inbox.next_step()) is not None:
+        order, weights = taken
         if weights is not None:
             load_weights(engines, weights)
         idle += time.perf_counter() - clock
