@@ -1,4 +1,4 @@
-"""A process that `srpo-dsl` launched dies with its launcher (`api.launch.relaunch`).
+"""A process that `srpo-dsl` launched dies with its launcher (`api.launch.relaunch`), and says when it joined.
 
 The launcher names itself in `LAUNCHER` (its pid). At its start, before anything else, a launched
 process asks Linux to kill it when its parent ends (`prctl(PR_SET_PDEATHSIG, SIGKILL)`), then checks
@@ -8,6 +8,11 @@ included) and whatever the process is doing (a collective, a C call), so no rank
 outlives its launcher and writes beside a later `--resume`; a thread that watched the parent's pid
 would wait on Python's interpreter lock and its polling interval. (Linux only: elsewhere a launcher
 stops its processes when it ends of a signal it can catch, not of SIGKILL.)
+
+Once it joined the launch (every process is connected), a launched process marks it in the launcher's
+`JOINED` folder: until all have, the launcher stops the launch when any of them ends (the others would
+wait for it at the rendezvous); after, only the trainer's end does (a lost rollout worker's steps go to
+the others).
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ import os
 import signal
 import sys
 from contextlib import suppress
+from pathlib import Path
 
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # a launcher's
 LAUNCHER = "SRPO_DSL_LAUNCHER"  # the launcher's pid, in the environment of the processes it starts
+JOINED = "SRPO_DSL_JOINED"  # the launcher's folder where each process it started marks that it joined
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -44,6 +51,13 @@ def follow_launcher() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != int(named):  # the launcher ended before the request: no signal will come
         os._exit(128 + signal.SIGKILL)
+
+
+def mark_joined() -> None:
+    """This process joined its launch: its mark (its RANK) in its launcher's `JOINED` folder, if any."""
+    folder = os.environ.get(JOINED)
+    if folder and launcher() is not None and os.path.isdir(folder):
+        Path(folder, os.environ.get("RANK", "0")).touch()
 
 
 def _alive(pid: int) -> bool:

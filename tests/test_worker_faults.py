@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import psutil
@@ -181,6 +182,35 @@ def test_a_killed_worker_then_the_last_one_then_resume(tmp_path: Path) -> None:
     assert more.returncode == 0, more.stderr[-3000:]
     assert [r["step"] for r in metrics(out)] == list(range(1, 9))
     assert json.loads((out / "eval.jsonl").read_text().splitlines()[-1])["step"] == 8
+
+
+@pytest.mark.slow
+def test_a_worker_killed_before_it_joined_ends_the_launch_at_once(tmp_path: Path) -> None:
+    """A rollout worker that dies before every process joined the launch (killed while it starts: a node
+    out of memory) ends it with one line, at once: the trainer would wait for it at the rendezvous for
+    half an hour (CI's lost 20 minutes, when a worker refused the run folder another rank probed)."""
+    out = tmp_path / "run"
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--option", "rollout_workers=1"]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
+        cwd=ROOT, env=env_threads(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    ranks: dict[int, psutil.Process] = {}
+    while 1 not in ranks:  # a child's RANK is there once it runs python
+        assert launcher.poll() is None, launcher.communicate()[1]
+        with suppress(KeyError, psutil.Error):
+            ranks = trainer_and_workers(launcher)
+        time.sleep(0.01)
+    ranks[1].send_signal(signal.SIGKILL)
+    clock = time.time()
+    _, stderr = launcher.communicate(timeout=120)
+    assert time.time() - clock < 30 and launcher.returncode == 128 + signal.SIGKILL
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: rollout worker 0 (rank 1) ended (SIGKILL) before every process joined the launch: "
+        "nothing was trained"
+    ]
+    assert not out.exists() and not ranks[0].is_running()
 
 
 def test_a_resume_may_change_the_number_of_workers_not_the_staleness_bound() -> None:

@@ -5,7 +5,9 @@ With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers
 `Workflow.train`) starts `srpo-dsl train` as each of them, with the variables a launcher sets (RANK,
 WORLD_SIZE, MASTER_ADDR, ...; rank 0 hosts the rendezvous store), and returns the trainer's code.
 Not torch's elastic launcher: that stops every process when one fails, and here a worker that dies
-must not stop the run. The threads of this machine are shared out between the processes.
+must not stop the run, once every process joined the launch (`launched.mark_joined`); one that ends
+before that stops it (the others would wait for it at the rendezvous for half an hour). The threads of
+this machine are shared out between the processes.
 `launch` starts a plan's processes this way, or as Ray actors with `--launcher ray` (`api.ray_launch`).
 """
 
@@ -15,16 +17,20 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import TrainPlan
 
-from srpo_dsl.launched import LAUNCHER
+from srpo_dsl.launched import JOINED, LAUNCHER
 from srpo_dsl.runlock import owning
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
+POLL = 0.1  # seconds between looks at the processes
 
 
 def launch(plan: TrainPlan, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
@@ -34,14 +40,15 @@ def launch(plan: TrainPlan, argv: Sequence[str], stderr: IO[str] | None = None) 
         from srpo_dsl.api.ray_launch import run_on_ray
 
         return run_on_ray(plan, argv, stderr)  # rank 0 owns the run folder, on its node
-    with owning(plan.out):  # the launcher owns it for the processes it starts (`runlock`)
-        return relaunch(plan.processes, argv, stderr)
+    with owning(plan.out), tempfile.TemporaryDirectory(prefix="srpo-dsl-launch-") as joined:
+        return relaunch(plan.processes, argv, Path(joined), stderr)
 
 
-def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
+def relaunch(processes: int, argv: Sequence[str], joined: Path, stderr: IO[str] | None = None) -> int:
     """Run `srpo-dsl ARGV` as `processes` processes on this machine: rank 0 trains, the others are rollout
-    workers. Rank 0's exit code: a worker that stops does not stop the run (the trainer hands its steps
-    to the others, or stops with one line when none is left); once the trainer is done, so are they."""
+    workers, each marking in `joined` when it joined the launch. Rank 0's exit code: a worker that stops
+    does not stop the run (the trainer hands its steps to the others, or stops with one line when none is
+    left); once the trainer is done, so are they. A process that ends before all joined ends the launch."""
     from srpo_dsl.rl.distributed.process_group import free_port
 
     cores = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
@@ -52,6 +59,7 @@ def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None)
         "LOCAL_WORLD_SIZE": str(processes),
         "OMP_NUM_THREADS": str(max(1, cores // processes)),
         LAUNCHER: str(os.getpid()),  # they die with this process, and write under its lock of the run folder
+        JOINED: str(joined),
     }
     command = [sys.executable, "-m", "srpo_dsl", *argv]
     ranks = [  # a session of their own: a Ctrl-C reaches them once, forwarded by this process
@@ -62,15 +70,31 @@ def relaunch(processes: int, argv: Sequence[str], stderr: IO[str] | None = None)
     ]
     forward = {sig: signal.signal(sig, lambda s, _: [p.send_signal(s) for p in ranks]) for sig in FORWARDED}
     try:
-        code = ranks[0].wait()
-        for worker in ranks[1:]:
-            if code != 0:  # the trainer said why: its workers need not add that it is gone
-                worker.terminate()
-            stop(worker)
+        code = launch_code(ranks, joined, stderr)
+        for process in ranks:
+            if code != 0 and process.poll() is None:  # the process that ended said why: no more lines
+                process.terminate()
+            stop(process)
     finally:
         for sig, handler in forward.items():
             signal.signal(sig, handler)
     return code if code >= 0 else 128 - code
+
+
+def launch_code(ranks: Sequence[subprocess.Popen], joined: Path, stderr: IO[str] | None) -> int:
+    """Rank 0's exit code, once it ends; before every process marked that it joined, the code of the first
+    to end (one line when a signal ended it: nothing else says why)."""
+    while (code := ranks[0].poll()) is None:
+        ended = [(r, p.returncode) for r, p in enumerate(ranks) if p.poll() is not None]
+        if ended and len(os.listdir(joined)) < len(ranks):
+            rank, code = ended[0]
+            if code < 0:
+                who = f"rollout worker {rank - 1} (rank {rank})" if rank else "the trainer (rank 0)"
+                why = f"{who} ended ({signal.Signals(-code).name}) before every process joined the launch"
+                print(f"error: {why}: nothing was trained", file=stderr or sys.stderr, flush=True)
+            return code or 1
+        time.sleep(POLL)
+    return code
 
 
 def stop(process: subprocess.Popen, grace: float = 10.0) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from srpo_dsl.launched import mark_joined
 from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
 from srpo_dsl.runtime.episode import Episode
 
@@ -232,6 +233,7 @@ def join_launch(workers: int, device: str) -> Link:
     with reaching_peers():
         link = Link(layout, store, link_device(device, int(os.environ.get("LOCAL_RANK", 0))))
     atexit.register(link.close)
+    mark_joined()  # every process is connected: a worker may now go without stopping the launch
     return link
 
 
