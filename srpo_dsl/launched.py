@@ -9,10 +9,10 @@ outlives its launcher and writes beside a later `--resume`; a thread that watche
 would wait on Python's interpreter lock and its polling interval. (Linux only: elsewhere a launcher
 stops its processes when it ends of a signal it can catch, not of SIGKILL.)
 
-Once it joined the launch (every process is connected), a launched process marks it in the launcher's
-`JOINED` folder: until all have, the launcher stops the launch when any of them ends (the others would
-wait for it at the rendezvous); after, only the trainer's end does (a lost rollout worker's steps go to
-the others).
+Once it joined the launch (every process is connected), a launched process marks it in the `JOINED`
+folder of its launcher (the self-launch's, or its Ray actor's): until then the launcher stops the launch
+when any process ends (the others would wait for it at the rendezvous); after, only the trainer's end
+does (a lost rollout worker's steps go to the others).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def follow_launcher() -> None:
 def mark_joined() -> None:
     """This process joined its launch: its mark (its RANK) in its launcher's `JOINED` folder, if any."""
     folder = os.environ.get(JOINED)
-    if folder and launcher() is not None and os.path.isdir(folder):
+    if folder and os.path.isdir(folder):
         Path(folder, os.environ.get("RANK", "0")).touch()
 
 

@@ -118,10 +118,16 @@ def test_the_dry_run_on_ray_shows_each_actor_joined(cluster: str, tmp_path: Path
 
 def actor_of(out: Path, rank: int) -> psutil.Process | None:
     """The Ray actor process whose child runs rank `rank` of the run into `out` (None: none yet)."""
+    child = process_of(out, rank)
+    return child.parent() if child is not None else None
+
+
+def process_of(out: Path, rank: int) -> psutil.Process | None:
+    """The process of rank `rank` of the run into `out` (None: none yet)."""
     for process in psutil.process_iter(["cmdline"]):
         try:
             if str(out) in (process.info["cmdline"] or []) and process.environ().get("RANK") == str(rank):
-                return process.parent()
+                return process
         except psutil.Error:
             continue
     return None
@@ -182,6 +188,32 @@ def test_ctrl_c_on_the_driver_stops_every_process(cluster: str, tmp_path: Path) 
     assert run.returncode == 130, stderr[-3000:]  # (interrupted while importing: Python's traceback)
     trainer.wait(30)  # its actor is gone, and so is every process of the run
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(out) in (p.info["cmdline"] or [])]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_before_it_joined_ends_the_run_at_once(cluster: str, tmp_path: Path) -> None:
+    """A worker's process killed as it starts, before every process joined the launch: the driver stops
+    the run with one line and the worker's code (the trainer would wait for it at the rendezvous)."""
+    out = tmp_path / "run"
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--option", "rollout_workers=1"]
+    args += ["--launcher", "ray", "--ray-address", cluster]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
+        cwd=ROOT, env=env_threads(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while (worker := process_of(out, 1)) is None:
+        assert run.poll() is None and time.time() < deadline, "the run did not start"
+        time.sleep(0.02)
+    worker.send_signal(signal.SIGKILL)
+    clock = time.time()
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 128 + signal.SIGKILL and time.time() - clock < 60, stderr[-3000:]
+    assert [line for line in stderr.splitlines() if line.startswith("error: ")] == [
+        "error: rollout worker 0 (rank 1) ended (SIGKILL) before every process joined the launch: "
+        "nothing was trained"
+    ]
+    assert not out.exists() or not [p for p in out.iterdir() if p.name != ".lock"]
 
 
 def test_a_cluster_that_is_not_there_is_one_line(tmp_path: Path) -> None:

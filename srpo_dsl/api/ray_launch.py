@@ -157,7 +157,7 @@ def started_actors(ray: Any, group: Any, launch: RayLaunch, gpus: int, processes
         actor.options(
             num_cpus=launch.cpus,
             num_gpus=gpus,
-            max_concurrency=2,  # `run` streams while `signal` may come
+            max_concurrency=3,  # `run` streams while `signal` and `joined` may come
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank),
         ).remote()
         for rank in range(processes)
@@ -185,6 +185,7 @@ class Follow:
         self.ray, self.actors, self.trainers, self.streams = ray, actors, trainers, streams
         self.out, self.err, self.received = sinks
         self.codes: dict[int, int] = {}
+        self.early: int | None = None  # the code of a worker that ended before the launch was joined
         self.decoders: dict[tuple[int, str], Any] = {}  # a chunk may end inside a character
         self.stopping = False
 
@@ -202,7 +203,7 @@ class Follow:
                 if self.codes.get(0) != 0:  # it said why: its workers need not add that it is gone
                     self.signal_all(signal.SIGTERM)
                 deadline = time.monotonic() + GRACE
-        return self.codes.get(0, 1)
+        return self.early if self.early is not None else self.codes.get(0, 1)
 
     def take(self, rank: int) -> None:
         """The next item of rank `rank`'s stream: output, its exit code, or the end of its actor."""
@@ -217,7 +218,9 @@ class Follow:
             return
         if kind == "exit":
             self.codes[rank] = value
-            if 0 < rank < self.trainers and value != 0 and not self.stopping:
+            if rank >= self.trainers and value != 0 and not self.stopping and not self.joined():
+                self.ended_early(rank, value, f"{signal.Signals(value - 128).name}" if value > 128 else "")
+            elif 0 < rank < self.trainers and value != 0 and not self.stopping:
                 self.signal_all(signal.SIGTERM)  # a trainer rank that fails stops the run, as under torchrun
         else:
             decoder = self.decoders.setdefault((rank, kind), codecs.getincrementaldecoder("utf-8")("replace"))
@@ -226,19 +229,39 @@ class Follow:
             sink.flush()
 
     def lost(self, rank: int, exc: Exception) -> None:
-        """An actor that died: a worker's steps go to the others (its peers see it gone); a trainer rank's
-        stops the run."""
-        role = (
-            f"rollout worker {rank - self.trainers} (rank {rank})"
-            if rank >= self.trainers
-            else f"trainer rank {rank}"
-        )
+        """An actor that died: a worker's steps go to the others (its peers see it gone), unless the launch
+        was not joined yet; a trainer rank's stops the run."""
         why = str(exc).splitlines()[0].rstrip(".") if str(exc) else type(exc).__name__
+        if rank >= self.trainers and not self.stopping and not self.joined():
+            self.ended_early(rank, 1, f"its Ray actor died: {why}")
+            return
         level = "warning" if rank >= self.trainers else "error"
-        self.err.write(f"{level}: the Ray actor of {role} died ({why})\n")
+        self.err.write(f"{level}: the Ray actor of {self.role(rank)} died ({why})\n")
         self.err.flush()
         if rank < self.trainers and not self.stopping:
             self.signal_all(signal.SIGTERM)
+
+    def joined(self) -> bool:
+        """Trainer rank 0 joined the launch (then every process did); not when its actor is gone."""
+        try:
+            return bool(self.ray.get(self.actors[0].joined.remote(), timeout=30))
+        except Exception:  # its actor died or hangs: the run stops anyway
+            return False
+
+    def ended_early(self, rank: int, code: int, why: str) -> None:
+        """A worker ended before the launch was joined (the others would wait for it at the rendezvous for
+        half an hour): the run stops with its code; one line when it said nothing (`why`: a signal)."""
+        if why:
+            what = f"{self.role(rank)} ended ({why}) before every process joined the launch"
+            self.err.write(f"error: {what}: nothing was trained\n")
+            self.err.flush()
+        self.early = code or 1
+        self.signal_all(signal.SIGTERM)
+
+    def role(self, rank: int) -> str:
+        if rank >= self.trainers:
+            return f"rollout worker {rank - self.trainers} (rank {rank})"
+        return f"trainer rank {rank}"
 
     def signal_all(self, number: int) -> None:
         self.stopping = self.stopping or number != signal.SIGINT

@@ -8,7 +8,9 @@ own; what native libraries write to the file descriptors reaches the user with t
 code is the command's own, a signal's too (128 + N, as a shell reports it). The child dies with its
 actor (PR_SET_PDEATHSIG, Linux): an actor that is killed (`ray.kill`, its process or its node gone)
 takes its process with it, and its peers see a closed connection, as when a process of any launcher
-dies. Imports nothing of Ray at module level: the driver imports this module without starting Ray.
+dies. The child marks in a folder of the actor's when it joined the launch (`launched.mark_joined`): a
+worker that ends before that ends the launch. Imports nothing of Ray at module level: the driver
+imports this module without starting Ray.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from __future__ import annotations
 import ctypes
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from srpo_dsl.launched import JOINED
 
 CHUNK = 1 << 16  # bytes read from the child at a time
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -33,6 +39,7 @@ class RankProcess:
 
     def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
+        self.marks = tempfile.mkdtemp(prefix="srpo-dsl-joined-")  # the child's, once it joined the launch
 
     def place(self) -> tuple[str, str, list[str]]:
         """This actor's node (Ray's id), the node's address, and the GPUs Ray gave the actor."""
@@ -56,7 +63,7 @@ class RankProcess:
             self.process = subprocess.Popen(
                 command,
                 cwd=cwd,
-                env=os.environ | dict(env),
+                env=os.environ | dict(env) | {JOINED: self.marks},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -69,7 +76,12 @@ class RankProcess:
             return
         yield from streamed(self.process)
         code = self.process.wait()
+        shutil.rmtree(self.marks, ignore_errors=True)
         yield "exit", code if code >= 0 else 128 - code
+
+    def joined(self) -> bool:
+        """The process joined the launch (and so every process did: they connect as one)."""
+        return os.path.isdir(self.marks) and bool(os.listdir(self.marks))
 
     def signal(self, number: int) -> None:
         """Pass a signal on to the process (the driver's Ctrl-C)."""
