@@ -82,3 +82,24 @@ def test_a_deepspeed_config_with_a_bad_optimizer_is_refused_in_the_dry_run(tmp_p
 
         for name in ("SGD", "AdamW", "lamb"):
             check_ds_optimizer({"optimizer": {"type": name, "params": {"lr": 1e-4}}}, config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ({"lr": "fast"}, "can't multiply sequence by non-int of type 'float'"),
+        ({"bogus": 1}, "unexpected keyword argument 'bogus'"),
+    ],
+)
+def test_an_optimizer_deepspeed_cannot_build_with_its_params_is_one_line(tmp_path, params, said):
+    """Parameters only the optimizer's constructor checks (once the model is loaded): one line naming the
+    config file and DeepSpeed's reason, exit 1, and no run folder left."""
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": params}}))
+    out = tmp_path / "r"
+    args = ("train", "workflows/quickstart.srpo", "--ds-config", config, "--out", out, "--steps", "1")
+    refused = cli(*args, "--batch", "2", "--group", "2")
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.startswith(f"error: {config}: DeepSpeed cannot build an engine from this config: ")
+    assert said in refused.stderr and len(refused.stderr.splitlines()) == 1 and not out.exists()
