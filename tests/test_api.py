@@ -194,14 +194,36 @@ def test_train_twice_in_one_process_leaves_nothing_behind(tmp_path: Path) -> Non
         Run.open(tmp_path)
 
 
+def loud_quickstart(folder: Path) -> Path:
+    """The quickstart with a reward of the user's own that prints."""
+    shutil.copytree(ROOT / "workflows" / "quickstart", folder / "quickstart")
+    (folder / "loud.py").write_text(
+        "def reward(answer, row):\n    print('loud reward', flush=True)\n    return 0.0\n"
+    )
+    text = (ROOT / "workflows" / "quickstart.srpo").read_text()
+    text = text.replace("reward exact_match(aggregator, task.answer)", 'reward "loud.py:reward"(aggregator)')
+    (folder / "loud.srpo").write_text(text)
+    return folder / "loud.srpo"
+
+
 @pytest.mark.slow
-def test_train_with_rollout_workers_runs_as_processes_and_returns_the_run(tmp_path: Path) -> None:
-    wf = srpo_dsl.load(ROOT / "workflows" / "quickstart.srpo")
+def test_train_with_rollout_workers_runs_as_processes_and_returns_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A run with workers is processes; what they write reaches `sys.stdout` and `sys.stderr`, the objects
+    a notebook shows (a user's print in a reward: on stderr, the progress, the summary); its error line is the message."""
+    wf = srpo_dsl.load(loud_quickstart(tmp_path))
     run = wf.train(tmp_path / "async", rollout_workers=1, max_staleness=1, **TINY)
     assert [r["step"] for r in run.history] == [1, 2] and run.metrics == run.history
     assert all(r["async/workers"] == 1 for r in run.history)
+    out, err = capsys.readouterr()
+    assert "loud reward\n" in err and "train: 2/2 steps (100%)" in err and "step 2: return" in out
+    wf.train(tmp_path / "quiet", rollout_workers=1, progress=False, **{**TINY, "steps": 1})
+    out, err = capsys.readouterr()
+    assert "loud reward\n" in err and "train: " not in err and "step 1: return" in out  # no progress lines
     with pytest.raises(InputError) as err:  # the processes' own error line is the message
         wf.train(tmp_path / "bad", rollout_workers=1, models={"lm": str(tmp_path / "absent")}, **TINY)
     message = str(err.value)
     assert message.startswith("training in 2 processes (`srpo-dsl train`) failed: ") and "absent" in message
     assert "\n" not in message and not (tmp_path / "bad" / "metrics.jsonl").exists()
+    assert f"error: {message.split('failed: ')[1]}" in capsys.readouterr().err

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -33,18 +34,32 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to ev
 POLL = 0.1  # seconds between looks at the processes
 
 
-def launch(plan: TrainPlan, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Outputs:
+    """Where a launch's processes write (None: this process's own file descriptors 1 and 2), and whether
+    they show progress."""
+
+    stdout: IO[str] | None = None
+    stderr: IO[str] | None = None
+    progress: bool = True
+
+    def env(self) -> dict[str, str]:
+        """The variables the processes get for it (tqdm's own switch, which `progress` honours)."""
+        return {} if self.progress else {"TQDM_DISABLE": "1"}
+
+
+def launch(plan: TrainPlan, argv: Sequence[str], outputs: Outputs = Outputs()) -> int:
     """Start the plan's processes, `srpo-dsl ARGV` each: as Ray actors (`--launcher ray`,
     `api.ray_launch`), else on this machine (`relaunch`); trainer rank 0's exit code."""
     if plan.setup.ray is not None:
         from srpo_dsl.api.ray_launch import run_on_ray
 
-        return run_on_ray(plan, argv, stderr)  # rank 0 owns the run folder, on its node
+        return run_on_ray(plan, argv, outputs)  # rank 0 owns the run folder, on its node
     with owning(plan.out), tempfile.TemporaryDirectory(prefix="srpo-dsl-launch-") as joined:
-        return relaunch(plan.processes, argv, Path(joined), stderr)
+        return relaunch(plan.processes, argv, Path(joined), outputs)
 
 
-def relaunch(processes: int, argv: Sequence[str], joined: Path, stderr: IO[str] | None = None) -> int:
+def relaunch(processes: int, argv: Sequence[str], joined: Path, outputs: Outputs = Outputs()) -> int:
     """Run `srpo-dsl ARGV` as `processes` processes on this machine: rank 0 trains, the others are rollout
     workers, each marking in `joined` when it joined the launch. Rank 0's exit code: a worker that stops
     does not stop the run (the trainer hands its steps to the others, or stops with one line when none is
@@ -52,25 +67,35 @@ def relaunch(processes: int, argv: Sequence[str], joined: Path, stderr: IO[str] 
     from srpo_dsl.rl.distributed.process_group import free_port
 
     cores = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
-    env = os.environ | {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "WORLD_SIZE": str(processes),
-        "LOCAL_WORLD_SIZE": str(processes),
-        "OMP_NUM_THREADS": str(max(1, cores // processes)),
-        LAUNCHER: str(os.getpid()),  # they die with this process, and write under its lock of the run folder
-        JOINED: str(joined),
-    }
+    env = (
+        os.environ
+        | {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            "WORLD_SIZE": str(processes),
+            "LOCAL_WORLD_SIZE": str(processes),
+            "OMP_NUM_THREADS": str(max(1, cores // processes)),
+            LAUNCHER: str(
+                os.getpid()
+            ),  # they die with this process, and write under its lock of the run folder
+            JOINED: str(joined),
+        }
+        | outputs.env()
+    )
     command = [sys.executable, "-m", "srpo_dsl", *argv]
     ranks = [  # a session of their own: a Ctrl-C reaches them once, forwarded by this process
         subprocess.Popen(
-            command, env=env | {"RANK": str(r), "LOCAL_RANK": str(r)}, stderr=stderr, start_new_session=True
+            command,
+            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=outputs.stdout,
+            stderr=outputs.stderr,
+            start_new_session=True,
         )
         for r in range(processes)
     ]
     forward = {sig: signal.signal(sig, lambda s, _: [p.send_signal(s) for p in ranks]) for sig in FORWARDED}
     try:
-        code = launch_code(ranks, joined, stderr)
+        code = launch_code(ranks, joined, outputs.stderr)
         for process in ranks:
             if code != 0 and process.poll() is None:  # the process that ended said why: no more lines
                 process.terminate()

@@ -35,6 +35,7 @@ from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import UsageError
 
 if TYPE_CHECKING:
+    from srpo_dsl.api.launch import Outputs
     from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainPlan
 
 INSTALL = "pip install 'srpo-dsl[ray]'"
@@ -115,7 +116,7 @@ def launch_env(
     return envs
 
 
-def run_on_ray(plan: TrainPlan, argv: Sequence[str], stderr: IO[str] | None = None) -> int:
+def run_on_ray(plan: TrainPlan, argv: Sequence[str], outputs: Outputs) -> int:
     """Run `srpo-dsl ARGV` as the plan's processes, one Ray actor each; trainer rank 0's exit code."""
     assert plan.setup.ray is not None
     launch, gpus = plan.setup.ray, int(plan.device == "cuda")
@@ -126,10 +127,10 @@ def run_on_ray(plan: TrainPlan, argv: Sequence[str], stderr: IO[str] | None = No
     group = placement_group(bundles, strategy="PACK")
     actors: list[Any] = []
     try:
-        reserved(ray, group, bundles, stderr or sys.stderr)
+        reserved(ray, group, bundles, outputs.stderr or sys.stderr)
         actors = started_actors(ray, group, launch, gpus, plan.processes)
         trainers = plan.processes - plan.opts.rollout_workers
-        return followed(ray, actors, trainers, list(argv), launch, stderr)
+        return followed(ray, actors, trainers, list(argv), launch, outputs)
     finally:
         for actor in actors:
             ray.kill(actor)
@@ -165,14 +166,14 @@ def started_actors(ray: Any, group: Any, launch: RayLaunch, gpus: int, processes
 
 
 def followed(
-    ray: Any, actors: list[Any], trainers: int, argv: list[str], launch: RayLaunch, stderr: IO[str] | None
+    ray: Any, actors: list[Any], trainers: int, argv: list[str], launch: RayLaunch, outputs: Outputs
 ) -> int:
     """Start every process, print what each writes, pass signals on; trainer rank 0's exit code."""
     places = ray.get([a.place.remote() for a in actors])
     master = (places[0][1], ray.get(actors[0].free_port.remote()))
-    envs = launch_env([(node, gpus) for node, _, gpus in places], master, launch.cpus)
+    envs = [e | outputs.env() for e in launch_env([(n, gpus) for n, _, gpus in places], master, launch.cpus)]
     streams = {rank: a.run.remote(argv, env, os.getcwd()) for rank, (a, env) in enumerate(zip(actors, envs))}
-    out, err = sys.stdout, stderr or sys.stderr  # text streams: a notebook's have no bytes underneath
+    out, err = outputs.stdout or sys.stdout, outputs.stderr or sys.stderr  # text: a notebook's have no bytes
     out.flush()
     with forwarded_signals() as received:
         return Follow(ray, actors, trainers, streams, out, err, received).until_done()

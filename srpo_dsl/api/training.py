@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,7 +59,7 @@ def train_plan(plan: TrainPlan, progress: bool = True, verbose: bool = False) ->
     (whose launcher owns the run folder, `api.launch.launch`), or as Ray actors (`launcher="ray"`, whose
     rank 0 owns it); here, this process owns it meanwhile (`runlock`: a second writer is refused)."""
     if plan.processes:
-        return launched(plan, verbose)
+        return launched(plan, verbose, progress)
     with owning(plan.out), libraries_quiet(not verbose), training_errors(plan.workflow.path), released():
         from srpo_dsl.rl.loop.trainer import train  # quiet: imports transformers
 
@@ -155,19 +154,19 @@ def empty_cuda_cache() -> None:
         torch.cuda.empty_cache()
 
 
-def launched(plan: TrainPlan, verbose: bool) -> Run:
-    """The run as `srpo-dsl train`, 1 + R processes (on Ray: its actors); its error line, if it fails, as
-    an `InputError`; a Ctrl-C that stopped them as a `KeyboardInterrupt`."""
-    from srpo_dsl.api.launch import launch
+def launched(plan: TrainPlan, verbose: bool, progress: bool) -> Run:
+    """The run as `srpo-dsl train`, 1 + R processes (on Ray: its actors), their output relayed to
+    `sys.stdout` and `sys.stderr` (`api.relay`); its error line, if it fails, as an `InputError`; a Ctrl-C
+    that stopped them as a `KeyboardInterrupt`."""
+    from srpo_dsl.api.launch import Outputs, launch
+    from srpo_dsl.api.relay import relayed
 
     before = len(read_run_file(lambda: read_jsonl(plan.out / METRICS)))
-    with tempfile.TemporaryFile("w+") as log:
-        code = launch(plan, plan.argv(verbose), stderr=log)
-        if code == 128 + signal.SIGINT:  # a Ctrl-C, passed on to the processes: the caller's interrupt
-            raise KeyboardInterrupt
-        if code != 0:
-            log.seek(0)
-            errors = [line for line in log.read().splitlines() if line.startswith("error: ")]
-            said = errors[0].removeprefix("error: ") if errors else f"exit code {code}"
-            raise InputError(f"training in {plan.processes} processes (`srpo-dsl train`) failed: {said}")
+    with relayed() as relay:
+        code = launch(plan, plan.argv(verbose), Outputs(relay.stdout, relay.stderr, progress))
+    if code == 128 + signal.SIGINT:  # a Ctrl-C, passed on to the processes: the caller's interrupt
+        raise KeyboardInterrupt
+    if code != 0:
+        said = relay.errors[0].removeprefix("error: ") if relay.errors else f"exit code {code}"
+        raise InputError(f"training in {plan.processes} processes (`srpo-dsl train`) failed: {said}")
     return Run(plan.out, read_run_file(lambda: read_jsonl(plan.out / METRICS))[before:])
