@@ -20,32 +20,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import TrainPlan
 
+from srpo_dsl.api.relay import Outputs
 from srpo_dsl.launched import JOINED, LAUNCHER
 from srpo_dsl.runlock import owning
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
 POLL = 0.1  # seconds between looks at the processes
-
-
-@dataclass(frozen=True)
-class Outputs:
-    """Where a launch's processes write (None: this process's own file descriptors 1 and 2), and whether
-    they show progress."""
-
-    stdout: IO[str] | None = None
-    stderr: IO[str] | None = None
-    progress: bool = True
-
-    def env(self) -> dict[str, str]:
-        """The variables the processes get for it (tqdm's own switch, which `progress` honours)."""
-        return {} if self.progress else {"TQDM_DISABLE": "1"}
 
 
 def launch(plan: TrainPlan, argv: Sequence[str], outputs: Outputs = Outputs()) -> int:

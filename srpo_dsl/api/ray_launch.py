@@ -35,7 +35,7 @@ from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import UsageError
 
 if TYPE_CHECKING:
-    from srpo_dsl.api.launch import Outputs
+    from srpo_dsl.api.relay import Outputs
     from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainPlan
 
 INSTALL = "pip install 'srpo-dsl[ray]'"

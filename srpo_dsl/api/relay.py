@@ -1,5 +1,5 @@
-"""A launch's output relayed, line by line, to this process's `sys.stdout` and `sys.stderr`, its error
-lines kept.
+"""Where a launch's processes write (`Outputs`), and their output relayed, line by line, to this
+process's `sys.stdout` and `sys.stderr`, its error lines kept (`relayed`).
 
 Through the API, a run with rollout workers is several processes (`api.launch`). What they write to
 their file descriptors 1 and 2 would bypass the Python objects a notebook shows (its cells display
@@ -15,9 +15,24 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO
 
 JOIN_SECONDS = 5.0  # for the last lines once the processes ended (a grandchild may hold a pipe open)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a launch's processes write (None: this process's own file descriptors 1 and 2), and whether
+    they show progress."""
+
+    stdout: IO[str] | None = None
+    stderr: IO[str] | None = None
+    progress: bool = True
+
+    def env(self) -> dict[str, str]:
+        """The variables the processes get for it (tqdm's own switch, which `progress` honours)."""
+        return {} if self.progress else {"TQDM_DISABLE": "1"}
 
 
 class Relay:

@@ -158,8 +158,8 @@ def launched(plan: TrainPlan, verbose: bool, progress: bool) -> Run:
     """The run as `srpo-dsl train`, 1 + R processes (on Ray: its actors), their output relayed to
     `sys.stdout` and `sys.stderr` (`api.relay`); its error line, if it fails, as an `InputError`; a Ctrl-C
     that stopped them as a `KeyboardInterrupt`."""
-    from srpo_dsl.api.launch import Outputs, launch
-    from srpo_dsl.api.relay import relayed
+    from srpo_dsl.api.launch import launch
+    from srpo_dsl.api.relay import Outputs, relayed
 
     before = len(read_run_file(lambda: read_jsonl(plan.out / METRICS)))
     with relayed() as relay:
