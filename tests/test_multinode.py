@@ -1,11 +1,12 @@
 """Two nodes on one machine (`tests/nodes.py`: network namespaces joined by a veth pair) running the
 commands of docs/training.md's "Many nodes" as written there, read from the page: the dry run, two-node
 training against one process at ZeRO-3 and ZeRO-2, and a rollout worker on the other node against the
-synchronous run. Every process gets the page's `export`s and none of this environment's launcher
+synchronous run; then both nodes as one Ray cluster (`--launcher ray`), against one process. Every process gets the page's `export`s and none of this environment's launcher
 variables; a failure shows each process's stderr tail."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -13,17 +14,20 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
+from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
-from tests.clitools import ROOT
+from tests.clitools import ROOT, cli
 from tests.nodes import INTERFACES, NODES, SETUP, TEARDOWN, Nodes, two_nodes_fixture  # noqa: F401
-from tests.test_async import metrics
+from tests.test_async import QUICKSTART, SMALL, env_threads, metrics
 from tests.test_readme_tour import agrees, indented_blocks, section
 
 GUIDE = ROOT / "docs" / "training.md"
@@ -327,3 +331,86 @@ def test_a_node_whose_ranks_cannot_connect_stops_with_one_line(two_nodes: Nodes,
     assert ours[0] == ["error: GLOO_SOCKET_IFNAME=srpo-none: this node has no network interface of that name"]
     assert len(ours[1]) == 1, tails(first, second)
     assert "internal error" not in first.stderr + second.stderr, tails(first, second)
+
+
+# --- a Ray cluster of the two nodes ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(two_nodes: Nodes) -> Iterator[str]:
+    """A Ray cluster of both nodes, one logical CPU each (a run of two processes spans them): the head on
+    node 0, node 1 joining it; its processes ended by their process groups (not `ray stop`)."""
+    pytest.importorskip("ray")
+    temp = Path(tempfile.mkdtemp(prefix="srpo-ray2-", dir="/tmp"))  # Ray's socket paths have a length limit
+    head, port = two_nodes.addresses[0], free_port()
+    common = ["--num-cpus", "1", "--disable-usage-stats", "--object-store-memory", str(200 << 20)]
+    commands = [
+        ["--head", "--node-ip-address", head, "--port", str(port), "--include-dashboard=false"],
+        ["--address", f"{head}:{port}", "--node-ip-address", two_nodes.addresses[1]],
+    ]
+    started = []
+    try:
+        for node, command in zip(two_nodes.names, commands):
+            ray = [shutil.which("ray") or "ray", "start", *command, *common, "--temp-dir", str(temp / node)]
+            started.append(start_ray(node, ray))
+            output = started[-1].communicate(timeout=180)[0].decode()
+            assert started[-1].returncode == 0, output[-3000:]
+        yield f"{head}:{port}"
+    finally:
+        for process in started:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+                    time.sleep(2)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def start_ray(node: str, command: list[str]) -> subprocess.Popen:
+    """`ray start` on `node`; its daemons stay in this new process group (ended by the fixture)."""
+    return subprocess.Popen(
+        ["ip", "netns", "exec", node, *command],
+        env=env_threads(1),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+@pytest.mark.slow
+def test_a_ray_cluster_of_the_two_nodes_trains_as_one_process(
+    ray_cluster: str, two_nodes: Nodes, tmp_path: Path
+) -> None:
+    """`--launcher ray` from node 0: the trainer's actor on one node, the rollout worker's on the other
+    (the dry run says so), and at S = 0, one thread each, the run is the one-process run bit for bit."""
+    from tests.test_ray_launcher import same_run
+
+    save = ["--option", "save_every=3"]
+    args = [
+        "train",
+        QUICKSTART,
+        *SMALL,
+        *save,
+        "--option",
+        "rollout_workers=1",
+        "--option",
+        "max_staleness=0",
+    ]
+    args += ["--launcher", "ray", "--ray-address", ray_cluster]
+
+    def on_node0(out: Path, *extra: str) -> subprocess.CompletedProcess:
+        command = ["ip", "netns", "exec", two_nodes.names[0], sys.executable, "-m", "srpo_dsl"]
+        command += map(str, [*args, "--out", out, *extra])
+        return subprocess.run(
+            command, cwd=ROOT, env=env_threads(1), capture_output=True, text=True, timeout=300
+        )
+
+    dry = on_node0(tmp_path / "dry", "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert dry.stdout.startswith(
+        "dry run: 2 processes on 2 nodes (1 trainer rank, 1 rollout worker), connected"
+    )
+    done = on_node0(tmp_path / "ray")
+    assert done.returncode == 0, done.stderr[-3000:]
+    one = cli("train", QUICKSTART, "--out", tmp_path / "one", *SMALL, *save, env=env_threads(1))
+    assert one.returncode == 0, one.stderr[-3000:]
+    same_run(tmp_path / "one", tmp_path / "ray")
