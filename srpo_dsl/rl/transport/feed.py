@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
 import torch
@@ -55,7 +55,7 @@ class Feed:
         self.link, self.opts, self.device = link, opts, device
         self.trained = {name for name, p in policies.items() if p.engine is not None}
         self.lag = lag(opts.max_staleness, opts.rollout_workers)
-        self.ready = threading.Condition()
+        self.ready = threading.Condition(threading.RLock())  # re-entered: a loss found while sending
         self.batches: dict[int, RolloutBatch] = {}  # step -> this rank's share, received and not taken
         self.alive = set(range(link.layout.trainers, link.layout.world))
         self.lost: list[str] = []  # why each worker went away
@@ -80,7 +80,8 @@ class Feed:
             workers = sorted(self.alive)
             self.schedule = Schedule.plan(workers, self.opts.max_staleness, start, self.opts.steps, common)
             for worker in workers:
-                self.link.send_object(Orders(self.schedule.orders(worker)), worker, CONTROL)
+                orders = Orders(self.schedule.orders(worker))
+                self.reach(worker, lambda w=worker, o=orders: self.link.send_object(o, w, CONTROL))
             self.send_due(weights)
 
     def batch(self, step: int) -> tuple[list[Episode], dict[str, float]]:
@@ -137,7 +138,8 @@ class Feed:
             self.closing = True
             workers = sorted(self.alive)
             for worker in workers if self.link.layout.rank == 0 else ():
-                self.link.send_object(Stop(), worker, CONTROL)
+                with suppress(LinkError):  # it went away after its last batch: nothing is lost
+                    self.link.send_object(Stop(), worker, CONTROL)
         for worker in workers:
             with suppress(LinkError):  # it went away after its last batch: nothing is lost
                 self.link.flush([worker])
@@ -175,9 +177,19 @@ class Feed:
         assert self.schedule is not None
         orders = self.schedule.lose(worker)
         for other, steps in orders.items():
-            self.link.send_object(Orders(steps), other, CONTROL)
+            self.reach(other, lambda o=other, s=steps: self.link.send_object(Orders(s), o, CONTROL))
         if self.current is not None:
             self.send_due(self.current)
+
+    def reach(self, worker: int, send: Callable[[], None]) -> None:
+        """Trainer rank 0 (holding the lock): `send()` to `worker`, unless it is gone; one whose connection
+        is found broken here is lost as its listener would find it (its steps go to the others)."""
+        if worker not in self.alive:
+            return
+        try:
+            send()
+        except LinkError as exc:
+            self.lose(worker, exc)
 
     def send_due(self, weights: Weights) -> None:
         """Trainer rank 0 (holding the lock): `weights` becomes the newest version, sent to the workers
@@ -185,8 +197,7 @@ class Feed:
         assert self.schedule is not None
         self.current = weights
         for worker in self.schedule.due(weights.version):
-            if worker in self.alive:
-                send_weights(self.link, weights, worker)
+            self.reach(worker, lambda w=worker: send_weights(self.link, weights, w))
 
 
 def send_setup(link: Link, paths: Mapping[str, str]) -> None:

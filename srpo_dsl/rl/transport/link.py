@@ -129,7 +129,9 @@ class Link:
         size = torch.tensor([data.numel()], dtype=torch.int64)
         with self.lock:
             for tensor, t in ((size, tag), (data, tag + 1)):
-                self.pending.setdefault(dst, []).append((self.objects.send([tensor], dst, t), tensor))
+                self.pending.setdefault(dst, []).append(
+                    (self._send(self.objects, tensor, dst, t, dst), tensor)
+                )
 
     def recv_object(self, src: int, tag: int) -> Any:
         """The next object rank `src` sent with `tag` (blocks)."""
@@ -142,7 +144,7 @@ class Link:
     def send_tensor(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
         group, peer = self._tensor_group(dst)
         with self.lock:
-            self.pending.setdefault(dst, []).append((group.send([tensor], peer, tag), tensor))
+            self.pending.setdefault(dst, []).append((self._send(group, tensor, peer, tag, dst), tensor))
 
     def recv_tensor(self, tensor: torch.Tensor, src: int, tag: int) -> torch.Tensor:
         group, peer = self._tensor_group(src)
@@ -191,14 +193,25 @@ class Link:
         worker = peer if peer >= self.layout.trainers else self.layout.rank
         return self.pairs[worker], int(peer != 0)
 
+    def _send(self, group: Any, tensor: torch.Tensor, rank: int, tag: int, peer: int) -> Any:
+        """`group.send` to `rank` (global rank `peer`): a peer whose connection is already broken is a
+        LinkError at once."""
+        try:
+            return group.send([tensor], rank, tag)
+        except RuntimeError as exc:
+            raise self._gone(peer, exc) from None
+
     def _wait(self, work: Any, peer: int | None) -> None:
         try:
             work.wait()
         except RuntimeError as exc:
-            who = "a peer" if peer is None else self.describe(peer)
-            first = str(exc).splitlines()[0]
-            reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0]  # gloo's words, not its file
-            raise LinkError(f"{who} stopped ({reason.rstrip('.')})") from None
+            raise self._gone(peer, exc) from None
+
+    def _gone(self, peer: int | None, exc: RuntimeError) -> LinkError:
+        who = "a peer" if peer is None else self.describe(peer)
+        first = str(exc).splitlines()[0]
+        reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0]  # gloo's words, not its file
+        return LinkError(f"{who} stopped ({reason.rstrip('.')})")
 
     def describe(self, rank: int) -> str:
         if rank >= self.layout.trainers:
