@@ -88,15 +88,15 @@ def test_a_deepspeed_config_with_a_bad_optimizer_is_refused_in_the_dry_run(tmp_p
 @pytest.mark.parametrize(
     ("params", "said"),
     [
-        ({"lr": "fast"}, "can't multiply sequence by non-int of type 'float'"),
-        ({"bogus": 1}, "unexpected keyword argument 'bogus'"),
+        ({"lr": "fast"}, "'<' not supported between instances of 'str' and 'float'"),
+        ({"lr": 0.1, "bogus": 1}, "SGD.__init__() got an unexpected keyword argument 'bogus'"),
     ],
 )
 def test_an_optimizer_deepspeed_cannot_build_with_its_params_is_one_line(tmp_path, params, said):
     """Parameters only the optimizer's constructor checks (once the model is loaded): one line naming the
     config file and DeepSpeed's reason, exit 1, and no run folder left."""
     config = tmp_path / "ds.json"
-    config.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": params}}))
+    config.write_text(json.dumps({"optimizer": {"type": "SGD", "params": params}}))  # torch's: no op to build
     out = tmp_path / "r"
     args = ("train", "workflows/quickstart.srpo", "--ds-config", config, "--out", out, "--steps", "1")
     refused = cli(*args, "--batch", "2", "--group", "2")
