@@ -60,6 +60,19 @@ def mark_joined() -> None:
         Path(folder, os.environ.get("RANK", "0")).touch()
 
 
+def role(rank: int, trainers: int) -> str:
+    """How srpo-dsl names global rank `rank` of a launch whose first `trainers` ranks train."""
+    if rank >= trainers:
+        return f"rollout worker {rank - trainers} (rank {rank})"
+    return f"trainer rank {rank}"
+
+
+def ended_before_joining(rank: int, trainers: int, why: str) -> str:
+    """The line for a process that ended (`why`) before every process joined its launch."""
+    joined = "before every process joined the launch: nothing was trained"
+    return f"error: {role(rank, trainers)} ended ({why}) {joined}"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import TrainPlan
 
 from srpo_dsl.api.relay import Outputs
-from srpo_dsl.launched import JOINED, LAUNCHER
+from srpo_dsl.launched import JOINED, LAUNCHER, ended_before_joining
 from srpo_dsl.runlock import owning
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
@@ -53,21 +53,16 @@ def relaunch(processes: int, argv: Sequence[str], joined: Path, outputs: Outputs
     from srpo_dsl.rl.distributed.process_group import free_port
 
     cores = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
-    env = (
-        os.environ
-        | {
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
-            "WORLD_SIZE": str(processes),
-            "LOCAL_WORLD_SIZE": str(processes),
-            "OMP_NUM_THREADS": str(max(1, cores // processes)),
-            LAUNCHER: str(
-                os.getpid()
-            ),  # they die with this process, and write under its lock of the run folder
-            JOINED: str(joined),
-        }
-        | outputs.env()
-    )
+    variables = {  # they die with this process (LAUNCHER), and write under its lock of the run folder
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(processes),
+        "LOCAL_WORLD_SIZE": str(processes),
+        "OMP_NUM_THREADS": str(max(1, cores // processes)),
+        LAUNCHER: str(os.getpid()),
+        JOINED: str(joined),
+    }
+    env = os.environ | outputs.env() | variables
     command = [sys.executable, "-m", "srpo_dsl", *argv]
     ranks = [  # a session of their own: a Ctrl-C reaches them once, forwarded by this process
         subprocess.Popen(
@@ -100,9 +95,8 @@ def launch_code(ranks: Sequence[subprocess.Popen], joined: Path, stderr: IO[str]
         if ended and len(os.listdir(joined)) < len(ranks):
             rank, code = ended[0]
             if code < 0:
-                who = f"rollout worker {rank - 1} (rank {rank})" if rank else "the trainer (rank 0)"
-                why = f"{who} ended ({signal.Signals(-code).name}) before every process joined the launch"
-                print(f"error: {why}: nothing was trained", file=stderr or sys.stderr, flush=True)
+                line = ended_before_joining(rank, 1, signal.Signals(-code).name)
+                print(line, file=stderr or sys.stderr, flush=True)
             return code or 1
         time.sleep(POLL)
     return code

@@ -33,6 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import UsageError
+from srpo_dsl.launched import ended_before_joining, role
 
 if TYPE_CHECKING:
     from srpo_dsl.api.relay import Outputs
@@ -237,7 +238,7 @@ class Follow:
             self.ended_early(rank, 1, f"its Ray actor died: {why}")
             return
         level = "warning" if rank >= self.trainers else "error"
-        self.err.write(f"{level}: the Ray actor of {self.role(rank)} died ({why})\n")
+        self.err.write(f"{level}: the Ray actor of {role(rank, self.trainers)} died ({why})\n")
         self.err.flush()
         if rank < self.trainers and not self.stopping:
             self.signal_all(signal.SIGTERM)
@@ -253,16 +254,10 @@ class Follow:
         """A worker ended before the launch was joined (the others would wait for it at the rendezvous for
         half an hour): the run stops with its code; one line when it said nothing (`why`: a signal)."""
         if why:
-            what = f"{self.role(rank)} ended ({why}) before every process joined the launch"
-            self.err.write(f"error: {what}: nothing was trained\n")
+            self.err.write(ended_before_joining(rank, self.trainers, why) + "\n")
             self.err.flush()
         self.early = code or 1
         self.signal_all(signal.SIGTERM)
-
-    def role(self, rank: int) -> str:
-        if rank >= self.trainers:
-            return f"rollout worker {rank - self.trainers} (rank {rank})"
-        return f"trainer rank {rank}"
 
     def signal_all(self, number: int) -> None:
         self.stopping = self.stopping or number != signal.SIGINT

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from srpo_dsl.launched import mark_joined
+from srpo_dsl.launched import mark_joined, role
 from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
 from srpo_dsl.runtime.episode import Episode
 
@@ -214,9 +214,7 @@ class Link:
         return LinkError(f"{who} stopped ({reason.rstrip('.')})")
 
     def describe(self, rank: int) -> str:
-        if rank >= self.layout.trainers:
-            return f"rollout worker {rank - self.layout.trainers} (rank {rank})"
-        return f"trainer rank {rank}"
+        return role(rank, self.layout.trainers)
 
 
 def weight_pairs(layout: LaunchLayout, store: Any) -> dict[int, Any]:
