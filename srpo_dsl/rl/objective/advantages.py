@@ -1,6 +1,7 @@
 """Group-relative advantages (docs/objective.md §5) and the registry of the estimators objectives name.
 
     A = (R - mean_g) / (std_g + eps)          std_g: population std (unbiased=False)
+    A = 0 exactly                             a group whose returns are equal (group_advantages)
 
     event   groups (prompt, event type); one sample per EVENT (the mean of its rows' returns)
             in mean_g, std_g; A_e on its rows                                                 (srpo)
@@ -80,24 +81,42 @@ def group_index(*keys: Sequence[Hashable]) -> Tensor:
     return torch.tensor([index.setdefault(key, len(index)) for key in zip(*keys)], dtype=torch.long)
 
 
+# A group whose std is at most this many ulps (of the returns' dtype) of its largest |R| is all equal.
+EQUAL_ULPS = 16
+
+
 def group_advantages(returns: Tensor, group_ids: Tensor, eps: float = 1e-6) -> Tensor:
     """A_i = (R_i - mean_g) / (std_g + eps) within each group g (any int ids).
 
-    std is the population standard deviation (unbiased=False), so a singleton group,
-    or a group whose returns are all equal, gets advantage 0.
+    std is the population standard deviation (unbiased=False). A singleton group, or a group whose
+    returns are all equal, gets advantage 0 bit for bit: the statistics are taken in float64 on the
+    returns minus one member of their group (equal returns differ by exact zeros), and a group whose
+    std is at most EQUAL_ULPS ulps of the returns' dtype times its largest |R| counts as equal (the
+    rounding of returns that were computed apart is no signal). The result has the returns' dtype
+    (at least float32).
     """
     if returns.shape != group_ids.shape or returns.dim() != 1:
         raise ValueError(
             f"returns and group_ids must be [N], got {tuple(returns.shape)} and {tuple(group_ids.shape)}"
         )
+    dtype = at_least_fp32(returns).dtype
     groups, inverse = torch.unique(group_ids, return_inverse=True)
-    r = at_least_fp32(returns)
+    r = returns.to(torch.float64)
     zeros = r.new_zeros(groups.numel())
     count = torch.bincount(inverse, minlength=groups.numel()).to(r.dtype)
-    mean = zeros.index_add(0, inverse, r) / count
-    centred = r - mean[inverse]
+    shifted = r - r[first_rows(inverse, groups.numel())][inverse]  # centred on a member: exact for equal R
+    centred = shifted - (zeros.index_add(0, inverse, shifted) / count)[inverse]
     std = (zeros.index_add(0, inverse, centred.square()) / count).sqrt()
-    return centred / (std[inverse] + eps)
+    scale = zeros.scatter_reduce(0, inverse, r.abs(), "amax", include_self=False)
+    equal = std <= EQUAL_ULPS * torch.finfo(dtype).eps * scale
+    advantages = centred / (std[inverse] + eps)
+    return torch.where(equal[inverse], torch.zeros_like(advantages), advantages).to(dtype)
+
+
+def first_rows(inverse: Tensor, num_groups: int) -> Tensor:
+    """The first row of each of `num_groups` groups, `inverse` being each row's group: [num_groups] long."""
+    rows = torch.arange(inverse.numel(), device=inverse.device)
+    return rows.new_full((num_groups,), inverse.numel()).scatter_reduce(0, inverse, rows, "amin")
 
 
 def event_advantages(returns: Tensor, group_ids: Tensor, event_ids: Tensor, eps: float = 1e-6) -> Tensor:
@@ -105,17 +124,17 @@ def event_advantages(returns: Tensor, group_ids: Tensor, event_ids: Tensor, eps:
 
     Row-level inputs (each row carries its member's return and its event's group); an event's
     return is the mean of its rows' (docs/objective.md §5: the set's return, the common one when
-    its members share it), and the group mean and std are taken over events, so a K=5 event
-    does not weigh five times a singleton.
+    its members share it: exactly, taken like the group's mean on a member), and the group mean and
+    std are taken over events, so a K=5 event does not weigh five times a singleton.
     """
+    dtype = at_least_fp32(returns).dtype
     events, inverse = torch.unique(event_ids, return_inverse=True)
-    r = at_least_fp32(returns)
+    r = returns.to(torch.float64)
     size = torch.bincount(inverse, minlength=events.numel()).to(r.dtype)
-    event_return = r.new_zeros(events.numel()).index_add(0, inverse, r) / size
-    rows = torch.arange(event_ids.numel(), device=event_ids.device)
-    no_row = rows.numel()
-    first_row = rows.new_full((events.numel(),), no_row).scatter_reduce(0, inverse, rows, "amin")
-    return group_advantages(event_return, group_ids[first_row], eps)[inverse]
+    first = first_rows(inverse, events.numel())
+    spread = r.new_zeros(events.numel()).index_add(0, inverse, r - r[first][inverse]) / size
+    event_return = (r[first] + spread).to(dtype)
+    return group_advantages(event_return, group_ids[first], eps)[inverse]
 
 
 def per_event(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
