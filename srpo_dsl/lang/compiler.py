@@ -131,6 +131,11 @@ Pending = tuple[str, Way]  # a way from a node (or a loop's head: its id) still 
 Frontier = list[Pending]
 
 
+def _atom(cond: n.Cond) -> Atom:
+    """The atom a written condition tests, with its own operator (`verifier != approve`)."""
+    return Atom("var", cond.agent.name, cond.op, cond.word.name)
+
+
 def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
     """The ways on which `atom` also holds."""
     out = []
@@ -398,7 +403,7 @@ class _Compiler(n.StepVisitor[Frontier]):
         self.enclosing = frozenset(self.open_loops)
         more = Atom("loop", lid, "<", s.bound)
         if s.until:
-            hit = Atom("var", s.until.agent.name, "==", s.until.word.name)
+            hit = _atom(s.until)
             back = _restrict(_restrict(tail, hit.negated()), more)
             out += _restrict(tail, hit) + _restrict(tail, more.negated())
         else:
@@ -409,13 +414,13 @@ class _Compiler(n.StepVisitor[Frontier]):
         return self.through(into, lid, out)
 
     def visit_if(self, s: n.If, frontier: Frontier, exits: list[Frontier]) -> Frontier:
-        hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
+        hit = _atom(s.cond)
         return self.block(s.then, _restrict(frontier, hit), exits) + self.block(
             s.orelse, _restrict(frontier, hit.negated()), exits
         )
 
     def visit_break(self, s: n.Break, frontier: Frontier, exits: list[Frontier]) -> Frontier:
-        hit = Atom("var", s.cond.agent.name, s.cond.op, s.cond.word.name)
+        hit = _atom(s.cond)
         exits[-1] += _restrict(frontier, hit)
         return _restrict(frontier, hit.negated())
 
