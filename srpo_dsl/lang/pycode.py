@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from srpo_dsl.lang.filestate import look
 
-UseName = Literal["reward", "loader", "tool", "env", "parser", "objective", "advantage"]
+UseName = Literal["reward", "scorer", "loader", "tool", "env", "parser", "objective", "advantage"]
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -30,12 +30,18 @@ class Use:
     """What a workflow calls user code for, and how it calls it."""
 
     shape: str  # the call, as the docs and messages show it
-    positional: int  # positional arguments passed (a reward may take one more: its episode)
+    positional: int  # positional arguments passed (one more for a function that takes the episode)
     keywords: tuple[str, ...] = ()  # keywords always passed (besides the binding's own options)
+    episode: bool = False  # the episode is passed too when the function takes it (`Params.reward_arity`)
+
+    def arity(self, params: Params) -> int:
+        """The positional arguments passed to a function with these parameters."""
+        return params.reward_arity() if self.episode else self.positional
 
 
 USES: dict[str, Use] = {
-    "reward": Use("reward(answer, row[, episode]) -> float or {role: float}", 2),
+    "reward": Use("reward(answer, row[, episode]) -> float or {role: float}", 2, episode=True),
+    "scorer": Use("scorer(answer, row[, episode]) -> float", 2, episode=True),  # a branch's `by "f.py:fn"`
     "loader": Use("loader(split, **options) -> list of dict rows", 0, ("split",)),
     "tool": Use("tool(queries, **options) -> list of str, one per query", 1),
     "env": Use("env(outputs, row, state, **options) -> (observations, done[, reward])", 3),
@@ -120,8 +126,7 @@ class Params:
 def call_problem(use: UseName, params: Params, options: tuple[str, ...]) -> str | None:
     """Why srpo-dsl's call of a `use` function with these binding options would fail; None if it binds."""
     spec = USES[use]
-    npos = params.reward_arity() if use == "reward" else spec.positional
-    return params.problem(npos, spec.keywords + options)
+    return params.problem(spec.arity(params), spec.keywords + options)
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,7 @@ class CodeRef:
     module: str | None  # `package.module` for the second form; None for a file path
     function: str
     line: int
-    arity: int  # positional arguments passed (a reward: 2, or 3 with its episode)
+    arity: int  # positional arguments passed (a reward, a scorer: 2, or 3 with the episode)
 
     def attrs(self) -> dict[str, Any]:
         return {
@@ -312,5 +317,4 @@ def locate_ref(text: str, use: UseName, base: Path, options: tuple[str, ...] = (
             "E094",
             f"`{function}` ({shown}:{line}) cannot be called as {USES[use].shape}: {problem}",
         )
-    arity = params.reward_arity() if use == "reward" else USES[use].positional
-    return Located(CodeRef(use, text, shown, module, function, line, arity), None)
+    return Located(CodeRef(use, text, shown, module, function, line, USES[use].arity(params)), None)

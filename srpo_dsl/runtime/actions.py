@@ -24,11 +24,16 @@ MIXED = "MIXED"  # the recorded state of an event whose members took different a
 
 
 def allowed(parsed: Parsed, actions: Sequence[str]) -> Parsed:
-    """`parsed`, or invalid when it took an action the step does not allow."""
-    if not parsed.valid or not isinstance(parsed.value, dict) or parsed.value.get("action") in actions:
+    """`parsed`, or invalid when the step's agent acts (`actions`: those the step allows) and the output
+    took none of them. An agent that does not act has no actions: any valid value is its own (a dict
+    without "action" too), never an action choice."""
+    if not actions or not parsed.valid:
         return parsed
-    taken = parsed.value.get("action")
-    return Parsed(False, None, f"action `{taken}` is not allowed here (only {', '.join(actions)})")
+    taken = parsed.value.get("action") if isinstance(parsed.value, dict) else None
+    if taken in actions:
+        return parsed
+    why = f"action `{taken}` is not allowed here" if taken is not None else "the output takes no action"
+    return Parsed(False, None, f"{why} (only {', '.join(actions)})")
 
 
 def action_of(member: Member) -> str | None:

@@ -16,7 +16,7 @@ Every alternative is recorded and trained. Its return (docs/objective.md, "Branc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from srpo_dsl.envs.rewards import REWARDS
@@ -69,12 +69,14 @@ class Tree:
 
 class BranchScorer:
     """A branch's scorer: a reward function on each member's answer (their mean), or the user's Python
-    called as a reward with the alternative's answer (a list for K > 1) and the task row."""
+    called as a reward with the alternative's answer (a list for K > 1), the task row and, when it takes
+    it, the episode a Python reward reads (`Episode.view`, `role_of` naming who acted): the path so far,
+    which every alternative shares, with each environment's state."""
 
-    def __init__(self, node: EventNode, pools: dict[str, int]):
+    def __init__(self, node: EventNode, pools: dict[str, int], role_of: Callable[[Event], str]):
         branch = node.branch
         assert branch is not None and branch.scorer is not None
-        self.field = branch.field
+        self.field, self.role_of = branch.field, role_of
         self.user = UserReward(branch.code, node.agent.name, pools) if branch.code else None
         self.fn = None if branch.code else REWARDS.lookup(branch.scorer)
 
@@ -85,7 +87,8 @@ class BranchScorer:
         answers = [m.parsed if m.valid else None for m in members]
         if self.user is not None:
             answer = answers[0] if len(answers) == 1 else answers
-            return self.user(answer, dict(ep.task)).score
+            view = ep.view(self.role_of) if self.user.wants_episode else None
+            return self.user(answer, dict(ep.task), view).score
         assert self.fn is not None and self.field is not None
         values = [float(self.fn(a if a is None else str(a), ep.task, self.field)) for a in answers]
         return sum(values) / len(values) if values else 0.0

@@ -92,9 +92,8 @@ class Executor:
             n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
         }
         self.envs = load_envs(graph.envs, pools)
-        self.scorers = {
-            v.id: BranchScorer(v, pools) for v in graph.event_nodes if v.branch and v.branch.scorer
-        }
+        scored = [v for v in graph.event_nodes if v.branch and v.branch.scorer]
+        self.scorers = {v.id: BranchScorer(v, pools, self._agent_of) for v in scored}
         options = options or graph.train
         self.backup, self.discount = options.backup, options.discount
         self.branching = True

@@ -36,7 +36,8 @@ from typing import Any
 from srpo_dsl.errors import InputError
 from srpo_dsl.lang.pycode import USES, CodeRef, Params, call_problem
 
-TIME_LIMITS = {"reward": 60.0, "parser": 10.0, "loader": 600.0}  # seconds per call; a tool sets its own
+# Seconds per call; a tool sets its own.
+TIME_LIMITS = {"reward": 60.0, "scorer": 60.0, "parser": 10.0, "loader": 600.0}
 IMPORT_TIME_LIMIT = 600.0
 _MODULES: dict[str, ModuleType] = {}  # file path or module name -> the module: imported once per process
 
@@ -178,7 +179,7 @@ class UserFunction:
     ref: CodeRef
     fn: Callable[..., Any]
     timeout: float | None
-    arity: int  # positional arguments it takes (a reward: 2, or 3 with the episode)
+    arity: int  # positional arguments it takes (a reward, a scorer: 2, or 3 with the episode)
 
     def __call__(self, *args: Any, about: Callable[[], str], **kwargs: Any) -> Any:
         name = f"{self.ref.function}()"
@@ -206,7 +207,7 @@ def load_function(ref: CodeRef, timeout: float | None = None, options: tuple[str
     try:
         params = Params.of_callable(fn)
     except (TypeError, ValueError):  # no signature to read (some built-ins): call it as documented
-        arity = USES[ref.use].positional if ref.use != "reward" else 2
+        arity = USES[ref.use].positional
     else:
         problem = call_problem(ref.use, params, options)
         if problem:
@@ -214,7 +215,7 @@ def load_function(ref: CodeRef, timeout: float | None = None, options: tuple[str
             raise UserCodeError(
                 ref.file, ref.line, f"{ref.function}() cannot be called as {shape}: {problem}"
             )
-        arity = params.reward_arity() if ref.use == "reward" else USES[ref.use].positional
+        arity = USES[ref.use].arity(params)
     limit = timeout if timeout is not None else TIME_LIMITS.get(ref.use)
     return UserFunction(ref, fn, limit, arity)
 
