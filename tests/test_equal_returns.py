@@ -102,7 +102,9 @@ def test_equal_returns_are_zero_in_any_dtype(size: int, value: float, dtype: tor
 
 
 # One group: its size 1-64, and either one value for all or values of its own.
-GROUP = st.tuples(st.integers(1, 64), st.booleans(), st.lists(UNREPRESENTABLE, min_size=64, max_size=64))
+GROUP = st.integers(1, 64).flatmap(
+    lambda n: st.tuples(st.just(n), st.booleans(), st.lists(UNREPRESENTABLE, min_size=n, max_size=n))
+)
 
 
 def draw_groups(groups: list[tuple[int, bool, list[float]]]) -> tuple[list[float], list[int], list[bool]]:
