@@ -92,6 +92,8 @@ def token_scopes(kind: str, text: str, kw, prev: str) -> set[str]:
         return {STRING}
     if kind == "NAME":
         return {"entity.name.type.srpo"} if prev in DECLARING else {"source.srpo"}
+    if kind == "DASHED":  # a value's word with `-` (`token-mean`): unscoped, as a name
+        return {"source.srpo"}
     if kind in PUNCTUATION:
         return {PUNCTUATION[kind]}
     if text in "()[]{}":

@@ -2,8 +2,9 @@
 
 The grammar is the one source of the syntax: which keywords start a step or a declaration is
 read from its rules (the first terminal of each alternative of `step` and `item`), never listed
-by hand. The one rule the file leaves open, `step_keyword`, is made of the step table's keywords
-(`srpo_dsl.lang.steps`), so every parser is built for the kinds registered when it is built.
+by hand. The two rules the file leaves open are made here: `step_keyword` of the step table's
+keywords (`srpo_dsl.lang.steps`), so every parser is built for the kinds registered when it is
+built, and `keyword` of every keyword (the file's and the step table's), which a value may spell.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -40,10 +42,16 @@ def grammar_text() -> str:
 @functools.lru_cache(maxsize=8)
 def _with_steps(keywords: tuple[str, ...]) -> str:
     text = grammar_file()
-    taken = set(keywords) & set(_LITERAL.findall(re.sub(r"//[^\n]*", "", text)))
+    own = set(_LITERAL.findall(re.sub(r"//[^\n]*", "", text)))
+    taken = set(keywords) & own
     if taken:
         raise ValueError(f"step keyword(s) {', '.join(sorted(taken))}: already a keyword of the language")
-    return text + "\n?step_keyword: " + " | ".join(f'"{k}"' for k in keywords) + "\n"
+    return text + _rule("step_keyword", keywords) + _rule("keyword", sorted(own | set(keywords)))
+
+
+def _rule(name: str, words: Sequence[str]) -> str:
+    """`?name: "w1" | "w2" | ...`, a rule the file leaves open, inlined to the word's token."""
+    return f"\n?{name}: " + " | ".join(f'"{w}"' for w in words) + "\n"
 
 
 def lark_parser(strict: bool = False) -> Lark:
@@ -67,6 +75,7 @@ class Statements:
     declarations: frozenset[str]  # the keywords that start a declaration (`agent`, `task`, ...)
     boundaries: frozenset[str]  # those, `workflow`, and the `}` that closes a block
     step_kinds: frozenset[str]  # the keywords of the step table (`route`, `verify`, ...): `step_keyword`
+    value_words: frozenset[str]  # the keywords a value may spell (`agent`): `keyword` less `boolean`
 
 
 @functools.lru_cache(maxsize=4)
@@ -87,4 +96,6 @@ def statements(parser: Lark) -> Statements:
     steps = first("step")
     items = first("item")
     closes = frozenset(expansion[-1].name for expansion in rules["block"])
-    return Statements(steps, items - steps, items | first("workflow_decl") | closes, first("step_keyword"))
+    boundaries = items | first("workflow_decl") | closes
+    words = first("keyword") - first("boolean")
+    return Statements(steps, items - steps, boundaries, first("step_keyword"), words)

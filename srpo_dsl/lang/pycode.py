@@ -2,7 +2,7 @@
 
 A reference is `"path/to/file.py:function"` (relative to the workflow's folder) or
 `"package.module:function"` (a module found on `sys.path`, located without importing its
-packages). `locate_ref` finds the file and the function's `def`; `Params` is the function's
+packages: `pysource`). `locate_ref` finds the file and the function's `def`; `Params` is the function's
 signature, read from the `ast` here and from `inspect` at run time, so both apply one rule
 (`Params.problem`) to the call srpo-dsl will make (`USES`).
 """
@@ -12,13 +12,12 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from srpo_dsl.lang.filestate import look
+from srpo_dsl.lang.pysource import RefProblem, source_of
 
 UseName = Literal["reward", "scorer", "loader", "tool", "env", "parser", "objective", "advantage"]
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -153,14 +152,6 @@ class CodeRef:
         }
 
 
-class RefProblem(Exception):
-    """A reference that does not resolve: `code` is the diagnostic's, the message one line."""
-
-    def __init__(self, code: str, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.code, self.hint = code, hint
-
-
 def is_reference(value: object) -> bool:
     """Whether an option's value names Python code (`"file.py:function"`), not a registered name."""
     return isinstance(value, str) and ":" in value
@@ -180,45 +171,6 @@ def split_ref(text: str) -> tuple[str, str]:
     if not where.endswith(".py") and not _MODULE.fullmatch(where):
         raise RefProblem("E090", f"`{where}` is neither a .py file nor a dotted module name")
     return where, function
-
-
-def _is_file(path: Path) -> bool:
-    """Whether `path` is a file (recorded: `filestate.look`); E092 when it cannot be looked at."""
-    state = look(path)
-    if state.error is not None:
-        raise RefProblem("E092", f"cannot read {path}: {state.error}")
-    return state.is_file
-
-
-def find_module(name: str) -> Path | None:
-    """The source file of module `name` on `sys.path` (a package's `__init__.py`), found by path only."""
-    parts = name.split(".")
-    for entry in sys.path:
-        base = Path(entry or ".").joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if _is_file(candidate):
-                return candidate
-    return None
-
-
-def source_of(where: str, base: Path) -> tuple[Path, str | None]:
-    """(the file, the module name or None) a reference's left side names; RefProblem if absent or if
-    it cannot be looked at."""
-    if where.endswith(".py"):
-        path = Path(where) if Path(where).is_absolute() else base / where
-        if not _is_file(path):
-            raise RefProblem("E091", f"Python file `{where}` not found (looked in {base})")
-        return path, None
-    found = find_module(where)
-    if found is None:
-        if where in sys.builtin_module_names:
-            raise RefProblem("E091", f"module `{where}` is built into Python: it has no source to check")
-        raise RefProblem(
-            "E091",
-            f"module `{where}` not found on the Python path",
-            'install it, add its folder to PYTHONPATH, or name the file: "path/to/file.py:function"',
-        )
-    return found, where
 
 
 @dataclass(frozen=True)

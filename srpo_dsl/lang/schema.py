@@ -11,6 +11,8 @@ is accepted. Nothing here imports torch.
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -167,6 +169,7 @@ TRAIN_CHOICES: dict[str, Mapping[str, Any]] = {
     "report_to": TRACKERS,  # or several, comma-separated, or `none`
 }
 NO_TRACKER = "none"  # `report_to = none`: metrics.jsonl and eval.jsonl only
+TRAIN_WORDS = {"report_to": (NO_TRACKER,)}  # the words a `train with` option takes besides its registry's
 
 
 def tracker_list(value: Any) -> str:
@@ -316,6 +319,23 @@ class TrainOptions(_Options):
     @classmethod
     def _set_norm(cls, value: str) -> str:
         return registered(TRAIN_CHOICES["set_norm"], value)
+
+
+def option_choices(model: type[BaseModel], name: str) -> list[str]:
+    """The values option `name` of `model` takes by name, as a workflow writes them: a registry's entries
+    (`TRAIN_CHOICES`, and `TRAIN_WORDS`), a `Literal`'s, or `true` and `false`; [] for any other option
+    (a number, a path)."""
+    if model is TrainOptions and name in TRAIN_CHOICES:
+        return [*TRAIN_CHOICES[name], *TRAIN_WORDS.get(name, ())]
+    info = model.model_fields.get(name)
+    if info is None:
+        return []
+    kinds = [info.annotation]
+    if typing.get_origin(info.annotation) in (typing.Union, types.UnionType):  # `X | None`: X
+        kinds = [a for a in typing.get_args(info.annotation) if a is not type(None)]
+    if kinds == [bool]:
+        return ["true", "false"]
+    return [str(v) for a in kinds if typing.get_origin(a) is typing.Literal for v in typing.get_args(a)]
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ MAX_PARSE_ERRORS = 10
 # What a user reads instead of a terminal's internal name (a keyword reads as itself: `agent`).
 _TERMINAL_WORDS = {
     "NAME": "a name",
+    "DASHED": "a name",  # a value's word with `-` (`token-mean`)
     "STRING": "a string in double quotes",
     "NUMBER": "a number",
     "COMPARE": "`==` or `!=`",
@@ -89,13 +90,14 @@ def _expected(err: UnexpectedInput, parser: Lark) -> str:
     if not accepts:
         accepts = set(getattr(err, "expected", ()) or getattr(err, "allowed", ()) or ())
     groups = statements(parser)
+    for spelled in (groups.value_words, groups.step_kinds):  # a value's word, a contract's name
+        if "NAME" in accepts and spelled <= accepts:
+            accepts -= spelled
     labels = set()
     for group, label in ((groups.steps, "a step"), (groups.declarations, "a declaration")):
         if group <= accepts:
             accepts -= group
             labels.add(label)
-    if "NAME" in accepts and groups.step_kinds <= accepts:  # a contract: its name may spell a step keyword
-        accepts -= groups.step_kinds
     names = {_describe(t, parser) for t in accepts} | labels
     words = sorted(names, key=lambda w: (not w.startswith("`"), w))
     if not words:
@@ -135,13 +137,22 @@ def _block_left_open(err: UnexpectedInput, parser: Lark) -> bool:
     return err.token.type in state.accepts()
 
 
-def _keyword_as_name(err: UnexpectedInput, parser: Lark) -> str | None:
-    """The keyword written where a name is expected (`agent agent ...`): a token the grammar's NAME
-    pattern matches but the lexer read as a keyword (the grammar's, or a step kind's)."""
+def _not_a_name(err: UnexpectedInput, parser: Lark) -> tuple[str, str] | None:
+    """(message, hint) for a word written where a name is expected that the lexer did not read as a
+    name: a keyword (`agent agent ...`: the grammar's, or a step kind's), or a word with `-` (`agent
+    my-agent ...`: only a value may have one)."""
     if not isinstance(err, UnexpectedToken) or "NAME" not in (err.expected or ()):
         return None
+    word, kind = str(err.token), err.token.type
+    if kind == "DASHED":
+        return (
+            f"`{word}` is not a name: a name is ASCII letters, digits and `_`",
+            f"e.g. `{word.replace('-', '_')}`",
+        )
     name = parser.get_terminal("NAME").pattern.to_regexp()
-    return str(err.token) if err.token.type != "NAME" and re.fullmatch(name, err.token) else None
+    if kind != "NAME" and re.fullmatch(name, word):
+        return f"`{word}` is a keyword and cannot be a name", f"pick another name, e.g. `{word}_1`"
+    return None
 
 
 def _last_token(text: str, end: int, parser: Lark) -> Token | None:
@@ -205,14 +216,9 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_b
         ("E003" if _at_end(err) else "E002" if isinstance(err, UnexpectedCharacters) else "E001"),
         None,
     )
-    keyword = _keyword_as_name(err, parser) if missing is None else None
-    if keyword is not None:
-        return Diagnostic(
-            "E001",
-            f"`{keyword}` is a keyword and cannot be a name",
-            span,
-            f"pick another name, e.g. `{keyword}_1`",
-        )
+    not_a_name = _not_a_name(err, parser) if missing is None else None
+    if not_a_name is not None:
+        return Diagnostic("E001", not_a_name[0], span, not_a_name[1])
     label = _example_labels(parser).get(_situation(err)) if isinstance(err, UnexpectedToken) else None
     if label is not None:
         code, hint = label

@@ -6,8 +6,6 @@ or a string."""
 from __future__ import annotations
 
 import re
-import types
-import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -21,11 +19,11 @@ from srpo_dsl.lang.schema import (
     POLICY_KINDS,
     TASK_KINDS,
     TOOL_KINDS,
-    TRAIN_CHOICES,
     AgentOptions,
     Generation,
     LoraOptions,
     TrainOptions,
+    option_choices,
 )
 from srpo_dsl.lsp.expected import Expected, expected, in_comment_or_string
 from srpo_dsl.registries import CONTRACTS, REWARDS
@@ -85,21 +83,6 @@ def options(model: type[BaseModel]) -> list[lsp.CompletionItem]:
         )
         for name, info in model.model_fields.items()
     ]
-
-
-def choices(model: type[BaseModel], name: str) -> list[str]:
-    """The values an option takes by name: a registry's entries, a `Literal`'s, or `true` and `false`."""
-    if model is TrainOptions and name in TRAIN_CHOICES:
-        return list(TRAIN_CHOICES[name])
-    info = model.model_fields.get(name)
-    if info is None:
-        return []
-    kinds = [info.annotation]
-    if typing.get_origin(info.annotation) in (typing.Union, types.UnionType):  # `X | None`: X
-        kinds = [a for a in typing.get_args(info.annotation) if a is not type(None)]
-    if kinds == [bool]:
-        return ["true", "false"]
-    return [str(v) for a in kinds if typing.get_origin(a) is typing.Literal for v in typing.get_args(a)]
 
 
 def _value(word: str) -> str:
@@ -169,7 +152,7 @@ def _after_equal(exp: Expected) -> list[lsp.CompletionItem]:
     model = _option_model(exp)
     if model is None or name is None:
         return []
-    return _items(choices(model, name.value), CK.EnumMember, f"{name.value} value")
+    return _items(option_choices(model, name.value), CK.EnumMember, f"{name.value} value")
 
 
 def _after_compare(exp: Expected, decls: list[Declared]) -> list[lsp.CompletionItem]:
@@ -230,8 +213,11 @@ def keywords(exp: Expected) -> list[lsp.CompletionItem]:
     if exp.last in _NO_KEYWORDS or (exp.last == "COMMA" and exp.head() == "ENV"):
         return []
     parser = lark_parser()
+    accepts, spelled = exp.accepts - {"$END"}, statements(parser).value_words
+    if spelled <= accepts:  # a value (`hf(`, `f(x, `): its word may spell any keyword, none is one here
+        accepts -= spelled
     words = []
-    for term in sorted(exp.accepts - {"$END"}):
+    for term in sorted(accepts):
         pattern = parser.get_terminal(term).pattern
         if pattern.type == "str" and _IDENT.fullmatch(pattern.value):
             words.append(pattern.value)

@@ -1,7 +1,8 @@
 """textDocument/semanticTokens/full: each token of the file by what it is, read from the grammar's own
 lexer (keywords, strings, numbers, comments, operators) and the file's declarations (a name is an agent,
 a policy, a tool or an environment where the file declares one; a contract, a kind or a reward function
-a function; an option's name a property; any other name, a value or a word, an enum member)."""
+a function; an option's name a property; any other name, a value or a word, an enum member, as is
+a value's word that spells a keyword)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from lark import Token
 from lark.exceptions import UnexpectedInput
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.grammar import lark_parser
+from srpo_dsl.lang.grammar import lark_parser, statements
 from srpo_dsl.lsp.completion import declared
 
 TOKEN_TYPES = ["keyword", "class", "variable", "function", "namespace", "string", "number", "comment"]
@@ -44,6 +45,8 @@ def _kind(tok: Token, around: tuple[Token | None, Token | None], names: dict[str
         return "function"  # a contract, a kind, a reward function
     if tok.type in _BY_TERMINAL:
         return _BY_TERMINAL[tok.type]
+    if tok.type == "DASHED" or (before == "EQUAL" and tok.type in statements(lark_parser()).value_words):
+        return "enumMember"  # a value's word: `token-mean`, or a keyword's (`advantage = agent`)
     if tok.type != "NAME":
         return "keyword" if _IDENT.fullmatch(tok) else None
     if before == "WORKFLOW":
