@@ -12,6 +12,7 @@ from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.runtime.episode import EpisodeView
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow
+from srpo_dsl.runtime.usercode import UserCodeError
 
 TASK = {"id": "q", "question": "3+4", "answer": "7"}
 SCRIPT = {"planner": ["\\boxed{7}"], "solver": ["\\boxed{12}", "\\boxed{7}"]}
@@ -120,3 +121,16 @@ def test_validate_refuses_a_scorer_it_cannot_call_at_the_reference(tmp_path, sco
     )
     assert source.endswith(f'aggregate solver branch 2 keep best by "s.py:{scorer}"')
     assert caret.index("^") == source.index('"s.py:') and caret.count("^") == len(f'"s.py:{scorer}"')
+
+
+@pytest.mark.parametrize("returned", ['{"solver": 1.0}', 'float("nan")', '"high"'])
+def test_a_scorer_that_returns_no_number_is_an_error_at_its_def(tmp_path, returned):
+    """A scorer's return is checked as a scorer's (a reward's `{role: number}` is no score), at the user's line."""
+    code = f"def board(outputs, row, state):\n    return {{}}, False\n\ndef odd(answer, row):\n    return {returned}\n"
+    path = _workflow(tmp_path, "odd")
+    (tmp_path / "s.py").write_text(code)
+    wf = load_workflow(path)
+    executor = Executor(wf.graph, {"lm": ScriptedBackend(SCRIPT)}, wf.renderer(), build_tools(wf))
+    with pytest.raises(UserCodeError, match="a branch scorer returns a finite number") as failed:
+        executor.run([TASK])
+    assert f"{tmp_path / 's.py'}:4" in str(failed.value)

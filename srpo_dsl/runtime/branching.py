@@ -24,7 +24,7 @@ from srpo_dsl.lang.branches import BACKUPS
 from srpo_dsl.lang.declarations import BranchInfo
 from srpo_dsl.lang.graph import EventNode
 from srpo_dsl.runtime.episode import BranchMark, Episode, Event, Leaf, Member
-from srpo_dsl.runtime.hooks import UserReward
+from srpo_dsl.runtime.hooks import UserScorer
 from srpo_dsl.seeds import seed_of
 
 
@@ -69,15 +69,15 @@ class Tree:
 
 class BranchScorer:
     """A branch's scorer: a reward function on each member's answer (their mean), or the user's Python
-    called as a reward with the alternative's answer (a list for K > 1), the task row and, when it takes
+    (a `UserScorer`) called with the alternative's answer (a list for K > 1), the task row and, when it takes
     it, the episode a Python reward reads (`Episode.view`, `role_of` naming who acted): the path so far,
     which every alternative shares, with each environment's state."""
 
-    def __init__(self, node: EventNode, pools: dict[str, int], role_of: Callable[[Event], str]):
+    def __init__(self, node: EventNode, role_of: Callable[[Event], str]):
         branch = node.branch
         assert branch is not None and branch.scorer is not None
         self.field, self.role_of = branch.field, role_of
-        self.user = UserReward(branch.code, node.agent.name, pools) if branch.code else None
+        self.user = UserScorer(branch.code) if branch.code else None
         self.fn = None if branch.code else REWARDS.lookup(branch.scorer)
 
     def scores(self, ep: Episode, events: Sequence[Event]) -> list[float | None]:
@@ -88,7 +88,7 @@ class BranchScorer:
         if self.user is not None:
             answer = answers[0] if len(answers) == 1 else answers
             view = ep.view(self.role_of) if self.user.wants_episode else None
-            return self.user(answer, dict(ep.task), view).score
+            return self.user(answer, dict(ep.task), view)
         assert self.fn is not None and self.field is not None
         values = [float(self.fn(a if a is None else str(a), ep.task, self.field)) for a in answers]
         return sum(values) / len(values) if values else 0.0

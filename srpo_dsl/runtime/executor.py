@@ -93,7 +93,7 @@ class Executor:
         }
         self.envs = load_envs(graph.envs, pools)
         scored = [v for v in graph.event_nodes if v.branch and v.branch.scorer]
-        self.scorers = {v.id: BranchScorer(v, pools, self._agent_of) for v in scored}
+        self.scorers = {v.id: BranchScorer(v, self._agent_of) for v in scored}
         options = options or graph.train
         self.backup, self.discount = options.backup, options.discount
         self.branching = True

@@ -1,11 +1,12 @@
-"""The four uses of the user's Python in a rollout: a reward, an output parser, a task loader, a tool
-(the training objective and advantage estimator are the trainer's: `srpo_dsl.rl.objective.plugins`).
+"""The uses of the user's Python in a rollout: a reward, a branch scorer, an output parser, a task loader,
+a tool (the training objective and advantage estimator are the trainer's: `srpo_dsl.rl.objective.plugins`).
 
 Each wraps a `UserFunction` (imported once, time-limited, failures naming the user's
 file:line) and checks what it returns, so a wrong return is one clear error too:
 
 - reward `(answer, row[, episode]) -> float | {key: float}`: finite numbers only, keys naming members
   (`ROLE`, `ROLE#REPLICA`, `ROLE@ROUND`, `ROLE#REPLICA@ROUND`: `runtime.credit`);
+- branch scorer `(answer, row[, episode]) -> float`: a finite number;
 - parser `(text) -> (valid, value)`: a bool and plain JSON data;
 - loader `(split, **options) -> [row, ...]`: a non-empty list of dicts;
 - tool `(queries, **options) -> [str, ...]`: one string per query. A tool call that fails,
@@ -41,24 +42,46 @@ class RewardValue:
     credit: Mapping[str, float]  # canonical credit keys (`runtime.credit`); empty: every member gets `score`
 
 
-class UserReward:
-    """A Python reward; `pools`: each declared role -> its number of replicas."""
+class OnAnswer:
+    """A user function called on an answer and its task row, and on the episode when it takes a third
+    parameter (the arity the checker allows: `pycode.Use.arity`)."""
 
-    def __init__(self, ref: CodeRef, rewarded: str, pools: Mapping[str, int]):
+    def __init__(self, ref: CodeRef):
         self.fn = load_function(ref)
-        self.rewarded, self.pools = rewarded, dict(pools)
 
     @property
     def wants_episode(self) -> bool:
         return self.fn.arity == 3
 
+    def called(self, answer: object, row: dict, episode: object) -> tuple[object, str]:
+        """What the function returned, and where (`on answer ..., task ...`) for an error."""
+        args = (answer, row, episode) if self.wants_episode else (answer, row)
+        about = f"answer {shorten(answer)}, task {shorten(row.get('id'))}"
+        return self.fn(*args, about=lambda: about), f"on {about}"
+
+
+class UserScorer(OnAnswer):
+    """A Python branch scorer: `(answer, row[, episode]) -> float`, one finite number per alternative."""
+
+    def __call__(self, answer: object, row: dict, episode: object = None) -> float:
+        value, where = self.called(answer, row, episode)
+        if not finite_number(value):
+            raise self.fn.fail(f"returned {shorten(value)} {where}: a branch scorer returns a finite number")
+        return float(value)
+
+
+class UserReward(OnAnswer):
+    """A Python reward; `pools`: each declared role -> its number of replicas."""
+
+    def __init__(self, ref: CodeRef, rewarded: str, pools: Mapping[str, int]):
+        super().__init__(ref)
+        self.rewarded, self.pools = rewarded, dict(pools)
+
     def __call__(
         self, answer: object, row: dict, episode: object = None, rounds: Mapping[str, int] | None = None
     ) -> RewardValue:
         """`rounds`: each role -> the rounds it took in the episode (what `ROLE@N` keys may name)."""
-        args = (answer, row, episode) if self.wants_episode else (answer, row)
-        value = self.fn(*args, about=lambda: f"answer {shorten(answer)}, task {shorten(row.get('id'))}")
-        where = f"on answer {shorten(answer)}, task {shorten(row.get('id'))}"
+        value, where = self.called(answer, row, episode)
         if isinstance(value, Mapping):
             return self._credit(value, where, rounds or {})
         if not finite_number(value):
