@@ -13,6 +13,7 @@ from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, eprint, output_option
 from srpo_dsl.cli.lang_cmds import compile_cmd, fmt_cmd, validate
 from srpo_dsl.cli.lsp_cmd import lsp_cmd
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
+from srpo_dsl.cli.stdout import EXIT_PIPE_CLOSED, end_quietly, flushed, stdout_closed
 from srpo_dsl.cli.sweep_cmds import sweep_cmd
 from srpo_dsl.cli.train_cmds import export_cmd, plot_cmd, train_cmd
 from srpo_dsl.cli.view_cmds import view
@@ -86,37 +87,56 @@ def interrupted_exit() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: one clear line and a non-zero exit for every failure, never a traceback."""
+    """Entry point: one clear line and a non-zero exit for every failure, never a traceback; a stdout
+    closed by its reader (`srpo-dsl ... | head`) ends it quietly, exit 141 (`cli.stdout`)."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, note_interrupt)
     try:
+        code = outcome(argv)
+    finally:  # also when srpo-dsl's own SystemExit (a signal's exit code) passes through
+        complete = flushed()
+    sys.exit(code or (0 if complete else EXIT_PIPE_CLOSED))  # a failure keeps its own code
+
+
+def outcome(argv: list[str] | None) -> int:
+    """The command's exit code; every failure said in one line on stderr."""
+    try:
         code = app(args=argv, standalone_mode=False)  # returns the exit code of a `typer.Exit`
     except SystemExit as exc:
+        if stdout_closed(exc):  # typer's and rich's exit for a BrokenPipeError
+            return end_quietly()
         if (where := foreign_exit(exc)) is None:
             raise
         eprint(f"error: {where}: SystemExit({exc.code!r}) raised there would end the command")
-        sys.exit(EXIT_INPUT)
+        return EXIT_INPUT
     except SrpoDslError as err:  # the API's and the CLI's: a workflow's errors, the user's file:line, ...
         if err.exit_code != 130:
             interrupted_exit()
         print_error(err)
-        sys.exit(err.exit_code)
+        return err.exit_code
     except typer.Exit as ex:
-        sys.exit(ex.exit_code)
+        return ex.exit_code
     except KeyboardInterrupt:
         eprint("interrupted")
-        sys.exit(130)
+        return 130
     except Exception as exc:
-        interrupted_exit()
-        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()  # a usage error of click (as vendored by typer): exit code 2
-            sys.exit(exc.exit_code)
-        if type(exc).__name__ == "Abort":
-            eprint("aborted")
-            sys.exit(130)
-        eprint(f"internal error (a bug, please report it): {type(exc).__name__}: {exc}")
-        sys.exit(EXIT_INTERNAL)
-    sys.exit(code if isinstance(code, int) else 0)
+        return unexpected(exc)
+    return code if isinstance(code, int) else 0
+
+
+def unexpected(exc: Exception) -> int:
+    """A closed stdout, a usage error of click, an abort, or a bug: its line, and the exit code."""
+    if stdout_closed(exc):
+        return end_quietly()
+    interrupted_exit()
+    if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
+        exc.show()  # a usage error of click (as vendored by typer): exit code 2
+        return exc.exit_code
+    if type(exc).__name__ == "Abort":
+        eprint("aborted")
+        return 130
+    eprint(f"internal error (a bug, please report it): {type(exc).__name__}: {exc}")
+    return EXIT_INTERNAL
 
 
 def foreign_exit(exc: SystemExit) -> str | None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from srpo_dsl.lang.filestate import recording
+from srpo_dsl.lsp.client_output import ClientOutput
 from srpo_dsl.lsp.collector import IdleCollector
 from srpo_dsl.lsp.completion import completions
 from srpo_dsl.lsp.diagnostics import diagnose
@@ -266,4 +268,4 @@ def serve(poll: float) -> None:
     whether the files the open workflows read changed."""
     workflows.poll = poll
     collector.start()
-    server.start_io()
+    server.start_io(stdout=ClientOutput(sys.stdout.buffer))

@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from srpo_dsl.rl.loop.ranges import PERCENT, difference_range, range_of
 from srpo_dsl.rl.loop.runlog import EVAL, EVAL_PROMPTS, read_jsonl
 from srpo_dsl.runtime.metrics import prompt_at_k
 from srpo_dsl.sweep.state import SweepState, run_dir
@@ -68,8 +69,8 @@ def read_run(folder: Path, seed: int, wall_s: float) -> RunResult:
     prompts = read_jsonl(folder / EVAL_PROMPTS)
     if not rows or not prompts:
         raise ValueError(f"{folder}: no held-out evaluation recorded (eval.jsonl, eval_prompts.jsonl)")
-    avg = [100 * r["avg_at_k"] for r in rows]
-    passed = [100 * r["pass_at_k"] for r in rows]
+    avg = [PERCENT * r["avg_at_k"] for r in rows]
+    passed = [PERCENT * r["pass_at_k"] for r in rows]
     last = rows[-1]
     values = {
         "final_avg": avg[-1],
@@ -123,9 +124,9 @@ def compare(cell: list[RunResult], base: list[RunResult], which: str) -> Differe
                     for a, b in pairs
                 ]
             )
-            * 100
+            * PERCENT
         )
-    return paired_bootstrap(arrays)
+    return paired_bootstrap(arrays, bounds=difference_range(range_of(which, PERCENT)))
 
 
 def collect(folder: Path, state: SweepState) -> list[CellResult]:

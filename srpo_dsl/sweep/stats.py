@@ -7,8 +7,9 @@ the independent training runs, so resampling them carries the run-to-run varianc
 a sample of the task, so resampling them within a seed carries the evaluation's sampling
 noise. Resampling prompts alone would ignore the seed spread (too narrow with few seeds);
 resampling seeds alone would leave three seeds only ten distinct replicates. The interval is
-the 2.5th and 97.5th percentiles of the replicates (a percentile interval); the generator has
-a fixed seed, so the same inputs give the same interval.
+the 2.5th and 97.5th percentiles of the replicates (a percentile interval), within the range of
+the difference (`ranges.difference_range`); the generator has a fixed seed, so the same inputs give
+the same interval.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from srpo_dsl.rl.loop.ranges import UNBOUNDED, Range
 
 BOOTSTRAP_SEED = 0
 REPLICATES = 2000
@@ -59,8 +62,10 @@ def paired_bootstrap(
     replicates: int = REPLICATES,
     level: float = LEVEL,
     seed: int = BOOTSTRAP_SEED,
+    bounds: Range = UNBOUNDED,
 ) -> Difference:
-    """`differences[d]` is a seeds x prompts array of dataset d (same seeds, in the same order, in all).
+    """`differences[d]` is a seeds x prompts array of dataset d (same seeds, in the same order, in all);
+    `bounds`: the range a difference can take, which the interval stays in.
 
     The point estimate is the macro mean over datasets of the mean over seeds and prompts.
     """
@@ -77,6 +82,6 @@ def paired_bootstrap(
         per_dataset.append(d[seeds[:, :, None], prompts].mean(axis=(1, 2)))
     stats = np.mean(per_dataset, axis=0)
     tail = (1 - level) / 2 * 100
-    low, high = np.percentile(stats, [tail, 100 - tail])
+    low, high = np.clip(np.percentile(stats, [tail, 100 - tail]), *bounds)
     point = float(np.mean([d.mean() for d in differences]))
     return Difference(point, float(low), float(high), n_seeds, sum(d.shape[1] for d in differences))

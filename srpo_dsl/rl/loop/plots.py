@@ -9,19 +9,26 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.io import writing
+from srpo_dsl.rl.loop.ranges import PERCENT, Range, range_of
 from srpo_dsl.rl.loop.runlog import PANELS, ROLE_PANELS, Dynamics, EvalCurve, RoleSeries
 
 EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (the others: runlog.PANELS)
 SMOOTHING = 0.9  # the EMA factor of the solid lines
 
 
-def write_plots(dynamics: Dynamics, folder: Path, smoothing: float = SMOOTHING) -> list[Path]:
-    """Every panel's PNG in `folder` (made if missing), then all of them in training_dynamics.png."""
+def pyplot() -> Any:
+    """matplotlib.pyplot drawing to files only (the Agg backend: no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def write_plots(dynamics: Dynamics, folder: Path, smoothing: float = SMOOTHING) -> list[Path]:
+    """Every panel's PNG in `folder` (made if missing), then all of them in training_dynamics.png."""
+    plt = pyplot()
     with writing(folder):
         folder.mkdir(parents=True, exist_ok=True)
     roles = [f"role_{metric}" for metric in dynamics.roles]
@@ -47,45 +54,55 @@ def ema(values: list[float], alpha: float) -> list[float]:
     return out
 
 
-def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None:
-    """Raw values faint, their EMA solid; the gradient-norm panel names its coefficient of variation."""
+def step_axis(ax: Any) -> None:
+    """An x axis of training steps: labelled, ticked at whole steps only."""
     from matplotlib.ticker import MaxNLocator
 
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def keep_in_range(ax: Any, bounds: Range) -> None:
+    """The y axis, once everything is drawn, cut to the metric's range (`ranges.RANGES`): no margin
+    below 0 for a norm, above 100% for Pass@k. Values outside it (a file not ours) keep the axis whole."""
+    low, high = ax.get_ylim()
+    low, high = max(low, bounds[0]), min(high, bounds[1])
+    if low < high:
+        ax.set_ylim(low, high)
+
+
+def draw_metric(ax: Any, dynamics: Dynamics, key: str, smoothing: float) -> None:
+    """Raw values faint, their EMA solid; the gradient-norm panel names its coefficient of variation."""
     values = dynamics.series[key]
     line = ax.plot(dynamics.steps, values, alpha=0.25, linewidth=1)[0]
     ax.plot(dynamics.steps, ema(values, smoothing), color=line.get_color(), linewidth=2)
     mean = sum(values) / len(values)
     cv = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5 / mean if mean > 0 else 0.0
     ax.set_title(PANELS[key] + (f" (CV {cv:.2f})" if key == "grad_norm" else ""))
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    step_axis(ax)
+    keep_in_range(ax, range_of(key))
     ax.grid(alpha=0.3)
 
 
 def draw_roles(ax: Any, series: list[RoleSeries], metric: str, smoothing: float) -> None:
     """One colour per role: raw values faint, their EMA solid, named in the legend."""
-    from matplotlib.ticker import MaxNLocator
-
     for s in series:
         line = ax.plot(s.steps, s.values, alpha=0.25, linewidth=1)[0]
         ax.plot(s.steps, ema(s.values, smoothing), color=line.get_color(), linewidth=2, label=s.role)
     ax.set_title(ROLE_PANELS[metric])
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    step_axis(ax)
+    keep_in_range(ax, range_of(metric))
     ax.legend(loc="best")
     ax.grid(alpha=0.3)
 
 
 def draw_heldout(ax: Any, curve: EvalCurve) -> None:
-    """Held-out Avg@k and Pass@k (percent) at each evaluated step."""
-    from matplotlib.ticker import MaxNLocator
-
+    """Held-out Avg@k and Pass@k (percent) at each evaluated step, on their whole range."""
     ax.plot(curve.steps, curve.avg, marker="o", linewidth=2, label=f"Avg@{curve.k}")
     ax.plot(curve.steps, curve.passed, marker="s", linewidth=2, label=f"Pass@{curve.k}")
     ax.set_title(f"Held-out Avg@{curve.k} / Pass@{curve.k} (%)")
-    ax.set_xlabel("step")
-    ax.set_ylim(0, 100)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    step_axis(ax)
+    ax.set_ylim(*range_of("avg_at_k", PERCENT))
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
 

@@ -15,6 +15,7 @@ from typing import Any
 from srpo_dsl.io import append_jsonl, complete_lines, write_atomic, write_json, write_lines_atomic, writing
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.graph_formats import to_json, to_mermaid
+from srpo_dsl.rl.loop.ranges import PERCENT
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.traces import EventUpdate, to_trace, write_traces
 from srpo_dsl.trackers.base import TrackedRun, run_identity, tracked_metrics
@@ -192,8 +193,8 @@ def eval_curve(rows: list[dict[str, Any]], path: Path) -> EvalCurve:
         return EvalCurve(
             int(rows[-1]["k"]),
             [int(r["step"]) for r in rows],
-            [100 * float(r["avg_at_k"]) for r in rows],
-            [100 * float(r["pass_at_k"]) for r in rows],
+            [PERCENT * float(r["avg_at_k"]) for r in rows],
+            [PERCENT * float(r["pass_at_k"]) for r in rows],
         )
     except (IndexError, KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{path}: not an eval file ({type(exc).__name__}: {exc})") from None
