@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from clitools import cli
+from test_user_code_static import diagnostics
 
 from srpo_dsl.lang import analyze
 
@@ -76,11 +77,6 @@ def folder(tmp_path: Path) -> Path:
     (tmp_path / "user.py").write_text(USER)
     (tmp_path / "p.j2").write_text("{{ task.question }}")
     return tmp_path
-
-
-def diagnostics(folder: Path, text: str) -> list[tuple]:
-    result = analyze(text, str(folder / "w.srpo"), [folder])
-    return [(d.code, d.span.line, d.span.col, d.message, d.hint) for d in result.diagnostics]
 
 
 def position(text: str, ref: str) -> tuple[int, int]:
