@@ -128,7 +128,7 @@ def test_group_advantages_agree_with_a_float64_reference(groups) -> None:
 
 
 def test_a_spread_below_the_tolerance_is_equal_and_one_above_is_not() -> None:
-    """Two returns computed apart (0.1 + 0.2 and 0.3) are one float32 ulp apart: no signal; 1e-3 apart is."""
+    """Two returns one float32 ulp apart (what returns computed apart may round to) are no signal; 1e-3 apart is."""
     ids = torch.zeros(4, dtype=torch.long)
     ulp_apart = torch.tensor([0.3, 0.3, 0.3, 0.3]).nextafter(torch.tensor(1.0)) * torch.tensor([1, 0, 1, 0])
     ulp_apart += torch.tensor([0.0, 0.3, 0.0, 0.3])
