@@ -22,7 +22,7 @@ from srpo_dsl.backends.logprobs import (
     sequence_logprobs,
     token_logprobs,
 )
-from srpo_dsl.backends.sampling import counter_uniform, nucleus, sample_next
+from srpo_dsl.backends.sampling import counter_uniform, nucleus_floor, sample_next
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.policies import load_model
@@ -160,14 +160,21 @@ def test_hf_shares_a_repeated_prompt_and_stops_rows_at_their_own_limits(backend:
         assert torch.allclose(lp, torch.tensor(res.logprobs), atol=1e-4)
 
 
+def kept_by_nucleus(probs: list[list[float]], top_p: float) -> torch.Tensor:
+    """The tokens the nucleus cut keeps, for these probabilities (their logs are the tempered logits)."""
+    scaled = torch.tensor(probs).log()
+    return scaled >= nucleus_floor(scaled, top_p)
+
+
 def test_nucleus_keeps_the_smallest_set_reaching_top_p() -> None:
-    probs = torch.tensor([[0.15, 0.5, 0.05, 0.3]])
-    kept = [[0.0, 0.5, 0.0, 0.3]]  # 0.5 < 0.7, then 0.5 + 0.3 >= 0.7
-    assert torch.equal(nucleus(probs, 0.7), torch.tensor(kept))
-    assert torch.equal(nucleus(probs, 0.5), torch.tensor([[0.0, 0.5, 0.0, 0.0]]))
-    assert torch.equal(
-        nucleus(probs, 0.1), torch.tensor([[0.0, 0.5, 0.0, 0.0]])
-    )  # the top token always stays
+    probs = [[0.15, 0.5, 0.05, 0.3]]
+    assert kept_by_nucleus(probs, 0.7).tolist() == [[False, True, False, True]]  # 0.5 < 0.7 <= 0.5 + 0.3
+    assert kept_by_nucleus(probs, 0.5).tolist() == [[False, True, False, False]]
+    assert kept_by_nucleus(probs, 0.1).tolist() == [[False, True, False, False]]  # the top token stays
+    assert kept_by_nucleus(probs, 0.96).tolist() == [[True, True, True, True]]
+    tied = [[0.2, 0.4, 0.2, 0.2]]  # 0.4 < 0.5, then one 0.2 reaches it: its ties stay too
+    assert kept_by_nucleus(tied, 0.5).tolist() == [[True, True, True, True]]
+    assert kept_by_nucleus(tied, 0.4).tolist() == [[False, True, False, False]]
 
 
 def splitmix_uniform(seed: int, position: int, entry: int) -> float:

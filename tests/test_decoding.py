@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from srpo_dsl.backends import BackendError, GenRequest
-from srpo_dsl.backends.decoding import LENGTH_STEP, StaticDecoder, make_decoder, resolve_mode
+from srpo_dsl.backends.decoding import LEAST_LENGTH, StaticDecoder, make_decoder, resolve_mode
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.logprobs import sequence_logprobs
 from srpo_dsl.models.specs import resolve_model_spec
@@ -62,7 +62,7 @@ def test_static_greedy_decodes_what_dynamic_decodes(lm_name, device, request):
     response long enough to cross a cache-length boundary."""
     model, tokenizer = request.getfixturevalue(lm_name)
     lm = (model if device == "cpu" else load(model.name_or_path)[0].to(device)), tokenizer
-    reqs = requests([5, 1, LENGTH_STEP + 3, 9, 2, 30, 12])
+    reqs = requests([5, 1, LEAST_LENGTH + 3, 9, 2, 30, 12])
     static = decoded(lm, "static", reqs)
     assert_same(static, decoded(lm, "dynamic", reqs))
     assert [len(r.response_token_ids) for r in static] <= [q.max_tokens for q in reqs]
@@ -93,7 +93,7 @@ def test_static_samples_what_dynamic_samples(random_lm, device, temperature, top
     sample alike (7 rows padded to 8, a prompt repeated, one row past a cache-length boundary)."""
     model, tokenizer = random_lm
     lm = (model if device == "cpu" else load(model.name_or_path)[0].to(device)), tokenizer
-    reqs = requests([5, 1, LENGTH_STEP + 3, 9, 2, 30, 12], temperature, top_p)
+    reqs = requests([5, 1, LEAST_LENGTH + 3, 9, 2, 30, 12], temperature, top_p)
     static = decoded(lm, "static", reqs, seed=11)
     assert_same(static, decoded(lm, "dynamic", reqs, seed=11))
     assert len({tuple(r.response_token_ids) for r in static}) == len(reqs)
@@ -124,14 +124,14 @@ def test_static_keeps_a_cache_per_shape_emptied_on_reuse_and_released_by_sleep(r
     long, short = requests([20, 4, 7]), requests([3, 3])
     other = [GenRequest(p, q.max_tokens) for p, q in zip(["S 9+9=", "hi", "S 5+5="], long)]  # long's shape
     engine.generate(long, seed=0)
-    (cache,) = engine.decoder.caches.values()
+    (cache,) = [b.cache for b in engine.decoder.buffers.values()]
     engine.generate(short, seed=0)  # another shape: a second cache
-    assert len(engine.decoder.caches) == 2
+    assert list(engine.decoder.buffers) == [(4, LEAST_LENGTH), (2, LEAST_LENGTH)]
     reused = engine.generate(other, seed=0)  # long's cache again: emptied, as good as new
-    assert engine.decoder.caches[(4, LENGTH_STEP)] is cache
+    assert engine.decoder.buffers[(4, LEAST_LENGTH)].cache is cache
     assert_same(reused, decoded(random_lm, "static", other))
     engine.sleep()
-    assert engine.decoder.caches == {}
+    assert not engine.decoder.buffers and engine.decoder.stats.cache_bytes == 0
     engine.wake_up()
     assert_same(engine.generate(other, seed=0), reused)
 
@@ -164,10 +164,11 @@ def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_pl
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
     compiled.sleep()  # an update: the compiled step's cache stays (a CUDA graph replays on its buffers)
-    (cache,) = compiled.decoder.caches.values()
+    (cache,) = [b.cache for b in compiled.decoder.buffers.values()]
     compiled.wake_up()
     after = compiled.generate(reqs, seed=0)
-    assert compiled.decoder.caches == {(4, LENGTH_STEP): cache}
+    assert list(compiled.decoder.buffers) == [(4, LEAST_LENGTH)]
+    assert compiled.decoder.buffers[(4, LEAST_LENGTH)].cache is cache
     assert [r.response_token_ids for r in after] != [r.response_token_ids for r in before]
     assert_same(after, decoded((model, tokenizer), "dynamic", reqs))
 

@@ -25,15 +25,17 @@ the three loops sample alike and a row samples alike in any batch.
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
-from transformers.cache_utils import Cache, DynamicCache, StaticCache
-from transformers.masking_utils import create_masks_for_generate
+from transformers.cache_utils import Cache, DynamicCache
 
 from srpo_dsl.backends.base import BackendError
+from srpo_dsl.backends.decode_step import DecodeBuffers, decode_step, kv_cache_bytes, new_buffers, record
 from srpo_dsl.backends.logprobs import distinct_rows, mask_positions, pad_rows, picked_logprobs
 from srpo_dsl.backends.routing import routed
 from srpo_dsl.backends.sampling import sample_next
@@ -41,8 +43,10 @@ from srpo_dsl.backends.turn_cache import TurnCache, keeps_turns, seeded_cache
 from srpo_dsl.choices import DECODE_MODES
 from srpo_dsl.lang.graph import BASE_ADAPTER
 
+Variant = tuple[int, int, bool, bool]  # a compiled step's (rows, length, greedy, nucleus cut)
+CPU_COMPILE = {"cpp.simdlen": 1, "max_fusion_size": 1}  # `compiled_step` on CPU: torch 2.13's C++ kernels
 CHECK_EVERY = 8  # static decode: steps between the host's checks that every row has ended
-LENGTH_STEP = 64  # static decode: the cache length is rounded up to a multiple of this
+LEAST_LENGTH = 64  # static decode: the cache length is the next power of two, at least this
 
 
 @dataclass(frozen=True)
@@ -195,109 +199,156 @@ class Decoder:
         return out.logits[:, -1]
 
 
+@dataclass
+class DecodeStats:
+    """What the `static` and `compiled` loops keep and have spent: shapes compiled (or re-recorded on new
+    buffers) and their seconds, the kept caches' bytes and their cap, shapes run uncompiled because the
+    compiler's limit of shapes was reached."""
+
+    compiled_shapes: int = 0
+    compile_s: float = 0.0
+    cache_bytes: int = 0
+    cache_cap: float | None = None
+    eager_shapes: int = 0
+
+
 class StaticDecoder(Decoder):
     """The `static` and `compiled` loops (see the module's docstring)."""
 
     def __init__(self, model: PreTrainedModel, pad_id: int, eos_ids: Collection[int], *, compiled: bool):
         super().__init__(model, pad_id, eos_ids)
         self.mode = "compiled" if compiled else "static"
-        self.caches: dict[tuple[int, int], StaticCache] = {}
-        self._step: Callable[..., object] | None = None
+        self.buffers: OrderedDict[tuple[int, int], DecodeBuffers] = OrderedDict()  # least recently used first
+        self.stats = DecodeStats()
+        self.traced: set[Variant] = set()  # the compiled step's variants the compiler has seen
+        self.recorded: set[Variant] = set()  # those run on their shape's current buffers
+        self.uncompiled: set[Variant] = set()  # those run eagerly: the compiler's limit was reached
+        self._step: Callable[..., None] | None = None
 
     def release(self) -> None:
-        """Before an update: `static` drops its kept caches (their memory goes back to the allocator).
-        `compiled` keeps them: a CUDA graph is recorded on its cache's buffers, so a new cache would mean
-        a new recording of every shape after every update."""
+        """Before an update: `static` drops its kept buffers (their memory goes back to the allocator).
+        `compiled` keeps them: a CUDA graph is recorded on its buffers, so new ones would mean a new
+        recording of every shape after every update."""
         if self.mode == "static":
-            self.caches.clear()
+            self.buffers.clear()
+            self.stats.cache_bytes = 0
 
     def decode(self, chunk: Chunk) -> tuple[torch.Tensor, torch.Tensor]:
         """As `Decoder.decode`, over a fixed-shape batch (module docstring)."""
         n, width, new = len(chunk.prompts), max(map(len, chunk.prompts)), max(chunk.max_tokens)
-        rows = 1 << (n - 1).bit_length()  # padded with one-token rows that end before they start
-        limits = torch.tensor(chunk.max_tokens + [0] * (rows - n), device=self.device)
-        seeds = torch.tensor(chunk.seeds + [0] * (rows - n), device=self.device)
+        rows, length = bucket(n), bucket(width + new, LEAST_LENGTH)
         names = chunk.names()
         names = None if names is None else names + [BASE_ADAPTER] * (rows - n)
+        b = self._fill(chunk, rows, length)
         input_ids, prompt_mask = self._padded(chunk.prompts + [[self.pad_id]] * (rows - n))
-        length = -(-(width + new) // LENGTH_STEP) * LENGTH_STEP
-        mask = torch.zeros(rows, length, dtype=torch.long, device=self.device)
-        mask[:, :width] = prompt_mask
-        cache = self._cache(rows, length)
-        logits = self.forward(input_ids, prompt_mask, cache, names)  # prefill, eager
-        position = mask_positions(prompt_mask)[:, -1:]
-        t = torch.zeros((), dtype=torch.long, device=self.device)  # the response position
-        tokens = torch.full((rows, new), self.pad_id, device=self.device)
-        logprobs = torch.zeros(tokens.shape, device=self.device)
-        ended = limits == 0
-        for step in range(new):
-            picked = sample_next(logits, chunk.temperature, chunk.top_p, seeds, t).masked_fill(
-                ended, self.pad_id
-            )
-            tokens[:, step] = picked
-            logprobs[:, step] = picked_logprobs(logits, picked, chunk.temperature).masked_fill(ended, 0.0)
-            ended = ended | torch.isin(picked, self.eos) | (limits <= step + 1)
-            if step + 1 == new or ((step + 1) % CHECK_EVERY == 0 and bool(ended.all())):
+        b.mask[:, :width] = prompt_mask
+        b.position.copy_(mask_positions(prompt_mask)[:, -1:])
+        b.width.fill_(width)
+        greedy, cut = chunk.temperature <= 0, chunk.top_p < 1.0
+        logits = self.forward(input_ids, prompt_mask, b.cache, names)  # prefill, eager
+        record(logits, b, greedy, cut, self.eos, self.pad_id)
+        step = self._stepper((rows, length, greedy, cut), names is not None)
+        for t in range(1, new):
+            if t % CHECK_EVERY == 0 and bool(b.ended.all()):
                 break
-            mask[:, width + step] = 1
-            position, t = position + 1, t + 1
-            logits = self.step(picked[:, None], mask, position, cache, names)
-        return tokens[:n], logprobs[:n]
+            with routed(names):
+                step(self.model, b, greedy, cut, self.eos, self.pad_id)
+        return b.tokens[:n, :new].clone(), b.logprobs[:n, :new].clone()
 
-    def _cache(self, rows: int, length: int) -> StaticCache:
-        """This shape's cache, emptied (kept between calls: a compiled step's buffers stay where they are)."""
-        cache = self.caches.get((rows, length))
-        if cache is None:
-            cache = self.caches[(rows, length)] = StaticCache(config=self.model.config, max_cache_len=length)
-        else:
-            cache.reset()
-        return cache
+    def _fill(self, chunk: Chunk, rows: int, length: int) -> DecodeBuffers:
+        """This shape's buffers, reset for `chunk` (padding rows have limit 0: ended before they start)."""
+        b = self._buffers(rows, length)
+        extra = rows - len(chunk.prompts)
+        b.cache.reset()
+        b.mask.zero_()
+        b.tokens.fill_(self.pad_id)
+        b.logprobs.zero_()
+        b.t.zero_()
+        b.limits.copy_(torch.tensor(chunk.max_tokens + [0] * extra))
+        b.seeds.copy_(torch.tensor(chunk.seeds + [0] * extra))
+        b.ended.copy_(b.limits == 0)
+        b.divisor.fill_(chunk.temperature if chunk.temperature > 0 else 1.0)
+        b.top_p.fill_(chunk.top_p)
+        return b
 
-    def step(
-        self,
-        input_ids: torch.Tensor,
-        mask: torch.Tensor,
-        position: torch.Tensor,
-        cache: StaticCache,
-        adapters: list[str] | None,
-    ) -> torch.Tensor:
-        """`[rows, V]` logits after one token per row; `mask` covers the whole cache (0 past the end)."""
-        embeds = torch.empty((input_ids.shape[0], 1, 0), dtype=self.model.dtype, device=self.device)
-        attention = create_masks_for_generate(
-            config=self.model.config,
-            inputs_embeds=embeds,  # read for its batch size, length, dtype and device
-            attention_mask=mask,
-            past_key_values=cache,
-            position_ids=position,
-        )
-        forward = self._forward(adapters is not None)
-        with routed(adapters):
-            out = forward(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=position,
-                past_key_values=cache,
-                use_cache=True,
-            )
-        return out.logits[:, -1]
+    def _buffers(self, rows: int, length: int) -> DecodeBuffers:
+        """The kept buffers of this shape, or new ones, the least recently used shapes dropped first while
+        the kept caches would pass the cap (one shape is always kept: it is being decoded)."""
+        key = (rows, length)
+        if key in self.buffers:
+            self.buffers.move_to_end(key)
+            return self.buffers[key]
+        size = kv_cache_bytes(self.model.config, rows, length, self.model.dtype)
+        cap = self.stats.cache_cap
+        while self.buffers and cap is not None and self.stats.cache_bytes + size > cap:
+            dropped = self.buffers.popitem(last=False)[1]
+            self.stats.cache_bytes -= kv_cache_bytes(self.model.config, *dropped.shape, self.model.dtype)
+            self.recorded = {v for v in self.recorded if v[:2] != dropped.shape}
+        self.buffers[key] = new_buffers(self.model, rows, length)
+        self.stats.cache_bytes += size
+        return self.buffers[key]
 
-    def _forward(self, routed_rows: bool) -> Callable[..., object]:
-        """The model's call; under `compiled` and unrouted, torch.compile'd once (CUDA graphs on CUDA)."""
+    def _stepper(self, variant: Variant, routed_rows: bool) -> Callable[..., None]:
+        """The step to run: eager under `static`, with rows routed through adapters (the routing is Python
+        state a compiled step would re-trace for every mix), or past the compiler's limit of variants
+        (`recompile_limit`); else the compiled step, its first call on new buffers timed as a compile."""
         if self.mode != "compiled" or routed_rows:
-            return self.model
+            return decode_step
+        if variant not in self.traced and len(self.traced) >= torch._dynamo.config.recompile_limit:
+            self.uncompiled.add(variant)
+            self.stats.eager_shapes = len(self.uncompiled)
+            return decode_step
         if self._step is None:
-            self._step = compiled_call(self.model)
-        torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed
-        return self._step
+            self._step = compiled_step(self.device)
+        self.traced.add(variant)
+        if variant in self.recorded:
+            return self._marked(self._step)
+        self.recorded.add(variant)
+        return self._timed_once(self._step)
+
+    def _marked(self, step: Callable[..., None]) -> Callable[..., None]:
+        def call(*args: object) -> None:
+            torch.compiler.cudagraph_mark_step_begin()  # the last replay's outputs are consumed
+            step(*args)
+
+        return call
+
+    def _timed_once(self, step: Callable[..., None]) -> Callable[..., None]:
+        """`step`, its first call timed into `stats` (compiling or recording it), the later ones plain."""
+        calls = 0
+
+        def call(*args: object) -> None:
+            nonlocal calls
+            begun = time.perf_counter()
+            self._marked(step)(*args)
+            if calls == 0:
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                self.stats.compiled_shapes += 1
+                self.stats.compile_s += time.perf_counter() - begun
+            calls += 1
+
+        return call
 
 
-def compiled_call(model: PreTrainedModel) -> Callable[..., object]:
-    """`model`'s call under torch.compile (`reduce-overhead`); a failure to compile is one line."""
-    compiled = torch.compile(model.__call__, mode="reduce-overhead")
+def bucket(size: int, least: int = 1) -> int:
+    """The shape a size is padded to: the next power of two, at least `least`, so a team's calls (a router's
+    rows, K solvers' rows, a verifier's, evaluation) fall in a few shapes instead of one per size."""
+    return max(least, 1 << (size - 1).bit_length())
 
-    def call(**inputs: object) -> object:
+
+def compiled_step(device: torch.device) -> Callable[..., None]:
+    """`decode_step` under torch.compile, one graph per variant (no dynamic shapes): on CUDA fused by
+    inductor and replayed as CUDA graphs (`reduce-overhead`'s option). On CPU (tests, or a user's choice)
+    inductor's C++ kernels run unvectorized and unfused (`CPU_COMPILE`): with torch 2.13 its vectorized
+    argmax over the int64 noise, and an argmax fused with the log-sum-exp beside it, return wrong
+    indices. A failure to compile is one line."""
+    options = {"triton.cudagraphs": True} if device.type == "cuda" else CPU_COMPILE
+    compiled = torch.compile(decode_step, dynamic=False, options=options)
+
+    def call(*args: object) -> None:
         try:
-            return compiled(**inputs)
+            compiled(*args)
         except torch._dynamo.exc.TorchDynamoException as exc:
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise BackendError(f"compiling the decode step failed ({reason}): use decode `static`") from None

@@ -60,17 +60,38 @@ def sample_next(
 ) -> torch.Tensor:
     """`[n]` next tokens: argmax at temperature 0, else drawn from `softmax(logits / T)` cut to top-p,
     row `i` with the noise of (`seeds[i]`, `position`) (`counter_uniform`)."""
-    if temperature <= 0:
-        return logits.argmax(-1)
-    scaled = scaled_logits(logits, temperature)
-    if top_p < 1.0:
-        scaled = scaled.masked_fill(nucleus(torch.softmax(scaled, dim=-1), top_p) == 0, float("-inf"))
-    gumbel = -torch.log(-torch.log(counter_uniform(seeds, position, logits.shape[-1])))
+    cut = top_p if top_p < 1.0 else None
+    return sample_scaled(scaled_logits(logits, temperature), temperature <= 0, cut, seeds, position)
+
+
+def sample_scaled(
+    scaled: torch.Tensor,
+    greedy: bool,
+    top_p: float | torch.Tensor | None,
+    seeds: torch.Tensor,
+    position: torch.Tensor,
+) -> torch.Tensor:
+    """`sample_next` on logits already divided by the temperature (`scaled_logits`); `top_p`: the nucleus
+    cut (a number or a 0-dim tensor), None for none.
+
+    One chain of elementwise ops ending in an argmax: under torch.compile the noise is computed inside
+    the reduction's kernel, and no `[n, V]` tensor of it (int64 or float) is ever stored."""
+    if greedy:
+        return scaled.argmax(-1)
+    if top_p is not None:
+        scaled = scaled.masked_fill(scaled < nucleus_floor(scaled, top_p), float("-inf"))
+    gumbel = -torch.log(-torch.log(counter_uniform(seeds, position, scaled.shape[-1])))
     return (scaled + gumbel).argmax(-1)
 
 
-def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """`probs` with zeros outside the smallest set of most likely tokens whose mass reaches `top_p`."""
-    ranked, order = probs.sort(dim=-1, descending=True)
-    before = ranked.cumsum(-1) - ranked  # mass of the more likely tokens; 0 for the first, which stays
-    return torch.zeros_like(probs).scatter_(-1, order, ranked.masked_fill(before >= top_p, 0.0))
+def nucleus_floor(scaled: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
+    """`[n, 1]` the least tempered logit the nucleus keeps: the smallest set of most likely tokens whose
+    mass reaches `top_p` is every token at or above it (a tie with the least kept token stays; the most
+    likely token always does).
+
+    A threshold on the logits themselves, not a mask scattered back from the sorted order nor a
+    comparison of probabilities computed twice: the same cut eagerly and compiled."""
+    ranked = scaled.sort(dim=-1, descending=True).values
+    probs = torch.softmax(ranked, dim=-1)
+    before = probs.cumsum(-1) - probs  # mass of the more likely tokens; 0 for the first, which stays
+    return ranked.masked_fill(before >= top_p, float("inf")).amin(-1, keepdim=True)
