@@ -160,8 +160,9 @@ def rollout_part(b: Bench, m: Model) -> None:
         spec = {"model": str(m.path), "workflow": str(m.workflows["solver"]), "deadline": b.clock.deadline()}
         spec |= {k: getattr(a, k) for k in ("rollout_batch", "group", "tokens", "repeats", "generators")}
         fill_missing(b, "rollout", m.size, cases, child(b, "rollout", m.size, spec), stats)
-    ratios = rollout_ratios(b.rec.cases("rollout", m.size))
-    print("".join(f"\n{x}" for x in ratios), flush=True)
+    if ratios := rollout_ratios(b.rec.cases("rollout", m.size)):
+        print("\n" + "\n".join(ratios))
+    print(flush=True)
 
 
 def trained(b: Bench, m: Model, c: TrainCase, estimate_s: float) -> dict[str, Any]:
