@@ -56,10 +56,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from gpubench.budget import SIZE_B, Clock  # noqa: E402 (after the path it is found on)
+from gpubench.budget import Clock  # noqa: E402 (after the path it is found on)
 from gpubench.parts import PARTS, Bench, build  # noqa: E402
 from gpubench.records import Recorder, context  # noqa: E402
 from gpubench.report import GENERATORS  # noqa: E402
+from gpubench.shapes import SIZES  # noqa: E402
 
 DEFAULT_GENERATORS = ("hf_compiled", "generate_static", "generate", "hf_static")
 SMALL = {
@@ -94,7 +95,7 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cpu", action="store_true", help="the tiny config on CPU (fp32), small batches")
     ap.add_argument(
-        "--sizes", default=None, help="comma-separated, of " + ", ".join(SIZE_B) + " (default 0.6b)"
+        "--sizes", default=None, help="comma-separated, of " + ", ".join(SIZES) + " (default 0.6b)"
     )
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated, of " + ", ".join(PARTS))
     ap.add_argument("--generators", default=",".join(DEFAULT_GENERATORS),
@@ -119,7 +120,7 @@ def parse_args() -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.device = "cpu" if args.cpu else "cuda"
-    args.sizes = names(args.sizes, tuple(SIZE_B), "size")
+    args.sizes = names(args.sizes, tuple(SIZES), "size")
     args.parts = names(args.parts, tuple(PARTS), "part")
     args.generators = names(",".join(GENERATORS) if args.generators == "all" else args.generators,
                             tuple(GENERATORS), "generator")  # fmt: skip

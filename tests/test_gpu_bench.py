@@ -110,17 +110,32 @@ def test_a_case_is_skipped_when_its_expected_time_exceeds_what_is_left():
     load_bench()
     from gpubench import budget
 
-    # issue 46's H200 figures: first call 46.0 s + one timed call 3.7 s at 0.6B, 512 rows x 128 tokens
+    # issue 46's H200 figures: first call 46.0 s + one timed call 3.7 s at 0.6B, 512 rows x 128 tokens; at
+    # 1.7B (1,720,574,976 parameters against 596,049,920), half the rows, two timed calls
     assert budget.rollout_s("hf_compiled", "0.6b", 512, 128, 1) == pytest.approx(49.7)
-    assert budget.rollout_s("hf_compiled", "1.7b", 256, 128, 2) == pytest.approx(
-        46.0 + 2 * 3.7 * 1.7 / 0.6 / 2
-    )
+    timed = 2 * 3.7 * 1_720_574_976 / 596_049_920 / 2
+    assert budget.rollout_s("hf_compiled", "1.7b", 256, 128, 2) == pytest.approx(46.0 + timed)
     gpu, cpu = budget.Clock(100, "cuda"), budget.Clock(100, "cpu")
     assert gpu.gate(50) is None and cpu.gate(500) is None  # on CPU the H200's estimates do not apply
     assert gpu.gate(500) == "needs about 500 s, 100 s of --budget-s left"
     assert budget.Clock(0, "cpu").gate(0) == "the --budget-s time ran out"
     gpu.signal = signal.SIGTERM
     assert gpu.gate(0) == gpu.stop_reason() == "the bench got SIGTERM" and gpu.exit_code() == 143
+
+
+@pytest.mark.parametrize("size", ["0.6b", "1.7b", "4b"])
+def test_each_shapes_parameter_count_is_its_models(size):
+    """The count the estimates scale by is the built model's (0.6B: 596,049,920, as counted on the GPU in
+    November), here built on the meta device."""
+    load_bench()
+    import torch
+    from gpubench.shapes import SIZES, VOCAB, parameters
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(Qwen3Config(vocab_size=VOCAB, tie_word_embeddings=True, **SIZES[size]))
+    assert parameters(size) == sum(p.numel() for p in model.parameters())
+    assert parameters("0.6b") == 596_049_920
 
 
 def test_a_case_past_the_budget_is_stopped_with_its_whole_process_group(tmp_path):

@@ -8,11 +8,12 @@ import signal
 import time
 from typing import Any
 
-REFERENCE_B = 0.6  # the shape the estimates are for: Qwen3-0.6B, billions of parameters
-SIZE_B = {"tiny": 0.0, "0.6b": 0.6, "1.7b": 1.7, "4b": 4.0}  # each shape's billions of parameters
+from gpubench.shapes import parameters
+
+REFERENCE = "0.6b"  # the shape the estimates are for: Qwen3-0.6B
 ROLLOUT_WORK = 512 * 128  # the estimates' rollout shape: rows x new tokens
 TRAIN_WORK = 16 * 8 * 128  # and training shape: prompts x group x new tokens
-# Seconds on one H200 at REFERENCE_B, bf16. The rollout's: (first call, one timed call), issue 46's table
+# Seconds on one H200 at REFERENCE, bf16. The rollout's: (first call, one timed call), issue 46's table
 # (November 28); continuous batching was never reached, its figure is a guess. The rest are guesses
 # (unmeasured since the code of November 22): (start, one step) of `srpo-dsl train` at the `static`
 # decode loop, the start being the process, the model, DeepSpeed and the step-0 evaluation.
@@ -24,7 +25,8 @@ TRAIN_S = {"update": (40.0, 3.5), "zero3": (50.0, 7.0), "team": (40.0, 25.0), "t
 
 
 def scale(size: str, work: float, reference: float) -> float:
-    return SIZE_B[size] / REFERENCE_B * work / reference
+    """How much longer than at REFERENCE and the `reference` work: parameters x work (rows x tokens)."""
+    return parameters(size) / parameters(REFERENCE) * work / reference
 
 
 def rollout_s(generator: str, size: str, rows: int, tokens: int, repeats: int) -> float:
@@ -39,7 +41,7 @@ def train_s(kind: str, size: str, rows: int, tokens: int, steps: int) -> float:
 
 
 def build_s(size: str) -> float:
-    return BUILD_S * SIZE_B[size] / REFERENCE_B
+    return BUILD_S * parameters(size) / parameters(REFERENCE)
 
 
 class Clock:

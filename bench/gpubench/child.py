@@ -14,23 +14,12 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(BENCH.parent), str(BENCH)]
+sys.path[0:1] = [str(BENCH.parent), str(BENCH)]  # not this folder: its modules are gpubench's
 
 from gpubench import rollout  # noqa: E402 (after the path it is found on)
 from gpubench.figures import steady  # noqa: E402
 from gpubench.records import Recorder, case_record  # noqa: E402
-
-VOCAB = 151936  # Qwen3's vocabulary (the `tiny` shape keeps the tokenizer's own)
-SIZES = {  # Qwen3 shapes (hidden, MLP, layers, query heads, key-value heads, head dim)
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "head_dim": 16},
-    "0.6b": {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
-             "num_key_value_heads": 8, "head_dim": 128},
-    "1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
-             "num_key_value_heads": 8, "head_dim": 128},
-    "4b": {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "head_dim": 128},
-}  # fmt: skip
+from gpubench.shapes import SIZES, VOCAB  # noqa: E402
 
 
 def quiet() -> None:
