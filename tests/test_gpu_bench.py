@@ -263,5 +263,9 @@ def test_a_run_killed_mid_way_keeps_every_finished_record_and_row(tmp_path):
     )
     assert f"| srpo-dsl ZeRO-0 | {len(steps)} of 1000, then stopped: the bench got SIGTERM |" in stdout
     assert "| srpo-dsl ZeRO-0, 4 × 512 | skipped: the bench got SIGTERM |" in stdout
-    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    for _ in range(50):  # (a process killed a moment ago may still be on its way out)
+        leftover = subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True).stdout
+        if not leftover:
+            break
+        time.sleep(0.1)
     assert leftover == "", leftover

@@ -103,7 +103,7 @@ def child(b: Bench, kind: str, size: str, spec: dict[str, Any]) -> Outcome:
 
 def fill_missing(
     b: Bench, part: str, size: str, cases: dict[str, str], outcome: Outcome, stats: bool = False
-):
+) -> None:
     """Records (and rows) for the cases a child process left without one: the first was running when it
     ended (failed or stopped), the others never started."""
     done = b.rec.cases(part, size)

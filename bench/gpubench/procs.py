@@ -34,10 +34,10 @@ def run_child(
     finished: Callable[[], bool] = lambda: False,
     own_stdout: bool = False,
 ) -> Outcome:
-    """Run `argv` from the project root (its stderr, and its stdout with `own_stdout`, into `log`; else its
-    stdout is the bench's: a case that prints its own rows), calling `tick`
-    every POLL_S s and once more at the end. It is done when it exits 0 or `finished()` (then it is
-    stopped: what it does after is not measured), and stopped when the clock says so."""
+    """Run `argv` from the project root, its stderr into `log` (and its stdout with `own_stdout`; else its
+    stdout is the bench's: a case that prints its own rows), calling `tick` every POLL_S s and once more
+    at the end. It is done when it exits 0 or `finished()` (then it is stopped: what it does after is not
+    measured), failed when it exits otherwise, and stopped when the clock says so."""
     with log.open("w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out if own_stdout else None, stderr=out,
                                 start_new_session=True)  # fmt: skip
