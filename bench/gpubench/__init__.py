@@ -1,0 +1,1 @@
+"""The pieces of `bench/gpu_bench.py`: its records, tables, time budget, child processes and cases."""
