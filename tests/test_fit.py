@@ -187,3 +187,13 @@ def test_a_token_budget_counts_the_activations_of_a_micro_batch(tmp_path):
     assert saved[ACTIVATIONS] == 4096 * (2 * h * layers + 34 * h + 4 * vocab)
     problem = fit_problem(full, 1.0, MemoryLayout(0, 1, "none", hf, tokens=4096))
     assert "the activations of a micro-batch" in problem and "a smaller max_tokens_per_micro_batch" in problem
+
+
+def test_the_decode_caches_get_half_of_what_the_training_state_leaves():
+    """80 GiB, 30 GiB needed by the training state: the kept decode caches may take 25 GiB; none when the
+    state needs it all."""
+    from srpo_dsl.rl.engines.fit import cache_cap
+
+    gib = 2**30
+    assert cache_cap({"solver": 20 * gib, "micro-batch activations": 10 * gib}, 80 * gib) == 25 * gib
+    assert cache_cap({"solver": 90 * gib}, 80 * gib) == 0.0

@@ -31,7 +31,7 @@ class RecordingEngine(HFBackend):
     def sleep(self):
         self.LOG.append(("sleep", id(self)))
         super().sleep()
-        self.LOG.append(("kept caches", id(self), len(getattr(self.decoder, "caches", {}))))
+        self.LOG.append(("kept caches", id(self), len(getattr(self.decoder, "buffers", {}))))
 
     def wake_up(self, tags=None):
         self.LOG.append(("wake", id(self), tuple(tags or ())))
@@ -124,8 +124,11 @@ def test_each_step_sleeps_updates_loads_then_wakes(models, tmp_path, monkeypatch
     assert sum(p.engine is None for p in built.values()) == (team == FROZEN_B)
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     for row in metrics:
-        parts = row["time/rollout"] + row["time/update"] + row["time/sync"]
+        parts = row["time/rollout"] + row["time/compile"] + row["time/update"] + row["time/sync"]
         assert 0 < parts <= row["time"] + 1e-6 and row["time"] - parts < 0.05
+        assert row["time/compile"] == row["decode/shapes"] == 0  # `static` and `dynamic` compile nothing
+        if team == TEAM:  # every engine trained: its static caches went before its update
+            assert row["decode/cache_gib"] == 0
 
 
 @pytest.mark.slow

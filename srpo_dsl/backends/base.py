@@ -143,3 +143,14 @@ class RolloutEngine(Backend, Protocol):
     def sleep(self) -> None: ...
 
     def wake_up(self, tags: Sequence[str] | None = None) -> None: ...
+
+
+@runtime_checkable
+class KeepsDecodeCaches(Protocol):
+    """A rollout engine whose decode loop keeps static caches between calls and compiles per shape (`hf`
+    under decode `static` or `compiled`): the trainer caps the caches (`rl.engines.fit.decode_cache_cap`)
+    and reports the compiles (`decode/` metrics, `time/compile`)."""
+
+    def decode_stats(self) -> dict[str, float]: ...
+
+    def cap_decode_caches(self, nbytes: float) -> None: ...

@@ -205,11 +205,11 @@ class DecodeStats:
     buffers) and their seconds, the kept caches' bytes and their cap, shapes run uncompiled because the
     compiler's limit of shapes was reached."""
 
-    compiled_shapes: int = 0
+    decode_shapes: int = 0  # compiled (or recorded anew on new buffers)
     compile_s: float = 0.0
     cache_bytes: int = 0
     cache_cap: float | None = None
-    eager_shapes: int = 0
+    eager_shapes: int = 0  # run uncompiled: past the compiler's limit of variants
 
 
 class StaticDecoder(Decoder):
@@ -324,7 +324,7 @@ class StaticDecoder(Decoder):
             if calls == 0:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
-                self.stats.compiled_shapes += 1
+                self.stats.decode_shapes += 1
                 self.stats.compile_s += time.perf_counter() - begun
             calls += 1
 

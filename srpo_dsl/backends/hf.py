@@ -9,6 +9,7 @@ part of the action and carries a log-prob.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -24,7 +25,7 @@ from srpo_dsl.backends.base import (
     request_seeds,
 )
 from srpo_dsl.backends.chat import TokenizerChat, encode_prompts
-from srpo_dsl.backends.decoding import Chunk, make_decoder, resolve_mode
+from srpo_dsl.backends.decoding import Chunk, DecodeStats, StaticDecoder, make_decoder, resolve_mode
 from srpo_dsl.seeds import SEED_BITS
 
 
@@ -126,6 +127,16 @@ class HFBackend:
 
     def wake_up(self, tags: Sequence[str] | None = None) -> None:
         self.awake = True
+
+    def decode_stats(self) -> dict[str, float]:
+        """The decode loop's compiles and kept caches so far (`decoding.DecodeStats`; zeros for `dynamic`,
+        which keeps and compiles nothing)."""
+        return asdict(getattr(self.decoder, "stats", DecodeStats()))
+
+    def cap_decode_caches(self, nbytes: float) -> None:
+        """Keep at most `nbytes` of static caches between calls (the least recently used shapes dropped)."""
+        if isinstance(self.decoder, StaticDecoder):
+            self.decoder.stats.cache_cap = nbytes
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
         """One batched decode per chunk of requests with equal (temperature, top_p); each request draws

@@ -23,6 +23,10 @@ bytes per vocabulary entry. Every trained model's forward of a micro-batch is al
 but their rows share the budget: the largest per-token cost times the budget. Without a budget the
 longest micro-batch is not known before the rollouts, activations are left out, and the check is a
 lower bound.
+
+What the training state leaves is where the `hf` engine decodes: its kept static caches are capped at
+`DECODE_CACHE_SHARE` of it (`decode_cache_cap`), the rest left to the prefill, the logits and the
+allocator.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ LAYER_ACTIVATION, LAYER_INPUT, LOGIT = (
     4,
 )  # bytes per token: per hidden unit in a layer; per vocab entry
 ACTIVATIONS = "micro-batch activations"  # its line in `needed_bytes`
+DECODE_CACHE_SHARE = 0.5  # of the memory the training state leaves: the `hf` engine's kept decode caches
 
 
 def vllm_memory_share() -> float:
@@ -155,6 +160,22 @@ def fit_problem(needed: Mapping[str, float], available: float, layout: MemoryLay
         "optimizer (or all with --zero 3), or a lora(...) or adapter(...) policy"
         + (", a smaller max_tokens_per_micro_batch or gradient_checkpointing" if layout.tokens else "")
     )
+
+
+def decode_cache_cap(
+    graph: EventGraph, paths: Mapping[str, str], layout: MemoryLayout, device: torch.device
+) -> float | None:
+    """On CUDA, the bytes the rollout engines that keep static decode caches may keep between calls
+    (`srpo_dsl.backends.decoding`): `DECODE_CACHE_SHARE` of what the training state (`needed_bytes`)
+    leaves of this GPU; None on CPU (nothing capped) and for an engine keeping its own share (vLLM)."""
+    if device.type != "cuda" or layout.engine.reserves_gpu_share:
+        return None
+    return cache_cap(needed_bytes(graph, paths, layout), torch.cuda.mem_get_info(device)[1])
+
+
+def cache_cap(needed: Mapping[str, float], total: float) -> float:
+    """`DECODE_CACHE_SHARE` of the `total` bytes the `needed` training state leaves (0 when it leaves none)."""
+    return DECODE_CACHE_SHARE * max(total - sum(needed.values()), 0.0)
 
 
 def check_fit(

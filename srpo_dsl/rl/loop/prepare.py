@@ -22,6 +22,7 @@ from srpo_dsl.rl.loop.checkpoint import (
     read_state,
     resume_conflicts,
 )
+from srpo_dsl.rl.loop.decode_caches import cap_caches
 from srpo_dsl.rl.loop.heldout import HELDOUT, EvalSet
 from srpo_dsl.rl.loop.plan import TrainError, TrainPlan
 from srpo_dsl.rl.loop.role_metrics import MetricKeys
@@ -90,7 +91,7 @@ def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
     paths = model_paths(wf.graph, plan.setup.models, dist)
     if link is not None:
         send_setup(link, paths)
-    check_memory(plan, paths, dist)
+    cache_cap = check_memory(plan, paths, dist)
     offload, user = plan.setup.offload, plan.ds_overrides
     engine_config = ds_config(
         opts, device=plan.device, world_size=dist.world_size, offload=offload, user=user
@@ -101,6 +102,7 @@ def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
         policies = build_policies(wf.graph, paths, opts, dist, engine_config, plan.rollout)
     except EngineConfigError as exc:
         raise InputError(f"{plan.setup.ds_config or 'the DeepSpeed config'}: {exc}") from None
+    cap_caches(policies, cache_cap)
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf), opts)
     start = restore(found, state, policies, dist) if state is not None else 0
@@ -162,10 +164,11 @@ def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:
     return layout or None
 
 
-def check_memory(plan: TrainPlan, paths: Mapping[str, str], dist: Dist) -> None:
+def check_memory(plan: TrainPlan, paths: Mapping[str, str], dist: Dist) -> float | None:
     """On CUDA, before loading: the policies' training state, with each trained model's KL reference copy
-    when `kl > 0`, must fit this GPU (rl/engines/fit.py)."""
-    from srpo_dsl.rl.engines.fit import MemoryLayout, check_fit
+    when `kl > 0`, must fit this GPU (rl/engines/fit.py). Returns the bytes the rollout engines may keep
+    in static decode caches (None: uncapped, on CPU)."""
+    from srpo_dsl.rl.engines.fit import MemoryLayout, check_fit, decode_cache_cap
 
     opts = plan.opts
     engine = ROLLOUT_ENGINES[plan.setup.backend]
@@ -175,6 +178,7 @@ def check_memory(plan: TrainPlan, paths: Mapping[str, str], dist: Dist) -> None:
     )
     if problem := check_fit(plan.workflow.graph, paths, layout, dist.device):
         raise TrainError(problem)
+    return decode_cache_cap(plan.workflow.graph, paths, layout, dist.device)
 
 
 def model_paths(graph: EventGraph, models: Mapping[str, str], dist: Dist) -> dict[str, str]:

@@ -34,6 +34,7 @@ from srpo_dsl.rl.loop.checkpoint import (
     latest_checkpoint,
     save_checkpoint,
 )
+from srpo_dsl.rl.loop.decode_caches import compile_seconds, decode_metrics
 from srpo_dsl.rl.loop.determinism import deterministic_kernels
 from srpo_dsl.rl.loop.event_updates import event_updates
 from srpo_dsl.rl.loop.heldout import evaluate_sets
@@ -145,10 +146,10 @@ def diverged(run: TrainingRun, step: int, exc: NotFinite) -> Diverged:
 
 def train_step(run: TrainingRun, step: int) -> dict[str, float]:
     """Roll out, build rows and advantages, update every engine, push the new weights, log."""
-    started = time.perf_counter()
+    started, compiled = time.perf_counter(), compile_seconds(run.policies)
     episodes, fed = rollout(run, step)
     rows = training_rows(run, episodes)
-    rolled_out = time.perf_counter()
+    rolled_out, compiling = time.perf_counter(), compile_seconds(run.policies) - compiled
     lr = next(p.engine.get_lr()[0] for p in run.policies.values() if p.engine is not None)
     sleep(run.policies)
     # a checkpointed step's rollouts go to OUT/traces.jsonl, with what the update did with each event
@@ -162,8 +163,9 @@ def train_step(run: TrainingRun, step: int) -> dict[str, float]:
     sync_weights(run.policies)
     if run.feed is not None:
         run.feed.publish(run.policies, step)
-    clock = StepClock(started, rolled_out, updated, synced=time.perf_counter())
+    clock = StepClock(started, compiling, rolled_out, updated, synced=time.perf_counter())
     row = step_metrics(run, step, episodes, rows, stats, lr, clock) | memory_metrics(run.dist) | fed
+    row |= decode_metrics(run.policies)
     if run.log is not None:
         updates = event_updates(rows.members, rows.advantages, clips) if clips is not None else {}
         run.log.step(row, episodes if traced else [], updates)
@@ -172,10 +174,11 @@ def train_step(run: TrainingRun, step: int) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class StepClock:
-    """When a training step started, and when its rollouts, its update and its weight push were done
-    (`time.perf_counter` seconds)."""
+    """When a training step started, the seconds its rollouts spent compiling decode steps, and when its
+    rollouts, its update and its weight push were done (`time.perf_counter` seconds)."""
 
     started: float
+    compiling: float
     rolled_out: float
     updated: float
     synced: float
@@ -263,7 +266,8 @@ def step_metrics(
             "lr": lr,
             "loss": stats.get("loss", 0.0),
             "time": clock.synced - clock.started,
-            "time/rollout": clock.rolled_out - clock.started,
+            "time/rollout": clock.rolled_out - clock.started - clock.compiling,  # steady state
+            "time/compile": clock.compiling,  # the first calls of new decode shapes
             "time/update": clock.updated - clock.rolled_out,
             "time/sync": clock.synced - clock.updated,
             "time/elapsed": clock.synced - run.began,
