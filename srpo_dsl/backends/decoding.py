@@ -4,23 +4,26 @@ their log-probs out.
 - `dynamic`: a `DynamicCache`. Each distinct prompt is prefilled once, and a row leaves the batch
   (and its cache) as soon as it ends, so no step computes a finished row. The host checks every step
   whether rows ended: cheap on CPU, a GPU synchronisation per token on CUDA.
-- `static`: a `StaticCache` of one shape for the whole chunk. Rows stay in the batch after they end
-  (their further tokens are discarded), and the host asks whether every row has ended only every
-  `CHECK_EVERY` steps, so the GPU is never waited on within those steps. The batch is padded to a
-  power of two and the cache to a multiple of `LENGTH_STEP` tokens, so a few shapes recur; each
-  shape's cache is kept for the next call of that shape until `release()`, before an update.
-  Every row is prefilled, a prompt repeated G times too (one forward over all rows).
-- `compiled`: `static` with the one-token decode step `torch.compile`d in mode `reduce-overhead`
-  (CUDA graphs on CUDA), the way transformers' `generate` compiles a static-cache decode. Prefill
-  runs eagerly, and so do the steps of rows routed through several adapters (the routing is Python
-  state that a compiled step would re-trace for every mix). The first call of each shape compiles
-  (or records) it, and its cache stays through updates, as transformers keeps a compiled
-  `generate`'s cache: the graph replays on that cache's buffers.
+- `static`: one step at a time over buffers of one shape for the whole chunk (`decode_step`: a
+  `StaticCache`, the mask, the tokens). Rows stay in the batch after they end (their further tokens
+  are discarded), and the host asks whether every row has ended only every `CHECK_EVERY` steps, so
+  the GPU is never waited on within those steps. Rows and cache length are padded to powers of two
+  (`bucket`), so a team's calls share a few shapes; each shape's buffers are kept for its next call
+  until `release()`, before an update, the least recently used dropped first past the cap
+  (`DecodeStats.cache_cap`, from the fit check). Every row is prefilled, a prompt repeated G times
+  too (one forward over all rows).
+- `compiled`: `static` with the whole step under `torch.compile`, one graph per shape (CUDA graphs on
+  CUDA): nothing is launched per token but that graph. Prefill and the first draw run eagerly, and
+  so do the steps of rows routed through several adapters (the routing is Python state that a
+  compiled step would re-trace for every mix). The first call of each shape compiles (or records)
+  it, counted and timed in `DecodeStats`, and its buffers stay through updates: the graph replays
+  on them.
 - `auto`: `compiled` on CUDA, `dynamic` elsewhere.
 
-Every mode samples with `sample_next` and scores with `picked_logprobs`, the trainer's definition.
-A row's draw at response position t depends on its seed, t and its logits only (`sampling`), so
-the three loops sample alike and a row samples alike in any batch.
+Every mode samples with the counter noise of `sampling` and scores with the trainer's definition of a
+log-prob (`picked_logprobs`; `decode_step.record` inline). A row's draw at response position t depends
+on its seed, t and its logits only, so the three loops sample alike and a row samples alike in any
+batch.
 """
 
 from __future__ import annotations

@@ -118,8 +118,8 @@ class HFBackend:
         return self.version
 
     def sleep(self) -> None:
-        """Before the update: the kept static caches are dropped (a dynamic cache lives for one call),
-        and the allocator's cached blocks are handed back (CUDA)."""
+        """Before the update: `static` drops its kept caches (`compiled` keeps them: its graphs replay on
+        them; a dynamic cache lives for one call), and the allocator's cached blocks are handed back (CUDA)."""
         self.awake = False
         self.decoder.release()
         if self.device.type == "cuda":
