@@ -119,7 +119,7 @@ class HFBackend:
 
     def sleep(self) -> None:
         """Before the update: `static` drops its kept caches (`compiled` keeps them: its graphs replay on
-        them; a dynamic cache lives for one call), and the allocator's cached blocks are handed back (CUDA)."""
+        them; a dynamic cache lives for one call), and the allocator's cached blocks go back (CUDA)."""
         self.awake = False
         self.decoder.release()
         if self.device.type == "cuda":

@@ -174,7 +174,7 @@ def decode_cache_cap(
 
 
 def cache_cap(needed: Mapping[str, float], total: float) -> float:
-    """`DECODE_CACHE_SHARE` of the `total` bytes the `needed` training state leaves (0 when it leaves none)."""
+    """`DECODE_CACHE_SHARE` of the `total` bytes the `needed` training state leaves (0 if it leaves none)."""
     return DECODE_CACHE_SHARE * max(total - sum(needed.values()), 0.0)
 
 
