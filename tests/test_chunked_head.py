@@ -1,0 +1,267 @@
+"""The chunked output head (`backends/chunked_head.py`): response log-probs, entropies and their gradients
+equal the whole-logits path's to 1e-6 for every scoring, with adapters, tied or untied embeddings and
+temperature != 1, and through real `srpo` and `traj` updates; no tensor as wide as the logits is made."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from contextlib import nullcontext
+
+import pytest
+from test_training import (  # noqa: F401  (`one_thread`: test_training's fixture, one torch thread)
+    CONVERSATION_TEMPERATURES,
+    TEMPERATURES,
+    assert_close,
+    build,
+    chained_rows,
+    conversation_episodes,
+    make_episodes,
+    make_models,
+    one_thread,
+    parameters,
+)
+
+CHUNK = 3  # tokens per chunk in these tests: several chunks per call, the last one short
+SHAPE = {"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}  # the models'
+SHAPE |= {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "pad_token_id": 0}
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """`CHUNK` tokens of logits per chunk, for a vocabulary of `vocab` ids."""
+    from srpo_dsl.backends.logprobs import PickedLogprobs
+
+    return lambda vocab: monkeypatch.setattr(PickedLogprobs, "CHUNK_BYTES", 4 * vocab * CHUNK)
+
+
+def tiny(kind: str):
+    """A random 1-layer causal LM (vocabulary 300, hidden 32): a Llama, untied or tied, or a tied Qwen3."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    if kind == "qwen3":
+        return Qwen3ForCausalLM(Qwen3Config(tie_word_embeddings=True, **SHAPE)).eval()
+    return LlamaForCausalLM(LlamaConfig(tie_word_embeddings=kind == "tied", **SHAPE)).eval()
+
+
+def with_routed_adapters(model):
+    """`model` with LoRA adapters x (every linear) and y (q, v), their weights made non-zero."""
+    import torch
+    from test_adapters import LORA_A, LORA_B
+
+    from srpo_dsl.rl.engines.adapters import with_adapters
+
+    model = with_adapters(model, {"x": LORA_A, "y": LORA_B}).eval()
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
+    return model
+
+
+def scored(model, scoring: str, follows: bool, adapters: list[str] | None, chunked: bool, temperature=0.7):
+    """Log-probs, entropies and the parameter gradients of a weighted mean of both, one backward."""
+    import torch
+
+    from srpo_dsl.backends.chunked_head import full_logits
+    from srpo_dsl.backends.logprobs import response_logprobs
+
+    prompts, responses, links, _ = chained_rows()
+    model.zero_grad()
+    with nullcontext() if chunked else full_logits():
+        lp, h = response_logprobs(
+            model, prompts, responses, 0, temperature, torch.device("cpu"), True, adapters, scoring,
+            links if follows else None,
+        )  # fmt: skip
+    weights = torch.randn(lp.shape, generator=torch.Generator().manual_seed(1))
+    ((weights * lp).mean() + 0.3 * h.mean()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return lp.detach(), h.detach(), grads
+
+
+@pytest.mark.parametrize("kind", ["untied", "tied", "qwen3"])
+@pytest.mark.parametrize("adapters", [False, True])
+@pytest.mark.parametrize(("scoring", "follows"), [("cached", False), ("uncached", False), ("packed", False),
+                                                  ("packed", True)])  # fmt: skip
+def test_chunked_scores_and_gradients_equal_the_whole_logits(small_chunks, kind, adapters, scoring, follows):
+    """Every scoring (packed with `follows` chains too), with and without adapters routed per row, at
+    temperature 0.7: log-probs, entropies and every parameter's gradient to 1e-6; the head ran over
+    chunks of `CHUNK` tokens, again in the backward, and never over the model's `[rows, T, H]` states."""
+    from srpo_dsl.backends.chunked_head import causal_lm
+
+    model = tiny(kind)
+    small_chunks(SHAPE["vocab_size"])
+    head = causal_lm(model).lm_head
+    assert (head.weight is causal_lm(model).model.embed_tokens.weight) == (kind != "untied")
+    if adapters:
+        model = with_routed_adapters(model)
+    names = chained_rows()[3] if adapters else None
+    calls: list[tuple[int, ...]] = []
+    head.register_forward_hook(lambda _, args, out: calls.append(tuple(args[0].shape)))
+    whole = scored(model, scoring, follows, names, chunked=False)
+    assert calls and all(len(shape) == 3 for shape in calls)  # the model's own head call
+    calls.clear()
+    chunked = scored(model, scoring, follows, names, chunked=True)
+    tokens = sum(map(len, chained_rows()[1]))
+    assert [shape[0] for shape in calls] == 2 * [min(CHUNK, tokens - k) for k in range(0, tokens, CHUNK)]
+    assert (chunked[0] - whole[0]).abs().max() <= 1e-6 and (chunked[1] - whole[1]).abs().max() <= 1e-6
+    assert chunked[2].keys() == whole[2].keys() and len(whole[2]) > 0
+    assert_close(chunked[2], whole[2], atol=1e-6)
+    assert (whole[0] != 0).sum() == tokens and max(g.abs().max() for g in whole[2].values()) > 1e-3
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 1.5])
+def test_other_temperatures_score_alike(small_chunks, temperature):
+    """Greedy (scored at 1), 1 and 1.5: log-probs, entropies and gradients to 1e-6."""
+    model = tiny("tied")
+    small_chunks(SHAPE["vocab_size"])
+    whole, chunked = (scored(model, "cached", False, None, c, temperature) for c in (False, True))
+    assert (chunked[0] - whole[0]).abs().max() <= 1e-6 and (chunked[1] - whole[1]).abs().max() <= 1e-6
+    assert_close(chunked[2], whole[2], atol=1e-6)
+
+
+def widest(model, scoring: str, chunked: bool) -> tuple[int, int]:
+    """The most elements of any tensor over the vocabulary (last dimension V; not the head's `[H, V]` weight
+    seen transposed) made by any op of one forward and backward of `scored`; and the response tokens."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    weight = (model.config.hidden_size, model.config.vocab_size)
+    seen = [0]
+
+    class Widest(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if hasattr(t, "shape") and t.dim() and t.shape[-1] == weight[1] and tuple(t.shape) != weight:
+                    seen[0] = max(seen[0], t.numel())
+            return out
+
+    with Widest():
+        scored(model, scoring, scoring == "packed", None, chunked)
+    return seen[0], sum(map(len, chained_rows()[1]))
+
+
+@pytest.mark.parametrize("scoring", ["cached", "uncached", "packed"])
+def test_no_tensor_as_wide_as_the_logits_is_made(small_chunks, scoring):
+    """Under a dispatch mode that sees every op's output, forward and backward: with the chunked head no
+    tensor over the vocabulary holds more than one chunk of tokens; the whole-logits path makes one of
+    every response token at least (`[rows, T, V]`, its float32 copy or its gradient)."""
+    model = tiny("untied")
+    small_chunks(SHAPE["vocab_size"])
+    chunked, tokens = widest(model, scoring, chunked=True)
+    whole, _ = widest(model, scoring, chunked=False)
+    vocab = SHAPE["vocab_size"]
+    assert 0 < chunked <= CHUNK * vocab and whole >= tokens * vocab > 3 * chunked
+
+
+def forward_assigns(cls) -> list[str]:
+    """The statements of `cls.forward` that assign `logits`."""
+    return re.findall(r"^\s*logits = .*$", inspect.getsource(cls.forward), flags=re.M)
+
+
+def test_plain_heads_are_the_forwards_that_return_the_head_output():
+    """Each `PLAIN_HEADS` architecture's `*ForCausalLM.forward` assigns its logits once, `self.lm_head(...)`,
+    and its head is an `nn.Linear`; Gemma 2's soft-capping, Cohere's and Granite's scales fail the check."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
+
+    from srpo_dsl.backends.chunked_head import PLAIN_HEADS
+
+    def plain(model_type: str) -> bool:
+        cls = getattr(transformers, CAUSAL[model_type])
+        assigns = forward_assigns(cls)
+        linear = "self.lm_head = nn.Linear(" in inspect.getsource(cls.__init__)
+        return linear and len(assigns) == 1 and "= self.lm_head(" in assigns[0]
+
+    assert all(plain(t) for t in PLAIN_HEADS)
+    assert not any(plain(t) for t in ("gemma2", "cohere", "granite"))
+
+
+def test_the_head_is_swapped_only_where_it_qualifies():
+    """`output_head` swaps a plain head for the block and puts it back (after an error too); a LoRA head,
+    an architecture outside `PLAIN_HEADS` and `full_logits` keep the model as it is."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from srpo_dsl.backends.chunked_head import causal_lm, full_logits, output_head
+
+    model = tiny("tied")
+    head = model.lm_head
+    with pytest.raises(RuntimeError, match="inside"), output_head(model) as swapped:
+        assert swapped is head and isinstance(model.lm_head, torch.nn.Identity)
+        raise RuntimeError("inside")
+    assert model.lm_head is head
+    with full_logits(), output_head(model) as swapped:
+        assert swapped is None and model.lm_head is head
+    lora = get_peft_model(tiny("untied"), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
+    with output_head(lora) as swapped:
+        assert swapped is None and type(causal_lm(lora).lm_head) is not torch.nn.Linear
+    gemma = Gemma2ForCausalLM(Gemma2Config(**SHAPE))
+    with output_head(gemma) as swapped:
+        assert swapped is None and isinstance(gemma.lm_head, torch.nn.Linear)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return make_models(tmp_path_factory.mktemp("models"))
+
+
+def updated(models, dist, tmp_path, objective: str, options: dict, chunked: bool):
+    """The weights and stats of one `update` (two epochs), chunked head or whole logits, and the head calls."""
+    from srpo_dsl.backends.chunked_head import causal_lm, full_logits
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    options = {"objective": objective, "epochs": 2, "grad_clip": 0.5, **options}
+    talk = options.pop("conversations", False)
+    rows = build_rows(conversation_episodes() if talk else make_episodes(mixed=True), objective)
+    if options.pop("adapters", False):
+        from test_adapters import shared
+
+        tmp_path.mkdir()
+        policies, opts = shared(models[0], tmp_path, dist, **options)
+    else:
+        policies, opts = build({"a": models[0], "b": models[1]}, dist, **options)
+    calls: list[int] = []
+    for policy in {id(p.module): p for p in policies.values()}.values():
+        causal_lm(policy.module).lm_head.register_forward_hook(lambda _, a, o: calls.append(a[0].dim()))
+    with nullcontext() if chunked else full_logits():
+        stats = update(policies, rows, opts, dist, CONVERSATION_TEMPERATURES if talk else TEMPERATURES)
+    return parameters(policies), stats, calls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("objective", "options"),
+    [
+        ("srpo", {}),
+        ("traj", {}),
+        ("srpo", {"entropy": 0.5, "gradient_checkpointing": True}),  # uncached scoring
+        ("srpo", {"pack_rows": True, "conversations": True, "kl": 0.5}),  # follows chains, packed reference
+        ("traj", {"pack_rows": True, "conversations": True}),
+        ("srpo", {"adapters": True}),
+        ("traj", {"adapters": True, "pack_rows": True, "conversations": True}),
+        ("srpo", {"zero": 3, "micro_batches": 2}),
+    ],
+)
+def test_updates_with_the_chunked_head_step_like_whole_logits(
+    models, dist, tmp_path, small_chunks, objective, options
+):
+    """A real update (DeepSpeed engines, SGD lr 1: the weights carry the gradients) with the chunked head,
+    `CHUNK` tokens a chunk, gives the whole-logits update: weights and loss to 1e-6, grad norm to 1e-6
+    relative; packed conversations (`follows` chains), adapters routed per row and ZeRO-3 too."""
+    from transformers import AutoConfig
+
+    small_chunks(AutoConfig.from_pretrained(models[0]).vocab_size)
+    whole = updated(models, dist, tmp_path / "whole", objective, dict(options), chunked=False)
+    chunked = updated(models, dist, tmp_path / "chunked", objective, dict(options), chunked=True)
+    assert whole[2] and set(whole[2]) == {3} and chunked[2] and set(chunked[2]) == {2}  # the path each took
+    assert_close(chunked[0], whole[0], atol=1e-6)
+    assert chunked[1]["loss"] == pytest.approx(whole[1]["loss"], abs=1e-6)
+    assert chunked[1]["grad_norm"] == pytest.approx(whole[1]["grad_norm"], rel=1e-6)
+    assert whole[1]["clip_fraction"] == chunked[1]["clip_fraction"] > 0
