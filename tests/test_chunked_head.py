@@ -123,39 +123,48 @@ def test_other_temperatures_score_alike(small_chunks, temperature):
     assert_close(chunked[2], whole[2], atol=1e-6)
 
 
-def widest(model, scoring: str, chunked: bool) -> tuple[int, int]:
-    """The most elements of any tensor over the vocabulary (last dimension V; not the head's `[H, V]` weight
-    seen transposed) made by any op of one forward and backward of `scored`; and the response tokens."""
+def vocab_tensors(model, scoring: str, chunked: bool) -> tuple[int, int]:
+    """Over one forward and backward of `scored`, tensors over the vocabulary (last dimension V; not the
+    head's `[H, V]` weight seen transposed): the most elements of any that an op made (a dispatch mode
+    sees every op's output, the backward's too), and the elements of all of them kept for the backward
+    (saved-tensor hooks; a checkpointed region's own hooks keep theirs from these)."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     weight = (model.config.hidden_size, model.config.vocab_size)
-    seen = [0]
+    over_vocab = lambda t: t.dim() and t.shape[-1] == weight[1] and tuple(t.shape) != weight  # noqa: E731
+    made, saved = [0], [0]
 
     class Widest(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            for t in tree_leaves(out):
-                if hasattr(t, "shape") and t.dim() and t.shape[-1] == weight[1] and tuple(t.shape) != weight:
-                    seen[0] = max(seen[0], t.numel())
+            sizes = [t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor) and over_vocab(t)]
+            made[0] = max([made[0], *sizes])
             return out
 
-    with Widest():
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[0] += t.numel() if over_vocab(t) else 0
+        return t
+
+    with Widest(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         scored(model, scoring, scoring == "packed", None, chunked)
-    return seen[0], sum(map(len, chained_rows()[1]))
+    return made[0], saved[0]
 
 
 @pytest.mark.parametrize("scoring", ["cached", "uncached", "packed"])
-def test_no_tensor_as_wide_as_the_logits_is_made(small_chunks, scoring):
-    """Under a dispatch mode that sees every op's output, forward and backward: with the chunked head no
-    tensor over the vocabulary holds more than one chunk of tokens; the whole-logits path makes one of
-    every response token at least (`[rows, T, V]`, its float32 copy or its gradient)."""
+def test_no_tensor_as_wide_as_the_logits_is_made_or_kept(small_chunks, scoring):
+    """With the chunked head no tensor over the vocabulary holds more than one chunk of tokens, forward or
+    backward, and none is kept for the backward (each chunk's logits are recomputed); the whole-logits
+    path makes one of every response token at least (`[rows, T, V]`, its float32 copy or its gradient),
+    and keeps the logits."""
     model = tiny("untied")
-    small_chunks(SHAPE["vocab_size"])
-    chunked, tokens = widest(model, scoring, chunked=True)
-    whole, _ = widest(model, scoring, chunked=False)
-    vocab = SHAPE["vocab_size"]
-    assert 0 < chunked <= CHUNK * vocab and whole >= tokens * vocab > 3 * chunked
+    vocab, tokens = SHAPE["vocab_size"], sum(map(len, chained_rows()[1]))
+    small_chunks(vocab)
+    made, saved = vocab_tensors(model, scoring, chunked=True)
+    assert 0 < made <= CHUNK * vocab and saved == 0
+    made, saved = vocab_tensors(model, scoring, chunked=False)
+    assert made >= tokens * vocab and saved >= tokens * vocab
 
 
 def forward_assigns(cls) -> list[str]:
