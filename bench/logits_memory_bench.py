@@ -1,23 +1,24 @@
 """Peak memory of one forward + backward of the update's scoring: the whole logits against the chunked head.
 
-    python bench/logits_memory_bench.py                  # Qwen3-0.6B shape, bf16, 32 rows x 256 tokens
-    python bench/logits_memory_bench.py --smoke          # a small shape in seconds (what the tests run)
-    python bench/logits_memory_bench.py --layers 2 --dtype float32 --scoring cached --json out.json
+    python bench/logits_memory_bench.py              # the 0.6B vocabulary and width, 2 layers, bf16, 32 x 256
+    python bench/logits_memory_bench.py --smoke      # a small shape in seconds (what the tests run)
+    python bench/logits_memory_bench.py --layers 28 --scoring uncached --json out.jsonl   # the whole 0.6B
 
 The model is a random initialisation of the Qwen3-0.6B config (`gpu_bench.SIZES`, its 151,936-token
-vocabulary, tied embeddings; `--layers` keeps the first N of its 28 layers: the logits' share depends on
-rows, tokens and vocabulary only). The rows are `--rows` prompts + responses of `--tokens` ids in all
-(`--prompt` of them the prompt, every 4 rows sharing one, as a group of rollouts does), random ids. One
-call of `response_logprobs` under grad with the update's scoring (`--scoring`: `uncached` runs the
-checkpointed layers of `gradient_checkpointing`, the default here; `cached` and `packed` keep every
-layer's activations), then the backward of a weighted sum of the log-probs, as the update's surrogate.
+vocabulary, tied embeddings) with `--layers` of its 28 layers, 2 by default: the logits' share depends
+on rows, tokens and vocabulary only, and on a shared 2-core CPU all 28 take about 7 minutes a side.
+The rows are `--rows` prompts + responses of `--tokens` ids in all (`--prompt` of them the prompt,
+every 4 rows sharing one, as a group of rollouts does), random ids. One
+call of `response_logprobs` under grad with the update's scoring (`--scoring`: `cached`, the update's
+default; `uncached` with the layers checkpointed, as `gradient_checkpointing` runs; `packed`), then the
+backward of a weighted mean of the log-probs, as the update's surrogate.
 
 Each side runs in a child process of its own, one after the other: `whole` (`chunked_head.full_logits`,
 the path before the chunked head) and `chunked`. A child builds the model, resets its resident-set
 high-water mark (`/proc/self/clear_refs`, Linux), scores, and reports the mark (`VmHWM`): its peak
 RSS over the forward and backward, the model, its gradients and the scoring's own memory included,
 and the peak less the RSS before it (what the scoring added). A child runs with glibc's
-`MALLOC_MMAP_THRESHOLD_` at 64 KiB: every larger block is mapped on its own and unmapped when freed,
+`MALLOC_MMAP_THRESHOLD_` at 1 MiB: every larger block is mapped on its own and unmapped when freed,
 so RSS follows the live tensors (with glibc's default, freed chunks of logits stay in its heap and the
 chunked side reads up to twice its live memory).
 """
@@ -38,10 +39,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from gpu_bench import SIZES, VOCAB  # noqa: E402
 from train_bench import cpu_name  # noqa: E402
 
+from srpo_dsl.backends.logprobs import SCORINGS, PickedLogprobs  # noqa: E402
+
 SIDES = ("whole", "chunked")
 GROUP = 4  # rows per prompt
-SMOKE = ["--layers", "1", "--hidden", "64", "--vocab", "32768", "--rows", "8", "--tokens", "128",
-         "--prompt", "16", "--dtype", "float32", "--scoring", "cached", "--chunk-bytes", str(2**24)]  # fmt: skip
+SMOKE = ["--layers", "1", "--hidden", "64", "--vocab", "32768", "--rows", "8", "--tokens", "128", "--prompt",
+         "16", "--dtype", "float32", "--scoring", "cached", "--chunk-bytes", str(2**24)]  # fmt: skip
 
 
 def build(args: argparse.Namespace):
@@ -90,7 +93,6 @@ def side(args: argparse.Namespace) -> dict:
     """One forward + backward of the scoring, `args.side`'s way, after a warm-up call on one group of
     short rows (libraries and thread pools loaded, gradients freed again); its peak memory and time."""
 
-    from srpo_dsl.backends.logprobs import PickedLogprobs
     from srpo_dsl.rl.engines.policies import checkpoint_layers
 
     PickedLogprobs.CHUNK_BYTES = args.chunk_bytes
@@ -134,7 +136,7 @@ def step(model, prompts: list[list[int]], responses: list[list[int]], args: argp
 
 def run_side(name: str, argv: list[str]) -> dict:
     """`side` in a fresh child process; its JSON line."""
-    env = os.environ | {"MALLOC_MMAP_THRESHOLD_": str(2**16)}  # glibc maps each block >= 64 KiB apart
+    env = os.environ | {"MALLOC_MMAP_THRESHOLD_": str(2**20)}  # glibc maps each block >= 1 MiB apart
     done = subprocess.run(
         [sys.executable, __file__, *argv, "--side", name],
         capture_output=True,
@@ -143,7 +145,9 @@ def run_side(name: str, argv: list[str]) -> dict:
         env=env,
     )
     if done.returncode != 0:
-        raise SystemExit(f"the {name} side failed: {done.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(
+            f"the {name} side failed: {(done.stderr.strip().splitlines() or ['no message'])[-1]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -152,31 +156,31 @@ def table(args: argparse.Namespace, results: list[dict]) -> str:
     logits = args.rows * (args.tokens - args.prompt) * args.vocab * 4 / 2**20
     head = (
         f"{args.rows} rows x {args.tokens} tokens ({args.prompt} prompt), vocabulary {args.vocab}, "
-        f"{args.layers} layers, {args.dtype}, scoring `{args.scoring}`, chunk budget {args.chunk_bytes / 2**20:g} MiB; "
-        f"float32 logits of the responses: {logits:,.0f} MiB; {cpu_name()}, load {os.getloadavg()[0]:.1f}"
+        f"{args.layers} layers, {args.dtype}, scoring `{args.scoring}`, "
+        f"chunk budget {args.chunk_bytes / 2**20:g} MiB; float32 logits of the responses: {logits:,.0f} MiB; "
+        f"{cpu_name()}, load {os.getloadavg()[0]:.1f}"
     )
     lines = [head, "", "| logits | peak RSS, MiB | before, MiB | added by the scoring, MiB | seconds |",
              "|---|---:|---:|---:|---:|"]  # fmt: skip
     for r in results:
-        lines.append(
-            f"| {r['side']} | {r['peak_mib']:,.0f} | {r['before_mib']:,.0f} | {r['added_mib']:,.0f} | {r['seconds']:.1f} |"
-        )
+        mib = " | ".join(f"{r[key]:,.0f}" for key in ("peak_mib", "before_mib", "added_mib"))
+        lines.append(f"| {r['side']} | {mib} | {r['seconds']:.1f} |")
     return "\n".join(lines)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="a small shape: " + " ".join(SMOKE))
-    ap.add_argument("--layers", type=int, default=SIZES["0.6b"]["num_hidden_layers"])
+    ap.add_argument("--layers", type=int, default=2, help="of the 0.6B's 28")
     ap.add_argument("--hidden", type=int, default=0, help="another hidden size (0: the 0.6B's)")
     ap.add_argument("--vocab", type=int, default=VOCAB)
     ap.add_argument("--rows", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=256, help="prompt + response ids a row")
     ap.add_argument("--prompt", type=int, default=32, help="prompt ids a row")
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
-    ap.add_argument("--scoring", choices=("uncached", "cached", "packed"), default="uncached")
+    ap.add_argument("--scoring", choices=SCORINGS, default="cached")
     ap.add_argument(
-        "--chunk-bytes", type=int, default=2**28, help="float32 logits per chunk (PickedLogprobs)"
+        "--chunk-bytes", type=int, default=PickedLogprobs.CHUNK_BYTES, help="float32 logits per chunk"
     )
     ap.add_argument("--json", type=Path, help="append each side's result here (JSON Lines)")
     ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child's

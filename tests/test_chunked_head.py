@@ -221,7 +221,7 @@ def models(tmp_path_factory):
 
 
 def updated(models, dist, tmp_path, objective: str, options: dict, chunked: bool):
-    """The weights and stats of one `update` (two epochs), chunked head or whole logits, and the head calls."""
+    """The weights and stats of one `update` (two epochs), chunked head or whole logits; the head's calls."""
     from srpo_dsl.backends.chunked_head import causal_lm, full_logits
     from srpo_dsl.rl.loop.update import update
     from srpo_dsl.rl.objective.rows import build_rows
@@ -274,3 +274,22 @@ def test_updates_with_the_chunked_head_step_like_whole_logits(
     assert chunked[1]["loss"] == pytest.approx(whole[1]["loss"], abs=1e-6)
     assert chunked[1]["grad_norm"] == pytest.approx(whole[1]["grad_norm"], rel=1e-6)
     assert whole[1]["clip_fraction"] == chunked[1]["clip_fraction"] > 0
+
+
+@pytest.mark.slow
+def test_the_logits_memory_bench_smoke_run_shows_the_saving(tmp_path):
+    """`bench/logits_memory_bench.py --smoke` runs both sides, appends each to its JSON Lines file and prints
+    the table; the chunked side adds under half of what the whole logits add."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "logits_memory_bench.py"
+    out = tmp_path / "memory.jsonl"
+    done = subprocess.run(
+        [sys.executable, script, "--smoke", "--json", out], capture_output=True, text=True, check=True
+    )
+    whole, chunked = (json.loads(line) for line in out.read_text().splitlines())
+    assert (whole["side"], chunked["side"]) == ("whole", "chunked") and "| chunked |" in done.stdout
+    assert 0 < chunked["added_mib"] < whole["added_mib"] / 2
