@@ -5,6 +5,11 @@ raw model logits; temperature 0 (greedy) scores at temperature 1. Nucleus trunca
 (`top_p`) is *not* folded in and top-k is off, so `token_logprobs` recomputes exactly what
 `HFBackend.generate` reports. Rows are prompt + response, right-padded; position ids follow
 the attention mask, so left- and right-padded layouts give the same values.
+
+`response_logprobs` (the trainer's scoring) never holds the `[rows, T, V]` logits where the model's
+head qualifies (`chunked_head`): each scoring runs the model for its last hidden states, gathers the
+positions that predict response tokens, and applies the head a chunk of tokens at a time, each
+chunk's logits recomputed in the backward pass. Elsewhere it scores the logits the model returns.
 """
 
 from __future__ import annotations
@@ -179,7 +184,9 @@ def response_logprobs(
     (`SCORINGS`): `cached` (`cached_logprobs`: each distinct prompt once, the responses on its KV cache),
     `uncached` (`uncached_logprobs`: one padded pass over every row), `packed` (`packed_logprobs`: rows
     without padding between them, a conversation's rows linked by `follows` in one pass over its last;
-    the other scorings run every row alone)."""
+    the other scorings run every row alone). Each applies the model's head to the response positions a
+    chunk of tokens at a time where the head qualifies (`chunked_head`), so neither the forward nor the
+    backward holds `[n, T, V]` logits; the values and gradients are those of the whole logits."""
     if scoring == "packed":
         return packed_logprobs(
             model, prompts, responses, temperature, device, with_entropy, adapters, follows
