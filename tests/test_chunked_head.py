@@ -256,6 +256,7 @@ def updated(models, dist, tmp_path, objective: str, options: dict, chunked: bool
         ("srpo", {"adapters": True}),
         ("traj", {"adapters": True, "pack_rows": True, "conversations": True}),
         ("srpo", {"zero": 3, "micro_batches": 2}),
+        ("srpo", {"adapters": True, "zero": 3, "micro_batches": 2}),  # a frozen head, gathered per chunk
     ],
 )
 def test_updates_with_the_chunked_head_step_like_whole_logits(
