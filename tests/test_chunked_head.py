@@ -86,27 +86,34 @@ def scored(model, scoring: str, follows: bool, adapters: list[str] | None, chunk
 @pytest.mark.parametrize("adapters", [False, True])
 @pytest.mark.parametrize(("scoring", "follows"), [("cached", False), ("uncached", False), ("packed", False),
                                                   ("packed", True)])  # fmt: skip
-def test_chunked_scores_and_gradients_equal_the_whole_logits(small_chunks, kind, adapters, scoring, follows):
+def test_chunked_scores_and_gradients_equal_the_whole_logits(
+    small_chunks, monkeypatch, kind, adapters, scoring, follows
+):
     """Every scoring (packed with `follows` chains too), with and without adapters routed per row, at
-    temperature 0.7: log-probs, entropies and every parameter's gradient to 1e-6; the head ran over
-    chunks of `CHUNK` tokens, again in the backward, and never over the model's `[rows, T, H]` states."""
-    from srpo_dsl.backends.chunked_head import causal_lm
+    temperature 0.7: log-probs, entropies and every parameter's gradient to 1e-6; the head module ran
+    once, over the `[tokens, H]` states of the response tokens, and its chunks of `CHUNK` tokens ran
+    again in the backward; never over the model's `[rows, T, H]` states."""
+    from srpo_dsl.backends import chunked_head
 
     model = tiny(kind)
     small_chunks(SHAPE["vocab_size"])
-    head = causal_lm(model).lm_head
-    assert (head.weight is causal_lm(model).model.embed_tokens.weight) == (kind != "untied")
+    head = chunked_head.causal_lm(model).lm_head
+    assert (head.weight is chunked_head.causal_lm(model).model.embed_tokens.weight) == (kind != "untied")
     if adapters:
         model = with_routed_adapters(model)
     names = chained_rows()[3] if adapters else None
     calls: list[tuple[int, ...]] = []
     head.register_forward_hook(lambda _, args, out: calls.append(tuple(args[0].shape)))
     whole = scored(model, scoring, follows, names, chunked=False)
-    assert calls and all(len(shape) == 3 for shape in calls)  # the model's own head call
+    assert len(calls) in (1, 2) and all(len(shape) == 3 for shape in calls)  # the model's own head calls
     calls.clear()
+    chunks: list[int] = []  # the tokens of each chunk scored, forward and backward
+    scored_chunk = chunked_head._scored
+    monkeypatch.setattr(chunked_head, "_scored", lambda *a: chunks.append(len(a[2])) or scored_chunk(*a))
     chunked = scored(model, scoring, follows, names, chunked=True)
     tokens = sum(map(len, chained_rows()[1]))
-    assert [shape[0] for shape in calls] == 2 * [min(CHUNK, tokens - k) for k in range(0, tokens, CHUNK)]
+    assert calls == [(tokens, SHAPE["hidden_size"])]
+    assert chunks == 2 * [min(CHUNK, tokens - k) for k in range(0, tokens, CHUNK)]
     assert (chunked[0] - whole[0]).abs().max() <= 1e-6 and (chunked[1] - whole[1]).abs().max() <= 1e-6
     assert chunked[2].keys() == whole[2].keys() and len(whole[2]) > 0
     assert_close(chunked[2], whole[2], atol=1e-6)
@@ -294,3 +301,69 @@ def test_the_logits_memory_bench_smoke_run_shows_the_saving(tmp_path):
     whole, chunked = (json.loads(line) for line in out.read_text().splitlines())
     assert (whole["side"], chunked["side"]) == ("whole", "chunked") and "| chunked |" in done.stdout
     assert 0 < chunked["added_mib"] < whole["added_mib"] / 2
+
+
+def sharded_zero3(dist, model_a: str, model_b: str) -> tuple[dict, dict]:
+    """ZeRO-3, each rank its share of the events (unequal token counts: unequal chunk counts), `CHUNK`
+    tokens a chunk; the weights and stats."""
+    from transformers import AutoConfig
+
+    from srpo_dsl.backends.logprobs import PickedLogprobs
+    from srpo_dsl.rl.loop.update import update
+    from srpo_dsl.rl.objective.rows import build_rows
+
+    PickedLogprobs.CHUNK_BYTES = 4 * CHUNK * AutoConfig.from_pretrained(model_a).vocab_size
+    rows = build_rows(make_episodes(mixed=True), "srpo")
+    mine = [i for i, e in enumerate(rows.event_ids.tolist()) if e % dist.world_size == dist.rank]
+    policies, opts = build({"a": model_a, "b": model_b}, dist, zero=3, micro_batches=2, grad_clip=0.5)
+    stats = update(policies, rows.select(mine), opts, dist, TEMPERATURES)
+    return parameters(policies), stats
+
+
+def zero3_worker(out: str, model_a: str, model_b: str) -> None:
+    import torch
+
+    from srpo_dsl.rl.distributed.process_group import init_distributed
+
+    dist = init_distributed("cpu")
+    params, stats = sharded_zero3(dist, model_a, model_b)
+    if dist.rank == 0:
+        torch.save({"params": params, "stats": stats}, out)
+
+
+@pytest.mark.slow
+def test_zero3_ranks_with_unequal_chunk_counts_match_one_process(models, dist, tmp_path, monkeypatch):
+    """Two gloo ranks at ZeRO-3 scoring different numbers of tokens, so different numbers of chunks, gather
+    the head alike (once per scoring call) and give the one-process update."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from srpo_dsl.backends.logprobs import PickedLogprobs
+    from srpo_dsl.rl.distributed.process_group import free_port
+
+    monkeypatch.setattr(PickedLogprobs, "CHUNK_BYTES", PickedLogprobs.CHUNK_BYTES)  # set back after
+    here, out = Path(__file__).resolve(), tmp_path / "params.pt"
+    env = {**os.environ, "PYTHONPATH": str(here.parents[1]), "OMP_NUM_THREADS": "1"}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port"]
+    done = subprocess.run(
+        [*launch, str(free_port()), str(here), "zero3", str(out), str(models[0]), str(models[1])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = torch.load(out, weights_only=False)
+    params, stats = sharded_zero3(dist, str(models[0]), str(models[1]))
+    assert_close(params, two["params"])
+    assert stats["loss"] == pytest.approx(two["stats"]["loss"], abs=1e-6)
+
+
+if __name__ == "__main__":
+    import sys
+
+    {"zero3": zero3_worker}[sys.argv[1]](*sys.argv[2:])

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import MethodType
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 # transformers' `*ForCausalLM` forwards that return `lm_head(hidden[:, kept])` as the logits, nothing after
@@ -88,27 +90,40 @@ def over_chunks(
     returning `[len(c)]` tensors, concatenated to `[N]`; a chunk holds at most `budget` bytes of float32
     logits (one token at least), and its logits are recomputed in the backward, not kept.
 
-    The recompute's saved tensors are not compared with the forward's (`determinism_check`): under
-    ZeRO-3 a frozen head's weight (a LoRA base's) is kept as the parameter itself, which ZeRO-3 empties
-    after the head's forward and gathers again before its backward, so its shape differs in between."""
+    The chunks run inside one call of the head module (its forward, for the call, is the chunk loop):
+    ZeRO-3's hooks gather its weight once for the forward and once before the backward, whatever the
+    chunk count, so ranks scoring different numbers of tokens stay in step."""
     step = max(1, budget // (4 * head.out_features))
-    pieces = [
-        checkpoint(
-            _scored,
-            head,
-            score,
-            hidden[start : start + step],
-            *(t[start : start + step] for t in per_token),
-            use_reentrant=False,
-            preserve_rng_state=False,  # a linear head draws nothing
-            determinism_check="none",  # see below
-        )
-        for start in range(0, max(1, hidden.shape[0]), step)  # no tokens: one empty chunk
-    ]
-    return tuple(torch.cat(parts) for parts in zip(*pieces))
+
+    def chunked(module: torch.nn.Linear, states: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        pieces = [
+            checkpoint(
+                _scored,
+                module,
+                score,
+                states[start : start + step],
+                *(t[start : start + step] for t in per_token),
+                use_reentrant=False,
+                preserve_rng_state=False,  # a linear head draws nothing
+            )
+            for start in range(0, max(1, states.shape[0]), step)  # no tokens: one empty chunk
+        ]
+        return tuple(torch.cat(parts) for parts in zip(*pieces))
+
+    own = head.__dict__.get("forward")
+    head.forward = MethodType(chunked, head)
+    try:
+        return head(hidden)
+    finally:
+        if own is None:
+            del head.forward
+        else:
+            head.forward = own
 
 
 def _scored(
     head: torch.nn.Linear, score: Callable[..., tuple[torch.Tensor, ...]], hidden: torch.Tensor, *rest: Any
 ) -> tuple[torch.Tensor, ...]:
-    return score(head(hidden), *rest)
+    """One chunk's scores; the head's weight read directly (in the backward's recompute, as gathered for
+    its backward)."""
+    return score(F.linear(hidden, head.weight, head.bias), *rest)
