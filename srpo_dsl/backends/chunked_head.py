@@ -7,7 +7,8 @@ where it returned logits; the caller gathers the positions it scores, and `over_
 real head to them a chunk of tokens at a time, each chunk under `torch.utils.checkpoint`
 (non-reentrant): the forward keeps a chunk's hidden states only, and the backward recomputes one
 chunk's logits at a time. The head runs twice per token under grad (a `2 * H * V` matmul more per
-token), never over more tokens than `budget` bytes of float32 logits hold.
+token), never over more tokens than `budget` bytes of float32 logits hold, and as one call of its
+module per scoring (ZeRO-3 gathers its weight once a pass, whatever the chunk count).
 
 Only models whose head is a plain `nn.Linear` and whose forward applies nothing after it qualify
 (`PLAIN_HEADS`, by `config.model_type`); any other (Gemma 2's soft-capping, Cohere's `logit_scale`,
