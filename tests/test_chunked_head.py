@@ -1,6 +1,10 @@
 """The chunked output head (`backends/chunked_head.py`): response log-probs, entropies and their gradients
 equal the whole-logits path's to 1e-6 for every scoring, with adapters, tied or untied embeddings and
-temperature != 1, and through real `srpo` and `traj` updates; no tensor as wide as the logits is made."""
+temperature != 1, and through real `srpo` and `traj` updates (ZeRO-3 too, and two ZeRO-3 ranks with
+unequal chunk counts); no tensor as wide as the logits is made or kept; the memory bench's smoke run.
+
+Run as a script, this file is the worker of the two-rank test: `python tests/test_chunked_head.py zero3
+OUT.pt MODEL_A MODEL_B` (under torchrun)."""
 
 from __future__ import annotations
 
