@@ -5,6 +5,11 @@ raw model logits; temperature 0 (greedy) scores at temperature 1. Nucleus trunca
 (`top_p`) is *not* folded in and top-k is off, so `token_logprobs` recomputes exactly what
 `HFBackend.generate` reports. Rows are prompt + response, right-padded; position ids follow
 the attention mask, so left- and right-padded layouts give the same values.
+
+`response_logprobs` (the trainer's scoring) never holds the `[rows, T, V]` logits where the model's
+head qualifies (`chunked_head`): each scoring runs the model for its last hidden states, gathers the
+positions that predict response tokens, and applies the head a chunk of tokens at a time, each
+chunk's logits recomputed in the backward pass. Elsewhere it scores the logits the model returns.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
+from srpo_dsl.backends.chunked_head import output_head, over_chunks
 from srpo_dsl.backends.routing import routed
 
 Scoring = Literal["cached", "uncached", "packed"]
@@ -178,7 +184,9 @@ def response_logprobs(
     (`SCORINGS`): `cached` (`cached_logprobs`: each distinct prompt once, the responses on its KV cache),
     `uncached` (`uncached_logprobs`: one padded pass over every row), `packed` (`packed_logprobs`: rows
     without padding between them, a conversation's rows linked by `follows` in one pass over its last;
-    the other scorings run every row alone)."""
+    the other scorings run every row alone). Each applies the model's head to the response positions a
+    chunk of tokens at a time where the head qualifies (`chunked_head`), so neither the forward nor the
+    backward holds `[n, T, V]` logits; the values and gradients are those of the whole logits."""
     if scoring == "packed":
         return packed_logprobs(
             model, prompts, responses, temperature, device, with_entropy, adapters, follows
@@ -217,27 +225,28 @@ def cached_logprobs(
     names = (None, None) if adapters is None else ([k[-1] for k in distinct_keys], adapters)
     rows = torch.tensor(index, device=device)
     prompt_ids, prompt_mask, resp_ids, resp_mask = padded_pair(distinct, responses, pad_id, device)
-    with routed(names[0]):
-        first = model(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            position_ids=mask_positions(prompt_mask),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-    cache = first.past_key_values
-    cache.batch_select_indices(rows)  # one cache row per response
-    mask = torch.cat([prompt_mask[rows], resp_mask], dim=1)
-    with routed(names[1]):
-        rest = model(
-            input_ids=resp_ids,
-            attention_mask=mask,
-            position_ids=mask_positions(mask)[:, prompt_ids.shape[1] :],
-            past_key_values=cache,
-            use_cache=True,
-        )
+    with output_head(model) as head:
+        with routed(names[0]):
+            first = model(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                position_ids=mask_positions(prompt_mask),
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        cache = first.past_key_values
+        cache.batch_select_indices(rows)  # one cache row per response
+        mask = torch.cat([prompt_mask[rows], resp_mask], dim=1)
+        with routed(names[1]):
+            rest = model(
+                input_ids=resp_ids,
+                attention_mask=mask,
+                position_ids=mask_positions(mask)[:, prompt_ids.shape[1] :],
+                past_key_values=cache,
+                use_cache=True,
+            )
     return response_scores(
-        first.logits[rows, -1], rest.logits, resp_ids, resp_mask, temperature, with_entropy
+        head, first.logits[rows, -1], rest.logits, resp_ids, resp_mask, temperature, with_entropy
     )
 
 
@@ -292,16 +301,11 @@ def packed_logprobs(
     prompt_lengths = torch.tensor([len(p) for p in prompts])
     predicting = (offset + prompt_lengths - 1)[row_of] + column  # ... and the flat position predicting it
     targets = torch.tensor([token for r in responses for token in r], device=device)
-    with routed(routes):
-        logits = model(input_ids=ids.to(device), position_ids=positions.to(device), use_cache=False).logits
-    logits = logits.flatten(0, 1)[predicting.to(device)]
+    with routed(routes), output_head(model) as head:
+        out = model(input_ids=ids.to(device), position_ids=positions.to(device), use_cache=False).logits
+    scores = token_scores(head, out.flatten(0, 1)[predicting.to(device)], targets, temperature, with_entropy)
     shape, at = (len(rows), max(1, *answered.tolist())), (row_of.to(device), column.to(device))
-    logprobs = torch.zeros(shape, device=device, dtype=logits.dtype)
-    logprobs = logprobs.index_put(at, picked_logprobs(logits, targets, temperature))
-    if not with_entropy:
-        return logprobs, None
-    entropy = torch.zeros(shape, device=device, dtype=logits.dtype)
-    return logprobs, entropy.index_put(at, entropies(logits, temperature))
+    return scattered(shape, at, scores[0]), scattered(shape, at, scores[1])
 
 
 def chain_tails(follows: list[int]) -> list[int]:
@@ -385,39 +389,76 @@ def uncached_logprobs(
     positions of the cached passes, the logits kept for the last prompt position and the response only."""
     prompt_ids, prompt_mask, resp_ids, resp_mask = padded_pair(prompts, responses, pad_id, device)
     mask = torch.cat([prompt_mask, resp_mask], dim=1)
-    with routed(adapters):
-        logits = model(
+    with routed(adapters), output_head(model) as head:
+        out = model(
             input_ids=torch.cat([prompt_ids, resp_ids], dim=1),
             attention_mask=mask,
             position_ids=mask_positions(mask),
             use_cache=False,
             logits_to_keep=resp_ids.shape[1] + 1,
         ).logits
-    return response_scores(logits[:, 0], logits[:, 1:], resp_ids, resp_mask, temperature, with_entropy)
+    return response_scores(head, out[:, 0], out[:, 1:], resp_ids, resp_mask, temperature, with_entropy)
 
 
 def response_scores(
-    head: torch.Tensor,
-    tail: torch.Tensor,
+    head: torch.nn.Linear | None,
+    first: torch.Tensor,
+    rest: torch.Tensor,
     responses: torch.Tensor,
     mask: torch.Tensor,
     temperature: float,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`[n, R]` log-probs (and entropies) of `responses` whose first token is drawn from `head` (`[n, V]`,
-    the prompt's last position) and token j + 1 from `tail[:, j]` (`[n, R, V]`); 0.0 off `mask`.
-
-    Each part is scored where the model wrote it: no concatenated copy of the vocabulary-wide
-    logits (nor of their gradient), which at a 150k vocabulary outweighs the model's activations."""
-    following = F.pad(responses[:, 1:], (0, 1))  # the last tail position predicts nothing
-    joined = lambda a, b: torch.cat([a[:, None], b[:, :-1]], dim=1)  # noqa: E731
+    """`[n, R]` log-probs (and entropies) of `responses` whose first token is drawn from `first` (`[n, *]`,
+    the prompt's last position) and token j + 1 from `rest[:, j]` (`[n, R, *]`); 0.0 off `mask`. With
+    `head` (`chunked_head.output_head`) they are hidden states: the states predicting the response tokens
+    are gathered and scored by `token_scores`, a chunk of tokens at a time. Without, they are logits,
+    each part scored where the model wrote it: no concatenated copy of the vocabulary-wide logits (nor of
+    their gradient), which at a 150k vocabulary outweighs the model's activations."""
     kept = mask.bool()
-    first, rest = (
-        picked_logprobs(head, responses[:, 0], temperature),
-        picked_logprobs(tail, following, temperature),
+    if head is not None:
+        states = torch.cat([first[:, None], rest[:, :-1]], dim=1)[kept]  # [N, H]
+        scores = token_scores(head, states, responses[kept], temperature, with_entropy)
+        at = kept.nonzero(as_tuple=True)  # the order of `[kept]`
+        return scattered(kept.shape, at, scores[0]), scattered(kept.shape, at, scores[1])
+    following = F.pad(responses[:, 1:], (0, 1))  # the last `rest` position predicts nothing
+    joined = lambda a, b: torch.cat([a[:, None], b[:, :-1]], dim=1)  # noqa: E731
+    logprobs = joined(
+        picked_logprobs(first, responses[:, 0], temperature), picked_logprobs(rest, following, temperature)
     )
-    logprobs = torch.where(kept, joined(first, rest), 0.0)
+    logprobs = torch.where(kept, logprobs, 0.0)
     if not with_entropy:
         return logprobs, None
-    entropy = joined(entropies(head, temperature), entropies(tail, temperature))
+    entropy = joined(entropies(first, temperature), entropies(rest, temperature))
     return logprobs, torch.where(kept, entropy, 0.0)
+
+
+def token_scores(
+    head: torch.nn.Linear | None,
+    states: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`[N]` log-probs of `targets` (and entropies) at `states`: `[N, V]` logits when `head` is None, else
+    `[N, H]` hidden states that `head` turns into logits a chunk of tokens at a time
+    (`chunked_head.over_chunks`, `PickedLogprobs.CHUNK_BYTES` of float32 logits per chunk)."""
+
+    def score(logits: torch.Tensor, picks: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logprobs = picked_logprobs(logits, picks, temperature)
+        return (logprobs, entropies(logits, temperature)) if with_entropy else (logprobs,)
+
+    if head is None:
+        scores = score(states, targets)
+    else:
+        scores = over_chunks(head, states, score, targets, budget=PickedLogprobs.CHUNK_BYTES)
+    return scores[0], scores[1] if with_entropy else None
+
+
+def scattered(
+    shape: torch.Size | tuple[int, int], at: tuple[torch.Tensor, ...], values: torch.Tensor | None
+) -> torch.Tensor | None:
+    """`values` placed `at` (row, column) in zeros of `shape` (differentiable); None stays None."""
+    if values is None:
+        return None
+    return torch.zeros(shape, device=values.device, dtype=values.dtype).index_put(at, values)

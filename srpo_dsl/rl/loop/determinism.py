@@ -4,9 +4,10 @@ Some of PyTorch's CPU kernels add floats into shared memory from several threads
 atomic additions, so the order of the additions, and the last bits of the result, follow
 thread scheduling. A training step meets one of them: `index_put_(accumulate=True)`, the
 backward of indexing with a tensor of row ids. `backends.logprobs.response_logprobs` runs
-each distinct prompt once and hands its KV cache and last logits to each of its G
-rollouts by such indexing (`cache.batch_select_indices(rows)`, `logits[rows, -1]`), so
-the backward adds every rollout's gradient back into its prompt's rows. With two threads
+each distinct prompt once and hands its KV cache and last position's output (hidden state, or
+logits) to each of its G rollouts by such indexing (`cache.batch_select_indices(rows)`,
+`first.logits[rows, -1]`), so the backward adds every rollout's gradient back into its
+prompt's rows. With two threads
 the rows are split in halves; when one prompt has rows in both halves both threads add
 into its rows at once. In the quickstart that happened first at step 39, where the same
 question was drawn twice into one batch, once in each half: the gradients differed in
