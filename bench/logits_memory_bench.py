@@ -4,7 +4,7 @@
     python bench/logits_memory_bench.py --smoke      # a small shape in seconds (what the tests run)
     python bench/logits_memory_bench.py --layers 28 --scoring uncached --json out.jsonl   # the whole 0.6B
 
-The model is a random initialisation of the Qwen3-0.6B config (`gpu_bench.SIZES`, its 151,936-token
+The model is a random initialisation of the Qwen3-0.6B config (`gpubench.shapes.SIZES`, its 151,936-token
 vocabulary, tied embeddings) with `--layers` of its 28 layers, 2 by default: the logits' share depends
 on rows, tokens and vocabulary only, and on a shared 2-core CPU all 28 take about 7 minutes a side.
 The rows are `--rows` prompts + responses of `--tokens` ids in all (`--prompt` of them the prompt,
@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from gpu_bench import SIZES, VOCAB  # noqa: E402
+from gpubench.shapes import SIZES, VOCAB  # noqa: E402
 from train_bench import cpu_name  # noqa: E402
 
 from srpo_dsl.backends.logprobs import SCORINGS, PickedLogprobs  # noqa: E402
