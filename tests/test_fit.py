@@ -164,11 +164,12 @@ def test_the_trainer_checks_memory_with_the_reference_when_kl_is_on(tmp_path, mo
 
 def test_a_token_budget_counts_the_activations_of_a_micro_batch(tmp_path):
     """By hand from the model's config: per token 34 bytes x hidden x layers (with checkpointing: 2 x hidden
-    x layers + one layer's 34 x hidden), plus 4 bytes per vocabulary entry, times the budget; once, for the
-    trained model that costs most. No budget: no activations line."""
+    x layers + one layer's 34 x hidden) times the budget, plus the chunked head's one chunk (3 x 256 MiB: a
+    Llama's head is applied a chunk of tokens at a time), or without it 4 bytes per vocabulary entry per
+    token; once, for the trained model that costs most. No budget: no activations line."""
     from transformers import AutoConfig
 
-    from srpo_dsl.rl.engines.fit import ACTIVATIONS, needed_bytes
+    from srpo_dsl.rl.engines.fit import ACTIVATIONS, ModelShape, needed_bytes
     from srpo_dsl.runtime.setup import load_workflow
     from tests.test_training import make_models
 
@@ -182,9 +183,12 @@ def test_a_token_budget_counts_the_activations_of_a_micro_batch(tmp_path):
     hf = ROLLOUT_ENGINES["hf"]
     assert ACTIVATIONS not in needed_bytes(graph, paths, MemoryLayout(0, 1, "none", hf))
     full = needed_bytes(graph, paths, MemoryLayout(0, 1, "none", hf, tokens=4096))
-    assert full[ACTIVATIONS] == 4096 * (34 * h * layers + 4 * vocab)
+    assert config.model_type == "llama"
+    assert full[ACTIVATIONS] == 4096 * 34 * h * layers + 3 * 2**28
     saved = needed_bytes(graph, paths, MemoryLayout(0, 1, "none", hf, tokens=4096, checkpointing=True))
-    assert saved[ACTIVATIONS] == 4096 * (2 * h * layers + 34 * h + 4 * vocab)
+    assert saved[ACTIVATIONS] == 4096 * (2 * h * layers + 34 * h) + 3 * 2**28
+    whole = ModelShape(h, layers, vocab, chunked_head=False)  # a head that keeps its logits (Gemma 2, say)
+    assert whole.activation_bytes(4096, False) == 4096 * (34 * h * layers + 4 * vocab)
     problem = fit_problem(full, 1.0, MemoryLayout(0, 1, "none", hf, tokens=4096))
     assert "the activations of a micro-batch" in problem and "a smaller max_tokens_per_micro_batch" in problem
 

@@ -19,10 +19,12 @@ micro-batch forwards more tokens, padding included): per token, 34 bytes per hid
 (bf16, attention without the score matrix, as flash and SDPA kernels run it; Korthikanti et al. 2022,
 "Reducing activation recomputation in large transformer models", Table 2), or with gradient
 checkpointing each layer's 2-byte input plus one layer's 34; and the logits with their gradient, 4
-bytes per vocabulary entry. Every trained model's forward of a micro-batch is alive at its backward,
-but their rows share the budget: the largest per-token cost times the budget. Without a budget the
-longest micro-batch is not known before the rollouts, activations are left out, and the check is a
-lower bound.
+bytes per vocabulary entry, except where the head is applied a chunk of tokens at a time
+(`backends.chunked_head`, the `PLAIN_HEADS` architectures): then a fixed `HEAD_SCRATCH` per forward,
+one chunk's logits, their float32 copy and their gradient. Every trained model's forward of a
+micro-batch is alive at its backward, but their rows share the budget: the costliest model's
+activations for the budget. Without a budget the longest micro-batch is not known before the
+rollouts, activations are left out, and the check is a lower bound.
 
 What the training state leaves is where the `hf` engine decodes: its kept static caches are capped at
 `DECODE_CACHE_SHARE` of it (`decode_cache_cap`), the rest left to the prefill, the logits and the
@@ -37,6 +39,8 @@ from dataclasses import dataclass
 
 import torch
 
+from srpo_dsl.backends.chunked_head import PLAIN_HEADS
+from srpo_dsl.backends.logprobs import PickedLogprobs
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.registries import RolloutEngineKind
 
@@ -46,6 +50,7 @@ LAYER_ACTIVATION, LAYER_INPUT, LOGIT = (
     2,
     4,
 )  # bytes per token: per hidden unit in a layer; per vocab entry
+HEAD_SCRATCH = 3 * PickedLogprobs.CHUNK_BYTES  # the chunked head's one chunk: logits, float32 copy, gradient
 ACTIVATIONS = "micro-batch activations"  # its line in `needed_bytes`
 DECODE_CACHE_SHARE = 0.5  # of the memory the training state leaves: the `hf` engine's kept decode caches
 
@@ -76,6 +81,7 @@ class ModelShape:
     hidden: int
     layers: int
     vocab: int
+    chunked_head: bool = False  # its head applied a chunk of tokens at a time (`PLAIN_HEADS`)
 
     def token_bytes(self, checkpointing: bool) -> float:
         """Activation bytes per token of a forward kept for its backward (see the module's docstring)."""
@@ -83,7 +89,11 @@ class ModelShape:
             layers = LAYER_INPUT * self.hidden * self.layers + LAYER_ACTIVATION * self.hidden
         else:
             layers = LAYER_ACTIVATION * self.hidden * self.layers
-        return float(layers + LOGIT * self.vocab)
+        return float(layers + (0 if self.chunked_head else LOGIT * self.vocab))
+
+    def activation_bytes(self, tokens: int, checkpointing: bool) -> float:
+        """A forward of `tokens` tokens kept for its backward, the chunked head's scratch included."""
+        return tokens * self.token_bytes(checkpointing) + (HEAD_SCRATCH if self.chunked_head else 0.0)
 
 
 def training_bytes(params: int, trainable: int, layout: MemoryLayout) -> float:
@@ -114,8 +124,10 @@ def model_shape(model_path: str) -> ModelShape:
     """Hidden size, layer count and vocabulary of the model at `model_path`, from its config."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(model_path).get_text_config()
-    return ModelShape(config.hidden_size, config.num_hidden_layers, config.vocab_size)
+    config = AutoConfig.from_pretrained(model_path)
+    chunked = getattr(config, "model_type", None) in PLAIN_HEADS
+    text = config.get_text_config()
+    return ModelShape(text.hidden_size, text.num_hidden_layers, text.vocab_size, chunked)
 
 
 def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: MemoryLayout) -> dict[str, float]:
@@ -135,10 +147,10 @@ def needed_bytes(graph: EventGraph, paths: Mapping[str, str], layout: MemoryLayo
     if layout.tokens is not None:
         trained = {paths[n] for n, p in graph.policies.items() if p.trainable and p.base is None}
         trained |= {paths[p.base] for p in graph.policies.values() if p.base is not None and p.trainable}
-        per_token = max(
-            (model_shape(path).token_bytes(layout.checkpointing) for path in trained), default=0.0
+        out[ACTIVATIONS] = max(
+            (model_shape(path).activation_bytes(layout.tokens, layout.checkpointing) for path in trained),
+            default=0.0,
         )
-        out[ACTIVATIONS] = layout.tokens * per_token
     return out
 
 
