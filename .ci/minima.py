@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 UNTESTED = {"torch"}  # kept at .ci/constraints.txt's version (see above)
