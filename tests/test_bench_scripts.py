@@ -31,10 +31,10 @@ ELSEWHERE = {
 AS_IS = {"train_path"}  # its whole run is one step of 2 prompts x 2: it runs without a flag
 NEEDS = {"train_bench": "trl"}  # bench -> the module of the `bench` extra it needs
 FIGURES = {  # bench -> a line of figures its smoke run prints (a regular expression)
-    "compile_bench": r"^\| 10 \| 100 \| 1\d\d \| \d+ \| \d+\.\d{3} \| \d+\.\d{3} \| [\d.]+ \| [\d.]+ \|$",
+    "compile_bench": r"^\| 10 \| 100 \| [\d,]+ \| [\d,]+ \| \d+\.\d{3} \| \d+\.\d{3} \| [\d.]+ \| [\d.]+ \|$",
     "lsp_bench": r"^didChange -> publishDiagnostics over 1 workflows: median of medians \d+\.\d ms",
     "multiturn_bench": r"^\| quickstart_tools \| 2 \| conversation, stream \| \d+ \| \d+ \| \d+ \| \d\.\d{3} \|",
-    "objective_bench": r"^\| 8 \|( \d+\.\d \|){6} \d+\.\d\d \|$",
+    "objective_bench": r"^\| 8 \|( \d+\.\d \|)+ \d+\.\d\d \|$",
     "packing_bench": r"^\| one long member \| budget 64 \(\d+\) \| packed \| [\d,]+ \| \d+\.\d% \| \d+\.\d{3} \|$",
     "quickstart_tools": r"^\| all( \| \d+\.\d -> \d+\.\d){5} \|$",
     "rollout_bench": r"^\| ratio executor/raw \| \| \d+\.\d{3} \| \d+\.\d{3} \|$",
