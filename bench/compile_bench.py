@@ -1,6 +1,7 @@
 """Front-end scaling: parse + check + compile generated workflows of growing size.
 
     python bench/compile_bench.py            # prints a markdown table
+    python bench/compile_bench.py --smoke    # a check that it runs: the smallest size, once
 
 Each size has N worker pools (3 replicas each), N/10 routers and verifiers, and S steps:
 rounds of `route` / routed `parallel` / `verify` inside bounded loops, with branches.
@@ -85,8 +86,11 @@ def reference_ms() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true", help="a check that it runs: the smallest size, once")
     args = ap.parse_args()
     sizes = [(10, 100), (100, 1_000), (1_000, 10_000)]
+    if args.smoke:
+        sizes, args.repeats = sizes[:1], 1
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "p.j2").write_text("{{ task.question }}{% for o in team_context %}{{ o.text }}{% endfor %}")

@@ -3,6 +3,7 @@ real editor (headless Neovim) from a buffer edit to its diagnostics.
 
     python bench/lsp_bench.py            # every shipped workflow, 15 edits each: median and max (ms)
     python bench/lsp_bench.py --nvim-edits 0    # without Neovim
+    python bench/lsp_bench.py --smoke    # a check that it runs: one workflow, one edit of each kind
 
 A JSON-RPC client over the server's stdio (Content-Length framing), as an editor speaks to it:
 it opens each workflow, then replaces its text with an edit at a time (a comment appended) and
@@ -230,8 +231,11 @@ def main() -> None:
     ap.add_argument("--nvim-edits", type=int, default=5, help="Neovim: edits per workflow and kind (0: none)")
     ap.add_argument("--pause", type=float, default=0.3, help="Neovim: seconds before each paused edit")
     ap.add_argument("--nvim", default="nvim", help="the Neovim program")
+    ap.add_argument("--smoke", action="store_true", help="a check that it runs: one workflow, one edit each")
     args = ap.parse_args()
     paths = sorted((ROOT / "workflows").glob("*.srpo"))
+    if args.smoke:
+        paths, args.edits, args.nvim_edits = paths[:1], 1, 1
     client = LspClient()
     try:
         client.initialize(ROOT)

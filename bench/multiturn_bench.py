@@ -3,6 +3,7 @@ each turn appends to one token stream), at 2, 4 and 8 turns, side by side in one
 
     python bench/multiturn_bench.py               # four workflows x 2, 4, 8 turns, 2 timed updates each
     python bench/multiturn_bench.py --turns 2 4 --repeats 5 --workflows quickstart_tools
+    python bench/multiturn_bench.py --smoke       # a check that it runs: the tool quickstart, 2 turns, 1 x 2
 
 The shipped multi-turn workflows, on the embedded model: the tool quickstart, Search-R1 (its retrieval
 server: a loopback one answering from the BM25 sample corpus), the supervisor team, the code
@@ -272,7 +273,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--budget", type=int, default=16384, help="tokens per micro-batch (every path)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a check that it runs: one workflow, 2 turns, 1 x 2"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.workflows, args.turns = ["quickstart_tools"], [2]
+        args.prompts, args.group, args.repeats = 1, 2, 1
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore")
     sys.path.insert(0, str(ROOT / "tests"))

@@ -3,6 +3,7 @@ side in one run on one step's real rows.
 
     python bench/packing_bench.py              # the quickstart on builtin:tiny, 5 timed updates per side
     python bench/packing_bench.py --repeats 9
+    python bench/packing_bench.py --smoke      # a check that it runs: a step of 2 prompts x 2, one update each
 
 The rows are one training step of `workflows/quickstart.srpo` (its own batch and group: 32 prompts x 8
 rollouts) rolled out by the embedded model, as `srpo-dsl train` builds them. Two teams:
@@ -102,14 +103,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--long", type=int, default=200, help="the long member's response tokens")
     parser.add_argument("--budget", type=int, default=4096, help="tokens per micro-batch")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a check that it runs: 2 prompts x 2, one update"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats, args.long, args.budget = 1, 20, 64
+    step = {"batch": 2, "group": 2} if args.smoke else {}  # the quickstart's own: 32 x 8
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.prepare import prepare_run
     from srpo_dsl.rl.loop.trainer import rollout, training_rows
 
     with tempfile.TemporaryDirectory() as tmp:
-        run = prepare_run(plan_file(ROOT / "workflows/quickstart.srpo", Path(tmp) / "run", device="cpu"))
+        run = prepare_run(
+            plan_file(ROOT / "workflows/quickstart.srpo", Path(tmp) / "run", step, device="cpu")
+        )
         rows = training_rows(run, rollout(run, 1)[0])
         table = measure(run, rows, "quickstart", args.budget, args.repeats)
         long = lengthened(rows, "aggregator", args.long)

@@ -2,6 +2,7 @@
 
     srpo-dsl train workflows/quickstart_tools.srpo --out runs/quickstart_tools
     python bench/quickstart_tools.py runs/quickstart_tools
+    python bench/quickstart_tools.py --smoke     # a check that it runs: trains 1 step of 2 x 2 first, 4 questions
 
 Runs the workflow of the run (its config's) through the executor on the task's held-out
 questions (the run's `eval_size`, `eval_k` samples each, the trainer's evaluation seeds) with
@@ -21,6 +22,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,6 +36,8 @@ from srpo_dsl.runtime.setup import CompiledWorkflow, build_backends, build_tools
 from srpo_dsl.seeds import seed_of
 
 COLUMNS = ("accuracy", "tool", "direct", "read right", "invalid")
+WORKFLOW = Path(__file__).resolve().parents[1] / "workflows" / "quickstart_tools.srpo"
+SMOKE = ["--steps", "1", "--batch", "2", "--group", "2", "--option", "eval_size=4", "--option", "eval_k=1"]
 
 
 def outcome(ep: Episode) -> dict[str, float | None]:
@@ -90,23 +94,39 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run", type=Path, help="a run folder written by `srpo-dsl train`")
+    parser.add_argument("run", type=Path, nargs="?", help="a run folder written by `srpo-dsl train`")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a check that it runs: on a 1-step run it trains"
+    )
     args = parser.parse_args(argv)
-    config = json.loads((args.run / "config.json").read_text())
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            run = Path(tmp) / "run"
+            train = [sys.executable, "-m", "srpo_dsl", "train", str(WORKFLOW), "--out", str(run), "-q"]
+            subprocess.run([*train, "--device", "cpu", *SMOKE], check=True)
+            return report(run)
+    if args.run is None:
+        parser.error("a run folder is needed (or --smoke)")
+    return report(args.run)
+
+
+def report(run: Path) -> int:
+    """The table of the run's workflow on its held-out questions, before and after training."""
+    config = json.loads((run / "config.json").read_text())
     opts = config["options"]
     wf = load_workflow(Path(config["workflow"]))
     if not any(isinstance(v, EventNode) and v.agent.actions for v in wf.graph.event_nodes):
         raise SystemExit(f"error: {config['workflow']} has no acting agent")
-    checkpoint = latest_checkpoint(args.run)
+    checkpoint = latest_checkpoint(run)
     if checkpoint is None:
-        raise SystemExit(f"error: {args.run} has no checkpoint yet")
+        raise SystemExit(f"error: {run} has no checkpoint yet")
     step = int(checkpoint.name.removeprefix("step-"))
     tasks = task_data(wf, split="eval")[: opts["eval_size"]]
     [initial] = set(config["models"].values())
     k, seed = opts["eval_k"], opts["seed"]
     before = evaluate(wf, initial, tasks, k, seed_of("eval", seed, 0, 0))
-    after = evaluate(wf, trained_model(args.run), tasks, k, seed_of("eval", seed, step, 0))
-    print(f"{wf.name}: {len(tasks)} held-out questions x {k} samples, step 0 -> {step} of {args.run}")
+    after = evaluate(wf, trained_model(run), tasks, k, seed_of("eval", seed, step, 0))
+    print(f"{wf.name}: {len(tasks)} held-out questions x {k} samples, step 0 -> {step} of {run}")
     print(table(before, after))
     return 0
 

@@ -1,6 +1,7 @@
 """Orchestration overhead of the executor against raw batched `generate`, in one run.
 
     python bench/rollout_bench.py                # math_fixed (K=3) on the embedded model
+    python bench/rollout_bench.py --smoke        # a check that it runs: 2 prompts x 2, 8 tokens, once
 
 The executor runs `workflows/math_fixed.srpo` with every policy bound to the embedded model
 (`builtin:tiny`). Every batch it sends to the backend is recorded (requests and seed); the
@@ -59,7 +60,12 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=48, help="cap every agent's max_tokens (tiny model)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--smoke", action="store_true", help="a check that it runs: 2 prompts x 2, 8 tokens, once"
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.prompts, args.samples, args.max_tokens, args.repeats = 2, 2, 8, 1
 
     wf = capped(load_workflow(Path(args.workflow)), args.max_tokens)
     from srpo_dsl.envs.arith import make_arith_tasks

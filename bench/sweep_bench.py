@@ -2,6 +2,7 @@
 
     python bench/sweep_bench.py --experiment experiments/async_quickstart.toml --gain 25 --out runs/async_bench
     python bench/sweep_bench.py --experiment experiments/branching.toml --gain 20 --out runs/branching
+    python bench/sweep_bench.py --smoke     # a check that it runs: one seed, 1 step of 2 x 2, in a temp folder
 
 Runs `srpo-dsl sweep EXPERIMENT` one run at a time (resumable: finished runs are kept) with every
 run given this machine's cores (OMP_NUM_THREADS, default 2): a synchronous trainer uses them as
@@ -25,11 +26,14 @@ import os
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "async_quickstart.toml"
+SMOKE = ["-q", "--option", "steps=1", "--option", "batch=2", "--option", "group=2", "--option", "eval_size=2"]
+SMOKE += ["--option", "eval_k=1", "--option", "eval_every=1", "--option", "save_every=1"]
 
 
 @dataclass(frozen=True)
@@ -93,16 +97,36 @@ def main() -> None:
     parser.add_argument("--experiment", type=Path, default=EXPERIMENT)
     parser.add_argument("--gain", type=float, default=25.0, help="held-out points whose time is measured")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a check that it runs: one seed, 1 step of 2 x 2, --out a temp folder",
+    )
     args = parser.parse_args()
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    sweep = [sys.executable, "-m", "srpo_dsl", "sweep", str(args.experiment), "--out", str(args.out)]
-    code = subprocess.run([*sweep, "--jobs", "1"], env=env).returncode
-    if code != 0:
-        sys.exit(code)
+    if not args.smoke:
+        bench(args, smoke=False)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        args.out = Path(tmp)
+        bench(args, smoke=True)
+
+
+def bench(args: argparse.Namespace, smoke: bool) -> None:
+    """Runs the sweep (`smoke`: its first seed, shrunk by SMOKE), then prints the table and its results."""
     from srpo_dsl.sweep.experiment import load_experiment
-    from srpo_dsl.sweep.state import run_dir
 
     exp = load_experiment(args.experiment)
+    extra = []
+    if smoke:
+        exp = replace(exp, seeds=exp.seeds[:1])
+        extra = ["--seeds", str(exp.seeds[0]), *SMOKE]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    sweep = [sys.executable, "-m", "srpo_dsl", "sweep", str(args.experiment), "--out", str(args.out)]
+    code = subprocess.run([*sweep, "--jobs", "1", *extra], env=env).returncode
+    if code != 0:
+        sys.exit(code)
+    from srpo_dsl.sweep.state import run_dir
+
     gain = args.gain / 100
     runs = {c.name: {s: timing(run_dir(args.out, c.name, s), gain) for s in exp.seeds} for c in exp.cells}
     print(f"\n{os.cpu_count()} cores, OMP_NUM_THREADS={args.threads}; {len(exp.seeds)} seeds\n")

@@ -2,11 +2,16 @@
 
     python bench/train_bench.py                      # workflows/single_agent.srpo, builtin:tiny, 20 steps x 3
     python bench/train_bench.py --steps 10 --repeats 1 --model PATH
+    python bench/train_bench.py --smoke              # a check that both sides run: 1 step of 2 prompts x 2
 
 Both sides train the same model (`builtin:tiny`, or --model PATH, fp32 on CPU) on the same
 prompts: the workflow's `arith` train tasks rendered with the solver's template
 (`S 17+25=`), in the order `srpo-dsl train` draws them (step s uses the same 16 prompts on
-both sides). Settings follow the workflow's `train` block and its solver node:
+both sides), as the same token ids: srpo-dsl's `hf` engine applies the model's chat template when it
+has one, so TRL then gets one-message conversations and renders them with that template; without
+one, TRL gets BOS + the text, as srpo-dsl sends it. The bench refuses to compare (one line) when
+TRL's tokenization would give other ids, and checks the ids of TRL's first generation against
+srpo-dsl's after each TRL run. Settings follow the workflow's `train` block and its solver node:
 batch prompts per step, group completions per prompt (batch x group completions per
 optimizer step), at most `max_tokens` new tokens, temperature 1.0 with no top-k/top-p,
 one optimizer step per generation batch (no reuse), the same learning rate (constant),
@@ -151,23 +156,53 @@ def run_srpo(
 # --- TRL --------------------------------------------------------------------------------------
 
 
-def trl_dataset(setup: Setup, tokenizer, steps: int):
-    """The prompts of the first `steps` steps, tokenized exactly as srpo-dsl sends them."""
-    from datasets import Dataset
+def trl_prompts(tokenizer, texts: list[str]) -> list:
+    """Each prompt in the form TRL must get it to feed the model the ids srpo-dsl sends: with a chat template
+    (which srpo-dsl's `hf` engine then uses) a one-message conversation that TRL renders with the same
+    template, else BOS + the text. Refuses (one line) when TRL's tokenization would still differ."""
+    templated = bool(tokenizer.chat_template)
+    if templated:
+        prompts: list = [[{"role": "user", "content": t}] for t in texts]
+    else:
+        bos = tokenizer.bos_token if tokenizer.bos_token_id is not None else ""
+        prompts = [bos + t for t in texts]
+    for text, prompt, ids in zip(texts, prompts, srpo_prompt_ids(tokenizer, texts)):
+        for got in trl_prompt_ids(tokenizer, prompt):
+            if got != ids:
+                raise SystemExit(
+                    f"TRL and srpo-dsl would tokenize the prompts differently ({'with' if templated else 'no'} "
+                    f"chat template): {text!r} is {ids} in srpo-dsl, {got} in TRL"
+                )
+    return prompts
 
+
+def srpo_prompt_ids(tokenizer, texts: list[str]) -> list[list[int]]:
+    """The ids srpo-dsl's `hf` engine sends: the model's chat template where it has one (the default of
+    `HFBackend`'s `use_chat_template`), else BOS + the text."""
     from srpo_dsl.backends.chat import encode_prompts
 
-    # srpo-dsl sends BOS + text (no chat template); a plain-text TRL prompt is tokenized without
-    # special tokens added by this tokenizer, so the BOS goes into the text
-    bos = tokenizer.bos_token if tokenizer.bos_token_id is not None and not tokenizer.chat_template else ""
-    rows = [(bos + p, a) for step in setup.steps[:steps] for p, a in step]
-    sample = setup.steps[0][0][0]
-    if (
-        tokenizer(bos + sample)["input_ids"]
-        != encode_prompts(tokenizer, [sample], use_chat_template=False)[0]
-    ):
-        raise SystemExit("TRL and srpo-dsl would tokenize the prompts differently")
-    return Dataset.from_dict({"prompt": [p for p, _ in rows], "answer": [a for _, a in rows]})
+    return encode_prompts(tokenizer, texts, bool(tokenizer.chat_template))
+
+
+def trl_prompt_ids(tokenizer, prompt) -> list[list[int]]:
+    """The ids TRL's GRPOTrainer feeds the model for `prompt`, each way a TRL release tokenizes it: a
+    conversation rendered with the chat template and its generation prompt, no special tokens added; plain
+    text with the tokenizer's special tokens added (TRL 1.x) and without (0.x)."""
+    if isinstance(prompt, list):
+        done = tokenizer.apply_chat_template(
+            prompt, add_generation_prompt=True, tokenize=True, return_dict=True
+        )
+        return [list(done["input_ids"])]
+    return [tokenizer(prompt)["input_ids"], tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+
+
+def trl_dataset(setup: Setup, tokenizer, steps: int):
+    """The prompts of the first `steps` steps, as TRL must get them to feed srpo-dsl's ids (`trl_prompts`)."""
+    from datasets import Dataset
+
+    rows = [(p, a) for step in setup.steps[:steps] for p, a in step]
+    prompts = trl_prompts(tokenizer, [p for p, _ in rows])
+    return Dataset.from_dict({"prompt": prompts, "answer": [a for _, a in rows]})
 
 
 def exact_match_reward(generated: list[int]):
@@ -177,7 +212,9 @@ def exact_match_reward(generated: list[int]):
     def exact_match(completions, completion_ids, answer, **_):
         generated.append(sum(len(ids) for ids in completion_ids))  # up to and including EOS
         out = []
-        for text, gold in zip(completions, answer):
+        for completion, gold in zip(completions, answer):
+            # a conversation's completion is its one assistant message
+            text = completion[-1]["content"] if isinstance(completion, list) else completion
             parsed = parse_boxed(text)
             out.append(-0.1 if not parsed.valid else float(str(parsed.value).strip() == gold))
         return out
@@ -200,6 +237,31 @@ def step_timer():
             self.times.append(time.perf_counter() - self.t0)
 
     return Timer()
+
+
+def record_first_prompts(model) -> tuple[list, object]:
+    """The rows of the model's first forward pass (TRL's first generation's prompts), padding dropped, as a
+    forward pre-hook records them; returns (the record, the hook's handle). Generation passes no attention
+    mask when no row is padded."""
+    seen: list[list[list[int]]] = []
+
+    def record(module, args, kwargs):
+        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        if not seen and ids is not None:
+            keep = (ids.new_ones(ids.shape) if mask is None else mask).bool()
+            seen.append([row[k].tolist() for row, k in zip(ids, keep)])
+
+    return seen, model.register_forward_pre_hook(record, with_kwargs=True)
+
+
+def check_fed(seen: list, setup: Setup, tokenizer) -> None:
+    """Refuses (one line) when TRL's first generation fed other ids than srpo-dsl sends for step 1 x group."""
+    want = srpo_prompt_ids(tokenizer, [p for p, _ in setup.steps[0]]) * setup.group
+    if not seen or sorted(seen[0]) != sorted(want):
+        got = seen[0][0] if seen and seen[0] else None
+        raise SystemExit(
+            f"TRL fed the model other prompt ids than srpo-dsl sends: {got} (srpo-dsl {want[0]})"
+        )
 
 
 def trl_config(setup: Setup, steps: int, scratch: Path, device: str = "cpu"):
@@ -269,9 +331,12 @@ def run_trl(
     for noisy in (PrinterCallback, ProgressCallback):  # the end-of-training summary print
         trainer.remove_callback(noisy)
     torch.set_num_threads(threads)  # (accelerate may touch it on init)
+    seen, hook = record_first_prompts(model)
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
+    hook.remove()
+    check_fed(seen, setup, tokenizer)
     if device == "cuda":
         torch.cuda.synchronize()
     if len(timer.times) != steps or len(generated) != steps:
@@ -374,7 +439,11 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument("--only", choices=["srpo", "trl"], default=None, help="run one side only")
     ap.add_argument("--json", default=None, help="also write the raw per-step times here")
-    return ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="a check that it runs: 1 step of 2 x 2, no warm-up")
+    args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.repeats, args.warmup_steps, args.batch, args.group = 1, 1, 0, 2, 2
+    return args
 
 
 def srpo_options(items: list[str]) -> dict:
@@ -401,6 +470,7 @@ def run_rounds(args: argparse.Namespace, options: dict, sides: list[str]) -> tup
         parent, child = ctx.Pipe()
         procs[side] = ctx.Process(target=worker, args=(side, child, options), daemon=True)
         procs[side].start()
+        child.close()  # the worker's end lives in the worker only: its death reads as EOF here
         conns[side] = parent
 
     def once(side: str, steps: int) -> dict:
@@ -414,7 +484,7 @@ def run_rounds(args: argparse.Namespace, options: dict, sides: list[str]) -> tup
     runs: dict[str, list[dict]] = {s: [] for s in sides}
     load = [os.getloadavg()[0]]
     try:
-        for side in sides:  # warm-up, untimed
+        for side in sides if args.warmup_steps else []:  # warm-up, untimed
             once(side, args.warmup_steps)
             print(f"warmed up {side}", file=sys.stderr, flush=True)
         for rep in range(args.repeats):
@@ -442,8 +512,9 @@ def print_report(args: argparse.Namespace, setup: Setup, stats: dict, machine: s
     print(
         f"workflow {Path(args.workflow).name}, model {args.model}: {setup.batch} prompts x {setup.group} completions "
         f"per optimizer step, max {setup.max_tokens} new tokens, temperature {setup.temperature}, lr "
-        f"{setup.train['lr']}; {args.steps} timed steps per run, median of {args.repeats} run(s) per side after a "
-        f"{args.warmup_steps}-step warm-up; each side in its own process"
+        f"{setup.train['lr']}; {args.steps} timed steps per run, median of {args.repeats} run(s) per side after "
+        + (f"a {args.warmup_steps}-step warm-up" if args.warmup_steps else "no warm-up")
+        + "; each side in its own process"
         + (f"; srpo-dsl options set: {srpo_set}" if srpo_set else "")
     )
     print()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import itertools
 import json
 import os
@@ -37,6 +38,7 @@ ARGS = ["--steps", "1", "--option", "batch=2", "--option", "group=2", "--option"
 ARGS += ["--option", "eval_k=1", "--option", "save_every=100", "--device", "cpu"]
 
 
+@functools.cache  # the hook asks on every call
 def relative(filename: str) -> str | None:
     """`lang/parser.py` for a file of the package, else None."""
     path = Path(filename)

@@ -1,14 +1,76 @@
-"""Every script of bench/ imports (so a rename inside the package cannot leave one broken unnoticed)."""
+"""Every script of bench/ imports (so a rename inside the package cannot leave one broken unnoticed), and
+runs in its smoke mode (one step, tiny shapes) printing its figures, so a bench cannot silently break.
 
-from pathlib import Path
+A new bench needs a `--smoke` flag and an entry in FIGURES (a line its smoke output must hold), or an
+entry in ELSEWHERE naming the test that runs it. The bench extra (trl) is needed by train_bench.py: its
+smoke run skips without it, unless SRPO_DSL_BENCH_TESTS=required (CI), where it fails.
+"""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
 
 import pytest
-from clitools import load_bench
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.clitools import ROOT, load_bench
+from tests.test_training import _env
+
+BENCH = ROOT / "bench"
+NAMES = sorted(p.stem for p in BENCH.glob("*.py"))
+REQUIRED = os.environ.get("SRPO_DSL_BENCH_TESTS") == "required"
+
+# bench -> (the test file that runs it end to end, the flag it runs it with)
+ELSEWHERE = {
+    "adapters_bench": ("test_adapters_bench.py", "--quick"),
+    "gpu_bench": ("test_gpu_bench.py", "--cpu"),
+    "paper_cost": ("test_paper_cost.py", "--fill"),  # no model: its whole run takes a second
+}
+AS_IS = {"train_path"}  # its whole run is one step of 2 prompts x 2: it runs without a flag
+NEEDS = {"train_bench": "trl"}  # bench -> the module of the `bench` extra it needs
+FIGURES = {  # bench -> a line of figures its smoke run prints (a regular expression)
+    "compile_bench": r"^\| 10 \| 100 \| [\d,]+ \| [\d,]+ \| \d+\.\d{3} \| \d+\.\d{3} \| [\d.]+ \| [\d.]+ \|$",
+    "lsp_bench": r"^didChange -> publishDiagnostics over 1 workflows: median of medians \d+\.\d ms",
+    "multiturn_bench": r"^\| quickstart_tools \| 2 \| conversation, stream \| \d+ \| \d+ \| \d+ \| \d\.\d{3} \|",
+    "objective_bench": r"^\| 8 \|( \d+\.\d \|)+ \d+\.\d\d \|$",
+    "packing_bench": r"^\| one long member \| budget 64 \(\d+\) \| packed \| [\d,]+ \| \d+\.\d% \| \d+\.\d{3} \|$",
+    "quickstart_tools": r"^\| all( \| \d+\.\d -> \d+\.\d){5} \|$",
+    "rollout_bench": r"^\| ratio executor/raw \| \| \d+\.\d{3} \| \d+\.\d{3} \|$",
+    "sweep_bench": r"^\| async_s2 \| [\d.]+ ± 0 \| [\d.]+× \|",
+    "train_bench": r"^\| TRL GRPOTrainer [\d.]+ \| 1 \| \d+\.\d\d \| \d+\.\d\d \| \d+ \| \d+ \|",
+    "train_path": r"^files run before the first optimizer step +\d+$",
+}
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in BENCH.glob("*.py")))
+@pytest.mark.parametrize("name", NAMES)
 def test_the_bench_script_imports(name):
     module = load_bench(name)
     assert callable(getattr(module, "main", None)), f"bench/{name}.py has no main()"
+
+
+@pytest.mark.parametrize("name", sorted(ELSEWHERE))
+def test_a_bench_run_elsewhere_is_run_there(name):
+    test, flag = ELSEWHERE[name]
+    text = (ROOT / "tests" / test).read_text()
+    assert f"{name}.py" in text and f'"{flag}"' in text, f"tests/{test} does not run bench/{name}.py {flag}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in ELSEWHERE])
+def test_the_bench_runs_in_smoke_mode_and_prints_its_figures(name):
+    assert name in FIGURES, f"bench/{name}.py: give it a --smoke mode and its figures a line in FIGURES"
+    module = NEEDS.get(name)
+    if module and importlib.util.find_spec(module) is None:
+        reason = f"bench/{name}.py needs {module} (pip install '.[bench]')"
+        if REQUIRED:
+            pytest.fail(reason + ", and SRPO_DSL_BENCH_TESTS=required")
+        pytest.skip(reason)
+    argv = [sys.executable, str(BENCH / f"{name}.py"), *([] if name in AS_IS else ["--smoke"])]
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600, env=_env())
+    print(f"bench/{name}.py smoke: {time.perf_counter() - start:.1f} s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(FIGURES[name], done.stdout, re.MULTILINE), done.stdout[-3000:]
+    assert "nan" not in done.stdout.lower().split(), done.stdout[-3000:]
