@@ -2,7 +2,7 @@
 torch ops the host launches per decoded token outside a compiled region (torch's profiler).
 
     python bench/decode_bench.py              # a random Qwen3-shaped model, 16 rows x 64 tokens, CPU
-    python bench/decode_bench.py --smoke      # tiny shapes, one timed call (CI)
+    python bench/decode_bench.py --smoke      # tiny shapes, one timed call, `dynamic` and `static` (CI)
     python bench/decode_bench.py --device cuda --hidden 1024 --layers 28 --vocab 151936 --rows 512
 
 The host-op count is the device-independent part: every op launched per token is a kernel launch on
@@ -115,10 +115,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
     parser.add_argument("--json", help="append one JSON line per loop to this file")
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes, one timed call (CI)")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, one timed call, no compile (CI)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.hidden, args.layers, args.vocab, args.rows, args.tokens, args.repeats = 64, 1, 512, 4, 16, 1
+        args.modes = "dynamic,static"  # `compiled` compiles for ~20 s on CPU: tests/test_decode_shapes.py
     return args
 
 

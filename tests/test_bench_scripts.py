@@ -26,11 +26,13 @@ REQUIRED = os.environ.get("SRPO_DSL_BENCH_TESTS") == "required"
 ELSEWHERE = {
     "adapters_bench": ("test_adapters_bench.py", "--quick"),
     "gpu_bench": ("test_gpu_bench.py", "--cpu"),
+    "logits_memory_bench": ("test_chunked_head.py", "--smoke"),
     "paper_cost": ("test_paper_cost.py", "--fill"),  # no model: its whole run takes a second
 }
 AS_IS = {"train_path"}  # its whole run is one step of 2 prompts x 2: it runs without a flag
 NEEDS = {"train_bench": "trl"}  # bench -> the module of the `bench` extra it needs
 FIGURES = {  # bench -> a line of figures its smoke run prints (a regular expression)
+    "decode_bench": r"^\| static \| \d+\.\d+ \| [\d,.]+ \| \d+\.\d+ \| 0 \| 0\.0 \|$",
     "compile_bench": r"^\| 10 \| 100 \| [\d,]+ \| [\d,]+ \| \d+\.\d{3} \| \d+\.\d{3} \| [\d.]+ \| [\d.]+ \|$",
     "lsp_bench": r"^didChange -> publishDiagnostics over 1 workflows: median of medians \d+\.\d ms",
     "multiturn_bench": r"^\| quickstart_tools \| 2 \| conversation, stream \| \d+ \| \d+ \| \d+ \| \d\.\d{3} \|",
