@@ -137,7 +137,7 @@ def test_the_trace_records_actions_and_reads_back(server, tmp_path):
     path = tmp_path / "traces.jsonl"
     write_traces(path, [to_trace(ep, "h")])
     line = json.loads(path.read_text())
-    assert line["schema"] == "srpo-trace/3" and line["events"][0]["actions"] == ["search", "answer"]
+    assert line["schema"] == "srpo-trace/4" and line["events"][0]["actions"] == ["search", "answer"]
     assert line["events"][0]["members"][0]["parsed"] == {"action": "search", "value": "q"}
     (back,) = read_traces(path)
     assert back.events[1].members[0].parsed == {"action": "answer", "value": "Jane Austen"}

@@ -109,7 +109,7 @@ def test_tries_are_traced_and_an_older_trace_reads(folder, tmp_path):
     (ep,), _, wf = run(folder, RETRY, {"solver": ["junk", "\\boxed{1}"]})
     write_traces(tmp_path / "t.jsonl", [to_trace(ep, wf.graph.hash)])
     (back,) = read_traces(tmp_path / "t.jsonl")
-    assert back.schema_ == "srpo-trace/3" and [t.text for t in back.events[0].tries] == ["junk"]
+    assert back.schema_ == "srpo-trace/4" and [t.text for t in back.events[0].tries] == ["junk"]
     assert back.events[0].tries[0].member_index == 0 and not back.events[0].tries[0].valid
     (old,) = read_traces(ROOT / "tests/data/old_run/traces.jsonl")[:1]
     assert all(e.tries == [] for e in old.events)

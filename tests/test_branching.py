@@ -265,7 +265,7 @@ def test_traces_record_the_tree_and_read_back(tmp_path):
     (ep,) = executor.run([TASK])
     write_traces(tmp_path / "t.jsonl", [to_trace(ep, "h")])
     text = (tmp_path / "t.jsonl").read_text()
-    assert '"schema":"srpo-trace/3"' in text and '"leaves"' in text
+    assert '"schema":"srpo-trace/4"' in text and '"leaves"' in text
     (back,) = read_traces(tmp_path / "t.jsonl")
     assert back.events[2].branch.group == "q/0.0/e2" and back.events[2].parent == "q/0/e1b0"
     assert [e.tree_return for e in back.events] == [0.125, 0.125, 0.5, 0.0, 0.25, 0.25]
@@ -364,7 +364,7 @@ def test_a_version_2_trace_reads_with_the_new_fields_defaults(tmp_path):
     (back,) = read_traces(tmp_path / "v2.jsonl")
     assert [(e.parent, e.branch, e.tree_return, e.path) for e in back.events] == [(None, None, None, "")] * 2
     assert back.leaves == [] and back.schema_ == "srpo-trace/2"
-    assert '"schema":"srpo-trace/3"' in back.model_dump_line()
+    assert '"schema":"srpo-trace/4"' in back.model_dump_line()
 
 
 def test_the_viewer_lays_out_the_tree(tmp_path):

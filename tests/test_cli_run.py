@@ -43,7 +43,7 @@ def test_run_then_audit(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("4 episodes, 12 events (0 incomplete)")
     lines = (out / "traces.jsonl").read_text().splitlines()
-    assert len(lines) == 4 and json.loads(lines[0])["schema"] == "srpo-trace/3"
+    assert len(lines) == 4 and json.loads(lines[0])["schema"] == "srpo-trace/4"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 4 and summary["mean_set_size"] == (3 + 1 + 1) / 3
     a = cli("audit", out / "traces.jsonl", "-n", "1")

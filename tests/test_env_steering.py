@@ -243,7 +243,7 @@ def test_the_trace_records_the_words_and_audit_prints_them(tmp_path):
     r = cli("run", path, "--backend", "scripted", "--model", script, "--out", out)
     assert r.returncode == 0, r.stderr
     line = json.loads((out / "traces.jsonl").read_text())
-    assert line["schema"] == SCHEMA == "srpo-trace/3"
+    assert line["schema"] == SCHEMA == "srpo-trace/4"
     assert line["envs"] == {
         "tree": {"steps": 4, "done": False, "reward": 10.0, "words": ["expand", "expand", "expand", "solved"]}
     }

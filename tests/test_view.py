@@ -151,7 +151,7 @@ def test_a_cut_last_line_shows_the_complete_episodes_with_a_note(run: Path, tmp_
         (
             lambda p: p.write_text('{"schema": "srpo-trace/9", "episode_id": "x"}\n'),
             1,
-            "error: {p}:1: schema 'srpo-trace/9' is not one of srpo-trace/1, srpo-trace/2, srpo-trace/3 "
+            "error: {p}:1: schema 'srpo-trace/9' is not one of srpo-trace/1, srpo-trace/2, srpo-trace/3, srpo-trace/4 "
             "(written by another version of srpo-dsl?)",
         ),
         (
@@ -162,7 +162,7 @@ def test_a_cut_last_line_shows_the_complete_episodes_with_a_note(run: Path, tmp_
         (
             lambda p: p.write_text("[1]\n{}"),
             1,
-            "error: {p}:1: schema 'list' is not one of srpo-trace/1, srpo-trace/2, srpo-trace/3 "
+            "error: {p}:1: schema 'list' is not one of srpo-trace/1, srpo-trace/2, srpo-trace/3, srpo-trace/4 "
             "(written by another version of srpo-dsl?)",
         ),
     ],

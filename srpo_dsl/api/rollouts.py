@@ -244,7 +244,7 @@ class RolloutSummary:
 
 @dataclass(frozen=True)
 class Rollouts:
-    """What `Workflow.run` returns: every episode as its event trace (srpo-trace/3, docs/traces.md)."""
+    """What `Workflow.run` returns: every episode as its event trace (srpo-trace/4, docs/traces.md)."""
 
     workflow: CompiledWorkflow
     episodes: list[TraceEpisode]

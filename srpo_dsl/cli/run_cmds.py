@@ -134,7 +134,7 @@ def run(
     setting: list[str] = SET,
     verbose: bool = False,
 ) -> None:
-    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/3).
+    """Roll out a workflow and record every event in OUT/traces.jsonl (srpo-trace/4).
 
     Examples:
 

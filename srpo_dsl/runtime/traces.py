@@ -1,4 +1,4 @@
-"""Event traces (`srpo-trace/3`): the contract between rollouts and training.
+"""Event traces (`srpo-trace/4`): the contract between rollouts and training.
 
 JSON Lines, one episode per line, written atomically. `read_traces` validates every line
 with pydantic and reports incomplete events; the trainer reads nothing else. A training
@@ -28,8 +28,9 @@ from srpo_dsl.io import complete_lines, not_utf8, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
 from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Leaf, Member
 
-SCHEMA = "srpo-trace/3"
-READABLE = ("srpo-trace/1", "srpo-trace/2", SCHEMA)  # older versions read with the new fields' defaults
+SCHEMA = "srpo-trace/4"
+# older versions are read with the new fields' defaults
+READABLE = ("srpo-trace/1", "srpo-trace/2", "srpo-trace/3", SCHEMA)
 
 
 class TraceError(Exception):
@@ -93,7 +94,7 @@ class EnvSummary(BaseModel):
 class TraceEpisode(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    schema_: Literal["srpo-trace/1", "srpo-trace/2", "srpo-trace/3"] = SCHEMA
+    schema_: Literal["srpo-trace/1", "srpo-trace/2", "srpo-trace/3", "srpo-trace/4"] = SCHEMA
     episode_id: str
     prompt_id: str
     sample: int
