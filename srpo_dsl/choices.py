@@ -13,4 +13,8 @@ DECODE_MODES = (
     "static",
     "compiled",
 )  # the hf decode loops (backends/decoding.py)
+# How a generated turn ended (backends' `GenResult.finish_reason`, a trace member's `finish`, what
+# `AGENT.finish == WORD` tests): the model's end-of-sequence token, a stop string, or max_tokens reached.
+FINISH_REASONS = ("eos", "stop", "length")
+FINISH = "finish"  # the attribute of an agent a condition reads its finish reason by: `solver.finish`
 LAUNCHERS = ("ray",)  # launchers `train` starts its processes with (api/ray_launch.py); none: this machine

@@ -19,7 +19,7 @@ GOLDEN = [
         "E007",
         16,
         17,
-        "incomplete statement (expected `==` or `!=`): the next token, `aggregate` on line 17, cannot continue it",
+        "incomplete statement (expected `.` or `==` or `!=`): the next token, `aggregate` on line 17, cannot continue it",
     ),
     ("E008", 17, 1217, "blocks nested more than 64 deep"),  # the 65th `repeat` of one line
     ("E010", 9, 7, "`solver` is already defined (line 6)"),

@@ -33,7 +33,11 @@ def _fast_parser(grammar: str) -> Lark:
             "event_step: step_keyword NAME [selector] [only] [FROZEN]",
             "route r",
         ),
-        ("cond: NAME COMPARE NAME", "cond: NAME COMPARE NAME [FROZEN]", "break if v == x"),
+        (
+            'cond: NAME ["." NAME] COMPARE NAME',
+            'cond: NAME ["." NAME] COMPARE NAME [FROZEN]',
+            "break if v == x",
+        ),
     ],
 )
 def test_a_rule_whose_shape_changes_fails_loudly_instead_of_building_a_wrong_node(rule, grown, text):

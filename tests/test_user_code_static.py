@@ -9,7 +9,7 @@ import pytest
 from clitools import cli
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.pycode import Params, call_problem
+from srpo_dsl.lang.pycode import USES, Params, call_problem
 
 USER = """
 import json
@@ -103,7 +103,7 @@ BAD = [
         "E094",
         "it takes 1 positional argument(s), srpo-dsl passes 2",
     ),
-    ('"user.py:parse"', '"user.py:score"', "E094", "its parameter(s) `row` would get no value"),
+    ('"user.py:parse"', '"user.py:score_episode"', "E094", "its parameter(s) `episode` would get no value"),
     ('"user.py:parse"', '"user.py:async_parse"', "E094", "is `async`"),
     ("precision = 2", "digits = 2", "E094", "it has no parameter `digits` (and no **kwargs)"),
     ('"user.py:load"(n = 4)', '"user.py:parse"(n = 4)', "E094", "it has no parameter `split`"),
@@ -200,10 +200,24 @@ def test_ast_and_runtime_signatures_give_the_same_answers(source):
 
 
 def test_the_reward_gets_its_episode_when_it_asks_for_it():
-    arity = {s: Params.of_ast(ast.parse(s).body[0]).reward_arity() for s in SIGNATURES[:4]}
+    arity = {s: USES["reward"].arity(Params.of_ast(ast.parse(s).body[0])) for s in SIGNATURES[:4]}
     assert list(arity.values()) == [2, 3, 3, 2]  # a third parameter with a default is not the episode
     one = Params.of_ast(ast.parse("def f(a): pass").body[0])
     assert call_problem("reward", one, ()) == "it takes 1 positional argument(s), srpo-dsl passes 2"
+
+
+@pytest.mark.parametrize(
+    "source,arity",
+    [
+        ("def f(text): pass", 1),
+        ("def f(text, finish): pass", 2),
+        ("def f(text, finish=None): pass", 2),
+        ("def f(text, strict=True): pass", 1),  # an optional second parameter of another name is not passed
+        ("def f(text, why): pass", 2),  # a required one is (and receives the finish reason)
+    ],
+)
+def test_a_parser_gets_its_finish_reason_when_it_asks_for_it(source, arity):
+    assert USES["parser"].arity(Params.of_ast(ast.parse(source).body[0])) == arity
 
 
 @pytest.mark.parametrize("reward,late", [('"user.py:score_episode"(a)', False), ('"user.py:score"(a)', True)])

@@ -73,6 +73,12 @@ class GenRequest:
     seed: int | None = None
     prompt_ids: tuple[int, ...] | None = None
     prefix: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    top_k: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
 
 
 def prompt_ids_of(
@@ -101,7 +107,8 @@ class GenResult:
     response_token_ids: list[int]
     logprobs: list[float]
     text: str
-    finish_reason: str  # "stop" (end of sequence) or "length" (max_tokens reached)
+    finish_reason: str  # one of `srpo_dsl.choices.FINISH_REASONS`
+    stop_string: str | None = None  # the stop string that ended it (finish_reason "stop")
 
 
 @runtime_checkable

@@ -36,6 +36,7 @@ from srpo_dsl.lang.graph import (
     ToolNode,
     Way,
     Where,
+    attribute_key,
 )
 from srpo_dsl.lang.messages import Diagnostic, SrpoError
 from srpo_dsl.lang.steps import STEP_KINDS, members
@@ -133,7 +134,8 @@ Frontier = list[Pending]
 
 def _atom(cond: n.Cond) -> Atom:
     """The atom a written condition tests, with its own operator (`verifier != approve`)."""
-    return Atom("var", cond.agent.name, cond.op, cond.word.name)
+    name = cond.agent.name if cond.field is None else attribute_key(cond.agent.name, cond.field.name)
+    return Atom("var", name, cond.op, cond.word.name)
 
 
 def _restrict(frontier: Frontier, atom: Atom) -> Frontier:

@@ -13,14 +13,14 @@ from typing import Any
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.check_context import CheckContext, contract_actions, contract_name
-from srpo_dsl.lang.declarations import AgentInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.declarations import SAMPLING_CONTROLS, AgentInfo, PolicyInfo, RewardInfo
 from srpo_dsl.lang.env_checks import EnvDeclarations
 from srpo_dsl.lang.messages import did_you_mean
 from srpo_dsl.lang.option_checks import check_binding, check_options
 from srpo_dsl.lang.pycode import CodeRef, UseName, is_reference
 from srpo_dsl.lang.schema import (
-    DEFAULT_MAX_TOKENS,
     POLICY_KINDS,
+    SAMPLING_DEFAULTS,
     TASK_KINDS,
     TOOL_KINDS,
     AgentOptions,
@@ -199,9 +199,9 @@ class DeclarationChecks:
     def resolve_agent(a: n.Agent, gen: dict, pol: PolicyInfo, parser: CodeRef | None) -> AgentInfo:
         """An agent's settings: a sampling setting is its own, else its policy's, else the default."""
 
-        def pick(k: str, default: Any) -> Any:
+        def pick(k: str) -> Any:
             own, inherited = gen[k], pol.generation[k]
-            return own if own is not None else inherited if inherited is not None else default
+            return own if own is not None else inherited if inherited is not None else SAMPLING_DEFAULTS[k]
 
         c = a.contract
         return AgentInfo(
@@ -211,9 +211,9 @@ class DeclarationChecks:
             a.prompt,
             contract_name(c),
             tuple(x.name for x in c.args),
-            pick("max_tokens", DEFAULT_MAX_TOKENS),
-            pick("temperature", 1.0),
-            pick("top_p", 1.0),
+            pick("max_tokens"),
+            pick("temperature"),
+            pick("top_p"),
             parser,
             contract_actions(c),
             gen["retries"],
@@ -222,6 +222,7 @@ class DeclarationChecks:
             gen["calls"],
             gen["stop"],
             gen["observe"],
+            **{k: pick(k) for k in SAMPLING_CONTROLS},
         )
 
     def check_agent_contract(self, c: n.Contract) -> tuple[bool, CodeRef | None]:

@@ -13,6 +13,17 @@ from typing import Any
 
 from srpo_dsl.lang.pycode import CodeRef
 
+# An agent's sampling controls beyond temperature, top_p and max_tokens (`lang.schema.Generation`), named
+# as the engines' requests name them (`backends.base.GenRequest`).
+SAMPLING_CONTROLS = (
+    "stop_strings",
+    "top_k",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_tokens",
+)
+
 
 @dataclass(frozen=True)
 class PolicyInfo:
@@ -53,6 +64,12 @@ class AgentInfo:
     calls: int = 1  # tool calls one acting output may make
     stop: str = "pool"  # `replica`: each replica stops taking turns at its own final action
     observe: str | None = None  # a conversation agent's template for the messages of its later turns
+    stop_strings: tuple[str, ...] = ()  # a turn ends at the first of these (kept in its text)
+    top_k: int = 0  # 0: off
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # 1: off
+    min_tokens: int = 0
 
     @property
     def final_action(self) -> str | None:
@@ -76,7 +93,12 @@ class AgentInfo:
             "calls": self.calls,
             "stop": self.stop,
             "observe": self.observe,
+            "sampling": self.sampling(),
         }
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling controls beyond temperature, top_p and max_tokens, by their `GenRequest` names."""
+        return {key: getattr(self, key) for key in SAMPLING_CONTROLS}
 
     def max_tokens_left(self, spent: int) -> int:
         """A turn's max_tokens after a replica spent `spent` tokens: its own, within what its budget leaves

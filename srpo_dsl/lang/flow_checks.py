@@ -9,6 +9,7 @@ block, which `KIND P by R` reads (E044; an environment's step counts in the bloc
 
 from __future__ import annotations
 
+from srpo_dsl.choices import FINISH, FINISH_REASONS
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.branches import check_branch
 from srpo_dsl.lang.check_context import CheckContext
@@ -179,6 +180,9 @@ class FlowChecks(n.StepVisitor[None]):
     def check_condition(self, c: n.Cond) -> None:
         """A condition tests a verdict agent's word, or an acting agent's action, once it may have acted.
         Whether a contract's word can be tested is its `testable` capability, not its name."""
+        if c.field is not None:
+            self.check_finish(c, c.field)
+            return
         if c.agent.name in self.ctx.env_names:
             self.envs.check_condition(c)
             return
@@ -214,6 +218,41 @@ class FlowChecks(n.StepVisitor[None]):
             )
 
     # ---- steps that act --------------------------------------------------------------------------------
+
+    def check_finish(self, c: n.Cond, field: n.Ident) -> None:
+        """`AGENT.finish == WORD`: how the agent's last turn ended, one of `FINISH_REASONS`, once it acted."""
+        if field.name != FINISH:
+            self.ctx.error(
+                "E096",
+                f"`{c.agent.name}.{field.name}`: a condition reads an agent's `{FINISH}`, nothing else",
+                field.span,
+                f"`{c.agent.name}.{FINISH} == length` holds when its last turn was cut at its token limit",
+            )
+            return
+        if c.agent.name in self.ctx.env_names:
+            self.ctx.error(
+                "E096",
+                f"`{c.agent.name}` is an environment: only an agent's turn has a `{FINISH}`",
+                c.agent.span,
+            )
+            return
+        if not self.ctx.require_agent(c.agent):
+            return
+        if c.word.name not in FINISH_REASONS:
+            self.ctx.error(
+                "E097",
+                f"a turn never finishes with `{c.word.name}` (it ends with {', '.join(FINISH_REASONS)})",
+                c.word.span,
+                did_you_mean(c.word.name, FINISH_REASONS),
+            )
+        elif c.agent.name not in self.acted:
+            self.ctx.error(
+                "E062",
+                f"unreachable: `{c.agent.name}` has not acted before this condition",
+                c.span,
+                f"put a step of {c.agent.name} before it",
+            )
+
     def visit_call(self, s: n.CallTool, in_loop: bool, routed: set[str]) -> None:
         """`call TOOL on A`: a declared tool, on an agent whose outputs are its queries, after they exist."""
         if s.tool.name not in self.ctx.tool_names:

@@ -8,7 +8,7 @@ the code. Nothing but the text is read: no Python file of the workflow is import
 
 The layout (docs/dsl.md, "Formatting"): one statement per line, blocks indented by 4 spaces,
 one space between tokens except none after `(` `[` `.`, none before `,` `)` `]` `.`, and none
-before `(` `[` except after `with`; consecutive `agent` lines aligned in columns, and the
+before `(` `[` except after `with`, `=` and `,`; consecutive `agent` lines aligned in columns, and the
 `=` of consecutive `policy` (`tool`, `env`) lines, by display width (`srpo_dsl.lang.width`),
 an outlier cell left out; consecutive trailing comments aligned; runs of blank lines collapsed
 to one; a final newline. Line endings and a byte-order mark stay as the text has them.
@@ -32,6 +32,7 @@ COLUMNS = {"agent": AGENT_COLUMNS, "policy": ASSIGN_COLUMNS, "tool": ASSIGN_COLU
 OUTLIER = 16  # display columns past the next cell down beyond which a cell no longer widens its column
 _NO_SPACE_AFTER = frozenset({"(", "[", "."})
 _NO_SPACE_BEFORE = frozenset({",", ")", "]", "."})
+_SPACED = frozenset({"with", "=", ","})  # a `(` or `[` after these is spaced: `with (`, `= [`, `, [`
 
 
 def tokens_of(text: str) -> list[Token]:
@@ -76,7 +77,9 @@ def join(tokens: list[Token]) -> str:
     for tok in tokens:
         this = _punct(tok)
         if out and not (
-            prev in _NO_SPACE_AFTER or this in _NO_SPACE_BEFORE or (this in ("(", "[") and prev != "with")
+            prev in _NO_SPACE_AFTER
+            or this in _NO_SPACE_BEFORE
+            or (this in ("(", "[") and prev not in _SPACED)
         ):
             out.append(" ")
         out.append(str(tok))

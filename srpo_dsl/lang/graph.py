@@ -37,6 +37,11 @@ def adapter_name(policy: str) -> str:
     return f"adapter_{policy}"
 
 
+def attribute_key(agent: str, field: str) -> str:
+    """The name an atom tests an agent's attribute by (`solver.finish`), beside its decision (`solver`)."""
+    return f"{agent}.{field}"
+
+
 class Atom(NamedTuple):
     """`name op value`: an agent's last verdict or route (`kind` "var"), or a loop's iteration ("loop")."""
 
@@ -173,6 +178,7 @@ class EventNode:
             "max_tokens": a.max_tokens,
             "temperature": a.temperature,
             "top_p": a.top_p,
+            "sampling": a.sampling(),
             "pool_size": a.replicas,
             "branch": self.branch.attrs() if self.branch else None,
         }

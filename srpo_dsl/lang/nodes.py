@@ -35,7 +35,8 @@ class Symbol:
     name: str
 
 
-Value = str | int | float | bool | Symbol
+Plain = str | int | float | bool | Symbol
+Value = Plain | tuple[Plain, ...]  # a tuple: a list value `[a, b]`
 
 
 @dataclass(frozen=True)
@@ -135,12 +136,14 @@ class Train:
 
 @dataclass(frozen=True)
 class Cond:
-    """`agent == word` or `agent != word`."""
+    """`agent == word` or `agent != word`; with `field` (`agent.finish == word`) an attribute of the agent's
+    last event instead of its decision."""
 
     agent: Ident
     op: str
     word: Ident
     span: Span
+    field: Ident | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ _CODE_USES: dict[str, UseName] = {"task": "loader", "tool": "tool", "env": "env"
 
 
 def option_value(v: n.Value) -> object:
-    """An option's value as the model reads it: a bare name is its string."""
+    """An option's value as the model reads it: a bare name is its string, a list a list of them."""
+    if isinstance(v, tuple):
+        return [option_value(x) for x in v]
     return v.name if isinstance(v, n.Symbol) else v
 
 

@@ -129,6 +129,10 @@ class _Build:
         (tok,) = items
         return _Part(n.Symbol(str(tok)), tok)
 
+    def list_value(self, items: list) -> _Part:  # "[" [value ("," value)*] "]"
+        *listed, close = items
+        return _Part(tuple(p.value for p in listed if isinstance(p, _Part)), close)
+
     def kwarg(self, items: list) -> n.Option:  # NAME "=" value
         name, _eq, value = items
         return n.Option(str(name), value.value, self._span(items), _tok_span(self.file, value.last))
@@ -248,9 +252,10 @@ class _Build:
         return n.Train(options.value, self._span(items))
 
     # steps
-    def cond(self, items: list) -> n.Cond:  # NAME COMPARE NAME
-        agent, op, word = items
-        return n.Cond(self._id(agent), str(op), self._id(word), self._span(items))
+    def cond(self, items: list) -> n.Cond:  # NAME ["." NAME] COMPARE NAME
+        agent, _dot, field, op, word = items
+        at = field and self._id(field)
+        return n.Cond(self._id(agent), str(op), self._id(word), self._span([agent, op, word]), at)
 
     def by_router(self, items: list) -> _Part:  # "by" NAME
         _by, router = items

@@ -29,22 +29,24 @@ class Use:
     """What a workflow calls user code for, and how it calls it."""
 
     shape: str  # the call, as the docs and messages show it
-    positional: int  # positional arguments passed (one more for a function that takes the episode)
+    positional: int  # positional arguments passed (one more for a function that takes `optional`)
     keywords: tuple[str, ...] = ()  # keywords always passed (besides the binding's own options)
-    episode: bool = False  # the episode is passed too when the function takes it (`Params.reward_arity`)
+    optional: str | None = None  # one more positional argument, passed when the function takes it
 
     def arity(self, params: Params) -> int:
-        """The positional arguments passed to a function with these parameters."""
-        return params.reward_arity() if self.episode else self.positional
+        """The positional arguments passed to a function with these parameters (`Params.takes`)."""
+        if self.optional is None:
+            return self.positional
+        return self.positional + params.takes(self.positional, self.optional)
 
 
 USES: dict[str, Use] = {
-    "reward": Use("reward(answer, row[, episode]) -> float or {role: float}", 2, episode=True),
-    "scorer": Use("scorer(answer, row[, episode]) -> float", 2, episode=True),  # a branch's `by "f.py:fn"`
+    "reward": Use("reward(answer, row[, episode]) -> float or {role: float}", 2, optional="episode"),
+    "scorer": Use("scorer(answer, row[, episode]) -> float", 2, optional="episode"),  # `branch N by "f:fn"`
     "loader": Use("loader(split, **options) -> list of dict rows", 0, ("split",)),
     "tool": Use("tool(queries, **options) -> list of str, one per query", 1),
     "env": Use("env(outputs, row, state, **options) -> (observations, done[, reward])", 3),
-    "parser": Use("parser(text) -> (valid, value)", 1),
+    "parser": Use("parser(text[, finish]) -> (valid, value)", 1, optional="finish"),
     "objective": Use("objective(batch: PolicyBatch, config: LossConfig) -> PolicyTerms", 2),
     "advantage": Use("advantage(inputs: AdvantageInputs, eps: float) -> Tensor [N]", 2),
 }
@@ -98,10 +100,10 @@ class Params:
     def required(self) -> int:
         return len(self.positional) - self.defaults
 
-    def reward_arity(self) -> int:
-        """3 (the episode is passed) when a third positional parameter is required or named `episode`."""
-        third = self.positional[2:3]
-        return 3 if third and (self.required >= 3 or third[0] == "episode") else 2
+    def takes(self, index: int, name: str) -> bool:
+        """Whether the optional argument at `index` is passed: its parameter is required or named `name`."""
+        param = self.positional[index : index + 1]
+        return bool(param) and (self.required > index or param[0] == name)
 
     def problem(self, npos: int, keywords: tuple[str, ...]) -> str | None:
         """Why a call with `npos` positional arguments and these keywords would not bind; None if it does."""

@@ -33,6 +33,7 @@ from srpo_dsl.registries import (
 )
 
 DEFAULT_MAX_TOKENS = 512
+MAX_STOP_STRINGS = 16  # stop strings of one agent
 
 
 class _Options(BaseModel):
@@ -45,6 +46,59 @@ class Generation(_Options):
     temperature: float | None = Field(None, ge=0.0, description="the sampling temperature (default 1.0)")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus sampling's p (default 1.0)")
     max_tokens: int | None = Field(None, ge=1, description="tokens per output (default 512)")
+    stop_strings: tuple[str, ...] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_STOP_STRINGS,
+        description='a turn ends at the first of these strings, kept in the output: "</calc>" or a list '
+        '["</search>", "</answer>"] (default none)',
+    )
+    top_k: int | None = Field(
+        None, ge=0, description="sample from the k most likely tokens only (default 0: off)"
+    )
+    frequency_penalty: float | None = Field(
+        None, ge=-2.0, le=2.0, description="minus this times a token's count in the output so far (default 0)"
+    )
+    presence_penalty: float | None = Field(
+        None, ge=-2.0, le=2.0, description="minus this from every token already in the output (default 0)"
+    )
+    repetition_penalty: float | None = Field(
+        None,
+        gt=0.0,
+        le=10.0,
+        description="a token already in the prompt or output: its logit divided by this if positive, "
+        "multiplied if negative (default 1.0: off)",
+    )
+    min_tokens: int | None = Field(
+        None, ge=0, description="no end of sequence and no stop string before this many tokens (default 0)"
+    )
+
+    @field_validator("stop_strings", mode="before")
+    @classmethod
+    def _one_or_a_list(cls, value: object) -> object:
+        """A single string is a list of one."""
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("stop_strings")
+    @classmethod
+    def _not_empty(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not all(value):
+            raise PydanticCustomError("empty_stop", "a stop string is not empty")
+        return value
+
+
+# Each sampling setting's value where neither the agent nor its policy gives one.
+SAMPLING_DEFAULTS: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "max_tokens": DEFAULT_MAX_TOKENS,
+    "stop_strings": (),
+    "top_k": 0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_tokens": 0,
+}
 
 
 STOPS = ("pool", "replica")  # an acting pool's `stop` option: its replicas stop together, or each alone

@@ -42,6 +42,13 @@ def action_of(member: Member) -> str | None:
     return value.get("action") if member.valid and isinstance(value, dict) else None
 
 
+def finish_state(members: Sequence[Member]) -> str:
+    """How an event's turn ended for `AGENT.finish` (`choices.FINISH_REASONS`): `length` if any member was cut
+    at its token limit, else `stop` if any ended at a stop string, else `eos`; INVALID with no member."""
+    finishes = {m.finish for m in members}
+    return next((f for f in ("length", "stop", "eos") if f in finishes), INVALID)
+
+
 def action_state(members: Sequence[Member]) -> str:
     """The action all members took: what conditions on the agent compare with."""
     taken = {action_of(m) for m in members}

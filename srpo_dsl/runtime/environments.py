@@ -60,7 +60,7 @@ class UserEnv:
         agent it observes (`agents_of`: the agents of an event)."""
         outputs = {
             agent: [
-                context_entry(m.role, m.replica, m.text, m.valid, m.parsed)
+                {**context_entry(m.role, m.replica, m.text, m.valid, m.parsed), "finish": m.finish}
                 for m in ep.last_output.get(agent, [])
             ]
             for agent in node.on

@@ -14,15 +14,16 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
+from srpo_dsl.choices import FINISH
 from srpo_dsl.envs.retrieval import Retriever, RetrieverError
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.branches import KEEP_RULES
 from srpo_dsl.lang.declarations import AgentInfo
-from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode
+from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode, attribute_key
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.limits import bounded
 from srpo_dsl.registries import CONTRACTS
-from srpo_dsl.runtime.actions import allowed, asked, final_answer
+from srpo_dsl.runtime.actions import allowed, asked, final_answer, finish_state
 from srpo_dsl.runtime.branching import (
     BranchScorer,
     Fork,
@@ -245,6 +246,7 @@ class Executor:
                     seed=draw,
                     prompt_ids=ids,
                     prefix=conversation_prefix(ep, a, replica),
+                    **{**a.sampling(), "min_tokens": min(a.min_tokens, max_tokens)},
                 )
                 out.append(Slot(ep, i, a, replica, request, b))
         out.sort(key=lambda slot: slot.alternative)  # each alternative's members together, in member order
@@ -381,13 +383,14 @@ class Executor:
         for agent in node.agents:  # each agent's own members: its last output, its action
             own = [m for m in members if m.role == agent.name]
             ep.last_output[agent.name] = own
+            ep.state[attribute_key(agent.name, FINISH)] = finish_state(own)
             note_turn(ep, agent, own, [t for t in tries if t.role == agent.name])
         for effect in node.step.effects:
             EFFECTS[effect](ep, node, members)
 
-    def _parse(self, a: AgentInfo, actions: tuple[str, ...], text: str) -> Parsed:
+    def _parse(self, a: AgentInfo, actions: tuple[str, ...], text: str, finish: str) -> Parsed:
         if a.parser is not None:
-            return allowed(self.parsers[a.name](text), actions)
+            return allowed(self.parsers[a.name](text, finish), actions)
         selects = CONTRACTS[a.contract].selects  # replicas of the pool its first argument names
         pool = self.graph.agents[a.contract_args[0]].replicas if selects else None
         if a.calls > 1:  # a `multi_call` contract (else E074): up to `calls` tool actions in one output
@@ -397,7 +400,7 @@ class Executor:
     def _member(self, slot: Slot, r: GenResult) -> Member:
         a = slot.agent
         node: EventNode = self.graph.nodes[slot.episode.node]  # type: ignore[assignment]
-        parsed = self._parse(a, node.actions if a is node.agent else a.actions, r.text)
+        parsed = self._parse(a, node.actions if a is node.agent else a.actions, r.text, r.finish_reason)
         return Member(
             member_index=slot.member_index,
             role=a.name,
@@ -410,6 +413,8 @@ class Executor:
             text=r.text,
             valid=parsed.valid,
             parsed=_plain(parsed.value),
+            finish=r.finish_reason,
+            stop_string=r.stop_string,
         )
 
     def _finish(self, ep: Episode) -> None:

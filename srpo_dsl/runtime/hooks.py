@@ -107,8 +107,10 @@ class UserParser:
         self.fn = load_function(ref)
         self.agent, self.actions = agent, actions
 
-    def __call__(self, text: str) -> Parsed:
-        value = self.fn(text, about=lambda: f"the output of `{self.agent}` {shorten(text)}")
+    def __call__(self, text: str, finish: str | None = None) -> Parsed:
+        """`finish`: how the turn ended (`choices.FINISH_REASONS`), passed to a parser that takes it."""
+        args = (text, finish) if self.fn.arity == 2 else (text,)
+        value = self.fn(*args, about=lambda: f"the output of `{self.agent}` {shorten(text)}")
         if not (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], bool)):
             raise self.fn.fail(
                 f"returned {shorten(value)} on the output of `{self.agent}` {shorten(text)}: "

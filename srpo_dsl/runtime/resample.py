@@ -52,7 +52,12 @@ class Sampled:
         if left == 0:
             return None
         r = self.slot.request
-        again = dataclasses.replace(r, max_tokens=left, seed=seed_of(r.seed, "retry", len(self.tries) + 1))
+        again = dataclasses.replace(
+            r,
+            max_tokens=left,
+            min_tokens=min(r.min_tokens, left),
+            seed=seed_of(r.seed, "retry", len(self.tries) + 1),
+        )
         return dataclasses.replace(self.slot, request=again)
 
 

@@ -123,6 +123,9 @@ class TraceEpisode(BaseModel):
                     del event[key]
             if not event["path"]:
                 del event["path"]
+            for m in [*event["members"], *event["tries"]]:
+                if m["stop_string"] is None:  # a turn that no stop string ended
+                    del m["stop_string"]
         for key in ("envs", "leaves"):
             if not data[key]:
                 del data[key]
