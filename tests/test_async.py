@@ -93,8 +93,29 @@ def test_episodes_over_the_bound_are_dropped_and_counted() -> None:
     eps = [episode(member("lm", v)) for v in (5, 4, 2, 3)]
     fresh = within_bound(eps, current=5, limit=1, trained={"lm"})
     assert fresh.episodes == [eps[0], eps[1]] and fresh.staleness == [0, 1] and fresh.dropped == 2
-    assert fresh.metrics() == {"staleness_mean": 0.5, "staleness_max": 1.0, "dropped_episodes": 2.0}
+    assert fresh.metrics() == {
+        "staleness_mean": 0.5,
+        "staleness_max": 1.0,
+        "versions_per_episode": 1.0,
+        "dropped_episodes": 2.0,
+    }
     assert within_bound(eps, current=5, limit=3, trained={"lm"}).dropped == 0
+
+
+def test_an_episode_spanning_versions_is_bounded_by_its_oldest_trained_member() -> None:
+    """Members of several versions in one episode (a worker took each new version between its calls):
+    the bound keeps or drops the episode whole, by its oldest trained member, a resampled try included."""
+    later = episode(member("lm", 4), member("lm", 5), member("lm", 5))  # began at 4: 1 stale
+    began_old = episode(member("lm", 3), member("lm", 4), member("lm", 5))  # 2 stale, fresh at its end
+    judged = episode(member("judge", 0), member("lm", 4))  # the frozen judge never ages
+    retried = episode(member("lm", 5))
+    retried.events[0].tries = [member("lm", 3)]  # its first try, by version 3, is trained on too
+    fresh = within_bound([later, began_old, judged, retried], current=5, limit=1, trained={"lm"})
+    assert fresh.episodes == [later, judged] and fresh.staleness == [1, 1] and fresh.dropped == 2
+    assert fresh.versions == [2, 1]
+    assert fresh.metrics()["versions_per_episode"] == 1.5
+    kept = within_bound([later, began_old, judged, retried], current=5, limit=2, trained={"lm"})
+    assert kept.dropped == 0 and kept.versions == [2, 3, 1, 2] and kept.staleness == [1, 2, 1, 2]
 
 
 def test_only_trained_rows_with_old_weights_are_stale() -> None:
