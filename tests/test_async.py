@@ -303,6 +303,9 @@ def test_a_stale_run_records_its_staleness(tmp_path: Path) -> None:
     assert run.stdout.splitlines()[-1].startswith("held-out Avg@4")  # one report, from the trainer
     rows = metrics(out)
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]  # the worker ran one step ahead
+    # newest weights: a step's later calls may take the version made meanwhile, never two versions more
+    assert rows[0]["async/versions_per_episode"] == 1.0
+    assert all(1.0 <= r["async/versions_per_episode"] <= 2.0 for r in rows)
     assert all(r["async/dropped_episodes"] == 0 and r["time/trainer_idle"] >= 0 for r in rows)
     assert "importance_weight_mean" not in rows[0]  # on-policy: nothing to correct
     assert all(
