@@ -17,18 +17,26 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from srpo_dsl.backends.base import GenRequest, GenResult
+from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.rl.distributed.process_group import free_port
+from srpo_dsl.rl.transport.fresh import Refresh, fresh_engines
+from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import (
     LaunchLayout,
     Link,
     LinkError,
+    Orders,
     RolloutBatch,
     flatten,
     join_launch,
     unflatten,
 )
-from srpo_dsl.rl.transport.staleness import episode_staleness, stale_rows, within_bound
+from srpo_dsl.rl.transport.remote_weights import Header, Weights
+from srpo_dsl.rl.transport.staleness import episode_staleness, stale_rows, trained_versions, within_bound
 from srpo_dsl.runtime.episode import Episode, Event, Member
+from srpo_dsl.runtime.executor import Executor
+from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
 from tests.clitools import ROOT, cli
 
@@ -93,8 +101,29 @@ def test_episodes_over_the_bound_are_dropped_and_counted() -> None:
     eps = [episode(member("lm", v)) for v in (5, 4, 2, 3)]
     fresh = within_bound(eps, current=5, limit=1, trained={"lm"})
     assert fresh.episodes == [eps[0], eps[1]] and fresh.staleness == [0, 1] and fresh.dropped == 2
-    assert fresh.metrics() == {"staleness_mean": 0.5, "staleness_max": 1.0, "dropped_episodes": 2.0}
+    assert fresh.metrics() == {
+        "staleness_mean": 0.5,
+        "staleness_max": 1.0,
+        "versions_per_episode": 1.0,
+        "dropped_episodes": 2.0,
+    }
     assert within_bound(eps, current=5, limit=3, trained={"lm"}).dropped == 0
+
+
+def test_an_episode_spanning_versions_is_bounded_by_its_oldest_trained_member() -> None:
+    """Members of several versions in one episode (a worker took each new version between its calls):
+    the bound keeps or drops the episode whole, by its oldest trained member, a resampled try included."""
+    later = episode(member("lm", 4), member("lm", 5), member("lm", 5))  # began at 4: 1 stale
+    began_old = episode(member("lm", 3), member("lm", 4), member("lm", 5))  # 2 stale, fresh at its end
+    judged = episode(member("judge", 0), member("lm", 4))  # the frozen judge never ages
+    retried = episode(member("lm", 5))
+    retried.events[0].tries = [member("lm", 3)]  # its first try, by version 3, is trained on too
+    fresh = within_bound([later, began_old, judged, retried], current=5, limit=1, trained={"lm"})
+    assert fresh.episodes == [later, judged] and fresh.staleness == [1, 1] and fresh.dropped == 2
+    assert fresh.versions == [2, 1]
+    assert fresh.metrics()["versions_per_episode"] == 1.5
+    kept = within_bound([later, began_old, judged, retried], current=5, limit=2, trained={"lm"})
+    assert kept.dropped == 0 and kept.versions == [2, 3, 1, 2] and kept.staleness == [1, 2, 1, 2]
 
 
 def test_only_trained_rows_with_old_weights_are_stale() -> None:
@@ -108,6 +137,73 @@ def test_flatten_and_unflatten_round_trip() -> None:
     assert flat.shape == (11,)
     back = unflatten(flat, [tuple(p.shape) for p in parts])
     assert all(torch.equal(a, b) for a, b in zip(parts, back))
+
+
+# --- a worker's engine takes the newest version before each generation call ----------------
+
+
+def version_of(engine: HFBackend, version: int, shift: float) -> Weights:
+    """Version `version` of `lm` as the trainer sends it: the engine's parameters, each + `shift`."""
+    pairs = [(n, p.detach() + shift) for n, p in engine.model.named_parameters()]
+    flat = flatten([t for _, t in pairs])
+    header = Header(
+        version,
+        {"lm": [n for n, _ in pairs]},
+        {"lm": [tuple(t.shape) for _, t in pairs]},
+        {"lm": str(flat.dtype).removeprefix("torch.")},
+        {"lm": flat.numel()},
+    )
+    return Weights(header, {"lm": flat})
+
+
+class TrainerStepsDuringFirstCall(HFBackend):
+    """The hf engine of a worker whose trainer makes version 1 while the worker's first generation call
+    (the solvers' round) runs: the version reaches the worker's inbox before that call returns."""
+
+    def __init__(self, path: Path, inbox: Inbox):
+        super().__init__(path)
+        self.inbox, self.calls = inbox, 0
+        self.next = version_of(self, 1, shift=0.5)
+
+    def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
+        out = super().generate(requests, seed=seed)
+        self.calls += 1
+        if self.calls == 1:
+            self.inbox.keep(self.next)
+        return out
+
+
+@pytest.mark.parametrize("newest", [True, False])
+def test_a_version_made_mid_episode_generates_the_episodes_later_events(
+    tiny_random_model: Path, newest: bool
+) -> None:
+    """The quickstart (solvers, then verifier, then aggregator: three calls) on a worker holding version 0
+    for step 2 (S = 1); version 1 arrives during the first call. `newest`: the solvers' event is version
+    0's, the later events version 1's, and the engine ends with version 1's weights; `scheduled`: the
+    whole batch is version 0's."""
+    wf = load_workflow(QUICKSTART)
+    inbox = Inbox(link=None, newest=newest)
+    engine = TrainerStepsDuringFirstCall(tiny_random_model, inbox)
+    start = version_of(engine, 0, shift=0.0)
+    refresh = Refresh({"lm": engine}, inbox if newest else None)
+    executor = Executor(wf.graph, fresh_engines({"lm": engine}, refresh), wf.renderer(), build_tools(wf))
+    inbox.keep(start)
+    inbox.take(Orders([(2, 0)]))
+    order, weights = inbox.next_step()
+    assert order.step == 2 and weights is start
+    refresh.offer(weights)
+    episodes = executor.run(task_data(wf, split="train")[:2], samples=2, seed=7)
+    later = 1 if newest else 0
+    for ep in episodes:
+        assert [{m.policy_version for m in e.members} for e in ep.events] == [{0}, {later}, {later}]
+        assert len(ep.events[0].members) == 2
+    assert engine.version == later and engine.calls == 3
+    loaded = torch.cat([p.detach().reshape(-1) for p in engine.model.parameters()])
+    assert torch.equal(loaded, (engine.next if newest else start).flats["lm"])
+    # the trainer takes the batch at step 2 holding version 1: within S = 1 by its oldest member
+    assert all(episode_staleness(ep, 1, {"lm"}) == 1 for ep in episodes)
+    assert {len(trained_versions(ep, {"lm"})) for ep in episodes} == {2 if newest else 1}
+    assert within_bound(episodes, current=1, limit=0, trained={"lm"}).dropped == 4
 
 
 # --- the link, over real gloo groups between two processes ---------------------------------
@@ -207,6 +303,9 @@ def test_a_stale_run_records_its_staleness(tmp_path: Path) -> None:
     assert run.stdout.splitlines()[-1].startswith("held-out Avg@4")  # one report, from the trainer
     rows = metrics(out)
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]  # the worker ran one step ahead
+    # newest weights: a step's later calls may take the version made meanwhile, never two versions more
+    assert rows[0]["async/versions_per_episode"] == 1.0
+    assert all(1.0 <= r["async/versions_per_episode"] <= 2.0 for r in rows)
     assert all(r["async/dropped_episodes"] == 0 and r["time/trainer_idle"] >= 0 for r in rows)
     assert "importance_weight_mean" not in rows[0]  # on-policy: nothing to correct
     assert all(

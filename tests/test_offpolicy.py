@@ -16,16 +16,21 @@ import torch
 from srpo_dsl.registries import OBJECTIVES
 from srpo_dsl.registries import SET_NORMS as REGISTERED_NORMS
 from srpo_dsl.rl import get_objective, setwise_loss
+from srpo_dsl.rl.loop.update import pad_right
 from srpo_dsl.rl.objective.losses import policy_loss
+from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.rl.objective.setwise import (
     LossConfig,
     PolicyBatch,
     PolicyTerms,
+    behaviour_of_rows,
     clipped_terms,
     importance_weights,
     setwise_terms,
     token_log_ratio,
 )
+from srpo_dsl.rl.transport.staleness import stale_rows
+from srpo_dsl.runtime.episode import Episode, Event, Member
 
 BUILTIN_OBJECTIVES = tuple(OBJECTIVES)  # the one list of names: the registries'
 SET_NORMS = tuple(REGISTERED_NORMS)
@@ -302,3 +307,45 @@ def test_terms_of_no_known_unit_are_a_value_error() -> None:
         with pytest.raises(ValueError, match="importance weights need"):
             importance_weights(batch, terms, config)
     assert importance_weights(replace(batch, behaviour_logprobs=None), rows, config) is None
+
+
+def test_an_episode_mixing_versions_weighs_each_member_by_its_own_behaviour_policy() -> None:
+    """One episode generated across weight updates (a worker takes each new version before its next call),
+    trained at proximal version 5. Event A (K = 2) mixes member a1 of version 4 and a2 of version 5 (a
+    retry drawn after the update); event B (K = 1) is b1 of version 3. A fresh member's mu is the proximal
+    policy (log-weight exactly 0, whatever its recorded log-probs say); a stale one's, its own record.
+
+        recorded mu        a1 [-1.0, -0.5]   a2 [-0.7]   b1 [-0.2]
+        proximal q_prox    a1 [-0.8, -0.4]   a2 [-0.9]   b1 [-0.5]
+        log w_A = c(2) * ((0.2 + 0.1) + 0) = 0.3 / sqrt 2 = 0.212132,  w_A = 1.236311
+        log w_B = c(1) * (-0.3)                         = -0.3,          w_B = 0.740818
+    (a2 corrected against its own record would give c(2) * 0.1: w_A = 1.073271)."""
+
+    def member(i: int, version: int, response: list[int], mu: list[float]) -> Member:
+        return Member(i, "solver", i, "lm", version, [1, 2], response, mu, "x", True)
+
+    ep = Episode("p/0", "p", 0, {"id": "p"})
+    ep.events = [
+        Event(
+            "A", "solver", "n", "s", 2, True, [member(0, 4, [3, 4], [-1.0, -0.5]), member(1, 5, [5], [-0.7])]
+        ),
+        Event("B", "solver", "n", "s", 1, True, [member(0, 3, [6], [-0.2])]),
+    ]
+    rows = build_rows([ep], "srpo")
+    assert rows.versions == [4, 5, 3]
+    stale = stale_rows(rows.versions, rows.policies, current=5, trained={"lm"})
+    assert stale.tolist() == [True, False, True]
+    proximal = torch.tensor([[-0.8, -0.4], [-0.9, PAD], [-0.5, PAD]], dtype=torch.float64)
+    recorded = pad_right(rows.behavior_logprobs, 2).double()
+    mask = torch.tensor([[1, 1], [1, 0], [1, 0]])
+    behaviour = behaviour_of_rows(stale, recorded, proximal)
+    assert torch.equal(behaviour[1], proximal[1])  # the fresh member: its proximal log-probs
+    batch = PolicyBatch.of(
+        proximal.clone(), proximal, mask, rows.event_ids, rows.advantages.double(), behaviour
+    )
+    config = LossConfig(clip_eps=0.2, set_norm="sqrt", importance_cap=2.0)
+    weights = importance_weights(batch, setwise_terms(batch, config), config)
+    assert weights is not None
+    expected = [math.exp(0.3 / math.sqrt(2)), math.exp(-0.3)]
+    assert weights.values.tolist() == pytest.approx(expected, abs=1e-6)
+    assert expected == pytest.approx([1.236311, 0.740818], abs=1e-6) and not weights.capped.any()

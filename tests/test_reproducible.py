@@ -37,7 +37,14 @@ TRAIN = [
 ]
 
 
-ASYNC = ["--option", "rollout_workers=1", "--option", "max_staleness=1"]  # a worker one version behind
+ASYNC = [  # a worker one version behind, each batch with its step's version (newest: the timing decides)
+    "--option",
+    "rollout_workers=1",
+    "--option",
+    "max_staleness=1",
+    "--option",
+    "rollout_weights=scheduled",
+]
 
 
 def train_cmd(out: Path, save_every: int, *flags: str) -> list[str]:
@@ -155,8 +162,8 @@ def rank_zero(launcher: subprocess.Popen) -> int:
 
 @pytest.mark.slow
 def test_an_asynchronous_run_killed_after_a_checkpoint_resumes_to_the_same_end(tmp_path: Path) -> None:
-    """With a rollout worker one version behind: each batch's version is fixed by its step, so two runs
-    are identical; SIGKILL of the trainer after step 6's checkpoint (which holds step 7's batch,
+    """With a rollout worker one version behind and `rollout_weights = scheduled`: each batch's version is
+    fixed by its step, so two runs are identical; SIGKILL of the trainer after step 6's checkpoint (which holds step 7's batch,
     generated with version 5), then `--resume`, ends as the uninterrupted run."""
     reference = uninterrupted(tmp_path / "reference", *ASYNC)
     staleness = [r["async/staleness_max"] for r in outcome(reference, "metrics.jsonl")]

@@ -3,6 +3,7 @@ steps) and a worker's inbox (orders smallest step first, the oldest version new 
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
@@ -115,3 +116,98 @@ def test_an_inbox_takes_the_oldest_version_new_enough_and_drops_the_older() -> N
     assert inbox.next_step() == (Order(5, 2), weights(2))  # what arrived before the trainer went away
     with pytest.raises(LinkError, match="trainer rank 0 stopped"):
         inbox.next_step()  # step 6's version 3 never came
+
+
+# --- newest weights: a whole run of the schedule and the inboxes, interleaved at random ----------------
+
+CALLS = 3  # generation calls per step (executor rounds)
+
+
+def simulate(staleness: int, workers: int, newest: bool, seed: int, steps: int = 12) -> dict[int, list[int]]:
+    """Trainer rank 0's schedule and each worker's inbox, in one thread: at each turn one of them, drawn
+    at random, does its next thing (the trainer takes the next batch and makes a version; a worker begins
+    its next step or makes its next generation call, taking the newest version with `newest`). Asserts at
+    every call that its version is at most S behind the version the trainer will hold when it takes the
+    step; returns each step's versions, call by call."""
+    rng = random.Random(seed)
+    ranks = list(range(1, workers + 1))
+    schedule = Schedule.plan(ranks, staleness, start=0, last=steps, held=(), newest=newest)
+    inboxes = {w: Inbox(link=None, newest=newest) for w in ranks}
+    for w in ranks:
+        inboxes[w].take(Orders(schedule.orders(w)))
+
+    def publish(version: int) -> None:
+        for w in schedule.due(version):
+            inboxes[w].keep(weights(version))
+
+    publish(0)
+    batches: dict[int, list[int]] = {}
+    running: dict[int, tuple[int, list[int]]] = {}  # worker -> (step, versions of its calls so far)
+    while schedule.consumed < steps:
+        turns = [0] if schedule.consumed + 1 in batches else []
+        turns += [w for w in ranks if w in running or inboxes[w].servable()]
+        assert turns, "the run is stuck"
+        who = rng.choice(turns)
+        if who == 0:  # the trainer takes step t, holding version t - 1, and makes version t
+            step = schedule.consumed + 1
+            assert step - 1 - min(batches[step]) <= staleness
+            schedule.consumed = step
+            if step < steps:
+                publish(step)
+        elif who not in running:
+            order, _ = inboxes[who].next_step()
+            running[who] = (order.step, [])
+        else:
+            step, calls = running[who]
+            if newest:
+                inboxes[who].latest()
+            calls.append(inboxes[who].loaded)
+            assert calls[-1] >= step - 1 - staleness  # never older than S at any call
+            if len(calls) == CALLS:
+                batches[step] = calls
+                del running[who]
+    return batches
+
+
+@pytest.mark.parametrize("staleness, workers", [(0, 1), (0, 2), (1, 1), (1, 2), (2, 2), (2, 3), (3, 2)])
+def test_newest_weights_stay_within_the_bound_and_sometimes_change_mid_step(staleness, workers) -> None:
+    spans = []
+    for seed in range(8):
+        batches = simulate(staleness, workers, newest=True, seed=seed)
+        for step, calls in batches.items():
+            assert calls == sorted(calls)  # versions only grow during a step
+            assert calls[0] >= max(0, step - 1 - min(staleness, workers))  # begun with its target or newer
+            if staleness == 0:
+                assert calls == [step - 1] * CALLS  # synchronous: the trainer's version, whatever the timing
+        spans += [len(set(calls)) for calls in batches.values()]
+    if staleness > 0:
+        assert max(spans) > 1  # some step took a version made while it was generating
+
+
+@pytest.mark.parametrize("staleness, workers", [(0, 1), (1, 1), (2, 2), (3, 2)])
+def test_scheduled_weights_are_each_steps_target_whatever_the_timing(staleness, workers) -> None:
+    for seed in range(4):
+        batches = simulate(staleness, workers, newest=False, seed=seed)
+        assert batches == {t: [max(0, t - 1 - min(staleness, workers))] * CALLS for t in batches}
+
+
+def test_newest_sends_every_version_to_every_worker_with_steps_left() -> None:
+    s = Schedule.plan([1, 2], max_staleness=2, start=0, last=4, held=(), newest=True)
+    assert s.due(0) == [1, 2] and s.due(0) == []
+    s.consumed = 1
+    assert s.due(1) == [1, 2]  # step 3's worker and step 4's, though step 4's target is version 1
+    s.consumed = 3
+    assert s.due(3) == [2]  # worker 1 has no step left
+
+
+def test_a_newest_inbox_keeps_only_the_newest_version_and_hands_newer_ones_mid_step() -> None:
+    inbox = Inbox(link=None, newest=True)
+    for v in (0, 1):
+        inbox.keep(weights(v))
+    assert [w.version for w in inbox.versions] == [1]  # version 0 will never be loaded
+    inbox.take(Orders([(3, 0), (4, 1)]))
+    assert inbox.next_step() == (Order(3, 0), weights(1))  # the newest, not the oldest new enough
+    assert inbox.latest() is None  # nothing newer yet
+    inbox.keep(weights(2))
+    assert inbox.latest() == weights(2) and inbox.loaded == 2
+    assert inbox.next_step() == (Order(4, 1), None)  # version 2 is loaded already

@@ -310,7 +310,15 @@ class TrainOptions(_Options):
         0, ge=0, description="processes that generate while the trainer trains (0: the trainer generates)"
     )
     max_staleness: int = Field(
-        1, ge=0, description="S: a rollout worker's weights are at most S optimizer steps old"
+        1,
+        ge=0,
+        description="S: no member of a trained-on episode was generated with weights more than S optimizer "
+        "steps older than the trainer's",
+    )
+    rollout_weights: Literal["newest", "scheduled"] = Field(
+        "newest",
+        description="the weights a rollout worker generates with: newest (the newest it holds, taken before "
+        "each generation call) or scheduled (each batch all with its step's version: bit-reproducible)",
     )
     importance_cap: float = Field(2.0, ge=1.0, description="C: the cap of a stale event's importance weight")
     backup: str = Field(

@@ -37,6 +37,7 @@ from srpo_dsl.rl.objective.aggregation import get_aggregation
 from srpo_dsl.rl.objective.batching import budget_batches, linked_atoms, plan_batches
 from srpo_dsl.rl.objective.losses import Objective, get_objective
 from srpo_dsl.rl.objective.rows import Rows, followed_within
+from srpo_dsl.rl.objective.setwise import behaviour_of_rows
 
 
 class NotFinite(Exception):
@@ -268,7 +269,7 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
     logprobs = logprobs.detach().requires_grad_(True)
     behaviour = None  # off-policy rows are corrected against what generated them; fresh rows: w = 1
     if s.stale is not None:
-        behaviour = torch.where(s.stale[idx, None], s.batch.behaviour[idx.cpu(), :width].to(old.device), old)
+        behaviour = behaviour_of_rows(s.stale[idx], s.batch.behaviour[idx.cpu(), :width], old)
     loss, metrics, terms = s.objective.evaluate(
         logprobs,
         old,

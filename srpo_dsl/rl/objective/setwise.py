@@ -273,6 +273,13 @@ def unit_log_weights(token_log_w: Tensor, terms: PolicyTerms, set_norm: str) -> 
     )
 
 
+def behaviour_of_rows(stale: Tensor, recorded: Tensor, proximal: Tensor) -> Tensor:
+    """[B, T] mu per row: a `stale` row's own recorded log-probs (the version that generated that member),
+    a fresh row's the proximal ones, so its log-weight is exactly 0. Rows of one event may differ: the
+    event's weight sums each member's own log q_prox - log mu under c(K_e)."""
+    return torch.where(stale[:, None], recorded.to(proximal.device), proximal)
+
+
 def importance_weights(
     batch: PolicyBatch, terms: PolicyTerms, config: LossConfig
 ) -> ImportanceWeights | None:

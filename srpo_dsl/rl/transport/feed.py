@@ -11,12 +11,13 @@
 Every trainer rank listens to every worker on a thread of its own and keeps the first copy of each
 step's share it receives: nothing received is dropped for a copy generated later. A worker that
 goes away (its process died, its node is gone) closes its connections; every rank notices, and
-trainer rank 0, which keeps the schedule (`rollout_schedule.py`), hands its steps not yet trained
+trainer rank 0, which keeps the schedule (`schedule.py`), hands its steps not yet trained
 to the others, with the newest weights when they need them. The ranks agree before each step that
 each holds its share: when one does not and no worker is left, all stop together (NoWorkerLeft).
 
 The metrics of a step, under `async/`: the staleness of its kept episodes (mean, max), the
-episodes dropped, and the workers still running; under `time/` (wall-clock, as every timing): the
+versions per kept episode (mean: above 1 when episodes span weight updates), the episodes dropped,
+and the workers still running; under `time/` (wall-clock, as every timing): the
 seconds the worker and the trainer waited for each other (`worker_idle`, `trainer_idle`).
 """
 
@@ -78,7 +79,8 @@ class Feed:
             return
         with self.ready:
             workers = sorted(self.alive)
-            self.schedule = Schedule.plan(workers, self.opts.max_staleness, start, self.opts.steps, common)
+            newest, opts = self.opts.rollout_weights == "newest", self.opts
+            self.schedule = Schedule.plan(workers, opts.max_staleness, start, opts.steps, common, newest)
             for worker in workers:
                 orders = Orders(self.schedule.orders(worker))
                 self.reach(worker, lambda w=worker, o=orders: self.link.send_object(o, w, CONTROL))

@@ -1,10 +1,10 @@
-"""New weights from the trainer to the rollout workers (`rollout_link.py`, `rollout_schedule.py`).
+"""New weights from the trainer to the rollout workers (`link.py`, `schedule.py`).
 
 Every trainer rank takes part in building a version (gathered under ZeRO-3); trainer rank 0
 keeps the newest one and sends it to the workers that need it: a header naming the parameters
 (a LoRA model's weights folded into the base model's names for `vllm`, as `push_weights` does
-in-process), then one flat tensor per engine. A worker's rollout engines load a version between
-two batches.
+in-process), then one flat tensor per engine. A worker's rollout engine loads a version right
+before a generation call (`fresh.py`).
 """
 
 from __future__ import annotations
@@ -90,9 +90,8 @@ def recv_flats(link: Link, header: Header) -> Weights:
     return Weights(header, flats)
 
 
-def load_weights(engines: Mapping[str, RolloutEngine], weights: Weights) -> None:
-    """Each trained engine's rollout engine loads its weights; every engine's policy version becomes
-    `weights.version` (the trainer's optimizer steps)."""
-    for owner in weights.flats:
-        engines[owner].load_weights(weights.pairs(owner))
-        engines[owner].version = weights.version
+def load_engine(engine: RolloutEngine, weights: Weights, owner: str) -> None:
+    """`engine` (the one of trained engine `owner`) loads its weights of `weights`; its policy version
+    becomes `weights.version`."""
+    engine.load_weights(weights.pairs(owner))
+    engine.version = weights.version

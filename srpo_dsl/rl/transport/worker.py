@@ -1,15 +1,18 @@
-"""A rollout worker: generates the steps trainer rank 0 orders, with the weights each step names.
+"""A rollout worker: generates the steps trainer rank 0 orders, with the newest weights it may use.
 
     engines = worker_engines(...)                 # each policy's rollout engine (ROLLOUT_ENGINES), no trainer
-    inbox   = Inbox(link)                         # a thread receiving orders and versions
+    inbox   = Inbox(link, newest)                 # a thread receiving orders and versions
     while (taken := inbox.next_step()):           # the smallest step ordered, once its version is held
-        load its version, if a new one            # (rollout_schedule.py)
-        rollout(order.step)                       # the step's prompts and seeds, exactly as the trainer's
-        send each trainer rank its share          # with the version used and the time spent waiting
+        rollout(order.step)                       # the step's prompts and seeds, exactly as the trainer's;
+                                                  # each generation call takes the newest version (`fresh`)
+        send each trainer rank its share          # with the version it began with and the time spent waiting
 
-A batch for step t is generated with version max(start, t - 1 - min(S, R)): the trainer about to
-take step t holds t - 1, so no batch is ever more than S steps stale (S = 0: the synchronous
-trainer). The worker never sleeps: it generates while the trainer updates.
+Step t may begin once the worker holds version max(start, t - 1 - min(S, R)) (`schedule.py`): the
+trainer about to take step t holds t - 1, and versions only grow during a step, so no member is
+ever more than S steps stale (S = 0: the synchronous trainer). With `rollout_weights = newest` each
+generation call of the step (an executor round, or its retries) first loads the newest version
+received, so an episode may span versions; `scheduled`, the whole batch is generated with the
+step's version. The worker never sleeps: it generates while the trainer updates.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.adapters import with_adapters
 from srpo_dsl.rl.engines.policies import Rollout, adapter_hosts, load_model, rollout_engine, with_lora
+from srpo_dsl.rl.transport.fresh import Refresh, fresh_engines
 from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import EPISODES, SETUP, Link, LinkError, RolloutBatch
-from srpo_dsl.rl.transport.remote_weights import load_weights
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import CompiledWorkflow, build_tools, task_data
@@ -67,21 +70,23 @@ def run_worker(wf: CompiledWorkflow, opts: TrainOptions, link: Link, rollout: Ro
     paths = link.recv_object(0, SETUP)  # each policy's model, as the trainer resolved it
     dist = Dist(link.layout.rank, 0, 1, link.device)
     engines = worker_engines(wf.graph, paths, opts, dist, rollout)
-    executor = Executor(wf.graph, dict(engines), wf.renderer(), build_tools(wf), opts)
+    newest = opts.rollout_weights == "newest"
+    inbox = Inbox(link, newest)
+    refresh = Refresh(engines, inbox if newest else None)
+    executor = Executor(wf.graph, fresh_engines(engines, refresh), wf.renderer(), build_tools(wf), opts)
     tasks = task_data(wf, split="train")
-    inbox = Inbox(link)
     link.read(inbox)
     idle, clock = 0.0, time.perf_counter()
     while (taken := inbox.next_step()) is not None:
         order, weights = taken
-        if weights is not None:
-            load_weights(engines, weights)
+        refresh.offer(weights)
+        began = inbox.loaded  # the step's oldest version: versions only grow during it
         idle += time.perf_counter() - clock
         prompts = [tasks[i] for i in step_prompts(len(tasks), opts.batch, order.step, opts.seed)]
         episodes = executor.run(prompts, samples=opts.group, seed=seed_of("rollout", opts.seed, order.step))
         clock = time.perf_counter()
         link.flush()  # the previous batch was taken
-        send_batch(link, order.step, inbox.loaded, time.perf_counter() - clock + idle, episodes, opts.group)
+        send_batch(link, order.step, began, time.perf_counter() - clock + idle, episodes, opts.group)
         idle, clock = 0.0, time.perf_counter()
     with suppress(LinkError):  # stopped: the trainer needs nothing more (it may be gone already)
         link.flush()
