@@ -342,3 +342,16 @@ def test_comlrl_pair_rewards_every_joint_of_the_two_halves():
     assert head[0] == pytest.approx((1.0 + 1 / 6 + 1.0 + 1 / 6) / 4)
     assert head[2] == pytest.approx(-0.1)
     assert ep.reward == pytest.approx(sum(rewards.values()) / 16)
+
+
+def test_the_viewer_names_each_sample_s_agent(tmp_path):
+    from srpo_dsl.view.episodes import episode_json
+
+    (ep,), _ = _run(tmp_path, "act a, b branch 2 cross")
+    events = episode_json(None, to_trace(ep, "h"))["events"]
+    assert [e["alt"] for e in events] == [
+        "a's 1 of 2, kept",
+        "a's 2 of 2, kept",
+        "b's 1 of 2, kept",
+        "b's 2 of 2, kept",
+    ]
