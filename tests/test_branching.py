@@ -113,7 +113,14 @@ def test_the_graph_carries_the_branch_and_the_paths(tmp_path):
     path = _workflow(tmp_path, 'revise planner\naggregate solver branch 3 keep best by "score.py:length"')
     g = analyze(path.read_text(), str(path)).program.to_networkx()
     (node,) = [a for _, a in g.nodes(data=True) if a.get("agent") == "solver"]
-    assert node["branch"] == {"count": 3, "keep": "best", "scorer": "score.py:length", "field": None}
+    assert node["branch"] == {
+        "count": 3,
+        "keep": "best",
+        "scorer": "score.py:length",
+        "field": None,
+        "cross": [],
+        "joints": 3,
+    }
     assert node["label"] == "aggregate solver branch 3 keep best"
     assert g.graph["max_paths"] == 1 and g.graph["max_events"] == 4
 

@@ -283,7 +283,8 @@ def _alternative(branch: BranchMark | None) -> str:
     if branch is None:
         return ""
     score = "" if branch.score is None else f", score {branch.score:.3f}"
-    return f"{branch.index + 1} of {branch.of}, {'kept' if branch.kept else 'pruned'}{score}"
+    agent = "" if branch.agent is None else f"{branch.agent}'s "  # a crossed sample
+    return f"{agent}{branch.index + 1} of {branch.of}, {'kept' if branch.kept else 'pruned'}{score}"
 
 
 def _who(m: Member, acts: bool) -> str:

@@ -1,10 +1,15 @@
-"""Branching steps (`act A branch N [keep RULE] [by SCORER]`): their checks and their static cost.
+"""Branching steps (`act A branch N [cross] [keep RULE] [by SCORER]`): their checks and their static cost.
 
 A branch samples N alternatives of one event from the same pre-action state. With no `keep`, every
 alternative continues (the episode becomes a tree: everything after the step runs once per
 alternative); with `keep RULE`, one alternative continues and the others end at once, each credited
 with its score, so a pruning branch needs a scorer (`by ...`). The return of an alternative that
 continues is backed up from its subtree (`train with (backup = mean|max, discount = ...)`).
+
+`branch N cross` on a step of several agents (`act a, b branch 2 cross`): each agent samples N
+alternatives of its own part, and every joint combination (N^agents, one sample of each agent) is an
+alternative of the step: scored, kept or continued as above. Each agent's sample is an event of its own,
+whose return is the mean of the returns of the joints it takes part in (CoMLRL's cross joint mode).
 """
 
 from __future__ import annotations
@@ -51,13 +56,20 @@ BACKUPS: dict[str, Callable[[Sequence[float]], float]] = {
 # workflow, so beyond this the cost of one episode is a typo, not a plan.
 MAX_PATHS = 1024
 
+# The most joint combinations one `branch N cross` step may make (N^agents): each is an alternative the
+# step's scorer scores and, in a tree, a path of its own; beyond this the pairing is a typo, not a plan.
+MAX_JOINTS = 64
+
 Report = Callable[[Diagnostic], None]
 LocateCode = Callable[[n.Ref], "CodeRef | None"]
 
 
-def check_branch(branch: n.Branch, report: Report, locate: LocateCode) -> BranchInfo | None:
-    """The branch clause resolved, or None after reporting why not (E056, E057, E028, E029, E09x)."""
-    ok = True
+def check_branch(
+    branch: n.Branch, agents: Sequence[str], report: Report, locate: LocateCode
+) -> BranchInfo | None:
+    """The branch clause of a step of `agents` resolved, or None after reporting why not (E056, E057,
+    E028, E029, E09x, E105, E106)."""
+    ok = _cross_ok(branch, agents, report)
     if branch.count < 2:
         report(
             Diagnostic(
@@ -86,7 +98,45 @@ def check_branch(branch: n.Branch, report: Report, locate: LocateCode) -> Branch
     scorer = _scorer(branch.scorer, report, locate) if branch.scorer else (None, None, None)
     if not ok or (branch.scorer is not None and scorer[0] is None):
         return None
-    return BranchInfo(branch.count, keep, *scorer)
+    return BranchInfo(branch.count, keep, *scorer, cross=tuple(agents) if branch.cross else ())
+
+
+def _cross_ok(branch: n.Branch, agents: Sequence[str], report: Report) -> bool:
+    """`cross` pairs the samples of two or more agents (E105), into at most `MAX_JOINTS` joints (E106)."""
+    if branch.cross is None:
+        return True
+    if len(agents) < 2:
+        report(
+            Diagnostic(
+                "E105",
+                f"`cross` pairs the samples of two or more agents; this step has one (`{agents[0]}`)",
+                branch.cross,
+                f"drop `cross` to sample it {branch.count} times, or name the agents: `act {agents[0]}, "
+                f"OTHER branch {branch.count} cross`",
+            )
+        )
+        return False
+    joints = branch.count ** len(agents)
+    if joints > MAX_JOINTS:
+        report(
+            Diagnostic(
+                "E106",
+                f"`branch {branch.count} cross` over {len(agents)} agents makes {joints} joint combinations, "
+                f"more than {MAX_JOINTS}",
+                branch.span,
+                f"sample fewer alternatives: at most {_largest_count(len(agents))} for {len(agents)} agents",
+            )
+        )
+        return False
+    return True
+
+
+def _largest_count(agents: int) -> int:
+    """The largest N whose N^agents joints stay within `MAX_JOINTS`."""
+    count = 1
+    while (count + 1) ** agents <= MAX_JOINTS:
+        count += 1
+    return count
 
 
 def _scorer(s: n.Scorer, report: Report, locate: LocateCode) -> tuple[str | None, str | None, CodeRef | None]:

@@ -199,7 +199,11 @@ class _Bounds(n.StepVisitor[Bound]):
         once.tokens = k * _turn_tokens(a) + sum(o.replicas * _turn_tokens(o) for o in others)
         if s.branch is None:
             return once, 1
-        return once * s.branch.count, 1 if s.branch.keep else s.branch.count
+        joints = s.branch.count ** len(s.agents) if s.branch.cross else s.branch.count
+        cost = once * s.branch.count  # every member samples N times (crossed: N of each agent's part)
+        if s.branch.cross:  # an event per sample of each agent
+            cost.events = s.branch.count * len(s.agents)
+        return cost, 1 if s.branch.keep else joints
 
     def visit_call(self, s: n.CallTool) -> Bound:
         agent = self.agents[s.agent.name]
@@ -349,7 +353,8 @@ class _Compiler(n.StepVisitor[Frontier]):
             label = label.replace(f" K={hi}", f" K=1..{hi}")
         branch = self.c.branches.get(s.branch) if s.branch else None
         if branch is not None:
-            label += f" branch {branch.count}" + (f" keep {branch.keep}" if branch.keep else "")
+            label += f" branch {branch.count}" + (" cross" if branch.cross else "")
+            label += f" keep {branch.keep}" if branch.keep else ""
         return self._add(
             EventNode(
                 nid,

@@ -129,17 +129,31 @@ class RewardInfo:
 
 @dataclass(frozen=True)
 class BranchInfo:
-    """`branch N [keep RULE] [by SCORER]` resolved: N alternatives of one event from one pre-action state;
-    `keep` None: every alternative continues (a tree); else one is kept by the rule and the others end."""
+    """`branch N [cross] [keep RULE] [by SCORER]` resolved: N alternatives of one event from one pre-action
+    state (`cross`: N samples of each agent's part, each joint combination an alternative); `keep` None:
+    every alternative continues (a tree); else one is kept by the rule and the others end."""
 
     count: int
     keep: str | None  # a rule of `srpo_dsl.lang.branches.KEEP_RULES`, or None (a tree)
     scorer: str | None  # a reward function's name or the reference of a Python function; None: unscored
     field: str | None = None  # the task field a reward-function scorer compares with
-    code: CodeRef | None = None  # a Python scorer, called as a reward: (answer, row)
+    code: CodeRef | None = None  # a Python scorer, called as a reward: (answer, row[, episode])
+    cross: tuple[str, ...] = ()  # `branch N cross`: the agents whose N samples each are crossed; (): none
+
+    @property
+    def joints(self) -> int:
+        """The alternatives of the step: N, or N^agents crossed (every joint combination)."""
+        return self.count ** len(self.cross) if self.cross else self.count
 
     def attrs(self) -> dict[str, Any]:
-        return {"count": self.count, "keep": self.keep, "scorer": self.scorer, "field": self.field}
+        return {
+            "count": self.count,
+            "keep": self.keep,
+            "scorer": self.scorer,
+            "field": self.field,
+            "cross": list(self.cross),
+            "joints": self.joints,
+        }
 
 
 @dataclass(frozen=True)

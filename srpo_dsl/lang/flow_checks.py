@@ -316,7 +316,10 @@ class FlowChecks(n.StepVisitor[None]):
             routed.add(s.agent.name)
         if s.branch is not None:
             info = check_branch(
-                s.branch, self.ctx.out.diagnostics.append, lambda ref: self.ctx.locate_code(ref, "scorer")
+                s.branch,
+                [a.name for a in s.agents],
+                self.ctx.out.diagnostics.append,
+                lambda ref: self.ctx.locate_code(ref, "scorer"),
             )
             if info is not None:
                 self.ctx.out.branches[s.branch] = info

@@ -158,13 +158,15 @@ class Scorer:
 
 @dataclass(frozen=True)
 class Branch:
-    """`branch N [keep RULE] [by SCORER]`: N alternatives of the step's event from one pre-action state."""
+    """`branch N [cross] [keep RULE] [by SCORER]`: N alternatives of the step's event from one pre-action
+    state (`cross`: N of each agent's part, every joint combination an alternative)."""
 
     count: int
     keep: Ident | None  # None: every alternative continues (a tree)
     scorer: Scorer | None
     span: Span
     count_span: Span
+    cross: Span | None = None  # the `cross` word, when written
 
 
 class _StepNode:

@@ -270,13 +270,16 @@ class _Build:
         names = [t for t in listed if t.type == "NAME"]
         return _Part(tuple(self._id(t) for t in names), names[-1])
 
-    def branch(self, items: list) -> _Part:  # "branch" NUMBER ["keep" NAME] ["by" scorer]
-        word, count, _keep, keep, _by, scorer = items
-        end = scorer.span if scorer else _tok_span(self.file, keep or count)
+    def branch(self, items: list) -> _Part:  # "branch" NUMBER [CROSS] ["keep" NAME] ["by" scorer]
+        word, count, cross, _keep, keep, _by, scorer = items
+        last = keep or cross or count
+        end = scorer.span if scorer else _tok_span(self.file, last)
         span = Span(self.file, word.line, word.column, end.end_line, end.end_col)
         number = self._at_most(count, "E056", "a branch count")
-        branch = n.Branch(number, self._id(keep) if keep else None, scorer, span, _tok_span(self.file, count))
-        return _Part(branch, keep or count)
+        keeps = self._id(keep) if keep else None
+        crossed = _tok_span(self.file, cross) if cross else None
+        branch = n.Branch(number, keeps, scorer, span, _tok_span(self.file, count), crossed)
+        return _Part(branch, last)
 
     def code_scorer(self, items: list) -> n.Scorer:  # STRING
         (ref,) = items

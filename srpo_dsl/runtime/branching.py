@@ -12,6 +12,8 @@ Every alternative is recorded and trained. Its return (docs/objective.md, "Branc
 - a tree's alternative i has R_i = s_i + discount * V(child_i) (s_i = 0 without a scorer), where V of a
   path is its episode return when it is a leaf, else the backup (mean or max) of its own fork's R_j;
 - every other event of a path gets V of that path; the root's V is the episode's return in the trace.
+A `branch N cross` step's alternatives are its joints (one sample of each agent; `runtime.crossing`):
+R_j as above for joint j, and each agent's sample returns the mean R_j of the joints it takes part in.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.branches import BACKUPS
 from srpo_dsl.lang.declarations import BranchInfo
 from srpo_dsl.lang.graph import EventNode
-from srpo_dsl.runtime.episode import BranchMark, Episode, Event, Leaf, Member
+from srpo_dsl.runtime.episode import BranchMark, Episode, Event, Joint, Leaf, Member
 from srpo_dsl.runtime.hooks import UserScorer
 from srpo_dsl.seeds import seed_of
 
@@ -34,8 +36,9 @@ class Fork:
 
     parent: Episode  # the path that split (done from then on)
     children: list[Episode]
-    events: list[Event]  # each child's alternative event, in alternative order
+    taken: list[list[Event]]  # the events each child took: its alternative, or its joint's samples (cross)
     scores: list[float | None]
+    joints: list[Joint] = field(default_factory=list)  # a cross branch's joints, one per child
 
 
 @dataclass
@@ -47,6 +50,7 @@ class Tree:
     paths: list[Episode] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     forks: dict[str, Fork] = field(default_factory=dict)  # the path that split -> its fork
+    joints: list[Joint] = field(default_factory=list)  # every `branch N cross` joint, in the order made
 
     @property
     def done(self) -> bool:
@@ -103,6 +107,7 @@ def close(tree: Tree, backup: str, discount: float) -> None:
     root.events = list(tree.events)
     root.tool_calls, root.tool_errors = tree.tool_calls()
     root.invalid_actions = sum(not m.valid for e in tree.events for m in [*e.members, *e.tries])
+    root.joints = list(tree.joints)
     root.tree = None
     if not tree.forks:
         return
@@ -134,11 +139,12 @@ def back_up(tree: Tree, backup: str, discount: float) -> float:
         if fork is None:
             values[path.path] = path.reward
             return path.reward
-        returns = []
-        for child, event, score in zip(fork.children, fork.events, fork.scores):
-            ret = (score or 0.0) + discount * value(child)
-            event.tree_return = ret
-            returns.append(ret)
+        returns = [
+            (score or 0.0) + discount * value(child) for child, score in zip(fork.children, fork.scores)
+        ]
+        for joint, ret in zip(fork.joints, returns):
+            joint.tree_return = ret
+        share(fork.taken, returns)
         values[path.path] = combine(returns)
         return values[path.path]
 
@@ -148,6 +154,17 @@ def back_up(tree: Tree, backup: str, discount: float) -> float:
             if e.tree_return is None:
                 e.tree_return = values[e.path]
     return root
+
+
+def share(taken: Sequence[Sequence[Event]], returns: Sequence[float]) -> None:
+    """Each event's `tree_return`: the mean of the returns of the alternatives that took it (an alternative
+    event: its own; a crossed sample: the mean over the joints it takes part in)."""
+    shares: dict[int, tuple[Event, list[float]]] = {}
+    for events, ret in zip(taken, returns):
+        for e in events:
+            shares.setdefault(id(e), (e, []))[1].append(ret)
+    for e, rets in shares.values():
+        e.tree_return = sum(rets) / len(rets)
 
 
 def pruned_return(outputs: Sequence[Member], score: float | None, penalty: float) -> float:

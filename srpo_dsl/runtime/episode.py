@@ -62,7 +62,23 @@ class BranchMark:
     index: int  # 0-based, in sampling order
     of: int  # the branch's count N
     kept: bool
-    score: float | None = None
+    score: float | None = None  # crossed: the mean of the scores of the joints it takes part in
+    agent: str | None = None  # `branch N cross`: the agent whose sample this is (its siblings: its own N)
+
+
+@dataclass
+class Joint:
+    """One joint combination of a `branch N cross` step: a sample of each crossed agent, by index (its
+    `tree_return` is set when a tree's returns are backed up)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    group: str  # its samples' `BranchMark.group`
+    samples: dict[str, int]  # agent -> the index of its sample in this joint, in the step's agent order
+    path: str | None  # the path it continued on; None: pruned (`keep`), it ended there
+    kept: bool  # it continued (every joint of a tree does)
+    score: float | None  # the step's scorer on the joint's members; None: unscored
+    tree_return: float = 0.0  # its return R_j (docs/objective.md); each sample's: the mean of its joints'
 
 
 @dataclass
@@ -246,6 +262,9 @@ class Episode:
     path: str = ""  # which path of a branching rollout this is ("": the first; ".2": a tree's third child)
     tree: Tree | None = None  # while it runs: the rollout's tree of paths (shared by every path of it)
     leaves: list[Leaf] = field(default_factory=list)  # a finished tree's paths (its root's `events`: all)
+    joints: list[Joint] = field(
+        default_factory=list
+    )  # a finished rollout's crossed joints (`branch N cross`)
 
     @property
     def event_prefix(self) -> str:

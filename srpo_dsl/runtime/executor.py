@@ -23,6 +23,7 @@ from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode, attrib
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.limits import bounded
 from srpo_dsl.registries import CONTRACTS
+from srpo_dsl.runtime import crossing
 from srpo_dsl.runtime.actions import allowed, asked, final_answer, finish_state
 from srpo_dsl.runtime.branching import (
     BranchScorer,
@@ -32,6 +33,7 @@ from srpo_dsl.runtime.branching import (
     close,
     keep_seed,
     pruned_return,
+    share,
 )
 from srpo_dsl.runtime.conversations import (
     chat_encoders,
@@ -316,17 +318,22 @@ class Executor:
         return tuple(a.name for a in self.graph.nodes[event.node].agents)  # type: ignore[union-attr]
 
     def _agent_of(self, event: Event) -> str:
-        """Who acted, as a reward's episode view names it: the agent, or `a+b` for a mixed set."""
+        """Who acted, as a reward's episode view names it: the agent, or `a+b` for a mixed set (a crossed
+        sample: its own agent)."""
+        if event.branch is not None and event.branch.agent is not None:
+            return event.branch.agent
         return "+".join(self._agents_of(event))
 
     def _commit(self, ep: Episode, sampled: list[Sampled], state_id: str, seed: int) -> list[Episode]:
         """Record the pending event of `ep` (each alternative of a branching step); the paths that go on."""
         node: EventNode = self.graph.nodes[ep.node]  # type: ignore[assignment]
         if node.branch is None or not self.branching:
-            self._apply(ep, node, self._event(ep, node, sampled, state_id))
+            self._apply(ep, node, self._event(ep, node, sampled, state_id, ""))
             return [ep]
+        if node.branch.cross:
+            return self._cross(ep, node, sampled, state_id, seed)
         alternatives = [[s for s in sampled if s.slot.alternative == b] for b in range(node.branch.count)]
-        events = [self._event(ep, node, alt, state_id) for alt in alternatives]
+        events = [self._event(ep, node, alt, state_id, f"b{b}") for b, alt in enumerate(alternatives)]
         scorer = self.scorers.get(node.id)
         scores = scorer.scores(ep, events) if scorer else [None] * len(events)
         if node.branch.keep is None:
@@ -352,17 +359,71 @@ class Executor:
             e.branch = alternative_mark(ep, node.branch, i, True, scores[i])
             e.path = child.path
             self._apply(child, node, e)
-        ep.tree.forks[ep.path] = Fork(ep, children, events, scores)  # type: ignore[union-attr]
+        ep.tree.forks[ep.path] = Fork(ep, children, [[e] for e in events], scores)  # type: ignore[union-attr]
         ep.tree.paths.extend(children)
         ep.done = True
         return children
 
-    def _event(self, ep: Episode, node: EventNode, sampled: list[Sampled], state_id: str) -> Event:
+    def _cross(
+        self, ep: Episode, node: EventNode, sampled: list[Sampled], state_id: str, seed: int
+    ) -> list[Episode]:
+        """A `branch N cross` step (`runtime.crossing`): each agent's N samples are events of their own,
+        every joint of one sample per agent an alternative: all go on as child paths (a tree), or the
+        joint the keep rule picks goes on and the others end, each sample returning its joints' mean."""
+        branch, tree = node.branch, ep.tree
+        assert branch is not None and tree is not None
+        samples = {agent: self._samples(ep, node, sampled, state_id, agent) for agent in branch.cross}
+        tree.events += [e for events in samples.values() for e in events]
+        joints = crossing.combinations(branch)
+        taken = crossing.taken_by(samples, joints)
+        scorer = self.scorers.get(node.id)
+        scores = [scorer.score(ep, crossing.members_of(t)) if scorer else None for t in taken]
+        group = alternative_mark(ep, branch, 0, True, None).group
+        if branch.keep is None:
+            children = [ep.fork(j) for j in range(len(joints))]
+            for child, events in zip(children, taken):
+                self._take(child, node, events)
+            crossing.mark_samples(group, samples, joints, scores, [True] * len(joints))
+            records = crossing.joint_records(group, joints, [c.path for c in children], scores)
+            tree.forks[ep.path] = Fork(ep, children, taken, scores, records)
+            tree.joints += records
+            tree.paths.extend(children)
+            ep.done = True
+            return children
+        valid = [crossing.complete_and_valid(t) for t in taken]
+        kept = KEEP_RULES[branch.keep](scores, valid, keep_seed(seed, ep))
+        penalty = self.reward.penalty
+        returns = [
+            pruned_return([m for e in t for m in (*e.members, *e.tries)], s, penalty)
+            for t, s in zip(taken, scores)
+        ]
+        share(taken, returns)
+        crossing.mark_samples(group, samples, joints, scores, [j == kept for j in range(len(joints))])
+        paths = [ep.path if j == kept else None for j in range(len(joints))]
+        tree.joints += crossing.joint_records(group, joints, paths, scores, returns)
+        self._take(ep, node, taken[kept])
+        return [ep]
+
+    def _samples(
+        self, ep: Episode, node: EventNode, sampled: list[Sampled], state_id: str, agent: str
+    ) -> list[Event]:
+        """A crossed agent's N samples, each an event of its own members (`EVENT b{index}-{agent}`)."""
+        own = [s for s in sampled if s.slot.agent.name == agent]
+        first = min(s.slot.member_index for s in own)
+        count = node.branch.count if node.branch else 1
+        alternatives = [[s for s in own if s.slot.alternative == b] for b in range(count)]
+        return [
+            crossing.renumber(self._event(ep, node, alt, state_id, f"b{b}-{agent}"), first)
+            for b, alt in enumerate(alternatives)
+        ]
+
+    def _event(
+        self, ep: Episode, node: EventNode, sampled: list[Sampled], state_id: str, suffix: str
+    ) -> Event:
         """The event its members make (and the invalid tries resampled for them), numbered as `ep`'s next;
-        alternatives add `b{index}`."""
+        `suffix`: an alternative's `b{index}`, a crossed sample's `b{index}-{agent}`."""
         members = [s.member for s in sampled if s.member is not None]
-        alternative = f"b{sampled[0].slot.alternative}" if node.branch and self.branching and sampled else ""
-        event_id = f"{ep.event_prefix}/e{ep.step + 1}{alternative}"
+        event_id = f"{ep.event_prefix}/e{ep.step + 1}{suffix}"
         complete = len(members) == len(sampled)
         event = Event(event_id, node.event_type, node.id, state_id, len(sampled), complete, members)
         event.actions = list(node.actions)
@@ -372,12 +433,18 @@ class Executor:
         return event
 
     def _apply(self, ep: Episode, node: EventNode, event: Event) -> None:
-        """Commit `event` on `ep`: record it, make its outputs visible to later roles, note each agent's
-        turn, then apply the step's effects (`srpo_dsl.runtime.effects`)."""
-        members, tries = event.members, event.tries
-        ep.step += 1
-        ep.events.append(event)
+        """Record `event` in the rollout's tree and commit it on `ep` (`_take`)."""
         ep.tree.events.append(event)  # type: ignore[union-attr]
+        self._take(ep, node, [event])
+
+    def _take(self, ep: Episode, node: EventNode, events: list[Event]) -> None:
+        """Commit `events` (one event, or the samples of a crossed joint) on `ep` as its next step: record
+        them on its path, make their outputs visible to later roles, note each agent's turn, then apply
+        the step's effects (`srpo_dsl.runtime.effects`)."""
+        members = [m for e in events for m in e.members]
+        tries = [t for e in events for t in e.tries]
+        ep.step += 1
+        ep.events.extend(events)
         ep.invalid_actions += sum(not m.valid for m in [*members, *tries])
         ep.commit_outputs(members)
         for agent in node.agents:  # each agent's own members: its last output, its action

@@ -10,7 +10,9 @@ alternative of a `branch` step: its sibling group, index, count, kept or not, sc
 (its backed-up return), and an episode's `leaves` (the paths of a tree); an environment's `words` (the
 word each of its steps returned, for one declared with `emits verdict(...)`); and an event's `tries`
 (the invalid outputs resampled for its members, an agent's `retries`: not members of its active set).
-Older files read as version 3 with the new fields' defaults.
+Older files read as version 3 with the new fields' defaults. Version 4 adds the joints of `branch N cross`
+steps (an episode's `joints`: each joint's samples by agent, path, kept, score and return) and a crossed
+sample's `branch.agent`; older files read with none.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.io import complete_lines, not_utf8, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
-from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Leaf, Member
+from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Joint, Leaf, Member
 
 SCHEMA = "srpo-trace/4"
 # older versions are read with the new fields' defaults
@@ -109,6 +111,7 @@ class TraceEpisode(BaseModel):
     tool_errors: int = 0
     envs: dict[str, EnvSummary] = {}  # workflows with environments only (the key is left out otherwise)
     leaves: list[Leaf] = []  # v3: a tree's paths (the key is left out without tree branches)
+    joints: list[Joint] = []  # v4: the joints of `branch N cross` steps (left out without them)
 
     def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
         return member_return(self.role_rewards, self.reward, role, replica, round)
@@ -121,12 +124,14 @@ class TraceEpisode(BaseModel):
             for key in ("update", "branch", "tree_return"):  # left out when there is none
                 if event[key] is None:
                     del event[key]
+            if event.get("branch") and event["branch"]["agent"] is None:  # v4: a crossed sample's only
+                del event["branch"]["agent"]
             if not event["path"]:
                 del event["path"]
             for m in [*event["members"], *event["tries"]]:
                 if m["stop_string"] is None:  # a turn that no stop string ended
                     del m["stop_string"]
-        for key in ("envs", "leaves"):
+        for key in ("envs", "leaves", "joints"):
             if not data[key]:
                 del data[key]
         for env in data.get("envs", {}).values():
@@ -157,6 +162,7 @@ def to_trace(ep: Episode, graph_hash: str, updates: Mapping[str, EventUpdate] | 
         tool_errors=ep.tool_errors,
         envs={name: _env_summary(p) for name, p in ep.envs.items()},
         leaves=ep.leaves,
+        joints=ep.joints,
     )
 
 

@@ -105,6 +105,8 @@ def _tree_json(ep: TraceEpisode, e: TraceEvent) -> dict[str, Any]:
     local = e.event_id.removeprefix(ep.episode_id)
     b = e.branch
     alt = None if b is None else f"{b.index + 1} of {b.of}, {'kept' if b.kept else 'pruned'}"
+    if b is not None and b.agent is not None:  # a crossed sample
+        alt = f"{b.agent}'s {alt}"
     if b is not None and b.score is not None:
         alt += f", score {b.score:.3g}"
     after = e.parent.removeprefix(ep.episode_id) if e.parent else "start"

@@ -44,6 +44,7 @@ class _Member(Protocol):
 class _Branch(Protocol):
     group: str
     kept: bool
+    agent: str | None
 
 
 class _Event(Protocol):
@@ -163,6 +164,12 @@ def _return(ep: _Episode, e: _Event, m: _Member, round_of: dict[str, dict[str, i
     return float(ep.return_of(m.role, m.replica, round_of[e.event_id][m.role]))
 
 
+def _siblings(e: _Event) -> tuple[str, str | None] | None:
+    """An alternative's sibling key: its pre-action state, and for a crossed sample its agent (each agent's
+    N samples are compared among themselves); None: the event is no alternative."""
+    return (e.state_id, e.branch.agent) if e.branch is not None else None
+
+
 class _Row(NamedTuple):
     """A member as a training row of its unit: its event, or for a resampled try the singleton event of
     its own (`EVENT/tryN`, K = 1, the event's type and round)."""
@@ -231,7 +238,7 @@ def build_rows(
     returns = torch.tensor(
         [_return(r.episode, r.event, r.member, round_of) for r in flat], dtype=torch.float32
     )
-    siblings = [r.event.state_id if r.event.branch else None for r in flat]  # an alternative's: its state
+    siblings = [_siblings(r.event) for r in flat]
     team = torch.tensor([float(r.episode.reward) for r in flat], dtype=torch.float32)
     inputs = AdvantageInputs(
         returns,
