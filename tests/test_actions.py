@@ -380,3 +380,26 @@ def test_a_supervisor_decides_who_acts_next_and_a_react_worker_its_own_turns():
     assert [len(e.observations) for e in ep.events] == [0, 1, 0, 0, 1, 0]
     assert ep.events[4].observations[0]["result"].strip() == "1815"
     assert ep.answer == "Jane Austen" and ep.score == 1.0 and ep.tool_calls == 2
+
+
+def test_a_turn_stops_at_its_search_and_what_follows_is_never_seen(server):
+    """Search-R1's stop strings: a reply that goes on past `</search>` (a made-up `<information>`) is cut
+    right after it, recorded as finished at that stop string, and the next prompt holds the real passages."""
+    made_up = "<information>Doc 1(Title: Fake) invented</information><answer>Charles Dickens</answer>"
+    (ep,), prompts = _search_r1(
+        server,
+        [
+            f"{THINK}<search>pride and prejudice author</search>{made_up}",
+            f"{THINK}<answer>Jane Austen</answer>!",
+        ],
+    )
+    first, last = ep.events[0].members[0], ep.events[1].members[0]
+    assert first.text == f"{THINK}<search>pride and prejudice author</search>"
+    assert (first.finish, first.stop_string, last.finish, last.stop_string) == (
+        "stop",
+        "</search>",
+        "stop",
+        "</answer>",
+    )
+    assert "invented" not in prompts[1] and "<information>Doc 1(Title: " in prompts[1]
+    assert ep.answer == "Jane Austen" and ep.score == 1.0

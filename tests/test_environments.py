@@ -435,3 +435,12 @@ def test_plan_path_walks_to_the_goal_or_runs_out_of_moves():
     ).run(rows)
     assert len(stuck.events) == 8 and stuck.score == 0.0 and not stuck.envs["grid"].done
     assert stuck.events[0].observations[0]["result"].startswith("`left` is blocked\n..G\n...\nA..")
+
+
+def test_code_env_samples_as_pettingllms_trains():
+    """PettingLLMs trains its code team at top_k = 20, temperature 1: both agents inherit it from the policy."""
+    agents = load_workflow(ROOT / "workflows/code_env.srpo").graph.agents
+    assert {a: (agents[a].top_k, agents[a].temperature) for a in ("coder", "tester")} == {
+        "coder": (20, 1.0),
+        "tester": (20, 1.0),
+    }

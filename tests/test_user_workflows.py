@@ -135,3 +135,62 @@ def test_the_python_tool_bounds_runaway_programs():
     assert out[0] == "error: the program did not finish within 1 s"
     assert out[1] == "error: MemoryError"
     assert out[2] == "45"
+
+
+skyrl_sql = user_module("skyrl_sql")
+SQL_THINK = "<think>count the London rows</think>"
+
+
+@pytest.mark.parametrize(
+    ("solution", "score", "reward"),
+    [
+        ("SELECT COUNT(*) FROM customers WHERE city = 'London'", 1.0, 1.0),
+        ("SELECT COUNT(*) FROM customers", 0.0, 0.0),  # it runs, but its rows are not the gold rows
+        ("SELECT COUNT(*) FROM nowhere", 0.0, 0.0),  # it does not run
+    ],
+)
+def test_skyrl_sql_runs_queries_stops_at_each_tag_and_matches_by_execution(tmp_path, solution, score, reward):
+    """A turn stops at its first `</sql>` (the made-up observation after it is never seen) or `</solution>`;
+    the query's rows come back as an observation; the final query is rewarded by its rows."""
+    made_up = "<observation>999</observation><solution>SELECT 999</solution>"
+    episode = scripted_run(
+        "workflows/skyrl_sql.srpo",
+        {
+            "analyst": [
+                f"{SQL_THINK}<sql>SELECT name FROM customers WHERE city = 'London'</sql>{made_up}",
+                f"{SQL_THINK}<solution>{solution}</solution> done",
+            ]
+        },
+        tmp_path,
+    )
+    first, last = (e["members"][0] for e in episode["events"])
+    assert first["text"].endswith("</sql>") and (first["finish"], first["stop_string"]) == ("stop", "</sql>")
+    assert last["text"].endswith("</solution>") and last["stop_string"] == "</solution>"
+    assert episode["events"][0]["observations"] == [
+        {"tool": "sql", "query": "SELECT name FROM customers WHERE city = 'London'", "result": "Ada\nAlan"}
+    ]
+    assert (
+        "999" not in bytes(last["prompt_token_ids"]).decode()
+        and "Ada\nAlan" in bytes(last["prompt_token_ids"]).decode()
+    )
+    assert (episode["answer"], episode["score"], episode["reward"]) == (solution, score, reward)
+
+
+def test_skyrl_sql_orders_only_where_the_gold_query_does():
+    rows = {
+        json.loads(line)["id"]: json.loads(line) for line in (ROOT / "workflows/skyrl_sql/tasks.jsonl").open()
+    }
+    reversed_names = (
+        "SELECT name FROM customers WHERE id NOT IN (1, 3, 4) ORDER BY name DESC"  # q8's rows, reordered
+    )
+    assert skyrl_sql.execution_match("SELECT name FROM customers WHERE id IN (2, 3, 4)", rows["q8"]) == 1.0
+    assert skyrl_sql.execution_match(reversed_names, rows["q8"]) == 0.0  # other rows: Grace, Barbara
+    assert (
+        skyrl_sql.execution_match("SELECT 'pen' UNION SELECT 'lamp'", rows["q7"]) == 0.0
+    )  # q7 orders: one row
+    assert skyrl_sql.run_sql(
+        [
+            "SELECT * FROM customers a, customers b, customers c, customers d, customers e, "
+            "customers f, customers g, customers h, customers i, customers j"
+        ]
+    ) == ["error: interrupted"]
