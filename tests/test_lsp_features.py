@@ -324,3 +324,19 @@ def test_the_graph_command_gives_compiles_mermaid(client, routed):
     assert (
         client.request("workspace/executeCommand", {"command": "srpo.showGraph", "arguments": [uri]}) is None
     )
+
+
+def test_completion_of_a_finish_condition(client, tmp_path):
+    """`if solver.` offers `finish`; `solver.finish == ` the finish reasons; the outline writes it as written."""
+    source = (ROOT / "workflows" / "quickstart_stop.srpo").read_text()
+    text = source.replace("break if solver == answer", "break if solver.finish == length")
+    path = tmp_path / "w.srpo"
+    uri = client.open(path, text)
+    assert set(offered(client, uri, after(text, "break if solver.", "solver."))) == {"finish"}
+    assert set(offered(client, uri, after(text, "break if solver.", "== "))) == {"eos", "stop", "length"}
+    assert {"stop_strings", "top_k", "min_tokens"} <= set(
+        offered(client, uri, after(text, "agent solver", "with ("))
+    )
+    symbols = client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+    names = [c["name"] for s in symbols[0]["children"] for c in s.get("children") or []]
+    assert "break if solver.finish == length" in names

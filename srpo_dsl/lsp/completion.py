@@ -13,6 +13,7 @@ from lsprotocol import types as lsp
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from srpo_dsl.choices import FINISH, FINISH_REASONS
 from srpo_dsl.lang.branches import KEEP_RULES
 from srpo_dsl.lang.grammar import lark_parser, statements
 from srpo_dsl.lang.schema import (
@@ -157,6 +158,8 @@ def _after_equal(exp: Expected) -> list[lsp.CompletionItem]:
 
 def _after_compare(exp: Expected, decls: list[Declared]) -> list[lsp.CompletionItem]:
     subject = exp.tokens[-2].value if len(exp.tokens) > 1 else ""
+    if len(exp.tokens) > 2 and exp.tokens[-3].type == "DOT":  # `solver.finish ==`
+        return _items(FINISH_REASONS, CK.EnumMember, "how a turn ended")
     words = [w for d in decls if d.name == subject for w in d.words]
     return _items(dict.fromkeys(words), CK.EnumMember, f"a word {subject} says")
 
@@ -195,6 +198,8 @@ def names(exp: Expected, decls: list[Declared]) -> list[lsp.CompletionItem]:
         return _after_equal(exp)
     if last == "COMPARE":
         return _after_compare(exp, decls)
+    if last == "DOT" and len(exp.tokens) > 2 and exp.tokens[-3].type in ("IF", "UNTIL"):  # `if solver.`
+        return _items((FINISH,), CK.Field, "how the agent's last turn ended")
     if last == "EMITS" or (last == "COMMA" and exp.head() == "ENV" and exp.opener() is None):
         return _contracts()
     if last in ("LPAR", "COMMA") and exp.opener() is not None:

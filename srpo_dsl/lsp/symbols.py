@@ -65,8 +65,14 @@ def step_name(step: n.Step) -> str:
     if isinstance(step, n.Repeat):
         return "repeat" if step.bound is None else f"repeat at most {step.bound}"
     if isinstance(step, n.If):
-        return f"if {step.cond.agent.name} {step.cond.op} {step.cond.word.name}"
-    return f"break if {step.cond.agent.name} {step.cond.op} {step.cond.word.name}"
+        return f"if {_cond(step.cond)}"
+    return f"break if {_cond(step.cond)}"
+
+
+def _cond(c: n.Cond) -> str:
+    """A condition as written: `verifier == approve`, `solver.finish != length`."""
+    subject = c.agent.name if c.field is None else f"{c.agent.name}.{c.field.name}"
+    return f"{subject} {c.op} {c.word.name}"
 
 
 def _steps(steps: tuple[n.Step, ...]) -> list[lsp.DocumentSymbol]:
