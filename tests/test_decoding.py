@@ -67,7 +67,7 @@ def test_static_greedy_decodes_what_dynamic_decodes(lm_name, device, request):
     assert_same(static, decoded(lm, "dynamic", reqs))
     assert [len(r.response_token_ids) for r in static] <= [q.max_tokens for q in reqs]
     if lm_name == "trained_lm":
-        assert {r.finish_reason for r in static} == {"stop", "length"}
+        assert {r.finish_reason for r in static} == {"eos", "length"}
 
 
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9)])
@@ -126,9 +126,9 @@ def test_static_keeps_a_cache_per_shape_emptied_on_reuse_and_released_by_sleep(r
     engine.generate(long, seed=0)
     (cache,) = [b.cache for b in engine.decoder.buffers.values()]
     engine.generate(short, seed=0)  # another shape: a second cache
-    assert list(engine.decoder.buffers) == [(4, LEAST_LENGTH), (2, LEAST_LENGTH)]
+    assert list(engine.decoder.buffers) == [(4, LEAST_LENGTH, False), (2, LEAST_LENGTH, False)]
     reused = engine.generate(other, seed=0)  # long's cache again: emptied, as good as new
-    assert engine.decoder.buffers[(4, LEAST_LENGTH)].cache is cache
+    assert engine.decoder.buffers[(4, LEAST_LENGTH, False)].cache is cache
     assert_same(reused, decoded(random_lm, "static", other))
     engine.sleep()
     assert not engine.decoder.buffers and engine.decoder.stats.cache_bytes == 0
@@ -167,8 +167,8 @@ def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_pl
     (cache,) = [b.cache for b in compiled.decoder.buffers.values()]
     compiled.wake_up()
     after = compiled.generate(reqs, seed=0)
-    assert list(compiled.decoder.buffers) == [(4, LEAST_LENGTH)]
-    assert compiled.decoder.buffers[(4, LEAST_LENGTH)].cache is cache
+    assert list(compiled.decoder.buffers) == [(4, LEAST_LENGTH, False)]
+    assert compiled.decoder.buffers[(4, LEAST_LENGTH, False)].cache is cache
     assert [r.response_token_ids for r in after] != [r.response_token_ids for r in before]
     assert_same(after, decoded((model, tokenizer), "dynamic", reqs))
 
