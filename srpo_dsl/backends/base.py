@@ -66,12 +66,12 @@ class GenRequest:
     the penalties, the temperature, `top_k`, `top_p`, the draw. `frequency_penalty` and
     `presence_penalty` subtract `f * count[v] + p * (count[v] > 0)` over the tokens of this response so
     far; `repetition_penalty` divides a positive logit of every token seen in the prompt or the response
-    so far by it and multiplies a negative one; `top_k` keeps the k most likely tokens (0: all; ties with
-    the k-th kept). `min_tokens`: before that many response tokens, end-of-sequence cannot be drawn and a
-    stop string does not end the turn. `stop`: the turn ends at the first stop string in the response
-    text (`finish_reason` "stop"; the text ends with it, `backends.stops`). The recorded log-prob of a
-    token stays that of `softmax(logits / temperature)` of the raw logits, whatever the controls
-    (docs/objective.md).
+    so far by it and multiplies a negative one; `top_k` keeps the k most likely tokens (0: all; ties
+    with the k-th kept). `min_tokens`: until that many response tokens are drawn, end-of-sequence
+    cannot be drawn and a stop string does not end the turn (one completed by a later token does).
+    `stop`: the turn ends at the first stop string in the response text (`finish_reason` "stop"; the
+    text ends with it, `backends.stops`). The recorded log-prob of a token stays that of
+    `softmax(logits / temperature)` of the raw logits, whatever the controls (docs/objective.md).
     """
 
     prompt: str

@@ -1,12 +1,14 @@
 """Stop strings (`GenRequest.stop`): where a response ends when its text reaches one.
 
-The response ends at the first occurrence, in its decoded text, of any stop string that the response's
-token number `min_tokens` or a later one completes (tokens counted from 1; with `min_tokens` 0 any
-occurrence counts). Occurrences are taken by where they end in the text, then by where they start (the
-longer of two stop strings that end together wins). The response keeps its tokens up to and including
-the one that completed the match (those after it are dropped, with their log-probs), and its text ends
-right after the stop string: a token that completed the match and brought more characters keeps its
-id, while its extra characters are cut from the text.
+The response ends at the first occurrence, in its decoded text, of any stop string completed by a token
+at response position `min_tokens` or later (positions counted from 0: at least `min_tokens` tokens come
+before that token, as they come before an end-of-sequence token, which cannot be drawn before position
+`min_tokens`; vLLM's `min_tokens` alike; with `min_tokens` 0 any occurrence counts). Occurrences are
+taken by where they end in the text, then by where they start (the longer of two stop strings that
+end together wins). The response keeps its tokens up to and including the one that completed the match
+(those after it are dropped, with their log-probs), and its text ends right after the stop string: a
+token that completed the match and brought more characters keeps its id, while its extra characters
+are cut from the text.
 
 The token that completed a match is the first `k` whose decoded prefix `decode(ids[:k])` begins with
 the text through the match; decoding a prefix of the ids gives a prefix of the text (a character
@@ -68,7 +70,7 @@ def match(decode: Decode, ids: Sequence[int], stops: Sequence[str], min_tokens: 
     text = decode(ids)
     for end, _, stop in occurrences(text, stops):
         k = completing_token(decode, ids, text[:end])
-        if k >= min_tokens:
+        if k > min_tokens:  # the token at position k - 1 completed it
             return StopMatch(k, text[:end], stop)
     return None
 
@@ -95,7 +97,7 @@ class StopWatch:
         `since` (the tokens it had at the last check) is decoded first, and the exact `match` runs only
         when a stop string is in it. A stop the tail misses (a token decoding to no characters) is found
         by the truncation after the decode."""
-        if not self.stops[row] or len(ids) < max(self.min_tokens[row], 1):
+        if not self.stops[row] or len(ids) <= self.min_tokens[row]:
             return False
         tail = self.decode(ids[max(0, since - self.margin) :])
         return any(s and s in tail for s in self.stops[row]) and self.match(row, ids) is not None
