@@ -101,9 +101,9 @@ def cut_floor(
     (`nucleus_floor` over the k first ranked). One sort serves both."""
     ranked = scaled.sort(dim=-1, descending=True).values
     floor = ranked[:, -1:]
-    if top_k is not None:
-        last = (top_k.clamp(1, ranked.shape[-1]) - 1).expand(ranked.shape[0], 1)
-        floor = ranked.gather(-1, last)
+    if top_k is not None:  # the least of the k first ranked (a masked reduction, as the nucleus's)
+        beyond = torch.arange(ranked.shape[-1], device=ranked.device) >= top_k.clamp(min=1)
+        floor = ranked.masked_fill(beyond, float("inf")).amin(-1, keepdim=True)
         ranked = ranked.masked_fill(ranked < floor, float("-inf"))
     if top_p is not None:  # at least the k-th: rounding in the renormalised mass cannot widen the cut
         floor = torch.maximum(floor, ranked_nucleus_floor(ranked, top_p))
