@@ -317,3 +317,31 @@ def test_vllm_finish_reasons_and_sampling_params_map_one_to_one():
         "seed": 5,
     }
     assert sampling_params(GenRequest("p", 3), None)["top_k"] == 0  # off, as vLLM >= 0.10.2 reads 0
+
+
+def test_a_conversation_cut_at_a_stop_string_keeps_the_kv_of_its_cut_reply(tiny):
+    """`dynamic` keeps a conversation's KV for its next turn under its prompt and reply but the last
+    token; a reply cut at a stop string is kept as cut (not as decoded past the stop), so the next turn
+    finds it and decodes what a whole prefill decodes."""
+    engine = HFBackend(resolve_model_spec("builtin:tiny"), decode="dynamic")
+    chat = engine.chat_encoder()
+    first = [
+        GenRequest("", 12, 0.0, prompt_ids=tuple(chat.first(q)), prefix=0, stop=("2",))
+        for q in ("S 17+25=", "S 40+2=")
+    ]
+    replies = engine.generate(first)
+    assert [r.finish_reason for r in replies] == ["stop", "stop"] and [
+        len(r.response_token_ids) for r in replies
+    ] == [3, 3]
+    keys = {key for key, _ in engine.decoder.turns.entries}
+    assert keys == {(*q.prompt_ids, *r.response_token_ids[:-1]) for q, r in zip(first, replies)}
+    second = []
+    for q, r in zip(first, replies):
+        so_far = [*q.prompt_ids, *r.response_token_ids]
+        second.append(
+            GenRequest("", 6, 0.0, prompt_ids=(*so_far, *chat.then(" ok ", so_far)), prefix=len(so_far))
+        )
+    again = engine.generate(second)
+    assert not engine.decoder.turns.entries or keys.isdisjoint(k for k, _ in engine.decoder.turns.entries)
+    whole = tiny.generate([GenRequest("", 6, 0.0, prompt_ids=q.prompt_ids) for q in second])
+    assert [r.response_token_ids for r in again] == [r.response_token_ids for r in whole]
