@@ -53,7 +53,7 @@ def test_hf_results_in_request_order_and_truncated(backend: HFBackend) -> None:
         assert 1 <= len(res.response_token_ids) <= req.max_tokens
         assert len(res.logprobs) == len(res.response_token_ids)
         eos = [k for k, t in enumerate(res.response_token_ids) if t in backend.eos_ids]
-        if res.finish_reason == "stop":
+        if res.finish_reason == "eos":
             assert eos == [len(res.response_token_ids) - 1]
         else:
             assert res.finish_reason == "length" and not eos and len(res.response_token_ids) == req.max_tokens
@@ -295,9 +295,9 @@ def test_scripted_cycles_per_role(tmp_path: Path) -> None:
     out = backend.generate(reqs)
     assert [r.text for r in out] == ["\\boxed{1}", "ok", "\\boxed{2}", "\\boxed{1}", "ok"]
     assert out[0].response_token_ids == list(b"\\boxed{1}") and out[0].logprobs == [0.0] * 9
-    assert out[0].prompt_token_ids == [ord("p")] and out[0].finish_reason == "stop"
+    assert out[0].prompt_token_ids == [ord("p")] and out[0].finish_reason == "eos"
     [cut] = backend.generate([GenRequest("p", 3, role="verifier")])
-    assert cut.text == "ok" and cut.finish_reason == "stop"
+    assert cut.text == "ok" and cut.finish_reason == "eos"
     [cut] = backend.generate([GenRequest("p", 4, role="solver")])
     assert cut.text == "\\box" and cut.finish_reason == "length"
 
@@ -319,7 +319,7 @@ def test_scripted_counts_a_local_tokenizers_tokens_and_the_replies_it_cuts() -> 
     cut, whole = backend.generate([GenRequest("Q: 2+2", 8, role="solver")] * 2)
     assert cut.response_token_ids == ids[:8] and cut.finish_reason == "length"
     assert cut.text == tokenizer.decode(ids[:8]) and long.startswith(cut.text.strip())
-    assert whole.text == short and whole.finish_reason == "stop"
+    assert whole.text == short and whole.finish_reason == "eos"
     assert cut.prompt_token_ids == tokenizer.encode("Q: 2+2", add_special_tokens=False)
     assert backend.cut == 1 and backend.unit == "tiny-v1's tokens"
     in_bytes = ScriptedBackend({"solver": [long, short]})

@@ -41,7 +41,7 @@ def test_a_team_s_row_counts_share_a_few_shapes(lm):
     engine = HFBackend(model, tokenizer=tokenizer, decode="static")
     for rows in (3, 5, 6, 8, 7):
         engine.generate(requests(rows, 4))
-    assert list(engine.decoder.buffers) == [(4, LEAST_LENGTH), (8, LEAST_LENGTH)]
+    assert list(engine.decoder.buffers) == [(4, LEAST_LENGTH, False), (8, LEAST_LENGTH, False)]
 
 
 def test_cache_bytes_by_hand_at_the_0_6b_shape():
@@ -73,10 +73,10 @@ def test_kept_caches_are_counted_as_allocated_and_capped_least_recent_first(lm):
     capped = HFBackend(model, tokenizer=tokenizer, decode="static")
     capped.decoder.stats.cache_cap = 12 * row
     again = [capped.generate(requests(rows, 6)) for rows in (3, 7, 2)]
-    assert list(capped.decoder.buffers) == [(8, 64), (2, 64)]  # 4 + 8 + 2 rows would pass: 4 dropped
+    assert list(capped.decoder.buffers) == [(8, 64, False), (2, 64, False)]  # 4 + 8 + 2 rows would pass
     assert capped.decoder.stats.cache_bytes == allocated(capped) == 10 * row
     capped.generate(requests(60, 6))  # alone over the cap: every other shape goes, this one is kept
-    assert list(capped.decoder.buffers) == [(64, 64)]
+    assert list(capped.decoder.buffers) == [(64, 64, False)]
     assert capped.decoder.stats.cache_bytes == allocated(capped) == 64 * row
     ids = lambda results: [r.response_token_ids for r in results]  # noqa: E731
     assert [ids(r) for r in again] == [ids(r) for r in plain]

@@ -67,7 +67,7 @@ def test_static_greedy_decodes_what_dynamic_decodes(lm_name, device, request):
     assert_same(static, decoded(lm, "dynamic", reqs))
     assert [len(r.response_token_ids) for r in static] <= [q.max_tokens for q in reqs]
     if lm_name == "trained_lm":
-        assert {r.finish_reason for r in static} == {"stop", "length"}
+        assert {r.finish_reason for r in static} == {"eos", "length"}
 
 
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9)])
@@ -99,6 +99,71 @@ def test_static_samples_what_dynamic_samples(random_lm, device, temperature, top
     assert len({tuple(r.response_token_ids) for r in static}) == len(reqs)
 
 
+STOPS = ("4", "n", "e", "=s")  # characters the random model writes now and then, a string it may not
+CONTROLS = {  # every sampling control, each alone and all at once
+    "top_k": {"top_k": 7},
+    "penalties": {"frequency_penalty": 0.7, "presence_penalty": 0.4, "repetition_penalty": 1.5},
+    "min_tokens": {"min_tokens": 6},
+    "stop": {"stop_strings": STOPS},
+    "all": {
+        "top_k": 7,
+        "frequency_penalty": 0.7,
+        "presence_penalty": 0.4,
+        "repetition_penalty": 1.5,
+        "min_tokens": 6,
+        "stop_strings": STOPS,
+    },
+}
+
+
+def controlled(limits: list[int], temperature: float, controls: dict) -> list[GenRequest]:
+    return [GenRequest(q.prompt, q.max_tokens, temperature, 0.9, **controls) for q in requests(limits)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("name", list(CONTROLS))
+def test_static_honours_the_sampling_controls_as_dynamic_does(random_lm, name, temperature):
+    """Each control, greedy and sampled: the same tokens, log-probs, texts and finish reasons in both
+    loops (7 rows padded to 8; rows long enough that stop strings end rows at the host's checks); the
+    log-probs are the trainer's at the temperature, and a stopped row is the free row cut."""
+    model, _ = random_lm
+    reqs = controlled([5, 1, LEAST_LENGTH + 3, 9, 2, 30, 12], temperature, CONTROLS[name])
+    static = decoded(random_lm, "static", reqs, seed=11)
+    assert_same(static, decoded(random_lm, "dynamic", reqs, seed=11))
+    assert [r.text for r in static] == [r.text for r in decoded(random_lm, "dynamic", reqs, seed=11)]
+    recomputed = sequence_logprobs(
+        model, [r.prompt_token_ids for r in static], [r.response_token_ids for r in static], temperature
+    )
+    for res, lp in zip(static, recomputed):
+        assert torch.allclose(lp, torch.tensor(res.logprobs), atol=1e-4)
+    if "stop" in CONTROLS[name]:
+        free = decoded(
+            random_lm,
+            "static",
+            [
+                GenRequest(
+                    q.prompt,
+                    q.max_tokens,
+                    temperature,
+                    0.9,
+                    **{k: v for k, v in CONTROLS[name].items() if k != "stop"},
+                )
+                for q in reqs
+            ],
+            seed=11,
+        )
+        stopped = [(r, w) for r, w in zip(static, free) if r.finish_reason == "stop"]
+        # a row ended at a host check well before its free run ends
+        assert any(len(w.response_token_ids) > len(r.response_token_ids) + 8 for r, w in stopped)
+        for res, whole in zip(static, free):
+            n = len(res.response_token_ids)
+            assert res.response_token_ids == whole.response_token_ids[:n]
+            assert res.logprobs == whole.logprobs[:n]
+            if res.finish_reason == "stop":
+                assert res.text.endswith(res.stop_string) and res.stop_string in STOPS
+                assert whole.text.startswith(res.text)
+
+
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_a_rows_draw_does_not_depend_on_its_batch(random_lm, mode):
     """A request with its own seed samples the same response alone, in a batch, in another order and
@@ -126,9 +191,9 @@ def test_static_keeps_a_cache_per_shape_emptied_on_reuse_and_released_by_sleep(r
     engine.generate(long, seed=0)
     (cache,) = [b.cache for b in engine.decoder.buffers.values()]
     engine.generate(short, seed=0)  # another shape: a second cache
-    assert list(engine.decoder.buffers) == [(4, LEAST_LENGTH), (2, LEAST_LENGTH)]
+    assert list(engine.decoder.buffers) == [(4, LEAST_LENGTH, False), (2, LEAST_LENGTH, False)]
     reused = engine.generate(other, seed=0)  # long's cache again: emptied, as good as new
-    assert engine.decoder.buffers[(4, LEAST_LENGTH)].cache is cache
+    assert engine.decoder.buffers[(4, LEAST_LENGTH, False)].cache is cache
     assert_same(reused, decoded(random_lm, "static", other))
     engine.sleep()
     assert not engine.decoder.buffers and engine.decoder.stats.cache_bytes == 0
@@ -167,10 +232,12 @@ def test_compiled_decodes_what_dynamic_decodes_and_follows_weights_changed_in_pl
     (cache,) = [b.cache for b in compiled.decoder.buffers.values()]
     compiled.wake_up()
     after = compiled.generate(reqs, seed=0)
-    assert list(compiled.decoder.buffers) == [(4, LEAST_LENGTH)]
-    assert compiled.decoder.buffers[(4, LEAST_LENGTH)].cache is cache
+    assert list(compiled.decoder.buffers) == [(4, LEAST_LENGTH, False)]
+    assert compiled.decoder.buffers[(4, LEAST_LENGTH, False)].cache is cache
     assert [r.response_token_ids for r in after] != [r.response_token_ids for r in before]
     assert_same(after, decoded((model, tokenizer), "dynamic", reqs))
+    controls = controlled([7, 2, 12], 0.8, CONTROLS["all"])
+    assert_same(compiled.generate(controls, seed=5), decoded((model, tokenizer), "dynamic", controls, seed=5))
 
 
 def test_make_decoder_names_its_mode(random_lm):

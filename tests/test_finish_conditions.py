@@ -175,7 +175,7 @@ def test_parsers_environments_and_rewards_receive_the_finish(tmp_path: Path):
 policy lm = hf("m") frozen
 task "user.py:load"()
 env judge = "user.py:judge"()
-agent writer uses lm prompt "p.j2" emits "user.py:parse" with (max_tokens = 12, stop_strings = "</answer>")
+agent writer uses lm prompt "p.j2" emits "user.py:parse" with (max_tokens = 20, stop_strings = "</answer>")
 act writer
 act writer
 step judge on writer
@@ -185,15 +185,15 @@ reward "user.py:score"(writer)
     wf = load_workflow(tmp_path / "w.srpo")
     executor = Executor(
         wf.graph,
-        {"lm": ScriptedBackend({"writer": ["<answer>7</answer>!!", "thinking hard..."]})},
+        {"lm": ScriptedBackend({"writer": ["<answer>7</answer>!!", "thinking very hard about it"]})},
         wf.renderer(),
     )
     executor.run(task_data(wf))
     seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
     assert seen == [
         ["parse", "<answer>7</answer>", "stop"],
-        ["parse", "thinking har", "length"],
-        ["env", [["thinking har", "length"]]],
+        ["parse", "thinking very hard a", "length"],
+        ["env", [["thinking very hard a", "length"]]],
         ["reward", ["stop", "length"]],
     ]
 

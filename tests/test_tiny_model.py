@@ -86,7 +86,7 @@ def test_the_warm_model_answers_and_leaves_room_for_rl() -> None:
     report = warmup_report(SHIPPED)
     assert 0.2 <= report.sampled_team_accuracy <= 0.6 < report.greedy_team_accuracy
     [out] = HFBackend(SHIPPED).generate([GenRequest("S 17+25=", 12, 0.0)])
-    assert out.finish_reason == "stop" and out.text.startswith("\\boxed{")
+    assert out.finish_reason == "eos" and out.text.startswith("\\boxed{")
 
 
 def test_the_cache_serves_when_the_package_data_is_absent(

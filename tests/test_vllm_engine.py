@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from srpo_dsl.backends.base import BackendError, RolloutEngine
+from srpo_dsl.backends.base import BackendError, GenRequest, RolloutEngine
 from srpo_dsl.backends.chat import encode_prompts
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.seeds import seed_of
@@ -79,23 +79,37 @@ class LLM:
         engine = HFBackend(self.hf, tokenizer=self.tokenizer)
         out = []
         self.seeds = [p.seed for p in params]  # each request's own generator seed
+        self.params = params
         for prompt, p in zip(prompts, params):
             ids = prompt["prompt_token_ids"]
-            (r,) = engine._generate_chunk([ids], [p.max_tokens], [p.seed], p.temperature, p.top_p)
+            (r,) = engine.generate([p.request(ids)])
             logprobs = [
                 {t: types.SimpleNamespace(logprob=lp)} for t, lp in zip(r.response_token_ids, r.logprobs)
             ]
-            done = types.SimpleNamespace(
-                token_ids=r.response_token_ids, logprobs=logprobs, text=r.text, finish_reason=r.finish_reason
+            done = types.SimpleNamespace(  # vLLM's reasons: "stop" for both, the string in stop_reason
+                token_ids=r.response_token_ids,
+                logprobs=logprobs,
+                text=r.text,
+                finish_reason="length" if r.finish_reason == "length" else "stop",
+                stop_reason=r.stop_string,
             )
             out.append(types.SimpleNamespace(prompt_token_ids=ids, outputs=[done]))
         return out
 
 
 class SamplingParams:
-    def __init__(self, *, n, temperature, top_p, max_tokens, logprobs, seed):
-        assert n == 1 and logprobs == 0
-        self.temperature, self.top_p, self.max_tokens, self.seed = temperature, top_p, max_tokens, seed
+    """`vllm.SamplingParams`' keyword arguments as the backend passes them (vLLM >= 0.10.2's names)."""
+
+    def __init__(self, *, n, logprobs, include_stop_str_in_output, **kwargs):
+        assert n == 1 and logprobs == 0 and include_stop_str_in_output
+        self.kwargs = kwargs
+        self.seed, self.max_tokens = kwargs["seed"], kwargs["max_tokens"]
+        assert isinstance(kwargs["stop"], list) and kwargs["top_k"] >= -1
+
+    def request(self, ids):
+        """The `hf` engine's request that samples as these parameters ask."""
+        kwargs = {k: v for k, v in self.kwargs.items() if k != "stop"}  # vLLM's name for the stop strings
+        return GenRequest("", **kwargs, stop_strings=tuple(self.kwargs["stop"]), prompt_ids=tuple(ids))
 
 
 @pytest.fixture
@@ -169,6 +183,7 @@ def test_push_weights_folds_lora_in_and_the_engine_then_samples_the_trained_poli
         assert torch.allclose(engine_weights[name], p, atol=1e-6), name
     request = [GenRequest("S 17+25=", 6, temperature=1.0, seed=3)]
     reference = HFBackend(merged, tokenizer=llm.tokenizer)
-    want = reference._generate_chunk(encode_prompts(llm.tokenizer, ["S 17+25="], False), [6], [3], 1.0, 1.0)
+    ids = tuple(encode_prompts(llm.tokenizer, ["S 17+25="], False)[0])
+    want = reference.generate([GenRequest("", 6, 1.0, seed=3, prompt_ids=ids)])
     got = policy.backend.generate(request)
     assert got[0].response_token_ids == want[0].response_token_ids

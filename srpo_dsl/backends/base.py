@@ -61,6 +61,17 @@ class GenRequest:
     `prefix` marks a conversation's turn: how many of its first prompt ids are its previous turn's prompt
     and reply (0 on its first turn; None: not a conversation), so an engine that kept that turn's KV
     prefills only the rest (`backends.turn_cache`).
+
+    The sampling controls (defaults: off) shape which token is drawn, in this order on the raw logits:
+    the penalties, the temperature, `top_k`, `top_p`, the draw. `frequency_penalty` and
+    `presence_penalty` subtract `f * count[v] + p * (count[v] > 0)` over the tokens of this response so
+    far; `repetition_penalty` divides a positive logit of every token seen in the prompt or the response
+    so far by it and multiplies a negative one; `top_k` keeps the k most likely tokens (0: all; ties
+    with the k-th kept). `min_tokens`: until that many response tokens are drawn, end-of-sequence
+    cannot be drawn and a stop string does not end the turn (one completed by a later token does).
+    `stop_strings`: the turn ends at the first stop string in the response text (`finish_reason` "stop"; the
+    text ends with it, `backends.stops`). The recorded log-prob of a token stays that of
+    `softmax(logits / temperature)` of the raw logits, whatever the controls (docs/objective.md).
     """
 
     prompt: str
@@ -79,6 +90,13 @@ class GenRequest:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     min_tokens: int = 0
+
+    def penalties(self) -> tuple[float, float, float]:
+        """(frequency, presence, repetition): `PENALTIES_OFF` when none applies."""
+        return (self.frequency_penalty, self.presence_penalty, self.repetition_penalty)
+
+
+PENALTIES_OFF = (0.0, 0.0, 1.0)  # `GenRequest.penalties()` of a request without any
 
 
 def prompt_ids_of(
@@ -101,14 +119,15 @@ def request_seeds(requests: Sequence[GenRequest], seed: int | None) -> list[int 
 
 @dataclass(frozen=True)
 class GenResult:
-    """One generated response; `logprobs` has one entry per response token."""
+    """One generated response; `logprobs` has one entry per response token; `finish_reason` is one of
+    `srpo_dsl.choices.FINISH_REASONS`, and `stop_string` the stop string matched when it is "stop"."""
 
     prompt_token_ids: list[int]
     response_token_ids: list[int]
     logprobs: list[float]
     text: str
-    finish_reason: str  # one of `srpo_dsl.choices.FINISH_REASONS`
-    stop_string: str | None = None  # the stop string that ended it (finish_reason "stop")
+    finish_reason: str
+    stop_string: str | None = None
 
 
 @runtime_checkable

@@ -1,11 +1,12 @@
 """One token of the `static` and `compiled` decode loops, as one function over buffers of one shape.
 
 A shape (rows, cache length) owns its buffers for the run (`DecodeBuffers`): the KV cache, the attention
-mask, the sampled tokens and log-probs, the rows' seeds, limits and end flags, the response position.
-`decode_step` feeds the last token (mask column, position, the model's call on the static cache), then
-`record` draws the next (the counter noise, `sampling.sample_scaled`), scores it with the trainer's
-definition (`log_softmax(logits / T)` at the token, `logprobs.picked_logprobs`) and updates the end
-flags, all in place. Nothing in it is a Python number that changes per token, so under `torch.compile`
+mask, the sampled tokens and log-probs, the rows' limits and end flags, the response position, the draw's
+settings and penalty state (`draw.DrawState`; the `[rows, V]` penalty state only in buffers keyed for
+penalties). `decode_step` feeds the last token (mask column, position, the model's call on the static
+cache), then `record` draws the next (`draw.draw`: the controls, the counter noise), scores it with the
+trainer's definition (`log_softmax(logits / T)` at the token) and updates the counts and end flags, all
+in place. Nothing in it is a Python number that changes per token, so under `torch.compile`
 (`compiled`) the whole step is one graph (CUDA graphs on CUDA: one launch per token), and the loop
 around it only asks the host whether every row has ended every few steps.
 """
@@ -20,7 +21,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import StaticCache
 from transformers.masking_utils import create_masks_for_generate
 
-from srpo_dsl.backends.sampling import sample_scaled
+from srpo_dsl.backends.draw import DrawState, Shaping, count, draw
 
 # the mask builder's cache argument: `cache` since transformers 5.2x, `past_key_values` before
 CACHE_ARGUMENT = (
@@ -39,21 +40,24 @@ class DecodeBuffers:
     picked: torch.Tensor  # [rows] long: the token drawn last (fed next)
     ended: torch.Tensor  # [rows] bool
     limits: torch.Tensor  # [rows] long: each row's token limit
-    seeds: torch.Tensor  # [rows] long
     position: torch.Tensor  # [rows, 1] long: the position id of the token fed last
     t: torch.Tensor  # [] long: the response position of the next draw
     width: torch.Tensor  # [] long: the prompt's columns
-    divisor: torch.Tensor  # [] float32: the temperature (1 when greedy)
-    top_p: torch.Tensor  # [] float32
+    draw: DrawState
 
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.mask.shape)  # type: ignore[return-value]
 
+    @property
+    def key(self) -> tuple[int, int, bool]:
+        """(rows, length, penalized): buffers with penalty state are another shape's."""
+        return (*self.shape, self.draw.counts is not None)
 
-def new_buffers(model: PreTrainedModel, rows: int, length: int) -> DecodeBuffers:
-    """Buffers of one shape on the model's device, their addresses marked static (a CUDA graph
-    recorded on them replays on them)."""
+
+def new_buffers(model: PreTrainedModel, rows: int, length: int, penalized: bool = False) -> DecodeBuffers:
+    """Buffers of one shape on the model's device (with the `[rows, V]` penalty state when `penalized`),
+    their addresses marked static (a CUDA graph recorded on them replays on them)."""
     device = next(model.parameters()).device
     long = {"dtype": torch.long, "device": device}
     matrix = lambda dtype: torch.zeros(rows, length, dtype=dtype, device=device)  # noqa: E731
@@ -66,17 +70,27 @@ def new_buffers(model: PreTrainedModel, rows: int, length: int) -> DecodeBuffers
         torch.zeros(rows, **long),
         torch.zeros(rows, dtype=torch.bool, device=device),
         torch.zeros(rows, **long),
-        torch.zeros(rows, **long),
         torch.zeros(rows, 1, **long),
         scalar(torch.long),
         scalar(torch.long),
-        scalar(torch.float32),
-        scalar(torch.float32),
+        DrawState.empty(rows, vocab_size(model.config), penalized, device),
     )
     for name, value in vars(buffers).items():
-        if name != "cache":
+        if name not in ("cache", "draw"):
             torch._dynamo.mark_static_address(value)
+    for value in buffers.draw.tensors():
+        torch._dynamo.mark_static_address(value)
     return buffers
+
+
+def vocab_size(config: PretrainedConfig) -> int:
+    """The width of the model's logits."""
+    return config.get_text_config().vocab_size
+
+
+def penalty_bytes(config: PretrainedConfig, rows: int) -> int:
+    """The penalty state's bytes: float32 counts and a bool prompt mask, `[rows, V]` each."""
+    return rows * vocab_size(config) * (4 + 1)
 
 
 def kv_cache_bytes(config: PretrainedConfig, rows: int, length: int, dtype: torch.dtype) -> int:
@@ -88,13 +102,12 @@ def kv_cache_bytes(config: PretrainedConfig, rows: int, length: int, dtype: torc
     return 2 * text.num_hidden_layers * heads * head_dim * rows * length * dtype.itemsize
 
 
-def record(logits: torch.Tensor, b: DecodeBuffers, greedy: bool, nucleus: bool, eos: torch.Tensor, pad: int):
+def record(logits: torch.Tensor, b: DecodeBuffers, shaping: Shaping, eos: torch.Tensor, pad: int):
     """Draw response token `b.t` of every row from `logits` (`[rows, V]`), store it and its log-prob
-    (pad and 0 on ended rows), update the end flags, and step `b.t`."""
-    scaled = logits.float() / b.divisor
-    picked = sample_scaled(scaled, greedy, b.top_p if nucleus else None, b.seeds, b.t)
+    (pad and 0 on ended rows), update the counts and end flags, and step `b.t`."""
+    picked, logprob = draw(logits, b.draw, shaping, b.t, eos)
     picked = picked.masked_fill(b.ended, pad)
-    logprob = scaled.gather(-1, picked[:, None]).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+    count(b.draw, picked)
     column = b.t.view(1)
     b.tokens.index_copy_(1, column, picked[:, None])
     b.logprobs.index_copy_(1, column, logprob.masked_fill(b.ended, 0.0)[:, None])
@@ -104,7 +117,7 @@ def record(logits: torch.Tensor, b: DecodeBuffers, greedy: bool, nucleus: bool, 
 
 
 def decode_step(
-    model: PreTrainedModel, b: DecodeBuffers, greedy: bool, nucleus: bool, eos: torch.Tensor, pad: int
+    model: PreTrainedModel, b: DecodeBuffers, shaping: Shaping, eos: torch.Tensor, pad: int
 ) -> None:
     """Feed every row's last token (its cache column attended, its position + 1), then `record` the next."""
     b.mask.index_fill_(1, (b.width + b.t - 1).view(1), 1)
@@ -124,4 +137,4 @@ def decode_step(
         past_key_values=b.cache,
         use_cache=True,
     )
-    record(out.logits[:, -1], b, greedy, nucleus, eos, pad)
+    record(out.logits[:, -1], b, shaping, eos, pad)

@@ -1,5 +1,5 @@
-"""The `hf` engine's decode loops: one chunk of requests (equal temperature and top-p) in, tokens and
-their log-probs out.
+"""The `hf` engine's decode loops: one chunk of requests (equal temperature, top-p, top-k and penalties)
+in, tokens and their log-probs out.
 
 - `dynamic`: a `DynamicCache`. Each distinct prompt is prefilled once, and a row leaves the batch
   (and its cache) as soon as it ends, so no step computes a finished row. The host checks every step
@@ -20,10 +20,12 @@ their log-probs out.
   on them.
 - `auto`: `compiled` on CUDA, `dynamic` elsewhere.
 
-Every mode samples with the counter noise of `sampling` and scores with the trainer's definition of a
-log-prob (`picked_logprobs`; `decode_step.record` inline). A row's draw at response position t depends
-on its seed, t and its logits only, so the three loops sample alike and a row samples alike in any
-batch.
+Every mode draws with `draw.draw` (the sampling controls, the counter noise of `sampling`) and scores
+with the trainer's definition of a log-prob. A row's draw at response position t depends on its seed,
+t, its logits and its own tokens so far (penalties) only, so the three loops sample alike and a row
+samples alike in any batch. Rows with stop strings (`Chunk.stops`) are decoded past their stop and cut
+afterwards by the engine (`stops`); the loops end them early where they check on the host anyway
+(`dynamic` every `CHECK_EVERY` steps too, not every step: that would decode text per token).
 """
 
 from __future__ import annotations
@@ -37,16 +39,25 @@ import torch
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 
-from srpo_dsl.backends.base import BackendError
-from srpo_dsl.backends.decode_step import DecodeBuffers, decode_step, kv_cache_bytes, new_buffers, record
-from srpo_dsl.backends.logprobs import distinct_rows, mask_positions, pad_rows, picked_logprobs
+from srpo_dsl.backends.base import PENALTIES_OFF, BackendError
+from srpo_dsl.backends.decode_step import (
+    DecodeBuffers,
+    decode_step,
+    kv_cache_bytes,
+    new_buffers,
+    penalty_bytes,
+    record,
+    vocab_size,
+)
+from srpo_dsl.backends.draw import DrawState, Shaping, count, draw, prompt_presence
+from srpo_dsl.backends.logprobs import distinct_rows, mask_positions, pad_rows
 from srpo_dsl.backends.routing import routed
-from srpo_dsl.backends.sampling import sample_next
+from srpo_dsl.backends.stops import StopWatch
 from srpo_dsl.backends.turn_cache import TurnCache, keeps_turns, seeded_cache
 from srpo_dsl.choices import DECODE_MODES
 from srpo_dsl.lang.graph import BASE_ADAPTER
 
-Variant = tuple[int, int, bool, bool]  # a compiled step's (rows, length, greedy, nucleus cut)
+Variant = tuple[int, int, Shaping]  # a compiled step's (rows, length, flags)
 CPU_COMPILE = {"cpp.simdlen": 1, "max_fusion_size": 1}  # `compiled_step` on CPU: torch 2.13's C++ kernels
 CHECK_EVERY = 8  # static decode: steps between the host's checks that every row has ended
 LEAST_LENGTH = 64  # static decode: the cache length is the next power of two, at least this
@@ -55,7 +66,8 @@ LEAST_LENGTH = 64  # static decode: the cache length is the next power of two, a
 @dataclass(frozen=True)
 class Chunk:
     """Rows decoded together: prompt ids, each row's token limit and sampling seed, the sampling
-    settings, and each row's LoRA adapter when the model hosts several (None: the model as it is)."""
+    settings (`GenRequest`'s), each row's min_tokens (None: 0), its stop strings (None: none), and
+    each row's LoRA adapter when the model hosts several (None: the model as it is)."""
 
     prompts: list[list[int]]
     max_tokens: list[int]
@@ -64,6 +76,15 @@ class Chunk:
     top_p: float
     adapters: list[str | None] | None = None
     prefixes: list[int | None] | None = None  # a conversation's row: its prompt's ids kept from its turns
+    top_k: int = 0
+    penalties: tuple[float, float, float] = PENALTIES_OFF  # frequency, presence, repetition
+    min_tokens: list[int] | None = None
+    stops: StopWatch | None = None
+
+    def shaping(self) -> Shaping:
+        """The controls this chunk's draw applies."""
+        least = max(self.min_tokens or [0])
+        return Shaping.of(self.temperature, self.top_p, self.top_k, self.penalties, least)
 
     def names(self) -> list[str] | None:
         """Each row's adapter for `routed` (the base's own name for rows without one)."""
@@ -116,16 +137,19 @@ class Decoder:
         cache.batch_select_indices(rows)  # one cache row per request (prompts repeat within groups)
         logits, mask = logits[rows], mask[rows]
         limits = torch.tensor(chunk.max_tokens, device=self.device)
-        seeds = torch.tensor(chunk.seeds, device=self.device)
+        shaping = chunk.shaping()
+        state = draw_state(self.model, chunk, shaping, 0, self.pad_id)
         tokens = torch.full((len(rows), max(chunk.max_tokens)), self.pad_id, device=self.device)
         logprobs = torch.zeros(tokens.shape, device=self.device)
         active = torch.arange(len(rows), device=self.device)
         t = torch.zeros((), dtype=torch.long, device=self.device)  # the response position
         for step in range(tokens.shape[1]):
-            picked = sample_next(logits, chunk.temperature, chunk.top_p, seeds[active], t)
-            tokens[active, step] = picked
-            logprobs[active, step] = picked_logprobs(logits, picked, chunk.temperature)
+            picked, logprob = draw(logits, state, shaping, t, self.eos)
+            count(state, picked)
+            tokens[active, step], logprobs[active, step] = picked, logprob
             going = ~torch.isin(picked, self.eos) & (limits[active] > step + 1)
+            if chunk.stops is not None and (step + 1) % CHECK_EVERY == 0:
+                going &= ~stopped(chunk.stops, active.tolist(), tokens, step + 1).to(self.device)
             if chunk.prefixes is not None:  # a conversation's row that ends keeps its KV for its next turn
                 self._keep(
                     chunk, cache, mask, active, (~going).nonzero().squeeze(-1).tolist(), tokens, step, names
@@ -134,7 +158,7 @@ class Decoder:
                 break
             if not going.all():
                 kept = going.nonzero().squeeze(-1)
-                active, picked, mask = active[kept], picked[kept], mask[kept]
+                active, picked, mask, state = active[kept], picked[kept], mask[kept], state.select(kept)
                 cache.batch_select_indices(kept)
                 names = None if names is None else [names[k] for k in kept.tolist()]
             mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
@@ -172,12 +196,15 @@ class Decoder:
         names: list[str] | None,
     ) -> None:
         """Keep the KV of the conversations' rows among `ending` (positions in `active`): their prompt and
-        the reply tokens fed so far (`step` of them; the one drawn now never was)."""
+        the reply tokens fed so far (`step` of them; the one drawn now never was), or those before the
+        token that completed a stop string (their reply is cut after it)."""
         assert chunk.prefixes is not None
         for j in ending:
             r = int(active[j])
             if chunk.prefixes[r] is not None and self.keeps_turns:
-                fed = [*chunk.prompts[r], *tokens[r, :step].tolist()]
+                reply = tokens[r, :step].tolist()
+                found = None if chunk.stops is None else chunk.stops.match(r, tokens[r, : step + 1].tolist())
+                fed = [*chunk.prompts[r], *reply[: step if found is None else found.tokens - 1]]
                 self.turns.keep(fed, cache, j, mask[j], None if names is None else names[j])
 
     def _padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,7 +248,7 @@ class StaticDecoder(Decoder):
     def __init__(self, model: PreTrainedModel, pad_id: int, eos_ids: Collection[int], *, compiled: bool):
         super().__init__(model, pad_id, eos_ids)
         self.mode = "compiled" if compiled else "static"
-        self.buffers: OrderedDict[tuple[int, int], DecodeBuffers] = OrderedDict()  # least recently used first
+        self.buffers: OrderedDict[tuple[int, int, bool], DecodeBuffers] = OrderedDict()  # least recent first
         self.stats = DecodeStats()
         self.traced: set[Variant] = set()  # the compiled step's variants the compiler has seen
         self.recorded: set[Variant] = set()  # those run on their shape's current buffers
@@ -242,25 +269,35 @@ class StaticDecoder(Decoder):
         rows, length = bucket(n), bucket(width + new, LEAST_LENGTH)
         names = chunk.names()
         names = None if names is None else names + [BASE_ADAPTER] * (rows - n)
-        b = self._fill(chunk, rows, length)
+        shaping = chunk.shaping()
+        b = self._fill(chunk, rows, length, shaping.penalized)
         input_ids, prompt_mask = self._padded(chunk.prompts + [[self.pad_id]] * (rows - n))
         b.mask[:, :width] = prompt_mask
         b.position.copy_(mask_positions(prompt_mask)[:, -1:])
         b.width.fill_(width)
-        greedy, cut = chunk.temperature <= 0, chunk.top_p < 1.0
         logits = self.forward(input_ids, prompt_mask, b.cache, names)  # prefill, eager
-        record(logits, b, greedy, cut, self.eos, self.pad_id)
-        step = self._stepper((rows, length, greedy, cut), names is not None)
+        record(logits, b, shaping, self.eos, self.pad_id)
+        step = self._stepper((rows, length, shaping), names is not None)
         for t in range(1, new):
-            if t % CHECK_EVERY == 0 and bool(b.ended.all()):
+            if t % CHECK_EVERY == 0 and self._all_ended(b, chunk, t):
                 break
             with routed(names):
-                step(self.model, b, greedy, cut, self.eos, self.pad_id)
+                step(self.model, b, shaping, self.eos, self.pad_id)
         return b.tokens[:n, :new].clone(), b.logprobs[:n, :new].clone()
 
-    def _fill(self, chunk: Chunk, rows: int, length: int) -> DecodeBuffers:
+    def _all_ended(self, b: DecodeBuffers, chunk: Chunk, t: int) -> bool:
+        """Whether every row has ended, after ending the rows that reached a stop string (`t` tokens
+        drawn): the host's check every `CHECK_EVERY` steps, the one synchronisation of the loop."""
+        if chunk.stops is not None:
+            going = (~b.ended[: len(chunk.prompts)]).nonzero().squeeze(-1).tolist()
+            hit = stopped(chunk.stops, going, b.tokens, t)
+            if hit.any():
+                b.ended[torch.tensor(going, device=self.device)[hit.to(self.device)]] = True
+        return bool(b.ended.all())
+
+    def _fill(self, chunk: Chunk, rows: int, length: int, penalized: bool) -> DecodeBuffers:
         """This shape's buffers, reset for `chunk` (padding rows have limit 0: ended before they start)."""
-        b = self._buffers(rows, length)
+        b = self._buffers(rows, length, penalized)
         extra = rows - len(chunk.prompts)
         b.cache.reset()
         b.mask.zero_()
@@ -268,28 +305,32 @@ class StaticDecoder(Decoder):
         b.logprobs.zero_()
         b.t.zero_()
         b.limits.copy_(torch.tensor(chunk.max_tokens + [0] * extra))
-        b.seeds.copy_(torch.tensor(chunk.seeds + [0] * extra))
         b.ended.copy_(b.limits == 0)
-        b.divisor.fill_(chunk.temperature if chunk.temperature > 0 else 1.0)
-        b.top_p.fill_(chunk.top_p)
+        fill_draw(b.draw, chunk, self.pad_id)
         return b
 
-    def _buffers(self, rows: int, length: int) -> DecodeBuffers:
+    def _buffers(self, rows: int, length: int, penalized: bool) -> DecodeBuffers:
         """The kept buffers of this shape, or new ones, the least recently used shapes dropped first while
         the kept caches would pass the cap (one shape is always kept: it is being decoded)."""
-        key = (rows, length)
+        key = (rows, length, penalized)
         if key in self.buffers:
             self.buffers.move_to_end(key)
             return self.buffers[key]
-        size = kv_cache_bytes(self.model.config, rows, length, self.model.dtype)
+        size = self._bytes(key)
         cap = self.stats.cache_cap
         while self.buffers and cap is not None and self.stats.cache_bytes + size > cap:
             dropped = self.buffers.popitem(last=False)[1]
-            self.stats.cache_bytes -= kv_cache_bytes(self.model.config, *dropped.shape, self.model.dtype)
-            self.recorded = {v for v in self.recorded if v[:2] != dropped.shape}
-        self.buffers[key] = new_buffers(self.model, rows, length)
+            self.stats.cache_bytes -= self._bytes(dropped.key)
+            self.recorded = {v for v in self.recorded if (*v[:2], v[2].penalized) != dropped.key}
+        self.buffers[key] = new_buffers(self.model, rows, length, penalized)
         self.stats.cache_bytes += size
         return self.buffers[key]
+
+    def _bytes(self, key: tuple[int, int, bool]) -> int:
+        """A shape's kept bytes: its KV cache and its penalty state."""
+        rows, length, penalized = key
+        kv = kv_cache_bytes(self.model.config, rows, length, self.model.dtype)
+        return kv + (penalty_bytes(self.model.config, rows) if penalized else 0)
 
     def _stepper(self, variant: Variant, routed_rows: bool) -> Callable[..., None]:
         """The step to run: eager under `static`, with rows routed through adapters (the routing is Python
@@ -332,6 +373,43 @@ class StaticDecoder(Decoder):
             calls += 1
 
         return call
+
+
+def draw_state(model: PreTrainedModel, chunk: Chunk, shaping: Shaping, extra: int, pad: int) -> DrawState:
+    """A new `DrawState` for `chunk`'s rows and `extra` padding rows (`fill_draw`)."""
+    device = next(model.parameters()).device
+    rows = len(chunk.prompts) + extra
+    return fill_draw(DrawState.empty(rows, vocab_size(model.config), shaping.penalized, device), chunk, pad)
+
+
+def fill_draw(s: DrawState, chunk: Chunk, pad: int) -> DrawState:
+    """Set `s` to `chunk`'s settings, in place (its rows past the chunk's: padding rows, seed 0), with the
+    counts zeroed and each row's prompt tokens seen."""
+    extra = len(s.seeds) - len(chunk.prompts)
+    s.seeds.copy_(torch.tensor(chunk.seeds + [0] * extra))
+    s.min_tokens.copy_(torch.tensor((chunk.min_tokens or [0] * len(chunk.prompts)) + [0] * extra))
+    s.divisor.fill_(chunk.temperature if chunk.temperature > 0 else 1.0)
+    s.top_p.fill_(chunk.top_p)
+    s.top_k.fill_(chunk.top_k)
+    s.penalties.copy_(torch.tensor(chunk.penalties, dtype=torch.float32))
+    if s.counts is not None and s.prompt_seen is not None:
+        s.counts.zero_()
+        rows = chunk.prompts + [[pad]] * extra
+        ids, mask = pad_rows(rows, pad, max(map(len, rows)), left=True)
+        prompt_presence(s.prompt_seen, ids.to(s.seeds.device), mask.to(s.seeds.device))
+    return s
+
+
+def stopped(watch: StopWatch, rows: list[int], tokens: torch.Tensor, done: int) -> torch.Tensor:
+    """`[len(rows)]` bool: which of chunk rows `rows` (their responses: the first `done` columns of
+    `tokens`' same rows) reached a stop string since the last check, `CHECK_EVERY` tokens ago."""
+    watched = [j for j, r in enumerate(rows) if watch.watches(r)]
+    hit = torch.zeros(len(rows), dtype=torch.bool)
+    if watched:
+        ids = tokens[[rows[j] for j in watched], :done].tolist()
+        for j, row_ids in zip(watched, ids):
+            hit[j] = watch.reached(rows[j], row_ids, done - CHECK_EVERY)
+    return hit
 
 
 def bucket(size: int, least: int = 1) -> int:

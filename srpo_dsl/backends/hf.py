@@ -1,9 +1,11 @@
 """In-process generation with transformers.
 
 Each response token carries its log-prob as defined in `srpo_dsl.backends.logprobs` (the
-module the trainer scores with, so recomputed and reported values agree). A response ends
-with its end-of-sequence token when it stopped (`finish_reason == "stop"`); that token is
-part of the action and carries a log-prob.
+module the trainer scores with, so recomputed and reported values agree), whatever sampling
+controls shaped the draw (`draw`). A response ends with its end-of-sequence token when it drew one
+(`finish_reason == "eos"`); that token is part of the action and carries a log-prob. A response
+that reached one of its stop strings ends with the token that completed it (`finish_reason ==
+"stop"`, `stops`): its text ends with the stop string.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from srpo_dsl.backends.base import (
 )
 from srpo_dsl.backends.chat import TokenizerChat, encode_prompts
 from srpo_dsl.backends.decoding import Chunk, DecodeStats, StaticDecoder, make_decoder, resolve_mode
+from srpo_dsl.backends.stops import StopMatch, StopWatch
 from srpo_dsl.seeds import SEED_BITS
 
 
@@ -139,8 +142,8 @@ class HFBackend:
             self.decoder.stats.cache_cap = nbytes
 
     def generate(self, requests: list[GenRequest], *, seed: int | None = None) -> list[GenResult]:
-        """One batched decode per chunk of requests with equal (temperature, top_p); each request draws
-        with its seed (`request_seeds`; without any, one from torch's global generator)."""
+        """One batched decode per chunk of requests with equal sampling settings (`_shared`); each request
+        draws with its seed (`request_seeds`; without any, one from torch's global generator)."""
         if not requests:
             return []
         if not self.awake:
@@ -149,28 +152,21 @@ class HFBackend:
             requests, lambda texts: encode_prompts(self.tokenizer, texts, self.use_chat_template)
         )
         seeds = [s if s is not None else _fresh_seed() for s in request_seeds(requests, seed)]
-        groups: dict[tuple[float, float], list[int]] = {}
+        groups: dict[tuple[float, ...], list[int]] = {}
         for i, r in enumerate(requests):
-            groups.setdefault((r.temperature, r.top_p), []).append(i)
+            groups.setdefault(_shared(r), []).append(i)
         results: list[GenResult | None] = [None] * len(requests)
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
-                for (temperature, top_p), members in groups.items():
+                for members in groups.values():
                     # less padding per chunk; each adapter's rows together (LoRA runs over row blocks)
                     members.sort(key=lambda i: (requests[i].adapter or "", len(prompt_ids[i])))
                     for start in range(0, len(members), self.max_batch_size):
                         chunk = members[start : start + self.max_batch_size]
-                        outs = self._generate_chunk(
-                            [prompt_ids[i] for i in chunk],
-                            [requests[i].max_tokens for i in chunk],
-                            [seeds[i] for i in chunk],
-                            temperature,
-                            top_p,
-                            self._routing([requests[i] for i in chunk]),
-                            _prefixes([requests[i] for i in chunk]),
-                        )
+                        reqs, ids = [requests[i] for i in chunk], [prompt_ids[i] for i in chunk]
+                        outs = self._generate_chunk(reqs, ids, [seeds[i] for i in chunk])
                         for i, out in zip(chunk, outs):
                             results[i] = out
         finally:
@@ -185,39 +181,60 @@ class HFBackend:
         return [r.adapter for r in chunk]
 
     def _generate_chunk(
-        self,
-        prompts: list[list[int]],
-        max_tokens: list[int],
-        seeds: list[int],
-        temperature: float,
-        top_p: float,
-        adapters: list[str | None] | None = None,
-        prefixes: list[int | None] | None = None,
+        self, requests: list[GenRequest], prompts: list[list[int]], seeds: list[int]
     ) -> list[GenResult]:
-        """Decode one chunk with the engine's decode loop (`decoding`); `seeds`: each row's sampling
-        seed; `adapters`: each row's LoRA adapter (one batch may mix them); `prefixes`: each conversation
-        row's `GenRequest.prefix`."""
-        chunk = Chunk(prompts, max_tokens, seeds, temperature, top_p, adapters, prefixes)
-        tokens, logprobs = self.decoder.decode(chunk)
-        return self._results(prompts, tokens.tolist(), logprobs.tolist(), max_tokens)
-
-    def _results(
-        self,
-        prompts: list[list[int]],
-        tokens: list[list[int]],
-        logprobs: list[list[float]],
-        limits: list[int],
-    ) -> list[GenResult]:
-        """Each row up to its first end-of-sequence token (kept: part of the action), or its limit."""
-        kept, finishes = [], []
-        for ids, limit in zip(tokens, limits):
-            end = next((k for k, t in enumerate(ids[:limit]) if t in self.eos_ids), None)
-            kept.append(limit if end is None else end + 1)
-            finishes.append("length" if end is None else "stop")
-        texts = self.tokenizer.batch_decode(
-            [ids[: n - (f == "stop")] for ids, n, f in zip(tokens, kept, finishes)], skip_special_tokens=True
+        """Decode one chunk of requests with equal sampling settings with the engine's decode loop
+        (`decoding`); `prompts`: their prompt ids; `seeds`: each row's sampling seed. One batch may mix
+        LoRA adapters, min_tokens and stop strings."""
+        first = requests[0]
+        least = [r.min_tokens for r in requests]
+        watch = None
+        if any(r.stop_strings for r in requests):
+            watch = StopWatch(self._text, [r.stop_strings for r in requests], least)
+        chunk = Chunk(
+            prompts,
+            [r.max_tokens for r in requests],
+            seeds,
+            first.temperature,
+            first.top_p,
+            self._routing(requests),
+            _prefixes(requests),
+            first.top_k,
+            first.penalties(),
+            least if any(least) else None,
+            watch,
         )
+        tokens, logprobs = self.decoder.decode(chunk)
+        return self._results(chunk, tokens.tolist(), logprobs.tolist())
+
+    def _text(self, ids: Sequence[int]) -> str:
+        """The text of response ids (special tokens, end-of-sequence among them, left out)."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def _results(self, chunk: Chunk, tokens: list[list[int]], logprobs: list[list[float]]) -> list[GenResult]:
+        """Each row up to its first end-of-sequence token (kept: part of the action), the token that
+        completed its stop string when one comes before (`stops.match`), or its limit."""
+        ends = [self._end(chunk, row, ids) for row, ids in enumerate(tokens)]
+        plain = [ids[: n - (f == "eos")] for ids, (n, f, found) in zip(tokens, ends) if found is None]
+        texts = iter(self.tokenizer.batch_decode(plain, skip_special_tokens=True) if plain else [])
         return [
-            GenResult(p, ids[:n], lps[:n], text, f)
-            for p, ids, lps, n, text, f in zip(prompts, tokens, logprobs, kept, texts, finishes)
+            GenResult(
+                p, ids[:n], lps[:n], next(texts) if found is None else found.text, f, found and found.stop
+            )
+            for p, ids, lps, (n, f, found) in zip(chunk.prompts, tokens, logprobs, ends)
         ]
+
+    def _end(self, chunk: Chunk, row: int, ids: list[int]) -> tuple[int, str, StopMatch | None]:
+        """Row `row`'s kept tokens, its finish reason and its stop match (None: none)."""
+        limit = chunk.max_tokens[row]
+        end = next((k for k, t in enumerate(ids[:limit]) if t in self.eos_ids), None)
+        n, finish = (limit, "length") if end is None else (end + 1, "eos")
+        found = None
+        if chunk.stops is not None and chunk.stops.watches(row):
+            found = chunk.stops.match(row, ids[: n - (finish == "eos")])
+        return (n, finish, None) if found is None else (found.tokens, "stop", found)
+
+
+def _shared(r: GenRequest) -> tuple[float, ...]:
+    """The settings a chunk's requests share: temperature, top-p, top-k and the penalties."""
+    return (r.temperature, r.top_p, r.top_k, *r.penalties())

@@ -1,5 +1,6 @@
-"""The `hf` engine's next-token draw: Gumbel-max over the tempered, top-p-cut logits with counter-based
-noise, so a row's draw depends on its own seed, its response position and its logits only.
+"""The `hf` engine's next-token draw: Gumbel-max over the tempered logits, cut to top-k and then top-p,
+with counter-based noise, so a row's draw depends on its own seed, its response position and its
+logits only (the penalties and the end-of-sequence block before `min_tokens` come before, in `draw`).
 
 Row `i`'s noise for vocabulary entry `v` at response position `t` is a pure integer hash of
 (`seeds[i]`, `t`, `v`): SplitMix64's output function applied twice, first to key the row's
@@ -56,12 +57,19 @@ def counter_uniform(seeds: torch.Tensor, position: torch.Tensor, vocab: int) -> 
 
 
 def sample_next(
-    logits: torch.Tensor, temperature: float, top_p: float, seeds: torch.Tensor, position: torch.Tensor
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    seeds: torch.Tensor,
+    position: torch.Tensor,
+    top_k: int = 0,
 ) -> torch.Tensor:
-    """`[n]` next tokens: argmax at temperature 0, else drawn from `softmax(logits / T)` cut to top-p,
-    row `i` with the noise of (`seeds[i]`, `position`) (`counter_uniform`)."""
+    """`[n]` next tokens: argmax at temperature 0, else drawn from `softmax(logits / T)` cut to the
+    `top_k` most likely tokens (0: all) and then to top-p, row `i` with the noise of (`seeds[i]`,
+    `position`) (`counter_uniform`)."""
     cut = top_p if top_p < 1.0 else None
-    return sample_scaled(scaled_logits(logits, temperature), temperature <= 0, cut, seeds, position)
+    k = torch.tensor(top_k) if top_k > 0 else None
+    return sample_scaled(scaled_logits(logits, temperature), temperature <= 0, cut, seeds, position, k)
 
 
 def sample_scaled(
@@ -70,18 +78,36 @@ def sample_scaled(
     top_p: float | torch.Tensor | None,
     seeds: torch.Tensor,
     position: torch.Tensor,
+    top_k: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`sample_next` on logits already divided by the temperature (`scaled_logits`); `top_p`: the nucleus
-    cut (a number or a 0-dim tensor), None for none.
+    cut (a number or a 0-dim tensor), None for none; `top_k`: a 0-dim long tensor, None for none.
 
     One chain of elementwise ops ending in an argmax: under torch.compile the noise is computed inside
     the reduction's kernel, and no `[n, V]` tensor of it (int64 or float) is ever stored."""
     if greedy:
         return scaled.argmax(-1)
-    if top_p is not None:
-        scaled = scaled.masked_fill(scaled < nucleus_floor(scaled, top_p), float("-inf"))
+    if top_p is not None or top_k is not None:
+        scaled = scaled.masked_fill(scaled < cut_floor(scaled, top_k, top_p), float("-inf"))
     gumbel = -torch.log(-torch.log(counter_uniform(seeds, position, scaled.shape[-1])))
     return (scaled + gumbel).argmax(-1)
+
+
+def cut_floor(
+    scaled: torch.Tensor, top_k: torch.Tensor | None, top_p: float | torch.Tensor | None
+) -> torch.Tensor:
+    """`[n, 1]` the least tempered logit the cut keeps: the `top_k` largest (every token tied with the
+    k-th too; k past the vocabulary keeps all), then the nucleus of their renormalised softmax
+    (`nucleus_floor` over the k first ranked). One sort serves both."""
+    ranked = scaled.sort(dim=-1, descending=True).values
+    floor = ranked[:, -1:]
+    if top_k is not None:  # the least of the k first ranked (a masked reduction, as the nucleus's)
+        beyond = torch.arange(ranked.shape[-1], device=ranked.device) >= top_k.clamp(min=1)
+        floor = ranked.masked_fill(beyond, float("inf")).amin(-1, keepdim=True)
+        ranked = ranked.masked_fill(ranked < floor, float("-inf"))
+    if top_p is not None:  # at least the k-th: rounding in the renormalised mass cannot widen the cut
+        floor = torch.maximum(floor, ranked_nucleus_floor(ranked, top_p))
+    return floor
 
 
 def nucleus_floor(scaled: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
@@ -91,7 +117,11 @@ def nucleus_floor(scaled: torch.Tensor, top_p: float | torch.Tensor) -> torch.Te
 
     A threshold on the logits themselves, not a mask scattered back from the sorted order nor a
     comparison of probabilities computed twice: the same cut eagerly and compiled."""
-    ranked = scaled.sort(dim=-1, descending=True).values
+    return ranked_nucleus_floor(scaled.sort(dim=-1, descending=True).values, top_p)
+
+
+def ranked_nucleus_floor(ranked: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
+    """`nucleus_floor` of logits already sorted in descending order."""
     probs = torch.softmax(ranked, dim=-1)
     before = probs.cumsum(-1) - probs  # mass of the more likely tokens; 0 for the first, which stays
     return ranked.masked_fill(before >= top_p, float("inf")).amin(-1, keepdim=True)

@@ -6,8 +6,13 @@ independently, in request order: the n-th request of role `r` gets reply `n mod 
 Roles without an entry use `"*"` (still with their own counter); with no `"*"` they are an
 error, which `check_roles` finds before a run starts. Tokens are those of `tokenizer` when one is
 given (the policy's own, where it is on this machine: `srpo_dsl.models.specs.local_tokenizer`), else
-UTF-8 bytes (token id = byte value); each with log-prob 0.0. A reply longer than `max_tokens` tokens
-is cut (`finish_reason == "length"`) and counted in `cut`, which the caller reports once per run.
+UTF-8 bytes (token id = byte value); each with log-prob 0.0. A whole reply finishes with "eos" (no
+end-of-sequence token is added). A reply that holds one of the request's stop strings is cut after it
+as the `hf` engine cuts one (`stops.match`, tokens counted in the script's unit, `min_tokens` too):
+`finish_reason == "stop"` and the stop string in `stop_string`. A reply longer than `max_tokens`
+tokens (and not stopped before) is cut there (`finish_reason == "length"`) and counted in `cut`, which
+the caller reports once per run. The other sampling controls (temperature, top-p, top-k, penalties)
+change nothing: a scripted reply is not drawn from a distribution.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
 from srpo_dsl.backends.chat import ByteChat, ChatEncoder, TokenizerChat
+from srpo_dsl.backends.stops import match
 from srpo_dsl.io import not_utf8
 
 
@@ -72,13 +78,16 @@ class ScriptedBackend:
         replies = self.script.get(request.role) or self.script["*"]
         reply = replies[self._served[request.role] % len(replies)]
         self._served[request.role] += 1
-        response = self._encode(reply)
-        finish = "length" if len(response) > request.max_tokens else "stop"
-        self.cut += finish == "length"
-        response = response[: request.max_tokens]
-        text = self._decode(response)
+        whole = self._encode(reply)
+        response = whole[: request.max_tokens]
+        found = match(self._decode, response, request.stop_strings, request.min_tokens)
         prompt = list(request.prompt_ids) if request.prompt_ids is not None else self._encode(request.prompt)
-        return GenResult(prompt, response, [0.0] * len(response), text, finish)
+        if found is not None:
+            kept = response[: found.tokens]
+            return GenResult(prompt, kept, [0.0] * len(kept), found.text, "stop", found.stop)
+        finish = "length" if len(whole) > request.max_tokens else "eos"
+        self.cut += finish == "length"
+        return GenResult(prompt, response, [0.0] * len(response), self._decode(response), finish)
 
     def chat_encoder(self) -> ChatEncoder:
         """A conversation's encoding: the tokenizer's (its chat template, if it has one), else bytes."""

@@ -42,10 +42,12 @@ class TurnCache:
     def keep(
         self, fed: Sequence[int], cache: Cache, row: int, mask: torch.Tensor, adapter: str | None
     ) -> None:
-        """Store row `row` of `cache`: its attended positions (`mask`, its attention mask row) are `fed`."""
+        """Store row `row` of `cache`: the first `len(fed)` of its attended positions (`mask`, its attention
+        mask row) are `fed` (a reply cut at a stop string leaves out the tokens fed after it)."""
         keep = mask.bool()
-        entry = [(layer.keys[row][:, keep], layer.values[row][:, keep]) for layer in cache.layers]
-        if entry and entry[0][0].shape[1] == len(fed):
+        n = len(fed)
+        entry = [(lay.keys[row][:, keep][:, :n], lay.values[row][:, keep][:, :n]) for lay in cache.layers]
+        if entry and entry[0][0].shape[1] == n:
             self.entries[(tuple(fed), adapter)] = entry
 
 

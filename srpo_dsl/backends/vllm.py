@@ -9,9 +9,21 @@ the trainer puts it to sleep (level 2: weights and KV cache released) before eve
 wakes it weights first, loads the new weights, then the KV cache. Written against vLLM's
 documented API (`LLM.sleep`, `LLM.wake_up(tags=...)`, `LLM.apply_model`); it has not run here:
 no GPU with vLLM was available when it was written (see docs/training.md).
-Log-probs are vLLM's `processed_logprobs` of the sampled tokens: after temperature and
-also after top-p/top-k (renormalised over the kept tokens), unlike the `hf` backend which
-leaves top-p out; with `top_p = 1` both are `log_softmax(logits / temperature)`.
+The sampling controls map onto `SamplingParams` one to one (`sampling_params`): `stop` with
+`include_stop_str_in_output=True` (the text ends with the stop string, as in the `hf` engine), `top_k`
+(0 disables it in vLLM >= 0.10.2 as here), `frequency_penalty`, `presence_penalty`,
+`repetition_penalty` (vLLM's have the semantics `GenRequest` documents) and `min_tokens` (which in
+vLLM also holds back stop strings). vLLM reports `finish_reason` "stop" both for its end-of-sequence
+token and for a stop string, told apart by `stop_reason` (the string, else None or a stop token id),
+and "length" at max_tokens (`finish_of`).
+
+Log-probs are those of vLLM's `logprobs_mode` (default `processed_logprobs`): the sampled token's
+log-prob after the penalties, the end-of-sequence block before `min_tokens`, the temperature and the
+top-k/top-p cut (renormalised over the kept tokens). That is the `hf` engine's
+`log_softmax(logits / temperature)` exactly when no control but the temperature changes the logits
+(penalties off, top_k 0, top_p 1, past min_tokens); otherwise it is the distribution drawn from, not
+the one the trainer recomputes (docs/objective.md). `logprobs_mode="raw_logprobs"` gives
+`log_softmax(logits)` of the raw logits under every control: the trainer's distribution at temperature 1.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ class VLLMBackend:
         gpu_memory_utilization: float = 0.5,
         use_chat_template: bool | None = None,
         enable_sleep_mode: bool = False,
+        logprobs_mode: str = "processed_logprobs",
         **engine_args: object,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -54,7 +67,7 @@ class VLLMBackend:
             model=model,
             dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization,
-            logprobs_mode="processed_logprobs",
+            logprobs_mode=logprobs_mode,
             enable_sleep_mode=enable_sleep_mode,
             **{"enable_prefix_caching": True, **engine_args},  # a conversation's turns share their prefix
         )
@@ -81,14 +94,7 @@ class VLLMBackend:
             requests, lambda texts: encode_prompts(self.tokenizer, texts, self.use_chat_template)
         )
         params = [
-            self._sampling_params(
-                n=1,
-                temperature=r.temperature,
-                top_p=r.top_p,
-                max_tokens=r.max_tokens,
-                logprobs=0,
-                seed=request_seed,
-            )
+            self._sampling_params(**sampling_params(r, request_seed))
             for r, request_seed in zip(requests, request_seeds(requests, seed))
         ]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
@@ -97,8 +103,9 @@ class VLLMBackend:
             completion = out.outputs[0]
             ids = list(completion.token_ids)
             logprobs = [step[token].logprob for step, token in zip(completion.logprobs, ids)]
-            finish = "stop" if completion.finish_reason == "stop" else "length"
-            results.append(GenResult(list(out.prompt_token_ids), ids, logprobs, completion.text, finish))
+            finish, stop = finish_of(completion.finish_reason, completion.stop_reason)
+            prompt = list(out.prompt_token_ids)
+            results.append(GenResult(prompt, ids, logprobs, completion.text, finish, stop))
         return results
 
     def chat_encoder(self) -> TokenizerChat:
@@ -128,3 +135,34 @@ class VLLMBackend:
         if waking:
             self.llm.wake_up(tags=sorted(waking))
             self.asleep -= waking
+
+
+def sampling_params(request: GenRequest, seed: int | None) -> dict[str, object]:
+    """`vllm.SamplingParams`' arguments for a request: one response with the sampled token's log-prob,
+    its seed, and its sampling controls (the module's docstring)."""
+    return {
+        "n": 1,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "top_k": request.top_k,
+        "frequency_penalty": request.frequency_penalty,
+        "presence_penalty": request.presence_penalty,
+        "repetition_penalty": request.repetition_penalty,
+        "min_tokens": request.min_tokens,
+        "stop": list(request.stop_strings),
+        "include_stop_str_in_output": True,
+        "max_tokens": request.max_tokens,
+        "logprobs": 0,
+        "seed": seed,
+    }
+
+
+def finish_of(finish_reason: str | None, stop_reason: int | str | None) -> tuple[str, str | None]:
+    """A vLLM completion's (`finish_reason`, `stop_reason`) as a `GenResult`'s (finish reason, stop
+    string): "stop" with a string is a stop string, "stop" with None (or a stop token id) the end of
+    sequence, "length" max_tokens; anything else (an aborted request) is a `BackendError`."""
+    if finish_reason == "length":
+        return "length", None
+    if finish_reason == "stop":
+        return ("stop", stop_reason) if isinstance(stop_reason, str) else ("eos", None)
+    raise BackendError(f"vLLM ended a request with finish_reason `{finish_reason}` (not stop or length)")

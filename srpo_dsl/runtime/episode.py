@@ -40,7 +40,7 @@ class Member:
     text: str
     valid: bool
     parsed: object = None
-    finish: str | None = None  # v4: how its turn ended (`backends.base.FINISH_REASONS`); None before v4
+    finish: str | None = None  # v4: how its turn ended (`choices.FINISH_REASONS`); None before v4
     stop_string: str | None = None  # v4: the stop string that ended it (`finish` "stop")
 
     def __post_init__(self) -> None:
