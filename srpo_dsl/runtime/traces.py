@@ -10,7 +10,8 @@ alternative of a `branch` step: its sibling group, index, count, kept or not, sc
 (its backed-up return), and an episode's `leaves` (the paths of a tree); an environment's `words` (the
 word each of its steps returned, for one declared with `emits verdict(...)`); and an event's `tries`
 (the invalid outputs resampled for its members, an agent's `retries`: not members of its active set).
-Older files read as version 3 with the new fields' defaults.
+Older files read as version 3 with the new fields' defaults. Version 4 adds an event's `state_key` (the
+key its environments gave the state it acted from; left out when there is none).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class TraceEvent(BaseModel):
     branch: BranchMark | None = None  # v3: an alternative of a `branch` step
     tree_return: float | None = None  # v3: its return backed up the tree (None: the episode's)
     tries: list[Member] = []  # v3: invalid outputs resampled for its members, in the order drawn
+    state_key: str | None = None  # v4: the environments' key of the state it acted from (None: none)
     update: EventUpdate | None = None  # training traces only: the event was trained at this step
 
     @model_validator(mode="after")
@@ -118,7 +120,7 @@ class TraceEpisode(BaseModel):
         data.pop("schema_")
         data = {"schema": SCHEMA, **data}  # every field of this version is written, whatever was read
         for event in data["events"]:
-            for key in ("update", "branch", "tree_return"):  # left out when there is none
+            for key in ("update", "branch", "tree_return", "state_key"):  # left out when there is none
                 if event[key] is None:
                     del event[key]
             if not event["path"]:

@@ -56,6 +56,7 @@ class _Event(Protocol):
     branch: _Branch | None
     tree_return: float | None
     tries: Sequence[_Member]
+    state_key: str | None
 
 
 class _Episode(Protocol):
@@ -232,6 +233,7 @@ def build_rows(
         [_return(r.episode, r.event, r.member, round_of) for r in flat], dtype=torch.float32
     )
     siblings = [r.event.state_id if r.event.branch else None for r in flat]  # an alternative's: its state
+    keys = [r.event.state_key for r in flat]  # the environments' key of its event's state (`state`)
     team = torch.tensor([float(r.episode.reward) for r in flat], dtype=torch.float32)
     inputs = AdvantageInputs(
         returns,
@@ -242,6 +244,7 @@ def build_rows(
         episode_ids=episode_ids,
         episode_returns=team,
         siblings=siblings if any(s is not None for s in siblings) else None,
+        state_keys=keys if any(k is not None for k in keys) else None,
     )
     advantages = estimate(inputs)
     return Rows(
