@@ -113,7 +113,9 @@ class UserEnv:
                 f"(observations, {said}, reward, {{pool: [replica, ...]}}[, key]) "
                 f"(`{self.name}` selects replicas)"
             )
-        return f"(observations, {said}), (observations, {said}, reward) or (observations, {said}, reward, key)"
+        return (
+            f"(observations, {said}), (observations, {said}, reward) or (observations, {said}, reward, key)"
+        )
 
     def _key(self, key: Any, where: str) -> str | None:
         """The state key: a str naming the state its observations show, or None for none."""
