@@ -287,3 +287,42 @@ def test_the_checker_warns_when_there_is_no_environment(tmp_path):
         "act a\nreward exact_match(a, task.answer)\ntrain with (group = 2, advantage = state)\n"
     )
     assert warnings(path) == [("W008", 7, 24, W008.format("it has no environment"))]
+
+
+# ---- a real step ------------------------------------------------------------------------------------
+
+
+ANY_TEXT = """
+
+def walk_any(outputs, row, state, step_cost=0.1):
+    \"\"\"`walk`, a text's length choosing its move (a random model's replies are no `<move>` tags).\"\"\"
+    picked = [{**o, "valid": True, "value": list(MOVES)[len(o["text"]) % 4]} for o in outputs.get("walker", [])]
+    return walk({"walker": picked} if outputs else {}, row, state, step_cost)
+"""
+
+
+@pytest.mark.slow
+def test_a_training_step_trains_on_the_state_advantages(tmp_path, tiny_random_model):
+    """`srpo-dsl train` of the shipped workflow on a tiny random model (CPU), one step, its replies' lengths
+    choosing the moves: the advantages the update recorded on each event are the `state` estimator's of
+    the step's traces, and differ from `event`'s."""
+    path = grid_copy(tmp_path, 'f"{at[0]},{at[1]}"')
+    path.with_suffix(".py").write_text(path.with_suffix(".py").read_text() + ANY_TEXT)
+    text = path.read_text().replace("gigpo_grid.py:walk", "gigpo_grid.py:walk_any")
+    path.write_text(text.replace("emits tag(move)", "emits text"))
+    task = {"id": "next", "start": [2, 2], "goal": [2, 3], "question": "From the centre one cell right."}
+    (tmp_path / "gigpo_grid/tasks.jsonl").write_text(json.dumps(task) + "\n")  # random moves reach it
+    out = tmp_path / "run"
+    options = ["eval_size=1", "eval_k=1", "save_every=1", "report_to=none"]
+    r = cli(
+        "train", path, "--model", tiny_random_model, "--device", "cpu", "--steps", "1", "-G", "4",
+        "--batch", "1", *[x for o in options for x in ("--option", o)], "--out", out,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    episodes = read_traces(next(out.rglob("traces.jsonl")))
+    keys = [e.state_key for ep in episodes for e in ep.events]
+    assert len(set(keys)) > 1 and all(k is not None and k.count(",") == 1 for k in keys)
+    trained = [a for ep in episodes for e in ep.events if e.update for a in e.update.advantages]
+    expected = build_rows(episodes, state_objective()).advantages
+    torch.testing.assert_close(torch.tensor(trained), expected, atol=1e-6, rtol=0)
+    assert not torch.allclose(expected, build_rows(episodes, "srpo").advantages)
