@@ -104,8 +104,10 @@ def test_the_advantages_are_the_tables(traces):
     rows = build_rows(traces, state_objective())
     torch.testing.assert_close(rows.advantages, torch.tensor(TABLE), atol=1e-5, rtol=0)
     assert rows.advantages[3].item() == pytest.approx(EPISODE[1], abs=1e-6)  # 2,1: a group of one
-    srpo = build_rows(traces, "srpo").advantages  # for comparison: one group, each episode's return
-    assert len(set(srpo[:2].tolist())) == 1 and len(set(srpo[6:].tolist())) == 1
+    # the table's last column: under `event` the ten events are one group (mean 0.3, std sqrt(0.332))
+    event = [0.6] * 2 + [0.4] * 4 + [-0.7] * 4
+    expected = torch.tensor(event) / 0.332**0.5
+    torch.testing.assert_close(build_rows(traces, "srpo").advantages, expected, atol=1e-5, rtol=0)
 
 
 def inputs_of(traces, keys=True) -> AdvantageInputs:
