@@ -10,9 +10,11 @@ backed-up return in a branching episode) and the advantage A of the objective's 
 estimator (advantages.py): per event over (prompt, event type) groups for srpo, from the mean of
 its members' returns, so all members of one event share one advantage; per episode over its
 prompt's episodes for traj (`episode`, from the episode's team return), so all rows of one
-episode share one (docs/objective.md §5). A row that continues its member's conversation (its prompt
-begins with the previous turn's prompt and response, verbatim) names that row (`Rows.follows`): the
-update scores a conversation's rows in one pass over its last row (docs/training.md, Memory).
+episode share one; `state` adds to that a step advantage over the events of the same state key
+(`Event.state_key`, an environment's: docs/objective.md §5). A row that continues its member's
+conversation (its prompt begins with the previous turn's prompt and response, verbatim) names that row
+(`Rows.follows`): the update scores a conversation's rows in one pass over its last row
+(docs/training.md, Memory).
 """
 
 from __future__ import annotations
