@@ -137,6 +137,7 @@ ADVANTAGE_ESTIMATORS: Registry[Any] = Registry(
         "row": "srpo_dsl.rl.objective.advantages:per_row",
         "agent": "srpo_dsl.rl.objective.advantages:per_agent",
         "episode": "srpo_dsl.rl.objective.advantages:per_episode",
+        "state": "srpo_dsl.rl.objective.advantages:per_state",
     },
 )
 SET_NORMS: Registry[Any] = Registry(

@@ -332,7 +332,7 @@ def test_a_python_reward_reads_each_environments_state_words_and_rewards(tmp_pat
         (
             "({}, 'expand', 0.0)",
             "returned ({}, 'expand', 0.0) on task 'train-0', step 1: an environment returns "
-            "(observations, WORD, reward, {pool: [replica, ...]}) (`tree` selects replicas)",
+            "(observations, WORD, reward, {pool: [replica, ...]}[, key]) (`tree` selects replicas)",
         ),
         (
             "({}, 'expand', 0.0, {})",

@@ -142,7 +142,7 @@ def test_the_base_workflow_is_clean(tmp_path):
                 4,
                 11,
                 "`count` ({path}:5) cannot be called as env(outputs, row, state, **options) -> "
-                "(observations, done[, reward]): it has no parameter `limit` (and no **kwargs)",
+                "(observations, done[, reward[, key]]): it has no parameter `limit` (and no **kwargs)",
             ),
         ),
         (
@@ -153,7 +153,7 @@ def test_the_base_workflow_is_clean(tmp_path):
                 4,
                 11,
                 "`two` ({path}:10) cannot be called as env(outputs, row, state, **options) -> "
-                "(observations, done[, reward]): it takes 2 positional argument(s), srpo-dsl passes 3",
+                "(observations, done[, reward[, key]]): it takes 2 positional argument(s), srpo-dsl passes 3",
             ),
         ),
         (
@@ -337,8 +337,13 @@ def test_a_time_out_names_the_line_it_was_running(tmp_path):
 @pytest.mark.parametrize(
     "value,reason",
     [
-        ("None", "returned None on task 'train-0', step 1: an environment returns (observations, done) or"),
-        ("({}, True, 1, 2)", "returned ({}, True, 1, 2) on"),
+        (
+            "None",
+            "returned None on task 'train-0', step 1: an environment returns (observations, done), "
+            "(observations, done, reward) or (observations, done, reward, key)",
+        ),
+        ("({}, True, 1, 'k', 2)", "returned ({}, True, 1, 'k', 2) on"),
+        ("({}, True, 1, 2)", "returned the state key 2 on task 'train-0', step 1: a state key is a str"),
         ("([], True)", "returned the observations [] on task 'train-0', step 1: a dict {agent: str}"),
         (
             "({'c': 'x'}, True)",

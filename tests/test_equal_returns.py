@@ -197,6 +197,7 @@ def estimator_inputs(rows, value: float | None) -> AdvantageInputs:
     episodes = [(p, ep) for p, _, _, ep, _, _, _ in rows]
     team = dict(reversed(list(zip(episodes, returns))))  # an episode's first row's return
     siblings = [r[5] or None for r in rows]
+    keys = [None if ep == 3 else f"cell{ep % 2}" for _, _, _, ep, _, _, _ in rows]  # an event's state key
     return AdvantageInputs(
         torch.tensor(returns),
         torch.tensor([sorted(set(events)).index(e) for e in events]),
@@ -206,6 +207,7 @@ def estimator_inputs(rows, value: float | None) -> AdvantageInputs:
         episode_ids=torch.tensor([sorted(set(episodes)).index(e) for e in episodes]),
         episode_returns=torch.tensor([team[e] for e in episodes]),
         siblings=siblings if any(s is not None for s in siblings) else None,
+        state_keys=keys,
     )
 
 
@@ -219,20 +221,25 @@ def reference_estimator(name: str, x: AdvantageInputs) -> list[float]:
         return reference_groups(returns, by_type)
     if name == "agent":
         return reference_groups(returns, list(zip(x.prompt_ids, x.roles, sib)))
-    return reference_events(x.episode_returns.tolist(), list(x.prompt_ids), x.episode_ids.tolist())
+    episode = reference_events(x.episode_returns.tolist(), list(x.prompt_ids), x.episode_ids.tolist())
+    if name == "state":  # GiGPO: the episode's, plus the step's over (prompt, event type, key)
+        keyed = list(zip(x.prompt_ids, x.event_types, sib, x.state_keys or [None] * len(sib)))
+        return [a + b for a, b in zip(episode, reference_events(returns, keyed, x.event_ids.tolist()))]
+    return episode
 
 
-ESTIMATORS = ["event", "row", "agent", "episode"]
+ESTIMATORS = ["event", "row", "agent", "episode"]  # the built-in objectives' own
+ALL_ESTIMATORS = [*ESTIMATORS, "state"]
 
 
-@pytest.mark.parametrize("name", ESTIMATORS)
+@pytest.mark.parametrize("name", ALL_ESTIMATORS)
 @PROPERTY
 @given(rows=st.lists(ROW, min_size=1, max_size=40), value=UNREPRESENTABLE)
 def test_every_estimator_gives_equal_returns_zero(name: str, rows, value: float) -> None:
     assert bit_zero(get_advantage_estimator(name)(estimator_inputs(rows, value), EPS))
 
 
-@pytest.mark.parametrize("name", ESTIMATORS)
+@pytest.mark.parametrize("name", ALL_ESTIMATORS)
 @PROPERTY
 @given(rows=st.lists(ROW, min_size=1, max_size=40))
 def test_every_estimator_agrees_with_a_float64_reference(name: str, rows) -> None:

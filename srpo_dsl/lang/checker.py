@@ -4,7 +4,8 @@ The checks run as passes over one shared `CheckContext`, in order:
 1. the declaration pass (`declaration_checks`): names, policies, task, tools, environments, agents,
    reward and train block, resolved into `Checked`;
 2. the flow pass (`flow_checks`): the steps, walked with what the declarations resolved;
-3. the use of what is declared, once both passes have seen every use (W001, W002).
+3. the use of what is declared, once both passes have seen every use (W001, W002), and whether
+   `advantage = state` has an environment that returns a state key (W008, `state_keys`).
 The diagnostics are then deduplicated and sorted by position.
 """
 
@@ -18,6 +19,7 @@ from srpo_dsl.lang.declaration_checks import DeclarationChecks
 from srpo_dsl.lang.declarations import AgentInfo
 from srpo_dsl.lang.flow_checks import FlowChecks
 from srpo_dsl.lang.messages import Diagnostic
+from srpo_dsl.lang.state_keys import warn_no_state_key
 
 
 def check(program: n.Program, template_dirs: list[Path] | None = None) -> Checked:
@@ -28,6 +30,7 @@ def check(program: n.Program, template_dirs: list[Path] | None = None) -> Checke
     FlowChecks(ctx).run()
     warn_unused(ctx)
     warn_nothing_trained(ctx)
+    warn_no_state_key(ctx)
     ctx.out.diagnostics = _by_position(ctx.out.diagnostics)
     return ctx.out
 

@@ -45,7 +45,7 @@ USES: dict[str, Use] = {
     "scorer": Use("scorer(answer, row[, episode]) -> float", 2, optional="episode"),  # `branch N by "f:fn"`
     "loader": Use("loader(split, **options) -> list of dict rows", 0, ("split",)),
     "tool": Use("tool(queries, **options) -> list of str, one per query", 1),
-    "env": Use("env(outputs, row, state, **options) -> (observations, done[, reward])", 3),
+    "env": Use("env(outputs, row, state, **options) -> (observations, done[, reward[, key]])", 3),
     "parser": Use("parser(text[, finish]) -> (valid, value)", 1, optional="finish"),
     "objective": Use("objective(batch: PolicyBatch, config: LossConfig) -> PolicyTerms", 2),
     "advantage": Use("advantage(inputs: AdvantageInputs, eps: float) -> Tensor [N]", 2),

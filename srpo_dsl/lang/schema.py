@@ -262,7 +262,8 @@ class TrainOptions(_Options):
     advantage: str | None = Field(
         None,
         description="a registered advantage estimator (event: one sample per event and step; episode: "
-        'one per episode), or "FILE.py:function"; default: the objective\'s',
+        "one per episode; state: GiGPO, the episode's plus one per step of the same state key), "
+        'or "FILE.py:function"; default: the objective\'s',
     )
     aggregation: str | None = Field(
         None,

@@ -9,11 +9,14 @@ At `step NAME on A, B` (or `step NAME`, reading no outputs) the executor calls
 - `state`: a dict created empty for each episode and each environment, kept across that
   episode's steps of the environment (the environment mutates it).
 
-It returns `(observations, done[, reward])`: `observations` is {agent: str} for declared agents,
+It returns `(observations, done[, reward[, key]])`: `observations` is {agent: str} for declared agents,
 `done` a bool, `reward` a finite number or a mapping {NAME: its own reward, credit key: a member's
 reward, ...} (`runtime.credit`). An environment declared with `emits verdict(W1, W2)` returns one of
 its words instead of `done`; one declared with `emits route(POOL)` returns a fourth element,
-{POOL: [replica, ...]}: the replicas of its next `parallel POOL by NAME` (empty: nobody acts). The
+{POOL: [replica, ...]}: the replicas of its next `parallel POOL by NAME` (empty: nobody acts). Any
+environment may add one more element last, the state key (a str, or None for none): which state its
+observations show, recorded on every event made until its next step (`Event.state_key`), which
+`advantage = state` groups by. The
 environment's recorded state (what conditions on it test) is its word, else `done` after a step that
 returned True and `running` otherwise. Unlike a tool's, an environment's failure is no observation: an
 exception, a time-out or a wrong return stops the run with one line naming the user's file:line
@@ -31,6 +34,7 @@ from srpo_dsl.lang.declarations import EnvInfo
 from srpo_dsl.lang.env_checks import ENV_WORDS
 from srpo_dsl.lang.graph import ENV_DONE, ENV_RUNNING, EnvNode
 from srpo_dsl.lang.pycode import ENV_OPTIONS
+from srpo_dsl.lang.state_keys import return_lengths
 from srpo_dsl.limits import bounded
 from srpo_dsl.runtime.credit import CreditError, parse_credit, rounds_taken
 from srpo_dsl.runtime.episode import EnvProgress, EnvStepResult, Episode, Event, context_entry
@@ -94,18 +98,33 @@ class UserEnv:
         word = self._word(said, where)
         reward, credit = self._reward(rest[0] if rest else 0.0, where, rounds)
         selected = self._selection(rest[1], where) if self.info.selects else {}
-        return EnvReply(observed, EnvStepResult(word, reward, credit, selected))
+        keyed = len(value) == self._lengths()[-1]
+        key = self._key(value[-1], where) if keyed else None
+        return EnvReply(observed, EnvStepResult(word, reward, credit, selected, key))
 
     def _lengths(self) -> tuple[int, ...]:
-        return (4,) if self.info.selects else (2, 3)
+        """The lengths of the tuple it may return, the last one with a state key."""
+        return return_lengths(bool(self.info.selects))
 
     def _shape(self) -> str:
         said = "WORD" if self.info.words else "done"
         if self.info.selects:
             return (
-                f"(observations, {said}, reward, {{pool: [replica, ...]}}) (`{self.name}` selects replicas)"
+                f"(observations, {said}, reward, {{pool: [replica, ...]}}[, key]) "
+                f"(`{self.name}` selects replicas)"
             )
-        return f"(observations, {said}) or (observations, {said}, reward)"
+        return (
+            f"(observations, {said}), (observations, {said}, reward) or (observations, {said}, reward, key)"
+        )
+
+    def _key(self, key: Any, where: str) -> str | None:
+        """The state key: a str naming the state its observations show, or None for none."""
+        if key is not None and not isinstance(key, str):
+            raise self.fn.fail(
+                f"returned the state key {shorten(key)} on {where}: a state key is a str (or None), e.g. "
+                "the position as text, f'{row},{col}'"
+            )
+        return key
 
     def _observations(self, observations: Any, where: str) -> dict[str, str]:
         if not isinstance(observations, Mapping):

@@ -98,6 +98,7 @@ class Event:
     path: str = ""  # the path of a branching episode it was made on ("": the first; ".1.0": a child's child)
     branch: BranchMark | None = None  # an alternative of a `branch` step
     tree_return: float | None = None  # its return as a branching episode backs it up (None: the episode's)
+    state_key: str | None = None  # the environments' key of the state it acted from (`Episode.state_key`)
     # invalid outputs resampled for its members (an agent's `retries`), member by member in the order drawn;
     # each has the member_index of the member it was resampled for; not members of the active set
     tries: list[Member] = field(default_factory=list)
@@ -134,6 +135,7 @@ class EnvStepResult:
     reward: float  # the step's own reward (with `reward ENV`, the episode's score sums them)
     credit: Mapping[str, float] = field(default_factory=dict)  # credit key -> a member's reward instead
     selected: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # pool -> replicas acting next
+    key: str | None = None  # the state key it returned with its observations (None: none)
 
 
 @dataclass
@@ -158,6 +160,11 @@ class EnvProgress:
     def reward(self) -> float:
         """The sum of its steps' own rewards."""
         return sum(r.reward for r in self.log)
+
+    @property
+    def key(self) -> str | None:
+        """The state key its last step returned (None before any, or when that step returned none)."""
+        return self.log[-1].key if self.log else None
 
     def view(self) -> EnvView:
         return EnvView(copy.deepcopy(self.state), tuple(self.log))
@@ -285,6 +292,14 @@ class Episode:
         """The return credited to a member: its most specific key's when the reward keyed returns
         (`runtime.credit`), else the team's."""
         return member_return(self.role_rewards, self.reward, role, replica, round)
+
+    def state_key(self) -> str | None:
+        """The key of the state the next event acts from: each environment's last step's key. One keyed
+        environment: its key; several: `ENV=KEY` for each, by name, joined by spaces; None: no key."""
+        keys = sorted((name, p.key) for name, p in self.envs.items() if p.key is not None)
+        if len(keys) == 1:
+            return keys[0][1]
+        return " ".join(f"{name}={key}" for name, key in keys) or None
 
     def state_id(self) -> str:
         """Digest of the pre-action state: task, memory and counters (what every member sees)."""

@@ -430,6 +430,7 @@ class Executor:
         event.tries = [t for s in sampled for t in s.tries]
         event.parent = ep.events[-1].event_id if ep.events else None
         event.path = ep.path
+        event.state_key = ep.state_key()
         return event
 
     def _apply(self, ep: Episode, node: EventNode, event: Event) -> None:

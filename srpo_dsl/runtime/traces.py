@@ -12,7 +12,9 @@ word each of its steps returned, for one declared with `emits verdict(...)`); an
 (the invalid outputs resampled for its members, an agent's `retries`: not members of its active set).
 Older files read as version 3 with the new fields' defaults. Version 4 adds the joints of `branch N cross`
 steps (an episode's `joints`: each joint's samples by agent, path, kept, score and return) and a crossed
-sample's `branch.agent`; older files read with none.
+sample's `branch.agent`; an event's `state_key` (the key its environments gave the state it acted from;
+left out when there is none); and each member's `finish` and `stop_string` (how its turn ended). Older
+files read with none.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class TraceEvent(BaseModel):
     branch: BranchMark | None = None  # v3: an alternative of a `branch` step
     tree_return: float | None = None  # v3: its return backed up the tree (None: the episode's)
     tries: list[Member] = []  # v3: invalid outputs resampled for its members, in the order drawn
+    state_key: str | None = None  # v4: the environments' key of the state it acted from (None: none)
     update: EventUpdate | None = None  # training traces only: the event was trained at this step
 
     @model_validator(mode="after")
@@ -121,7 +124,7 @@ class TraceEpisode(BaseModel):
         data.pop("schema_")
         data = {"schema": SCHEMA, **data}  # every field of this version is written, whatever was read
         for event in data["events"]:
-            for key in ("update", "branch", "tree_return"):  # left out when there is none
+            for key in ("update", "branch", "tree_return", "state_key"):  # left out when there is none
                 if event[key] is None:
                     del event[key]
             if event.get("branch") and event["branch"]["agent"] is None:  # v4: a crossed sample's only

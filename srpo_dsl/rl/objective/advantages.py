@@ -9,6 +9,9 @@
     agent   groups (prompt, role): Dr. MAS's agent-wise normalisation; one sample per row       (drmas)
     episode groups (prompt); one sample per EPISODE (its team return): the G rollouts of a question,
             A on every row of every event of the episode (Search-R1, verl's multi-turn GRPO)     (traj)
+    state   GiGPO: the `episode` advantage plus STATE_WEIGHT x a step advantage, groups (prompt,
+            event type, state key), one sample per event; an event without a key groups with the
+            keyless events of its (prompt, event type)                                  (advantage = state)
 
 Every estimator groups the alternatives of a `branch` step by the pre-action state they were sampled
 from (`siblings`: their state id): their siblings, and the alternatives of other rollouts only where
@@ -49,6 +52,7 @@ class AdvantageInputs:
     episode_ids: Tensor | None = None  # [N] int, equal id = one episode
     episode_returns: Tensor | None = None  # [N] float, the team return of the row's episode (ep.reward)
     siblings: Sequence[Hashable | None] | None = None  # an alternative's state; None: no row is one
+    state_keys: Sequence[Hashable | None] | None = None  # its event's state key; None: no row has one
 
     def __post_init__(self) -> None:
         n = self.returns.numel()
@@ -62,6 +66,8 @@ class AdvantageInputs:
             raise ValueError("returns, event_ids, prompt_ids, event_types and roles need one entry per row")
         if self.siblings is not None and len(self.siblings) != n:
             raise ValueError("siblings needs one entry per row")
+        if self.state_keys is not None and len(self.state_keys) != n:
+            raise ValueError("state_keys needs one entry per row")
 
     def groups(self, *keys: Sequence[Hashable]) -> Tensor:
         """Dense group ids of `keys`, an alternative's rows grouped by their state too."""
@@ -158,7 +164,34 @@ def per_agent(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
 def per_episode(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
     """Search-R1 / verl's multi-turn GRPO: groups (prompt), one sample per episode (its team return),
     the episode's advantage on all its rows."""
+    return episode_level(inputs, eps, "episode")
+
+
+def episode_level(inputs: AdvantageInputs, eps: float, estimator: str) -> Tensor:
+    """`per_episode`'s advantages; a ValueError naming `estimator` when the inputs have no episodes."""
     if inputs.episode_ids is None or inputs.episode_returns is None:
-        raise ValueError("the `episode` estimator needs each row's episode_ids and episode_returns")
+        raise ValueError(f"the `{estimator}` estimator needs each row's episode_ids and episode_returns")
     groups = group_index(inputs.prompt_ids)
     return event_advantages(inputs.episode_returns, groups, inputs.episode_ids, eps)
+
+
+STATE_WEIGHT = 1.0  # GiGPO's weight of the step advantage (its default)
+
+
+def state_advantages(inputs: AdvantageInputs, eps: float = 1e-6, weight: float = STATE_WEIGHT) -> Tensor:
+    """GiGPO's two levels: A = A_episode + weight * A_step.
+
+    A_episode is `per_episode`'s (the team return over the prompt's episodes). A_step normalises each
+    event's return R (the mean of its rows', as `event`) over the events of the prompt's episodes of
+    the same event type that acted from the same state key (an environment's, `Event.state_key`),
+    one sample per event; events without a key form their (prompt, event type) group apart."""
+    episode = episode_level(inputs, eps, "state")
+    keys = inputs.state_keys if inputs.state_keys is not None else [None] * inputs.returns.numel()
+    groups = inputs.groups(inputs.prompt_ids, inputs.event_types, keys)
+    step = event_advantages(inputs.returns, groups, inputs.event_ids, eps)
+    return episode + weight * step
+
+
+def per_state(inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
+    """GiGPO (`advantage = state`): `state_advantages` with the weight STATE_WEIGHT."""
+    return state_advantages(inputs, eps)

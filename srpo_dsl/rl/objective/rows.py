@@ -10,9 +10,11 @@ backed-up return in a branching episode) and the advantage A of the objective's 
 estimator (advantages.py): per event over (prompt, event type) groups for srpo, from the mean of
 its members' returns, so all members of one event share one advantage; per episode over its
 prompt's episodes for traj (`episode`, from the episode's team return), so all rows of one
-episode share one (docs/objective.md §5). A row that continues its member's conversation (its prompt
-begins with the previous turn's prompt and response, verbatim) names that row (`Rows.follows`): the
-update scores a conversation's rows in one pass over its last row (docs/training.md, Memory).
+episode share one; `state` adds to that a step advantage over the events of the same state key
+(`Event.state_key`, an environment's: docs/objective.md §5). A row that continues its member's
+conversation (its prompt begins with the previous turn's prompt and response, verbatim) names that row
+(`Rows.follows`): the update scores a conversation's rows in one pass over its last row
+(docs/training.md, Memory).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class _Event(Protocol):
     branch: _Branch | None
     tree_return: float | None
     tries: Sequence[_Member]
+    state_key: str | None
 
 
 class _Episode(Protocol):
@@ -239,6 +242,7 @@ def build_rows(
         [_return(r.episode, r.event, r.member, round_of) for r in flat], dtype=torch.float32
     )
     siblings = [_siblings(r.event) for r in flat]
+    keys = [r.event.state_key for r in flat]  # the environments' key of its event's state (`state`)
     team = torch.tensor([float(r.episode.reward) for r in flat], dtype=torch.float32)
     inputs = AdvantageInputs(
         returns,
@@ -249,6 +253,7 @@ def build_rows(
         episode_ids=episode_ids,
         episode_returns=team,
         siblings=siblings if any(s is not None for s in siblings) else None,
+        state_keys=keys if any(k is not None for k in keys) else None,
     )
     advantages = estimate(inputs)
     return Rows(
