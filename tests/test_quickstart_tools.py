@@ -121,3 +121,32 @@ def test_a_short_training_run_of_the_workflow(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1].startswith("held-out Avg@4 ")
     assert (tmp_path / "run" / "checkpoints" / "step-2").is_dir()
+
+
+def test_the_stop_quickstart_cuts_each_first_turn_of_the_free_one_at_its_tag(tiny_model_path: Path) -> None:
+    """`quickstart_stop.srpo` is the tool quickstart with `stop_strings = ["</calc>", "</answer>"]`: with the
+    same seeds, each episode's first turn (same prompt, same draws) is the free turn's first tokens, up to
+    the token that completed its first tag, and is recorded as stopped there; a free turn without a tag is
+    the same turn."""
+    from srpo_dsl.runtime.executor import Executor
+    from srpo_dsl.runtime.setup import build_backends, build_tools, load_workflow, task_data
+
+    runs = {}
+    for name in ("quickstart_tools", "quickstart_stop"):
+        wf = load_workflow(ROOT / "workflows" / f"{name}.srpo")
+        backends = build_backends(wf, "hf", {"lm": str(tiny_model_path)})
+        executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf))
+        runs[name] = executor.run(task_data(wf, split="eval")[:6], samples=4, seed=0)
+    stops = 0
+    for free, cut in zip(runs["quickstart_tools"], runs["quickstart_stop"], strict=True):
+        a, b = free.events[0].members[0], cut.events[0].members[0]
+        ends = [(a.text.find(s) + len(s), s) for s in ("</calc>", "</answer>") if s in a.text]
+        if not ends:
+            assert (b.response_token_ids, b.finish) == (a.response_token_ids, a.finish)
+            continue
+        stops += 1
+        end, tag = min(ends)
+        assert (b.finish, b.stop_string, b.text) == ("stop", tag, a.text[:end])
+        assert a.response_token_ids[: len(b.response_token_ids)] == b.response_token_ids
+        assert b.behavior_logprobs == a.behavior_logprobs[: len(b.response_token_ids)]
+    assert stops >= 12  # most first turns write a tag

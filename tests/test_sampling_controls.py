@@ -168,10 +168,10 @@ def test_min_tokens_holds_back_a_stop_string_completed_too_early():
     late = match(toy, ids, ["</calc>"], min_tokens=3)
     assert (late.tokens, late.text) == (6, "</calc></calc>")
     assert match(toy, ids, ["</calc>"], min_tokens=6) is None
-    watch = StopWatch(toy, [["</calc>"], []], [3, 0])
+    watch = StopWatch(toy, lambda many: [toy(x) for x in many], [["</calc>"], []], [3, 0])
     assert watch.watches(0) and not watch.watches(1)
-    assert not watch.reached(0, ids[:3], 0)  # found, but held back
-    assert watch.reached(0, ids, 3) and not watch.reached(1, ids, 3)
+    assert watch.reached([0], [ids[:3]], 0) == [False]  # found, but held back
+    assert watch.reached([0, 1], [ids, ids], 3) == [True, False]
 
 
 @pytest.fixture(scope="module")

@@ -407,8 +407,8 @@ def stopped(watch: StopWatch, rows: list[int], tokens: torch.Tensor, done: int) 
     hit = torch.zeros(len(rows), dtype=torch.bool)
     if watched:
         ids = tokens[[rows[j] for j in watched], :done].tolist()
-        for j, row_ids in zip(watched, ids):
-            hit[j] = watch.reached(rows[j], row_ids, done - CHECK_EVERY)
+        found = watch.reached([rows[j] for j in watched], ids, done - CHECK_EVERY)
+        hit[watched] = torch.tensor(found, dtype=torch.bool)
     return hit
 
 

@@ -190,7 +190,7 @@ class HFBackend:
         least = [r.min_tokens for r in requests]
         watch = None
         if any(r.stop_strings for r in requests):
-            watch = StopWatch(self._text, [r.stop_strings for r in requests], least)
+            watch = StopWatch(self._text, self._texts, [r.stop_strings for r in requests], least)
         chunk = Chunk(
             prompts,
             [r.max_tokens for r in requests],
@@ -211,28 +211,35 @@ class HFBackend:
         """The text of response ids (special tokens, end-of-sequence among them, left out)."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
+    def _texts(self, responses: list[list[int]]) -> list[str]:
+        """`_text` of several responses, in one tokenizer call."""
+        return self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+
     def _results(self, chunk: Chunk, tokens: list[list[int]], logprobs: list[list[float]]) -> list[GenResult]:
         """Each row up to its first end-of-sequence token (kept: part of the action), the token that
-        completed its stop string when one comes before (`stops.match`), or its limit."""
+        completed its stop string when one comes before (`stops.match`), or its limit. Every row's text
+        is decoded in one call."""
         ends = [self._end(chunk, row, ids) for row, ids in enumerate(tokens)]
-        plain = [ids[: n - (f == "eos")] for ids, (n, f, found) in zip(tokens, ends) if found is None]
-        texts = iter(self.tokenizer.batch_decode(plain, skip_special_tokens=True) if plain else [])
+        said = [ids[: n - (f == "eos")] for ids, (n, f) in zip(tokens, ends)]
+        texts = self._texts(said)
+        found: list[StopMatch | None] = [None] * len(said)
+        if chunk.stops is not None:
+            found = [
+                chunk.stops.match(r, x, t) if chunk.stops.watches(r) else None
+                for r, (x, t) in enumerate(zip(said, texts))
+            ]
         return [
-            GenResult(
-                p, ids[:n], lps[:n], next(texts) if found is None else found.text, f, found and found.stop
-            )
-            for p, ids, lps, (n, f, found) in zip(chunk.prompts, tokens, logprobs, ends)
+            GenResult(p, ids[:n], lps[:n], text, f, None)
+            if stop is None
+            else GenResult(p, ids[: stop.tokens], lps[: stop.tokens], stop.text, "stop", stop.stop)
+            for p, ids, lps, (n, f), text, stop in zip(chunk.prompts, tokens, logprobs, ends, texts, found)
         ]
 
-    def _end(self, chunk: Chunk, row: int, ids: list[int]) -> tuple[int, str, StopMatch | None]:
-        """Row `row`'s kept tokens, its finish reason and its stop match (None: none)."""
+    def _end(self, chunk: Chunk, row: int, ids: list[int]) -> tuple[int, str]:
+        """Row `row`'s kept tokens and its finish reason, before any stop string."""
         limit = chunk.max_tokens[row]
         end = next((k for k, t in enumerate(ids[:limit]) if t in self.eos_ids), None)
-        n, finish = (limit, "length") if end is None else (end + 1, "eos")
-        found = None
-        if chunk.stops is not None and chunk.stops.watches(row):
-            found = chunk.stops.match(row, ids[: n - (finish == "eos")])
-        return (n, finish, None) if found is None else (found.tokens, "stop", found)
+        return (limit, "length") if end is None else (end + 1, "eos")
 
 
 def _shared(r: GenRequest) -> tuple[float, ...]:

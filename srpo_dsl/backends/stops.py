@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 Decode = Callable[[Sequence[int]], str]
+DecodeMany = Callable[[list[list[int]]], list[str]]  # one tokenizer call for several responses
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,14 @@ def completing_token(decode: Decode, ids: Sequence[int], through: str) -> int:
     return high
 
 
-def match(decode: Decode, ids: Sequence[int], stops: Sequence[str], min_tokens: int = 0) -> StopMatch | None:
-    """Where the response `ids` ends at a stop string (see the module's docstring); None: it does not."""
+def match(
+    decode: Decode, ids: Sequence[int], stops: Sequence[str], min_tokens: int = 0, text: str | None = None
+) -> StopMatch | None:
+    """Where the response `ids` ends at a stop string (see the module's docstring); None: it does not.
+    `text`: `decode(ids)`, when the caller has it already."""
     if not stops or not ids:
         return None
-    text = decode(ids)
+    text = decode(ids) if text is None else text
     for end, _, stop in occurrences(text, stops):
         k = completing_token(decode, ids, text[:end])
         if k > min_tokens:  # the token at position k - 1 completed it
@@ -78,8 +82,14 @@ def match(decode: Decode, ids: Sequence[int], stops: Sequence[str], min_tokens: 
 class StopWatch:
     """A chunk of rows' stop strings and `min_tokens`, checked on the host while the rows decode."""
 
-    def __init__(self, decode: Decode, stops: Sequence[Sequence[str]], min_tokens: Sequence[int]):
-        self.decode = decode
+    def __init__(
+        self,
+        decode: Decode,
+        decode_many: DecodeMany,
+        stops: Sequence[Sequence[str]],
+        min_tokens: Sequence[int],
+    ):
+        self.decode, self.decode_many = decode, decode_many
         self.stops = [tuple(s) for s in stops]
         self.min_tokens = list(min_tokens)
         self.margin = max((len(s) for row in self.stops for s in row), default=0) + 1  # tokens re-read
@@ -88,16 +98,19 @@ class StopWatch:
         """Whether row `row` has stop strings."""
         return bool(self.stops[row])
 
-    def match(self, row: int, ids: Sequence[int]) -> StopMatch | None:
-        """Row `row`'s exact stop in its response `ids` (`match`)."""
-        return match(self.decode, ids, self.stops[row], self.min_tokens[row])
+    def match(self, row: int, ids: Sequence[int], text: str | None = None) -> StopMatch | None:
+        """Row `row`'s exact stop in its response `ids` (`match`; `text`: their decoded text, if known)."""
+        return match(self.decode, ids, self.stops[row], self.min_tokens[row], text)
 
-    def reached(self, row: int, ids: Sequence[int], since: int) -> bool:
-        """Whether row `row`'s response `ids` has reached its stop: its tail from a few tokens before
-        `since` (the tokens it had at the last check) is decoded first, and the exact `match` runs only
-        when a stop string is in it. A stop the tail misses (a token decoding to no characters) is found
-        by the truncation after the decode."""
-        if not self.stops[row] or len(ids) <= self.min_tokens[row]:
-            return False
-        tail = self.decode(ids[max(0, since - self.margin) :])
-        return any(s and s in tail for s in self.stops[row]) and self.match(row, ids) is not None
+    def reached(self, rows: Sequence[int], ids: Sequence[list[int]], since: int) -> list[bool]:
+        """Whether each of `rows` (their responses `ids`) has reached its stop: the tails from a few tokens
+        before `since` (the tokens they had at the last check) are decoded first, in one call, and the
+        exact `match` runs only on a row whose tail holds a stop string. A stop a tail misses (a token
+        decoding to no characters) is found by the truncation after the decode."""
+        tails = self.decode_many([list(x[max(0, since - self.margin) :]) for x in ids]) if rows else []
+        return [
+            len(x) > self.min_tokens[r]
+            and any(s and s in tail for s in self.stops[r])
+            and self.match(r, x) is not None
+            for r, x, tail in zip(rows, ids, tails)
+        ]
