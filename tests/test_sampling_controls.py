@@ -316,7 +316,7 @@ def test_vllm_finish_reasons_and_sampling_params_map_one_to_one():
         "logprobs": 0,
         "seed": 5,
     }
-    assert sampling_params(GenRequest("p", 3), None)["top_k"] == 0  # off, as vLLM >= 0.10.2 reads 0
+    assert sampling_params(GenRequest("p", 3), None)["top_k"] == -1  # off: -1, which every vLLM reads so
 
 
 def test_a_conversation_cut_at_a_stop_string_keeps_the_kv_of_its_cut_reply(tiny):

@@ -104,12 +104,15 @@ class SamplingParams:
         assert n == 1 and logprobs == 0 and include_stop_str_in_output
         self.kwargs = kwargs
         self.seed, self.max_tokens = kwargs["seed"], kwargs["max_tokens"]
-        assert isinstance(kwargs["stop"], list) and kwargs["top_k"] >= -1
+        assert isinstance(kwargs["stop"], list) and (kwargs["top_k"] == -1 or kwargs["top_k"] >= 1)
 
     def request(self, ids):
         """The `hf` engine's request that samples as these parameters ask."""
-        kwargs = {k: v for k, v in self.kwargs.items() if k != "stop"}  # vLLM's name for the stop strings
-        return GenRequest("", **kwargs, stop_strings=tuple(self.kwargs["stop"]), prompt_ids=tuple(ids))
+        kwargs = {k: v for k, v in self.kwargs.items() if k not in ("stop", "top_k")}
+        top_k = max(0, self.kwargs["top_k"])  # vLLM's -1: off
+        return GenRequest(
+            "", **kwargs, stop_strings=tuple(self.kwargs["stop"]), top_k=top_k, prompt_ids=tuple(ids)
+        )
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ the trainer puts it to sleep (level 2: weights and KV cache released) before eve
 wakes it weights first, loads the new weights, then the KV cache. Written against vLLM's
 documented API (`LLM.sleep`, `LLM.wake_up(tags=...)`, `LLM.apply_model`); it has not run here:
 no GPU with vLLM was available when it was written (see docs/training.md).
-The sampling controls map onto `SamplingParams` one to one (`sampling_params`): `stop` with
-`include_stop_str_in_output=True` (the text ends with the stop string, as in the `hf` engine), `top_k`
-(0 disables it in vLLM >= 0.10.2 as here), `frequency_penalty`, `presence_penalty`,
+The sampling controls map onto `SamplingParams` one to one (`sampling_params`): the stop strings as
+`stop` with `include_stop_str_in_output=True` (the text ends with the stop string, as in the `hf`
+engine), `top_k` (off, 0 here, is passed as -1: every vLLM version reads -1 as off, while some refuse 0),
+`frequency_penalty`, `presence_penalty`,
 `repetition_penalty` (vLLM's have the semantics `GenRequest` documents) and `min_tokens` (which in
 vLLM also holds back stop strings). vLLM reports `finish_reason` "stop" both for its end-of-sequence
 token and for a stop string, told apart by `stop_reason` (the string, else None or a stop token id),
@@ -144,7 +145,7 @@ def sampling_params(request: GenRequest, seed: int | None) -> dict[str, object]:
         "n": 1,
         "temperature": request.temperature,
         "top_p": request.top_p,
-        "top_k": request.top_k,
+        "top_k": request.top_k or -1,  # -1: off in every vLLM version
         "frequency_penalty": request.frequency_penalty,
         "presence_penalty": request.presence_penalty,
         "repetition_penalty": request.repetition_penalty,
