@@ -49,7 +49,7 @@ def test_an_agent_inherits_its_policys_controls_and_its_own_win(tmp_path: Path):
     assert [d.code for d in result.diagnostics] == ["W002"]  # a frozen policy: nothing to train
     agents = result.graph.graph["agents"]
     assert agents["plain"]["sampling"] == {
-        "stop_strings": ("</a>",),  # the policy's three, the others' defaults
+        "stop_strings": ["</a>"],  # the policy's three, the others' defaults
         "top_k": 20,
         "frequency_penalty": 0.0,
         "presence_penalty": 0.0,
@@ -58,7 +58,7 @@ def test_an_agent_inherits_its_policys_controls_and_its_own_win(tmp_path: Path):
     }
     assert list(agents["plain"]["sampling"]) == list(SAMPLING_CONTROLS)
     assert agents["tuned"]["sampling"] == {
-        "stop_strings": ("</b>", "</c>"),
+        "stop_strings": ["</b>", "</c>"],
         "top_k": 0,  # its own 0 (off) wins over the policy's 20
         "frequency_penalty": 0.5,
         "presence_penalty": -0.25,

@@ -25,6 +25,11 @@ SAMPLING_CONTROLS = (
 )
 
 
+def sampling_attrs(agent: AgentInfo) -> dict[str, Any]:
+    """An agent's sampling controls as graph attributes: JSON data (the stop strings a list)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in agent.sampling().items()}
+
+
 @dataclass(frozen=True)
 class PolicyInfo:
     name: str
@@ -93,7 +98,7 @@ class AgentInfo:
             "calls": self.calls,
             "stop": self.stop,
             "observe": self.observe,
-            "sampling": self.sampling(),
+            "sampling": sampling_attrs(self),
         }
 
     def sampling(self) -> dict[str, Any]:

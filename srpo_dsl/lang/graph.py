@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, EnvInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.declarations import (
+    AgentInfo,
+    Binding,
+    BranchInfo,
+    EnvInfo,
+    PolicyInfo,
+    RewardInfo,
+    sampling_attrs,
+)
 from srpo_dsl.lang.pycode import CodeRef
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.lang.steps import StepKind
@@ -178,7 +186,7 @@ class EventNode:
             "max_tokens": a.max_tokens,
             "temperature": a.temperature,
             "top_p": a.top_p,
-            "sampling": a.sampling(),
+            "sampling": sampling_attrs(a),
             "pool_size": a.replicas,
             "branch": self.branch.attrs() if self.branch else None,
         }
