@@ -10,6 +10,15 @@ import pytest
 from srpo_dsl.api.training import restore_environment
 from srpo_dsl.launched import LAUNCH_VARIABLES
 
+# CI runs two test workers on two cores. There, a torch process with two OpenMP threads spins its second
+# thread while waiting for a core (a quickstart step took 1.4x the time and CPU beside one busy process;
+# the paper recipes' sweep test 5x). So each test process, and each process it starts, gets one thread
+# unless the caller chose a count, and threads that wait sleep (the tests that give a run two threads on
+# purpose, for bitwise reproducibility, keep them; the waiting policy changes no result). Set before
+# any test imports torch, which reads them once.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 LAUNCHED_WITH = {
     name: os.environ.get(name) for name in LAUNCH_VARIABLES
 }  # pytest's own (none, or a launcher's)
