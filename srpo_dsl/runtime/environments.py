@@ -3,8 +3,9 @@
 At `step NAME on A, B` (or `step NAME`, reading no outputs) the executor calls
 `env(outputs, row, state, **options)`:
 
-- `outputs`: {agent: [{role, replica, text, valid, value}, ...]}, the members of each named
-  agent's last event (as `team_context` holds them; an agent that has not acted: `[]`);
+- `outputs`: {agent: [{role, replica, text, valid, value, finish}, ...]}, the members of each named
+  agent's last event (as `team_context` holds them, with how each turn ended; an agent that has not
+  acted: `[]`);
 - `row`: a copy of the task row;
 - `state`: a dict created empty for each episode and each environment, kept across that
   episode's steps of the environment (the environment mutates it).
