@@ -103,3 +103,14 @@ def test_an_optimizer_deepspeed_cannot_build_with_its_params_is_one_line(tmp_pat
     assert refused.returncode == 1, refused.stderr
     assert refused.stderr.startswith(f"error: {config}: DeepSpeed cannot build an engine from this config: ")
     assert said in refused.stderr and len(refused.stderr.splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("lr", ["1e38", "3e38", "2"])
+def test_a_finite_learning_rate_too_large_is_refused_before_the_run(tmp_path, lr):
+    """AdamW's first step is lr / (1 - beta1): past float32's range it overflowed into "internal error"
+    (1e38, 3e38); the option is at most 1, refused as a usage error, and nothing is written."""
+    out = tmp_path / "run"
+    done = cli("train", "workflows/quickstart.srpo", "--steps", "1", "--lr", lr, "--out", out)
+    assert done.returncode == 2 and "internal error" not in done.stderr, done.stderr
+    assert done.stderr.strip() == "error: training option `lr`: Input should be less than or equal to 1"
+    assert not out.exists()

@@ -274,7 +274,7 @@ class TrainOptions(_Options):
     clip: float = Field(0.2, gt=0.0, description="the ratio clip epsilon")
     group: int = Field(8, ge=1, description="rollouts per prompt (G)")
     batch: int = Field(8, ge=1, description="prompts per step")
-    lr: float = Field(1e-6, gt=0.0, description="the learning rate")
+    lr: float = Field(1e-6, gt=0.0, le=1.0, description="the learning rate (at most 1)")
     steps: int = Field(100, ge=1, description="optimizer steps")
     epochs: int = Field(1, ge=1, description="optimizer passes over each rollout batch")
     micro_batches: int = Field(
