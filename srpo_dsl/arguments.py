@@ -108,8 +108,8 @@ def checked(fn: F) -> F:
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         hints = resolved[0] if resolved else resolved.append(annotations_of(fn)) or resolved[0]
-        try:
-            bound = signature.bind(*args, **kwargs)
+        try:  # the arguments given are checked first, then that none is missing
+            bound = signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
             raise UsageError(f"{fn.__name__}(): {exc}") from None
         for name, value in bound.arguments.items():
@@ -121,6 +121,10 @@ def checked(fn: F) -> F:
                 why = refusal(name, value, hints[name])
                 if why is not None:
                     raise UsageError(f"{fn.__name__}({name}={shown(value)}): {name} {why}")
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise UsageError(f"{fn.__name__}(): {exc}") from None
         return fn(*args, **kwargs)
 
     call.__checked__ = True  # type: ignore[attr-defined]

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import RayLaunch, Setup
     from srpo_dsl.runtime.setup import CompiledWorkflow
 
+__all__ = ["train_plan"]  # the public name of this module (docs/python.md); the rest serves `Workflow`
+
 OUT_OF_MEMORY = (
     "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
     "more --micro-batches, a smaller --batch or --group, shorter max_tokens, or --decode dynamic"
