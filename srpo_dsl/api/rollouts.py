@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.api.quiet import libraries_quiet
+from srpo_dsl.arguments import checked
 from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import write_atomic
@@ -228,6 +229,7 @@ class RolloutSummary:
     mean_set_size: float
 
     @classmethod
+    @checked
     def of(cls, traces: Sequence[TraceEpisode]) -> RolloutSummary:
         events = [e for t in traces for e in t.events]
         n, m = max(len(traces), 1), max(len(events), 1)
@@ -254,6 +256,7 @@ class Rollouts:
     def summary(self) -> RolloutSummary:
         return RolloutSummary.of(self.episodes)
 
+    @checked
     def save(self, out: str | Path, overwrite: bool = False) -> Path:
         """OUT/traces.jsonl, OUT/summary.json and OUT/graph.json, all or nothing (`srpo-dsl run`'s folder)."""
         return save_results(
@@ -304,6 +307,7 @@ class Evaluation:
     episodes: list[TraceEpisode]
     warnings: tuple[str, ...] = ()  # what the run warns of, one line each (`srpo-dsl eval` prints them)
 
+    @checked
     def to_dict(self) -> dict[str, Any]:
         """`srpo-dsl eval`'s metrics.json."""
         return {
@@ -315,10 +319,12 @@ class Evaluation:
             "seed": self.seed,
         }
 
+    @checked
     def table(self) -> str:
         """The evaluation as Markdown tables (`srpo-dsl eval`'s output)."""
         return metrics_table(self)
 
+    @checked
     def save(self, out: str | Path, overwrite: bool = False) -> Path:
         """OUT/metrics.json, OUT/traces.jsonl and OUT/graph.json, all or nothing (`srpo-dsl eval`)."""
         return save_results(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from srpo_dsl.arguments import checked
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.outputs import check_out, staged_output
 from srpo_dsl.rl.loop.plots import SMOOTHING, write_plots
@@ -72,6 +73,7 @@ class Run:
     history: list[dict[str, float]]
 
     @classmethod
+    @checked
     def open(cls, path: str | Path) -> Run:
         """A run folder written before (by `train` or `srpo-dsl train`)."""
         path = Path(path)
@@ -102,6 +104,7 @@ class Run:
         return read_run_file(lambda: read_dynamics(self.path))
 
 
+@checked
 def load_traces(path: Path) -> list[TraceEpisode]:
     """The episodes of a traces file, or of the one a run or results folder holds."""
     if path.is_dir():
@@ -122,6 +125,7 @@ class Exported:
     written: list[str]  # `POLICY (adapter, merged)` or `POLICY (merged)`
 
 
+@checked
 def export_checkpoint(run: Path, step: int | None, target: Path, overwrite: bool) -> Exported:
     """Export checkpoint `step` of `run` (None: the latest) into `target`, one folder per policy, all or
     none (docs/cli.md, `export`). Call it with the libraries quiet: it imports transformers."""

@@ -20,14 +20,18 @@ from typing import TYPE_CHECKING, Any
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.rollouts import check_tools
 from srpo_dsl.api.runs import Run, read_run_file
+from srpo_dsl.arguments import checked
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.lang.messages import WorkflowError
+from srpo_dsl.rl.loop.plan import TrainPlan  # `train_plan`'s argument is checked against it
 from srpo_dsl.rl.loop.runlog import METRICS, read_jsonl
 from srpo_dsl.runlock import owning
 
 if TYPE_CHECKING:
-    from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainPlan
+    from srpo_dsl.rl.loop.plan import RayLaunch, Setup
     from srpo_dsl.runtime.setup import CompiledWorkflow
+
+__all__ = ["train_plan"]  # the public name of this module (docs/python.md); the rest serves `Workflow`
 
 OUT_OF_MEMORY = (
     "out of GPU memory: use a higher --zero stage, --offload optimizer (or all with --zero 3), "
@@ -54,6 +58,7 @@ def plan_training(
     return plan
 
 
+@checked
 def train_plan(plan: TrainPlan, progress: bool = True, verbose: bool = False) -> Run:
     """Train as planned: here, or as 1 + R processes when the run has rollout workers and no launcher
     (whose launcher owns the run folder, `api.launch.launch`), or as Ray actors (`launcher="ray"`, whose

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.api.rollouts import Models
+from srpo_dsl.arguments import checked
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import read_text
 from srpo_dsl.lang import analyze
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import TrainPlan
 
 
+@checked
 def load(path: str | Path, settings: Mapping[str, Any] | None = None) -> Workflow:
     """The workflow at `path`, checked and compiled. `settings`: tool options in place of the file's,
     `{"tool.NAME.OPTION": value}` (`tool.search.url`: another retrieval server; docs/cli.md), kept by
@@ -59,6 +61,7 @@ class Workflow(CompiledWorkflow):
         """Static bounds of one episode: events, model calls (sum of K), tool calls, tokens."""
         return self.graph.bounds
 
+    @checked
     def render_prompt(self, role: str, replica: int = 1, data: str | Path | None = None) -> str:
         """`role`'s prompt on the first task (of `data`, or the workflow's own), the team context empty."""
         from srpo_dsl.api.rollouts import tasks_of
@@ -83,15 +86,18 @@ class Workflow(CompiledWorkflow):
         )
         return self.renderer().render(agents[role].prompt, ctx)  # a `PromptError` is an `InputError`
 
+    @checked
     def adapter_sizes(self, base: str) -> dict[str, int]:
         """{peft adapter name: trainable parameter count} of `base`'s adapters; empty when its model's config
         is not on this machine."""
         return adapter_sizes(self.graph, base)
 
+    @checked
     def to_networkx(self) -> nx.DiGraph:
         """The event graph as the documented `networkx.DiGraph` (docs/dsl.md, "The compiled event graph")."""
         return self.graph.to_networkx()
 
+    @checked
     def run(
         self,
         *,
@@ -114,6 +120,7 @@ class Workflow(CompiledWorkflow):
         engines = Engines(backend, models, device, decode, verbose)
         return run_workflow(self, engines, data, limit, samples, seed, progress)
 
+    @checked
     def evaluate(
         self,
         *,
@@ -136,6 +143,7 @@ class Workflow(CompiledWorkflow):
         engines = Engines(backend, models, device, decode, verbose)
         return evaluate_workflow(self, engines, [Path(f) for f in files], limit, k, seed, progress)
 
+    @checked
     def plan(
         self,
         out: str | Path,
@@ -170,6 +178,7 @@ class Workflow(CompiledWorkflow):
         setup = Setup(models_, files, device, backend, decode, config, offload, ray)
         return plan_training(self, Path(out), options, resume, setup, verbose)
 
+    @checked
     def train(
         self,
         out: str | Path,

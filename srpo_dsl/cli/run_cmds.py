@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from srpo_dsl.argranges import BOUNDS
 from srpo_dsl.cli.common import (
     DECODE,
     EXIT_INPUT,
@@ -38,7 +39,7 @@ BackendName = choices("BackendName", BACKENDS)
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
 DATA = typer.Option(None, "--data", help="Task file (JSONL/Parquet); default: the workflow's own binding.")
-LIMIT = typer.Option(None, "--limit", min=1, help="Use only the first N prompts.")
+LIMIT = typer.Option(None, "--limit", **BOUNDS["limit"].option(), help="Use only the first N prompts.")
 SEED = typer.Option(0, "--seed", help="Sampling seed (runs are reproducible).")
 BACKEND = typer.Option(BackendName.hf, "--backend", help="hf | scripted (replies from a JSON file) | vllm.")
 MODEL = typer.Option(
@@ -121,7 +122,9 @@ def run(
     workflow: Path = WORKFLOW,
     data: Path | None = DATA,
     limit: int | None = LIMIT,
-    samples: int = typer.Option(1, "--samples", "-G", min=1, help="Rollouts per prompt (the group G)."),
+    samples: int = typer.Option(
+        1, "--samples", "-G", **BOUNDS["samples"].option(), help="Rollouts per prompt (the group G)."
+    ),
     seed: int = SEED,
     backend: BackendName = BACKEND,
     model: list[str] = MODEL,
@@ -163,7 +166,7 @@ def run(
 def eval_cmd(
     workflow: Path = WORKFLOW,
     data: list[Path] = EVAL_DATA,
-    k: int = typer.Option(16, "-k", min=1, help="Samples per query (Avg@k, Pass@k)."),
+    k: int = typer.Option(16, "-k", **BOUNDS["k"].option(), help="Samples per query (Avg@k, Pass@k)."),
     limit: int | None = LIMIT,
     seed: int = SEED,
     backend: BackendName = BACKEND,
@@ -306,7 +309,9 @@ def _observed(observations: list[dict]) -> str:
 def render(
     workflow: Path = WORKFLOW,
     role: str = typer.Option(..., "--role", "-r", help="The agent whose prompt to show."),
-    replica: int = typer.Option(1, "--replica", min=1, help="Replica number in the agent's pool."),
+    replica: int = typer.Option(
+        1, "--replica", **BOUNDS["replica"].option(), help="Replica number in the agent's pool."
+    ),
     data: Path | None = DATA,
 ) -> None:
     """Show a role's prompt on the first task, with an empty team context.

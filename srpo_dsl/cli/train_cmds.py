@@ -21,6 +21,7 @@ from srpo_dsl.api.launch import launch
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.runs import PLOTS, SMOOTHING, Run, export_checkpoint, write_plots
 from srpo_dsl.api.training import train_plan
+from srpo_dsl.argranges import BOUNDS
 from srpo_dsl.choices import LAUNCHERS, OFFLOAD
 from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, CliError, Decode, Device, choices, interrupted
 from srpo_dsl.cli.run_cmds import load_checked, models_of
@@ -92,11 +93,14 @@ RAY_ADDRESS = typer.Option(
 RAY_PROCESSES = typer.Option(
     None,
     "--ray-processes",
-    min=1,
+    **BOUNDS["ray_processes"].option(),
     help="Processes (Ray actors) of the run, the last rollout_workers of them workers; default 1 + those.",
 )
 RAY_CPUS = typer.Option(
-    1, "--ray-cpus", min=1, help="CPUs of each process's Ray bundle (its OMP_NUM_THREADS)."
+    1,
+    "--ray-cpus",
+    **BOUNDS["ray_cpus"].option(),
+    help="CPUs of each process's Ray bundle (its OMP_NUM_THREADS).",
 )
 
 
@@ -253,7 +257,7 @@ def plot_cmd(
     ),
     out: Path | None = typer.Option(None, "--out", help="Where to write the PNGs (default: RUN/plots)."),
     smoothing: float = typer.Option(
-        SMOOTHING, "--ema", min=0.0, max=0.999, help="EMA factor of the solid line."
+        SMOOTHING, "--ema", **BOUNDS["smoothing"].option(), help="EMA factor of the solid line."
     ),
 ) -> None:
     """Plot return, gradient norm, response length, active-set size, per-role panels, held-out Avg@k / Pass@k.
@@ -276,7 +280,9 @@ def export_cmd(
     run: Path = typer.Argument(
         ..., help="A run folder written by `train` (holds checkpoints/).", show_default=False
     ),
-    step: int | None = typer.Option(None, "--step", min=0, help="The step to export (default: the latest)."),
+    step: int | None = typer.Option(
+        None, "--step", **BOUNDS["step"].option(), help="The step to export (default: the latest)."
+    ),
     out: Path | None = typer.Option(None, "--out", help="Where to write (default: RUN/export)."),
     overwrite: bool = OVERWRITE,
     verbose: bool = False,

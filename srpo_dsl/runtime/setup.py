@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from srpo_dsl.arguments import checked
 from srpo_dsl.lang import EventGraph, load_graph
 from srpo_dsl.lang.settings import apply_settings
 from srpo_dsl.runtime.prompts import PromptRenderer
@@ -29,10 +30,12 @@ class CompiledWorkflow:
     def name(self) -> str:
         return self.graph.name
 
+    @checked
     def resolve(self, relative: str) -> Path:
         p = Path(relative)
         return p if p.is_absolute() else self.folder / p
 
+    @checked
     def renderer(self) -> PromptRenderer:
         return PromptRenderer([self.folder])
 

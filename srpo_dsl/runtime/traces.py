@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from srpo_dsl.arguments import checked
 from srpo_dsl.io import complete_lines, not_utf8, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
 from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Joint, Leaf, Member
@@ -116,9 +117,11 @@ class TraceEpisode(BaseModel):
     leaves: list[Leaf] = []  # v3: a tree's paths (the key is left out without tree branches)
     joints: list[Joint] = []  # v4: the joints of `branch N cross` steps (left out without them)
 
+    @checked
     def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
         return member_return(self.role_rewards, self.reward, role, replica, round)
 
+    @checked
     def model_dump_line(self) -> str:
         data = self.model_dump()
         data.pop("schema_")

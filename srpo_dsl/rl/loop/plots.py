@@ -8,6 +8,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from srpo_dsl.arguments import checked
 from srpo_dsl.io import writing
 from srpo_dsl.rl.loop.ranges import PERCENT, Range, range_of
 from srpo_dsl.rl.loop.runlog import PANELS, ROLE_PANELS, Dynamics, EvalCurve, RoleSeries
@@ -26,6 +27,7 @@ def pyplot() -> Any:
     return plt
 
 
+@checked
 def write_plots(dynamics: Dynamics, folder: Path, smoothing: float = SMOOTHING) -> list[Path]:
     """Every panel's PNG in `folder` (made if missing), then all of them in training_dynamics.png."""
     plt = pyplot()
