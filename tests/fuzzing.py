@@ -47,7 +47,10 @@ class Case:
 
 
 def draw_ops(rng: random.Random, kinds: list[str], most: int = 4) -> list[tuple[str, int, int]]:
-    return [(rng.choice(kinds), rng.randrange(1 << 30), rng.randrange(1 << 30)) for _ in range(rng.randint(1, most))]
+    return [
+        (rng.choice(kinds), rng.randrange(1 << 30), rng.randrange(1 << 30))
+        for _ in range(rng.randint(1, most))
+    ]
 
 
 def cases(bases: list[Path], kinds: list[str], default: int) -> list[Case]:
@@ -162,7 +165,11 @@ def _run_op(lines: list[bytes], kind: str, a: int, b: int) -> None:
         lines[i] = line[:at] + rng.randbytes(rng.randint(1, 8)) + line[at:]
     elif kind == "deep":
         depth = rng.choice([100000, 2000, 990, 500])
-        lines[i] = b"[" * depth + b"]" * depth if rng.random() < 0.5 else line[:start] + b"[" * depth + b"]" * depth + line[end:]
+        lines[i] = (
+            b"[" * depth + b"]" * depth
+            if rng.random() < 0.5
+            else line[:start] + b"[" * depth + b"]" * depth + line[end:]
+        )
     elif kind in ("number", "type"):
         lines[i] = line[:start] + rng.choice(HUGE if kind == "number" else WRONG).encode() + line[end:]
     elif kind == "spice":

@@ -64,3 +64,13 @@ def test_corrupted_run_folders(tmp_path):
         if found:
             small = shrink(case, lambda c: run_problem(c, tmp_path / "run") is not None)
             pytest.fail(f"{found}\n{small.describe(corrupt_run(small))}")
+
+
+def test_a_huge_number_in_metrics_is_left_out_of_its_chart(tmp_path):
+    """Fuzz case 123 (seed 48): a metrics.jsonl value of 1e400 (infinity) ended `view` with exit 3."""
+    case = Case(48, 123, RUN / "metrics.jsonl", [("number", 558561333, 155328690)])
+    shutil.copytree(RUN, tmp_path / "run")
+    (tmp_path / "run" / "metrics.jsonl").write_bytes(corrupt_run(case))
+    code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
+    assert code == 0, said
+    assert "<svg" in (tmp_path / "v.html").read_text()

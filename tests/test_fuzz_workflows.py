@@ -120,4 +120,6 @@ def test_mutated_workflows_in_the_language_server(client, folder):
         try:
             lsp_problem(client, folder, mutate_workflow(case), n)
         except Exception as exc:  # an unanswered request (queue.Empty) or an error reply
-            pytest.fail(f"language server: {type(exc).__name__}: {exc}\n{case.describe(mutate_workflow(case))}")
+            pytest.fail(
+                f"language server: {type(exc).__name__}: {exc}\n{case.describe(mutate_workflow(case))}"
+            )

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.io import append_jsonl, complete_lines, loads, write_atomic, write_json, write_lines_atomic, writing
+from srpo_dsl.io import (
+    append_jsonl,
+    complete_lines,
+    loads,
+    write_atomic,
+    write_json,
+    write_lines_atomic,
+    writing,
+)
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.graph_formats import to_json, to_mermaid
 from srpo_dsl.rl.loop.ranges import PERCENT
