@@ -123,3 +123,12 @@ def test_mutated_workflows_in_the_language_server(client, folder):
             pytest.fail(
                 f"language server: {type(exc).__name__}: {exc}\n{case.describe(mutate_workflow(case))}"
             )
+
+
+def test_a_nul_in_a_template_name_is_a_missing_template():
+    """Found by the fuzzer (2,000 cases, seed 48): a NUL in a template's name raised ValueError out of
+    `analyze` (os.stat); it is a template that does not exist, one diagnostic."""
+    text = (WORKFLOWS[0].parent / "quickstart.srpo").read_text()
+    name = text.split('"')[1]
+    found = analyze(text.replace(name, name[:2] + "\x00" + name[2:], 1), "w.srpo", [WORKFLOWS[0].parent])
+    assert found.diagnostics
