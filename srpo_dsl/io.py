@@ -106,6 +106,15 @@ def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+def loads(text: str) -> Any:
+    """`json.loads`, but a text nested deeper than Python's recursion can read is a `JSONDecodeError`
+    ("nested too deeply") like any other bad JSON, not a `RecursionError` (docs/cli.md)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+
+
 def complete_lines(text: str) -> tuple[list[str], int | None]:
     """The lines of a JSON Lines text but an unfinished last one (a writer killed mid-line: no final
     newline and not valid JSON), and that line's 1-based number (None: the text is whole)."""
@@ -113,7 +122,7 @@ def complete_lines(text: str) -> tuple[list[str], int | None]:
     if not lines or text.endswith("\n"):
         return lines, None
     try:
-        json.loads(lines[-1])
+        loads(lines[-1])
     except json.JSONDecodeError:
         return lines[:-1], len(lines)
     return lines, None

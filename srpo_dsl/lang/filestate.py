@@ -42,7 +42,7 @@ class FileState:
     def of(cls, path: Path) -> FileState:
         try:
             st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL in the name
             return cls(None)
         except OSError as exc:
             return cls(None, exc.strerror or str(exc))

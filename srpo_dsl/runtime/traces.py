@@ -29,7 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.arguments import checked
-from srpo_dsl.io import complete_lines, not_utf8, write_lines_atomic
+from srpo_dsl.io import complete_lines, loads, not_utf8, write_lines_atomic
 from srpo_dsl.runtime.credit import member_return
 from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Joint, Leaf, Member
 
@@ -224,7 +224,7 @@ def _episodes(path: Path, lines: list[str], cut: int | None) -> list[TraceEpisod
 def parse_episode(path: Path, lineno: int, line: str) -> TraceEpisode:
     """One line as an episode; `TraceError` at `path:lineno` for bad JSON, schema or fields."""
     try:
-        data = json.loads(line)
+        data = loads(line)
         if not isinstance(data, dict) or data.get("schema") not in READABLE:
             found = data.get("schema") if isinstance(data, dict) else type(data).__name__
             raise TraceError(

@@ -64,11 +64,22 @@ def x_ticks(xs: Sequence[float]) -> list[float]:
     return nice_ticks(low, high, integer=True)
 
 
+LARGEST = 1e300  # beyond it a range between two points is no float: such a point is not drawn
+
+
+def plottable(s: Series) -> Series:
+    """`s` without its points that are not finite numbers within `LARGEST` (a corrupted run's 1e400)."""
+    ok = lambda v: math.isfinite(v) and abs(v) <= LARGEST  # noqa: E731
+    points = [(x, y) for x, y in zip(s.steps, s.values, strict=True) if ok(x) and ok(y)]
+    return Series(s.name, [x for x, _ in points], [y for _, y in points])
+
+
 def line_chart(title: str, series: Sequence[Series]) -> str:
-    """An SVG chart: labelled nice ticks on both axes, a legend, a tooltip per point ("" for no series)."""
+    """An SVG chart: labelled nice ticks on both axes, a legend, a tooltip per point ("" for no series);
+    a point that is not a finite number is left out (`plottable`)."""
     if not series:
         return ""
-    drawn = [s for s in series if s.steps]
+    drawn = [s for s in map(plottable, series) if s.steps]
     xs = [x for s in drawn for x in s.steps]
     ys = [y for s in drawn for y in s.values]
     if not xs:

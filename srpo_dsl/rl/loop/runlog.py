@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.io import append_jsonl, complete_lines, write_atomic, write_json, write_lines_atomic, writing
+from srpo_dsl.io import (
+    append_jsonl,
+    complete_lines,
+    loads,
+    write_atomic,
+    write_json,
+    write_lines_atomic,
+    writing,
+)
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.graph_formats import to_json, to_mermaid
 from srpo_dsl.rl.loop.ranges import PERCENT
@@ -152,7 +160,7 @@ def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any
     rows = []
     for i, line in enumerate(lines, 1):
         try:
-            row = json.loads(line) if line.strip() else None
+            row = loads(line) if line.strip() else None
         except json.JSONDecodeError as exc:
             raise RunError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
         if row is not None:
