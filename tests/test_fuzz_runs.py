@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import shutil
 
 import pytest
@@ -74,3 +75,17 @@ def test_a_huge_number_in_metrics_is_left_out_of_its_chart(tmp_path):
     code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
     assert code == 0, said
     assert "<svg" in (tmp_path / "v.html").read_text()
+
+
+@pytest.mark.parametrize("row", ["[1, 2]", '"x"', "3"])
+@pytest.mark.parametrize("name", ["metrics.jsonl", "eval.jsonl"])
+def test_a_run_file_row_that_is_no_object_is_one_bad_line(tmp_path, name, row):
+    """Fuzz case 140 (seed 48): a metrics.jsonl row that is a list ended `view` with exit 3
+    (`'list' object has no attribute 'items'`); every run file's reader now names the file and line."""
+    shutil.copytree(RUN, tmp_path / "run")
+    path = tmp_path / "run" / name
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([row, *lines[1:]]) + "\n")
+    code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
+    kind = type(json.loads(row)).__name__
+    assert code not in (0, 3) and f"{name}:1: a row is a JSON object, not {kind}" in said, said

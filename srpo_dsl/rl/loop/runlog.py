@@ -163,6 +163,8 @@ def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any
             row = loads(line) if line.strip() else None
         except json.JSONDecodeError as exc:
             raise RunError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
+        if row is not None and not isinstance(row, dict):
+            raise RunError(f"{path}:{i}: a row is a JSON object, not {type(row).__name__}")
         if row is not None:
             rows.append(row)
     if cut is not None and notes is not None:
