@@ -106,13 +106,30 @@ def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+class _Overflow(ValueError):
+    """An integer of a JSON text beyond a float's range (no metric or id srpo-dsl writes is one)."""
+
+
+def _integer(digits: str) -> int:
+    value = int(digits)
+    if abs(value) > FLOAT_MAX:
+        raise _Overflow(digits)
+    return value
+
+
+FLOAT_MAX = 1.7976931348623157e308  # sys.float_info.max
+
+
 def loads(text: str) -> Any:
-    """`json.loads`, but a text nested deeper than Python's recursion can read is a `JSONDecodeError`
-    ("nested too deeply") like any other bad JSON, not a `RecursionError` (docs/cli.md)."""
+    """`json.loads`, but a text nested deeper than Python's recursion can read, or holding an integer
+    beyond a float's range (it would overflow where a number is computed), is a `JSONDecodeError`
+    ("nested too deeply", "number too large") like any other bad JSON (docs/cli.md)."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_integer)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", text, 0) from None
+    except _Overflow:
+        raise json.JSONDecodeError("number too large", text, 0) from None
 
 
 def complete_lines(text: str) -> tuple[list[str], int | None]:

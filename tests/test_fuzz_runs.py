@@ -89,3 +89,16 @@ def test_a_run_file_row_that_is_no_object_is_one_bad_line(tmp_path, name, row):
     code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
     kind = type(json.loads(row)).__name__
     assert code not in (0, 3) and f"{name}:1: a row is a JSON object, not {kind}" in said, said
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "eval.jsonl", "traces.jsonl"])
+def test_an_integer_beyond_a_float_is_one_bad_line(tmp_path, name):
+    """Fuzz cases 209, 283, 425 (seed 48): a 400-digit integer in a run file overflowed where it became a
+    float (the sweep's readers, `view`'s charts: exit 3); every reader now refuses it as bad JSON."""
+    shutil.copytree(RUN, tmp_path / "run")
+    path = tmp_path / "run" / name
+    first, *rest = path.read_text().splitlines()
+    huge = first[:-1] + ', "huge": ' + "1" * 400 + "}"  # the first row with one more key, 400 digits long
+    path.write_text("\n".join([huge, *rest]) + "\n")
+    code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
+    assert code not in (0, 3) and f"{name}:1: invalid JSON: number too large" in said, said

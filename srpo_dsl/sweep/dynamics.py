@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from srpo_dsl.rl.loop.runlog import METRICS, read_jsonl
+from srpo_dsl.rl.loop.runlog import METRICS, column, number_or_nan, read_jsonl
 from srpo_dsl.sweep.state import SweepState, run_dir
 from srpo_dsl.sweep.stats import Spread, spread
 
@@ -54,11 +54,11 @@ def read_dynamics(folder: Path, seed: int) -> RunDynamics:
     keys = {k for r in rows for k in r if k.startswith(head) and k.endswith(tail)}
     types = sorted(k[len(head) : -len(tail)] for k in keys)
     recorded = [name for name in SERIES if name != "grad_norm_cv"]
-    series = {name: np.array([float(r.get(name, math.nan)) for r in rows]) for name in recorded}
+    series = {name: np.array([number_or_nan(r.get(name)) for r in rows]) for name in recorded}
     series["grad_norm_cv"] = rolling_cv(series["grad_norm"])
     for t in types:
-        series[CLIP + t] = np.array([float(r.get(head + t + tail, math.nan)) for r in rows])
-    return RunDynamics(seed, [int(r["step"]) for r in rows], series)
+        series[CLIP + t] = np.array([number_or_nan(r.get(head + t + tail)) for r in rows])
+    return RunDynamics(seed, [int(s) for s in column(rows, "step", folder / METRICS)], series)
 
 
 def collect_dynamics(folder: Path, state: SweepState) -> dict[str, list[RunDynamics]]:

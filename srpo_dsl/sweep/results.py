@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from srpo_dsl.rl.loop.ranges import PERCENT, difference_range, range_of
-from srpo_dsl.rl.loop.runlog import EVAL, EVAL_PROMPTS, read_jsonl
+from srpo_dsl.rl.loop.runlog import EVAL, EVAL_PROMPTS, RunError, column, number_or_nan, read_jsonl
 from srpo_dsl.runtime.metrics import prompt_at_k
 from srpo_dsl.sweep.state import SweepState, run_dir
 from srpo_dsl.sweep.stats import (
@@ -69,21 +69,24 @@ def read_run(folder: Path, seed: int, wall_s: float) -> RunResult:
     prompts = read_jsonl(folder / EVAL_PROMPTS)
     if not rows or not prompts:
         raise ValueError(f"{folder}: no held-out evaluation recorded (eval.jsonl, eval_prompts.jsonl)")
-    avg = [PERCENT * r["avg_at_k"] for r in rows]
-    passed = [PERCENT * r["pass_at_k"] for r in rows]
+    avg = [PERCENT * v for v in column(rows, "avg_at_k", folder / EVAL)]
+    passed = [PERCENT * v for v in column(rows, "pass_at_k", folder / EVAL)]
     last = rows[-1]
+    datasets = prompts[-1].get("datasets")
+    if not isinstance(datasets, dict):
+        raise RunError(f"{folder / EVAL_PROMPTS}: row {len(prompts)}: `datasets` is not an object")
     values = {
         "final_avg": avg[-1],
         "final_pass": passed[-1],
         "best_avg": max(avg),
         "best_pass": max(passed),
-        "tokens_per_episode": last.get("tokens_per_episode", math.nan),
-        "calls_per_episode": last.get("calls_per_episode", math.nan),
+        "tokens_per_episode": number_or_nan(last.get("tokens_per_episode")),
+        "calls_per_episode": number_or_nan(last.get("calls_per_episode")),
         "wall_s": wall_s,
     }
-    return RunResult(
-        seed, int(last["k"]), [r["step"] for r in rows], avg, passed, values, prompts[-1]["datasets"]
-    )
+    k = int(column([last], "k", folder / EVAL)[0])
+    steps = [int(s) for s in column(rows, "step", folder / EVAL)]
+    return RunResult(seed, k, steps, avg, passed, values, datasets)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ LARGEST = 1e300  # beyond it a range between two points is no float: such a poin
 
 def plottable(s: Series) -> Series:
     """`s` without its points that are not finite numbers within `LARGEST` (a corrupted run's 1e400)."""
-    ok = lambda v: math.isfinite(v) and abs(v) <= LARGEST  # noqa: E731
+    ok = lambda v: abs(v) <= LARGEST  # noqa: E731 (False for NaN and infinity; exact for a 400-digit int)
     points = [(x, y) for x, y in zip(s.steps, s.values, strict=True) if ok(x) and ok(y)]
     return Series(s.name, [x for x, _ in points], [y for _, y in points])
 

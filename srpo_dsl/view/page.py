@@ -9,7 +9,15 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from srpo_dsl.rl.loop.runlog import EVAL, ROLE_PANELS, RunError, current_keys, eval_curve, role_series
+from srpo_dsl.rl.loop.runlog import (
+    EVAL,
+    ROLE_PANELS,
+    RunError,
+    current_keys,
+    eval_curve,
+    number_or_nan,
+    role_series,
+)
 from srpo_dsl.view.charts import Series, line_chart
 from srpo_dsl.view.episodes import episode_json
 from srpo_dsl.view.graph_svg import graph_svg
@@ -79,7 +87,10 @@ def curves(source: Source) -> list[str]:
     try:
         if rows:
             steps = [int(r["step"]) for r in rows]
-            lines = [Series(name, steps, [float(r[key]) for r in rows]) for key, name in RETURN_LINES.items()]
+            lines = [
+                Series(name, steps, [number_or_nan(r[key]) for r in rows])
+                for key, name in RETURN_LINES.items()
+            ]
             charts.append(line_chart(RETURN_TITLE, [s for s in lines if len(s.values) == len(steps)]))
         if evals:
             curve = eval_curve(evals, source.traces.parent / EVAL)

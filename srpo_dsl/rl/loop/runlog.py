@@ -6,6 +6,7 @@ complete line."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -170,6 +171,27 @@ def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any
     if cut is not None and notes is not None:
         notes.append(f"{path.name}: line {cut} is unfinished (the run was stopped mid-step); left out")
     return rows
+
+
+def column(rows: list[dict[str, Any]], key: str, path: Path) -> list[float]:
+    """Each row's number `key` (`read_jsonl`'s rows of `path`); RunError naming the row that has none."""
+    out = []
+    for i, row in enumerate(rows, 1):
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RunError(f"{path}: row {i}: `{key}` is not a number")
+        out.append(value)
+    return out
+
+
+def number_or_nan(value: object) -> float:
+    """A recorded metric as a float; NaN for one that is missing, not a number or beyond a float's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:  # an integer of more than 308 digits
+        return math.nan
 
 
 def read_config(run: Path) -> dict[str, Any] | None:
