@@ -27,6 +27,8 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "console",
         "progress",
         "limits",
+        "argranges",
+        "arguments",
     ),  # files and their owner, launched processes, plugin registries, seeds, stderr, size limits
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from srpo_dsl.runtime.episode import Episode
     from srpo_dsl.runtime.setup import CompiledWorkflow
 
-Models = str | Mapping[str, str] | None  # one model for every policy, or policy -> model
+Models = str | Path | Mapping[str, str] | None  # one model for every policy, or policy -> model
 
 
 @dataclass(frozen=True)
