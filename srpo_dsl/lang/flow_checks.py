@@ -209,15 +209,17 @@ class FlowChecks(n.StepVisitor[None]):
                 did_you_mean(c.word.name, words),
             )
         elif c.agent.name not in self.acted:
-            self.ctx.error(
-                "E062",
-                f"unreachable: `{c.agent.name}` has not "
-                f"{'acted' if acts else 'given a verdict'} before this condition",
-                c.span,
-                f"put {'a step of' if acts else '`verify'} {c.agent.name}{'' if acts else '`'} before it",
-            )
+            self.unreachable(c, acts)
 
-    # ---- steps that act --------------------------------------------------------------------------------
+    def unreachable(self, c: n.Cond, acts: bool) -> None:
+        """E062: the condition's agent has not acted (given a verdict) on any path before it."""
+        self.ctx.error(
+            "E062",
+            f"unreachable: `{c.agent.name}` has not "
+            f"{'acted' if acts else 'given a verdict'} before this condition",
+            c.span,
+            f"put {'a step of' if acts else '`verify'} {c.agent.name}{'' if acts else '`'} before it",
+        )
 
     def check_finish(self, c: n.Cond, field: n.Ident) -> None:
         """`AGENT.finish == WORD`: how the agent's last turn ended, one of `FINISH_REASONS`, once it acted."""
@@ -246,12 +248,9 @@ class FlowChecks(n.StepVisitor[None]):
                 did_you_mean(c.word.name, FINISH_REASONS),
             )
         elif c.agent.name not in self.acted:
-            self.ctx.error(
-                "E062",
-                f"unreachable: `{c.agent.name}` has not acted before this condition",
-                c.span,
-                f"put a step of {c.agent.name} before it",
-            )
+            self.unreachable(c, acts=True)
+
+    # ---- steps that act --------------------------------------------------------------------------------
 
     def visit_call(self, s: n.CallTool, in_loop: bool, routed: set[str]) -> None:
         """`call TOOL on A`: a declared tool, on an agent whose outputs are its queries, after they exist."""
