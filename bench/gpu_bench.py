@@ -9,7 +9,8 @@
 Nothing is downloaded: each model is a random initialisation of a real architecture built from its
 config (Qwen3-0.6B, 1.7B and 4B shapes, their 151,936-token vocabulary, tied embeddings; 4B trained
 through LoRA adapters, r = 16, its base frozen; `tiny` for --cpu), saved with the shipped tokenizer
-(`builtin:tiny`). A random model rarely emits end-of-sequence, so every response runs to `--tokens`.
+(`builtin:tiny`). A random model rarely emits end-of-sequence, so nearly every response runs to `--tokens`
+(each generator counts the tokens it kept, up to and including an end-of-sequence).
 
 The parts run in this order, the order of their importance (issue 46's goals first):
   rollout  the `hf` engine (`HFBackend.generate`) in its decode loops against raw `model.generate` on the

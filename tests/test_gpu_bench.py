@@ -248,8 +248,8 @@ def test_a_run_killed_mid_way_keeps_every_finished_record_and_row(tmp_path):
     for generator in ("hf_static", "generate"):
         rollout = found[("rollout", generator)]
         assert (
-            rollout["status"] == "done" and rollout["figures"]["tokens"] == 4 * 2 * 4
-        )  # random: no row ends
+            rollout["status"] == "done" and 0 < rollout["figures"]["tokens"] <= 4 * 2 * 4
+        )  # a row may end early
     steps = [r["figures"] for r in records(out) if r["kind"] == "step"]
     update = found[("update", "ZeRO-0")]
     assert update["status"] == "stopped" and update["note"] == "the bench got SIGTERM"

@@ -141,6 +141,7 @@ def baselines(model: Any, tokenizer: Any, ids: list[list[int]], spec: dict) -> d
     sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "pad_token_id": pad}
 
     def generate(**cache: Any) -> int:
+        torch.manual_seed(0)  # each call draws the same tokens, as the engines' seed=0 does
         with torch.no_grad():
             out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=tokens, **sampling,
                                  **cache)  # fmt: skip
