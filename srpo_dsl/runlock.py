@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.errors import UsageError
-from srpo_dsl.launched import launcher
+from srpo_dsl.launched import command_pid, launcher
 
 LOCK = ".lock"  # in the run folder; not one of its results (`outputs.held` leaves it out)
 
@@ -42,9 +42,8 @@ def check_free(folder: Path) -> None:
         return
     fd = os.open(path, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise UsageError(in_use(folder, fd)) from None
+        if not _flock(fd, fcntl.LOCK_SH):
+            raise UsageError(in_use(folder, fd))
     finally:
         os.close(fd)  # a shared lock taken is released with it
 
@@ -79,12 +78,10 @@ def _lock(path: Path) -> int:
     """An open descriptor of `path` holding its exclusive lock, the owner's details written in it."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _flock(fd, fcntl.LOCK_EX):
             message = in_use(path.parent, fd)
             os.close(fd)
-            raise UsageError(message) from None
+            raise UsageError(message)
         with suppress(FileNotFoundError):
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 break
@@ -94,9 +91,23 @@ def _lock(path: Path) -> int:
     return fd
 
 
+def _flock(fd: int, mode: int, grace: float = 1.0) -> bool:
+    """Whether `fd` took the lock (`mode`) within `grace` seconds: an owner killed a moment ago (with the
+    command's watcher, `cli.watch`) releases it as the kernel ends it."""
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+
 def _me() -> dict[str, Any]:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": started, "command": _command()}
+    return {"pid": command_pid(), "host": socket.gethostname(), "started": started, "command": _command()}
 
 
 def _command() -> str:

@@ -188,3 +188,11 @@ def test_the_cli_reads_the_same_bounds() -> None:
 
     assert LIMIT.min == BOUNDS["limit"].low
     assert RAY_CPUS.min == RAY_PROCESSES.min == BOUNDS["ray_cpus"].low
+
+
+@pytest.mark.parametrize(("name", "value"), [("steps", True), ("lr", False), ("group", True)])
+def test_a_bool_for_a_numeric_training_option_is_refused(tmp_path: Path, name, value) -> None:
+    """pydantic would read `steps=True` as 1 step: the option's type is named instead."""
+    wf = srpo_dsl.load(ROOT / "workflows/quickstart.srpo")
+    with pytest.raises(UsageError, match=rf"^training option `{name}` takes (int|float), not {value}$"):
+        wf.plan(tmp_path / "out", **{name: value})

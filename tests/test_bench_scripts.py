@@ -34,6 +34,7 @@ NEEDS = {"train_bench": "trl"}  # bench -> the module of the `bench` extra it ne
 FIGURES = {  # bench -> a line of figures its smoke run prints (a regular expression)
     "decode_bench": r"^\| static \| \d+\.\d+ \| [\d,.]+ \| \d+\.\d+ \| 0 \| 0\.0 \|$",
     "compile_bench": r"^\| 10 \| 100 \| [\d,]+ \| [\d,]+ \| \d+\.\d{3} \| \d+\.\d{3} \| [\d.]+ \| [\d.]+ \|$",
+    "fuzz_report": r"^\| workflows \| 10( \| 0){6} \| \d+ \|$",
     "lsp_bench": r"^didChange -> publishDiagnostics over 1 workflows: median of medians \d+\.\d ms",
     "multiturn_bench": r"^\| quickstart_tools \| 2 \| conversation, stream \| \d+ \| \d+ \| \d+ \| \d\.\d{3} \|",
     "objective_bench": r"^\| 8 \|( \d+\.\d \|)+ \d+\.\d\d \|$",

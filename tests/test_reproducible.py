@@ -157,7 +157,9 @@ def rank_zero(launcher: subprocess.Popen) -> int:
     """The trainer's process of a run that launched itself with a rollout worker."""
     import psutil
 
-    return next(p.pid for p in psutil.Process(launcher.pid).children() if p.environ().get("RANK") == "0")
+    return next(
+        p.pid for p in psutil.Process(launcher.pid).children(recursive=True) if p.environ().get("RANK") == "0"
+    )
 
 
 @pytest.mark.slow

@@ -128,10 +128,11 @@ def test_with_no_worker_left_the_trainer_stops_with_one_line() -> None:
 
 
 def trainer_and_workers(launcher: subprocess.Popen) -> dict[int, psutil.Process]:
-    """The launched processes of a self-launched run, by rank."""
+    """The launched processes of a self-launched run, by rank (under the command's watched child)."""
     found = {}
-    for child in psutil.Process(launcher.pid).children():
-        found[int(child.environ()["RANK"])] = child
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        if "RANK" in (environ := child.environ()):
+            found[int(environ["RANK"])] = child
     return found
 
 

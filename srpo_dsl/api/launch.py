@@ -27,10 +27,17 @@ if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import TrainPlan
 
 from srpo_dsl.api.relay import Outputs
-from srpo_dsl.launched import JOINED, LAUNCHER, ended_before_joining
+from srpo_dsl.launched import (
+    ENDED,
+    FORWARDED,
+    JOINED,
+    LAUNCHER,
+    ended_before_joining,
+    ended_unsaid,
+    joined_count,
+)
 from srpo_dsl.runlock import owning
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what the launcher passes on to every process
 POLL = 0.1  # seconds between looks at the processes
 
 
@@ -42,14 +49,31 @@ def launch(plan: TrainPlan, argv: Sequence[str], outputs: Outputs = Outputs()) -
 
         return run_on_ray(plan, argv, outputs)  # rank 0 owns the run folder, on its node
     with owning(plan.out), tempfile.TemporaryDirectory(prefix="srpo-dsl-launch-") as joined:
-        return relaunch(plan.processes, argv, Path(joined), outputs)
+        code = relaunch(plan.processes, argv, Path(joined), outputs)
+        if code < 0 or Path(joined, ENDED).exists():  # a signal's end, or one through Python
+            return code if code >= 0 else 128 - code
+    line = ended_unsaid(f"the run stopped at {stopped_at(plan.out, plan.opts.steps)}", code)
+    print(line, file=outputs.stderr or sys.stderr, flush=True)
+    return 1
+
+
+def stopped_at(out: Path, steps: int) -> str:
+    """`step S of STEPS`: the last step the run in `out` recorded (0: none)."""
+    from srpo_dsl.rl.loop.runlog import METRICS, read_jsonl
+
+    try:
+        done = [int(row["step"]) for row in read_jsonl(out / METRICS)]
+    except (OSError, ValueError, KeyError, TypeError):
+        done = []
+    return f"step {max(done, default=0)} of {steps}"
 
 
 def relaunch(processes: int, argv: Sequence[str], joined: Path, outputs: Outputs = Outputs()) -> int:
     """Run `srpo-dsl ARGV` as `processes` processes on this machine: rank 0 trains, the others are rollout
-    workers, each marking in `joined` when it joined the launch. Rank 0's exit code: a worker that stops
-    does not stop the run (the trainer hands its steps to the others, or stops with one line when none is
-    left); once the trainer is done, so are they. A process that ends before all joined ends the launch."""
+    workers, each marking in `joined` when it joined the launch. Rank 0's exit code (negative: the signal
+    that ended it): a worker that stops does not stop the run (the trainer hands its steps to the others,
+    or stops with one line when none is left); once the trainer is done, so are they. A process that ends
+    before all joined ends the launch."""
     from srpo_dsl.rl.distributed.process_group import free_port
 
     cores = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
@@ -84,7 +108,7 @@ def relaunch(processes: int, argv: Sequence[str], joined: Path, outputs: Outputs
     finally:
         for sig, handler in forward.items():
             signal.signal(sig, handler)
-    return code if code >= 0 else 128 - code
+    return code
 
 
 def launch_code(ranks: Sequence[subprocess.Popen], joined: Path, stderr: IO[str] | None) -> int:
@@ -92,7 +116,7 @@ def launch_code(ranks: Sequence[subprocess.Popen], joined: Path, stderr: IO[str]
     to end (one line when a signal ended it: nothing else says why)."""
     while (code := ranks[0].poll()) is None:
         ended = [(r, p.returncode) for r, p in enumerate(ranks) if p.poll() is not None]
-        if ended and len(os.listdir(joined)) < len(ranks):
+        if ended and joined_count(joined) < len(ranks):
             rank, code = ended[0]
             if code < 0:
                 line = ended_before_joining(rank, 1, signal.Signals(-code).name)

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from srpo_dsl.launched import JOINED
+from srpo_dsl.launched import JOINED, joined_count
 
 CHUNK = 1 << 16  # bytes read from the child at a time
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -81,7 +81,7 @@ class RankProcess:
 
     def joined(self) -> bool:
         """The process joined the launch (and so every process did: they connect as one)."""
-        return os.path.isdir(self.marks) and bool(os.listdir(self.marks))
+        return os.path.isdir(self.marks) and joined_count(self.marks) > 0
 
     def signal(self, number: int) -> None:
         """Pass a signal on to the process (the driver's Ctrl-C)."""

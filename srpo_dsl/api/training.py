@@ -93,7 +93,8 @@ def ray_setup(
 
 
 def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """`train with` options by name, each one of `TrainOptions` (the trainer checks the values)."""
+    """`train with` options by name, each one of `TrainOptions` (the trainer checks the values; a bool is
+    refused here for an option that is not one, which pydantic would read as 0 or 1)."""
     from srpo_dsl.lang.messages import did_you_mean
     from srpo_dsl.lang.schema import TrainOptions
 
@@ -101,6 +102,11 @@ def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
         if name not in TrainOptions.model_fields:
             hint = did_you_mean(name, TrainOptions.model_fields)
             raise UsageError(f"no training option `{name}`" + (f" ({hint})" if hint else ""))
+        takes = TrainOptions.model_fields[name].annotation
+        if isinstance(options[name], bool) and "bool" not in str(takes):  # (pydantic reads True as 1)
+            raise UsageError(
+                f"training option `{name}` takes {getattr(takes, '__name__', takes)}, not {options[name]}"
+            )
     return {k: getattr(v, "value", v) for k, v in options.items()}
 
 

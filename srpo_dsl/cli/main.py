@@ -17,6 +17,7 @@ from srpo_dsl.cli.stdout import EXIT_PIPE_CLOSED, end_quietly, flushed, stdout_c
 from srpo_dsl.cli.sweep_cmds import sweep_cmd
 from srpo_dsl.cli.train_cmds import export_cmd, plot_cmd, train_cmd
 from srpo_dsl.cli.view_cmds import view
+from srpo_dsl.cli.watch import ended, watched
 from srpo_dsl.errors import SrpoDslError
 from srpo_dsl.version import __version__
 
@@ -88,13 +89,17 @@ def interrupted_exit() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line and a non-zero exit for every failure, never a traceback; a stdout
-    closed by its reader (`srpo-dsl ... | head`) ends it quietly, exit 141 (`cli.stdout`)."""
+    closed by its reader (`srpo-dsl ... | head`) ends it quietly, exit 141 (`cli.stdout`). From the command
+    line, a command that runs user code is carried out by a watched child process (`cli.watch`)."""
+    if argv is None and (code := watched(sys.argv[1:])) is not None:
+        sys.exit(code)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, note_interrupt)
     try:
         code = outcome(argv)
     finally:  # also when srpo-dsl's own SystemExit (a signal's exit code) passes through
         complete = flushed()
+        ended()  # not reached after an os._exit: its watcher or launcher tells
     sys.exit(code or (0 if complete else EXIT_PIPE_CLOSED))  # a failure keeps its own code
 
 

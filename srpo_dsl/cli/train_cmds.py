@@ -25,6 +25,7 @@ from srpo_dsl.argranges import BOUNDS
 from srpo_dsl.choices import LAUNCHERS, OFFLOAD
 from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, CliError, Decode, Device, choices, interrupted
 from srpo_dsl.cli.run_cmds import load_checked, models_of
+from srpo_dsl.cli.watch import training
 from srpo_dsl.console import note
 from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
@@ -41,18 +42,18 @@ Launcher = choices("Launcher", LAUNCHERS)
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
 OUT = typer.Option(Path("runs/train"), "--out", help="Run folder (metrics, eval, tb, checkpoints).")
-STEPS = typer.Option(None, "--steps", min=1, help="Training steps (rollout batches).")
+STEPS = typer.Option(None, "--steps", help="Training steps (rollout batches).")
 OBJECTIVE = typer.Option(
     None,
     "--objective",
     help='The policy loss (SRPO or a baseline); a Python one: --option objective="f.py:fn".',
 )
 SET_NORM = typer.Option(None, "--set-norm", help="SRPO's set reduction c(K): K^-1/2, 1/K or 1.")
-LR = typer.Option(None, "--lr", min=0.0, help="Learning rate.")
-GROUP = typer.Option(None, "--group", "-G", min=1, help="Rollouts per prompt (G).")
-BATCH = typer.Option(None, "--batch", min=1, help="Prompts per step.")
-ZERO = typer.Option(None, "--zero", min=0, max=3, help="DeepSpeed ZeRO stage (0-3).")
-MICRO = typer.Option(None, "--micro-batches", min=1, help="Event-atomic micro-batches per optimizer step.")
+LR = typer.Option(None, "--lr", help="Learning rate.")
+GROUP = typer.Option(None, "--group", "-G", help="Rollouts per prompt (G).")
+BATCH = typer.Option(None, "--batch", help="Prompts per step.")
+ZERO = typer.Option(None, "--zero", help="DeepSpeed ZeRO stage (0-3).")
+MICRO = typer.Option(None, "--micro-batches", help="Event-atomic micro-batches per optimizer step.")
 DS_CONFIG = typer.Option(None, "--ds-config", help="JSON merged over the DeepSpeed config.")
 OFFLOAD_OPT = typer.Option(Offload.none, "--offload", help="ZeRO offload to CPU.")
 MODEL = typer.Option(
@@ -175,6 +176,7 @@ def carry_out(plan: TrainPlan, dry_run: bool, verbose: bool) -> None:
     try:
         if plan.processes:  # rollout workers and no launcher, or Ray: the command launches the processes
             raise typer.Exit(launch(plan, plan.argv(verbose)))  # (rank 0 reports a Ctrl-C)
+        training(plan.out, plan.opts.steps)  # for its watcher's line, should it end without a word
         run = train_plan(plan, verbose=verbose)
     except KeyboardInterrupt:
         raise interrupted(where_to_resume(plan.out, plan.resume)) from None
