@@ -121,3 +121,42 @@ def test_the_bench_times_edits_in_neovim(nvim) -> None:
     assert {k: len(v) for k, v in runs.items()} == {"pause": 3, "typing": 3}
     assert all(t > 0 for v in runs.values() for t in v)
     assert statistics.median(runs["pause"]) < 1.0  # sent at once, not after a debounce or a poll
+
+
+# A word of workflows/quickstart.srpo (the line it starts, the word), the syntax group Neovim 0.7 gives it
+# with editors/neovim/syntax/srpo.vim, and the standard group that one is shown as (--clean's colours).
+HIGHLIGHTED = (
+    (("# The toy", "#"), "srpoComment", "Comment"),
+    (("workflow quickstart", "workflow"), "srpoKeyword", "Statement"),
+    (("workflow quickstart", "quickstart"), "srpoDeclared", "Type"),
+    (("policy lm", '"tiny"'), "srpoString", "Constant"),
+    (("policy lm", "1.0"), "srpoNumber", "Constant"),
+    (("task arith", "task"), "srpoTask", "Identifier"),
+    (("task arith", "2000"), "srpoNumber", "Constant"),
+    (("verify verifier", "verify"), "srpoStep", "Statement"),
+    (("reward exact_match", "-0.1"), "srpoNumber", "Constant"),
+    (("reward exact_match", "invalid"), "srpoKeyword", "Statement"),
+    (("parallel solver", "# one"), "srpoComment", "Comment"),
+)
+
+
+@pytest.fixture(scope="module")
+def highlighted(nvim) -> dict:
+    lines = QUICKSTART.read_text(encoding="utf-8").splitlines()
+    positions = []
+    for (start, word), _, _ in HIGHLIGHTED:
+        line = next(i for i, x in enumerate(lines) if x.startswith(start))
+        positions.append([line + 1, lines[line].index(word) + 1])
+    report = bench.run_nvim({"scenario": "highlight", "file": str(QUICKSTART), "positions": positions}, nvim)
+    assert report.get("failure") is None, (report["failure"], report["notified"])
+    return report
+
+
+def test_a_workflow_is_highlighted_by_the_shipped_syntax_file(highlighted) -> None:
+    assert (highlighted["filetype"], highlighted["syntax"]) == ("srpo", "srpo")
+    want = [[name, shown] for _, name, shown in HIGHLIGHTED]
+    assert highlighted["groups"] == want
+
+
+def test_the_attached_buffer_completes_with_the_server_on_c_x_c_o(highlighted) -> None:
+    assert highlighted["omnifunc"] == "v:lua.vim.lsp.omnifunc"  # 0.7 sets none: <C-x><C-o> gave E764

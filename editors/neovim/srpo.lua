@@ -11,7 +11,8 @@
 --                 { "srpo-dsl", "lsp" })
 --   root_markers  names (files or folders) whose presence marks a project's root (default { ".git" });
 --                 a file with none above it has its own folder as its root
---   on_attach     function(client, bufnr), called for each buffer the server attaches to
+--   on_attach     function(client, bufnr), called for each buffer the server attaches to (after
+--                 the buffer's omnifunc is set to vim.lsp.omnifunc: <C-x><C-o> completes)
 --   flags         the client's flags, e.g. { debounce_text_changes = 150 } (Neovim's default)
 --
 -- Neovim 0.8 added vim.lsp.start and made vim.filetype.add the filetype detection; 0.7 has neither
@@ -84,6 +85,15 @@ local function start_07(bufnr, config)
   end
 end
 
+-- Each buffer the server attaches to completes with it on <C-x><C-o> (0.7 sets no omnifunc itself),
+-- then the user's on_attach runs.
+local function on_attach(client, bufnr)
+  vim.bo[bufnr].omnifunc = "v:lua.vim.lsp.omnifunc"
+  if M.config.on_attach then
+    M.config.on_attach(client, bufnr)
+  end
+end
+
 -- Start the server for buffer `bufnr`, or attach it to the client already running for its root.
 function M.attach(bufnr)
   local cmd = M.config.cmd
@@ -99,7 +109,7 @@ function M.attach(bufnr)
     name = NAME,
     cmd = cmd,
     root_dir = M.root(vim.api.nvim_buf_get_name(bufnr)),
-    on_attach = M.config.on_attach,
+    on_attach = on_attach,
     flags = M.config.flags,
   }
   if HAS_08 then
@@ -122,8 +132,21 @@ local function register_filetype()
   end
 end
 
+-- This file's folder, when it holds syntax/srpo.vim (loaded from the checkout): put it on the
+-- runtimepath, so that the `srpo` filetype gets its syntax highlighting.
+local function add_runtime()
+  local here = debug.getinfo(1, "S").source:match("^@(.*)[/\\][^/\\]*$")
+  if here and uv.fs_stat(here .. "/syntax/srpo.vim") then
+    local paths = vim.opt.runtimepath:get()
+    if not vim.tbl_contains(paths, here) then
+      vim.opt.runtimepath:append(here)
+    end
+  end
+end
+
 function M.setup(opts)
   M.config = vim.tbl_extend("force", M.config, { cmd = vim.g.srpo_dsl_cmd }, opts or {})
+  add_runtime()
   vim.api.nvim_create_augroup("srpo-dsl", { clear = true })
   register_filetype()
   vim.api.nvim_create_autocmd("FileType", {

@@ -47,6 +47,26 @@ def keywords() -> Keywords:
     return Keywords(tuple(sorted(words)), tuple(steps))
 
 
+@dataclass(frozen=True)
+class WordGroups:
+    """The keywords split as every editor grammar scopes them (TextMate, Vim, tree-sitter)."""
+
+    constants: tuple[str, ...]  # `true`, `false`, `frozen`
+    steps: tuple[str, ...]  # the step table's keywords
+    plain: tuple[str, ...]  # every other keyword but `task`
+    declaring: tuple[str, ...]  # the keywords a declared NAME follows
+    task: str  # the task's name
+
+
+def word_groups() -> WordGroups:
+    """The language's keywords as registered now, by the group editors highlight them as."""
+    kw = keywords()
+    constants = tuple(w for w in CONSTANTS if w in kw.keywords)
+    plain = tuple(w for w in kw.keywords if w not in kw.steps and w not in constants and w != "task")
+    declaring = tuple(w for w in DECLARING if w in kw.keywords)
+    return WordGroups(constants, kw.steps, plain, declaring, "task")
+
+
 def _words(words: list[str] | tuple[str, ...]) -> str:
     # Longest first, so that an alternation never stops at a prefix; \b on both sides.
     return r"\b(?:" + "|".join(sorted(words, key=lambda w: (-len(w), w))) + r")\b"
@@ -54,10 +74,8 @@ def _words(words: list[str] | tuple[str, ...]) -> str:
 
 def tm_language() -> dict[str, Any]:
     """The TextMate grammar, as the JSON object VS Code reads."""
-    kw = keywords()
-    constants = [w for w in CONSTANTS if w in kw.keywords]
-    plain = [w for w in kw.keywords if w not in kw.steps and w not in constants and w != "task"]
-    declaring = [w for w in DECLARING if w in kw.keywords]
+    groups = word_groups()
+    constants, plain, declaring = groups.constants, groups.plain, groups.declaring
     return {
         "$schema": "https://raw.githubusercontent.com/martinring/tmlanguage/master/tmlanguage.json",
         "name": "srpo",
@@ -94,7 +112,7 @@ def tm_language() -> dict[str, Any]:
                 },
             },
             "constant": {"name": "constant.language.srpo", "match": _words(constants)},
-            "step": {"name": "keyword.control.step.srpo", "match": _words(kw.steps)},
+            "step": {"name": "keyword.control.step.srpo", "match": _words(groups.steps)},
             "keyword": {"name": "keyword.other.srpo", "match": _words(plain)},
             "task": {"name": "variable.language.task.srpo", "match": r"\btask\b"},
             "number": {

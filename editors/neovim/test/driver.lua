@@ -11,6 +11,8 @@
 --             ({line, character}, 0-based) by request and by vim.lsp.buf.hover()'s window, open
 --             `messy` (the same client attaches) and format it
 --   missing   open `file` with a server command that is not an executable
+--   highlight open `file` and wait for the server: its syntax, its omnifunc, and at each of
+--             `positions` ({line, col}, 1-based) the syntax group and the standard one it links to
 --   latency   per file of `paths`: `edits` edits after a pause of `pause_ms` each, then `edits`
 --             edits back to back; each one's milliseconds from nvim_buf_set_lines to the
 --             diagnostics published for that version having been handed to vim.diagnostic
@@ -120,6 +122,19 @@ function scenarios.missing()
   vim.wait(500)
   report.filetype = vim.bo[bufnr].filetype
   report.clients = #srpo.clients(bufnr)
+end
+
+function scenarios.highlight()
+  local bufnr = open(job.file)
+  attached(bufnr)
+  report.filetype, report.syntax = vim.bo[bufnr].filetype, vim.b[bufnr].current_syntax
+  report.omnifunc = vim.bo[bufnr].omnifunc
+  report.groups = {}
+  for _, at in ipairs(job.positions) do
+    local id = vim.fn.synID(at[1], at[2], 1)
+    local name, linked = vim.fn.synIDattr(id, "name"), vim.fn.synIDattr(vim.fn.synIDtrans(id), "name")
+    table.insert(report.groups, { name, linked })
+  end
 end
 
 -- Milliseconds from each of `edits` edits (after `pause_ms` each) to its diagnostics; an edit sets
