@@ -158,5 +158,10 @@ def test_a_workflow_is_highlighted_by_the_shipped_syntax_file(highlighted) -> No
     assert highlighted["groups"] == want
 
 
-def test_the_attached_buffer_completes_with_the_server_on_c_x_c_o(highlighted) -> None:
+def test_c_x_c_o_in_the_attached_buffer_completes_with_the_server(highlighted) -> None:
     assert highlighted["omnifunc"] == "v:lua.vim.lsp.omnifunc"  # 0.7 sets none: <C-x><C-o> gave E764
+    # On a new line after the file's statements: the server's keywords that start one, steps included.
+    assert {"agent", "policy", "reward", "train", "verify", "parallel", "repeat"} <= set(
+        highlighted["completed"]
+    )
+    assert "workflow" not in highlighted["completed"] and "uses" not in highlighted["completed"]

@@ -12,7 +12,8 @@
 --             `messy` (the same client attaches) and format it
 --   missing   open `file` with a server command that is not an executable
 --   highlight open `file` and wait for the server: its syntax, its omnifunc, and at each of
---             `positions` ({line, col}, 1-based) the syntax group and the standard one it links to
+--             `positions` ({line, col}, 1-based) the syntax group and the standard one it links to;
+--             then type `o<C-x><C-o>` on its last line: the words of the completion menu it opens
 --   latency   per file of `paths`: `edits` edits after a pause of `pause_ms` each, then `edits`
 --             edits back to back; each one's milliseconds from nvim_buf_set_lines to the
 --             diagnostics published for that version having been handed to vim.diagnostic
@@ -135,6 +136,17 @@ function scenarios.highlight()
     local name, linked = vim.fn.synIDattr(id, "name"), vim.fn.synIDattr(vim.fn.synIDtrans(id), "name")
     table.insert(report.groups, { name, linked })
   end
+  vim.api.nvim_create_autocmd("CompleteChanged", {
+    callback = function()
+      report.completed = vim.tbl_map(function(item)
+        return item.word
+      end, vim.fn.complete_info({ "items" }).items)
+    end,
+  })
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("Go<C-x><C-o>", true, false, true), "n", false)
+  return function() -- typed keys run once this returns to the main loop; the menu opens later
+    return report.completed ~= nil, "the completion menu"
+  end
 end
 
 -- Milliseconds from each of `edits` edits (after `pause_ms` each) to its diagnostics; an edit sets
@@ -172,12 +184,32 @@ function scenarios.latency()
   end
 end
 
-local function main()
-  local ok, err = xpcall(scenarios[job.scenario], debug.traceback)
-  report.failure = not ok and err or nil
+local function finish()
   report.debounce_ms = (srpo.config.flags or {}).debounce_text_changes or 150
   vim.fn.writefile({ vim.fn.json_encode(report) }, job.out)
   vim.cmd("qa!")
+end
+
+-- A scenario that returns a function is done when it returns true, polled from the main loop (at
+-- most 10 s); its second value names what it waits for.
+local function poll(pending, deadline)
+  local done, what = pending()
+  if done or uv.now() > deadline then
+    report.failure = not done and ("timed out waiting for " .. what) or nil
+    return finish()
+  end
+  vim.defer_fn(function()
+    poll(pending, deadline)
+  end, 20)
+end
+
+local function main()
+  local ok, pending = xpcall(scenarios[job.scenario], debug.traceback)
+  report.failure = not ok and pending or nil
+  if ok and type(pending) == "function" then
+    return poll(pending, uv.now() + 10000)
+  end
+  finish()
 end
 
 vim.api.nvim_create_autocmd("VimEnter", {
