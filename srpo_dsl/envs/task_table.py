@@ -5,16 +5,17 @@ checks its size, parses it and normalizes it (the `normalize` it was given) then
 row is a ValueError naming `FILE:LINE`, raised when that row is first asked for. Rows are not kept:
 memory is the index and the rows the caller holds.
 
-Ids must be unique (they group the rollouts of one prompt): a row whose id another row already
-claimed gets `@<row>` appended, as the eager reader does. Here the claim goes to the row asked for
-first, and stays with it (the claims are kept: one entry per distinct row asked for); for a file
-without repeated ids nothing differs.
+Ids group the rollouts of one prompt, so the rows used together must not share one. The eager reader
+appends `@<row>` to a repeated id across the whole file; here that is done within the rows asked for
+together (`pick`: a step's prompts; a slice; the whole file when iterated): the lowest row keeps the id.
+For a file without repeated ids, or rows read in file order, the ids are the eager reader's; for
+another, a row's id depends only on the rows it is drawn with (the same in a resumed run).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import overload
 
@@ -30,7 +31,6 @@ class JsonlTasks(Sequence[dict]):
 
     def __init__(self, index: LineIndex, normalize: Normalize, size_check: SizeCheck) -> None:
         self.index, self.normalize, self.size_check = index, normalize, size_check
-        self.claims: dict[str, int] = {}
 
     @property
     def path(self) -> Path:
@@ -47,13 +47,15 @@ class JsonlTasks(Sequence[dict]):
 
     def __getitem__(self, i: int | slice) -> dict | list[dict]:
         if isinstance(i, slice):
-            return [self.row(j) for j in range(*i.indices(len(self)))]
+            return pick(self, range(*i.indices(len(self))))
         if not -len(self) <= i < len(self):
             raise IndexError(f"task row {i} out of range ({len(self)} rows)")
         return self.row(i % len(self))
 
     def __iter__(self) -> Iterator[dict]:
-        return (self.row(j) for j in range(len(self)))
+        seen: set[str] = set()
+        for j in range(len(self)):
+            yield _unique(self.row(j), j, seen)
 
     def row(self, i: int) -> dict:
         """Row `i` (0-based, non-negative), parsed and normalized now."""
@@ -68,8 +70,23 @@ class JsonlTasks(Sequence[dict]):
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
-        task = self.normalize(record, i, where)
-        owner = self.claims.setdefault(task["id"], i)
-        if owner != i:
-            task["id"] = f"{task['id']}@{i}"
-        return task
+        return self.normalize(record, i, where)
+
+
+def pick(tasks: Sequence[dict], rows: Iterable[int]) -> list[dict]:
+    """`[tasks[i] for i in rows]`, a repeated id among them made unique: the lowest row keeps it, the
+    others get `@<row>` (a list from the eager reader has none)."""
+    rows = list(rows)
+    got = {i: tasks[i] for i in rows}
+    seen: set[str] = set()
+    for i in sorted(got):
+        got[i] = _unique(got[i], i, seen)
+    return [got[i] for i in rows]
+
+
+def _unique(task: dict, row: int, seen: set[str]) -> dict:
+    """`task`, with `@<row>` on its id when `seen` holds it; its id is added to `seen`."""
+    if task["id"] in seen:
+        task = {**task, "id": f"{task['id']}@{row}"}
+    seen.add(task["id"])
+    return task
