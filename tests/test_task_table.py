@@ -4,11 +4,13 @@ draws and ids as the eager reader, and a bad row's error naming FILE:LINE when i
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 
 import pytest
 
+from srpo_dsl.envs import lines
 from srpo_dsl.envs.data import load_tasks, open_tasks
 from srpo_dsl.envs.task_table import JsonlTasks, pick
 from srpo_dsl.rl.distributed.data_order import step_prompts
@@ -142,3 +144,22 @@ def test_a_bad_row_drawn_mid_run_stops_it_in_one_line(tmp_path: Path, tiny_rando
         f"{tmp_path / 'd.jsonl'}:4: invalid JSON (Expecting property name enclosed in double quotes)"
     )
     assert "Traceback" not in result.stderr and (out / "checkpoints" / "step-1").is_dir()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 4096])
+def test_the_line_index_finds_the_lines_python_finds_across_chunks(tmp_path, monkeypatch, chunk) -> None:
+    """Lines split across scan chunks, blank and whitespace lines, a missing final newline: the index
+    holds the non-blank lines' offsets and line numbers, as splitting the bytes in Python gives them."""
+    monkeypatch.setattr(lines, "CHUNK", chunk)
+    rng, path = random.Random(chunk), tmp_path / "f.jsonl"
+    pieces = ['{"a": 1}', "", "  ", "\r", "x", "{", "\t{}", '{"b": "\u00e9"}', "\u00a0"]
+    for _ in range(200):
+        text = "\n".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        path.write_bytes((text + rng.choice(["", "\n"])).encode())
+        data, expected, at = path.read_bytes(), [], 0
+        for number, line in enumerate(data.split(b"\n"), 1):
+            if line.decode().strip():
+                expected.append((at, number))
+            at += len(line) + 1
+        index = lines.LineIndex.scan(path)
+        assert [(int(index.starts[i]), index.line(i)) for i in range(len(index))] == expected, data

@@ -1,10 +1,10 @@
 """Where the records of a JSON-lines file start: one scan of its bytes, no parsing.
 
 `LineIndex.scan` maps the file and finds its newlines with numpy, a chunk at a time (the scan's own
-memory stays at a few times `CHUNK`), then drops blank lines (a line that is empty or whitespace once
-decoded, as `str.strip` sees it). What it keeps is 8 bytes per record (where it starts) and, only when
-the file has blank lines, 8 more (its line number). A record's bytes are read from the map when asked
-for (`LineIndex.raw`).
+memory stays at a few times `CHUNK`: each chunk's pages are released once scanned), then drops blank
+lines (a line that is empty or whitespace once decoded, as `str.strip` sees it). What it keeps is 8
+bytes per record (where it starts) and, only when the file has blank lines, 8 more (its line number).
+A record's bytes are read from the map when asked for (`LineIndex.raw`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class LineIndex:
         """The first `limit` (None: all) non-blank lines of `path`."""
         data = _mapped(path)
         view = np.frombuffer(data, dtype=np.uint8)
-        starts = _line_starts(view)
-        keep = _non_blank(data, view, starts)
+        starts, suspects = _line_starts(data, view)
+        keep = _non_blank(data, starts, suspects)
         numbers = None if keep is None else np.flatnonzero(keep).astype(np.int64) + 1
         if keep is not None:
             starts = starts[keep]
@@ -65,21 +65,36 @@ def _mapped(path: Path) -> mmap.mmap | bytes:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _line_starts(view: np.ndarray) -> np.ndarray:
-    """The offset of every line's first byte (a final newline starts no line)."""
-    found = [np.zeros(1 if len(view) else 0, dtype=np.int64)]
+def _line_starts(data: mmap.mmap | bytes, view: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The offset of every line's first byte (a final newline starts no line), and the indices of the
+    lines that do not open with `{`. A chunk's pages leave this process's memory once scanned (they stay
+    in the page cache): the scan's resident memory is about one chunk, not the file."""
+    starts, suspects, count = [], [], 0
     for at in range(0, len(view), CHUNK):
-        found.append(np.flatnonzero(view[at : at + CHUNK] == NEWLINE).astype(np.int64) + (at + 1))
-    starts = np.concatenate(found)
-    return starts[starts < len(view)]
+        chunk = view[at : at + CHUNK]
+        found = np.flatnonzero(chunk[:-1] == NEWLINE) + 1  # a newline at the chunk's end: the next chunk's
+        if at == 0 or view[at - 1] == NEWLINE:
+            found = np.concatenate([np.zeros(1, dtype=found.dtype), found])
+        starts.append(found.astype(np.int64) + at)
+        suspects.append(np.flatnonzero(chunk[found] != OPEN_BRACE).astype(np.int64) + count)
+        count += len(found)
+        _release(data, at, len(chunk))
+    if not starts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(starts), np.concatenate(suspects)
 
 
-def _non_blank(data: mmap.mmap | bytes, view: np.ndarray, starts: np.ndarray) -> np.ndarray | None:
-    """Which lines hold something (a bool mask), or None when all do. A line opening with `{` does; any
-    other is decoded and stripped here (a file of JSON objects has none)."""
-    if not len(starts):
-        return None
-    suspects = np.flatnonzero(view[starts] != OPEN_BRACE)
+def _release(data: mmap.mmap | bytes, at: int, length: int) -> None:
+    """Drop the mapped pages of `data[at : at + length]` (from the page holding `at`) from this process."""
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if isinstance(data, mmap.mmap) and advice is not None:
+        start = at - at % mmap.PAGESIZE
+        data.madvise(advice, start, at + length - start)
+
+
+def _non_blank(data: mmap.mmap | bytes, starts: np.ndarray, suspects: np.ndarray) -> np.ndarray | None:
+    """Which lines hold something (a bool mask), or None when all do. A line opening with `{` does; the
+    others (`suspects`) are decoded and stripped here (a file of JSON objects has none)."""
     if not len(suspects):
         return None
     keep = np.ones(len(starts), dtype=bool)
