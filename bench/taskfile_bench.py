@@ -7,7 +7,8 @@ in a child process, and reports:
 
 - the seconds until the run prints `step 1:` (its first optimizer step done), and in all;
 - the child's peak resident memory (`os.wait4`'s rusage: this child alone);
-- in this process: the seconds to open the file (`open_tasks`: the line index) and its bytes.
+- in this process: the seconds to open the file (`open_tasks`: the line index), and with `--check`
+  to parse and normalize every row once (a whole-file check, in bounded memory).
 
 `--code DIR` runs the child on another checkout's `srpo_dsl` (e.g. an older commit exported with
 `git archive`) for a before/after; `--timeout S` stops a child that has not finished. The folder and
@@ -72,7 +73,11 @@ def run_train(folder: Path, code: Path, timeout: float) -> dict:
     argv = [sys.executable, "-m", "srpo_dsl", "train", str(folder / "big.srpo"), "--device", "cpu"]
     began, first = time.perf_counter(), None
     child = subprocess.Popen(
-        [*argv, "--out", str(folder / "out")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        [*argv, "--out", str(folder / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=folder,
     )
     assert child.stdout is not None
     deadline, seen = began + timeout, b""
@@ -95,13 +100,20 @@ def run_train(folder: Path, code: Path, timeout: float) -> dict:
     return {"first_step_s": first, "total_s": total, "peak_rss_mb": peak, "rc": child.returncode}
 
 
-def open_figures(path: Path) -> dict:
-    """In this process: the seconds to open the file as a run does, and its rows."""
+def open_figures(path: Path, check: bool) -> dict:
+    """In this process: the seconds to open the file as a run does, its rows and (`check`) the seconds
+    to parse and normalize every row once, one at a time (what a whole-file check would cost)."""
     from srpo_dsl.envs.data import open_tasks
 
     began = time.perf_counter()
     tasks = open_tasks(path, kind="math")
-    return {"open_s": time.perf_counter() - began, "rows": len(tasks)}
+    figures = {"open_s": time.perf_counter() - began, "rows": len(tasks)}
+    if check:
+        began = time.perf_counter()
+        for _ in tasks:
+            pass
+        figures["check_s"] = time.perf_counter() - began
+    return figures
 
 
 def report(figures: dict) -> None:
@@ -121,6 +133,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="a 4 MB file")
     parser.add_argument("--code", type=Path, default=ROOT, help="the checkout whose srpo_dsl the child runs")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before the child is stopped")
+    parser.add_argument("--check", action="store_true", help="also time reading every row once")
     parser.add_argument("--json", action="store_true", help="the figures as one JSON object too")
     args = parser.parse_args()
     megabytes = 4.0 if args.smoke else args.mb
@@ -130,11 +143,13 @@ def main() -> None:
             shutil.copy(PROMPTS / name, folder / name)
         (folder / "big.srpo").write_text(WORKFLOW)
         write_tasks(folder / "tasks.jsonl", megabytes)
-        figures = {"mb": megabytes, **open_figures(folder / "tasks.jsonl")}
+        figures = {"mb": megabytes, **open_figures(folder / "tasks.jsonl", args.check)}
         figures |= run_train(folder, args.code.resolve(), args.timeout)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     report(figures)
+    if "check_s" in figures:
+        print(f"every row parsed and normalized once: {figures['check_s']:.1f} s")
     if args.json:
         print(json.dumps(figures))
 
