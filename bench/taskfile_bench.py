@@ -143,8 +143,8 @@ def main() -> None:
             shutil.copy(PROMPTS / name, folder / name)
         (folder / "big.srpo").write_text(WORKFLOW)
         write_tasks(folder / "tasks.jsonl", megabytes)
-        figures = {"mb": megabytes, **open_figures(folder / "tasks.jsonl", args.check)}
-        figures |= run_train(folder, args.code.resolve(), args.timeout)
+        figures = {"mb": megabytes, **run_train(folder, args.code.resolve(), args.timeout)}
+        figures |= open_figures(folder / "tasks.jsonl", args.check)  # after: the child forks a small process
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     report(figures)

@@ -51,10 +51,14 @@ class LineIndex:
         return i + 1 if self.lines is None else int(self.lines[i])
 
     def raw(self, i: int) -> tuple[int, bytes]:
-        """(offset, bytes) of record `i`'s line, its newline included."""
+        """(offset, bytes) of record `i`'s line, its newline included (its pages released once copied: a
+        long run that draws rows all over the file does not gather the file in its memory)."""
         start = int(self.starts[i])
         end = self.data.find(b"\n", start)
-        return start, self.data[start : len(self.data) if end < 0 else end + 1]
+        stop = len(self.data) if end < 0 else end + 1
+        line = self.data[start:stop]
+        _release(self.data, start, stop - start)
+        return start, line
 
 
 def _mapped(path: Path) -> mmap.mmap | bytes:
