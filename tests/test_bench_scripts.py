@@ -41,6 +41,7 @@ FIGURES = {  # bench -> a line of figures its smoke run prints (a regular expres
     "packing_bench": r"^\| one long member \| budget 64 \(\d+\) \| packed \| [\d,]+ \| \d+\.\d% \| \d+\.\d{3} \|$",
     "quickstart_tools": r"^\| all( \| \d+\.\d -> \d+\.\d){5} \|$",
     "rollout_bench": r"^\| ratio executor/raw \| \| \d+\.\d{3} \| \d+\.\d{3} \|$",
+    "taskfile_bench": r"^\| 4 MB \| 100,000 \| \d+\.\d\d \| \d+\.\d \| \d+\.\d \| \d+ \| 0 \|$",
     "sweep_bench": r"^\| async_s2 \| [\d.]+ ± 0 \| [\d.]+× \|",
     "train_bench": r"^\| TRL GRPOTrainer [\d.]+ \| 1 \| \d+\.\d\d \| \d+\.\d\d \| \d+ \| \d+ \|",
     "train_path": r"^files run before the first optimizer step +\d+$",

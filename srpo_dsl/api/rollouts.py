@@ -150,11 +150,12 @@ def model_overrides(models: Models, policies: list[str]) -> dict[str, str]:
 
 
 def tasks_of(wf: CompiledWorkflow, data: Path | None, limit: int | None, split: str) -> list[dict]:
-    """The prompts to roll out: of `data`, or of the workflow's own task."""
+    """The prompts to roll out: of `data`, or of the workflow's own task; every one is rolled out, so every
+    row is read here (a bad one: its error before anything runs)."""
     from srpo_dsl.runtime.setup import task_data
 
     try:
-        tasks = task_data(wf, split=split, data=data, limit=limit)
+        tasks = list(task_data(wf, split=split, data=data, limit=limit))
     except FileNotFoundError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     except ValueError as exc:

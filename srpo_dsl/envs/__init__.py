@@ -15,6 +15,7 @@ _EXPORTS = {
     "make_arith_tasks": "arith",
     "is_heldout": "arith",
     "load_tasks": "data",
+    "open_tasks": "data",
     "normalize_record": "data",
     "math_equiv": "math",
     "canonical_answer": "math",

@@ -32,12 +32,15 @@ file read in place of the binding's own (`--data`, `--eval-data`), `limit` the m
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from srpo_dsl.envs.arith import make_arith_tasks
+from srpo_dsl.envs.lines import LineIndex
+from srpo_dsl.envs.task_table import JsonlTasks
 from srpo_dsl.io import not_utf8
 from srpo_dsl.lang.schema import TASK_KINDS
 from srpo_dsl.limits import oversized_row
@@ -54,6 +57,22 @@ ANSWER_FIELDS = (
 )
 ID_FIELDS = ("id", "unique_id", "extra_info.index")
 DETECTED = {"question": QUESTION_FIELDS, "answer": ANSWER_FIELDS, "id": ID_FIELDS}
+Tasks = Sequence[dict]  # a list, or a .jsonl file's `JsonlTasks`
+
+_shared: dict[tuple, Tasks] | None = None  # the reads made within `shared_reads`, by file and options
+
+
+@contextmanager
+def shared_reads() -> Iterator[None]:
+    """Within it, reading a file that was already read (same file, fields, limit, kind strictness) gets
+    the first read's result: a run's training and held-out rows come from one read of a shared file."""
+    global _shared
+    outer, _shared = _shared, {} if _shared is None else _shared
+    try:
+        yield
+    finally:
+        _shared = outer
+
 
 # Prompt wrappers around the question: (how the wrapper starts, what precedes the question, its tail).
 _WRAPPERS = (
@@ -255,8 +274,10 @@ class FileTasks:
     strict: bool = True
     suffix: str | None = None
 
-    def read(self, path: Path | None, fields: dict | None = None, limit: int | None = None) -> list[dict]:
-        """Tasks from `path`. Raises FileNotFoundError or ValueError with a one-line message."""
+    def read(self, path: Path | None, fields: dict | None = None, limit: int | None = None) -> Tasks:
+        """Tasks from `path`: a .jsonl file's as a `JsonlTasks` (rows parsed when asked for), another's
+        as a list. Raises FileNotFoundError or ValueError with a one-line message. Within `shared_reads`
+        a second read of the same file gets the first one's result."""
         unknown = sorted(set(fields or {}) - set(DETECTED))
         if unknown:
             raise ValueError(f"unknown field mapping {', '.join(unknown)} (known: {', '.join(DETECTED)})")
@@ -268,6 +289,25 @@ class FileTasks:
             raise ValueError(f"{path}: a `{self.kind}` task reads a {self.suffix} file, not {got}")
         if not path.is_file():
             raise FileNotFoundError(f"cannot read {path}: no such file")
+        key = (str(path.resolve()), tuple(sorted((fields or {}).items())), limit, self.strict)
+        if _shared is not None and key in _shared:
+            return _shared[key]
+        tasks = (
+            self._lazy(path, fields, limit) if path.suffix == ".jsonl" else self._eager(path, fields, limit)
+        )
+        if not tasks:
+            raise ValueError(f"{path}: no records")
+        if _shared is not None:
+            _shared[key] = tasks
+        return tasks
+
+    def _lazy(self, path: Path, fields: dict | None, limit: int | None) -> JsonlTasks:
+        def normalize(record: object, row: int, where: str) -> dict:
+            return normalize_record(record, row, where, path.stem, fields, strict=self.strict)  # type: ignore[arg-type]
+
+        return JsonlTasks(LineIndex.scan(path, limit), normalize, check_row_size)
+
+    def _eager(self, path: Path, fields: dict | None, limit: int | None) -> list[dict]:
         tasks, seen = [], set()
         for i, (where, record) in enumerate(_records(path, limit)):
             task = normalize_record(record, i, where, path.stem, fields, strict=self.strict)
@@ -275,13 +315,9 @@ class FileTasks:
                 task["id"] = f"{task['id']}@{i}"
             seen.add(task["id"])
             tasks.append(task)
-        if not tasks:
-            raise ValueError(f"{path}: no records")
         return tasks
 
-    def __call__(
-        self, options: Mapping[str, Any], split: str, data: Path | None, limit: int | None
-    ) -> list[dict]:
+    def __call__(self, options: Mapping[str, Any], split: str, data: Path | None, limit: int | None) -> Tasks:
         """The binding's tasks of `split`: `data`, else its `eval_data` (eval, when given) or `data`."""
         own = options.get("eval_data") if split == "eval" and options.get("eval_data") else options["data"]
         fields = {k: options[k] for k in DETECTED if options.get(k)} or None
@@ -292,12 +328,10 @@ class FileTasks:
 class Arithmetic(FileTasks):
     """`arith`: additions generated from its options (held-out pairs for `eval`), or read from a file."""
 
-    def read(self, path: Path | None, fields: dict | None = None, limit: int | None = None) -> list[dict]:
+    def read(self, path: Path | None, fields: dict | None = None, limit: int | None = None) -> Tasks:
         return make_arith_tasks(limit or 1000) if path is None else super().read(path, fields, limit)
 
-    def __call__(
-        self, options: Mapping[str, Any], split: str, data: Path | None, limit: int | None
-    ) -> list[dict]:
+    def __call__(self, options: Mapping[str, Any], split: str, data: Path | None, limit: int | None) -> Tasks:
         if data is not None:
             return self.read(Path(data), None, limit)
         heldout = split == "eval"
@@ -314,13 +348,21 @@ PARQUET = FileTasks("parquet", strict=False, suffix=".parquet")
 ARITH = Arithmetic("arith")
 
 
-def load_tasks(
+def open_tasks(
     path: Path | None, *, kind: str, fields: dict | None = None, limit: int | None = None
-) -> list[dict]:
-    """Tasks of the task kind `kind` (`TASK_KINDS`) from a local file; `arith` without a file generates
-    `limit` (default 1000) additions. `fields` maps `question`, `answer`, `id` to field names. Raises
-    FileNotFoundError or ValueError with a one-line message."""
+) -> Tasks:
+    """Tasks of the task kind `kind` (`TASK_KINDS`) from a local file, as its loader reads them (a .jsonl
+    file's rows parsed when asked for); `arith` without a file generates `limit` (default 1000)
+    additions. `fields` maps `question`, `answer`, `id` to field names. Raises FileNotFoundError or
+    ValueError with a one-line message."""
     loader = TASK_KINDS.lookup(kind).maker
     if not isinstance(loader, FileTasks):
         raise ValueError(f"a `{kind}` task is not read from a file")
     return loader.read(path, fields, limit)
+
+
+def load_tasks(
+    path: Path | None, *, kind: str, fields: dict | None = None, limit: int | None = None
+) -> list[dict]:
+    """`open_tasks`' rows, every one read now: a bad row anywhere in the file is its ValueError."""
+    return list(open_tasks(path, kind=kind, fields=fields, limit=limit))

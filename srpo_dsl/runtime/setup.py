@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,9 +49,10 @@ def load_workflow(path: Path, settings: Mapping[str, Any] | None = None) -> Comp
 
 def task_data(
     wf: CompiledWorkflow, *, split: str = "train", data: Path | None = None, limit: int | None = None
-) -> list[dict]:
-    """The prompts of the workflow's task: from `data` if given, else from its own binding."""
-    from srpo_dsl.envs.data import load_tasks
+) -> Sequence[dict]:
+    """The prompts of the workflow's task: from `data` if given, else from its own binding. A .jsonl
+    file's rows are parsed when asked for (`envs.task_table`): a list of them is `list(...)`."""
+    from srpo_dsl.envs.data import open_tasks
     from srpo_dsl.lang.schema import TASK_KINDS
 
     task = wf.graph.task
@@ -59,7 +60,7 @@ def task_data(
         raise ValueError(f"{wf.path}: the workflow declares no task")
     if task.code is not None:
         if data is not None:  # a file in place of the loader's rows: read it as a generic task
-            return load_tasks(Path(data), kind=Path(data).suffix.lstrip("."), limit=limit)
+            return open_tasks(Path(data), kind=Path(data).suffix.lstrip("."), limit=limit)
         from srpo_dsl.runtime.hooks import load_rows
 
         rows = load_rows(task.code, split, task.options)

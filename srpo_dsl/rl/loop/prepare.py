@@ -46,7 +46,7 @@ class TrainingRun:
     dist: Dist
     policies: Mapping[str, TrainingPolicy]
     executor: Executor
-    tasks: list[dict]
+    tasks: Sequence[dict]  # a .jsonl file's rows parsed when drawn (`envs.task_table`)
     eval_sets: list[EvalSet]  # the held-out datasets, each cut to eval_size prompts
     config: Mapping[str, Any]
     start: int
@@ -137,12 +137,14 @@ def run_config(
     return config
 
 
-def checked_data(plan: TrainPlan) -> tuple[list[dict], list[EvalSet]]:
+def checked_data(plan: TrainPlan) -> tuple[Sequence[dict], list[EvalSet]]:
     """The training and held-out tasks (a task's own loader runs here: the user's Python)."""
+    from srpo_dsl.envs.data import shared_reads
     from srpo_dsl.runtime.setup import task_data
 
-    tasks = task_data(plan.workflow, split="train")
-    eval_sets = held_out_sets(plan.workflow, plan.setup.eval_data, plan.opts.eval_size)
+    with shared_reads():  # a task's eval split in the file of its train split: one read
+        tasks = task_data(plan.workflow, split="train")
+        eval_sets = held_out_sets(plan.workflow, plan.setup.eval_data, plan.opts.eval_size)
     if len(tasks) < plan.opts.batch:
         raise TrainError(f"batch = {plan.opts.batch} prompts per step but the task has only {len(tasks)}")
     return tasks, eval_sets

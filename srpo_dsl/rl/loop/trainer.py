@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from srpo_dsl.envs.task_table import pick
 from srpo_dsl.errors import InputError
 from srpo_dsl.progress import progress as progress_lines
 from srpo_dsl.rl.distributed.data_order import step_prompts
@@ -198,7 +199,7 @@ def rollout(run: TrainingRun, step: int) -> tuple[list[Episode], dict[str, float
     the step and each prompt's id (`Executor.run`), not from the rank or the process."""
     if run.feed is not None:
         return run.feed.batch(step)
-    prompts = [run.tasks[i] for i in step_prompts(len(run.tasks), run.opts.batch, step, run.opts.seed)]
+    prompts = pick(run.tasks, step_prompts(len(run.tasks), run.opts.batch, step, run.opts.seed))
     mine = prompts[run.dist.rank :: run.dist.world_size]
     seed = seed_of("rollout", run.opts.seed, step)
     return run.executor.run(mine, samples=run.opts.group, seed=seed), {}

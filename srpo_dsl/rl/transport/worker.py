@@ -24,6 +24,7 @@ from contextlib import suppress
 import torch
 
 from srpo_dsl.backends.base import RolloutEngine
+from srpo_dsl.envs.task_table import pick
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.distributed.data_order import step_prompts
@@ -82,7 +83,7 @@ def run_worker(wf: CompiledWorkflow, opts: TrainOptions, link: Link, rollout: Ro
         refresh.offer(weights)
         began = inbox.loaded  # the step's oldest version: versions only grow during it
         idle += time.perf_counter() - clock
-        prompts = [tasks[i] for i in step_prompts(len(tasks), opts.batch, order.step, opts.seed)]
+        prompts = pick(tasks, step_prompts(len(tasks), opts.batch, order.step, opts.seed))
         episodes = executor.run(prompts, samples=opts.group, seed=seed_of("rollout", opts.seed, order.step))
         clock = time.perf_counter()
         link.flush()  # the previous batch was taken
