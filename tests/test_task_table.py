@@ -163,3 +163,18 @@ def test_the_line_index_finds_the_lines_python_finds_across_chunks(tmp_path, mon
             at += len(line) + 1
         index = lines.LineIndex.scan(path)
         assert [(int(index.starts[i]), index.line(i)) for i in range(len(index))] == expected, data
+
+
+@pytest.mark.parametrize(
+    "row", ["[" * 100000 + "]" * 100000, '{"question": "q", "answer": 1' + "0" * 400 + "}"]
+)
+def test_a_row_too_deep_or_too_large_a_number_is_one_bad_line(tmp_path: Path, row: str) -> None:
+    """Python's own reader raised RecursionError (a traceback) on the first; the one reader (`io.loads`)
+    makes both bad JSON at the row's line, lazily and in the eager reader alike."""
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"question": "1+1", "answer": "2"}\n' + row + "\n")
+    why = "nested too deeply" if row.startswith("[") else "number too large"
+    with pytest.raises(ValueError, match=rf"^{path}:2: invalid JSON \({why}\)$"):
+        open_tasks(path, kind="qa")[1]
+    with pytest.raises(ValueError, match=rf"^{path}:2: invalid JSON \({why}\)$"):
+        load_tasks(path, kind="qa")

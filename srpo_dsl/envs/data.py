@@ -41,7 +41,7 @@ from typing import Any
 from srpo_dsl.envs.arith import make_arith_tasks
 from srpo_dsl.envs.lines import LineIndex
 from srpo_dsl.envs.task_table import JsonlTasks
-from srpo_dsl.io import not_utf8
+from srpo_dsl.io import loads, not_utf8
 from srpo_dsl.lang.schema import TASK_KINDS
 from srpo_dsl.limits import oversized_row
 
@@ -111,7 +111,7 @@ def _jsonl(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
             if line.strip():
                 check_row_size(f"{path}:{n}", line, len(line.encode("utf-8")))
                 try:
-                    yield f"{path}:{n}", json.loads(line)
+                    yield f"{path}:{n}", loads(line)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
                 count += 1
@@ -124,7 +124,7 @@ def _records(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
         return
     if path.suffix == ".json":
         try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
+            rows = loads(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path}: {not_utf8(exc)}") from None
         except json.JSONDecodeError as exc:
@@ -231,7 +231,7 @@ def _field(record: dict, key: str, fields: dict, where: str, required: bool) -> 
 def _gold(name: str | None, value: object, where: str) -> list[str]:
     if name == "possible_answers" and isinstance(value, str):  # PopQA: a JSON list as text
         try:
-            value = json.loads(value)
+            value = loads(value)
         except json.JSONDecodeError:
             raise ValueError(f"{where}: `possible_answers` is not a JSON list") from None
     return _answers(value) if name else []

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
-from srpo_dsl.io import not_utf8
+from srpo_dsl.io import loads, not_utf8
 from srpo_dsl.lang.schema import TOOL_KINDS
 
 
@@ -65,7 +65,7 @@ def read_corpus(path: Path) -> list[Document]:
     for i, line in enumerate(lines, 1):
         if line.strip():
             try:
-                docs.append(to_document(json.loads(line), str(i - 1)))
+                docs.append(to_document(loads(line), str(i - 1)))
             except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
                 raise RetrieverError(f"{path}:{i}: not a JSON object with `contents` or `text`") from None
     if not docs:
@@ -128,7 +128,7 @@ class HttpRetriever:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-                    return json.loads(reply.read())
+                    return loads(reply.read().decode("utf-8"))  # (not UTF-8: a ValueError)
             except urllib.error.HTTPError as exc:
                 failure = f"retrieval server at {self.url} answered HTTP {exc.code}: {exc.reason}"
                 if exc.code < 500:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import overload
 
 from srpo_dsl.envs.lines import LineIndex
-from srpo_dsl.io import not_utf8
+from srpo_dsl.io import loads, not_utf8
 
 Normalize = Callable[[object, int, str], dict]  # (record, row, where) -> task; ValueError naming where
 SizeCheck = Callable[[str, object, int], None]  # (where, line, its bytes); ValueError if too large
@@ -67,7 +67,7 @@ class JsonlTasks(Sequence[dict]):
             raise ValueError(f"{where}: {not_utf8(exc, offset)}") from None
         self.size_check(where, line, len(raw))
         try:
-            record = json.loads(line)
+            record = loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
         return self.normalize(record, i, where)
