@@ -5,6 +5,7 @@ shipped workflow's diagnostics as they were."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -83,6 +84,14 @@ def test_rename_refused_with_a_message(client):
         assert got["error"]["code"] == lsp.LSPErrorCodes.RequestFailed, (new, got)
         assert says in got["error"]["message"], (new, got)
     assert client.request("textDocument/prepareRename", tool)["placeholder"] == "search"
+
+
+def test_a_refusal_is_no_traceback_in_the_servers_log(caplog):
+    try:
+        raise Refused("`lm` is already declared")
+    except Refused:
+        logging.getLogger("pygls.protocol.json_rpc").exception('Exception occurred for message "2"')
+    assert caplog.records == []
 
 
 def test_a_tool_is_renamed_in_its_actions(client):
@@ -199,6 +208,7 @@ def test_every_template_rename_keeps_every_workflows_diagnostics(workspace):
             new = str(Path(occ.text).with_name("renamed_" + Path(occ.text).name))
             edit = rename(text, str(path), path.as_uri(), pos, new, True, workspace)
             *changes, moved = edit.document_changes
+            assert moved.new_uri == (workspace / new).as_uri()
             (workspace / occ.text).rename(workspace / new)
             try:
                 for ch in changes:

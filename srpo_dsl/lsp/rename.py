@@ -9,6 +9,7 @@ error the client shows): the reasons are `rename_checks`'."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -29,6 +30,16 @@ class Refused(JsonRpcException):
     """A rename that would break a workflow: the reply is this error, its message says why."""
 
     CODE = lsp.LSPErrorCodes.RequestFailed
+
+
+class _Answered(logging.Filter):
+    """pygls logs every error reply with its traceback: a refusal is an answer, not a fault of the server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], Refused))
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_Answered())
 
 
 def _same(
