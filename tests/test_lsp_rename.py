@@ -152,6 +152,27 @@ def test_a_template_rename_refused_without_file_renames_or_onto_a_file(client, w
         rename(text, str(path), uri, pos, "../solver.j2", True, workspace)
 
 
+def test_a_template_is_renamed_where_another_includes_it(tmp_path):
+    shutil.copytree(ROOT / "workflows" / "quickstart_tools", tmp_path / "quickstart_tools")
+    shutil.copy(ROOT / "workflows" / "quickstart_tools.srpo", tmp_path)
+    wrapper = tmp_path / "quickstart_tools" / "wrapper.j2"
+    wrapper.write_text('Solve it.\n{% include "quickstart_tools/solver.j2" %}\n', encoding="utf-8")
+    second = _user(tmp_path, "wrapped.srpo", "quickstart_tools/wrapper.j2")
+    path = tmp_path / "quickstart_tools.srpo"
+    text = path.read_text()
+    before = {p: _codes(p.read_text(), p) for p in (path, second)}
+    pos = lsp.Position(**at("", text, "agent solver", "quickstart_tools/solver")["position"])
+    edit = rename(text, str(path), path.as_uri(), pos, "quickstart_tools/worker.j2", True, tmp_path)
+    *changes, moved = edit.document_changes
+    assert wrapper.resolve().as_uri() in {ch.text_document.uri for ch in changes}
+    for ch in changes:
+        file = Path(ch.text_document.uri[len("file://") :])
+        file.write_text(applied(file.read_text(), ch.edits), encoding="utf-8")
+    Path(moved.old_uri[len("file://") :]).rename(moved.new_uri[len("file://") :])
+    assert '{% include "quickstart_tools/worker.j2" %}' in wrapper.read_text()
+    assert {p: _codes(p.read_text(), p) for p in (path, second)} == before
+
+
 def test_workspace_symbols_and_references_of_python(workspace):
     c = LspClient()
     try:

@@ -13,6 +13,7 @@ from srpo_dsl.lsp.navigation import template_lookup
 from srpo_dsl.lsp.occurrences import Occurrence, inside, occurrences
 from srpo_dsl.lsp.pyrefs import locate
 from srpo_dsl.lsp.rename_checks import path_refusal
+from srpo_dsl.lsp.template_includes import included
 from srpo_dsl.lsp.workspace_files import Workflow
 
 Sites = list[tuple[Workflow, Occurrence]]
@@ -68,8 +69,8 @@ def _target(occ: Occurrence, path: str, rename_files: bool) -> Path | str:
 def template_edit(
     occ: Occurrence, path: str, new: str, rename_files: bool, sites: Sites
 ) -> lsp.WorkspaceEdit | str:
-    """The template's path `new` (from the workflow `path`'s folder) in every use `sites`, and its file
-    moved there; else why not, in one line."""
+    """The template's path `new` (from the workflow `path`'s folder) in every use `sites` and in the
+    templates that include it, and its file moved there; else why not, in one line."""
     target = path_refusal(new) or _target(occ, path, rename_files)
     if isinstance(target, str):
         return target
@@ -84,6 +85,8 @@ def template_edit(
             )
         text = moved.relative_to(w.path.parent).as_posix()
         edits.setdefault(w.uri, []).append(lsp.TextEdit(range=inside(o), new_text=text))
+    for file, ranges in included(Path(path).resolve().parent, occ.text).items():
+        edits.setdefault(file.as_uri(), []).extend(lsp.TextEdit(range=r, new_text=new) for r in ranges)
     changes = [
         lsp.TextDocumentEdit(
             text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=None), edits=e
