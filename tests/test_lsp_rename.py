@@ -215,6 +215,7 @@ def test_every_rename_of_a_shipped_workflow_keeps_its_diagnostics(workspace, shi
                     rename(text, str(path), path.as_uri(), pos, taken, False, workspace)
 
 
+@pytest.mark.slow
 def test_every_template_rename_keeps_every_workflows_diagnostics(workspace):
     """Each template the shipped workflows name from their folder: renamed, moved, every user re-checked."""
     texts = {p: p.read_text() for p in sorted(workspace.glob("*.srpo"))}
