@@ -16,6 +16,7 @@ from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.occurrences import declarations, occurrences
 from srpo_dsl.lsp.rename import Refused, rename
 from srpo_dsl.lsp.symbols import parsed
+from srpo_dsl.lsp.workspace_files import workflow_paths
 from tests.clitools import ROOT, load_bench
 
 LspClient = load_bench("lsp_bench").LspClient
@@ -241,3 +242,14 @@ def test_every_template_rename_keeps_every_workflows_diagnostics(workspace):
             finally:
                 (workspace / new).rename(workspace / occ.text)
     assert len(seen) > 20
+
+
+def test_the_workspace_is_its_workflows_outside_hidden_and_installed_folders(tmp_path):
+    for name in ("a/b.srpo", ".git/c.srpo", "node_modules/d.srpo", "e.srpo", "f.j2"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("workflow x\n", encoding="utf-8")
+    assert workflow_paths(tmp_path) == [
+        (tmp_path / "a" / "b.srpo").resolve(),
+        (tmp_path / "e.srpo").resolve(),
+    ]
+    assert workflow_paths(None) == []

@@ -4,6 +4,7 @@ template's rename read."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from srpo_dsl.lang import nodes as n
 from srpo_dsl.lsp.symbols import parsed
 
 SUFFIX = ".srpo"
+SKIPPED = frozenset({"node_modules", "__pycache__", "venv"})  # folders of installed code, never workflows
 
 
 @dataclass(frozen=True)
@@ -25,12 +27,15 @@ class Workflow:
 
 
 def workflow_paths(root: Path | None) -> list[Path]:
-    """Every `.srpo` file under `root`, resolved, hidden folders left out (none without a root)."""
+    """Every `.srpo` file under `root`, resolved (none without a root); hidden folders and those of
+    `SKIPPED` are not entered."""
     if root is None or not root.is_dir():
         return []
-    found = (p for p in root.rglob(f"*{SUFFIX}") if p.is_file())
-    shown = (p for p in found if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1]))
-    return sorted(p.resolve() for p in shown)
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED)
+        found += [Path(folder, f).resolve() for f in files if f.endswith(SUFFIX)]
+    return sorted(found)
 
 
 def workflows(root: Path | None, opened: Mapping[Path, tuple[str, str]]) -> Iterator[Workflow]:
