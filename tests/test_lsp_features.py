@@ -173,7 +173,10 @@ def test_rename_and_references_of_an_agent_and_a_policy(client, routed):
     assert len(found) == 3
     prepared = client.request("textDocument/prepareRename", at)
     assert prepared["placeholder"] == "solver"
-    assert client.request("textDocument/rename", {**at, "newName": "agent"}) is None  # a keyword
+    client.next_id += 1  # a keyword: refused, with a message the client shows
+    client.send({"id": client.next_id, "method": "textDocument/rename", "params": {**at, "newName": "agent"}})
+    refused = client.receive(lambda m: m.get("id") == client.next_id)
+    assert "keyword" in refused["error"]["message"]
     at["position"] = after(text, "agent router", "uses l")
     edit = client.request("textDocument/rename", {**at, "newName": "model"})
     assert all_applied(text, edit["changes"][uri]) == text.replace(" lm ", " model ")

@@ -49,6 +49,11 @@ def _with_steps(keywords: tuple[str, ...]) -> str:
     return text + _rule("step_keyword", keywords) + _rule("keyword", sorted(own | set(keywords)))
 
 
+def keywords() -> frozenset[str]:
+    """Every keyword of the language as registered now (the file's and the step table's): never a name."""
+    return frozenset(_LITERAL.findall(re.sub(r"//[^\n]*", "", grammar_text())))
+
+
 def _rule(name: str, words: Sequence[str]) -> str:
     """`?name: "w1" | "w2" | ...`, a rule the file leaves open, inlined to the word's token."""
     return f"\n?{name}: " + " | ".join(f'"{w}"' for w in words) + "\n"

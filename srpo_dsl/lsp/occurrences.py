@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.check_context import contract_actions
 from srpo_dsl.lang.messages import Span
 from srpo_dsl.lang.pycode import is_reference
-from srpo_dsl.lsp.positions import contains
+from srpo_dsl.lsp.positions import contains, span_range
 from srpo_dsl.registries import CONTRACTS
 
 
@@ -38,10 +39,16 @@ def _name(kind: str, ident: n.Ident | None) -> Iterator[Occurrence]:
         yield Occurrence(kind, ident.name, ident.span)
 
 
+# The options whose value is a template path (`observe = "chat/observe.j2"`), as a prompt's is.
+TEMPLATE_OPTIONS = frozenset({"observe"})
+
+
 def _options(options: tuple[n.Option, ...], names: dict[str, str]) -> Iterator[Occurrence]:
     for opt in options:
         value, span = opt.value, opt.value_span or opt.span
-        if isinstance(value, n.Symbol) and value.name in names:
+        if opt.name in TEMPLATE_OPTIONS and isinstance(value, str):
+            yield Occurrence("template", value, span)
+        elif isinstance(value, n.Symbol) and value.name in names:
             yield Occurrence(names[value.name], value.name, span)
         elif is_reference(value):
             yield Occurrence("ref", str(value), span)
@@ -59,6 +66,14 @@ def _pools(contract: n.Contract) -> Iterator[Occurrence]:
     if name in CONTRACTS and CONTRACTS[name].selects:
         for ident in contract.args:
             yield from _name("agent", ident)
+
+
+def _actions(words, actions: tuple[str, ...], names: dict[str, str]) -> Iterator[Occurrence]:
+    """The actions among `words` that name a tool (`act(search, answer)`: a tool serves the members whose
+    action is its name, so the action is renamed with it)."""
+    for ident in words:
+        if ident.name in actions and names.get(ident.name) == "tool":
+            yield from _name("tool", ident)
 
 
 def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
@@ -81,6 +96,7 @@ def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
         if isinstance(a.contract.name, n.Ref):
             yield Occurrence("ref", a.contract.name.text, a.contract.name.span)
         yield from _pools(a.contract)
+        yield from _actions(a.contract.args, contract_actions(a.contract), names)
         yield from _options(a.options, names)
     for r in p.rewards:
         kind = "ref" if isinstance(r.fn, n.Ref) else ("env" if r.fn.name in names else "")
@@ -90,14 +106,18 @@ def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
         yield from _options(t.options, names)
 
 
-def _in_steps(steps: tuple[n.Step, ...], names: dict[str, str]) -> Iterator[Occurrence]:
-    """`names`: every declared name -> its kind (`by` and a condition may name an agent or an environment)."""
+def _in_steps(
+    steps: tuple[n.Step, ...], names: dict[str, str], acts: dict[str, tuple[str, ...]]
+) -> Iterator[Occurrence]:
+    """`names`: every declared name -> its kind (`by` and a condition may name an agent or an environment);
+    `acts`: each agent's actions (`only` and a condition's word may be a tool's name)."""
     for s in n.walk_steps(steps):
         if isinstance(s, n.EventStep):
             for ident in s.agents:
                 yield from _name("agent", ident)
             if s.by is not None:
                 yield from _name(names.get(s.by.name, "agent"), s.by)
+            yield from _actions(s.only or (), acts.get(s.agent.name, ()), names)
         elif isinstance(s, n.CallTool):
             yield from _name("tool", s.tool)
             yield from _name("agent", s.agent)
@@ -109,12 +129,15 @@ def _in_steps(steps: tuple[n.Step, ...], names: dict[str, str]) -> Iterator[Occu
             cond = s.until if isinstance(s, n.Repeat) else s.cond
             if cond is not None:
                 yield from _name(names.get(cond.agent.name, "agent"), cond.agent)
+                if cond.field is None:
+                    yield from _actions((cond.word,), acts.get(cond.agent.name, ()), names)
 
 
 def occurrences(p: n.Program) -> list[Occurrence]:
     """Every declared name, template path and Python reference of `p`, where declared or used."""
     names = {name: kind for kind, decls in declarations(p).items() for name in decls}
-    return [occ for occ in (*_declared(p, names), *_in_steps(p.steps, names)) if occ.kind]
+    acts = {a.name.name: contract_actions(a.contract) for a in p.agents}
+    return [occ for occ in (*_declared(p, names), *_in_steps(p.steps, names, acts)) if occ.kind]
 
 
 def occurrence_at(p: n.Program, pos: lsp.Position) -> Occurrence | None:
@@ -124,3 +147,12 @@ def occurrence_at(p: n.Program, pos: lsp.Position) -> Occurrence | None:
         if contains(occ.span, pos):
             found = occ
     return found
+
+
+def inside(occ: Occurrence) -> lsp.Range:
+    """The range of a name, or of a template path or Python reference without its quotes."""
+    rng = span_range(occ.span)
+    if occ.kind in ("template", "ref"):
+        rng.start.character += 1
+        rng.end.character -= 1
+    return rng

@@ -1,57 +1,87 @@
-"""textDocument/references, prepareRename and rename: agents, policies, tools, environments (every place
-the file names one) and template paths (every prompt that names the file; the file itself is renamed
-where the client can)."""
+"""textDocument/references, prepareRename and rename.
+
+A declared name (agent, policy, tool, environment) is the file's own: its references and rename are
+every place the file names it, a tool's actions (`act(search, ...)`, `only search`, `== search`)
+included. A template path and a Python reference name a file: their references are their uses in every
+workflow of the workspace (`workspace_files`), and renaming a template renames its path in each of them
+and the file itself. A rename that would break a workflow is refused with a message (`Refused`, an LSP
+error the client shows): the reasons are `rename_checks`'."""
 
 from __future__ import annotations
 
-import re
+import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
 
-from srpo_dsl.lang.grammar import grammar_text
-from srpo_dsl.lsp.navigation import template_lookup
-from srpo_dsl.lsp.occurrences import Occurrence, declarations, occurrence_at, occurrences
-from srpo_dsl.lsp.positions import span_range
+from srpo_dsl.lsp.occurrences import Occurrence, declarations, inside, occurrence_at, occurrences
+from srpo_dsl.lsp.rename_checks import name_refusal
 from srpo_dsl.lsp.symbols import parsed
+from srpo_dsl.lsp.template_rename import Sites, same_file, template_edit
+from srpo_dsl.lsp.workspace_files import workflows
 
 RENAMED = ("agent", "policy", "tool", "env", "template")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_PATH = re.compile(r'[^"\\\n]+')
+SHARED = ("template", "ref")  # what names a file: found in every workflow of the workspace
 
 
-def _same(text: str, path: str, pos: lsp.Position) -> tuple[Occurrence, list[Occurrence]] | None:
-    """The occurrence under `pos` (a kind that renames) and every occurrence of the same thing."""
+class Refused(JsonRpcException):
+    """A rename that would break a workflow: the reply is this error, its message says why."""
+
+    CODE = lsp.LSPErrorCodes.RequestFailed
+
+
+class _Answered(logging.Filter):
+    """pygls logs every error reply with its traceback: a refusal is an answer, not a fault of the server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], Refused))
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_Answered())
+
+
+def _same(
+    text: str, path: str, pos: lsp.Position, kinds=RENAMED
+) -> tuple[Occurrence, list[Occurrence]] | None:
+    """The occurrence under `pos` (one of `kinds`) and every occurrence of the same thing in the file."""
     program = parsed(text, path)
     occ = occurrence_at(program, pos) if program else None
-    if occ is None or occ.kind not in RENAMED:
+    if occ is None or occ.kind not in kinds:
         return None
-    if occ.kind != "template" and occ.text not in declarations(program)[occ.kind]:
+    if occ.kind not in SHARED and occ.text not in declarations(program)[occ.kind]:
         return None  # an undefined name: nothing to rename it with
     return occ, [o for o in occurrences(program) if (o.kind, o.text) == (occ.kind, occ.text)]
 
 
-def _inside(occ: Occurrence) -> lsp.Range:
-    """The range of a name, or of a template path without its quotes."""
-    rng = span_range(occ.span)
-    if occ.kind == "template":
-        rng.start.character += 1
-        rng.end.character -= 1
-    return rng
+Opened = Mapping[Path, tuple[str, str]]  # each open document's resolved path -> (uri, text)
 
 
-def references(text: str, path: str, uri: str, pos: lsp.Position, declaration: bool) -> list[lsp.Location]:
-    """Where the name or template path under `pos` is written (its declaration only with `declaration`)."""
-    found = _same(text, path, pos)
+def _opened(text: str, path: str, uri: str, opened: Opened | None) -> dict[Path, tuple[str, str]]:
+    return {**(opened or {}), Path(path).resolve(): (uri, text)}
+
+
+def references(
+    text: str,
+    path: str,
+    uri: str,
+    pos: lsp.Position,
+    declaration: bool,
+    root: Path | None = None,
+    opened: Opened | None = None,
+) -> list[lsp.Location]:
+    """Where the name, template path or Python reference under `pos` is written (a name's declaration only
+    with `declaration`; a path's or reference's uses in every workflow under `root` and open)."""
+    found = _same(text, path, pos, (*RENAMED, "ref"))
     if found is None:
         return []
     occ, same = found
-    decl = declarations(parsed(text, path))[occ.kind].get(occ.text) if occ.kind != "template" else None
-    return [
-        lsp.Location(uri=uri, range=_inside(o))
-        for o in same
-        if declaration or decl is None or o.span != decl.name.span
-    ]
+    if occ.kind in SHARED:
+        sites = same_file(occ, path, workflows(root, _opened(text, path, uri, opened)))
+        return [lsp.Location(uri=w.uri, range=inside(o)) for w, o in sites]
+    decl = declarations(parsed(text, path))[occ.kind][occ.text]
+    return [lsp.Location(uri=uri, range=inside(o)) for o in same if declaration or o.span != decl.name.span]
 
 
 def prepare_rename(text: str, path: str, pos: lsp.Position) -> lsp.PrepareRenamePlaceholder | None:
@@ -59,35 +89,35 @@ def prepare_rename(text: str, path: str, pos: lsp.Position) -> lsp.PrepareRename
     if found is None:
         return None
     occ = found[0]
-    return lsp.PrepareRenamePlaceholder(range=_inside(occ), placeholder=occ.text)
-
-
-def _valid(kind: str, new: str) -> bool:
-    if kind == "template":
-        return bool(_PATH.fullmatch(new))
-    return bool(_IDENT.fullmatch(new)) and f'"{new}"' not in grammar_text()
+    return lsp.PrepareRenamePlaceholder(range=inside(occ), placeholder=occ.text)
 
 
 def rename(
-    text: str, path: str, uri: str, pos: lsp.Position, new: str, rename_files: bool
+    text: str,
+    path: str,
+    uri: str,
+    pos: lsp.Position,
+    new: str,
+    rename_files: bool,
+    root: Path | None = None,
+    opened: Opened | None = None,
 ) -> lsp.WorkspaceEdit | None:
-    """Every occurrence of what is under `pos` becomes `new` (None: nothing to rename there, or `new` is
-    not a name, or is a keyword). A template's file is renamed too with `rename_files`, when it is in the
-    workflow's folder."""
+    """Every occurrence of what is under `pos` becomes `new` (None: nothing to rename there); a
+    template's path in every workflow that uses it, and its file (`rename_files`: the client can).
+    Refused when `new` would break a workflow."""
     found = _same(text, path, pos)
-    if found is None or not _valid(found[0].kind, new):
+    if found is None:
         return None
     occ, same = found
-    edits = [lsp.TextEdit(range=_inside(o), new_text=new) for o in same]
-    folder = Path(path).resolve().parent
-    target = template_lookup(occ.text, path) if occ.kind == "template" else None
-    if not rename_files or not isinstance(target, Path) or not target.resolve().is_relative_to(folder):
-        return lsp.WorkspaceEdit(changes={uri: edits})  # not a template, or one of the package's
-    moved = folder / new
-    doc = lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=None)
-    return lsp.WorkspaceEdit(
-        document_changes=[
-            lsp.TextDocumentEdit(text_document=doc, edits=edits),
-            lsp.RenameFile(old_uri=target.resolve().as_uri(), new_uri=moved.as_uri()),
-        ]
-    )
+    if new == occ.text:
+        return lsp.WorkspaceEdit(changes={})
+    if occ.kind == "template":
+        sites: Sites = same_file(occ, path, workflows(root, _opened(text, path, uri, opened)))
+        why = template_edit(occ, path, new, rename_files, sites)
+        if isinstance(why, str):
+            raise Refused(why)
+        return why
+    why = name_refusal(occ.kind, occ.text, new, parsed(text, path))
+    if why is not None:
+        raise Refused(why)
+    return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=inside(o), new_text=new) for o in same]})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
+from pathlib import Path
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
@@ -32,6 +33,8 @@ from srpo_dsl.lsp.symbols import document_symbols
 from srpo_dsl.lsp.units import Units
 from srpo_dsl.lsp.view import View
 from srpo_dsl.lsp.watch import OpenWorkflows, offers_watching, registration
+from srpo_dsl.lsp.workspace_files import workflows as workspace_workflows
+from srpo_dsl.lsp.workspace_symbols import workspace_symbols
 from srpo_dsl.version import __version__
 
 server = LanguageServer("srpo-dsl", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
@@ -180,15 +183,36 @@ def _code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.C
     return actions
 
 
+def _root(ls: LanguageServer) -> Path | None:
+    return Path(ls.workspace.root_path) if ls.workspace.root_path else None
+
+
+def _opened(ls: LanguageServer) -> dict[Path, tuple[str, str]]:
+    """Each open document's resolved path -> (uri, text): workspace features read these, not the disk."""
+    docs = ls.workspace.text_documents.values()
+    return {Path(d.path).resolve(): (d.uri, d.source) for d in docs if d.path}
+
+
+def _located(ls: LanguageServer, locations: list) -> list:
+    """Locations (or symbols holding one) in any workflow, their ranges in the client's units."""
+    for item in locations:
+        loc = getattr(item, "location", item)
+        loc.range = Units(ls.workspace.get_text_document(loc.uri)).range(loc.range)
+    return locations
+
+
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
 def _references(ls: LanguageServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
     doc = ls.workspace.get_text_document(params.text_document.uri)
-    units = Units(doc)
-    at = units.from_client(params.position)
-    found = references(doc.source, _path(doc), doc.uri, at, params.context.include_declaration)
-    for loc in found:
-        loc.range = units.range(loc.range)
-    return found
+    at = Units(doc).from_client(params.position)
+    include = params.context.include_declaration
+    found = references(doc.source, _path(doc), doc.uri, at, include, _root(ls), _opened(ls))
+    return _located(ls, found)
+
+
+@server.feature(lsp.WORKSPACE_SYMBOL)
+def _workspace_symbols(ls: LanguageServer, params: lsp.WorkspaceSymbolParams) -> list[lsp.SymbolInformation]:
+    return _located(ls, workspace_symbols(params.query, workspace_workflows(_root(ls), _opened(ls))))
 
 
 @server.feature(lsp.TEXT_DOCUMENT_PREPARE_RENAME)
@@ -210,15 +234,21 @@ def _renames_files(ls: LanguageServer) -> bool:
 
 @server.feature(lsp.TEXT_DOCUMENT_RENAME)
 def _rename(ls: LanguageServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit | None:
+    """The edit, or an error whose message says why the rename would break a workflow (`rename.Refused`)."""
     doc = ls.workspace.get_text_document(params.text_document.uri)
-    units = Units(doc)
-    at = units.from_client(params.position)
-    found = rename(doc.source, _path(doc), doc.uri, at, params.new_name, _renames_files(ls))
+    at = Units(doc).from_client(params.position)
+    new, files = params.new_name, _renames_files(ls)
+    found = rename(doc.source, _path(doc), doc.uri, at, new, files, _root(ls), _opened(ls))
     for change in (found.document_changes or []) if found else []:
-        for e in change.edits if isinstance(change, lsp.TextDocumentEdit) else []:
+        units = (
+            Units(ls.workspace.get_text_document(change.text_document.uri))
+            if hasattr(change, "edits")
+            else None
+        )
+        for e in change.edits if units else []:
             e.range = units.range(e.range)
     for e in (found.changes or {}).get(doc.uri, []) if found else []:
-        e.range = units.range(e.range)
+        e.range = Units(doc).range(e.range)
     return found
 
 

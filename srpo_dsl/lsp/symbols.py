@@ -111,3 +111,8 @@ def document_symbols(view: View) -> list[lsp.DocumentSymbol]:
         children=children,
     )
     return [top]
+
+
+def declaration_symbols(p: n.Program) -> list[lsp.DocumentSymbol]:
+    """The declarations of `p`, without its steps: what workspace/symbol lists of each workflow."""
+    return _declarations(p)
