@@ -14,9 +14,9 @@ from srpo_dsl.lsp.occurrences import Occurrence, inside, occurrences
 from srpo_dsl.lsp.pyrefs import locate
 from srpo_dsl.lsp.rename_checks import path_refusal
 from srpo_dsl.lsp.template_includes import included
-from srpo_dsl.lsp.workspace_files import Workflow
+from srpo_dsl.lsp.workspace_files import WorkspaceFile
 
-Sites = list[tuple[Workflow, Occurrence]]
+Sites = list[tuple[WorkspaceFile, Occurrence]]
 
 
 def _key(occ: Occurrence, workflow: Path) -> object:
@@ -28,7 +28,7 @@ def _key(occ: Occurrence, workflow: Path) -> object:
     return (target.file.resolve(), target.function) if target else None
 
 
-def same_file(occ: Occurrence, path: str, found: Iterable[Workflow]) -> Sites:
+def same_file(occ: Occurrence, path: str, found: Iterable[WorkspaceFile]) -> Sites:
     """Every use, in the workflows `found`, of the file `occ` names from the workflow `path` (one that names
     no file: its uses in that workflow only)."""
     here = Path(path).resolve()

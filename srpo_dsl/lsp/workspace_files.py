@@ -17,7 +17,7 @@ SKIPPED = frozenset({"node_modules", "__pycache__", "venv"})  # folders of insta
 
 
 @dataclass(frozen=True)
-class Workflow:
+class WorkspaceFile:
     """One workflow of the workspace: where it is, its text, and its tree (None while it does not parse)."""
 
     path: Path
@@ -38,7 +38,7 @@ def workflow_paths(root: Path | None) -> list[Path]:
     return sorted(found)
 
 
-def workflows(root: Path | None, opened: Mapping[Path, tuple[str, str]]) -> Iterator[Workflow]:
+def workflows(root: Path | None, opened: Mapping[Path, tuple[str, str]]) -> Iterator[WorkspaceFile]:
     """The workspace's workflows, and the open workflows outside it; `opened`: resolved path -> (uri,
     text) of each open document (its text as the editor holds it, not the disk's)."""
     paths = workflow_paths(root)
@@ -50,4 +50,4 @@ def workflows(root: Path | None, opened: Mapping[Path, tuple[str, str]]) -> Iter
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue  # unreadable: the workflow's own diagnostics say so when it is opened
-        yield Workflow(path, uri, text, parsed(text, str(path)))
+        yield WorkspaceFile(path, uri, text, parsed(text, str(path)))

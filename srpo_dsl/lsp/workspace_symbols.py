@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from lsprotocol import types as lsp
 
 from srpo_dsl.lsp.symbols import declaration_symbols
-from srpo_dsl.lsp.workspace_files import Workflow
+from srpo_dsl.lsp.workspace_files import WorkspaceFile
 
 
 def matches(query: str, name: str) -> bool:
@@ -17,7 +17,7 @@ def matches(query: str, name: str) -> bool:
     return all(c in rest for c in query.lower())
 
 
-def workspace_symbols(query: str, found: Iterable[Workflow]) -> list[lsp.SymbolInformation]:
+def workspace_symbols(query: str, found: Iterable[WorkspaceFile]) -> list[lsp.SymbolInformation]:
     """The declarations matching `query` in the workflows `found`, each at its name, in code points."""
     out = []
     for w in found:
