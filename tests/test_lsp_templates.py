@@ -8,6 +8,7 @@ from pathlib import Path
 
 from srpo_dsl.lang.pycode import USES
 from srpo_dsl.lang.schema import TEMPLATE_VARIABLES
+from srpo_dsl.lsp.files import files_under
 from srpo_dsl.lsp.templatedoc import EPISODE
 from tests.clitools import ROOT
 
@@ -47,6 +48,9 @@ def test_hover_on_policies_tools_kinds_options_contracts_and_templates(client):
     template = hover(client, uri, at(text, "agent solver", "quickstart_tools/"))
     assert "**template**" in template and str(WORKFLOWS / "quickstart_tools" / "solver.j2") in template
     assert "learning rate" in hover(client, uri, at(text, "train with", "lr =")).lower()
+    params = {"textDocument": {"uri": uri}, "position": at(text, "agent solver", "quickstart_tools/")}
+    found = client.request("textDocument/definition", params)
+    assert found["uri"] == (WORKFLOWS / "quickstart_tools" / "solver.j2").as_uri()
 
 
 def test_hover_on_environments(client):
@@ -133,3 +137,11 @@ def test_signature_help_lists_the_parameters_a_hook_receives(client):
     [loader] = signature("task ", "countdown.py:make")["signatures"]
     assert loader["label"] == USES["loader"].shape
     assert signature("policy lm", "Qwen") is None
+
+
+def test_listed_files_skip_hidden_folders_and_stop_early(tmp_path):
+    for rel in ["a.j2", "sub/b.jinja", ".hidden/c.j2", "sub/.d.j2", "x.py", "z/y.j2"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("", encoding="utf-8")
+    assert files_under(tmp_path, (".j2", ".jinja")) == ["a.j2", "sub/b.jinja", "z/y.j2"]
+    assert files_under(tmp_path, (".j2", ".jinja"), limit=2) == ["a.j2"]

@@ -11,11 +11,10 @@ from lsprotocol import types as lsp
 
 from srpo_dsl.lang.pycode import read_module, split_ref, top_level
 from srpo_dsl.lang.pysource import RefProblem, source_of
-from srpo_dsl.lsp.fixes import templates_under
+from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES, files_under
 
 CK = lsp.CompletionItemKind
 _TEMPLATE_BEFORE = re.compile(r"""(?:\bprompt|\bobserve\s*=|\b(?:include|import|from|extends))\s*["']$""")
-_MAX_FILES = 200
 # What the text before a reference's opening quote says it is for (a key of `USES`).
 _USE_BEFORE = (
     (re.compile(r"\breward\s*$"), "reward"),
@@ -49,14 +48,7 @@ def hook_use(opener: str) -> str | None:
 
 def python_files(folder: Path) -> list[str]:
     """The `.py` files under `folder` (not in hidden folders), relative to it."""
-    found = []
-    for path in sorted(folder.rglob("*.py")):
-        rel = path.relative_to(folder)
-        if not any(p.startswith(".") for p in rel.parts):
-            found.append(rel.as_posix())
-            if len(found) >= _MAX_FILES:
-                break
-    return found
+    return files_under(folder, (".py",))
 
 
 def functions_of(ref: str, folder: Path) -> list[str]:
@@ -78,7 +70,7 @@ def path_completions(line_before: str, path: str, template: bool) -> list[lsp.Co
     opener, written = found
     folder = Path(path).resolve().parent
     if _TEMPLATE_BEFORE.search(opener):
-        return [lsp.CompletionItem(label=t, kind=CK.File) for t in templates_under(folder)]
+        return [lsp.CompletionItem(label=t, kind=CK.File) for t in files_under(folder, TEMPLATE_SUFFIXES)]
     if template:
         return []
     if ":" in written:

@@ -14,7 +14,7 @@ from lsprotocol import types as lsp
 from srpo_dsl.lang.schema import TEMPLATE_VARIABLES
 from srpo_dsl.lang.templates import TemplateLoader, template_text_problems
 from srpo_dsl.lsp.diagnostics import SOURCE
-from srpo_dsl.lsp.fixes import TEMPLATE_SUFFIXES
+from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES
 
 CK = lsp.CompletionItemKind
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
