@@ -119,6 +119,18 @@ def test_path_completion_lists_real_files_and_functions(client, routed):
     assert {"make_tasks", "parse_expression", "reward"} <= functions
     files = labels(client, uri, at(text, 'reward "', '"', 1))
     assert "countdown.py:" in files and all(f.endswith(".py:") for f in files)
+    uri, text = opened(client, WORKFLOWS / "quickstart_tools.srpo")
+    position = at(text, "tool calc", "calc.py:", 8)
+    params = {"textDocument": {"uri": uri}, "position": position}
+    [calc] = client.request("textDocument/completion", params)["items"]
+    start = text.splitlines()[position["line"]].index('"') + 1
+    assert calc["label"] == "calc" and calc["textEdit"]["newText"] == "calc"
+    assert calc["textEdit"]["range"]["start"] == {
+        "line": position["line"],
+        "character": start + len("quickstart_tools/calc.py:"),
+    }
+    uri, text = opened(client, WORKFLOWS / "code_env.srpo")
+    assert labels(client, uri, at(text, "task jsonl", "code_env/", 3)) == set()  # a data file's string
 
 
 def test_signature_help_lists_the_parameters_a_hook_receives(client):

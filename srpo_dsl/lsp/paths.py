@@ -9,20 +9,20 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
+from srpo_dsl.lang.option_checks import CODE_USES
 from srpo_dsl.lang.pycode import read_module, split_ref, top_level
 from srpo_dsl.lang.pysource import RefProblem, source_of
 from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES, files_under
 
 CK = lsp.CompletionItemKind
 _TEMPLATE_BEFORE = re.compile(r"""(?:\bprompt|\bobserve\s*=|\b(?:include|import|from|extends))\s*["']$""")
-# What the text before a reference's opening quote says it is for (a key of `USES`).
+# What the text before a reference's opening quote says it is for (a key of `USES`): a declaration
+# whose binding is code (`tool NAME = "`, `task "`), then the places that name a function.
 _USE_BEFORE = (
+    *((re.compile(rf"^\s*{word}(\s+\w+\s*=)?\s*$"), use) for word, use in CODE_USES.items()),
     (re.compile(r"\breward\s*$"), "reward"),
     (re.compile(r"\bemits\s*$"), "parser"),
     (re.compile(r"\bby\s*$"), "scorer"),
-    (re.compile(r"^\s*tool\s+\w+\s*=\s*$"), "tool"),
-    (re.compile(r"^\s*env\s+\w+\s*=\s*$"), "env"),
-    (re.compile(r"^\s*task\s*$"), "loader"),
     (re.compile(r"\bobjective\s*=\s*$"), "objective"),
     (re.compile(r"\badvantage\s*=\s*$"), "advantage"),
 )
@@ -61,23 +61,35 @@ def functions_of(ref: str, folder: Path) -> list[str]:
         return []
 
 
-def path_completions(line_before: str, path: str, template: bool) -> list[lsp.CompletionItem] | None:
-    """The completions for a cursor in a string (None when it is not in one); `template`: the document
-    is a template (only `include` paths are completed)."""
+def _items(names: list[str], kind: lsp.CompletionItemKind, at: lsp.Position, start: int) -> list:
+    """Completion items that replace the string's text from `start` to the cursor `at` (a path's `/`
+    and `.` do not end the word a client would replace)."""
+    rng = lsp.Range(start=lsp.Position(line=at.line, character=start), end=at)
+    return [
+        lsp.CompletionItem(label=x, kind=kind, text_edit=lsp.TextEdit(range=rng, new_text=x)) for x in names
+    ]
+
+
+def _choices(
+    opener: str, written: str, folder: Path, template: bool
+) -> tuple[list[str], lsp.CompletionItemKind, int]:
+    """The names that fit, their kind, and where in the string's text they start."""
+    if _TEMPLATE_BEFORE.search(opener):
+        return files_under(folder, TEMPLATE_SUFFIXES), CK.File, 0
+    if template or (":" not in written and hook_use(opener) is None):
+        return [], CK.File, 0
+    if ":" in written:
+        module = written.rsplit(":", 1)[0]
+        return functions_of(module, folder), CK.Function, len(module) + 1
+    return [f"{p}:" for p in python_files(folder)], CK.File, 0
+
+
+def path_completions(line_before: str, path: str, template: bool, at: lsp.Position) -> list | None:
+    """The completions for a cursor `at` in a string (None when it is not in one); `line_before`: its
+    line up to the cursor; `template`: the document is a template (only `include` paths complete)."""
     found = open_string(line_before)
     if found is None:
         return None
     opener, written = found
-    folder = Path(path).resolve().parent
-    if _TEMPLATE_BEFORE.search(opener):
-        return [lsp.CompletionItem(label=t, kind=CK.File) for t in files_under(folder, TEMPLATE_SUFFIXES)]
-    if template:
-        return []
-    if ":" in written:
-        module = written.rsplit(":", 1)[0]
-        return [lsp.CompletionItem(label=f, kind=CK.Function) for f in functions_of(module, folder)]
-    if hook_use(opener) is None:
-        return []
-    return [
-        lsp.CompletionItem(label=f"{p}:", kind=CK.File, insert_text=f"{p}:") for p in python_files(folder)
-    ]
+    names, kind, start = _choices(opener, written, Path(path).resolve().parent, template)
+    return _items(names, kind, at, len(opener) + start)

@@ -182,11 +182,14 @@ def _hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
 )
 def _completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
     doc = ls.workspace.get_text_document(params.text_document.uri)
-    pos = Units(doc).from_client(params.position)
+    units = Units(doc)
+    pos = units.from_client(params.position)
     line = doc.lines[pos.line] if pos.line < len(doc.lines) else ""
-    paths = path_completions(line[: pos.character], _path(doc), is_template(_path(doc)))
+    paths = path_completions(line[: pos.character], _path(doc), is_template(_path(doc)), pos)
     if paths is not None:
         items = paths
+        for item in items:
+            item.text_edit.range = units.range(item.text_edit.range)
     elif is_template(_path(doc)):
         items = template_completions(doc.source, pos)
     else:
