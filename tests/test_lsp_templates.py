@@ -95,8 +95,10 @@ def test_template_variables_complete_hover_and_lead_to_the_executor(client):
 
 def test_include_leads_to_the_included_template(client, tmp_path):
     (tmp_path / "part.j2").write_text("{{ task }}\n", encoding="utf-8")
-    text = 'Hi\n{% include "part.j2" %}\n'
+    text = 'Hi\n{% include "part.j2" %}\nthe task: {{ task }}\n'
     uri = client.open(tmp_path / "role.j2", text)
+    assert hover(client, uri, at(text, "the task", "task")) is None  # plain text, not a variable
+    assert hover(client, uri, at(text, "the task", "{{ task", 4)).startswith("**task**: `dict`")
     params = {"textDocument": {"uri": uri}, "position": at(text, "include", "part")}
     assert client.request("textDocument/definition", params)["uri"] == (tmp_path / "part.j2").as_uri()
     params["position"] = at(text, "include", '"')

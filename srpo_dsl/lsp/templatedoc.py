@@ -84,10 +84,23 @@ def _line(text: str, pos: lsp.Position) -> str:
     return lines[pos.line] if pos.line < len(lines) else ""
 
 
-def template_hover(text: str, pos: lsp.Position) -> lsp.Hover | None:
-    """A context variable's type and documentation."""
+def _before(text: str, pos: lsp.Position) -> str:
+    return "\n".join([*text.split("\n")[: pos.line], _line(text, pos)[: pos.character]])
+
+
+def _variable_at(text: str, pos: lsp.Position) -> tuple[str, int, int] | None:
+    """The context variable under `pos` inside `{{ }}` or `{% %}` (plain text names none), and its
+    columns."""
     found = _word_at(_line(text, pos), pos.character)
     if found is None or found[0] not in TEMPLATE_VARIABLES:
+        return None
+    return found if _in_code(_before(text, lsp.Position(line=pos.line, character=found[1]))) else None
+
+
+def template_hover(text: str, pos: lsp.Position) -> lsp.Hover | None:
+    """A context variable's type and documentation."""
+    found = _variable_at(text, pos)
+    if found is None:
         return None
     rng = lsp.Range(
         start=lsp.Position(line=pos.line, character=found[1]),
@@ -112,8 +125,7 @@ def variable_items() -> list[lsp.CompletionItem]:
 
 def template_completions(text: str, pos: lsp.Position) -> list[lsp.CompletionItem]:
     """Inside `{{ }}` or `{% %}`, the context variables."""
-    before = "\n".join([*text.split("\n")[: pos.line], _line(text, pos)[: pos.character]])
-    return variable_items() if _in_code(before) else []
+    return variable_items() if _in_code(_before(text, pos)) else []
 
 
 def _variable_line(name: str) -> int:
@@ -136,10 +148,8 @@ def template_definition(text: str, path: str, pos: lsp.Position) -> lsp.Location
             return _at(TemplateLoader(search_dirs(path)).find(included).resolve(), 0)
         except jinja2.TemplateError:
             return None
-    found = _word_at(line, pos.character)
-    if found is None or found[0] not in TEMPLATE_VARIABLES:
-        return None
-    return _at(EPISODE, _variable_line(found[0]))
+    found = _variable_at(text, pos)
+    return _at(EPISODE, _variable_line(found[0])) if found is not None else None
 
 
 def _at(path: Path, line: int) -> lsp.Location:
