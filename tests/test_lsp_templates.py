@@ -85,6 +85,8 @@ def test_template_variables_complete_hover_and_lead_to_the_executor(client):
     assert set(items) == set(TEMPLATE_VARIABLES) and items["new_history"]["detail"] == "list[dict]"
     params["position"] = at(text, "at most once", "You")
     assert client.request("textDocument/completion", params)["items"] == []
+    tokens = client.request("textDocument/semanticTokens/full", {"textDocument": {"uri": uri}})
+    assert tokens["data"] == []  # not lexed as a workflow (`use`, `and` are no keywords here)
     shown = hover(client, uri, at(text, "solver {{ replica", "replica"))
     assert shown.startswith("**replica**: `int`") and TEMPLATE_VARIABLES["replica"].doc in shown
     params["position"] = at(text, "{{ pool_size", "pool_size")

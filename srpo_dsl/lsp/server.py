@@ -309,6 +309,8 @@ def _folding(ls: LanguageServer, params: lsp.FoldingRangeParams) -> list[lsp.Fol
 @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
 def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
     doc = ls.workspace.get_text_document(params.text_document.uri)
+    if is_template(_path(doc)):
+        return lsp.SemanticTokens(data=[])  # a template's words are not the workflow language's
     units = Units(doc)
     ranges = [(units.range(rng), kind) for rng, kind in semantic_ranges(doc.source)]
     return lsp.SemanticTokens(data=encode(ranges))
