@@ -86,7 +86,7 @@ def test_template_variables_complete_hover_and_lead_to_the_executor(client):
     params["position"] = at(text, "at most once", "You")
     assert client.request("textDocument/completion", params)["items"] == []
     tokens = client.request("textDocument/semanticTokens/full", {"textDocument": {"uri": uri}})
-    assert tokens["data"] == []  # not lexed as a workflow (`use`, `and` are no keywords here)
+    assert tokens["data"] == []  # its words are not lexed as a workflow's
     shown = hover(client, uri, at(text, "solver {{ replica", "replica"))
     assert shown.startswith("**replica**: `int`") and TEMPLATE_VARIABLES["replica"].doc in shown
     params["position"] = at(text, "{{ pool_size", "pool_size")
