@@ -156,7 +156,7 @@ def test_signature_help_lists_the_parameters_a_hook_receives(client):
 
 
 def test_listed_files_skip_hidden_folders_and_stop_early(tmp_path):
-    for rel in ["a.j2", "sub/b.jinja", ".hidden/c.j2", "sub/.d.j2", "x.py", "z/y.j2"]:
+    for rel in ["a.j2", "sub/b.jinja", ".hidden/c.j2", "sub/.d.j2", "x.py", "z/y.j2", "node_modules/e.j2"]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("", encoding="utf-8")
     assert files_under(tmp_path, (".j2", ".jinja")) == ["a.j2", "sub/b.jinja", "z/y.j2"]

@@ -15,10 +15,10 @@ from srpo_dsl.lang.schema import TEMPLATE_VARIABLES
 from srpo_dsl.lang.templates import TemplateLoader, template_text_problems
 from srpo_dsl.lsp.diagnostics import SOURCE
 from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES
+from srpo_dsl.lsp.template_includes import INCLUDE_TAG
 
 CK = lsp.CompletionItemKind
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_INCLUDE = re.compile(r"""\b(?:include|import|from|extends)\s+(["'])([^"'\n]*)\1""")
 _OPEN = re.compile(r"\{\{|\{%")
 _CLOSE = re.compile(r"\}\}|%\}")
 _LEVELS = 2  # an include is looked up in the template's folder and this many folders above it
@@ -67,7 +67,7 @@ def _word_at(line: str, character: int) -> tuple[str, int, int] | None:
 
 
 def _include_at(line: str, character: int) -> str | None:
-    for m in _INCLUDE.finditer(line):
+    for m in INCLUDE_TAG.finditer(line):
         if m.start(2) <= character <= m.end(2):
             return m.group(2)
     return None
