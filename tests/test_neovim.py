@@ -113,6 +113,15 @@ def test_a_missing_server_is_one_warning(nvim, files) -> None:
     assert "setup({ cmd" in warning["message"]
 
 
+def test_a_template_gets_the_server_and_its_diagnostics(nvim, tmp_path) -> None:
+    role = tmp_path / "role.j2"
+    role.write_text("Solve:\n{{ tsk.question }}\n", encoding="utf-8")
+    report = bench.run_nvim({"scenario": "template", "file": str(role)}, nvim, timeout=60)
+    assert report.get("failure") is None, report
+    [unknown] = report["diagnostics"]
+    assert (unknown["code"], unknown["line"], unknown["source"]) == ("E082", 2, "srpo-dsl")
+
+
 def test_the_bench_times_edits_in_neovim(nvim) -> None:
     """bench/lsp_bench.py's real-client figure: edit in the buffer -> its diagnostics in Neovim."""
     version, times = bench.nvim_latencies([QUICKSTART], edits=3, pause=0.2, nvim=nvim)

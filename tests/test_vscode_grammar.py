@@ -16,6 +16,7 @@ from srpo_dsl.lang import STEP_KINDS, Shape, StepKind, register_step
 from srpo_dsl.lang import grammar as lang_grammar
 from srpo_dsl.lang.grammar import grammar_text, lark_parser
 from srpo_dsl.lang.textmate import keywords, main, render
+from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "editors" / "vscode"
@@ -124,8 +125,10 @@ def test_the_manifest_s_paths_exist_and_it_is_valid_json() -> None:
     assert manifest["engines"]["vscode"].startswith("^1.82")
     assert manifest["dependencies"]["vscode-languageclient"].startswith("^9")
     assert "@vscode/vsce package" in manifest["scripts"]["package"]
-    (language,) = manifest["contributes"]["languages"]
+    language, templates = manifest["contributes"]["languages"]
     assert language["id"] == "srpo" and language["extensions"] == [".srpo"]
+    assert templates["id"] == "jinja" and templates["extensions"] == list(TEMPLATE_SUFFIXES)
+    assert '{ language: "jinja" }' in (EXT / "extension.js").read_text(encoding="utf-8")
     assert (EXT / language["configuration"]).is_file()
     (grammar,) = manifest["contributes"]["grammars"]
     assert grammar["language"] == "srpo" and grammar["scopeName"] == tm()["scopeName"]

@@ -119,6 +119,9 @@ function M.attach(bufnr)
   end
 end
 
+-- The prompt templates the server also answers for (its diagnostics, hover, completion, definition).
+local TEMPLATES = { "*.j2", "*.jinja", "*.jinja2" }
+
 -- Make *.srpo files of the `srpo` filetype.
 local function register_filetype()
   if HAS_08 then
@@ -154,6 +157,13 @@ function M.setup(opts)
     pattern = "srpo",
     callback = function(args)
       vim.bo[args.buf].commentstring = "# %s"
+      M.attach(args.buf)
+    end,
+  })
+  vim.api.nvim_create_autocmd({ "BufRead", "BufNewFile" }, { -- prompt templates, whatever their filetype
+    group = "srpo-dsl",
+    pattern = TEMPLATES,
+    callback = function(args)
       M.attach(args.buf)
     end,
   })

@@ -20,7 +20,7 @@ async function activate(context) {
   const { command, args } = serverCommand();
   const serverOptions = { command, args, transport: TransportKind.stdio };
   const clientOptions = {
-    documentSelector: [{ language: "srpo" }],
+    documentSelector: [{ language: "srpo" }, { language: "jinja" }], // workflows and prompt templates
     outputChannelName: "srpo-dsl",
   };
   client = new LanguageClient("srpo", "srpo-dsl language server", serverOptions, clientOptions);

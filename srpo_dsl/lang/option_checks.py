@@ -19,7 +19,8 @@ _KEPT_OPTIONS: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
     "tool": (PythonTool, TOOL_OPTIONS),
     "env": (PythonEnv, ENV_OPTIONS),
 }
-_CODE_USES: dict[str, UseName] = {"task": "loader", "tool": "tool", "env": "env"}
+# The declarations whose binding may be Python code, and what that code is called for.
+CODE_USES: dict[str, UseName] = {"task": "loader", "tool": "tool", "env": "env"}
 
 
 def option_value(v: n.Value) -> object:
@@ -133,7 +134,7 @@ def check_code_binding(ctx: CheckContext, call: n.Call, ref: n.Ref, what: str) -
             ctx.error("E024", f"the options of Python code are named: `key = value` ({what})", opt.span)
             return None
     data = {o.name: option_value(o.value) for o in call.args}
-    use = _CODE_USES[what]
+    use = CODE_USES[what]
     model, kept = _KEPT_OPTIONS.get(use, (None, ()))
     if model is not None:
         ours = tuple(o for o in call.args if o.name in kept)  # the rest go to the function

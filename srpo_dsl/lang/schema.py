@@ -455,24 +455,49 @@ TOOL_KINDS.add(
     "http", BindingKind(HttpTool, ("url",), (), f"{RETRIEVAL}:HttpRetriever", f"{RETRIEVAL}:probe_server")
 )
 
-# The top-level names a role's prompt template may use (the runtime provides all of them).
-CONTEXT_VARIABLES = frozenset(
-    {
-        "task",
-        "step",
-        "turn",
-        "max_turns",
-        "role",
-        "replica",
-        "pool_size",
-        "team_context",
-        "feedback",
-        "documents",
-        "observations",
-        "observation",
-        "memory",
-        "actions",
-        "history",
-        "new_history",
-    }
-)
+
+@dataclass(frozen=True)
+class ContextVariable:
+    """A top-level name every role prompt template may read: its type and what it holds."""
+
+    type: str
+    doc: str
+
+
+# The top-level names a role's prompt template may use (the runtime provides all of them, in every
+# workflow: `Episode.context`); the checker, the renderer and the editor read them from here.
+TEMPLATE_VARIABLES: dict[str, ContextVariable] = {
+    "task": ContextVariable("dict", "the task record: `id`, `question`, `answer`, `answers`, ..."),
+    "step": ContextVariable("int", "1-based event counter in the episode"),
+    "turn": ContextVariable("int", "1-based loop iteration"),
+    "max_turns": ContextVariable("int", "the loop bound"),
+    "role": ContextVariable("str", "the agent's name"),
+    "replica": ContextVariable("int", "1-based index of this member in its pool"),
+    "pool_size": ContextVariable("int", "how many members the agent's pool has"),
+    "team_context": ContextVariable(
+        "list[dict]",
+        "the outputs committed before this role acts, in order: `{role, replica, text, valid, value}` "
+        "(members of one parallel event never see each other's current outputs)",
+    ),
+    "feedback": ContextVariable("list[str]", "verifier output texts so far"),
+    "documents": ContextVariable("list[str]", "retrieved document texts so far"),
+    "observations": ContextVariable(
+        "list[dict]",
+        "Python tools' `{tool, query, result|error}` and environments' `{env, agent, result}` so far",
+    ),
+    "observation": ContextVariable(
+        "str | None", "the latest text an environment addressed to this role, or None before any"
+    ),
+    "memory": ContextVariable("dict", "`accepted`, `feedback`, `documents` and `observations` so far"),
+    "actions": ContextVariable("list[str]", "what an acting agent may take in this step (else empty)"),
+    "history": ContextVariable(
+        "list[dict]",
+        'the episode so far in order: each output `{kind: "output", role, replica, text, valid, value}` '
+        'and each observation `{kind: "observation", replica, ...}`',
+    ),
+    "new_history": ContextVariable(
+        "list[dict]",
+        "the part of `history` after this replica's own last output (all of it before its first)",
+    ),
+}
+CONTEXT_VARIABLES = frozenset(TEMPLATE_VARIABLES)

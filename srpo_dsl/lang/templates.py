@@ -238,6 +238,57 @@ def _undefined_words(
     return f"template `{template}` line {line} uses `{var}`, which no step provides", hint
 
 
+Problem = tuple[str, str, str | None, int]  # (code, message, hint, line in the template) of one
+
+
+def source_problems(env: SandboxedEnvironment, name: str, source: str) -> tuple[list[Problem], list[str]]:
+    """The problems of one template's text, each at its line (a syntax error, an unknown filter, a
+    variable nothing provides), and the templates it includes."""
+    try:
+        tree = env.parse(source, name=name)
+    except jinja2.TemplateSyntaxError as exc:
+        return [("E081", f"template `{name}` line {exc.lineno}: {exc.message}", None, exc.lineno or 1)], []
+    found: list[Problem] = []
+    unknown = _unknown_filters(tree, env.filters)  # Jinja2's `meta` cannot read such a template
+    for flt, line in unknown:
+        hint = did_you_mean(flt, env.filters)
+        found.append(("E081", f"template `{name}` line {line}: no filter named `{flt}`", hint, line))
+    for var, line in [] if unknown else sorted(_undefined(tree).items()):
+        setter = _setter_included(env, tree, var)
+        words = _undefined_words(name, var, line, _assigned_somewhere(tree, var), setter)
+        found.append(("E082", *words, line))
+    return found, [t for t in meta.find_referenced_templates(tree) if t is not None]
+
+
+def template_text_problems(name: str, source: str, dirs: Sequence[Path]) -> list[Problem]:
+    """What the checker says of the template `name` were its text `source` (an editor's unsaved
+    buffer): its own problems, and each template it includes that is missing (at the include's line)."""
+    env = _environment(tuple(dirs))
+    found, included = source_problems(env, name, source)
+    loader: TemplateLoader = env.loader  # type: ignore[assignment]
+    for other in included:
+        try:
+            loader.find(other)
+        except TemplateUnreadable as exc:
+            found.append(
+                ("E081", f"template `{other}` cannot be read: {exc.reason}", None, _line_of(source, other))
+            )
+        except jinja2.TemplateNotFound:
+            found.append(
+                ("E080", f"template `{other}` not found", loader.looked_in(other), _line_of(source, other))
+            )
+    return found
+
+
+def _line_of(source: str, text: str) -> int:
+    """The 1-based line where `text` first appears quoted in `source` (1 if nowhere)."""
+    for quote in ('"', "'"):
+        at = source.find(f"{quote}{text}{quote}")
+        if at >= 0:
+            return source.count("\n", 0, at) + 1
+    return 1
+
+
 def _template_problems(name: str, dirs: tuple[Path, ...]) -> Problems:
     """(code, message, hint) for each problem of `name` and the templates it includes."""
     env = _environment(dirs)
@@ -260,18 +311,7 @@ def _template_problems(name: str, dirs: tuple[Path, ...]) -> Problems:
         except jinja2.TemplateNotFound:
             diags.append(("E080", f"{what} not found", loader.looked_in(current)))
             continue
-        try:
-            tree = env.parse(source, name=current)
-        except jinja2.TemplateSyntaxError as exc:
-            diags.append(("E081", f"template `{current}` line {exc.lineno}: {exc.message}", None))
-            continue
-        pending.extend(t for t in meta.find_referenced_templates(tree) if t is not None)
-        unknown = _unknown_filters(tree, env.filters)  # Jinja2's `meta` cannot read such a template
-        for flt, line in unknown:
-            hint = did_you_mean(flt, env.filters)
-            diags.append(("E081", f"template `{current}` line {line}: no filter named `{flt}`", hint))
-        for var, line in [] if unknown else sorted(_undefined(tree).items()):
-            setter = _setter_included(env, tree, var)
-            words = _undefined_words(current, var, line, _assigned_somewhere(tree, var), setter)
-            diags.append(("E082", *words))
+        found, included = source_problems(env, current, source)
+        diags.extend((code, message, hint) for code, message, hint, _ in found)
+        pending.extend(included)
     return tuple(diags)

@@ -66,7 +66,7 @@ def declared(text: str) -> list[Declared]:
     return out
 
 
-def _field_detail(name: str, info: FieldInfo) -> str:
+def field_detail(name: str, info: FieldInfo) -> str:
     kind = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
     default = "" if info.is_required() else f" = {info.default!r}"
     return f"{name}: {kind}{default}"
@@ -78,8 +78,8 @@ def options(model: type[BaseModel]) -> list[lsp.CompletionItem]:
         lsp.CompletionItem(
             label=name,
             kind=CK.Property,
-            detail=_field_detail(name, info),
-            documentation=info.description or _field_detail(name, info),
+            detail=field_detail(name, info),
+            documentation=info.description or field_detail(name, info),
             insert_text=f"{name} = ",
         )
         for name, info in model.model_fields.items()

@@ -19,14 +19,13 @@ from srpo_dsl.lang import analyze
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.messages import Diagnostic, Span
 from srpo_dsl.lsp.diagnostics import to_lsp
+from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES, files_under
 from srpo_dsl.lsp.positions import span_range
 from srpo_dsl.lsp.symbols import parsed
 
 _HINT = re.compile(r"did you mean `([^`]+)`\?")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAMED = re.compile(r"`([^`]+)`")
-TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2")
-_MAX_TEMPLATES = 2000  # files looked at under the workflow's folder
 
 
 _UNDEFINED = ("E011", "E012", "E013", "E014")  # an undefined policy, agent, tool, environment
@@ -82,14 +81,7 @@ def _did_you_mean(diag: Diagnostic, lines: list[str], uri: str) -> Iterator[lsp.
 
 def templates_under(folder: Path) -> list[str]:
     """The template files under `folder` (not in hidden folders), as paths relative to it."""
-    found = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if path.suffix in TEMPLATE_SUFFIXES and not any(p.startswith(".") for p in rel.parts):
-            found.append(rel.as_posix())
-            if len(found) >= _MAX_TEMPLATES:
-                break
-    return found
+    return files_under(folder, TEMPLATE_SUFFIXES)
 
 
 def _nearest_template(diag: Diagnostic, lines: list[str], uri: str, path: str) -> Iterator[lsp.CodeAction]:

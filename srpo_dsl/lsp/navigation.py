@@ -10,6 +10,7 @@ from lsprotocol import types as lsp
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.templates import TemplateLoader, TemplateUnreadable
 from srpo_dsl.lsp.costs import step_hover
+from srpo_dsl.lsp.declhover import declaration_hover, env_hover, policy_hover, source_text, tool_hover
 from srpo_dsl.lsp.occurrences import Occurrence, declarations, occurrence_at
 from srpo_dsl.lsp.positions import span_range
 from srpo_dsl.lsp.pyrefs import describe, locate
@@ -52,47 +53,61 @@ def definition(view: View, uri: str, pos: lsp.Position) -> lsp.Location | None:
     return _target(occ, view, uri) if occ else None
 
 
-def _source_text(program: n.Program, span) -> str:
-    lines = program.source.splitlines()[span.line - 1 : span.end_line]
-    if not lines:
-        return ""
-    if len(lines) == 1:
-        return lines[0][span.col - 1 : span.end_col - 1]
-    return "\n".join([lines[0][span.col - 1 :], *lines[1:-1], lines[-1][: span.end_col - 1]])
-
-
 def _agent_hover(agent: n.Agent, program: n.Program) -> str:
     policy = declarations(program)["policy"].get(agent.policy.name)
-    bound = _source_text(program, policy.source.span) if policy else "undeclared"
-    contract = _source_text(program, agent.contract.span)
+    bound = source_text(program, policy.source.span) if policy else "undeclared"
+    contract = source_text(program, agent.contract.span)
     pool = f"K in 1..{agent.replicas} (pool of {agent.replicas})" if agent.pooled else "K = 1 (single agent)"
-    shown = f'"{agent.prompt}" ({template_lookup(agent.prompt, program.file)})'
     return "\n\n".join(
         [
             f"**agent** `{agent.name.name}`",
             f"policy: `{agent.policy.name}` = `{bound}`",
-            f"template: {shown}",
+            f"template: {_template_hover(agent.prompt, program)}",
             f"contract: `{contract}`",
             pool,
         ]
     )
 
 
+def _template_hover(name: str, program: n.Program) -> str:
+    return f'"{name}" ({template_lookup(name, program.file)})'
+
+
+def _named_hover(occ: Occurrence, program: n.Program) -> str | None:
+    """What a name, template path or Python reference under the cursor says."""
+    decl = declarations(program).get(occ.kind, {}).get(occ.text)
+    if isinstance(decl, n.Agent):
+        return _agent_hover(decl, program)
+    if isinstance(decl, n.Policy):
+        return policy_hover(program, decl)
+    if isinstance(decl, n.Tool):
+        return tool_hover(program, decl)
+    if isinstance(decl, n.Env):
+        return env_hover(program, decl)
+    if occ.kind == "template":
+        return f"**template** {_template_hover(occ.text, program)}"
+    if occ.kind == "ref" and (target := locate(occ.text, program.file)) is not None:
+        return describe(target)
+    return None
+
+
 def hover(view: View, pos: lsp.Position) -> lsp.Hover | None:
-    """An agent's policy, template, contract and K range; a Python function's signature and docstring;
-    elsewhere in a step, its cost bounds."""
+    """An agent's policy, template, contract and K range; a policy's, tool's or environment's
+    declaration; a template's file; a Python function's signature and docstring; a contract, kind or
+    option (`declhover`); elsewhere in a step, its cost bounds."""
     program, at = view.tree, view.at(pos)
-    occ = occurrence_at(program, at) if at is not None else None
-    if occ is None:
-        return _step(view, at) if at is not None else None
-    if occ.kind == "agent" and occ.text in declarations(program)["agent"]:
-        value = _agent_hover(declarations(program)["agent"][occ.text], program)
-    elif occ.kind == "ref" and (target := locate(occ.text, program.file)) is not None:
-        value = describe(target)
-    else:
+    if at is None:
         return None
+    occ = occurrence_at(program, at)
+    value = _named_hover(occ, program) if occ is not None else None
+    if value is not None:
+        span = occ.span
+    elif (found := declaration_hover(program, at)) is not None:
+        value, span = found
+    else:
+        return _step(view, at)
     content = lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=value)
-    return lsp.Hover(contents=content, range=view.shown(span_range(occ.span)))
+    return lsp.Hover(contents=content, range=view.shown(span_range(span)))
 
 
 def _step(view: View, at: lsp.Position) -> lsp.Hover | None:

@@ -27,9 +27,18 @@ from srpo_dsl.lsp.formatting import format_edits
 from srpo_dsl.lsp.lenses import SHOW_GRAPH, code_lenses, mermaid
 from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
+from srpo_dsl.lsp.paths import path_completions
 from srpo_dsl.lsp.rename import prepare_rename, references, rename
 from srpo_dsl.lsp.semantic import LEGEND, encode, semantic_ranges
+from srpo_dsl.lsp.signatures import signature_help
 from srpo_dsl.lsp.symbols import document_symbols
+from srpo_dsl.lsp.templatedoc import (
+    is_template,
+    template_completions,
+    template_definition,
+    template_diagnostics,
+    template_hover,
+)
 from srpo_dsl.lsp.units import Units
 from srpo_dsl.lsp.view import View
 from srpo_dsl.lsp.watch import OpenWorkflows, offers_watching, registration
@@ -55,7 +64,10 @@ def publish(ls: LanguageServer, uri: str, if_changed: bool = False) -> None:
     text = doc.source
     new = documents.stale(uri, text)
     with recording() as reads:
-        diags, good = diagnose(text, _path(doc))
+        if is_template(_path(doc)):
+            diags, good = template_diagnostics(text, _path(doc)), None
+        else:
+            diags, good = diagnose(text, _path(doc))
     documents.record(uri, text, good)
     units = Units(doc)
     for d in diags:
@@ -144,6 +156,8 @@ def _symbols(ls: LanguageServer, params: lsp.DocumentSymbolParams) -> list[lsp.D
 def _definition(ls: LanguageServer, params: lsp.DefinitionParams) -> lsp.Location | None:
     doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
+    if is_template(_path(doc)):
+        return template_definition(doc.source, _path(doc), units.from_client(params.position))
     found = definition(view, doc.uri, units.from_client(params.position)) if view is not None else None
     if found is not None and found.uri == doc.uri:
         found.range = units.range(found.range)
@@ -154,17 +168,41 @@ def _definition(ls: LanguageServer, params: lsp.DefinitionParams) -> lsp.Locatio
 def _hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
     doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    found = hover(view, units.from_client(params.position)) if view is not None else None
+    if is_template(_path(doc)):
+        found = template_hover(doc.source, units.from_client(params.position))
+    else:
+        found = hover(view, units.from_client(params.position)) if view is not None else None
     if found is not None and found.range is not None:
         found.range = units.range(found.range)
     return found
 
 
-@server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=["(", ",", "="]))
+@server.feature(
+    lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=["(", ",", "=", '"', "/", ":"])
+)
 def _completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
     doc = ls.workspace.get_text_document(params.text_document.uri)
+    units = Units(doc)
+    pos = units.from_client(params.position)
+    line = doc.lines[pos.line] if pos.line < len(doc.lines) else ""
+    paths = path_completions(line[: pos.character], _path(doc), is_template(_path(doc)), pos)
+    if paths is not None:
+        items = paths
+        for item in items:
+            item.text_edit.range = units.range(item.text_edit.range)
+    elif is_template(_path(doc)):
+        items = template_completions(doc.source, pos)
+    else:
+        items = completions(doc.source, pos.line, pos.character)
+    return lsp.CompletionList(is_incomplete=False, items=items)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_SIGNATURE_HELP, lsp.SignatureHelpOptions(trigger_characters=['"', ":"]))
+def _signature_help(ls: LanguageServer, params: lsp.SignatureHelpParams) -> lsp.SignatureHelp | None:
+    doc = ls.workspace.get_text_document(params.text_document.uri)
     pos = Units(doc).from_client(params.position)
-    return lsp.CompletionList(is_incomplete=False, items=completions(doc.source, pos.line, pos.character))
+    line = doc.lines[pos.line].rstrip("\r\n") if pos.line < len(doc.lines) else ""
+    return signature_help(line, pos.character, _path(doc))
 
 
 @server.feature(
@@ -271,6 +309,8 @@ def _folding(ls: LanguageServer, params: lsp.FoldingRangeParams) -> list[lsp.Fol
 @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
 def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
     doc = ls.workspace.get_text_document(params.text_document.uri)
+    if is_template(_path(doc)):
+        return lsp.SemanticTokens(data=[])  # a template's words are not the workflow language's
     units = Units(doc)
     ranges = [(units.range(rng), kind) for rng, kind in semantic_ranges(doc.source)]
     return lsp.SemanticTokens(data=encode(ranges))

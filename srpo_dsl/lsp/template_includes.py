@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-_TAG = re.compile(r"""\{%-?\s*(?:include|import|extends|from)\s+(["'])([^"'\n]+)\1""")
+INCLUDE_TAG = re.compile(r"""\{%-?\s*(?:include|import|extends|from)\s+(["'])([^"'\n]+)\1""")
 SUFFIXES = (".j2", ".jinja", ".jinja2")
 
 
@@ -29,7 +29,7 @@ def included(folder: Path, name: str) -> dict[Path, list[lsp.Range]]:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue  # unreadable: its own check says so (E081)
-        for m in _TAG.finditer(text):
+        for m in INCLUDE_TAG.finditer(text):
             if m.group(2) == name:
                 found.setdefault(path.resolve(), []).append(_range(text, m.start(2), m.end(2)))
     return found

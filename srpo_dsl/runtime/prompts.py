@@ -4,22 +4,8 @@ Templates are looked up in the workflow's folders, then in the package defaults
 (`srpo_dsl/templates/`); a template given as a path (absolute, or with `..`) is read from
 that file, relative to the workflow's folder (`TemplateLoader`, shared with the checker).
 Rendering is strict: an undefined variable is an error, never an empty string. The executor
-provides these top-level names (`CONTEXT_VARIABLES`):
-
-- `task`: the task record (dict: `id`, `question`, `answer`, `answers`, ...).
-- `step`: 1-based event counter in the episode.
-- `turn`: 1-based loop iteration; `max_turns`: the loop bound.
-- `role`: the agent's name; `replica`: 1-based index in its pool; `pool_size`.
-- `team_context`: list of dicts `{role, replica, text, valid, value}`, the outputs
-  committed before this role acts, in order. Members of one parallel event never see
-  each other's current outputs.
-- `feedback`: verifier output texts so far; `documents`: retrieved document texts so far.
-- `observations`: Python tools' `{tool, query, result|error}` and environments' `{env, agent,
-  result}` so far; `observation`: the latest text an environment addressed to this role, or None.
-- `memory`: dict with `accepted`, `feedback` and `documents`.
-- `history`: the episode so far in order, as dicts: each output `{kind: "output", role, replica, text,
-  valid, value}` and each observation `{kind: "observation", replica, ...}` (the typed entries of
-  `Episode.history`, `as_dict`); `actions`: what an acting agent may take in this step.
+provides the top-level names of `TEMPLATE_VARIABLES` (`srpo_dsl.lang.schema`, each with its type and
+what it holds; `CONTEXT_VARIABLES` are their names), as `Episode.context` builds them.
 
 Besides Jinja2's filters, `shuffle` (`srpo_dsl.lang.templates.FILTERS`): `{{ team_context | shuffle }}`
 lists the items in an order drawn from the seed `render` is given.

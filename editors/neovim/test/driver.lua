@@ -14,6 +14,7 @@
 --   highlight open `file` and wait for the server: its syntax, its omnifunc, and at each of
 --             `positions` ({line, col}, 1-based) the syntax group and the standard one it links to;
 --             then type `o<C-x><C-o>` on its last line: the words of the completion menu it opens
+--   template  open the template `file`: the server attaches, and its diagnostics arrive
 --   latency   per file of `paths`: `edits` edits after a pause of `pause_ms` each, then `edits`
 --             edits back to back; each one's milliseconds from nvim_buf_set_lines to the
 --             diagnostics published for that version having been handed to vim.diagnostic
@@ -165,6 +166,15 @@ local function edit_times(bufnr, line, edits, pause_ms, first)
     times[k] = (arrived[bufnr].at - start) / 1e6
   end
   return times
+end
+
+function scenarios.template()
+  local bufnr = open(job.file)
+  attached(bufnr)
+  wait_for("diagnostics", 20000, function()
+    return #vim.diagnostic.get(bufnr) > 0
+  end)
+  report.diagnostics = diagnostics(bufnr)
 end
 
 function scenarios.latency()
