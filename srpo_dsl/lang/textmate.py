@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from srpo_dsl.lang.generated import write
 from srpo_dsl.lang.grammar import lark_parser, statements
 
 CONSTANTS = ("true", "false", "frozen")
@@ -137,12 +136,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m srpo_dsl.lang.textmate PATH.tmLanguage.json", file=sys.stderr)
-        return 2
-    Path(args[0]).write_text(render(), encoding="utf-8")
-    return 0
+    return write(argv, "python -m srpo_dsl.lang.textmate PATH.tmLanguage.json", lambda path: {path: render()})
 
 
 if __name__ == "__main__":

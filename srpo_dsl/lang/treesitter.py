@@ -15,9 +15,8 @@ declaration keyword introduces is the field `name`.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+from srpo_dsl.lang.generated import write
 from srpo_dsl.lang.grammar import lark_parser
 from srpo_dsl.lang.textmate import word_groups
 
@@ -140,15 +139,8 @@ def files() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m srpo_dsl.lang.treesitter FOLDER", file=sys.stderr)
-        return 2
-    for rel, text in files().items():
-        path = Path(args[0]) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return 0
+    usage = "python -m srpo_dsl.lang.treesitter FOLDER"
+    return write(argv, usage, lambda folder: {folder / rel: text for rel, text in files().items()})
 
 
 if __name__ == "__main__":

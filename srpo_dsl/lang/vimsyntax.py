@@ -10,9 +10,7 @@ number, a comment, `==`/`!=`, `=` and punctuation.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+from srpo_dsl.lang.generated import write
 from srpo_dsl.lang.textmate import word_groups
 
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -76,12 +74,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m srpo_dsl.lang.vimsyntax PATH.vim", file=sys.stderr)
-        return 2
-    Path(args[0]).write_text(render(), encoding="utf-8")
-    return 0
+    return write(argv, "python -m srpo_dsl.lang.vimsyntax PATH.vim", lambda path: {path: render()})
 
 
 if __name__ == "__main__":
