@@ -132,3 +132,17 @@ def test_a_nul_in_a_template_name_is_a_missing_template():
     name = text.split('"')[1]
     found = analyze(text.replace(name, name[:2] + "\x00" + name[2:], 1), "w.srpo", [WORKFLOWS[0].parent])
     assert found.diagnostics
+
+
+def test_a_syntax_error_among_200_nested_blocks_is_diagnosed():
+    """Found by bench/fuzz_report.py at 2,000 cases (seed 48, case 1680, in the language server): the check
+    for a block left open deep-copied the parser's 200-deep trees and overflowed Python's recursion
+    (RecursionError out of `analyze`, which never raises); it now copies the states, not the trees."""
+    base = next(p for p in WORKFLOWS if p.name == "math_python.srpo")
+    ops = [
+        ("spice", 889626331, 270771051),
+        ("identifier", 961230542, 496204797),
+        ("nesting", 879660426, 445341166),
+    ]
+    text = mutate_workflow(Case(48, 1680, base, ops)).decode("utf-8", errors="replace")
+    assert [d.code for d in analyze(text, "w.srpo").diagnostics] == ["E002", "E001"]

@@ -9,6 +9,7 @@ blanking cannot close, so every later statement would be reported again.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import re
 import unicodedata
@@ -130,7 +131,10 @@ def _block_left_open(err: UnexpectedInput, parser: Lark) -> bool:
     if not isinstance(err, UnexpectedToken) or getattr(err, "interactive_parser", None) is None:
         return False
     close = _closing_brace(parser)
-    state = err.interactive_parser.copy()
+    state = err.interactive_parser.copy(deepcopy_values=False)  # the trees are not read: no deep copy
+    quiet = copy.copy(state.parser_state.parse_conf)  # (a deep copy of 400 nested blocks overflowed)
+    quiet.callbacks = {}  # the `}` fed below builds no tree (as lark's own `accepts` feeds its tokens)
+    state.parser_state.parse_conf = quiet
     if close not in state.accepts():
         return False
     state.feed_token(Token(close, "}"))
