@@ -102,3 +102,19 @@ def test_an_integer_beyond_a_float_is_one_bad_line(tmp_path, name):
     path.write_text("\n".join([huge, *rest]) + "\n")
     code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
     assert code not in (0, 3) and f"{name}:1: invalid JSON: number too large" in said, said
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "eval.jsonl"])
+def test_a_step_of_1e400_is_one_line(tmp_path, name):
+    """Fuzz cases 930, 994, 1072 at 2,000 cases (seed 48): a step of 1e400 (infinity) in eval.jsonl made
+    `view` end with exit 3 (int(inf): OverflowError); it is a file that is not a run's, one line."""
+    shutil.copytree(RUN, tmp_path / "run")
+    path = tmp_path / "run" / name
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text(
+        "\n".join(json.dumps(r).replace(f'"step": {r["step"]}', '"step": 1e400') for r in rows) + "\n"
+    )
+    code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
+    assert code not in (0, 3) and len(said.strip().splitlines()) == 1 and "OverflowError" in said, said
+    with pytest.raises(RunError):
+        read_dynamics(tmp_path / "run", 0) if name == "metrics.jsonl" else read_run(tmp_path / "run", 0, 0.0)

@@ -63,7 +63,7 @@ def stopped_at(out: Path, steps: int) -> str:
 
     try:
         done = [int(row["step"]) for row in read_jsonl(out / METRICS)]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
         done = []
     return f"step {max(done, default=0)} of {steps}"
 

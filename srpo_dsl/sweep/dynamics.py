@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from srpo_dsl.rl.loop.runlog import METRICS, column, number_or_nan, read_jsonl
+from srpo_dsl.rl.loop.runlog import METRICS, number_or_nan, read_jsonl, whole_column
 from srpo_dsl.sweep.state import SweepState, run_dir
 from srpo_dsl.sweep.stats import Spread, spread
 
@@ -58,7 +58,7 @@ def read_dynamics(folder: Path, seed: int) -> RunDynamics:
     series["grad_norm_cv"] = rolling_cv(series["grad_norm"])
     for t in types:
         series[CLIP + t] = np.array([number_or_nan(r.get(head + t + tail)) for r in rows])
-    return RunDynamics(seed, [int(s) for s in column(rows, "step", folder / METRICS)], series)
+    return RunDynamics(seed, whole_column(rows, "step", folder / METRICS), series)
 
 
 def collect_dynamics(folder: Path, state: SweepState) -> dict[str, list[RunDynamics]]:

@@ -17,7 +17,15 @@ from typing import Any, TypedDict
 import numpy as np
 
 from srpo_dsl.rl.loop.ranges import PERCENT, difference_range, range_of
-from srpo_dsl.rl.loop.runlog import EVAL, EVAL_PROMPTS, RunError, column, number_or_nan, read_jsonl
+from srpo_dsl.rl.loop.runlog import (
+    EVAL,
+    EVAL_PROMPTS,
+    RunError,
+    column,
+    number_or_nan,
+    read_jsonl,
+    whole_column,
+)
 from srpo_dsl.runtime.metrics import prompt_at_k
 from srpo_dsl.sweep.state import SweepState, run_dir
 from srpo_dsl.sweep.stats import (
@@ -84,8 +92,8 @@ def read_run(folder: Path, seed: int, wall_s: float) -> RunResult:
         "calls_per_episode": number_or_nan(last.get("calls_per_episode")),
         "wall_s": wall_s,
     }
-    k = int(column([last], "k", folder / EVAL)[0])
-    steps = [int(s) for s in column(rows, "step", folder / EVAL)]
+    k = whole_column([last], "k", folder / EVAL)[0]
+    steps = whole_column(rows, "step", folder / EVAL)
     return RunResult(seed, k, steps, avg, passed, values, datasets)
 
 

@@ -104,7 +104,7 @@ def curves(source: Source) -> list[str]:
             charts.append(line_chart(title, series))
     except RunError as exc:  # eval.jsonl's rows, named by the reader
         raise ViewError(str(exc)) from None
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (OverflowError: a step of 1e400)
         raise ViewError(
             f"{source.traces.parent}: not a training run's metrics ({type(exc).__name__}: {exc})"
         ) from None

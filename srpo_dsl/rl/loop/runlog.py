@@ -184,6 +184,15 @@ def column(rows: list[dict[str, Any]], key: str, path: Path) -> list[float]:
     return out
 
 
+def whole_column(rows: list[dict[str, Any]], key: str, path: Path) -> list[int]:
+    """Each row's whole number `key` (a step, a k); RunError naming a row whose value is none (1e400)."""
+    values = column(rows, key, path)
+    for i, value in enumerate(values, 1):
+        if not math.isfinite(value) or value != int(value):
+            raise RunError(f"{path}: row {i}: `{key}` is not a whole number")
+    return [int(value) for value in values]
+
+
 def number_or_nan(value: object) -> float:
     """A recorded metric as a float; NaN for one that is missing, not a number or beyond a float's range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -228,7 +237,7 @@ def eval_curve(rows: list[dict[str, Any]], path: Path) -> EvalCurve:
             [PERCENT * float(r["avg_at_k"]) for r in rows],
             [PERCENT * float(r["pass_at_k"]) for r in rows],
         )
-    except (IndexError, KeyError, TypeError, ValueError) as exc:
+    except (IndexError, KeyError, TypeError, ValueError, OverflowError) as exc:  # (a step of 1e400)
         raise RunError(f"{path}: not an eval file ({type(exc).__name__}: {exc})") from None
 
 
@@ -279,6 +288,6 @@ def read_dynamics(run: Path) -> Dynamics:
         steps = [int(r["step"]) for r in rows]
         series = {key: [float(r[key]) for r in rows] for key in PANELS}
         roles = {metric: role_series(rows, metric) for metric in ROLE_PANELS}
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (OverflowError: a step of 1e400)
         raise RunError(f"{path}: not a metrics file ({type(exc).__name__}: {exc})") from None
     return Dynamics(steps, series, read_curve(run), {m: s for m, s in roles.items() if s})
