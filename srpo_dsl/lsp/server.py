@@ -26,6 +26,7 @@ from srpo_dsl.lsp.formatting import format_edits
 from srpo_dsl.lsp.lenses import SHOW_GRAPH, code_lenses, mermaid
 from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
+from srpo_dsl.lsp.protocol import AnsweringProtocol
 from srpo_dsl.lsp.rename import prepare_rename, references, rename
 from srpo_dsl.lsp.semantic import LEGEND, encode, semantic_ranges
 from srpo_dsl.lsp.symbols import document_symbols
@@ -34,7 +35,12 @@ from srpo_dsl.lsp.view import View
 from srpo_dsl.lsp.watch import OpenWorkflows, offers_watching, registration
 from srpo_dsl.version import __version__
 
-server = LanguageServer("srpo-dsl", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+server = LanguageServer(
+    "srpo-dsl",
+    __version__,
+    text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
+    protocol_cls=AnsweringProtocol,
+)
 workflows = OpenWorkflows()
 documents = Documents()
 collector = IdleCollector()
