@@ -254,9 +254,9 @@ def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.Seman
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
 def _lenses(ls: LanguageServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    lenses = code_lenses(doc.source, _path(doc))
+    lenses = code_lenses(view)
     for lens in lenses:
         lens.range = units.range(lens.range)
     return lenses
