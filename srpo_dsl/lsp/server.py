@@ -15,6 +15,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from srpo_dsl.lang.filestate import recording
+from srpo_dsl.lsp import lastgood
 from srpo_dsl.lsp.client_output import ClientOutput
 from srpo_dsl.lsp.collector import IdleCollector
 from srpo_dsl.lsp.completion import completions
@@ -23,6 +24,7 @@ from srpo_dsl.lsp.documents import Documents
 from srpo_dsl.lsp.fixes import code_actions
 from srpo_dsl.lsp.folding import folding_ranges
 from srpo_dsl.lsp.formatting import format_edits
+from srpo_dsl.lsp.lastgood import behind
 from srpo_dsl.lsp.lenses import SHOW_GRAPH, code_lenses, mermaid
 from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
@@ -186,12 +188,21 @@ def _code_action(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.C
     return actions
 
 
+def _read(doc: TextDocument, view: View | None, pos: lsp.Position) -> tuple[str, lsp.Position | None]:
+    """The text references and rename read (the last good one while the current has a syntax error),
+    and `pos` in it (None: on a line edited since)."""
+    old = behind(view, doc.source)
+    return (old.good.text, old.at(pos)) if old else (doc.source, pos)
+
+
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
 def _references(ls: LanguageServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    at = units.from_client(params.position)
-    found = references(doc.source, _path(doc), doc.uri, at, params.context.include_declaration)
+    text, at = _read(doc, view, units.from_client(params.position))
+    found = references(text, _path(doc), doc.uri, at, params.context.include_declaration) if at else []
+    old = behind(view, doc.source)
+    found = lastgood.locations(old, found, doc.uri) if old else found
     for loc in found:
         loc.range = units.range(loc.range)
     return found
@@ -201,11 +212,16 @@ def _references(ls: LanguageServer, params: lsp.ReferenceParams) -> list[lsp.Loc
 def _prepare_rename(
     ls: LanguageServer, params: lsp.PrepareRenameParams
 ) -> lsp.PrepareRenamePlaceholder | None:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    found = prepare_rename(doc.source, _path(doc), units.from_client(params.position))
+    text, at = _read(doc, view, units.from_client(params.position))
+    found = prepare_rename(text, _path(doc), at) if at else None
+    old = behind(view, doc.source)
+    shown = old.shown(found.range) if old and found else found.range if found else None
+    if found is not None and shown is None:
+        return None
     if found is not None:
-        found.range = units.range(found.range)
+        found.range = units.range(shown)
     return found
 
 
@@ -216,10 +232,12 @@ def _renames_files(ls: LanguageServer) -> bool:
 
 @server.feature(lsp.TEXT_DOCUMENT_RENAME)
 def _rename(ls: LanguageServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit | None:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    at = units.from_client(params.position)
-    found = rename(doc.source, _path(doc), doc.uri, at, params.new_name, _renames_files(ls))
+    text, at = _read(doc, view, units.from_client(params.position))
+    found = rename(text, _path(doc), doc.uri, at, params.new_name, _renames_files(ls)) if at else None
+    old = behind(view, doc.source)
+    found = lastgood.workspace_edit(old, found, doc.uri) if old else found
     for change in (found.document_changes or []) if found else []:
         for e in change.edits if isinstance(change, lsp.TextDocumentEdit) else []:
             e.range = units.range(e.range)
@@ -230,9 +248,11 @@ def _rename(ls: LanguageServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit |
 
 @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_LINK)
 def _links(ls: LanguageServer, params: lsp.DocumentLinkParams) -> list[lsp.DocumentLink]:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    links = document_links(doc.source, _path(doc))
+    old = behind(view, doc.source)
+    links = document_links(old.good.text if old else doc.source, _path(doc))
+    links = lastgood.links(old, links) if old else links
     for link in links:
         link.range = units.range(link.range)
     return links
@@ -240,8 +260,10 @@ def _links(ls: LanguageServer, params: lsp.DocumentLinkParams) -> list[lsp.Docum
 
 @server.feature(lsp.TEXT_DOCUMENT_FOLDING_RANGE)
 def _folding(ls: LanguageServer, params: lsp.FoldingRangeParams) -> list[lsp.FoldingRange]:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
-    return folding_ranges(doc.source, _path(doc))
+    doc, view = _current(ls, params.text_document.uri)
+    old = behind(view, doc.source)
+    found = folding_ranges(old.good.text if old else doc.source, _path(doc))
+    return lastgood.folds(old, found) if old else found
 
 
 @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
