@@ -45,15 +45,15 @@ def _steps(steps: tuple[n.Step, ...], times: int) -> Iterator[tuple[n.Step, int]
             yield from _steps(block, inner)
 
 
-def code_lenses(view: View | None) -> list[lsp.CodeLens]:
+def lenses_of(view: View | None) -> Iterator[lsp.CodeLens]:
     """One lens a step of the last analysis that checked, on the lines the edits since have left alone
-    (none before the document first checked). One pass over the steps and one over the graph."""
+    (none before the document first checked), made as they are taken (`chunked`). One pass over the
+    steps and one over the graph."""
     graph = view.good.graph if view is not None else None
     if graph is None:
-        return []
+        return
     ks = _k_by_step(graph)
     cost = step_costs(graph.agents)
-    lenses = []
     for step, times in _steps(view.tree.steps, 1):
         shown = view.shown(span_range(step.span))
         if shown is None:
@@ -62,8 +62,11 @@ def code_lenses(view: View | None) -> list[lsp.CodeLens]:
         title = k + f"at most: {cost_text(cost(step))}"
         title += f" · up to {times}× an episode" if times > 1 else ""
         at = lsp.Range(start=shown.start, end=shown.start)
-        lenses.append(lsp.CodeLens(range=at, command=lsp.Command(title, "")))
-    return lenses
+        yield lsp.CodeLens(range=at, command=lsp.Command(title, ""))
+
+
+def code_lenses(view: View | None) -> list[lsp.CodeLens]:
+    return list(lenses_of(view))
 
 
 def mermaid(text: str, path: str) -> str | None:

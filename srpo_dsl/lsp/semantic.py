@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator
 
 from lark import Token
 from lark.exceptions import UnexpectedInput
@@ -30,12 +31,20 @@ _BY_TERMINAL = {
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _lexed(text: str) -> list[Token]:
-    """The tokens of `text`, comments included, up to the first character no terminal matches."""
-    out: list[Token] = []
+def _lexed(text: str) -> Iterator[Token]:
+    """The tokens of `text` but white space, comments included, up to the first character no terminal
+    matches, as they are lexed."""
     with contextlib.suppress(UnexpectedInput):  # the tokens before it are kept
-        out.extend(lark_parser().lex(text, dont_ignore=True))
-    return out
+        yield from (t for t in lark_parser().lex(text, dont_ignore=True) if t.type != "WS")
+
+
+def _around(tokens: Iterator[Token]) -> Iterator[tuple[Token | None, Token, Token | None]]:
+    """Each token with the one before and the one after it (None at the ends), one token ahead."""
+    before, tok = None, next(tokens, None)
+    while tok is not None:
+        after = next(tokens, None)
+        yield before, tok, after
+        before, tok = tok, after
 
 
 def _kind(tok: Token, around: tuple[Token | None, Token | None], names: dict[str, str]) -> str | None:
@@ -56,18 +65,16 @@ def _kind(tok: Token, around: tuple[Token | None, Token | None], names: dict[str
     return "property" if after == "EQUAL" else "enumMember"  # an option's name; a value or a word
 
 
-def semantic_ranges(text: str) -> list[tuple[lsp.Range, int]]:
-    """(range, index in `TOKEN_TYPES`) of each classified token, in order (one line each)."""
+def semantic_ranges(text: str) -> Iterator[tuple[lsp.Range, int]]:
+    """(range, index in `TOKEN_TYPES`) of each classified token, in order (one line each), as the
+    text is lexed: one pass (`chunked` takes them a few at a time)."""
     names = {d.name: d.kind for d in declared(text)}
-    tokens = [t for t in _lexed(text) if t.type != "WS"]
-    out = []
-    for before, tok, after in zip([None, *tokens[:-1]], tokens, [*tokens[1:], None]):
+    for before, tok, after in _around(_lexed(text)):
         kind = _kind(tok, (before, after), names)
         if kind is not None:
             start = lsp.Position(line=tok.line - 1, character=tok.column - 1)
             end = lsp.Position(line=tok.line - 1, character=tok.column - 1 + len(tok))
-            out.append((lsp.Range(start=start, end=end), TOKEN_TYPES.index(kind)))
-    return out
+            yield lsp.Range(start=start, end=end), TOKEN_TYPES.index(kind)
 
 
 def encode(ranges: list[tuple[lsp.Range, int]]) -> list[int]:

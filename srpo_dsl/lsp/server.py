@@ -16,6 +16,7 @@ from pygls.workspace import TextDocument
 
 from srpo_dsl.lang.filestate import recording
 from srpo_dsl.lsp import lastgood
+from srpo_dsl.lsp.chunked import collect
 from srpo_dsl.lsp.client_output import ClientOutput
 from srpo_dsl.lsp.collector import IdleCollector
 from srpo_dsl.lsp.completion import completions
@@ -25,7 +26,7 @@ from srpo_dsl.lsp.fixes import code_actions
 from srpo_dsl.lsp.folding import folding_ranges
 from srpo_dsl.lsp.formatting import format_edits
 from srpo_dsl.lsp.lastgood import behind
-from srpo_dsl.lsp.lenses import SHOW_GRAPH, code_lenses, mermaid
+from srpo_dsl.lsp.lenses import SHOW_GRAPH, lenses_of, mermaid
 from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.protocol import AnsweringProtocol
@@ -267,18 +268,18 @@ def _folding(ls: LanguageServer, params: lsp.FoldingRangeParams) -> list[lsp.Fol
 
 
 @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
-def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
+async def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
     doc = ls.workspace.get_text_document(params.text_document.uri)
     units = Units(doc)
-    ranges = [(units.range(rng), kind) for rng, kind in semantic_ranges(doc.source)]
+    ranges = await collect((units.range(rng), kind) for rng, kind in semantic_ranges(doc.source))
     return lsp.SemanticTokens(data=encode(ranges))
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
-def _lenses(ls: LanguageServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
+async def _lenses(ls: LanguageServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
     doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    lenses = code_lenses(view)
+    lenses = await collect(lenses_of(view))
     for lens in lenses:
         lens.range = units.range(lens.range)
     return lenses
