@@ -112,3 +112,19 @@ def test_a_request_on_a_document_never_opened_is_answered(method):
         assert "result" in reply or reply["error"]["message"]
     finally:
         client.close()
+
+
+def test_two_megabytes_of_garbage_lines_are_passed_over_at_once():
+    """A million short lines that are no header (2 MB) between two messages: pygls read them a line
+    at a time, a thread hop each (37 s in the issue); they are skipped in one read."""
+    client = LspClient()
+    try:
+        client.initialize(ROOT)
+        uri = client.open(QUICKSTART, QUICKSTART.read_text(encoding="utf-8"))
+        client.diagnostics(uri)
+        start = time.perf_counter()
+        client.proc.stdin.write(b"x\n" * 1_000_000)
+        symbols = client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+        assert symbols and time.perf_counter() - start < 5.0
+    finally:
+        client.close()

@@ -17,6 +17,7 @@ from pygls.workspace import TextDocument
 from srpo_dsl.lang.filestate import recording
 from srpo_dsl.lsp import lastgood
 from srpo_dsl.lsp.chunked import collect
+from srpo_dsl.lsp.client_input import ClientInput
 from srpo_dsl.lsp.client_output import ClientOutput
 from srpo_dsl.lsp.collector import IdleCollector
 from srpo_dsl.lsp.completion import completions
@@ -297,4 +298,4 @@ def serve(poll: float) -> None:
     whether the files the open workflows read changed."""
     workflows.poll = poll
     collector.start()
-    server.start_io(stdout=ClientOutput(sys.stdout.buffer))
+    server.start_io(stdin=ClientInput(sys.stdin.buffer), stdout=ClientOutput(sys.stdout.buffer))
