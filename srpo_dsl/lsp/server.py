@@ -32,7 +32,7 @@ from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.protocol import AnsweringProtocol
 from srpo_dsl.lsp.rename import prepare_rename, references, rename
-from srpo_dsl.lsp.semantic import LEGEND, encode, semantic_ranges
+from srpo_dsl.lsp.semantic import LEGEND, encode, in_units, semantic_tokens
 from srpo_dsl.lsp.symbols import document_symbols
 from srpo_dsl.lsp.units import Units
 from srpo_dsl.lsp.view import View
@@ -272,8 +272,8 @@ def _folding(ls: LanguageServer, params: lsp.FoldingRangeParams) -> list[lsp.Fol
 async def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
     doc = ls.workspace.get_text_document(params.text_document.uri)
     units = Units(doc)
-    ranges = await collect((units.range(rng), kind) for rng, kind in semantic_ranges(doc.source))
-    return lsp.SemanticTokens(data=encode(ranges))
+    tokens = await collect(in_units(semantic_tokens(doc.source), units))
+    return lsp.SemanticTokens(data=encode(tokens))
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
