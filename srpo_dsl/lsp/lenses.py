@@ -16,7 +16,6 @@ from srpo_dsl.lang.compiler import step_costs
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.graph_formats import export
 from srpo_dsl.lsp.costs import cost_text
-from srpo_dsl.lsp.positions import span_range
 from srpo_dsl.lsp.view import View
 
 SHOW_GRAPH = "srpo.showGraph"
@@ -55,14 +54,14 @@ def lenses_of(view: View | None) -> Iterator[lsp.CodeLens]:
     ks = _k_by_step(graph)
     cost = step_costs(graph.agents)
     for step, times in _steps(view.tree.steps, 1):
-        shown = view.shown(span_range(step.span))
-        if shown is None:
-            continue
+        line = view.lines.to_new(step.span.line - 1)
+        if line is None or view.lines.to_new(step.span.end_line - 1) is None:
+            continue  # the step touches a line edited since
         k = ks.get((step.span.line, step.span.col), "") if isinstance(step, n.EventStep) else ""
         title = k + f"at most: {cost_text(cost(step))}"
         title += f" · up to {times}× an episode" if times > 1 else ""
-        at = lsp.Range(start=shown.start, end=shown.start)
-        yield lsp.CodeLens(range=at, command=lsp.Command(title, ""))
+        start = lsp.Position(line=line, character=max(step.span.col - 1, 0))
+        yield lsp.CodeLens(range=lsp.Range(start=start, end=start), command=lsp.Command(title, ""))
 
 
 def code_lenses(view: View | None) -> list[lsp.CodeLens]:
