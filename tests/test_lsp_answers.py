@@ -40,6 +40,18 @@ def _malformed(uri: str) -> list[tuple[str, object]]:
     ]
 
 
+def _covers(capabilities: dict, methods: list[str]) -> None:
+    """Each `...Provider` the initialize result advertises has its method in `methods` (`hoverProvider`:
+    textDocument/hover, `documentFormattingProvider`: textDocument/formatting, ...)."""
+    names = [m.split("/")[1].lower() for m in methods]
+    for key in capabilities:
+        if key.endswith("Provider"):
+            stem = key.removesuffix("Provider").lower()
+            assert any(stem.endswith(name) for name in names), (
+                f"{key} advertised, no method of it in the table"
+            )
+
+
 def _ask(client, rid: int, method: str, params: object) -> dict:
     client.send({"id": rid, "method": method, "params": params})
     return client.receive(lambda m: m.get("id") == rid and "method" not in m, timeout=TIMEOUT)
@@ -54,7 +66,8 @@ def test_the_table_covers_what_the_server_advertises():
 def test_every_malformed_request_is_answered_and_the_server_goes_on():
     client = LspClient()
     try:
-        client.initialize(ROOT)
+        advertised = client.initialize(ROOT)["capabilities"]
+        _covers(advertised, _requests())
         uri = client.open(QUICKSTART, QUICKSTART.read_text(encoding="utf-8"))
         client.diagnostics(uri)
         rid = 1000
