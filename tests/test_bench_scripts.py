@@ -36,6 +36,7 @@ FIGURES = {  # bench -> a line of figures its smoke run prints (a regular expres
     "compile_bench": r"^\| 10 \| 100 \| [\d,]+ \| [\d,]+ \| \d+\.\d{3} \| \d+\.\d{3} \| [\d.]+ \| [\d.]+ \|$",
     "fuzz_report": r"^\| workflows \| 10( \| 0){6} \| \d+ \|$",
     "lsp_bench": r"^didChange -> publishDiagnostics over 1 workflows: median of medians \d+\.\d ms",
+    "lsp_scale": r"^\| code lens \| \d+\.\d \| \d+\.\d \| -?\d+\.\d\d \|$",
     "multiturn_bench": r"^\| quickstart_tools \| 2 \| conversation, stream \| \d+ \| \d+ \| \d+ \| \d\.\d{3} \|",
     "objective_bench": r"^\| 8 \|( \d+\.\d \|)+ \d+\.\d\d \|$",
     "packing_bench": r"^\| one long member \| budget 64 \(\d+\) \| packed \| [\d,]+ \| \d+\.\d% \| \d+\.\d{3} \|$",

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.branches import MAX_PATHS
@@ -260,6 +261,26 @@ def _dearest(costs: Mapping[str, BoundCost]) -> BoundCost:
 def step_cost(step: n.Step, agents: Mapping[str, AgentInfo]) -> BoundCost:
     """The most one execution of `step` costs: its loops at their bounds, its branches at the dearer arm."""
     return _Bounds(agents).block((step,))[0]
+
+
+class _KeptBounds(_Bounds):
+    """`_Bounds` that keeps each step's bound: a step inside others is visited once for all of them."""
+
+    def __init__(self, agents: Mapping[str, AgentInfo]):
+        super().__init__(agents)
+        self.kept: dict[int, Bound] = {}
+
+    def visit(self, step: n.Step, *args: Any) -> Bound:
+        if id(step) not in self.kept:
+            self.kept[id(step)] = super().visit(step, *args)
+        return self.kept[id(step)]
+
+
+def step_costs(agents: Mapping[str, AgentInfo]) -> Callable[[n.Step], BoundCost]:
+    """`step_cost` for the steps of one program, each step's bound worked out once (linear in the steps,
+    where `step_cost` of each step of a loop walks the loop's body again)."""
+    bounds = _KeptBounds(agents)
+    return lambda step: bounds.block((step,))[0]
 
 
 class _Compiler(n.StepVisitor[Frontier]):

@@ -16,7 +16,7 @@ from lark.exceptions import UnexpectedInput
 
 from srpo_dsl.lang.grammar import lark_parser, statements
 
-_TYPED = re.compile(r"[A-Za-z0-9_]*\Z")
+_TYPED = re.compile(r"[A-Za-z0-9_]*")  # matched on the cursor's line reversed: the word being typed
 _NOT_A_HEAD_AFTER = frozenset({"EMITS", "COMMA", "LPAR"})  # `emits route`, `task.answer`: not statements
 _RESTARTS = 3  # statements tried back from the cursor when the text before them has an error
 
@@ -74,6 +74,13 @@ def _is_head(tokens: tuple[Token, ...] | list[Token], i: int, heads: frozenset[s
     return tokens[i].type in heads and (i == 0 or tokens[i - 1].type not in _NOT_A_HEAD_AFTER)
 
 
+def typed_length(before: str) -> int:
+    """How many characters of the word being typed end `before`: one match from the cursor back over its
+    line (a search for a word at the end would try every start before it: quadratic in a long word)."""
+    line = before[before.rfind("\n") + 1 :]
+    return len(_TYPED.match(line[::-1])[0])
+
+
 def in_comment_or_string(line_before: str) -> bool:
     """Whether a cursor after `line_before` (its line up to it) is in a comment or a string (neither
     spans lines)."""
@@ -116,7 +123,7 @@ def expected(before: str) -> Expected | None:
     in each statement tried: the file's statement the cursor is in (from `workflow _`, so the cost does
     not grow with the file), then the last few statements before the cursor."""
     try:
-        tokens = list(lark_parser().lex(before[: len(before) - len(_TYPED.search(before)[0])]))
+        tokens = list(lark_parser().lex(before[: len(before) - typed_length(before)]))
     except UnexpectedInput:
         return None
     heads = _heads()

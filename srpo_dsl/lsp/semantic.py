@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterable, Iterator
 
 from lark import Token
 from lark.exceptions import UnexpectedInput
@@ -15,6 +16,7 @@ from lsprotocol import types as lsp
 
 from srpo_dsl.lang.grammar import lark_parser, statements
 from srpo_dsl.lsp.completion import declared
+from srpo_dsl.lsp.units import Units
 
 TOKEN_TYPES = ["keyword", "class", "variable", "function", "namespace", "string", "number", "comment"]
 TOKEN_TYPES += ["operator", "property", "enumMember"]
@@ -30,12 +32,20 @@ _BY_TERMINAL = {
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _lexed(text: str) -> list[Token]:
-    """The tokens of `text`, comments included, up to the first character no terminal matches."""
-    out: list[Token] = []
+def _lexed(text: str) -> Iterator[Token]:
+    """The tokens of `text` but white space, comments included, up to the first character no terminal
+    matches, as they are lexed."""
     with contextlib.suppress(UnexpectedInput):  # the tokens before it are kept
-        out.extend(lark_parser().lex(text, dont_ignore=True))
-    return out
+        yield from (t for t in lark_parser().lex(text, dont_ignore=True) if t.type != "WS")
+
+
+def _around(tokens: Iterator[Token]) -> Iterator[tuple[Token | None, Token, Token | None]]:
+    """Each token with the one before and the one after it (None at the ends), one token ahead."""
+    before, tok = None, next(tokens, None)
+    while tok is not None:
+        after = next(tokens, None)
+        yield before, tok, after
+        before, tok = tok, after
 
 
 def _kind(tok: Token, around: tuple[Token | None, Token | None], names: dict[str, str]) -> str | None:
@@ -56,26 +66,40 @@ def _kind(tok: Token, around: tuple[Token | None, Token | None], names: dict[str
     return "property" if after == "EQUAL" else "enumMember"  # an option's name; a value or a word
 
 
-def semantic_ranges(text: str) -> list[tuple[lsp.Range, int]]:
-    """(range, index in `TOKEN_TYPES`) of each classified token, in order (one line each)."""
+def semantic_tokens(text: str) -> Iterator[tuple[int, int, int, int]]:
+    """(line, start, length, index in `TOKEN_TYPES`) of each classified token, in order (0-based, in
+    code points), as the text is lexed: one pass (`chunked` takes them a few at a time)."""
     names = {d.name: d.kind for d in declared(text)}
-    tokens = [t for t in _lexed(text) if t.type != "WS"]
-    out = []
-    for before, tok, after in zip([None, *tokens[:-1]], tokens, [*tokens[1:], None]):
+    for before, tok, after in _around(_lexed(text)):
         kind = _kind(tok, (before, after), names)
         if kind is not None:
-            start = lsp.Position(line=tok.line - 1, character=tok.column - 1)
-            end = lsp.Position(line=tok.line - 1, character=tok.column - 1 + len(tok))
-            out.append((lsp.Range(start=start, end=end), TOKEN_TYPES.index(kind)))
-    return out
+            yield tok.line - 1, tok.column - 1, len(tok), TOKEN_TYPES.index(kind)
 
 
-def encode(ranges: list[tuple[lsp.Range, int]]) -> list[int]:
+def semantic_ranges(text: str) -> Iterator[tuple[lsp.Range, int]]:
+    """`semantic_tokens` as (range, index in `TOKEN_TYPES`) (one line each)."""
+    for line, start, length, kind in semantic_tokens(text):
+        rng = lsp.Range(start=lsp.Position(line, start), end=lsp.Position(line, start + length))
+        yield rng, kind
+
+
+def in_units(
+    tokens: Iterable[tuple[int, int, int, int]], units: Units
+) -> Iterator[tuple[int, int, int, int]]:
+    """`tokens` with their start and length in the client's units (as they are, in an ASCII text)."""
+    if units.lines is None:
+        yield from tokens
+        return
+    for line, start, length, kind in tokens:
+        rng = units.range(lsp.Range(start=lsp.Position(line, start), end=lsp.Position(line, start + length)))
+        yield line, rng.start.character, rng.end.character - rng.start.character, kind
+
+
+def encode(tokens: Iterable[tuple[int, int, int, int]]) -> list[int]:
     """LSP's relative encoding: per token, its line and start from the previous token's, length, type."""
-    data, line, start = [], 0, 0
-    for rng, kind in ranges:
-        delta_line = rng.start.line - line
-        delta_start = rng.start.character - (start if delta_line == 0 else 0)
-        data += [delta_line, delta_start, rng.end.character - rng.start.character, kind, 0]
-        line, start = rng.start.line, rng.start.character
+    data, last_line, last_start = [], 0, 0
+    for line, start, length, kind in tokens:
+        delta_line = line - last_line
+        data += [delta_line, start - (last_start if delta_line == 0 else 0), length, kind, 0]
+        last_line, last_start = line, start
     return data

@@ -16,6 +16,9 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from srpo_dsl.lang.filestate import recording
+from srpo_dsl.lsp import lastgood
+from srpo_dsl.lsp.chunked import collect
+from srpo_dsl.lsp.client_input import ClientInput
 from srpo_dsl.lsp.client_output import ClientOutput
 from srpo_dsl.lsp.collector import IdleCollector
 from srpo_dsl.lsp.completion import completions
@@ -24,12 +27,14 @@ from srpo_dsl.lsp.documents import Documents
 from srpo_dsl.lsp.fixes import code_actions
 from srpo_dsl.lsp.folding import folding_ranges
 from srpo_dsl.lsp.formatting import format_edits
-from srpo_dsl.lsp.lenses import SHOW_GRAPH, code_lenses, mermaid
+from srpo_dsl.lsp.lastgood import behind
+from srpo_dsl.lsp.lenses import SHOW_GRAPH, lenses_of, mermaid
 from srpo_dsl.lsp.links import document_links
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.paths import path_completions
+from srpo_dsl.lsp.protocol import AnsweringProtocol
 from srpo_dsl.lsp.rename import prepare_rename, references, rename
-from srpo_dsl.lsp.semantic import LEGEND, encode, semantic_ranges
+from srpo_dsl.lsp.semantic import LEGEND, encode, in_units, semantic_tokens
 from srpo_dsl.lsp.signatures import signature_help
 from srpo_dsl.lsp.symbols import document_symbols
 from srpo_dsl.lsp.templatedoc import (
@@ -46,7 +51,12 @@ from srpo_dsl.lsp.workspace_files import workflows as workspace_workflows
 from srpo_dsl.lsp.workspace_symbols import workspace_symbols
 from srpo_dsl.version import __version__
 
-server = LanguageServer("srpo-dsl", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+server = LanguageServer(
+    "srpo-dsl",
+    __version__,
+    text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
+    protocol_cls=AnsweringProtocol,
+)
 workflows = OpenWorkflows()
 documents = Documents()
 collector = IdleCollector()
@@ -239,13 +249,21 @@ def _located(ls: LanguageServer, locations: list) -> list:
     return locations
 
 
+def _read(doc: TextDocument, view: View | None, pos: lsp.Position) -> tuple[str, lsp.Position | None]:
+    """The text references and rename read (the last good one while the current has a syntax error),
+    and `pos` in it (None: on a line edited since)."""
+    old = behind(view, doc.source)
+    return (old.good.text, old.at(pos)) if old else (doc.source, pos)
+
+
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
 def _references(ls: LanguageServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
-    at = Units(doc).from_client(params.position)
+    doc, view = _current(ls, params.text_document.uri)
+    text, at = _read(doc, view, Units(doc).from_client(params.position))
     include = params.context.include_declaration
-    found = references(doc.source, _path(doc), doc.uri, at, include, _root(ls), _opened(ls))
-    return _located(ls, found)
+    found = references(text, _path(doc), doc.uri, at, include, _root(ls), _opened(ls)) if at else []
+    old = behind(view, doc.source)
+    return _located(ls, lastgood.locations(old, found, doc.uri) if old else found)
 
 
 @server.feature(lsp.WORKSPACE_SYMBOL)
@@ -257,11 +275,16 @@ def _workspace_symbols(ls: LanguageServer, params: lsp.WorkspaceSymbolParams) ->
 def _prepare_rename(
     ls: LanguageServer, params: lsp.PrepareRenameParams
 ) -> lsp.PrepareRenamePlaceholder | None:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    found = prepare_rename(doc.source, _path(doc), units.from_client(params.position))
+    text, at = _read(doc, view, units.from_client(params.position))
+    found = prepare_rename(text, _path(doc), at) if at else None
+    old = behind(view, doc.source)
+    shown = old.shown(found.range) if old and found else found.range if found else None
+    if found is not None and shown is None:
+        return None
     if found is not None:
-        found.range = units.range(found.range)
+        found.range = units.range(shown)
     return found
 
 
@@ -273,10 +296,12 @@ def _renames_files(ls: LanguageServer) -> bool:
 @server.feature(lsp.TEXT_DOCUMENT_RENAME)
 def _rename(ls: LanguageServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit | None:
     """The edit, or an error whose message says why the rename would break a workflow (`rename.Refused`)."""
-    doc = ls.workspace.get_text_document(params.text_document.uri)
-    at = Units(doc).from_client(params.position)
+    doc, view = _current(ls, params.text_document.uri)
+    text, at = _read(doc, view, Units(doc).from_client(params.position))
     new, files = params.new_name, _renames_files(ls)
-    found = rename(doc.source, _path(doc), doc.uri, at, new, files, _root(ls), _opened(ls))
+    found = rename(text, _path(doc), doc.uri, at, new, files, _root(ls), _opened(ls)) if at else None
+    old = behind(view, doc.source)
+    found = lastgood.workspace_edit(old, found, doc.uri) if old else found
     for change in (found.document_changes or []) if found else []:
         units = (
             Units(ls.workspace.get_text_document(change.text_document.uri))
@@ -292,9 +317,11 @@ def _rename(ls: LanguageServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit |
 
 @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_LINK)
 def _links(ls: LanguageServer, params: lsp.DocumentLinkParams) -> list[lsp.DocumentLink]:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    links = document_links(doc.source, _path(doc))
+    old = behind(view, doc.source)
+    links = document_links(old.good.text if old else doc.source, _path(doc))
+    links = lastgood.links(old, links) if old else links
     for link in links:
         link.range = units.range(link.range)
     return links
@@ -302,25 +329,27 @@ def _links(ls: LanguageServer, params: lsp.DocumentLinkParams) -> list[lsp.Docum
 
 @server.feature(lsp.TEXT_DOCUMENT_FOLDING_RANGE)
 def _folding(ls: LanguageServer, params: lsp.FoldingRangeParams) -> list[lsp.FoldingRange]:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
-    return folding_ranges(doc.source, _path(doc))
+    doc, view = _current(ls, params.text_document.uri)
+    old = behind(view, doc.source)
+    found = folding_ranges(old.good.text if old else doc.source, _path(doc))
+    return lastgood.folds(old, found) if old else found
 
 
 @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
-def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
+async def _semantic(ls: LanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
     doc = ls.workspace.get_text_document(params.text_document.uri)
     if is_template(_path(doc)):
         return lsp.SemanticTokens(data=[])  # a template's words are not the workflow language's
     units = Units(doc)
-    ranges = [(units.range(rng), kind) for rng, kind in semantic_ranges(doc.source)]
-    return lsp.SemanticTokens(data=encode(ranges))
+    tokens = await collect(in_units(semantic_tokens(doc.source), units))
+    return lsp.SemanticTokens(data=encode(tokens))
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
-def _lenses(ls: LanguageServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+async def _lenses(ls: LanguageServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
+    doc, view = _current(ls, params.text_document.uri)
     units = Units(doc)
-    lenses = code_lenses(doc.source, _path(doc))
+    lenses = await collect(lenses_of(view))
     for lens in lenses:
         lens.range = units.range(lens.range)
     return lenses
@@ -338,4 +367,4 @@ def serve(poll: float) -> None:
     whether the files the open workflows read changed."""
     workflows.poll = poll
     collector.start()
-    server.start_io(stdout=ClientOutput(sys.stdout.buffer))
+    server.start_io(stdin=ClientInput(sys.stdin.buffer), stdout=ClientOutput(sys.stdout.buffer))

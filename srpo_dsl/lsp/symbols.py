@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import nodes as n
@@ -13,9 +15,11 @@ from srpo_dsl.lsp.view import View
 K = lsp.SymbolKind
 
 
+@functools.lru_cache(maxsize=4)
 def parsed(text: str, path: str) -> n.Program | None:
     """The syntax tree of `text`, or None when it has syntax errors (quick fixes, folding, links,
-    lenses, rename read the current text; symbols, hover and definition the last good one: View)."""
+    rename read the current text; symbols, hover and definition the last good one: View). The trees
+    are immutable: the last few are kept, so the requests on one text parse it once."""
     try:
         return parse(text, path)
     except SrpoError:
