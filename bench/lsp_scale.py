@@ -1,13 +1,17 @@
-"""How each request of `srpo-dsl lsp` grows with the file: the quickstart workflow with its steps
-repeated (in loops, so it still checks) to 1,000, 5,000 and 20,000 lines; per method the median time
-of a few requests, and the growth exponent fitted to them (the slope of log time on log lines: 1 is
-linear, 2 quadratic).
+"""How each request of `srpo-dsl lsp` grows with the file, through three clients side by side: the
+quickstart workflow with its steps repeated (in loops, so it still checks) to 1,000, 5,000 and 20,000
+lines; per method and client the median time of a few requests, and the growth exponent fitted to
+them (the slope of log time on log lines: 1 is linear, 2 quadratic).
 
     python bench/lsp_scale.py                 # 1k, 5k and 20k lines, 5 requests a method
-    python bench/lsp_scale.py --smoke         # a check that it runs: 200 and 400 lines, one each
+    python bench/lsp_scale.py --smoke         # a check that it runs: 1k lines, 2 methods, one each
 
-The same client as bench/lsp_bench.py (JSON-RPC over the server's stdio). "diagnostics" is the time
-from a didChange to its publishDiagnostics (20 ms of it the server waiting for more changes).
+The clients: "raw stdio", bench/lsp_bench.py's JSON-RPC over the server's stdio (every method);
+"Neovim", headless with editors/neovim/srpo.lua, and "VS Code client", extension.js with
+vscode-languageclient under node (bench/lsp_clients.py; the methods of CLIENT_METHODS). A client
+that is missing here is skipped with a line saying why. "diagnostics" is the time from an edit to
+its diagnostics in the client (20 ms of it the server waiting for more changes; in Neovim also its
+debounce of didChange).
 """
 
 from __future__ import annotations
@@ -25,11 +29,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lsp_clients
 from lsp_bench import ROOT, LspClient
 
 QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
 LOOP = "repeat at most 2 {\n    parallel solver\n    verify verifier\n}\n"
 STEPS_AT = "parallel solver "  # where the quickstart's steps start
+RAW = "raw stdio"
+# the methods the editor clients time (with "diagnostics"); the smoke run's methods
+CLIENT_METHODS = (
+    "hover",
+    "completion",
+    "code lens",
+    "semantic tokens",
+    "symbols",
+    "formatting",
+    "references",
+)
+SMOKE_METHODS = ("code lens", "hover")
 
 
 def workflow(lines: int) -> str:
@@ -76,11 +93,9 @@ def _median(run: Callable[[], object], times: int) -> float:
     return statistics.median(out)
 
 
-def measure(client: LspClient, folder: Path, lines: int, times: int) -> dict[str, float]:
-    """Median seconds per method on a workflow of `lines` lines (opened in `folder`)."""
-    text = workflow(lines)
-    path = folder / f"big{lines}.srpo"
-    path.write_text(text, encoding="utf-8")
+def measure(client: LspClient, path: Path, labels: list[str], times: int) -> dict[str, float]:
+    """Median seconds per method (of `labels`) on the workflow at `path`, over raw stdio."""
+    text = path.read_text(encoding="utf-8")
     uri = client.open(path, text)
     assert client.diagnostics(uri) == [], "the generated workflow does not check"
     version = iter(range(2, 10**6))
@@ -93,10 +108,39 @@ def measure(client: LspClient, folder: Path, lines: int, times: int) -> dict[str
     out = {"diagnostics": _median(edit, times)}
     client.replace(uri, text, next(version))
     client.diagnostics(uri)
-    for label, (method, params) in requests(uri, text).items():
+    asked = requests(uri, text)
+    for label in labels:
+        method, params = asked[label]
         out[label] = _median(lambda m=method, p=params: client.request(m, p), times)
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     return out
+
+
+def raw(folder: Path, paths: list[Path], labels: list[str], times: int) -> list[dict[str, float]]:
+    """Per workflow of `paths`, the raw stdio client's median seconds per method."""
+    client = LspClient()
+    try:
+        client.initialize(folder)
+        return [measure(client, path, labels, times) for path in paths]
+    finally:
+        client.close()
+
+
+def _asked(path: Path, labels: list[str]) -> list[dict]:
+    """The requests of `labels` on the workflow at `path`, as the editor clients' jobs list them."""
+    every = requests(path.as_uri(), path.read_text(encoding="utf-8"))
+    return [{"label": label, "method": every[label][0], "params": every[label][1]} for label in labels]
+
+
+def editor(name: str, paths: list[Path], labels: list[str], times: int) -> list[dict[str, float]] | None:
+    """Per workflow, the editor client `name`'s median seconds per method; None (said) when missing."""
+    why = lsp_clients.missing(name)
+    if why:
+        print(f"{name}: skipped, {why}")
+        return None
+    asked = {path.name: _asked(path, labels) for path in paths}
+    runs = lsp_clients.RUN[name](paths, asked, times)
+    return [{k: statistics.median(v) for k, v in runs[path.name].items()} for path in paths]
 
 
 def slope(sizes: list[int], seconds: list[float]) -> float:
@@ -106,38 +150,64 @@ def slope(sizes: list[int], seconds: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
-def table(sizes: list[int], results: list[dict[str, float]]) -> list[str]:
-    head = "| method | " + " | ".join(f"{s:,} lines (ms)" for s in sizes) + " | growth exponent |"
-    out = [head, "|---|" + "---:|" * (len(sizes) + 1)]
-    for label in results[0]:
-        row = [results[i][label] for i in range(len(sizes))]
-        cells = " | ".join(f"{t * 1e3:.1f}" for t in row)
-        out.append(f"| {label} | {cells} | {slope(sizes, row):.2f} |")
+def table(sizes: list[int], results: dict[str, list[dict[str, float]]]) -> list[str]:
+    """A markdown table: a row per method and client (results: client -> per size, method -> seconds),
+    the milliseconds at each size and the growth exponent (– with one size)."""
+    head = "| method | client | " + " | ".join(f"{s:,} lines (ms)" for s in sizes) + " | growth exponent |"
+    out = [head, "|---|---|" + "---:|" * (len(sizes) + 1)]
+    for label in results[RAW][0]:
+        for client, per_size in results.items():
+            if label not in per_size[0]:
+                continue
+            row = [per_size[i][label] for i in range(len(sizes))]
+            cells = " | ".join(f"{t * 1e3:.1f}" for t in row)
+            fit = f"{slope(sizes, row):.2f}" if len(sizes) > 1 else "–"
+            out.append(f"| {label} | {client} | {cells} | {fit} |")
     return out
+
+
+def run(sizes: list[int], labels: list[str], times: int) -> dict[str, list[dict[str, float]]]:
+    """client -> per size, method -> median seconds; the editor clients missing here are left out."""
+    folder = Path(tempfile.mkdtemp(prefix="srpo-lsp-scale-"))
+    try:
+        shutil.copytree(ROOT / "workflows" / "quickstart", folder / "quickstart")
+        paths = [folder / f"big{s}.srpo" for s in sizes]
+        for size, path in zip(sizes, paths, strict=True):
+            path.write_text(workflow(size), encoding="utf-8")
+        results = {RAW: raw(folder, paths, labels, times)}
+        for name in lsp_clients.RUN:
+            timed = editor(name, paths, [x for x in labels if x in CLIENT_METHODS], times)
+            if timed is not None:
+                results[name] = timed
+        return results
+    finally:
+        shutil.rmtree(folder)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,5000,20000", help="lines of the workflows, comma-separated")
     ap.add_argument("--times", type=int, default=5, help="requests a method and size (the median is shown)")
-    ap.add_argument("--smoke", action="store_true", help="a check that it runs: 200 and 400 lines, one each")
+    ap.add_argument(
+        "--smoke", action="store_true", help="a check that it runs: 1k lines, 2 methods, one each"
+    )
     args = ap.parse_args()
-    sizes = [200, 400] if args.smoke else [int(s) for s in args.sizes.split(",")]
+    sizes = [1000] if args.smoke else [int(s) for s in args.sizes.split(",")]
+    labels = list(SMOKE_METHODS if args.smoke else requests("", "\n"))
     times = 1 if args.smoke else args.times
-    folder = Path(tempfile.mkdtemp(prefix="srpo-lsp-scale-"))
-    shutil.copytree(ROOT / "workflows" / "quickstart", folder / "quickstart")
-    client = LspClient()
-    try:
-        client.initialize(folder)
-        results = [measure(client, folder, s, times) for s in sizes]
-    finally:
-        client.close()
-        shutil.rmtree(folder)
     load = "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"srpo-dsl lsp, median of {times} requests a method ({platform.machine()}, {load})")
+    try:
+        results = run(sizes, labels, times)
+    except RuntimeError as err:  # an editor client that ran but failed
+        sys.exit(f"lsp_scale: {err}")
+    after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"srpo-dsl lsp, median of {times} requests a method ({platform.machine()}, {load}; after: {after})")
     print("\n".join(table(sizes, results)))
-    worst = max(slope(sizes, [r[k] for r in results]) for k in results[0])
-    print(f"largest growth exponent over {len(results[0])} methods: {worst:.2f}")
+    if len(sizes) > 1:
+        worst = max(slope(sizes, [r[k] for r in per]) for per in results.values() for k in per[0])
+        print(
+            f"largest growth exponent over {len(labels) + 1} methods and {len(results)} clients: {worst:.2f}"
+        )
 
 
 if __name__ == "__main__":

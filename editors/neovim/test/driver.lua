@@ -18,6 +18,10 @@
 --   latency   per file of `paths`: `edits` edits after a pause of `pause_ms` each, then `edits`
 --             edits back to back; each one's milliseconds from nvim_buf_set_lines to the
 --             diagnostics published for that version having been handed to vim.diagnostic
+--   scale     per file of `paths`: `times` edits back to back, each one's milliseconds to its
+--             diagnostics (as `latency`), then per entry of `requests[file name]` ({label, method,
+--             params}; the params' textDocument.uri set to the buffer's) `times` vim.lsp.buf_request_sync
+--             calls, each one's milliseconds (bench/lsp_scale.py)
 
 local uv = vim.uv or vim.loop
 local job = vim.fn.json_decode(table.concat(vim.fn.readfile(os.getenv("SRPO_NVIM_DRIVER")), "\n"))
@@ -191,6 +195,41 @@ function scenarios.latency()
       typing = edit_times(bufnr, n, job.edits, 0, false),
     }
     vim.cmd("bwipeout! " .. bufnr) -- closes it in the server too
+  end
+end
+
+-- Milliseconds of each of `times` vim.lsp.buf_request_sync calls of `request` on `bufnr`.
+local function request_times(bufnr, request, times)
+  local params = vim.deepcopy(request.params)
+  params.textDocument.uri = vim.uri_from_bufnr(bufnr)
+  local out = {}
+  for k = 1, times do
+    local start = uv.hrtime()
+    local replies, why = vim.lsp.buf_request_sync(bufnr, request.method, params, 60000)
+    out[k] = (uv.hrtime() - start) / 1e6
+    local _, reply = next(replies or {})
+    if not reply or reply.err then
+      error(request.method .. ": " .. vim.inspect(reply and reply.err or why or "no reply"), 0)
+    end
+  end
+  return out
+end
+
+function scenarios.scale()
+  report.scale = {}
+  for _, path in ipairs(job.paths) do
+    local bufnr = open(path)
+    attached(bufnr)
+    wait_for("the diagnostics of " .. path, 60000, function()
+      return arrived[bufnr] ~= nil
+    end)
+    local times = { diagnostics = edit_times(bufnr, vim.api.nvim_buf_line_count(bufnr), job.times, 0, true) }
+    local name = vim.fn.fnamemodify(path, ":t")
+    for _, request in ipairs(job.requests[name]) do
+      times[request.label] = request_times(bufnr, request, job.times)
+    end
+    report.scale[name] = times
+    vim.cmd("bwipeout! " .. bufnr)
   end
 end
 

@@ -1,5 +1,5 @@
 // A stand-in for VS Code's `vscode` API module, for running the real extension and the real
-// vscode-languageclient under node (test/client.js). It implements, as VS Code does, what the
+// vscode-languageclient under node (test/client.js, test/scale.js). It implements, as VS Code does, what the
 // client calls to start a server, open documents, show diagnostics and format: configuration,
 // text documents and their events, workspace folders, output channels, messages, diagnostic
 // collections, document selectors, provider registration, Uri/Position/Range/Diagnostic/TextEdit.
@@ -323,4 +323,15 @@ function openTextDocument(file, languageId, text) {
   return document;
 }
 
-module.exports = { vscode, harness, openFolder, openTextDocument };
+// What VS Code does when the user edits a document: its text and version change, then
+// onDidChangeTextDocument fires with the change (here: the whole old text replaced by `text`).
+function changeTextDocument(document, text) {
+  const lines = document._text.split("\n");
+  const range = new Range(0, 0, lines.length - 1, lines[lines.length - 1].length);
+  const change = { range, rangeOffset: 0, rangeLength: document._text.length, text };
+  document._text = text;
+  document.version += 1;
+  events.didChange.fire({ document, contentChanges: [change], reason: undefined });
+}
+
+module.exports = { vscode, harness, openFolder, openTextDocument, changeTextDocument };
