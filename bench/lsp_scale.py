@@ -193,7 +193,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     sizes = [1000] if args.smoke else [int(s) for s in args.sizes.split(",")]
-    labels = list(SMOKE_METHODS if args.smoke else requests("", "\n"))
+    labels = list(SMOKE_METHODS if args.smoke else requests("", workflow(100)))  # every method
     times = 1 if args.smoke else args.times
     load = "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
     try:

@@ -80,3 +80,31 @@ def test_lenses_answer_from_the_last_good_analysis_during_a_syntax_error():
     assert during[0].command.title == before[0].command.title
     moved = [lsp.Position(line=lens.range.start.line, character=0) for lens in during]
     assert moved == sorted(moved)
+
+
+def test_the_table_has_a_row_per_method_and_client_that_timed_it():
+    sizes = [1000, 4000]
+    raw = [{"diagnostics": 0.01, "links": 0.002}, {"diagnostics": 0.04, "links": 0.008}]
+    nvim = [{"diagnostics": 0.2}, {"diagnostics": 0.8}]
+    rows = scale.table(sizes, {scale.RAW: raw, "Neovim": nvim})
+    assert rows[0] == "| method | client | 1,000 lines (ms) | 4,000 lines (ms) | growth exponent |"
+    assert rows[2:] == [
+        "| diagnostics | raw stdio | 10.0 | 40.0 | 1.00 |",
+        "| diagnostics | Neovim | 200.0 | 800.0 | 1.00 |",
+        "| links | raw stdio | 2.0 | 8.0 | 1.00 |",  # Neovim does not time links: no row
+    ]
+    assert scale.table([1000], {scale.RAW: raw[:1]})[2] == "| diagnostics | raw stdio | 10.0 | – |"
+
+
+def test_an_editor_client_missing_here_is_skipped_with_why(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(scale.lsp_clients, "NVIM", str(tmp_path / "no-nvim"))
+    assert scale.editor("Neovim", [tmp_path / "big.srpo"], ["hover"], 1) is None
+    assert (
+        capsys.readouterr().out
+        == f"Neovim: skipped, `{tmp_path / 'no-nvim'}` is not installed (Debian: apt-get install neovim)\n"
+    )
+
+
+def test_the_editor_clients_time_methods_the_raw_client_times():
+    assert set(scale.CLIENT_METHODS) <= set(scale.requests("", scale.workflow(100)))
+    assert set(scale.SMOKE_METHODS) <= set(scale.CLIENT_METHODS)
