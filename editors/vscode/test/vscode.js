@@ -1,6 +1,6 @@
 // A stand-in for VS Code's `vscode` API module, for running the real extension and the real
-// vscode-languageclient under node (test/client.js, test/scale.js). It implements, as VS Code does, what the
-// client calls to start a server, open documents, show diagnostics and format: configuration,
+// vscode-languageclient under node (test/client.js, test/scale.js). It implements, as VS Code does,
+// what the client calls to start a server, open documents, show diagnostics and format: configuration,
 // text documents and their events, workspace folders, output channels, messages, diagnostic
 // collections, document selectors, provider registration, Uri/Position/Range/Diagnostic/TextEdit.
 // Any other name the client touches is served by a recording stub (a no-op function that returns
