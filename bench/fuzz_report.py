@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the suite's fuzzer and checks (tests/fuzzing.py, tests/test_fuzz_*.py)
+PROBLEMS: list[str] = []  # each case's problem, printed below the table (seed and index reproduce it)
 KINDS = (
     "cases",
     "tracebacks",
@@ -106,6 +107,9 @@ def workflows(count: int, lsp_every: int) -> Counter:
             checks.append(answered(lsp_problem, client, folder, data, case.index))
         found.update(kind for kind in map(classify, checks) if kind)
         found["data lost"] += graph_lost(data)
+        PROBLEMS.extend(
+            f"workflow case {case.index} ({case.base.name}): {p.splitlines()[0][:200]}" for p in checks if p
+        )
         found["cases"] += 1
     client.close()
     shutil.rmtree(folder, ignore_errors=True)
@@ -140,6 +144,10 @@ def run_folders(count: int) -> Counter:
         changed = digests(folder, case.base.name) != digests_of(case)
         found.update([kind for kind in [classify(problem)] if kind])
         found["data lost"] += changed
+        if problem or changed:
+            PROBLEMS.append(
+                f"run case {case.index} ({case.base.name}): {(problem or 'files changed').splitlines()[0][:200]}"
+            )
         found["cases"] += 1
     shutil.rmtree(folder.parent, ignore_errors=True)
     return found
@@ -184,6 +192,7 @@ def main() -> None:
         seconds[name] = time.perf_counter() - start
     print(f"seed {args.seed}; every 20th workflow case also on the command line and the language server")
     print(table(rows, seconds))
+    print("\n".join(PROBLEMS))
 
 
 if __name__ == "__main__":

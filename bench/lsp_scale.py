@@ -8,7 +8,7 @@ them (the slope of log time on log lines: 1 is linear, 2 quadratic).
 
 The clients: "raw stdio", bench/lsp_bench.py's JSON-RPC over the server's stdio (every method);
 "Neovim", headless with editors/neovim/srpo.lua, and "VS Code client", extension.js with
-vscode-languageclient under node (bench/lsp_clients.py; the methods of CLIENT_METHODS). A client
+vscode-languageclient under node (bench/lspscale/clients.py; the methods of CLIENT_METHODS). A client
 that is missing here is skipped with a line saying why. "diagnostics" is the time from an edit to
 its diagnostics in the client (20 ms of it the server waiting for more changes; in Neovim also its
 debounce of didChange).
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import lsp_clients
 from lsp_bench import ROOT, LspClient
+from lspscale import clients as lsp_clients
 
 QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
 LOOP = "repeat at most 2 {\n    parallel solver\n    verify verifier\n}\n"
