@@ -10,7 +10,7 @@ The clients: "raw stdio", bench/lsp_bench.py's JSON-RPC over the server's stdio 
 "Neovim", headless with editors/neovim/srpo.lua, and "VS Code client", extension.js with
 vscode-languageclient under node (bench/lspscale/clients.py; the methods of CLIENT_METHODS). A client
 that is missing here is skipped with a line saying why. "diagnostics" is the time from an edit to
-its diagnostics in the client (20 ms of it the server waiting for more changes; in Neovim also its
+its diagnostics in the client (10 ms of it the server waiting for more changes; in Neovim also its
 debounce of didChange).
 """
 

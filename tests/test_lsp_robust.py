@@ -159,7 +159,7 @@ def test_a_burst_of_changes_is_analysed_once(client, tmp_path):
     for version in range(2, 32):
         client.replace(uri, BASE + f"# edit {version}\n", version)
     versions = _published(client, uri, 31)
-    # Each change restarts a 20 ms wait; a loaded machine may stall the server longer mid-burst.
+    # Each change restarts a 10 ms wait; a loaded machine may stall the server longer mid-burst.
     assert len(versions) <= 2, versions
 
 
