@@ -325,8 +325,10 @@ def test_resume_compares_the_config_both_ways_with_paths_resolved(
     first = train("team.srpo", "--eval-data", "held.jsonl")
     assert first.returncode == 0, first.stderr[-2000:]
     dropped = train("team.srpo", "--resume", "--steps", "2")
+    held = json.dumps([str(tmp_path / "held.jsonl")])
     assert dropped.returncode == 2 and dropped.stderr == (
-        "error: cannot resume run/checkpoints/step-1: eval_data changed since it was written\n"
+        "error: cannot resume run/checkpoints/step-1: changed since it was written: "
+        f"eval_data was {held}, now not given\n"
     )
     resumed = train("./team.srpo", "--resume", "--steps", "2", "--eval-data", "./held.jsonl")
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -216,10 +216,23 @@ def test_a_worker_killed_before_it_joined_ends_the_launch_at_once(tmp_path: Path
 
 def test_a_resume_may_change_the_number_of_workers_not_the_staleness_bound() -> None:
     """After the last worker is gone a run resumes with the workers there are (docs/training.md)."""
-    from srpo_dsl.rl.loop.checkpoint import resume_conflicts
+    from srpo_dsl.rl.loop.checkpoint import resume_changes
 
     before = {"options": {"steps": 4, "rollout_workers": 2, "max_staleness": 1}}
     fewer = {"options": {"steps": 8, "rollout_workers": 1, "max_staleness": 1}}
     looser = {"options": {"steps": 4, "rollout_workers": 2, "max_staleness": 2}}
-    assert resume_conflicts(before, fewer) == []
-    assert resume_conflicts(before, looser) == ["max_staleness"]
+    assert resume_changes(before, fewer) == []
+    assert resume_changes(before, looser) == [("max_staleness", 1, 2)]
+
+
+def test_a_refused_resume_names_each_changed_option_with_its_old_and_new_values() -> None:
+    """A key given then left out reads `not given`; a long value is cut to one short line."""
+    from srpo_dsl.rl.loop.checkpoint import describe_changes, resume_changes
+
+    before = {"eval_data": ["/data/held.jsonl"], "options": {"lr": 0.0004, "steps": 4, "group": 8}}
+    now = {"options": {"lr": 0.5, "steps": 8, "group": 8, "tokens": "x" * 400}}
+    said = describe_changes(resume_changes(before, now))
+    assert said.startswith(
+        'eval_data was ["/data/held.jsonl"], now not given; lr was 0.0004, now 0.5; tokens was not given, now "xxx'
+    )
+    assert said.endswith("...") and len(said) < 300 and "\n" not in said

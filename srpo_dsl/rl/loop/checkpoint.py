@@ -119,20 +119,35 @@ def load_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
             raise ValueError(f"checkpoint {folder} holds no state for policy `{owner}`")
 
 
-def resume_conflicts(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """The run config's keys (and `options`' keys) whose values differ between a checkpoint's run and
-    this one, either way: a key only one side has differs (`eval_data` given then left out). File
-    paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode`, `steps`, `rollout_workers`
-    and `report_to` may change."""
+def resume_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, value then, value now) of every run config key (and `options`' key) whose value differs
+    between a checkpoint's run and this one, either way: a key only one side has differs (`eval_data`
+    given then left out). File paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode`,
+    `steps`, `rollout_workers` and `report_to` may change."""
     changed = [
-        k
+        (k, before.get(k), now.get(k))
         for k in _union(before, now)
         if k not in ("options", *RESUMABLE) and _comparable(k, before.get(k)) != _comparable(k, now.get(k))
     ]
     was, will = before.get("options", {}), now.get("options", {})
     return changed + [
-        k for k in _union(was, will) if k not in RESUMABLE_OPTIONS and was.get(k) != will.get(k)
+        (k, was.get(k), will.get(k))
+        for k in _union(was, will)
+        if k not in RESUMABLE_OPTIONS and was.get(k) != will.get(k)
     ]
+
+
+def describe_changes(changes: list[tuple[str, Any, Any]]) -> str:
+    """`lr was 0.0004, now 0.5; eval_data was [...], now not given`: what a refused resume says."""
+    return "; ".join(f"{key} was {_shown(then)}, now {_shown(now)}" for key, then, now in changes)
+
+
+def _shown(value: Any, limit: int = 160) -> str:
+    """A config value on one line, at most `limit` characters (`not given` for a key left out)."""
+    if value is None:
+        return "not given"
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _union(one: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:

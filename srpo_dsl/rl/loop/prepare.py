@@ -16,11 +16,12 @@ from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.distributed.process_group import Dist, barrier, init_distributed
 from srpo_dsl.rl.engines.policies import TrainingPolicy, sync_weights
 from srpo_dsl.rl.loop.checkpoint import (
+    describe_changes,
     latest_checkpoint,
     load_checkpoint,
     read_rank_state,
     read_state,
-    resume_conflicts,
+    resume_changes,
 )
 from srpo_dsl.rl.loop.decode_caches import cap_caches
 from srpo_dsl.rl.loop.heldout import HELDOUT, EvalSet
@@ -116,7 +117,7 @@ def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
 def run_config(
     plan: TrainPlan, paths: Mapping[str, str], world_size: int, engine_config: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """OUT/config.json: what a resumed run must keep (`checkpoint.resume_conflicts`)."""
+    """OUT/config.json: what a resumed run must keep (`checkpoint.resume_changes`)."""
     graph, setup = plan.workflow.graph, plan.setup
     config = {
         "workflow": str(plan.workflow.path.resolve()),
@@ -196,11 +197,10 @@ def model_paths(graph: EventGraph, models: Mapping[str, str], dist: Dist) -> dic
 
 
 def resumable_state(found: Path, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The checkpoint's run state, if it was written with this config (`resume_conflicts`)."""
+    """The checkpoint's run state, if it was written with this config (`resume_changes`)."""
     state = read_state(found)
-    changed = resume_conflicts(state["config"], config)
-    if changed:
-        raise TrainError(f"cannot resume {found}: {', '.join(changed)} changed since it was written")
+    if changes := resume_changes(state["config"], config):
+        raise TrainError(f"cannot resume {found}: changed since it was written: {describe_changes(changes)}")
     return state
 
 

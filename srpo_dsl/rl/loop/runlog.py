@@ -24,6 +24,7 @@ from srpo_dsl.io import (
 )
 from srpo_dsl.lang.graph import EventGraph
 from srpo_dsl.lang.graph_formats import to_json, to_mermaid
+from srpo_dsl.rl.loop.all_invalid import AllInvalidWarning
 from srpo_dsl.rl.loop.ranges import PERCENT
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.traces import EventUpdate, to_trace, write_traces
@@ -85,6 +86,7 @@ class RunLog:
             truncate_jsonl(out / name, start if start else -1)
         self.out = out
         self.graph_hash = graph.hash
+        self.all_invalid = AllInvalidWarning()
         name, experiment = run_identity(out, graph.name)
         self.trackers = Trackers(trackers, TrackedRun(out, name, experiment, config, start, None))
         if self.trackers.keep_files:
@@ -100,6 +102,7 @@ class RunLog:
         """A training step's metrics; its rollouts, when given, replace OUT/traces.jsonl (with `updates`:
         event id -> what the update did with it)."""
         append_jsonl(self.out / METRICS, row)
+        self.all_invalid.check(row, "training rollouts")
         if episodes:
             write_traces(self.out / TRACES, [to_trace(ep, self.graph_hash, updates) for ep in episodes])
         self.trackers.log(tracked_metrics(row, "train"), int(row["step"]))
@@ -109,6 +112,7 @@ class RunLog:
         `prompts`: its per-prompt outcomes (eval_prompts.jsonl)."""
         append_jsonl(self.out / EVAL_PROMPTS, prompts)
         append_jsonl(self.out / EVAL, row)
+        self.all_invalid.check(row, "held-out evaluation")
         self.trackers.log(tracked_metrics(row, "eval"), int(row["step"]))
 
     def close(self) -> None:
