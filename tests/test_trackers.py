@@ -5,6 +5,7 @@ that is down, a tracker that is not installed or fails midway."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -217,12 +218,31 @@ def test_the_python_api_takes_a_list_and_a_launch_passes_it_on(
 
 def test_the_extras_install_what_the_trackers_need() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for name in ("wandb", "mlflow"):
+    for name, packages in (("wandb", ["wandb"]), ("mlflow", ["mlflow-skinny", "sqlalchemy", "alembic"])):
         kind = TRACKERS[name]
         assert kind.install == f"pip install 'srpo-dsl[{name}]'"
-        assert [r.split(">")[0] for r in extras[name]] == [kind.needs_package]
+        assert [r.split(">")[0] for r in extras[name]] == packages
+        assert importlib.util.find_spec(kind.needs_package) is not None  # the module the first one installs
     ci_extras = re.search(r'"\.\[([a-z,]+)\]"', (ROOT / ".ci" / "run").read_text()).group(1).split(",")
     assert {"test", "wandb", "mlflow"} <= set(ci_extras)  # CI installs what the trackers' tests run
+
+
+def test_the_mlflow_extra_leaves_pyarrow_and_python_dateutil_at_their_newest() -> None:
+    """The `mlflow` package (MLflow's server) caps pyarrow (<26) and, through graphene, python-dateutil
+    (<3): the extra installs the client (`mlflow-skinny`, no caps on either) and the SQLite store's two
+    packages instead, which is all a run reporting to MLflow imports (docs/training.md)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = [re.match(r"[A-Za-z0-9_.-]+", requirement).group() for requirement in extras["mlflow"]]
+    assert "mlflow" not in names and "pyarrow" not in names and "python-dateutil" not in names
+    from importlib.metadata import requires
+
+    for package in names:
+        capped = [
+            r
+            for r in requires(package) or []
+            if "extra ==" not in r and r.startswith(("pyarrow", "python-dateutil"))
+        ]
+        assert capped == [], (package, capped)
 
 
 # --- failing trackers ---------------------------------------------------------------------------------

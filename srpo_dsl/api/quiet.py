@@ -16,7 +16,8 @@ QUIET_ENV = {  # read by the libraries when they are imported
     "WANDB_SILENT": "true",  # W&B's "Tracking run with wandb ..." (a tracker of `report_to`)
 }
 LIBRARIES = (
-    r"(torch|transformers|deepspeed|accelerate|huggingface_hub|peft|safetensors|tokenizers|wandb|mlflow|srpo_dsl)"
+    r"(torch|transformers|deepspeed|accelerate|huggingface_hub|peft|safetensors|tokenizers|wandb|mlflow|tqdm"
+    r"|srpo_dsl)"
     r"(\.|$)"
 )
 

@@ -22,7 +22,7 @@ IDS = "trackers.json"  # OUT/trackers.json: tracker name -> its run id
 
 def warn(line: str) -> None:
     """`warning: LINE` on stderr, above the progress bar."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # not tqdm.auto: in a notebook that warns (TqdmExperimentalWarning) on import
 
     tqdm.write(f"warning: {line}", file=sys.stderr)
 
