@@ -15,7 +15,9 @@ def test_srpo_dsl_never_imports_tqdms_notebook_switch() -> None:
     """`tqdm.auto` in a notebook imports tqdm.autonotebook, which warns (TqdmExperimentalWarning)."""
     sources = sorted((ROOT / "srpo_dsl").rglob("*.py"))
     found = [
-        p.name for p in sources if re.search(r"tqdm\.(auto|autonotebook)\b", p.read_text(encoding="utf-8"))
+        p.name
+        for p in sources
+        if re.search(r"(from|import) tqdm\.(auto|autonotebook)\b", p.read_text(encoding="utf-8"))
     ]
     assert found == []
 
