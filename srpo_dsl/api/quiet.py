@@ -39,7 +39,7 @@ def libraries_quiet(enabled: bool) -> Iterator[None]:
     previous_disable = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
-        with warnings.catch_warnings(), stdout_silenced():
+        with warnings.catch_warnings(), stdout_silenced(), stderr_on_fd_2():
             warnings.filterwarnings("ignore", module=LIBRARIES)
             yield
     finally:
@@ -69,3 +69,35 @@ def _flush_c_stdio() -> None:
 
     with suppress(OSError, AttributeError):  # no C library to reach (not Linux or macOS)
         ctypes.CDLL(None).fflush(None)
+
+
+class _OnFd2:
+    """A stderr stream that says its descriptor is 2; everything else is the stream's own."""
+
+    def __init__(self, stream: object) -> None:
+        self._stream = stream
+
+    def fileno(self) -> int:
+        return 2
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def stderr_on_fd_2() -> Iterator[None]:
+    """sys.stderr.fileno() is 2 for the block. DeepSpeed silences its compiler probes (`/usr/bin/ld: cannot
+    find -laio ... collect2`) by pointing sys.stderr.fileno() at a file; in a notebook that is a copy of
+    the kernel's stderr, not descriptor 2 where the compiler writes, so the probe's lines showed."""
+    try:
+        on_2 = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        on_2 = False
+    if on_2:
+        yield
+        return
+    stream, sys.stderr = sys.stderr, _OnFd2(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stderr = stream
