@@ -25,6 +25,7 @@ from srpo_dsl.lang.schema import (
     TASK_KINDS,
     TOOL_KINDS,
     AgentOptions,
+    DataTask,
     Generation,
     LoraOptions,
     TrainOptions,
@@ -168,6 +169,8 @@ class DeclarationChecks:
         did not write, a file type it does not read), told from the disk alone; data not there is the
         run's to report (it may be made or mounted later)."""
         spec = TASK_KINDS[kind]
+        if spec.options is not DataTask:  # a registered kind reads its paths its own way
+            return
         for i, opt in enumerate(call.args):
             name = opt.name or (spec.positional[i] if i < len(spec.positional) else None)
             if name in spec.paths and isinstance(opt.value, str):
