@@ -470,9 +470,9 @@ def test_loader_errors(tmp_path):
         load_tasks(tmp_path / "empty_answer.jsonl", kind="qa")
     with pytest.raises(ValueError, match="no question field"):
         load_tasks(path, kind="math", fields={"question": "title"})
-    (tmp_path / "data.csv").write_text("a,b\n")
-    with pytest.raises(ValueError, match="unsupported"):
-        load_tasks(tmp_path / "data.csv", kind="math")
+    (tmp_path / "data.txt").write_text("a,b\n")
+    with pytest.raises(ValueError, match=r"unsupported task file type '\.txt'"):
+        load_tasks(tmp_path / "data.txt", kind="math")
     with pytest.raises(ValueError, match="unknown task kind"):
         load_tasks(path, kind="code")
     with pytest.raises(ValueError, match="needs a data file"):

@@ -1,4 +1,5 @@
-"""Local task files (JSONL, JSON, Parquet) normalised to `{id, question, answer, answers, ...}`.
+"""Local task data normalised to `{id, question, answer, answers, ...}`: JSONL, JSON and Parquet files read
+here, and through Hugging Face `datasets` (`envs.hf_data`) CSV and Arrow files, saved folders, `hf:NAME`.
 
 Every record keeps its own fields and gains `id` (str), `question` (str), `answers` (the
 accepted gold answers, strings) and `answer` (the first of them). Fields are detected:
@@ -18,8 +19,8 @@ columns load too). Without an id field the id is `<file stem>-<row>`. Ids group 
 of one prompt, so they must be unique: a repeated id gets `@<row>` appended.
 
 Kinds `math` and `qa` require a question and an answer in every record. The generic kinds
-`jsonl` and `parquet` (a file of that suffix) require only the mapped fields and add
-`question` / `answer` / `answers` where they are found, for rewards that read other fields.
+`jsonl` and `parquet` (a file of that suffix) and `dataset` (any source) require only the mapped fields
+and add `question` / `answer` / `answers` where they are found, for rewards that read other fields.
 `arith` generates additions (or reads a file as `math` does). Each kind's loader here is the
 `make` of its entry in `srpo_dsl.lang.schema.TASK_KINDS`:
 
@@ -38,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from srpo_dsl.data_sources import OWN_FILES, cache_name, data_problem
 from srpo_dsl.envs.arith import make_arith_tasks
+from srpo_dsl.envs.hf_data import ONE_SPLIT, ArrowTasks, open_dataset
 from srpo_dsl.envs.lines import LineIndex
 from srpo_dsl.envs.task_table import JsonlTasks
 from srpo_dsl.io import loads, not_utf8
@@ -118,7 +121,8 @@ def _jsonl(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
 
 
 def _records(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
-    """(where, record) pairs: `file:line` for JSONL, `file row N` otherwise."""
+    """(where, record) pairs of a .jsonl, .json or .parquet file: `file:line` for JSONL, `file row N`
+    otherwise."""
     if path.suffix == ".jsonl":
         yield from _jsonl(path, limit)
         return
@@ -135,12 +139,8 @@ def _records(path: Path, limit: int | None) -> Iterator[tuple[str, dict]]:
         if not isinstance(rows, list):
             raise ValueError(f"{path}: expected a JSON list of records")
         rows = rows[:limit] if limit is not None else rows
-    elif path.suffix == ".parquet":
+    else:  # .parquet: `FileTasks._open` sends only `OWN_FILES` here
         rows = _parquet(path, limit)
-    else:
-        raise ValueError(
-            f"{path}: unsupported task file type {path.suffix!r} (use .jsonl, .json or .parquet)"
-        )
     for i, row in enumerate(rows):
         check_row_size(f"{path} row {i}", row)
         yield f"{path} row {i}", row
@@ -266,40 +266,54 @@ def normalize_record(
 class FileTasks:
     """The loader of a task kind read from a local file.
 
-    `strict`: every record needs a question and an answer; `suffix`: the one file type the kind
-    reads (None: .jsonl, .json or .parquet).
+    `strict`: every record needs a question and an answer. The kinds of `data_sources.ONE_FILE_TYPE`
+    read only that file type; the others every source `data_sources` accepts.
     """
 
     kind: str
     strict: bool = True
-    suffix: str | None = None
 
-    def read(self, path: Path | None, fields: dict | None = None, limit: int | None = None) -> Tasks:
-        """Tasks from `path`: a .jsonl file's as a `JsonlTasks` (rows parsed when asked for), another's
-        as a list. Raises FileNotFoundError or ValueError with a one-line message. Within `shared_reads`
-        a second read of the same file gets the first one's result."""
+    def read(
+        self, path: Path | None, fields: dict | None = None, limit: int | None = None, split: str = ONE_SPLIT
+    ) -> Tasks:
+        """Tasks from `path`: a .jsonl file's as a `JsonlTasks` (rows parsed when asked for), a .json or
+        .parquet file's as a list, another source's (`srpo_dsl.data_sources`) as `ArrowTasks` (rows read
+        from `datasets`' memory map when asked for; `split` of a DatasetDict folder or a `hf:` name).
+        Raises FileNotFoundError or ValueError with a one-line message. Within `shared_reads` a second
+        read of the same source gets the first one's result."""
         unknown = sorted(set(fields or {}) - set(DETECTED))
         if unknown:
             raise ValueError(f"unknown field mapping {', '.join(unknown)} (known: {', '.join(DETECTED)})")
         if path is None:
             raise ValueError(f"a `{self.kind}` task needs a data file")
         path = Path(path)
-        if self.suffix is not None and path.suffix != self.suffix:
-            got = path.suffix or "no suffix"
-            raise ValueError(f"{path}: a `{self.kind}` task reads a {self.suffix} file, not {got}")
-        if not path.is_file():
+        problem = data_problem(path, self.kind)
+        if problem is not None:
+            raise ValueError(problem)
+        if cache_name(path) is None and not path.exists():
             raise FileNotFoundError(f"cannot read {path}: no such file")
-        key = (str(path.resolve()), tuple(sorted((fields or {}).items())), limit, self.strict)
+        key = (str(path.resolve()), tuple(sorted((fields or {}).items())), limit, self.strict, split)
         if _shared is not None and key in _shared:
             return _shared[key]
-        tasks = (
-            self._lazy(path, fields, limit) if path.suffix == ".jsonl" else self._eager(path, fields, limit)
-        )
+        tasks = self._open(path, fields, limit, split)
         if not tasks:
             raise ValueError(f"{path}: no records")
         if _shared is not None:
             _shared[key] = tasks
         return tasks
+
+    def _open(self, path: Path, fields: dict | None, limit: int | None, split: str) -> Tasks:
+        if path.suffix == ".jsonl" and path.is_file():
+            return self._lazy(path, fields, limit)
+        if path.suffix in OWN_FILES and path.is_file():
+            return self._eager(path, fields, limit)
+        table, label = open_dataset(path, split)
+        stem = cache_name(path) or path.stem
+
+        def normalize(record: object, row: int, where: str) -> dict:
+            return normalize_record(record, row, where, stem.replace("/", "-"), fields, strict=self.strict)  # type: ignore[arg-type]
+
+        return ArrowTasks(table, label, normalize, check_row_size, limit)
 
     def _lazy(self, path: Path, fields: dict | None, limit: int | None) -> JsonlTasks:
         def normalize(record: object, row: int, where: str) -> dict:
@@ -318,10 +332,13 @@ class FileTasks:
         return tasks
 
     def __call__(self, options: Mapping[str, Any], split: str, data: Path | None, limit: int | None) -> Tasks:
-        """The binding's tasks of `split`: `data`, else its `eval_data` (eval, when given) or `data`."""
-        own = options.get("eval_data") if split == "eval" and options.get("eval_data") else options["data"]
+        """The binding's tasks of `split`: `data`, else its `eval_data` (eval, when given) or `data`; of a
+        DatasetDict folder or a `hf:` name, the binding's `eval_split` (eval) or `split`."""
+        heldout = split == "eval" and bool(options.get("eval_data"))
+        own = options["eval_data"] if heldout else options["data"]
+        part = (split == "eval" and options.get("eval_split")) or options.get("split") or ONE_SPLIT
         fields = {k: options[k] for k in DETECTED if options.get(k)} or None
-        return self.read(Path(data or own), fields, limit or options.get("limit"))
+        return self.read(Path(data or own), fields, limit or options.get("limit"), part)
 
 
 @dataclass(frozen=True)
@@ -343,8 +360,9 @@ class Arithmetic(FileTasks):
 
 
 MATH, QA = FileTasks("math"), FileTasks("qa")
-JSONL = FileTasks("jsonl", strict=False, suffix=".jsonl")
-PARQUET = FileTasks("parquet", strict=False, suffix=".parquet")
+JSONL = FileTasks("jsonl", strict=False)
+PARQUET = FileTasks("parquet", strict=False)
+DATASET = FileTasks("dataset", strict=False)
 ARITH = Arithmetic("arith")
 
 

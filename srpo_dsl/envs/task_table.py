@@ -15,6 +15,7 @@ another, a row's id depends only on the rows it is drawn with (the same in a res
 from __future__ import annotations
 
 import json
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import overload
@@ -26,18 +27,12 @@ Normalize = Callable[[object, int, str], dict]  # (record, row, where) -> task; 
 SizeCheck = Callable[[str, object, int], None]  # (where, line, its bytes); ValueError if too large
 
 
-class JsonlTasks(Sequence[dict]):
-    """The tasks of `index`'s file, row i parsed and normalized by `normalize` on `self[i]`."""
+class LazyTasks(Sequence[dict]):
+    """Tasks read one row at a time (`row(i)`, a subclass's); repeated ids made unique as above."""
 
-    def __init__(self, index: LineIndex, normalize: Normalize, size_check: SizeCheck) -> None:
-        self.index, self.normalize, self.size_check = index, normalize, size_check
-
-    @property
-    def path(self) -> Path:
-        return self.index.path
-
-    def __len__(self) -> int:
-        return len(self.index)
+    @abstractmethod
+    def row(self, i: int) -> dict:
+        """Row `i` (0-based, non-negative), read and normalized now."""
 
     @overload
     def __getitem__(self, i: int) -> dict: ...
@@ -56,6 +51,20 @@ class JsonlTasks(Sequence[dict]):
         seen: set[str] = set()
         for j in range(len(self)):
             yield _unique(self.row(j), j, seen)
+
+
+class JsonlTasks(LazyTasks):
+    """The tasks of `index`'s file, row i parsed and normalized by `normalize` on `self[i]`."""
+
+    def __init__(self, index: LineIndex, normalize: Normalize, size_check: SizeCheck) -> None:
+        self.index, self.normalize, self.size_check = index, normalize, size_check
+
+    @property
+    def path(self) -> Path:
+        return self.index.path
+
+    def __len__(self) -> int:
+        return len(self.index)
 
     def row(self, i: int) -> dict:
         """Row `i` (0-based, non-negative), parsed and normalized now."""

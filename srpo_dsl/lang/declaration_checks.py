@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from srpo_dsl.data_sources import data_problem
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.check_context import CheckContext, contract_actions, contract_name
 from srpo_dsl.lang.declarations import SAMPLING_CONTROLS, AgentInfo, PolicyInfo, RewardInfo
@@ -24,6 +25,7 @@ from srpo_dsl.lang.schema import (
     TASK_KINDS,
     TOOL_KINDS,
     AgentOptions,
+    DataTask,
     Generation,
     LoraOptions,
     TrainOptions,
@@ -159,6 +161,22 @@ class DeclarationChecks:
         for extra in p.tasks[1:]:
             self.ctx.error("E025", "only one `task` is allowed", extra.span)
         self.ctx.out.task = check_binding(self.ctx, p.tasks[0].source, TASK_KINDS, "E021", "task")
+        if self.ctx.out.task is not None and self.ctx.out.task.code is None:
+            self.check_task_data(p.tasks[0].source, self.ctx.out.task.kind)
+
+    def check_task_data(self, call: n.Call, kind: str) -> None:
+        """E107: a task's data that is on disk but that its kind cannot read (a folder that `save_to_disk`
+        did not write, a file type it does not read), told from the disk alone; data not there is the
+        run's to report (it may be made or mounted later)."""
+        spec = TASK_KINDS[kind]
+        if spec.options is not DataTask:  # a registered kind reads its paths its own way
+            return
+        for i, opt in enumerate(call.args):
+            name = opt.name or (spec.positional[i] if i < len(spec.positional) else None)
+            if name in spec.paths and isinstance(opt.value, str):
+                problem = data_problem(self.ctx.base / opt.value, kind)
+                if problem is not None:
+                    self.ctx.error("E107", problem, opt.value_span or opt.span)
 
     def check_tool(self, tool: n.Tool) -> None:
         """`tool NAME = kind(...)` or the user's Python, resolved into `out.tools`."""

@@ -151,10 +151,12 @@ class BuiltinPolicy(_Options):
 
 
 class DataTask(_Options):
-    """`math(...)`, `qa(...)`, `jsonl(...)`, `parquet(...)`: tasks read from a local file.
+    """`math(...)`, `qa(...)`, `jsonl(...)`, `parquet(...)`, `dataset(...)`: tasks read from local data
+    (`srpo_dsl.data_sources`: a file, a `save_to_disk` folder, `hf:NAME` from the local cache).
 
-    `math` and `qa` need a question and an answer in every row; the generic `jsonl` and
-    `parquet` keep rows as they are (a Python reward reads the fields it needs)."""
+    `math` and `qa` need a question and an answer in every row; the generic `jsonl`, `parquet` and
+    `dataset` keep rows as they are (a Python reward reads the fields it needs). `split` (`eval_split`
+    for the held-out rows) picks the split of a DatasetDict folder or a `hf:` name."""
 
     data: str
     eval_data: str | None = None
@@ -162,6 +164,8 @@ class DataTask(_Options):
     answer: str | None = None
     id: str | None = None
     limit: int | None = Field(None, ge=1)
+    split: str = "train"
+    eval_split: str | None = None
 
 
 ARITH_MIXES = ("sums", "graded")  # the `arith` task's question mixes (srpo_dsl.envs.arith)
@@ -447,6 +451,7 @@ TASK_KINDS.add("qa", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:QA"))
 TASK_KINDS.add("arith", BindingKind(ArithTask, (), (), f"{DATA}:ARITH"))
 TASK_KINDS.add("jsonl", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:JSONL"))
 TASK_KINDS.add("parquet", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:PARQUET"))
+TASK_KINDS.add("dataset", BindingKind(DataTask, ("data",), DATA_PATHS, f"{DATA}:DATASET"))
 
 RETRIEVAL = "srpo_dsl.envs.retrieval"
 TOOL_KINDS: Registry[BindingKind] = Registry("tool kind")  # the retrievers

@@ -59,8 +59,8 @@ def task_data(
     if task is None:
         raise ValueError(f"{wf.path}: the workflow declares no task")
     if task.code is not None:
-        if data is not None:  # a file in place of the loader's rows: read it as a generic task
-            return open_tasks(Path(data), kind=Path(data).suffix.lstrip("."), limit=limit)
+        if data is not None:  # data in place of the loader's rows: read it as a generic task
+            return open_tasks(Path(data), kind="dataset", limit=limit)
         from srpo_dsl.runtime.hooks import load_rows
 
         rows = load_rows(task.code, split, task.options)
