@@ -26,8 +26,14 @@ _PROBE = "\x00srpo-probe\x00"  # stands for a message's content while the templa
 class ChatEncoder(Protocol):
     """What a conversation agent's turns are encoded with (a backend's `chat_encoder()`)."""
 
-    def first(self, text: str) -> list[int]:
-        """The first turn's prompt ids."""
+    templated: bool  # whether messages go through a chat template (a system message needs one)
+
+    def first(self, text: str, system: str | None = None) -> list[int]:
+        """The first turn's prompt ids: `text` as the user message, after the `system` message if any."""
+        ...
+
+    def appendable(self) -> None:
+        """`BackendError` where a conversation cannot be appended to (a template that rewrites turns)."""
         ...
 
     def then(self, text: str, so_far: Sequence[int]) -> list[int]:
@@ -42,21 +48,30 @@ class TokenizerChat:
         self.tokenizer = tokenizer
         self.eos_ids = set(eos_ids)
         self.templated = use_chat_template
-        self.closing, self.before, self.after = (
-            template_pieces(tokenizer) if use_chat_template else ("", "", "")
-        )
+        self._pieces: tuple[str, str, str] | None = None if use_chat_template else ("", "", "")
 
-    def first(self, text: str) -> list[int]:
-        return encode_prompts(self.tokenizer, [text], self.templated)[0]
+    def appendable(self) -> None:
+        if self._pieces is None:  # read once, when a conversation first needs them
+            self._pieces = template_pieces(self.tokenizer)
+
+    def first(self, text: str, system: str | None = None) -> list[int]:
+        if system is None:
+            return encode_prompts(self.tokenizer, [text], self.templated)[0]
+        if not self.templated:
+            raise BackendError("a system message needs a chat template, and this model has none")
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self._encode(rendered)
 
     def then(self, text: str, so_far: Sequence[int]) -> list[int]:
         if not self.templated:
             return self._encode(text)
-        closing = self.closing
+        self.appendable()
+        closing, before, after = self._pieces  # type: ignore[misc]
         eos_text = self.tokenizer.eos_token or ""
         if so_far and so_far[-1] in self.eos_ids and eos_text and closing.startswith(eos_text):
             closing = closing[len(eos_text) :]  # the reply ended its turn itself: the sampled token stays
-        return self._encode(f"{closing}{self.before}{text}{self.after}")
+        return self._encode(f"{closing}{before}{text}{after}")
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -100,7 +115,14 @@ def template_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str, str]:
 class ByteChat:
     """The scripted backend's encoding without a tokenizer: UTF-8 bytes, messages as they are."""
 
-    def first(self, text: str) -> list[int]:
+    templated = False
+
+    def appendable(self) -> None:
+        return None
+
+    def first(self, text: str, system: str | None = None) -> list[int]:
+        if system is not None:
+            raise BackendError("a system message needs a chat template: bytes have none")
         return list(text.encode("utf-8"))
 
     def then(self, text: str, so_far: Sequence[int]) -> list[int]:

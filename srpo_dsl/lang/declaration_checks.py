@@ -194,6 +194,8 @@ class DeclarationChecks:
         if info.observe is not None:  # a conversation's later messages: a template, checked alike
             at = next(o.value_span or o.span for o in a.options if o.name == "observe")
             self.ctx.out.diagnostics += check_template(info.observe, at, self.template_dirs)
+        if a.system is not None and a.system_span is not None:  # the system message: a template alike
+            self.ctx.out.diagnostics += check_template(a.system, a.system_span, self.template_dirs)
 
     @staticmethod
     def resolve_agent(a: n.Agent, gen: dict, pol: PolicyInfo, parser: CodeRef | None) -> AgentInfo:
@@ -223,6 +225,7 @@ class DeclarationChecks:
             gen["stop"],
             gen["observe"],
             **{k: pick(k) for k in SAMPLING_CONTROLS},
+            system=a.system,
         )
 
     def check_agent_contract(self, c: n.Contract) -> tuple[bool, CodeRef | None]:

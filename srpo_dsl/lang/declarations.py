@@ -75,6 +75,7 @@ class AgentInfo:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0  # 1: off
     min_tokens: int = 0
+    system: str | None = None  # the template of the system message each first turn starts with
 
     @property
     def final_action(self) -> str | None:
@@ -99,6 +100,7 @@ class AgentInfo:
             "stop": self.stop,
             "observe": self.observe,
             "sampling": sampling_attrs(self),
+            **({"system": self.system} if self.system is not None else {}),  # graphs without one unchanged
         }
 
     def sampling(self) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """Conversation agents (`observe = "TEMPLATE"`): each replica's turns in an episode are one token stream.
 
 The first turn is the agent's prompt template, encoded as the first message (`ChatEncoder.first`: the
-model's chat template, else BOS + text). Every later turn appends to the ids of the turn before (its
-prompt, then the reply exactly as sampled): the `observe` template's rendering, encoded alone as the next
-message (`ChatEncoder.then`). So the prompt of turn k + 1 begins with turn k's prompt and response ids,
-which is what lets the update score a conversation's turns in one pass (`rl/objective/rows.py`).
+model's chat template, else BOS + text), after the rendered `system` template as the system message when
+the agent has one (an agent with one, conversation or not, is encoded here, never by its backend).
+Every later turn appends to the ids of the turn before (its prompt, then the reply exactly as sampled):
+the `observe` template's rendering, encoded alone as the next message (`ChatEncoder.then`). So the
+prompt of turn k + 1 begins with turn k's prompt and response ids, which is what lets the update score
+a conversation's turns in one pass (`rl/objective/rows.py`).
 """
 
 from __future__ import annotations
@@ -19,20 +21,34 @@ from srpo_dsl.runtime.prompts import PromptRenderer
 
 
 def chat_encoders(agents: Mapping[str, AgentInfo], backends: Mapping[str, Backend]) -> dict[str, ChatEncoder]:
-    """The encoder of each policy a conversation agent uses; `BackendError` for a backend without one."""
+    """The encoder of each policy a conversation agent or an agent with a system message uses;
+    `BackendError` for a backend without one, or a system message for a model without a chat template."""
     out: dict[str, ChatEncoder] = {}
     for a in agents.values():
-        if a.observe is None or a.policy in out:
+        if not keeps_messages(a):
             continue
-        backend = backends[a.policy]
-        make = getattr(backend, "chat_encoder", None)
-        if make is None:
+        if a.policy not in out:
+            backend = backends[a.policy]
+            make = getattr(backend, "chat_encoder", None)
+            if make is None:
+                raise BackendError(
+                    f"agent `{a.name}` keeps a conversation (`observe`) or a system message, which the "
+                    f"`{backend.name}` backend of its policy cannot encode"
+                )
+            out[a.policy] = make()
+        if a.observe is not None:
+            out[a.policy].appendable()  # a template that rewrites earlier turns: refused before any turn
+        if a.system is not None and not out[a.policy].templated:
             raise BackendError(
-                f"agent `{a.name}` keeps a conversation (`observe`), which the `{backend.name}` backend "
-                "of its policy cannot encode"
+                f"agent `{a.name}` has a system message (`system`), which needs a chat template: "
+                f"the model of policy `{a.policy}` has none (or its chat template is turned off)"
             )
-        out[a.policy] = make()
     return out
+
+
+def keeps_messages(agent: AgentInfo) -> bool:
+    """Whether the executor encodes the agent's prompts itself (as messages) rather than its backend."""
+    return agent.observe is not None or agent.system is not None
 
 
 def turn_prompt(
@@ -49,7 +65,10 @@ def turn_prompt(
     so_far = conversation_so_far(ep, agent, replica)
     if agent.observe is None or so_far is None:
         text = renderer.render(agent.prompt, context, shuffle_seed=shuffle_seed)
-        return text, None if agent.observe is None else tuple(chats[agent.policy].first(text))
+        if not keeps_messages(agent):
+            return text, None
+        system = None if agent.system is None else renderer.render(agent.system, context, shuffle_seed)
+        return text, tuple(chats[agent.policy].first(text, system))
     text = renderer.render(agent.observe, context, shuffle_seed=shuffle_seed)
     return text, (*so_far, *chats[agent.policy].then(text, so_far))
 
