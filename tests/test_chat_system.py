@@ -75,7 +75,7 @@ def test_a_conversation_agent_starts_with_its_system_message_and_appends_as_befo
 
 
 def test_a_system_message_without_a_chat_template_is_refused_in_one_line():
-    with pytest.raises(BackendError, match="needs a chat template"):
+    with pytest.raises(BackendError, match="need a chat template"):
         ByteChat().first("hi", "Be brief.")
 
 

@@ -28,8 +28,9 @@ class ChatEncoder(Protocol):
 
     templated: bool  # whether messages go through a chat template (a system message needs one)
 
-    def first(self, text: str, system: str | None = None) -> list[int]:
-        """The first turn's prompt ids: `text` as the user message, after the `system` message if any."""
+    def first(self, text: str, system: str | None = None, tools: Sequence[dict] = ()) -> list[int]:
+        """The first turn's prompt ids: `text` as the user message, after the `system` message if any, the
+        chat template given `tools` (JSON schemas) when there are any."""
         ...
 
     def appendable(self) -> None:
@@ -54,13 +55,16 @@ class TokenizerChat:
         if self._pieces is None:  # read once, when a conversation first needs them
             self._pieces = template_pieces(self.tokenizer)
 
-    def first(self, text: str, system: str | None = None) -> list[int]:
-        if system is None:
+    def first(self, text: str, system: str | None = None, tools: Sequence[dict] = ()) -> list[int]:
+        if system is None and not tools:
             return encode_prompts(self.tokenizer, [text], self.templated)[0]
         if not self.templated:
-            raise BackendError("a system message needs a chat template, and this model has none")
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-        rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            raise BackendError("a system message or tools need a chat template, and this model has none")
+        system_message = [{"role": "system", "content": system}] if system is not None else []
+        messages = [*system_message, {"role": "user", "content": text}]
+        rendered = self.tokenizer.apply_chat_template(
+            messages, tools=list(tools) or None, add_generation_prompt=True, tokenize=False
+        )
         return self._encode(rendered)
 
     def then(self, text: str, so_far: Sequence[int]) -> list[int]:
@@ -120,9 +124,9 @@ class ByteChat:
     def appendable(self) -> None:
         return None
 
-    def first(self, text: str, system: str | None = None) -> list[int]:
-        if system is not None:
-            raise BackendError("a system message needs a chat template: bytes have none")
+    def first(self, text: str, system: str | None = None, tools: Sequence[dict] = ()) -> list[int]:
+        if system is not None or tools:
+            raise BackendError("a system message or tools need a chat template: bytes have none")
         return list(text.encode("utf-8"))
 
     def then(self, text: str, so_far: Sequence[int]) -> list[int]:

@@ -8,12 +8,13 @@ the reward (it reads its agent or environment) and the train block.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.check_context import CheckContext, contract_actions, contract_name
-from srpo_dsl.lang.declarations import SAMPLING_CONTROLS, AgentInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.declarations import SAMPLING_CONTROLS, AgentInfo, PolicyInfo, RewardInfo, ToolInfo
 from srpo_dsl.lang.env_checks import EnvDeclarations
 from srpo_dsl.lang.messages import did_you_mean
 from srpo_dsl.lang.option_checks import check_binding, check_options
@@ -30,6 +31,7 @@ from srpo_dsl.lang.schema import (
 )
 from srpo_dsl.lang.steps import deciding
 from srpo_dsl.lang.templates import check_template
+from srpo_dsl.lang.toolschema import schema_of_tool
 from srpo_dsl.registries import CONTRACTS, REWARDS, ContractSpec
 
 # The contract arguments that are lists: (what one item is called, an example list).
@@ -98,7 +100,7 @@ class DeclarationChecks:
             return
         ref = f"builtin:{src['name']}" if kind.name == "builtin" else src["model"]
         self.ctx.out.policies[pol.name.name] = PolicyInfo(
-            pol.name.name, kind.name, ref, not pol.frozen, lora, gen
+            pol.name.name, kind.name, ref, not pol.frozen, lora, gen, tool_format=src.get("tool_format")
         )
 
     def check_adapter(self, pol: n.Policy, src: dict, gen: dict) -> None:
@@ -142,7 +144,7 @@ class DeclarationChecks:
         else:  # what the adapter does not set, it samples as its base does
             generation = {k: gen[k] if gen[k] is not None else base.generation[k] for k in gen}
             self.ctx.out.policies[name] = PolicyInfo(
-                name, "adapter", base.model, True, src, generation, base_name
+                name, "adapter", base.model, True, src, generation, base_name, base.tool_format
             )
 
     def check_task(self) -> None:
@@ -164,7 +166,8 @@ class DeclarationChecks:
         """`tool NAME = kind(...)` or the user's Python, resolved into `out.tools`."""
         bound = check_binding(self.ctx, tool.source, TOOL_KINDS, "E022", "tool")
         if bound is not None:
-            self.ctx.out.tools[tool.name.name] = bound
+            schema = schema_of_tool(tool.name.name, bound.code)
+            self.ctx.out.tools[tool.name.name] = ToolInfo(bound.kind, bound.options, bound.code, schema)
 
     # ---- agents and their output contracts ---------------------------------------------------------------
     def check_agent(self, a: n.Agent) -> None:
@@ -187,6 +190,9 @@ class DeclarationChecks:
         if gen is None or pol is None or not known:
             return
         info = self.resolve_agent(a, gen, pol, parser)
+        if pol.tool_format is not None:  # its tools go to the model's chat template
+            tools = self.ctx.out.tools
+            info = replace(info, tools=tuple(tools[x].schema for x in info.actions if x in tools))
         self.ctx.out.agents[a.name.name] = info
         self.check_agent_options(a, info, pol)
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):

@@ -142,8 +142,16 @@ class AdapterPolicy(LoraOptions):
     base: str
 
 
+TOOL_FORMATS = ("hermes", "llama3")  # the native tool-call formats a policy's model may be trained on
+
+
 class HfPolicy(_Options):
     model: str
+    tool_format: Literal[TOOL_FORMATS] | None = Field(
+        None,
+        description="the model's native tool calls: hermes (`<tool_call>{json}</tool_call>`: Qwen, Hermes) "
+        "or llama3 (a JSON object); its agents' tools go to its chat template as JSON schemas",
+    )
 
 
 class BuiltinPolicy(_Options):

@@ -11,6 +11,7 @@ a conversation's turns in one pass (`rl/objective/rows.py`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from srpo_dsl.backends.base import Backend, BackendError
@@ -38,9 +39,10 @@ def chat_encoders(agents: Mapping[str, AgentInfo], backends: Mapping[str, Backen
             out[a.policy] = make()
         if a.observe is not None:
             out[a.policy].appendable()  # a template that rewrites earlier turns: refused before any turn
-        if a.system is not None and not out[a.policy].templated:
+        if (a.system is not None or a.tools) and not out[a.policy].templated:
+            what = "a system message (`system`)" if a.system is not None else "tools (`tool_format`)"
             raise BackendError(
-                f"agent `{a.name}` has a system message (`system`), which needs a chat template: "
+                f"agent `{a.name}` has {what}, which needs a chat template: "
                 f"the model of policy `{a.policy}` has none (or its chat template is turned off)"
             )
     return out
@@ -48,7 +50,7 @@ def chat_encoders(agents: Mapping[str, AgentInfo], backends: Mapping[str, Backen
 
 def keeps_messages(agent: AgentInfo) -> bool:
     """Whether the executor encodes the agent's prompts itself (as messages) rather than its backend."""
-    return agent.observe is not None or agent.system is not None
+    return agent.observe is not None or agent.system is not None or bool(agent.tools)
 
 
 def turn_prompt(
@@ -68,7 +70,8 @@ def turn_prompt(
         if not keeps_messages(agent):
             return text, None
         system = None if agent.system is None else renderer.render(agent.system, context, shuffle_seed)
-        return text, tuple(chats[agent.policy].first(text, system))
+        tools = [json.loads(t) for t in agent.tools]
+        return text, tuple(chats[agent.policy].first(text, system, tools))
     text = renderer.render(agent.observe, context, shuffle_seed=shuffle_seed)
     return text, (*so_far, *chats[agent.policy].then(text, so_far))
 
