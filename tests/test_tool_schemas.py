@@ -80,7 +80,7 @@ def _workflow(folder: Path, tokenizer: str, tool_format: str | None) -> Path:
         f'policy lm = hf("{CHAT / tokenizer}"{fmt})\n'
         "task arith(n = 8, seed = 0)\n"
         'tool lookup = "tools.py:lookup"(timeout = 5)\n'
-        'agent solver uses lm prompt "q.j2" emits act(lookup, answer) with (max_tokens = 8)\n'
+        'agent solver uses lm prompt "q.j2" emits act(lookup, answer) with (max_tokens = 96)\n'
         "act solver\n"
         "call lookup on solver\n"
         "reward exact_match(solver, task.answer)\n"

@@ -192,7 +192,8 @@ class DeclarationChecks:
         info = self.resolve_agent(a, gen, pol, parser)
         if pol.tool_format is not None:  # its tools go to the model's chat template
             tools = self.ctx.out.tools
-            info = replace(info, tools=tuple(tools[x].schema for x in info.actions if x in tools))
+            schemas = tuple(tools[x].schema for x in info.actions if x in tools)
+            info = replace(info, tools=schemas, tool_format=pol.tool_format)
         self.ctx.out.agents[a.name.name] = info
         self.check_agent_options(a, info, pol)
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):

@@ -80,6 +80,7 @@ class AgentInfo:
     min_tokens: int = 0
     system: str | None = None  # the template of the system message each first turn starts with
     tools: tuple[str, ...] = ()  # the JSON schemas its chat template is given (a policy with `tool_format`)
+    tool_format: str | None = None  # its policy's: how its tool calls are parsed (`runtime.toolcalls`)
 
     @property
     def final_action(self) -> str | None:

@@ -16,30 +16,40 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 HERE = Path(__file__).resolve().parent
-QWEN = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>")
+QWEN = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+QWEN_WORDS = ("<tool_call>", "</tool_call>", "<think>", "</think>")  # added tokens, as Qwen's: not special
 LLAMA = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
-FOLDERS = {  # folder: (TRL's template, special tokens, bos, eos, pad)
-    "qwen3": ("qwen3.jinja", QWEN, None, "<|im_end|>", "<|endoftext|>"),
-    "hermes": ("qwen2_5.jinja", QWEN, None, "<|im_end|>", "<|endoftext|>"),
-    "llama3_1": ("llama3_1.jinja", (*LLAMA, "<|eom_id|>", "<|python_tag|>"), LLAMA[0], "<|eot_id|>", None),
+FOLDERS = {  # folder: (TRL's template, special tokens, other added tokens, bos, eos, pad)
+    "qwen3": ("qwen3.jinja", QWEN, QWEN_WORDS, None, "<|im_end|>", "<|endoftext|>"),
+    "hermes": ("qwen2_5.jinja", QWEN, QWEN_WORDS, None, "<|im_end|>", "<|endoftext|>"),
+    "llama3_1": (
+        "llama3_1.jinja",
+        (*LLAMA, "<|eom_id|>", "<|python_tag|>"),
+        (),
+        LLAMA[0],
+        "<|eot_id|>",
+        None,
+    ),
 }
 
 
-def byte_tokenizer(specials: tuple[str, ...]) -> Tokenizer:
-    """The 256 byte-level symbols as the vocabulary, no merges, then `specials` as added tokens."""
+def byte_tokenizer(specials: tuple[str, ...], words: tuple[str, ...]) -> Tokenizer:
+    """The 256 byte-level symbols as the vocabulary, no merges, then `specials` and `words` as added
+    tokens (`words` not special: decoding keeps them)."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     tok = Tokenizer(models.BPE({s: i for i, s in enumerate(sorted(alphabet))}, []))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(specials))
+    tok.add_tokens(list(words))
     return tok
 
 
 def build(name: str, out: Path) -> None:
-    template, specials, bos, eos, pad = FOLDERS[name]
+    template, specials, words, bos, eos, pad = FOLDERS[name]
     text = resources.files("trl").joinpath("chat_templates", template).read_text(encoding="utf-8")
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=byte_tokenizer(specials), bos_token=bos, eos_token=eos, pad_token=pad
+        tokenizer_object=byte_tokenizer(specials, words), bos_token=bos, eos_token=eos, pad_token=pad
     )
     fast.chat_template = text
     fast.save_pretrained(out / name)

@@ -1,0 +1,80 @@
+"""Native tool calls (`tool_format`): Hermes/Qwen `<tool_call>{json}</tool_call>` and Llama 3's JSON object,
+parsed into the agent's action; malformed calls are invalid actions with one line saying why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_tool_schemas import _workflow
+
+from srpo_dsl.api import load
+from srpo_dsl.runtime.toolcalls import parse_native
+
+ACTIONS = ("lookup", "answer")
+
+
+def call(fmt: str, name: str = "lookup", **args: object) -> str:
+    body = json.dumps({"name": name, ("arguments" if fmt == "hermes" else "parameters"): args})
+    return f"<tool_call>{body}</tool_call>" if fmt == "hermes" else body
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3"])
+def test_a_call_is_the_tools_action_with_its_one_argument(fmt):
+    parsed = parse_native(f"<think>a cat?</think>{call(fmt, query='cat')}", ACTIONS, fmt)
+    assert parsed.valid and parsed.value == {"action": "lookup", "value": "cat"}
+    assert parse_native(call(fmt, query=[1, 2]), ACTIONS, fmt).value == {
+        "action": "lookup",
+        "value": "[1, 2]",
+    }
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3"])
+def test_a_reply_without_a_call_takes_the_final_action_by_its_tag(fmt):
+    assert parse_native("It is <answer>4</answer>", ACTIONS, fmt).value == {"action": "answer", "value": "4"}
+    assert not parse_native("It is 4", ACTIONS, fmt).valid
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "error"),
+    [
+        ("hermes", '<tool_call>{"name": "lookup", </tool_call>', "malformed tool call: "),
+        ("hermes", '<tool_call>{"name": "lookup"}', "unbalanced <tool_call> tags"),
+        ("hermes", call("hermes", "answer", query="4"), "no tool named 'answer' (tools: lookup)"),
+        ("hermes", call("hermes", query="a", extra="b"), 'exactly one argument in its "arguments"'),
+        ("hermes", call("hermes", query="a") + "<answer>4</answer>", "a tool call and <answer> in one reply"),
+        ("hermes", call("hermes", query="a") * 2, "at most 1 tool call(s) in one turn, found 2"),
+        ("llama3", '{"name": "lookup", "parameters": {"query": "a"}} and more', "malformed tool call: "),
+        ("llama3", '{"parameters": {}}', 'a tool call is a JSON object with a "name"'),
+    ],
+)
+def test_a_malformed_call_is_invalid_with_one_line(fmt, text, error):
+    parsed = parse_native(text, ACTIONS, fmt)
+    assert not parsed.valid and error in parsed.error and "\n" not in parsed.error
+
+
+def test_calls_n_allows_several_calls_of_one_tool():
+    text = call("hermes", query="a") + "\n" + call("hermes", query="b")
+    assert parse_native(text, ACTIONS, "hermes", calls=2).value == {"action": "lookup", "value": ["a", "b"]}
+
+
+def test_the_arguments_may_be_a_json_string():
+    text = '<tool_call>{"name": "lookup", "arguments": "{\\"query\\": \\"cat\\"}"}</tool_call>'
+    assert parse_native(text, ACTIONS, "hermes").value == {"action": "lookup", "value": "cat"}
+
+
+@pytest.mark.parametrize(("folder", "fmt"), [("hermes", "hermes"), ("llama3_1", "llama3")])
+def test_a_rollout_calls_the_tool_with_the_native_calls_query(tmp_path: Path, folder, fmt):
+    """Scripted replies in the model's format: the tool runs on the call's argument; a malformed call is
+    an invalid member that calls nothing."""
+    path = _workflow(tmp_path, folder, fmt)
+    replies = [call(fmt, query="cat"), call(fmt, query="cat")[:-3]]
+    (tmp_path / "replies.json").write_text(json.dumps({"solver": replies}))
+    rollouts = load(path).run(limit=2, backend="scripted", models=tmp_path / "replies.json", progress=False)
+    good, bad = (ep.events[0].members[0] for ep in rollouts.episodes)
+    assert good.valid and good.parsed == {"action": "lookup", "value": "cat"}
+    assert not bad.valid and bad.parsed is None
+    found = [{"tool": "lookup", "query": "cat", "result": "a meaning"}]
+    assert rollouts.episodes[0].events[0].observations == found
+    assert rollouts.episodes[1].events[0].observations == []
