@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from test_tool_schemas import _workflow
+from test_tool_schemas import CHAT, _workflow
+from transformers import AutoTokenizer
 
 from srpo_dsl.api import load
+from srpo_dsl.lang import analyze
 from srpo_dsl.runtime.toolcalls import parse_native
 
 ACTIONS = ("lookup", "answer")
@@ -78,3 +80,31 @@ def test_a_rollout_calls_the_tool_with_the_native_calls_query(tmp_path: Path, fo
     found = [{"tool": "lookup", "query": "cat", "result": "a meaning"}]
     assert rollouts.episodes[0].events[0].observations == found
     assert rollouts.episodes[1].events[0].observations == []
+
+
+@pytest.mark.parametrize(("folder", "fmt"), [("hermes", "hermes"), ("llama3_1", "llama3")])
+def test_a_conversation_appends_the_tools_result_as_a_tool_message(tmp_path: Path, folder, fmt):
+    """Turn 2 of a conversation agent is turn 1's ids, its reply as sampled, then the tool's result as the
+    chat template writes a `tool` message, with the generation prompt: the whole is the template's
+    rendering of [user, assistant, tool]."""
+    tok = AutoTokenizer.from_pretrained(CHAT / folder)
+    path = _workflow(tmp_path, folder, fmt)
+    (tmp_path / "obs.j2").write_text("{% for h in new_history %}{{ h.result | default(h.text) }}{% endfor %}")
+    text = path.read_text().replace("max_tokens = 96)", 'max_tokens = 96, observe = "obs.j2")')
+    path.write_text(text.replace("call lookup on solver\n", "call lookup on solver\nact solver\n"))
+    reply = call(fmt, query="cat")
+    (tmp_path / "replies.json").write_text(json.dumps({"solver": [reply, "<answer>a meaning</answer>"]}))
+    rollouts = load(path).run(limit=1, backend="scripted", models=tmp_path / "replies.json", progress=False)
+    first, second = (e.members[0] for e in rollouts.episodes[0].events)
+    assert second.prompt_token_ids[: len(first.prompt_token_ids)] == first.prompt_token_ids
+    schema = json.loads(analyze(path.read_text(), str(path), [tmp_path]).program.agents["solver"].tools[0])
+    decoded = tok.decode(first.prompt_token_ids)
+    question = decoded[decoded.index("Define ") : decoded.index(".", decoded.index("Define ")) + 1]
+    messages = [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": reply},
+        {"role": "tool", "content": "a meaning"},
+    ]
+    want = tok.apply_chat_template(messages, tools=[schema], add_generation_prompt=True, tokenize=False)
+    assert tok.decode(second.prompt_token_ids) == want
+    assert second.parsed == {"action": "answer", "value": "a meaning"}

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from srpo_dsl.backends.base import Backend, BackendError
 from srpo_dsl.backends.chat import ChatEncoder
 from srpo_dsl.lang.declarations import AgentInfo
-from srpo_dsl.runtime.episode import Episode
+from srpo_dsl.runtime.actions import action_of
+from srpo_dsl.runtime.episode import Episode, Member
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 
@@ -37,8 +38,10 @@ def chat_encoders(agents: Mapping[str, AgentInfo], backends: Mapping[str, Backen
                     f"`{backend.name}` backend of its policy cannot encode"
                 )
             out[a.policy] = make()
-        if a.observe is not None:
-            out[a.policy].appendable()  # a template that rewrites earlier turns: refused before any turn
+        if a.observe is not None:  # a template that rewrites earlier turns: refused before any turn
+            out[a.policy].appendable()
+            if a.tool_format is not None:
+                out[a.policy].appendable("tool")
         if (a.system is not None or a.tools) and not out[a.policy].templated:
             what = "a system message (`system`)" if a.system is not None else "tools (`tool_format`)"
             raise BackendError(
@@ -73,19 +76,31 @@ def turn_prompt(
         tools = [json.loads(t) for t in agent.tools]
         return text, tuple(chats[agent.policy].first(text, system, tools))
     text = renderer.render(agent.observe, context, shuffle_seed=shuffle_seed)
-    return text, (*so_far, *chats[agent.policy].then(text, so_far))
+    return text, (*so_far, *chats[agent.policy].then(text, so_far, message_role(ep, agent, replica)))
+
+
+def message_role(ep: Episode, agent: AgentInfo, replica: int) -> str:
+    """The role of a conversation's next message: `tool` after a native tool call (a policy with
+    `tool_format` whose last turn called a tool: the message is its result), else `user`."""
+    last = last_member(ep, agent, replica)
+    called = last is not None and agent.tool_format is not None and action_of(last) in agent.actions[:-1]
+    return "tool" if called else "user"
+
+
+def last_member(ep: Episode, agent: AgentInfo, replica: int) -> Member | None:
+    """The replica's last output in the episode (a path's own: a fork shares its events)."""
+    for event in reversed(ep.events):
+        for m in event.members:
+            if m.role == agent.name and m.replica == replica:
+                return m
+    return None
 
 
 def conversation_so_far(ep: Episode, agent: AgentInfo, replica: int) -> tuple[int, ...] | None:
     """The replica's conversation: its last turn's prompt and reply ids (None before its first turn, or for
     an agent that keeps none), read from the episode's events (a path's own: a fork shares them)."""
-    if agent.observe is None:
-        return None
-    for event in reversed(ep.events):
-        for m in event.members:
-            if m.role == agent.name and m.replica == replica:
-                return (*m.prompt_token_ids, *m.response_token_ids)
-    return None
+    last = None if agent.observe is None else last_member(ep, agent, replica)
+    return None if last is None else (*last.prompt_token_ids, *last.response_token_ids)
 
 
 def conversation_prefix(ep: Episode, agent: AgentInfo, replica: int) -> int | None:
