@@ -108,3 +108,40 @@ def test_a_conversation_appends_the_tools_result_as_a_tool_message(tmp_path: Pat
     want = tok.apply_chat_template(messages, tools=[schema], add_generation_prompt=True, tokenize=False)
     assert tok.decode(second.prompt_token_ids) == want
     assert second.parsed == {"action": "answer", "value": "a meaning"}
+
+
+def test_the_shipped_search_r1_chat_searches_with_native_calls_and_reads_tool_messages():
+    """workflows/search_r1_chat.srpo on the Hermes template (scripted replies, the test retrieval server):
+    turn 1 is [system, user] with the search tool's schema; the call's query reaches the server; turn 2
+    appends the passages as the template's `tool` message; the answer is rewarded."""
+    from srpo_dsl.backends.scripted import ScriptedBackend
+    from srpo_dsl.envs.retrieval import Bm25Retriever, HttpRetriever
+    from srpo_dsl.runtime.executor import Executor
+    from srpo_dsl.runtime.setup import load_workflow, task_data
+    from tests.clitools import ROOT
+    from tests.retrieval_server import RetrievalServer
+
+    wf = load_workflow(ROOT / "workflows/search_r1_chat.srpo")
+    tok = AutoTokenizer.from_pretrained(CHAT / "hermes")
+    reply = call("hermes", "search", query="pride and prejudice author")
+    backend = ScriptedBackend(
+        {"researcher": [reply, "<answer>Jane Austen</answer>"]}, tokenizer=CHAT / "hermes"
+    )
+    with RetrievalServer(Bm25Retriever(ROOT / "data/wiki_sample.jsonl")) as server:
+        tools = {"search": HttpRetriever(server.url, timeout=5)}
+        (ep,) = Executor(wf.graph, {"lm": backend}, wf.renderer(), tools).run(task_data(wf)[:1])
+        assert server.requests[-1]["queries"] == ["pride and prejudice author"]
+    first, second = (e.members[0] for e in ep.events)
+    schema = json.loads(wf.graph.agents["researcher"].tools[0])
+    system = wf.renderer().render("search_r1_chat/system.j2", {})
+    messages = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": f"Question: {ep.task['question']}"},
+    ]
+    assert tok.decode(first.prompt_token_ids) == tok.apply_chat_template(
+        messages, tools=[schema], add_generation_prompt=True, tokenize=False
+    )
+    added = tok.decode(second.prompt_token_ids[len(first.prompt_token_ids) + len(first.response_token_ids) :])
+    assert added.startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: ")
+    assert added.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert ep.answer == "Jane Austen" and ep.score == 1.0
