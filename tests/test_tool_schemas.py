@@ -106,7 +106,7 @@ def test_the_checker_reads_the_schema_into_the_agents_of_a_policy_with_a_tool_fo
 @pytest.mark.parametrize("fmt", TOOL_FORMATS)
 @pytest.mark.parametrize("quoted", [True, False])
 def test_every_tool_format_validates_bare_and_quoted_and_reaches_the_graph(tmp_path, fmt, quoted):
-    path = _workflow(tmp_path, "hermes", fmt)
+    path = _workflow(tmp_path, "llama3_1" if fmt == "llama3" else "hermes", fmt)
     text = path.read_text() if quoted else path.read_text().replace(f'"{fmt}"', fmt)
     result = analyze(text, str(path), [tmp_path])
     assert result.diagnostics == []
@@ -145,3 +145,41 @@ def test_the_chat_template_is_given_the_tools(tmp_path, folder, fmt, marker):
     )
     assert ids == tok(want, add_special_tokens=False)["input_ids"]
     assert marker in text and "The word to look up" in text
+
+
+@pytest.mark.parametrize(
+    ("folder", "fmt", "ok"),
+    [
+        ("hermes", "hermes", True),
+        ("qwen3", "hermes", True),
+        ("llama3_1", "llama3", True),
+        ("llama3_1", "hermes", False),
+        ("hermes", "llama3", False),
+    ],
+)
+def test_a_tool_format_is_checked_against_a_local_models_chat_template(tmp_path, folder, fmt, ok):
+    """E018 at the option where the local model's template never writes the format's calls."""
+    path = _workflow(tmp_path, folder, fmt)
+    text = path.read_text()
+    found = [
+        (d.code, d.message, d.span.line, d.span.col) for d in analyze(text, str(path), [tmp_path]).diagnostics
+    ]
+    if ok:
+        assert found == []
+        return
+    marker = {"hermes": "<tool_call>", "llama3": '"parameters"'}[fmt]
+    col = text.splitlines()[1].index(f'"{fmt}"') + 1
+    assert found == [
+        (
+            "E018",
+            f"`tool_format = {fmt}`: the chat template of `{CHAT / folder}` never writes `{marker}`",
+            2,
+            col,
+        )
+    ]
+
+
+def test_a_tool_format_on_a_model_not_on_this_machine_is_not_looked_up(tmp_path):
+    path = _workflow(tmp_path, "hermes", "llama3")
+    text = path.read_text().replace(str(CHAT / "hermes"), "Qwen/Qwen2.5-3B-Instruct")
+    assert analyze(text, str(path), [tmp_path]).diagnostics == []

@@ -23,6 +23,7 @@ from srpo_dsl.lang.schema import (
     POLICY_KINDS,
     SAMPLING_DEFAULTS,
     TASK_KINDS,
+    TOOL_FORMATS,
     TOOL_KINDS,
     AgentOptions,
     Generation,
@@ -31,6 +32,7 @@ from srpo_dsl.lang.schema import (
 )
 from srpo_dsl.lang.steps import deciding
 from srpo_dsl.lang.templates import check_template
+from srpo_dsl.lang.toolformat import tool_format_problem
 from srpo_dsl.lang.toolschema import schema_of_tool
 from srpo_dsl.registries import CONTRACTS, REWARDS, ContractSpec
 
@@ -99,9 +101,21 @@ class DeclarationChecks:
             self.check_adapter(pol, src, gen)
             return
         ref = f"builtin:{src['name']}" if kind.name == "builtin" else src["model"]
+        if src.get("tool_format") is not None:
+            self.check_tool_format(pol, ref, src["tool_format"])
         self.ctx.out.policies[pol.name.name] = PolicyInfo(
             pol.name.name, kind.name, ref, not pol.frozen, lora, gen, tool_format=src.get("tool_format")
         )
+
+    def check_tool_format(self, pol: n.Policy, model: str, tool_format: str) -> None:
+        """E018 where a local model's chat template does not write the calls of the policy's format."""
+        problem = tool_format_problem(model, self.ctx.base, tool_format)
+        if problem is not None:
+            at = next(o.value_span or o.span for o in pol.source.args if o.name == "tool_format")
+            others = [f for f in TOOL_FORMATS if f != tool_format]
+            self.ctx.error(
+                "E018", problem, at, f"its model calls tools otherwise (other formats: {', '.join(others)})"
+            )
 
     def check_adapter(self, pol: n.Policy, src: dict, gen: dict) -> None:
         """`policy NAME = adapter(BASE, r = ..., ...)`: trained on its own over a frozen base."""

@@ -142,7 +142,10 @@ class AdapterPolicy(LoraOptions):
     base: str
 
 
-TOOL_FORMATS = ("hermes", "llama3")  # the native tool-call formats a policy's model may be trained on
+# The native tool-call formats a policy's model may be trained on, each with what its chat template writes
+# when it is given tools (a local model's template without it is E018).
+TOOL_FORMAT_MARKERS = {"hermes": "<tool_call>", "llama3": '"parameters"'}
+TOOL_FORMATS = tuple(TOOL_FORMAT_MARKERS)
 
 
 class HfPolicy(_Options):
