@@ -99,3 +99,27 @@ def test_the_formatter_keeps_the_system_clause(tmp_path):
     text = path.read_text()
     assert format_source(text) == text
     assert analyze(text, str(path), [tmp_path]).program.agents["solver"].system == "sys.j2"
+
+
+def test_run_refuses_a_system_message_without_a_chat_template_in_one_line(tmp_path):
+    """`srpo-dsl run` with the scripted engine and no tokenizer for the policy (bytes: no chat template):
+    one line naming the agent, exit 2, no run folder."""
+    from tests.clitools import cli
+
+    path = _workflow(tmp_path, str(tmp_path / "not-here"))
+    (tmp_path / "replies.json").write_text(json.dumps({"solver": ["\\boxed{4}"]}))
+    out = tmp_path / "run"
+    done = cli("run", path, "--backend", "scripted", "--model", tmp_path / "replies.json", "--out", out)
+    assert done.returncode == 2 and not out.exists(), done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: agent `solver` has a system message (`system`), which needs a chat template: "
+        "the model of policy `lm` has none (or its chat template is turned off)"
+    ]
+
+
+def test_qwen3s_own_template_keeps_no_conversation_and_says_so():
+    """Qwen3's template drops earlier turns' thinking when a message is added: a conversation agent on it
+    is refused (a system message alone is not: test above)."""
+    tok = AutoTokenizer.from_pretrained(CHAT / "qwen3")
+    with pytest.raises(BackendError, match="rewrites earlier turns"):
+        TokenizerChat(tok, True, {tok.eos_token_id}).appendable()
