@@ -26,12 +26,20 @@ _PROBE = "\x00srpo-probe\x00"  # stands for a message's content while the templa
 class ChatEncoder(Protocol):
     """What a conversation agent's turns are encoded with (a backend's `chat_encoder()`)."""
 
-    def first(self, text: str) -> list[int]:
-        """The first turn's prompt ids."""
+    templated: bool  # whether messages go through a chat template (a system message needs one)
+
+    def first(self, text: str, system: str | None = None, tools: Sequence[dict] = ()) -> list[int]:
+        """The first turn's prompt ids: `text` as the user message, after the `system` message if any, the
+        chat template given `tools` (JSON schemas) when there are any."""
         ...
 
-    def then(self, text: str, so_far: Sequence[int]) -> list[int]:
-        """The ids appended after `so_far` (ending in a sampled reply) for the next message `text`."""
+    def appendable(self, role: str = "user") -> None:
+        """`BackendError` where a conversation cannot be appended to (a template that rewrites turns)."""
+        ...
+
+    def then(self, text: str, so_far: Sequence[int], role: str = "user") -> list[int]:
+        """The ids appended after `so_far` (ending in a sampled reply) for the next message `text`, a
+        `user` message or a `tool` one (a tool's result, for a model with native tool calls)."""
         ...
 
 
@@ -42,21 +50,39 @@ class TokenizerChat:
         self.tokenizer = tokenizer
         self.eos_ids = set(eos_ids)
         self.templated = use_chat_template
-        self.closing, self.before, self.after = (
-            template_pieces(tokenizer) if use_chat_template else ("", "", "")
+        self._pieces: tuple[str, str, str] | None = None  # read once, when a conversation first needs them
+        self._roles: set[str] = set()  # the roles of later messages checked to append
+
+    def appendable(self, role: str = "user") -> None:
+        if self.templated and self._pieces is None:
+            self._pieces = template_pieces(self.tokenizer)
+        if self.templated and role != "user" and role not in self._roles:
+            next_message(self.tokenizer, role, "x")
+            self._roles.add(role)
+
+    def first(self, text: str, system: str | None = None, tools: Sequence[dict] = ()) -> list[int]:
+        if system is None and not tools:
+            return encode_prompts(self.tokenizer, [text], self.templated)[0]
+        if not self.templated:
+            raise BackendError("a system message or tools need a chat template, and this model has none")
+        system_message = [{"role": "system", "content": system}] if system is not None else []
+        messages = [*system_message, {"role": "user", "content": text}]
+        rendered = self.tokenizer.apply_chat_template(
+            messages, tools=list(tools) or None, add_generation_prompt=True, tokenize=False
         )
+        return self._encode(rendered)
 
-    def first(self, text: str) -> list[int]:
-        return encode_prompts(self.tokenizer, [text], self.templated)[0]
-
-    def then(self, text: str, so_far: Sequence[int]) -> list[int]:
+    def then(self, text: str, so_far: Sequence[int], role: str = "user") -> list[int]:
         if not self.templated:
             return self._encode(text)
-        closing = self.closing
+        self.appendable(role)
+        closing, before, after = self._pieces  # type: ignore[misc]
         eos_text = self.tokenizer.eos_token or ""
         if so_far and so_far[-1] in self.eos_ids and eos_text and closing.startswith(eos_text):
             closing = closing[len(eos_text) :]  # the reply ended its turn itself: the sampled token stays
-        return self._encode(f"{closing}{self.before}{text}{self.after}")
+        if role != "user":  # the template's own writing of it (Llama 3.1 writes a tool's text as JSON)
+            return self._encode(f"{closing}{next_message(self.tokenizer, role, text)}")
+        return self._encode(f"{closing}{before}{text}{after}")
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -79,6 +105,12 @@ def encode_prompts(
     return [[bos, *row] for row in ids] if bos is not None else ids
 
 
+_REWRITES = (
+    "the model's chat template rewrites earlier turns when a message is added: "
+    "its conversations cannot be kept as one token stream (drop the agent's `observe`)"
+)
+
+
 def template_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str, str]:
     """(what the template writes after an assistant turn's content, what it writes before a user message's
     content when that message follows one, what after it with the generation prompt); `BackendError` for a
@@ -88,20 +120,37 @@ def template_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str, str]:
     more = [*turns, {"role": "user", "content": _PROBE}]
     full = tokenizer.apply_chat_template(more, add_generation_prompt=True, tokenize=False)
     if not full.startswith(head) or head.count(_PROBE) != 1 or full.count(_PROBE) != 2:
-        raise BackendError(
-            "the model's chat template rewrites earlier turns when a message is added: "
-            "its conversations cannot be kept as one token stream (drop the agent's `observe`)"
-        )
+        raise BackendError(_REWRITES)
     closing = head[head.index(_PROBE) + len(_PROBE) :]
     before, after = full[len(head) :].split(_PROBE)
     return closing, before, after
 
 
+def next_message(tokenizer: PreTrainedTokenizerBase, role: str, text: str) -> str:
+    """What the template writes for a `role` message `text` after an assistant turn (and its closing), with
+    the generation prompt; `BackendError` for a template that rewrites earlier turns when it is added."""
+    turns = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PROBE}]
+    head = tokenizer.apply_chat_template(turns, tokenize=False)
+    full = tokenizer.apply_chat_template(
+        [*turns, {"role": role, "content": text}], add_generation_prompt=True, tokenize=False
+    )
+    if not full.startswith(head):
+        raise BackendError(_REWRITES)
+    return full[len(head) :]
+
+
 class ByteChat:
     """The scripted backend's encoding without a tokenizer: UTF-8 bytes, messages as they are."""
 
-    def first(self, text: str) -> list[int]:
+    templated = False
+
+    def appendable(self, role: str = "user") -> None:
+        return None
+
+    def first(self, text: str, system: str | None = None, tools: Sequence[dict] = ()) -> list[int]:
+        if system is not None or tools:
+            raise BackendError("a system message or tools need a chat template: bytes have none")
         return list(text.encode("utf-8"))
 
-    def then(self, text: str, so_far: Sequence[int]) -> list[int]:
+    def then(self, text: str, so_far: Sequence[int], role: str = "user") -> list[int]:
         return list(text.encode("utf-8"))

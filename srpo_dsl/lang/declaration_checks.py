@@ -8,13 +8,14 @@ the reward (it reads its agent or environment) and the train block.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from srpo_dsl.data_sources import data_problem
 from srpo_dsl.lang import nodes as n
 from srpo_dsl.lang.check_context import CheckContext, contract_actions, contract_name
-from srpo_dsl.lang.declarations import SAMPLING_CONTROLS, AgentInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.declarations import SAMPLING_CONTROLS, AgentInfo, PolicyInfo, RewardInfo, ToolInfo
 from srpo_dsl.lang.env_checks import EnvDeclarations
 from srpo_dsl.lang.messages import did_you_mean
 from srpo_dsl.lang.option_checks import check_binding, check_options
@@ -23,6 +24,7 @@ from srpo_dsl.lang.schema import (
     POLICY_KINDS,
     SAMPLING_DEFAULTS,
     TASK_KINDS,
+    TOOL_FORMATS,
     TOOL_KINDS,
     AgentOptions,
     DataTask,
@@ -32,6 +34,8 @@ from srpo_dsl.lang.schema import (
 )
 from srpo_dsl.lang.steps import deciding
 from srpo_dsl.lang.templates import check_template
+from srpo_dsl.lang.toolformat import tool_format_problem
+from srpo_dsl.lang.toolschema import schema_of_tool
 from srpo_dsl.registries import CONTRACTS, REWARDS, ContractSpec
 
 # The contract arguments that are lists: (what one item is called, an example list).
@@ -99,9 +103,21 @@ class DeclarationChecks:
             self.check_adapter(pol, src, gen)
             return
         ref = f"builtin:{src['name']}" if kind.name == "builtin" else src["model"]
+        if src.get("tool_format") is not None:
+            self.check_tool_format(pol, ref, src["tool_format"])
         self.ctx.out.policies[pol.name.name] = PolicyInfo(
-            pol.name.name, kind.name, ref, not pol.frozen, lora, gen
+            pol.name.name, kind.name, ref, not pol.frozen, lora, gen, tool_format=src.get("tool_format")
         )
+
+    def check_tool_format(self, pol: n.Policy, model: str, tool_format: str) -> None:
+        """E018 where a local model's chat template does not write the calls of the policy's format."""
+        problem = tool_format_problem(model, self.ctx.base, tool_format)
+        if problem is not None:
+            at = next(o.value_span or o.span for o in pol.source.args if o.name == "tool_format")
+            others = [f for f in TOOL_FORMATS if f != tool_format]
+            self.ctx.error(
+                "E018", problem, at, f"its model calls tools otherwise (other formats: {', '.join(others)})"
+            )
 
     def check_adapter(self, pol: n.Policy, src: dict, gen: dict) -> None:
         """`policy NAME = adapter(BASE, r = ..., ...)`: trained on its own over a frozen base."""
@@ -144,7 +160,7 @@ class DeclarationChecks:
         else:  # what the adapter does not set, it samples as its base does
             generation = {k: gen[k] if gen[k] is not None else base.generation[k] for k in gen}
             self.ctx.out.policies[name] = PolicyInfo(
-                name, "adapter", base.model, True, src, generation, base_name
+                name, "adapter", base.model, True, src, generation, base_name, base.tool_format
             )
 
     def check_task(self) -> None:
@@ -182,7 +198,8 @@ class DeclarationChecks:
         """`tool NAME = kind(...)` or the user's Python, resolved into `out.tools`."""
         bound = check_binding(self.ctx, tool.source, TOOL_KINDS, "E022", "tool")
         if bound is not None:
-            self.ctx.out.tools[tool.name.name] = bound
+            schema = schema_of_tool(tool.name.name, bound.code)
+            self.ctx.out.tools[tool.name.name] = ToolInfo(bound.kind, bound.options, bound.code, schema)
 
     # ---- agents and their output contracts ---------------------------------------------------------------
     def check_agent(self, a: n.Agent) -> None:
@@ -205,6 +222,10 @@ class DeclarationChecks:
         if gen is None or pol is None or not known:
             return
         info = self.resolve_agent(a, gen, pol, parser)
+        if pol.tool_format is not None:  # its tools go to the model's chat template
+            tools = self.ctx.out.tools
+            schemas = tuple(tools[x].schema for x in info.actions if x in tools)
+            info = replace(info, tools=schemas, tool_format=pol.tool_format)
         self.ctx.out.agents[a.name.name] = info
         self.check_agent_options(a, info, pol)
         for diag in check_template(a.prompt, a.prompt_span, self.template_dirs):
@@ -212,6 +233,8 @@ class DeclarationChecks:
         if info.observe is not None:  # a conversation's later messages: a template, checked alike
             at = next(o.value_span or o.span for o in a.options if o.name == "observe")
             self.ctx.out.diagnostics += check_template(info.observe, at, self.template_dirs)
+        if a.system is not None and a.system_span is not None:  # the system message: a template alike
+            self.ctx.out.diagnostics += check_template(a.system, a.system_span, self.template_dirs)
 
     @staticmethod
     def resolve_agent(a: n.Agent, gen: dict, pol: PolicyInfo, parser: CodeRef | None) -> AgentInfo:
@@ -241,6 +264,7 @@ class DeclarationChecks:
             gen["stop"],
             gen["observe"],
             **{k: pick(k) for k in SAMPLING_CONTROLS},
+            system=a.system,
         )
 
     def check_agent_contract(self, c: n.Contract) -> tuple[bool, CodeRef | None]:

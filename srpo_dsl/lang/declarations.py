@@ -7,6 +7,7 @@ entry in the graph attributes of the documented `networkx.DiGraph` (docs/dsl.md)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ class PolicyInfo:
     lora: dict | None  # LoRA options: of the policy's own `lora(...)`, or of an adapter
     generation: dict
     base: str | None = None  # an adapter's base policy (frozen; it holds the weights)
+    tool_format: str | None = None  # the model's native tool calls (`schema.TOOL_FORMATS`); None: none
 
     def attrs(self) -> dict[str, Any]:
         return {
@@ -47,6 +49,7 @@ class PolicyInfo:
             "trainable": self.trainable,
             "lora": self.lora,
             "generation": self.generation,
+            **({"tool_format": self.tool_format} if self.tool_format else {}),  # graphs without: unchanged
         }
 
 
@@ -75,6 +78,9 @@ class AgentInfo:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0  # 1: off
     min_tokens: int = 0
+    system: str | None = None  # the template of the system message each first turn starts with
+    tools: tuple[str, ...] = ()  # the JSON schemas its chat template is given (a policy with `tool_format`)
+    tool_format: str | None = None  # its policy's: how its tool calls are parsed (`runtime.toolcalls`)
 
     @property
     def final_action(self) -> str | None:
@@ -99,6 +105,8 @@ class AgentInfo:
             "stop": self.stop,
             "observe": self.observe,
             "sampling": sampling_attrs(self),
+            **({"system": self.system} if self.system is not None else {}),  # graphs without one unchanged
+            **({"tools": [json.loads(t) for t in self.tools]} if self.tools else {}),
         }
 
     def sampling(self) -> dict[str, Any]:
@@ -172,6 +180,14 @@ class Binding:
     def attrs(self) -> dict[str, Any]:
         ref = {"ref": self.code.text} if self.code else {}
         return {"kind": self.kind, **ref, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class ToolInfo(Binding):
+    """A tool (`tool NAME = KIND(...)`): its binding and the JSON schema a chat template is given for it
+    (`lang.toolschema`; left out of `attrs`, as the graph's other derived texts are)."""
+
+    schema: str = ""
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,8 @@ class Agent:
     contract: Contract
     options: tuple[Option, ...]
     span: Span
+    system: str | None = None  # `system "TEMPLATE"`: the system message's template
+    system_span: Span | None = None
 
 
 @dataclass(frozen=True)

@@ -212,8 +212,8 @@ class _Build:
         return n.Contract(self._callee(ref), args, self._span(items))
 
     def agent_decl(self, items: list) -> n.Agent:
-        # "agent" NAME [pool] "uses" NAME "prompt" STRING "emits" contract [options]
-        _agent, name, pool, _uses, policy, _prompt, prompt, _emits, contract, options = items
+        # "agent" NAME [pool] "uses" NAME "prompt" STRING [system] "emits" contract [options]
+        _agent, name, pool, _uses, policy, _prompt, prompt, system, _emits, contract, options = items
         return n.Agent(
             self._id(name),
             pool.value if pool else 1,
@@ -224,7 +224,13 @@ class _Build:
             contract,
             options.value if options else (),
             self._span(items),
+            _unquote(system.last) if system else None,
+            _tok_span(self.file, system.last) if system else None,
         )
+
+    def system(self, items: list) -> _Part:  # "system" STRING
+        _system, template = items
+        return _Part(_unquote(template), template)
 
     def penalty(self, items: list) -> _Part:  # "invalid" signed
         _invalid, value = items

@@ -142,8 +142,19 @@ class AdapterPolicy(LoraOptions):
     base: str
 
 
+# The native tool-call formats a policy's model may be trained on, each with what its chat template writes
+# when it is given tools (a local model's template without it is E018).
+TOOL_FORMAT_MARKERS = {"hermes": "<tool_call>", "llama3": '"parameters"'}
+TOOL_FORMATS = tuple(TOOL_FORMAT_MARKERS)
+
+
 class HfPolicy(_Options):
     model: str
+    tool_format: Literal[TOOL_FORMATS] | None = Field(
+        None,
+        description="the model's native tool calls: hermes (`<tool_call>{json}</tool_call>`: Qwen, Hermes) "
+        "or llama3 (a JSON object); its agents' tools go to its chat template as JSON schemas",
+    )
 
 
 class BuiltinPolicy(_Options):

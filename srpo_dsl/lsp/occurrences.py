@@ -93,6 +93,8 @@ def _declared(p: n.Program, names: dict[str, str]) -> Iterator[Occurrence]:
         yield from _name("agent", a.name)
         yield from _name("policy", a.policy)
         yield Occurrence("template", a.prompt, a.prompt_span)
+        if a.system is not None and a.system_span is not None:
+            yield Occurrence("template", a.system, a.system_span)
         if isinstance(a.contract.name, n.Ref):
             yield Occurrence("ref", a.contract.name.text, a.contract.name.span)
         yield from _pools(a.contract)

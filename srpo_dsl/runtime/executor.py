@@ -48,6 +48,7 @@ from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_act_calls, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
 from srpo_dsl.runtime.resample import Sampled, Slot, sample
+from srpo_dsl.runtime.toolcalls import parse_native
 from srpo_dsl.runtime.turns import note_turn, tokens_left
 from srpo_dsl.seeds import seed_of
 
@@ -461,6 +462,8 @@ class Executor:
             return allowed(self.parsers[a.name](text, finish), actions)
         selects = CONTRACTS[a.contract].selects  # replicas of the pool its first argument names
         pool = self.graph.agents[a.contract_args[0]].replicas if selects else None
+        if a.tool_format is not None and a.actions:  # the model's native tool calls, the final action's tag
+            return allowed(parse_native(text, a.actions, a.tool_format, a.calls), actions)
         if a.calls > 1:  # a `multi_call` contract (else E074): up to `calls` tool actions in one output
             return allowed(parse_act_calls(text, a.actions, a.calls), actions)
         return allowed(parse_output(a.contract, text, pool_size=pool, args=a.contract_args), actions)

@@ -63,6 +63,11 @@ def _visible(text: str) -> _Visible:
     return _Visible("".join(parts), first_end)
 
 
+def outside_thinking(text: str) -> str:
+    """`text` with its thinking blanked out (same length)."""
+    return _visible(text).text
+
+
 def _one_tag(visible: str, tag: str) -> tuple[int, str] | Parsed:
     """The start and stripped content of the only `<tag>...</tag>` in `visible`."""
     opens, closes = visible.count(f"<{tag}>"), visible.count(f"</{tag}>")

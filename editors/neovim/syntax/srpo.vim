@@ -5,7 +5,7 @@ if exists("b:current_syntax")
 endif
 
 syntax case match
-syntax keyword srpoKeyword agent at branch break by call cross else emits env if invalid keep lora most on only policy prompt repeat reward step tool train until uses with workflow
+syntax keyword srpoKeyword agent at branch break by call cross else emits env if invalid keep lora most on only policy prompt repeat reward step system tool train until uses with workflow
 syntax keyword srpoStep act aggregate parallel revise route verify
 syntax keyword srpoConstant true false frozen
 syntax keyword srpoTask task

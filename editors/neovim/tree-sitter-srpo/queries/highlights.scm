@@ -4,7 +4,7 @@
 (STRING) @string
 (NUMBER) @number
 ["true" "false" "frozen" (false) (true)] @constant.builtin
-["agent" "at" "branch" "break" "by" "call" "cross" "else" "emits" "env" "if" "invalid" "keep" "lora" "most" "on" "only" "policy" "prompt" "repeat" "reward" "step" "tool" "train" "until" "uses" "with" "workflow"] @keyword
+["agent" "at" "branch" "break" "by" "call" "cross" "else" "emits" "env" "if" "invalid" "keep" "lora" "most" "on" "only" "policy" "prompt" "repeat" "reward" "step" "system" "tool" "train" "until" "uses" "with" "workflow"] @keyword
 ["act" "aggregate" "parallel" "revise" "route" "verify"] @keyword.function
 "task" @variable.builtin
 [(COMPARE) "="] @operator
