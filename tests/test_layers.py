@@ -27,6 +27,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "console",
         "progress",
         "limits",
+        "data_sources",
         "argranges",
         "arguments",
     ),  # files and their owner, launched processes, plugin registries, seeds, stderr, size limits

@@ -35,7 +35,7 @@ class ArrowTasks(LazyTasks):
         return self.normalize(record, i, where)
 
 
-class Refused(ValueError):
+class UnusableSource(ValueError):
     """A source read but not usable (no such split): its message is already the one line to show."""
 
 
@@ -51,7 +51,7 @@ def open_dataset(path: Path, split: str) -> tuple[Any, str]:
     disable_progress_bars()  # a CSV's conversion to Arrow draws bars: the run prints its own lines
     try:
         return _load(path, name, split), label
-    except (FileNotFoundError, Refused):
+    except (FileNotFoundError, UnusableSource):
         raise
     except Exception as exc:  # datasets' and pyarrow's own errors: one line naming the source
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -79,7 +79,7 @@ def _pick(table: Any, path: Path, split: str) -> Any:
     if not (path / SAVED_DICT).is_file():
         return table
     if split not in table:
-        raise Refused(f"{path}: no split `{split}` (it has {', '.join(table)})")
+        raise UnusableSource(f"{path}: no split `{split}` (it has {', '.join(table)})")
     return table[split]
 
 
@@ -91,7 +91,7 @@ def _offline_load(datasets: Any, name: str, split: str) -> Any:
         return datasets.load_dataset(name, split=split)
     except (FileNotFoundError, ConnectionError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise Refused(
+        raise UnusableSource(
             f"hf:{name}: not in the local `datasets` cache, nor a local folder ({reason})"
         ) from None
     finally:
