@@ -11,10 +11,14 @@
   deterministic for a seed and a thread count). A change that moves them makes the figures stale: run
   `srpo-dsl train workflows/quickstart.srpo --out runs/quickstart` again, copy its eval.jsonl and the first
   and last rows of its metrics.jsonl there, and state its figures.
+- constraints/cpu.txt pins the environment that run came from, admits every dependency pyproject.toml
+  declares, and CI's environment is installed under it (SRPO_DSL_PINNED_TESTS=required: a version other
+  than its pin fails the recorded-run test instead of being let through "to rounding").
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import os
@@ -28,11 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tomllib
 import typer
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 QUICKSTART_RUN = ROOT / "tests" / "data" / "quickstart_run"
+PINS = ROOT / "constraints" / "cpu.txt"
+PINNED_REQUIRED = os.environ.get("SRPO_DSL_PINNED_TESTS") == "required"
 TOUR = "## A five-minute tour"
 LAUNCHED = re.compile(r"(\$ )?(srpo-dsl|deepspeed|torchrun) ")
 
@@ -168,10 +176,53 @@ def first_rows(run: Path) -> tuple[dict, dict]:
     return untimed[0], untimed[1]
 
 
+def pins() -> dict[str, str]:
+    """{distribution: version} of constraints/cpu.txt."""
+    lines = [line.strip() for line in PINS.read_text(encoding="utf-8").splitlines()]
+    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
+
+
+def off_the_pins() -> list[str]:
+    """`name installed (pinned version)` for each pinned distribution installed at another version."""
+    off = []
+    for name, pinned in pins().items():
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if installed.split("+")[0] != pinned:  # torch's CPU build is 2.13.0+cpu
+            off.append(f"{name} {installed} (pinned {pinned})")
+    return off
+
+
+def test_the_pins_admit_every_declared_dependency() -> None:
+    """A floor raised past its pin, or a dependency added without one, would make the pinned install fail."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = [
+        *project["dependencies"],
+        *(r for extra in project["optional-dependencies"].values() for r in extra),
+    ]
+    pinned = {name.lower().replace("_", "-"): version for name, version in pins().items()}
+    for requirement in map(Requirement, declared):
+        name = requirement.name.lower().replace("_", "-")
+        if name == "vllm":  # a GPU machine's; it does not install on the CPU these pins are for
+            continue
+        if requirement.marker and not requirement.marker.evaluate({"python_version": "3.11"}):
+            continue  # the pinned environment's Python is 3.11
+        assert name in pinned, f"constraints/cpu.txt pins no {name}"
+        assert requirement.specifier.contains(pinned[name]), (
+            f"{name}=={pinned[name]} is outside {requirement}"
+        )
+
+
 @pytest.mark.slow
 def test_the_quickstart_starts_as_the_recorded_run(tmp_path: Path) -> None:
-    """One step of the README's command, with the two threads of the 2-core machine it was recorded on."""
+    """One step of the README's command, with the two threads of the 2-core machine it was recorded on; in
+    CI under constraints/cpu.txt, whose versions it checks first."""
     from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
+
+    off = off_the_pins()
+    assert not (PINNED_REQUIRED and off), f"not the pinned environment: {', '.join(off)}"
 
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     env |= {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
