@@ -228,5 +228,7 @@ def test_a_model_whose_template_rewrites_turns_stops_a_conversation_run_in_one_l
     assert done.returncode == 2 and not out.exists()
     assert done.stderr.strip().splitlines() == [
         "error: the model's chat template rewrites earlier turns when a message is added: its conversations "
-        "cannot be kept as one token stream (drop the agent's `observe`)"
+        "cannot be kept as one token stream (give its policy a prefix-preserving template, "
+        '`hf(MODEL, chat_template = "FILE.jinja")`: for Qwen3 the shipped `templates/qwen3_training.jinja`; '
+        "or drop the agent's `observe`)"
     ]

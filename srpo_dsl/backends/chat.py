@@ -106,8 +106,10 @@ def encode_prompts(
 
 
 _REWRITES = (
-    "the model's chat template rewrites earlier turns when a message is added: "
-    "its conversations cannot be kept as one token stream (drop the agent's `observe`)"
+    "the model's chat template rewrites earlier turns when a message is added: its conversations cannot be "
+    "kept as one token stream (give its policy a prefix-preserving template, "
+    '`hf(MODEL, chat_template = "FILE.jinja")`: for Qwen3 the shipped `templates/qwen3_training.jinja`; '
+    "or drop the agent's `observe`)"
 )
 
 

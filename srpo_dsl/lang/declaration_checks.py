@@ -14,10 +14,11 @@ from typing import Any
 
 from srpo_dsl.data_sources import data_problem
 from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.chattemplate import read_chat_template
 from srpo_dsl.lang.check_context import CheckContext, contract_actions, contract_name
 from srpo_dsl.lang.declarations import SAMPLING_CONTROLS, AgentInfo, PolicyInfo, RewardInfo, ToolInfo
 from srpo_dsl.lang.env_checks import EnvDeclarations
-from srpo_dsl.lang.messages import did_you_mean
+from srpo_dsl.lang.messages import Span, did_you_mean
 from srpo_dsl.lang.option_checks import check_binding, check_options
 from srpo_dsl.lang.pycode import CodeRef, UseName, is_reference
 from srpo_dsl.lang.schema import (
@@ -103,21 +104,38 @@ class DeclarationChecks:
             self.check_adapter(pol, src, gen)
             return
         ref = f"builtin:{src['name']}" if kind.name == "builtin" else src["model"]
+        template = self.check_chat_template(pol, src.get("chat_template"))
         if src.get("tool_format") is not None:
-            self.check_tool_format(pol, ref, src["tool_format"])
+            self.check_tool_format(pol, ref, src["tool_format"], template)
         self.ctx.out.policies[pol.name.name] = PolicyInfo(
-            pol.name.name, kind.name, ref, not pol.frozen, lora, gen, tool_format=src.get("tool_format")
+            pol.name.name, kind.name, ref, not pol.frozen, lora, gen, None, src.get("tool_format"), template
         )
 
-    def check_tool_format(self, pol: n.Policy, model: str, tool_format: str) -> None:
-        """E018 where a local model's chat template does not write the calls of the policy's format."""
-        problem = tool_format_problem(model, self.ctx.base, tool_format)
+    def check_chat_template(self, pol: n.Policy, written: str | None) -> str | None:
+        """The text of the policy's `chat_template` file (None without one); E019 where it is missing,
+        unreadable or not Jinja."""
+        if written is None:
+            return None
+        text, problem = read_chat_template(written, self.ctx.base)
         if problem is not None:
-            at = next(o.value_span or o.span for o in pol.source.args if o.name == "tool_format")
+            self.ctx.error("E019", problem, self._option_at(pol, "chat_template"))
+        return text
+
+    def check_tool_format(self, pol: n.Policy, model: str, tool_format: str, template: str | None) -> None:
+        """E018 where the policy's chat template (its own `chat_template`, else a local model's) does not
+        write the calls of the policy's format."""
+        problem = tool_format_problem(model, self.ctx.base, tool_format, template)
+        if problem is not None:
+            at = self._option_at(pol, "tool_format")
             others = [f for f in TOOL_FORMATS if f != tool_format]
             self.ctx.error(
                 "E018", problem, at, f"its model calls tools otherwise (other formats: {', '.join(others)})"
             )
+
+    @staticmethod
+    def _option_at(pol: n.Policy, name: str) -> Span:
+        """Where the policy's option `name` is written (its value)."""
+        return next(o.value_span or o.span for o in pol.source.args if o.name == name)
 
     def check_adapter(self, pol: n.Policy, src: dict, gen: dict) -> None:
         """`policy NAME = adapter(BASE, r = ..., ...)`: trained on its own over a frozen base."""
@@ -160,7 +178,15 @@ class DeclarationChecks:
         else:  # what the adapter does not set, it samples as its base does
             generation = {k: gen[k] if gen[k] is not None else base.generation[k] for k in gen}
             self.ctx.out.policies[name] = PolicyInfo(
-                name, "adapter", base.model, True, src, generation, base_name, base.tool_format
+                name,
+                "adapter",
+                base.model,
+                True,
+                src,
+                generation,
+                base_name,
+                base.tool_format,
+                base.chat_template,
             )
 
     def check_task(self) -> None:

@@ -41,6 +41,7 @@ class PolicyInfo:
     generation: dict
     base: str | None = None  # an adapter's base policy (frozen; it holds the weights)
     tool_format: str | None = None  # the model's native tool calls (`schema.TOOL_FORMATS`); None: none
+    chat_template: str | None = None  # the text of `chat_template = "FILE"`; None: the model's own
 
     def attrs(self) -> dict[str, Any]:
         return {
@@ -50,6 +51,7 @@ class PolicyInfo:
             "lora": self.lora,
             "generation": self.generation,
             **({"tool_format": self.tool_format} if self.tool_format else {}),  # graphs without: unchanged
+            **({"chat_template": self.chat_template} if self.chat_template else {}),
         }
 
 

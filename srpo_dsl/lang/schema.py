@@ -155,6 +155,11 @@ class HfPolicy(_Options):
         description="the model's native tool calls: hermes (`<tool_call>{json}</tool_call>`: Qwen, Hermes) "
         "or llama3 (a JSON object); its agents' tools go to its chat template as JSON schemas",
     )
+    chat_template: str | None = Field(
+        None,
+        description="a Jinja file (relative to the workflow) that replaces the model's chat template in "
+        "every render: e.g. a prefix-preserving one that conversation agents need (`qwen3_training.jinja`)",
+    )
 
 
 class BuiltinPolicy(_Options):

@@ -25,16 +25,15 @@ def chat_template_of(folder: Path) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def tool_format_problem(model: str, base: Path, tool_format: str) -> str | None:
-    """Why `tool_format` does not fit the local model `model` (relative to `base`); None when it fits or the
-    model is not a local folder with a chat template."""
+def tool_format_problem(model: str, base: Path, tool_format: str, given: str | None = None) -> str | None:
+    """Why `tool_format` does not fit the chat template `given` (the policy's `chat_template`), else the one
+    of the local model `model` (relative to `base`); None when it fits or there is no template to read."""
     folder = Path(model) if Path(model).is_absolute() else base / model
-    if not folder.is_dir():
-        return None
-    template = chat_template_of(folder)
+    template = given if given is not None else chat_template_of(folder) if folder.is_dir() else None
     if template is None:
         return None
     marker = TOOL_FORMAT_MARKERS[tool_format]
     if marker in template:
         return None
-    return f"`tool_format = {tool_format}`: the chat template of `{model}` never writes `{marker}`"
+    whose = "the policy's `chat_template`" if given is not None else f"the chat template of `{model}`"
+    return f"`tool_format = {tool_format}`: {whose} never writes `{marker}`"

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from srpo_dsl.backends.base import Backend, BackendError
 from srpo_dsl.backends.chat import ChatEncoder
-from srpo_dsl.lang.declarations import AgentInfo
+from srpo_dsl.lang.declarations import AgentInfo, PolicyInfo
 from srpo_dsl.runtime.actions import action_of
 from srpo_dsl.runtime.episode import Episode, Member
 from srpo_dsl.runtime.prompts import PromptRenderer
@@ -49,6 +49,31 @@ def chat_encoders(agents: Mapping[str, AgentInfo], backends: Mapping[str, Backen
                 f"the model of policy `{a.policy}` has none (or its chat template is turned off)"
             )
     return out
+
+
+def use_chat_templates(policies: Mapping[str, PolicyInfo], backends: Mapping[str, Backend]) -> None:
+    """Each policy's own `chat_template` as its backend's tokenizer's, so every render of the policy's prompts
+    (`apply_chat_template`: one-message prompts, system messages, conversations) uses it; `BackendError` for
+    a backend without a tokenizer, or one backend given two templates."""
+    given: dict[int, tuple[str, str]] = {}
+    for name, policy in policies.items():
+        if policy.chat_template is None:
+            continue
+        backend = backends[name]
+        first, text = given.setdefault(id(backend), (name, policy.chat_template))
+        if text != policy.chat_template:
+            raise BackendError(
+                f"policies `{first}` and `{name}` share one backend but give it different chat templates"
+            )
+        tokenizer = getattr(backend, "tokenizer", None)
+        if tokenizer is None:
+            raise BackendError(
+                f"policy `{name}` gives a chat template (`chat_template`), which its `{backend.name}` "
+                "backend cannot use: it has no tokenizer"
+            )
+        tokenizer.chat_template = policy.chat_template
+        if hasattr(backend, "use_chat_template"):  # on even where the model has no template of its own
+            backend.use_chat_template = True
 
 
 def keeps_messages(agent: AgentInfo) -> bool:

@@ -39,6 +39,7 @@ from srpo_dsl.runtime.conversations import (
     chat_encoders,
     conversation_prefix,
     turn_prompt,
+    use_chat_templates,
 )
 from srpo_dsl.runtime.credit import rounds_taken, summed_returns
 from srpo_dsl.runtime.effects import EFFECTS
@@ -105,6 +106,7 @@ class Executor:
         # request through its own adapter; the call is named after the first of them
         first = {id(b): name for name, b in reversed(list(backends.items()))}
         self.call_of = {name: first[id(b)] for name, b in backends.items()}
+        use_chat_templates(graph.policies, backends)  # a policy's own `chat_template`, before any render
         self.chats = chat_encoders(graph.agents, backends)  # the policies of conversation agents
 
     # ---- public -------------------------------------------------------------
