@@ -83,3 +83,73 @@ def test_validate_knows_a_saved_folder(tmp_path, table):
     assert codes("dataset", "saved") == [] and codes("math", "saved") == []
     assert [c for c, _ in codes("math", "plain")] == ["E107"]
     assert codes("math", "missing.jsonl") == []  # data not there yet: the run reports it
+
+
+@pytest.fixture()
+def own_cache(tmp_path, monkeypatch):
+    """An empty `datasets` cache of this test's own (`load_dataset` caches a local folder under its name)."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    return tmp_path / "hf-cache"
+
+
+def write_workflow(folder, data, options=""):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "p.j2").write_text("Q {{ task.question }}")
+    path = folder / "w.srpo"
+    path.write_text(WORKFLOW.replace('data = "{data}"', f'data = "{data}"{options}').format(kind="dataset"))
+    return path
+
+
+def cache_like_the_hub(cache, name, splits):
+    """`name` in a real `datasets` cache at `cache`, laid out as `load_dataset` leaves a Hub download
+    (NAME/default/VERSION/HASH/NAME-SPLIT.arrow): a packaged JSON builder given the files of each split
+    in its own config, prepared once. Nothing is downloaded."""
+    from datasets.data_files import DataFilesDict
+    from datasets.packaged_modules.json.json import Json, JsonConfig
+
+    source = cache.parent / f"{name}-files"
+    source.mkdir()
+    for split, rows in splits.items():
+        datasets.Dataset.from_list(rows).to_json(str(source / f"{split}.jsonl"))
+    files = DataFilesDict.from_patterns({s: [f"{s}.jsonl"] for s in splits}, base_path=str(source))
+    builder = type("Cached", (Json,), {"BUILDER_CONFIGS": [JsonConfig(name="default", data_files=files)]})
+    builder(cache_dir=str(cache), dataset_name=name, hash="0123456789abcdef").download_and_prepare()
+
+
+def test_a_name_in_the_local_datasets_cache_offline(tmp_path, own_cache, monkeypatch):
+    """`hf:NAME` reads what a real `load_dataset` cache holds under NAME, with the Hub off (HF_DATASETS_OFFLINE=1),
+    split by split, through the workflow's own binding and through the API's `data=`."""
+    from srpo_dsl.api import load
+    from srpo_dsl.runtime.setup import task_data
+
+    cache_like_the_hub(own_cache, "tiny_math", {"train": ROWS, "test": ROWS[:2]})
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # no folder here is named tiny_math: the cache is what is read
+    wf = load(write_workflow(tmp_path / "wf", "hf:tiny_math", ', split = "train", eval_split = "test"'))
+    assert list(task_data(wf, split="train")) == [{**t, "id": t["id"]} for t in WANT]
+    assert [t["question"] for t in task_data(wf, split="eval")] == [r["question"] for r in ROWS[:2]]
+    assert wf.render_prompt("a", data="hf:tiny_math") == "Q What is 0+1?"
+    other = load(write_workflow(tmp_path / "other", "hf:tiny_math", ', split = "dev"'))
+    with pytest.raises(
+        ValueError, match=r"^hf:tiny_math\[dev\]: cannot read it with `datasets` \(Unknown split"
+    ):
+        task_data(other)
+
+
+def test_a_relative_hf_folder_is_the_workflows_own(tmp_path, own_cache, table, monkeypatch):
+    """`hf:FOLDER` in a workflow is resolved against the workflow's folder, as its other paths, whatever
+    the working directory; `--data hf:FOLDER` (a path the user types) against the working directory."""
+    from srpo_dsl.api import load
+    from srpo_dsl.runtime.setup import task_data
+
+    (tmp_path / "wf" / "local").mkdir(parents=True)
+    table.to_csv(str(tmp_path / "wf" / "local" / "train.csv"), index=False)
+    wf = load(write_workflow(tmp_path / "wf", "hf:local"))
+    monkeypatch.chdir(tmp_path / "wf" / "local")  # no `local` here, nor in the cache yet
+    with pytest.raises(ValueError, match=r"hf:local: not in the local `datasets` cache, nor a local folder"):
+        task_data(wf, data="hf:local")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert [t["question"] for t in task_data(wf)] == [r["question"] for r in ROWS]
+    monkeypatch.chdir(tmp_path / "wf")
+    assert len(task_data(wf, data="hf:local")) == 5
