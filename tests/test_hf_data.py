@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import datasets
 import pytest
 
@@ -153,3 +155,56 @@ def test_a_relative_hf_folder_is_the_workflows_own(tmp_path, own_cache, table, m
     assert [t["question"] for t in task_data(wf)] == [r["question"] for r in ROWS]
     monkeypatch.chdir(tmp_path / "wf")
     assert len(task_data(wf, data="hf:local")) == 5
+
+
+def anonymous_kb() -> int:
+    """This process's resident anonymous memory (heap, not mapped files), in kB."""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("RssAnon:")[1].split()[0])
+
+
+def peak_growth_kb(read) -> int:
+    """How far this process's anonymous memory rose above where it was while `read()` ran (sampled)."""
+    import threading
+
+    start, peak, done = anonymous_kb(), [0], threading.Event()
+
+    def sample():
+        while not done.wait(0.002):
+            peak[0] = max(peak[0], anonymous_kb())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        read()
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak[0], anonymous_kb()) - start
+
+
+@pytest.mark.slow  # about 5 s: writing the files
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads RssAnon from /proc")
+def test_memory_stays_flat_over_a_large_csv_and_saved_folder(tmp_path, own_cache):
+    """A 32 MB CSV (converted into the cache as it is opened) and a 32 MB `save_to_disk` folder, every
+    50th row read: the heap grows by less than half their size (a reader that held the table would hold
+    at least all of it), after an 8x smaller CSV read the same way (the libraries' first use, and what a
+    reader needs whatever the size)."""
+    n = 160_000  # rows of ~200 bytes: the CSV reader's chunks (10,000 rows) are a small part of the file
+    big = datasets.Dataset.from_dict(
+        {"question": [f"{i} " + "x" * 200 for i in range(n)], "answer": range(n)}
+    )
+    big.to_csv(str(tmp_path / "big.csv"), index=False)
+    big.save_to_disk(str(tmp_path / "big"))
+    big.select(range(n // 8)).to_csv(str(tmp_path / "small.csv"), index=False)
+    del big
+
+    def read(source: Path) -> None:
+        rows = open_tasks(source, kind="dataset")[::50]
+        assert len(rows) == n // 50 and rows[-1]["answer"] == str(n - 50)
+
+    open_tasks(tmp_path / "small.csv", kind="dataset")[::50]
+    for source in (tmp_path / "big.csv", tmp_path / "big"):
+        size_kb = sum(p.stat().st_size for p in [source, *source.glob("*.arrow")] if p.is_file()) // 1024
+        assert size_kb > 30_000
+        assert peak_growth_kb(lambda source=source: read(source)) < size_kb // 2, source.name
