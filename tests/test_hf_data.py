@@ -208,3 +208,13 @@ def test_memory_stays_flat_over_a_large_csv_and_saved_folder(tmp_path, own_cache
         size_kb = sum(p.stat().st_size for p in [source, *source.glob("*.arrow")] if p.is_file()) // 1024
         assert size_kb > 30_000
         assert peak_growth_kb(lambda source=source: read(source)) < size_kb // 2, source.name
+
+
+def test_the_data_options_name_every_source():
+    """`run`/`render`'s and `eval`'s `--data` help names each form a task's data may take."""
+    from srpo_dsl.cli.run_cmds import DATA, EVAL_DATA
+    from srpo_dsl.data_sources import DATASETS_FILES, OWN_FILES
+
+    for option in (DATA, EVAL_DATA):
+        for form in (*OWN_FILES, *DATASETS_FILES, "save_to_disk", "hf:NAME", "eval_split"):
+            assert form in option.help, form

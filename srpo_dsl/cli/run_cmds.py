@@ -27,6 +27,7 @@ from srpo_dsl.cli.common import (
     parse_settings,
 )
 from srpo_dsl.console import note
+from srpo_dsl.data_sources import supported
 from srpo_dsl.outputs import check_files, check_out
 from srpo_dsl.registries import BACKENDS
 
@@ -38,7 +39,16 @@ BackendName = choices("BackendName", BACKENDS)
 
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
-DATA = typer.Option(None, "--data", help="Task file (JSONL/Parquet); default: the workflow's own binding.")
+SOURCES = (
+    f"a {supported()} file, a `save_to_disk` folder, or hf:NAME (a name in the local `datasets` cache, "
+    "or a local folder of data files, read offline; its split is the task's `split`, or `eval_split` "
+    "in an evaluation)"
+)
+DATA = typer.Option(
+    None,
+    "--data",
+    help=f"Task data in place of the workflow's own: {SOURCES}. Paths are from the working directory.",
+)
 LIMIT = typer.Option(None, "--limit", **BOUNDS["limit"].option(), help="Use only the first N prompts.")
 SEED = typer.Option(0, "--seed", help="Sampling seed (runs are reproducible).")
 BACKEND = typer.Option(BackendName.hf, "--backend", help="hf | scripted (replies from a JSON file) | vllm.")
@@ -52,7 +62,8 @@ DEVICE = typer.Option(None, "--device", help="cpu | cuda (default: cuda when ava
 EVAL_DATA = typer.Option(
     [],
     "--data",
-    help="Benchmark file(s); repeat for several (one table row each). Default: the workflow's eval data.",
+    help=f"Benchmark data, repeat for several (one table row each): {SOURCES}. "
+    "Default: the workflow's eval data.",
 )
 
 
