@@ -74,3 +74,11 @@ def data_problem(path: Path, kind: str) -> str | None:
     if path.is_file() and path.suffix not in (*OWN_FILES, *DATASETS_FILES):
         return f"{path}: unsupported task file type {path.suffix!r} (use {supported()}, or a saved dataset)"
     return None
+
+
+def source_problem(path: Path) -> str | None:
+    """Why `path`, data given by hand in place of a task's (`--data`, `data=`, `eval_data=`), is not a
+    source a task reads, one line; None when it is one (a `hf:` name is looked up when read)."""
+    if cache_name(path) is None and not path.exists():
+        return f"cannot read {path}: no such file"
+    return data_problem(path, "dataset")

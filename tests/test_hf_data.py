@@ -9,6 +9,7 @@ import pytest
 
 from srpo_dsl.envs.data import DATASET, load_tasks, open_tasks
 from srpo_dsl.envs.hf_data import ArrowTasks
+from srpo_dsl.errors import UsageError
 from srpo_dsl.lang import analyze
 
 ROWS = [{"question": f"What is {i}+1?", "answer": i + 1, "id": f"q{i}"} for i in range(5)]
@@ -218,3 +219,41 @@ def test_the_data_options_name_every_source():
     for option in (DATA, EVAL_DATA):
         for form in (*OWN_FILES, *DATASETS_FILES, "save_to_disk", "hf:NAME", "eval_split"):
             assert form in option.help, form
+
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLIES = str(ROOT / "workflows" / "math_replies.json")
+
+
+@pytest.mark.slow  # about 10 s alone: the first run, eval and train plan import the libraries
+def test_run_evaluate_and_train_take_every_source(tmp_path, own_cache, table, monkeypatch, capsys):
+    """A saved folder and a `hf:` name in place of the task's data: `run`, `evaluate` and `train`'s plan
+    in Python, `srpo-dsl run --data` and `eval --data`; a folder `save_to_disk` did not write is one line."""
+    from srpo_dsl.api import load
+    from srpo_dsl.cli.main import main
+
+    table.save_to_disk(str(tmp_path / "saved"))
+    cache_like_the_hub(own_cache, "tiny_math", {"train": ROWS, "test": ROWS[:2]})
+    monkeypatch.chdir(tmp_path)
+    wf, scripted = load(ROOT / "workflows" / "math_fixed.srpo"), {"backend": "scripted", "models": REPLIES}
+    for data in ("saved", "hf:tiny_math"):
+        assert len(wf.run(data=data, limit=2, progress=False, **scripted).episodes) == 2, data
+    ev = wf.evaluate(k=1, data=["saved", "hf:tiny_math"], limit=2, progress=False, **scripted)
+    assert len(ev.datasets) == 2
+    quickstart = load(ROOT / "workflows" / "quickstart.srpo")
+    assert quickstart.plan(tmp_path / "q", eval_data=["saved", "hf:tiny_math"]).setup.eval_data
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(UsageError, match=r"^plain: a folder, and not a saved dataset"):
+        quickstart.plan(tmp_path / "q", eval_data=["plain"])
+    for cmd in ("run", "eval"):
+        argv = [cmd, str(ROOT / "workflows" / "math_fixed.srpo"), "--data", "hf:tiny_math", "--limit", "1"]
+        with pytest.raises(SystemExit) as done:
+            main([*argv, "--backend", "scripted", "--model", REPLIES, "--out", f"out-{cmd}"])
+        assert done.value.code in (0, None), capsys.readouterr().err
+        assert (tmp_path / f"out-{cmd}" / "traces.jsonl").is_file()
+    with pytest.raises(SystemExit) as done:
+        main(["run", str(ROOT / "workflows" / "math_fixed.srpo"), "--data", "plain", "--backend", "scripted"])
+    assert done.value.code == 2
+    assert (
+        capsys.readouterr().err.splitlines()[-1].startswith("error: plain: a folder, and not a saved dataset")
+    )

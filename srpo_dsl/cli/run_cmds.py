@@ -28,7 +28,7 @@ from srpo_dsl.cli.common import (
 )
 from srpo_dsl.console import note
 from srpo_dsl.data_sources import supported
-from srpo_dsl.outputs import check_files, check_out
+from srpo_dsl.outputs import check_files, check_out, check_sources
 from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:
@@ -158,7 +158,8 @@ def run(
 
       srpo-dsl run workflows/search_r1.srpo --set tool.search.url=http://10.0.0.5:8000/retrieve
     """
-    check_files([workflow, data])
+    check_files([workflow])
+    check_sources([data])
     check_out(out, overwrite, [workflow, data])
     wf = load_checked(workflow, setting)
     engines = engines_of(backend, model, wf, device, decode, verbose)
@@ -201,7 +202,8 @@ def eval_cmd(
 
       srpo-dsl eval workflows/quickstart.srpo -k 4 --limit 64
     """
-    check_files([workflow, *data])
+    check_files([workflow])
+    check_sources(data)
     check_out(out, overwrite, [workflow, *data])
     wf = load_checked(workflow, setting)
     engines = engines_of(backend, model, wf, device, decode, verbose)
