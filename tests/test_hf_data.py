@@ -212,11 +212,12 @@ def test_memory_stays_flat_over_a_large_csv_and_saved_folder(tmp_path, own_cache
 
 
 def test_the_data_options_name_every_source():
-    """`run`/`render`'s and `eval`'s `--data` help names each form a task's data may take."""
-    from srpo_dsl.cli.run_cmds import DATA, EVAL_DATA
+    """`run`/`render`'s and `eval`'s `--data` and `train`'s `--eval-data` help name each form a task's data
+    may take."""
+    from srpo_dsl.cli import run_cmds, train_cmds
     from srpo_dsl.data_sources import DATASETS_FILES, OWN_FILES
 
-    for option in (DATA, EVAL_DATA):
+    for option in (run_cmds.DATA, run_cmds.EVAL_DATA, train_cmds.EVAL_DATA):
         for form in (*OWN_FILES, *DATASETS_FILES, "save_to_disk", "hf:NAME", "eval_split"):
             assert form in option.help, form
 

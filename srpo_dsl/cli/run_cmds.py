@@ -20,6 +20,7 @@ from srpo_dsl.cli.common import (
     EXIT_INPUT,
     OVERWRITE,
     SET,
+    SOURCES,
     CliError,
     Decode,
     Device,
@@ -27,7 +28,6 @@ from srpo_dsl.cli.common import (
     parse_settings,
 )
 from srpo_dsl.console import note
-from srpo_dsl.data_sources import supported
 from srpo_dsl.outputs import check_files, check_out, check_sources
 from srpo_dsl.registries import BACKENDS
 
@@ -39,11 +39,6 @@ BackendName = choices("BackendName", BACKENDS)
 
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
-SOURCES = (
-    f"a {supported()} file, a `save_to_disk` folder, or hf:NAME (a name in the local `datasets` cache, "
-    "or a local folder of data files, read offline; its split is the task's `split`, or `eval_split` "
-    "in an evaluation)"
-)
 DATA = typer.Option(
     None,
     "--data",
