@@ -246,6 +246,8 @@ def test_run_evaluate_and_train_take_every_source(tmp_path, own_cache, table, mo
     (tmp_path / "plain").mkdir()
     with pytest.raises(UsageError, match=r"^plain: a folder, and not a saved dataset"):
         quickstart.plan(tmp_path / "q", eval_data=["plain"])
+    with pytest.raises(UsageError, match=r"^plain: a folder, and not a saved dataset"):
+        quickstart.render_prompt("solver", data="plain")
     for cmd in ("run", "eval"):
         argv = [cmd, str(ROOT / "workflows" / "math_fixed.srpo"), "--data", "hf:tiny_math", "--limit", "1"]
         with pytest.raises(SystemExit) as done:
