@@ -30,6 +30,20 @@ def cache_name(path: str | Path) -> str | None:
     return None
 
 
+def cache_target(path: str | Path) -> str | None:
+    """What `load_dataset` is given for a `hf:NAME` source (None for another source). A relative NAME
+    written in a workflow is resolved against its folder, as every path there: the path holds that
+    folder before `hf:`, and when NAME is a folder there, that folder is the target. Else NAME itself: a
+    name in the local `datasets` cache, or a folder under the working directory (`--data hf:NAME`)."""
+    name = cache_name(path)
+    parts = Path(path).parts
+    at = next((i for i, part in enumerate(parts) if part.startswith(CACHE_PREFIX)), 0)
+    if name is None or name.startswith("/") or at == 0:
+        return name
+    folder = Path(*parts[:at], name)
+    return str(folder) if folder.is_dir() else name
+
+
 def saved_dataset(path: Path) -> bool:
     """Whether `path` is a folder written by `save_to_disk` (a Dataset's or a DatasetDict's)."""
     return path.is_dir() and ((path / SAVED_DICT).is_file() or (path / SAVED_ONE).is_file())
@@ -60,3 +74,11 @@ def data_problem(path: Path, kind: str) -> str | None:
     if path.is_file() and path.suffix not in (*OWN_FILES, *DATASETS_FILES):
         return f"{path}: unsupported task file type {path.suffix!r} (use {supported()}, or a saved dataset)"
     return None
+
+
+def source_problem(path: Path) -> str | None:
+    """Why `path`, data given by hand in place of a task's (`--data`, `data=`, `eval_data=`), is not a
+    source a task reads, one line; None when it is one (a `hf:` name is looked up when read)."""
+    if cache_name(path) is None and not path.exists():
+        return f"cannot read {path}: no such file"
+    return data_problem(path, "dataset")

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from srpo_dsl.data_sources import source_problem
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import nearest_folder, new_folder, writing
 from srpo_dsl.runlock import LOCK
@@ -85,6 +86,15 @@ def staged_output(out: Path) -> Iterator[Path]:
     finally:
         if stage.exists():
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def check_sources(paths: Iterable[Path | None]) -> None:
+    """Every task data source given by hand (`None`: not given) is one a task reads: a data file, a
+    `save_to_disk` folder or a `hf:` name (`data_sources.source_problem`)."""
+    for path in paths:
+        problem = None if path is None else source_problem(Path(path))
+        if problem is not None:
+            raise UsageError(problem)
 
 
 def check_files(paths: Iterable[Path | None]) -> None:

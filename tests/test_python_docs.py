@@ -33,6 +33,7 @@ def test_every_snippet_runs_in_order_as_one_script(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "workflows", tmp_path / "workflows")
     (tmp_path / "script.py").write_text("\n".join(snippets()), encoding="utf-8")
     env = os.environ | {"PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", "MPLBACKEND": "Agg"}
+    env["HF_DATASETS_CACHE"] = str(tmp_path / "hf-cache")  # `datasets` caches the page's hf:my_csv there
     done = subprocess.run(
         [sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )
@@ -41,6 +42,7 @@ def test_every_snippet_runs_in_order_as_one_script(tmp_path: Path) -> None:
     assert "quickstart " in out and "Bounds(events=3, calls=4, tool_calls=0, tokens=48, paths=1)" in out
     assert "['solver', 'verifier', 'aggregator'] ['lm']" in out
     assert "RolloutSummary(episodes=8," in out and "K=2" in out
+    assert re.search(r"^S 4\+12=\n2$", out, flags=re.M)  # a saved folder and a hf: folder as data
     assert "step 20: return" in out and "['step-20']" in out
     assert "workflows/typo.srpo:13:10: error[E012]" in out and "^^^^^^^" in out
     assert "2 " + str(tmp_path / "runs" / "python-quickstart") not in out  # the path is printed relative

@@ -17,7 +17,7 @@ from srpo_dsl.arguments import checked
 from srpo_dsl.devices import check_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import write_atomic
-from srpo_dsl.outputs import check_files, check_out, staged_output
+from srpo_dsl.outputs import check_files, check_out, check_sources, staged_output
 from srpo_dsl.progress import progress
 from srpo_dsl.registries import BACKENDS, BackendKind
 from srpo_dsl.rl.loop.runlog import write_graph
@@ -278,7 +278,7 @@ def run_workflow(
 
     if samples < 1 or (limit is not None and limit < 1):
         raise UsageError("samples and limit must be at least 1")
-    check_files([Path(data)] if data is not None else [])
+    check_sources([Path(data)] if data is not None else [])
     models = engines.check(wf)
     tasks = tasks_of(wf, Path(data) if data is not None else None, limit, "train")
     with libraries_quiet(not engines.verbose):
@@ -347,7 +347,7 @@ def evaluate_workflow(
 
     if k < 1 or (limit is not None and limit < 1):
         raise UsageError("k and limit must be at least 1")
-    check_files(data)
+    check_sources(data)
     models = engines.check(wf)
     sets = [(p.stem, tasks_of(wf, p, limit, "eval")) for p in data] or [
         (wf.name, tasks_of(wf, None, limit, "eval"))

@@ -19,6 +19,7 @@ from srpo_dsl.lang import analyze
 from srpo_dsl.lang.graph import Bounds, EventGraph
 from srpo_dsl.lang.messages import Diagnostic, WorkflowError
 from srpo_dsl.lang.settings import SettingError, apply_settings
+from srpo_dsl.outputs import check_sources
 from srpo_dsl.runtime.setup import CompiledWorkflow
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class Workflow(CompiledWorkflow):
         agents = self.graph.agents
         if role not in agents:
             raise UsageError(f"no agent `{role}` (agents: {', '.join(agents)})")
+        check_sources([Path(data)] if data is not None else [])
         task = tasks_of(self, Path(data) if data is not None else None, 1, "train")[0]
         ep = Episode("example/0", str(task["id"]), 0, task)
         loop = next(

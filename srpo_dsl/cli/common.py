@@ -17,6 +17,7 @@ import typer
 
 import srpo_dsl.console as console
 from srpo_dsl.choices import DECODE_MODES
+from srpo_dsl.data_sources import supported
 from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, SrpoDslError
 
@@ -52,6 +53,13 @@ def choices(name: str, names: Iterable[str]) -> type[Enum]:
 
 Device = choices("Device", DEVICES)
 Decode = choices("Decode", DECODE_MODES)
+# what a `--data` / `--eval-data` option takes, in its help
+SOURCES = (
+    f"a {supported()} file, a `save_to_disk` folder, or hf:NAME (a name in the local `datasets` cache, "
+    "or a local folder of data files, read offline; its split is the task's `split`, or `eval_split` "
+    "in an evaluation)"
+)
+
 DECODE = typer.Option(
     Decode.auto,
     "--decode",

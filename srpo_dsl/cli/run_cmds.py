@@ -20,6 +20,7 @@ from srpo_dsl.cli.common import (
     EXIT_INPUT,
     OVERWRITE,
     SET,
+    SOURCES,
     CliError,
     Decode,
     Device,
@@ -27,7 +28,7 @@ from srpo_dsl.cli.common import (
     parse_settings,
 )
 from srpo_dsl.console import note
-from srpo_dsl.outputs import check_files, check_out
+from srpo_dsl.outputs import check_files, check_out, check_sources
 from srpo_dsl.registries import BACKENDS
 
 if TYPE_CHECKING:
@@ -38,7 +39,11 @@ BackendName = choices("BackendName", BACKENDS)
 
 
 WORKFLOW = typer.Argument(..., help="A workflow file (*.srpo).", show_default=False)
-DATA = typer.Option(None, "--data", help="Task file (JSONL/Parquet); default: the workflow's own binding.")
+DATA = typer.Option(
+    None,
+    "--data",
+    help=f"Task data in place of the workflow's own: {SOURCES}. Paths are from the working directory.",
+)
 LIMIT = typer.Option(None, "--limit", **BOUNDS["limit"].option(), help="Use only the first N prompts.")
 SEED = typer.Option(0, "--seed", help="Sampling seed (runs are reproducible).")
 BACKEND = typer.Option(BackendName.hf, "--backend", help="hf | scripted (replies from a JSON file) | vllm.")
@@ -52,7 +57,8 @@ DEVICE = typer.Option(None, "--device", help="cpu | cuda (default: cuda when ava
 EVAL_DATA = typer.Option(
     [],
     "--data",
-    help="Benchmark file(s); repeat for several (one table row each). Default: the workflow's eval data.",
+    help=f"Benchmark data, repeat for several (one table row each): {SOURCES}. "
+    "Default: the workflow's eval data.",
 )
 
 
@@ -147,7 +153,8 @@ def run(
 
       srpo-dsl run workflows/search_r1.srpo --set tool.search.url=http://10.0.0.5:8000/retrieve
     """
-    check_files([workflow, data])
+    check_files([workflow])
+    check_sources([data])
     check_out(out, overwrite, [workflow, data])
     wf = load_checked(workflow, setting)
     engines = engines_of(backend, model, wf, device, decode, verbose)
@@ -190,7 +197,8 @@ def eval_cmd(
 
       srpo-dsl eval workflows/quickstart.srpo -k 4 --limit 64
     """
-    check_files([workflow, *data])
+    check_files([workflow])
+    check_sources(data)
     check_out(out, overwrite, [workflow, *data])
     wf = load_checked(workflow, setting)
     engines = engines_of(backend, model, wf, device, decode, verbose)

@@ -23,7 +23,17 @@ from srpo_dsl.api.runs import PLOTS, SMOOTHING, Run, export_checkpoint, write_pl
 from srpo_dsl.api.training import train_plan
 from srpo_dsl.argranges import BOUNDS
 from srpo_dsl.choices import LAUNCHERS, OFFLOAD
-from srpo_dsl.cli.common import DECODE, OVERWRITE, SET, CliError, Decode, Device, choices, interrupted
+from srpo_dsl.cli.common import (
+    DECODE,
+    OVERWRITE,
+    SET,
+    SOURCES,
+    CliError,
+    Decode,
+    Device,
+    choices,
+    interrupted,
+)
 from srpo_dsl.cli.run_cmds import load_checked, models_of
 from srpo_dsl.cli.watch import training
 from srpo_dsl.console import note
@@ -65,7 +75,9 @@ OPTION = typer.Option(
     help="Any `train with (...)` option as NAME=VALUE (e.g. clip=0.1); repeatable; a flag wins.",
 )
 EVAL_DATA = typer.Option(
-    [], "--eval-data", help="Held-out data file in place of the task's eval split; repeat for several."
+    [],
+    "--eval-data",
+    help=f"Held-out data in place of the task's eval split, repeat for several: {SOURCES}.",
 )
 RESUME = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out.")
 SEED = typer.Option(None, "--seed", help="Seed of data order and sampling.")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.data_sources import DATASETS_FILES, SAVED_DICT, cache_name
+from srpo_dsl.data_sources import DATASETS_FILES, SAVED_DICT, cache_name, cache_target
 from srpo_dsl.envs.task_table import LazyTasks, Normalize
 
 ONE_SPLIT = "train"  # what `datasets` names the one split of a data file
@@ -65,7 +65,7 @@ def _load(path: Path, name: str | None, split: str) -> Any:
     import datasets
 
     if name is not None:
-        return _offline_load(datasets, name, split)
+        return _offline_load(datasets, name, cache_target(path) or name, split)
     if path.is_dir():
         return _pick(datasets.load_from_disk(str(path), keep_in_memory=False), path, split)
     if path.suffix == ".arrow":
@@ -83,12 +83,13 @@ def _pick(table: Any, path: Path, split: str) -> Any:
     return table[split]
 
 
-def _offline_load(datasets: Any, name: str, split: str) -> Any:
-    """`load_dataset(name, split=split)` with the Hub off: only what is on this machine is read."""
+def _offline_load(datasets: Any, name: str, target: str, split: str) -> Any:
+    """`load_dataset(target, split=split)` with the Hub off (`target`: `hf:name`'s folder or name, as
+    `cache_target` tells): only what is on this machine is read."""
     config, was = datasets.config, datasets.config.HF_HUB_OFFLINE
     config.HF_HUB_OFFLINE = True
     try:
-        return datasets.load_dataset(name, split=split)
+        return datasets.load_dataset(target, split=split)
     except (FileNotFoundError, ConnectionError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnusableSource(

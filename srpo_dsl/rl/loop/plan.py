@@ -24,7 +24,7 @@ from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import not_utf8
 from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.outputs import check_files, check_writable, refuse_existing
+from srpo_dsl.outputs import check_files, check_sources, check_writable, refuse_existing
 from srpo_dsl.registries import rollout_engine_problem
 from srpo_dsl.runlock import check_free
 from srpo_dsl.runtime.setup import CompiledWorkflow
@@ -113,7 +113,8 @@ def make_plan(
     """Check everything that can be checked before anything loads, in the order a user fixes it, and
     return the plan. Raises `TrainError` (one line) or the `UsageError` of a file or folder."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    check_files([setup.ds_config, *setup.eval_data])
+    check_files([setup.ds_config])
+    check_sources(setup.eval_data)
     check_out(out, resume)
     check_writable(out)
     opts = resolve_options(wf.graph.train, overrides, wf.folder)
