@@ -1,6 +1,6 @@
 """One self-contained HTML page: our CSS and JavaScript inlined (assets/), the graph and the curves as
-inline SVG (the curves: matplotlib's figures of `rl.loop.figures`, the ones `plot` saves as PNG), the episodes as JSON in a `<script type="application/json">` tag that the page renders
-one page of episodes at a time."""
+inline SVG (the curves: the figures of `rl.loop.figures`, which `plot` saves as PNG), the episodes as
+JSON in a `<script type="application/json">` tag that the page renders one page of episodes at a time."""
 
 from __future__ import annotations
 

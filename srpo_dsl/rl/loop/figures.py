@@ -63,7 +63,10 @@ def metric_panel(dynamics: Dynamics, key: str) -> Panel:
 
 
 def heldout_panel(curve: EvalCurve) -> Panel:
-    lines = [Line(f"Avg@{curve.k}", curve.steps, curve.avg), Line(f"Pass@{curve.k}", curve.steps, curve.passed)]
+    lines = [
+        Line(f"Avg@{curve.k}", curve.steps, curve.avg),
+        Line(f"Pass@{curve.k}", curve.steps, curve.passed),
+    ]
     title = f"Held-out Avg@{curve.k} / Pass@{curve.k} (%)"
     return Panel(EVAL_PANEL, title, [finite(line) for line in lines], "avg_at_k", PERCENT, smoothed=False)
 
@@ -110,7 +113,8 @@ def draw_panel(ax: Any, panel: Panel, smoothing: float = SMOOTHING) -> None:
     for i, line in enumerate(panel.lines):
         if panel.smoothed:
             raw = ax.plot(line.steps, line.values, alpha=0.25, linewidth=1)[0]
-            ax.plot(line.steps, ema(line.values, smoothing), color=raw.get_color(), linewidth=2, label=line.label)
+            solid = ema(line.values, smoothing)
+            ax.plot(line.steps, solid, color=raw.get_color(), linewidth=2, label=line.label)
         else:
             ax.plot(line.steps, line.values, marker="os"[i % 2], linewidth=2, label=line.label)
     ax.set_title(panel.title)
@@ -135,7 +139,8 @@ def figure(shown: Sequence[Panel], smoothing: float = SMOOTHING) -> Any:
     axes = fig.subplots(1, len(shown), squeeze=False)[0]
     for ax, panel in zip(axes, shown):
         draw_panel(ax, panel, smoothing)
-    fig.subplots_adjust(left=0.16 / len(shown), right=1 - 0.04 / len(shown), bottom=0.14, top=0.88, wspace=0.3)
+    n = len(shown)
+    fig.subplots_adjust(left=0.16 / n, right=1 - 0.04 / n, bottom=0.14, top=0.88, wspace=0.3)
     return fig
 
 
@@ -154,5 +159,6 @@ def svg_text(panel: Panel, smoothing: float = SMOOTHING) -> str:
         buffer = io.StringIO()
         figure([panel], smoothing).savefig(buffer, format="svg", metadata=NO_METADATA)
     text = buffer.getvalue()
-    svg = REFERENCES.sub(lambda m: f"{m.group(1)}{panel.name}-", NAMESPACES.sub("", text[text.index("<svg") :]))
+    svg = NAMESPACES.sub("", text[text.index("<svg") :])
+    svg = REFERENCES.sub(lambda m: f"{m.group(1)}{panel.name}-", svg)
     return svg.replace("<svg ", f'<svg class="chart" role="img" aria-label="{escape(panel.title)}" ', 1)
