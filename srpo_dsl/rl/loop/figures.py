@@ -23,7 +23,7 @@ PANEL_SIZE = (5.0, 3.5)  # inches, one panel
 
 
 @dataclass(frozen=True)
-class Line:
+class Curve:
     label: str
     steps: Sequence[float]
     values: Sequence[float]
@@ -36,23 +36,23 @@ class Panel:
 
     name: str
     title: str
-    lines: list[Line]
+    lines: list[Curve]
     metric: str
     scale: float = 1.0
     smoothed: bool = True
 
 
-def finite(line: Line) -> Line:
+def finite(line: Curve) -> Curve:
     """`line` without its points that are not finite numbers within `LARGEST` (a corrupted run's 1e400)."""
     ok = lambda v: abs(v) <= LARGEST  # noqa: E731 (False for NaN and infinity)
     points = [(x, y) for x, y in zip(line.steps, line.values, strict=True) if ok(x) and ok(y)]
-    return Line(line.label, [x for x, _ in points], [y for _, y in points])
+    return Curve(line.label, [x for x, _ in points], [y for _, y in points])
 
 
 def metric_panel(dynamics: Dynamics, key: str) -> Panel:
     """A PANELS metric; the return panel also draws the task score when the run logged it."""
     keys = [k for k in RETURN_LINES if k in dynamics.series] if key == "return" else [key]
-    lines = [Line(RETURN_LINES.get(k, k), dynamics.steps, dynamics.series[k]) for k in keys]
+    lines = [Curve(RETURN_LINES.get(k, k), dynamics.steps, dynamics.series[k]) for k in keys]
     values = finite(lines[0]).values if lines else []
     title = PANELS[key]
     if key == "grad_norm" and values:
@@ -64,8 +64,8 @@ def metric_panel(dynamics: Dynamics, key: str) -> Panel:
 
 def heldout_panel(curve: EvalCurve) -> Panel:
     lines = [
-        Line(f"Avg@{curve.k}", curve.steps, curve.avg),
-        Line(f"Pass@{curve.k}", curve.steps, curve.passed),
+        Curve(f"Avg@{curve.k}", curve.steps, curve.avg),
+        Curve(f"Pass@{curve.k}", curve.steps, curve.passed),
     ]
     title = f"Held-out Avg@{curve.k} / Pass@{curve.k} (%)"
     return Panel(EVAL_PANEL, title, [finite(line) for line in lines], "avg_at_k", PERCENT, smoothed=False)
@@ -76,7 +76,7 @@ def panels(dynamics: Dynamics) -> list[Panel]:
     it logged, then the held-out curve when it was evaluated."""
     out = [metric_panel(dynamics, key) for key in PANELS if key in dynamics.series]
     for metric, series in dynamics.roles.items():
-        lines = [finite(Line(s.role, s.steps, s.values)) for s in series]
+        lines = [finite(Curve(s.role, s.steps, s.values)) for s in series]
         out.append(Panel(f"role_{metric}", ROLE_PANELS[metric], lines, metric))
     return out + ([heldout_panel(dynamics.curve)] if dynamics.curve is not None else [])
 
@@ -133,9 +133,11 @@ def draw_panel(ax: Any, panel: Panel, smoothing: float = SMOOTHING) -> None:
 def figure(shown: Sequence[Panel], smoothing: float = SMOOTHING) -> Any:
     """One matplotlib Figure with `shown` side by side (no pyplot: nothing global, no GUI backend), in
     fixed margins (`plots.save` fits them to the labels for a PNG; a page's SVG skips that second draw)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(PANEL_SIZE[0] * len(shown), PANEL_SIZE[1]))
+    FigureCanvasAgg(fig)  # drawn by Agg (a PNG; SVG when saved so)
     axes = fig.subplots(1, len(shown), squeeze=False)[0]
     for ax, panel in zip(axes, shown):
         draw_panel(ax, panel, smoothing)
