@@ -12,19 +12,18 @@ from pathlib import Path
 import pytest
 
 import srpo_dsl.rl.loop.figures as figures
-from srpo_dsl.rl.loop.plots import write_plots
-from srpo_dsl.rl.loop.runlog import read_dynamics
+import srpo_dsl.rl.loop.plots as plots
+from srpo_dsl.rl.loop.runlog import EVAL, METRICS, TRACES, read_dynamics, read_jsonl
 from srpo_dsl.view.page import curves
-from srpo_dsl.view.source import load_source
-from tests.viewtools import scripted_run
+from srpo_dsl.view.source import Source
 
 BASE = {"grad_norm": 1.0, "response_length": 10.0, "mean_set_size": 1.5}
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run with traces, 4 steps of metrics (a return of 1e400 at step 3: infinity) and one evaluation."""
-    folder = scripted_run(tmp_path_factory.mktemp("figures"))
+    """A run's 4 steps of metrics (a return of 1e400 at step 3: infinity) and one evaluation."""
+    folder = tmp_path_factory.mktemp("figures")
     rows = [
         {"step": s, **BASE, "return": 0.1 * s, "task_score": 0.2 * s, "role/solver/invalid_rate": 0.5 / s}
         for s in (1, 2, 3, 4)
@@ -40,11 +39,19 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def viewed(run: Path) -> list[str]:
+    """`srpo-dsl view`'s charts of the run (its metrics and evaluations as `load_source` reads them)."""
+    source = Source(run / TRACES, [], None, None, read_jsonl(run / METRICS), read_jsonl(run / EVAL), [])
+    return curves(source)
+
+
 @pytest.fixture
 def drawn(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
-    """(panel name, axes) of every panel drawn, by whichever command."""
+    """(panel name, axes) of every panel drawn, by whichever command; `plot`'s figures are built, not
+    rasterized (test_cli_train.py writes its PNGs)."""
     seen: list[tuple[str, object]] = []
     draw = figures.draw_panel
+    monkeypatch.setattr(plots, "save", lambda fig, path: path)
 
     def record(ax, panel, smoothing=figures.SMOOTHING) -> None:
         draw(ax, panel, smoothing)
@@ -61,24 +68,24 @@ def drawing(ax) -> tuple:
 
 
 def test_the_viewer_and_plot_draw_the_same_figure_without_non_finite_points(run, drawn, tmp_path) -> None:
-    svgs = curves(load_source(run))
-    viewed = dict(drawn)
+    svgs = viewed(run)
+    shown = dict(drawn)
     drawn.clear()
-    write_plots(read_dynamics(run), tmp_path)
-    plotted = dict(drawn[: len(viewed)])  # the per-panel PNGs (then the combined one)
+    written = plots.write_plots(read_dynamics(run), tmp_path)
+    plotted = dict(drawn[: len(shown)])  # the per-panel PNGs (then the combined one)
     names = ["return", "grad_norm", "response_length", "mean_set_size", "role_invalid_rate", "heldout"]
-    assert list(viewed) == list(plotted) == names and len(svgs) == len(names)
-    assert sorted(p.stem for p in tmp_path.iterdir()) == sorted([*names, "training_dynamics"])
+    assert list(shown) == list(plotted) == names and len(svgs) == len(names)
+    assert [p.stem for p in written] == [*names, "training_dynamics"]
     for name in names:
-        assert drawing(viewed[name]) == drawing(plotted[name]), name
-    (raw, _), (task, _) = (lines for lines in zip(*[iter(drawing(viewed["return"])[1])] * 2))
+        assert drawing(shown[name]) == drawing(plotted[name]), name
+    (raw, _), (task, _) = (lines for lines in zip(*[iter(drawing(shown["return"])[1])] * 2))
     assert raw == ([1, 2, 4], [0.1, 0.2, 0.4])  # step 3's return (infinity) left out; its task score kept
     assert task[0] == [1, 2, 3, 4]
     assert "Return (mean; task score + invalid penalty)" in svgs[0] and ">task score</text>" in svgs[0]
 
 
 def test_the_inline_svgs_fit_one_html_page(run) -> None:
-    svgs = curves(load_source(run))
+    svgs = viewed(run)
     assert all(s.startswith('<svg class="chart" role="img" aria-label="') for s in svgs)
     page = "".join(svgs)
     assert "<?xml" not in page and "<!DOCTYPE" not in page and "http" not in page  # nothing to fetch
@@ -86,7 +93,7 @@ def test_the_inline_svgs_fit_one_html_page(run) -> None:
     assert ids and max(ids.values()) == 1  # several charts on one page: no id twice
     references = re.findall(r'(?:href="#|url\(#)([^")]+)', page)
     assert references and set(references) <= set(ids)  # each still points into its own chart
-    assert curves(load_source(run)) == svgs  # the same bytes every time
+    assert viewed(run) == svgs  # the same bytes every time
     assert page.count(">step</text>") == len(svgs)  # text as text: no font file, searchable
 
 
