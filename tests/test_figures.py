@@ -82,6 +82,7 @@ def test_the_viewer_and_plot_draw_the_same_figure_without_non_finite_points(run,
     assert raw == ([1, 2, 4], [0.1, 0.2, 0.4])  # step 3's return (infinity) left out; its task score kept
     assert task[0] == [1, 2, 3, 4]
     assert "Return (mean; task score + invalid penalty)" in svgs[0] and ">task score</text>" in svgs[0]
+    assert "<title>return at step 1: 0.1, 2: 0.2, 4: 0.4</title>" in svgs[0]  # exact values: its tooltip
 
 
 def test_the_inline_svgs_fit_one_html_page(run) -> None:

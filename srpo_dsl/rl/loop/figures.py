@@ -112,11 +112,13 @@ def draw_panel(ax: Any, panel: Panel, smoothing: float = SMOOTHING) -> None:
     when there are several lines; "no data" when no line has a point."""
     for i, line in enumerate(panel.lines):
         if panel.smoothed:
-            raw = ax.plot(line.steps, line.values, alpha=0.25, linewidth=1)[0]
+            raw = ax.plot(line.steps, line.values, alpha=0.25, linewidth=1, gid=f"curve{i}")[0]
             solid = ema(line.values, smoothing)
             ax.plot(line.steps, solid, color=raw.get_color(), linewidth=2, label=line.label)
         else:
-            ax.plot(line.steps, line.values, marker="os"[i % 2], linewidth=2, label=line.label)
+            ax.plot(
+                line.steps, line.values, marker="os"[i % 2], linewidth=2, label=line.label, gid=f"curve{i}"
+            )
     ax.set_title(panel.title)
     step_axis(ax)
     if panel.scale != 1.0:
@@ -163,4 +165,15 @@ def svg_text(panel: Panel, smoothing: float = SMOOTHING) -> str:
     text = buffer.getvalue()
     svg = NAMESPACES.sub("", text[text.index("<svg") :])
     svg = REFERENCES.sub(lambda m: f"{m.group(1)}{panel.name}-", svg)
+    for i, line in enumerate(panel.lines):  # each curve's exact values: its tooltip
+        group = f'<g id="{panel.name}-curve{i}">'
+        svg = svg.replace(group, f"{group}<title>{escape(tooltip(line))}</title>", 1)
     return svg.replace("<svg ", f'<svg class="chart" role="img" aria-label="{escape(panel.title)}" ', 1)
+
+
+def tooltip(line: Curve, most: int = 25) -> str:
+    """`line`'s points as text, `return at step 1: 0.3945, ...` (the first and last `most` // 2 of more)."""
+    points = [f"{x:g}: {y:.4g}" for x, y in zip(line.steps, line.values)]
+    if len(points) > most:
+        points = [*points[: most // 2], "…", *points[-(most // 2) :]]
+    return f"{line.label} at step " + ", ".join(points)
