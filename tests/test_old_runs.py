@@ -63,6 +63,8 @@ def test_plot_draws_an_old_run(tmp_path: Path) -> None:
         "mean_set_size.png",
         "role_invalid_rate.png",
         "role_response_length.png",
+        "role_abs_advantage.png",
+        "role_clip_fraction.png",
         "heldout.png",
         "training_dynamics.png",
     }
@@ -72,9 +74,8 @@ def test_view_shows_an_old_runs_return_and_task_score(tmp_path: Path) -> None:
     done = cli("view", OLD, "-o", tmp_path / "page.html", env=_env())
     assert done.returncode == 0 and done.stderr == "", done.stderr
     html = (tmp_path / "page.html").read_text()
-    chart = next(c for c in re.findall(r'<svg class="chart".*?</svg>', html, re.S) if "Return and task" in c)
-    assert "■ return" in chart and "■ task score" in chart
-    assert "return at step 2: 0.15<" in chart and "task score at step 1: 0.3333<" in chart
+    chart = next(c for c in re.findall(r'<svg class="chart".*?</svg>', html, re.S) if "Return (mean" in c)
+    assert ">return</text>" in chart and ">task score</text>" in chart  # the legend: both lines drawn
     found = re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.S)
     assert found is not None
     episodes = json.loads(found.group(1))["episodes"]

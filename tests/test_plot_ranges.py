@@ -15,7 +15,6 @@ from srpo_dsl.rl.loop.runlog import PANELS, ROLE_PANELS, Dynamics, EvalCurve, Ro
 from srpo_dsl.sweep.dynamics import SERIES, RunDynamics
 from srpo_dsl.sweep.results import PAIRED, CellResult, RunResult, compare
 from srpo_dsl.sweep.stats import Difference
-from srpo_dsl.view.page import ROLE_UPDATE_PANELS
 
 STEPS = [0, 1, 2]  # few steps: matplotlib's own ticks would fall at 0.25, 0.5, ...
 
@@ -53,7 +52,7 @@ def run(seed: int, passed: list[float]) -> RunResult:
 
 
 def test_every_metric_drawn_or_reported_has_its_range_in_the_one_table() -> None:
-    for name in [*PANELS, *ROLE_PANELS, *ROLE_UPDATE_PANELS, *SERIES, *PAIRED.values(), "clip_fraction"]:
+    for name in [*PANELS, *ROLE_PANELS, *SERIES, *PAIRED.values(), "clip_fraction"]:
         low, high = range_of(name)
         assert low < high
     assert range_of("role/solver/clip_fraction") == (0.0, 1.0)

@@ -2,7 +2,6 @@
 the traces. The page in a real browser: test_view_browser.py."""
 
 import json
-import re
 import time
 from pathlib import Path
 
@@ -11,7 +10,6 @@ import torch
 
 from srpo_dsl.rl.loop.event_updates import event_updates
 from srpo_dsl.runtime.traces import EventUpdate, TraceError, read_partial_traces, read_traces
-from srpo_dsl.view.charts import Series, line_chart, nice_ticks, x_ticks
 from srpo_dsl.view.episodes import highlight
 from tests.clitools import cli
 from tests.test_training import _env
@@ -196,50 +194,3 @@ def test_ten_thousand_episodes_build_in_seconds(run: Path, tmp_path: Path) -> No
     assert len(page_json(html)["episodes"]) == 10_000
     assert seconds < 30, f"{seconds:.1f} s"
     assert len(html.encode()) < 30 * 2**20
-
-
-@pytest.mark.parametrize(
-    "low, high, ticks",
-    [
-        (0.2969, 0.4648, [0.25, 0.3, 0.35, 0.4, 0.45, 0.5]),  # span 0.168: 5 intervals need 0.034, so 0.05
-        (39.06, 90.62, [20, 40, 60, 80, 100]),  # span 51.6: 10.3 per interval, so 20
-        (0.874, 0.9246, [0.86, 0.88, 0.9, 0.92, 0.94]),
-        (-0.0123, 0.02, [-0.02, -0.01, 0, 0.01, 0.02]),
-        (1, 150, [0, 50, 100, 150]),
-    ],
-)
-def test_axis_ticks_are_multiples_of_one_two_or_five(low: float, high: float, ticks: list[float]) -> None:
-    assert nice_ticks(low, high) == pytest.approx(ticks)
-
-
-def test_step_ticks_are_whole_steps() -> None:
-    assert x_ticks([1, 2]) == [1, 2] and x_ticks([0, 25, 50, 150]) == [0, 50, 100, 150]
-    assert x_ticks([0]) == [0, 1] and x_ticks([6]) == [5, 6, 7]  # one step: a unit range, never below 0
-
-
-def chart_labels(svg: str) -> list[str]:
-    return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
-
-
-def test_a_chart_labels_its_ticks_not_its_raw_bounds() -> None:
-    values = [0.2969, 0.38, 0.4648, 0.35, 0.4, 0.41]
-    svg = line_chart("Score", [Series("score", [1, 2, 3, 4, 5, 6], values)])
-    assert chart_labels(svg) == [
-        "Score",
-        *["0.25", "0.30", "0.35", "0.40", "0.45", "0.50"],
-        *["1", "2", "3", "4", "5", "6"],
-        "step",
-        "■ score",
-    ]
-    assert svg.count('class="grid"') == 5 and svg.count("<polyline") == 1
-    assert "<title>score at step 3: 0.4648</title>" in svg  # the exact value stays in the point's tooltip
-
-
-def test_a_flat_or_empty_panel_says_so_instead_of_drawing_a_line() -> None:
-    flat = line_chart("Clip fraction", [Series("solver", [1, 2, 3], [0, 0, 0]), Series("verifier", [2], [0])])
-    assert "<polyline" not in flat and 'class="axis"' not in flat
-    assert chart_labels(flat) == ["Clip fraction", "solver, verifier: 0 at every step (1–3)"]
-    one = line_chart("Held-out", [Series("Avg@4", [0], [0.391])])
-    assert chart_labels(one) == ["Held-out", "Avg@4: 0.391 at step 0"]
-    assert chart_labels(line_chart("Score", [Series("score", [], [])])) == ["Score", "no data"]
-    assert line_chart("Score", []) == ""  # nothing asked for: no panel

@@ -154,24 +154,39 @@ def test_a_training_run_shows_advantages_clipping_and_curves(browser, run: Path,
     assert first.find_element("css selector", ".badge.unclipped").text == "ratio not clipped"
 
 
+def tick_labels(chart, axis: str) -> list:
+    """The chart's tick labels on `axis` ("x" or "y"): matplotlib's SVG names each tick's group."""
+    return chart.find_elements("css selector", f'g[id*="-{axis}tick_"] text')
+
+
 def test_chart_tick_labels_are_round_and_fit_their_panel(browser, run: Path, tmp_path: Path) -> None:
     training = as_training_run(run, tmp_path / "t")
     metrics = [json.loads(line) for line in (training / "metrics.jsonl").read_text().splitlines()]
     clip = [m | {f"role/{r}/clip_fraction": 0.0 for r in ("solver", "aggregator")} for m in metrics]
     (training / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in clip))
     assert open_page(browser, page_of(training)) == []
-    score, held, _, flat = browser.find_elements("css selector", "#curves-panel svg.chart")
-    labels = [
-        t for t in score.find_elements("css selector", "text") if t.get_attribute("text-anchor") == "end"
+    charts = browser.find_elements("css selector", "#curves-panel svg.chart")
+    assert [c.get_attribute("aria-label") for c in charts] == [
+        "Return (mean; task score + invalid penalty)",
+        "Invalid-output rate per role",
+        "Clip fraction per role",
+        "Held-out Avg@4 / Pass@4 (%)",
     ]
+    score, _, flat, held = charts
+    labels = tick_labels(score, "y")
     assert [t.text for t in labels] == ["0.05", "0.10", "0.15", "0.20", "0.25", "0.30"]  # 0.05..0.3 measured
+    assert [t.text for t in tick_labels(score, "x")] == ["1", "2", "3"]  # whole steps
     panel = score.rect
     boxes = [t.rect for t in labels]
     assert all(panel["x"] <= b["x"] and b["x"] + b["width"] <= panel["x"] + panel["width"] for b in boxes)
     assert all(a["y"] + a["height"] <= b["y"] for b, a in pairwise(boxes))  # bottom-up, none overlaps
-    assert [t.text for t in held.find_elements("css selector", "text")][1:5] == ["20", "40", "60", "80"]
-    assert flat.find_elements("css selector", "polyline") == []
-    assert flat.find_element("css selector", "text.note").text == "solver, aggregator: 0 at every step (1–3)"
+    assert [t.text for t in tick_labels(held, "y")] == ["0", "20", "40", "60", "80", "100"]  # its whole range
+    assert tick_labels(flat, "y")[0].text == "0.00"  # a flat 0 at the foot of its range
+    for chart in charts:  # each chart whole inside the curves panel, none over another
+        assert chart.rect["width"] > 300 and chart.rect["height"] > 200
+    assert all(
+        a.rect["x"] + a.rect["width"] <= b.rect["x"] or a.rect["y"] < b.rect["y"] for a, b in pairwise(charts)
+    )
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
-"""The event graph as inline SVG: nodes in layers from `start` (longest path over the forward
-edges, in compile order), back edges (loops) drawn as arcs on the right, guards as edge labels.
+"""The event graph as inline SVG: nodes in layers (networkx's topological generations of the forward
+edges), back edges (loops) drawn as arcs on the right, guards as edge labels.
 
-Every event node carries `data-event-type`, which the page uses to filter episodes.
+SVG shapes of our own, not a matplotlib figure: every event node is a `<g>` carrying `data-event-type`
+and a `<title>` (its type and trace count, shown on hover), which the page's script makes clickable to
+filter the episodes and highlights (`active`) for the chosen type.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ class Box:
 
 
 def layers(graph: nx.DiGraph) -> dict[str, int]:
-    """Each node's layer: the longest path to it from the first node over forward edges (compile order)."""
+    """Each node's layer: networkx's topological generation over the forward edges (compile order is a
+    topological order of them; an edge back to an earlier node is a loop), i.e. the longest forward path
+    to it from a node without forward predecessors."""
+    import networkx as nx
+
     order = {v: i for i, v in enumerate(graph.nodes)}
-    layer = dict.fromkeys(graph.nodes, 0)
-    for v in graph.nodes:  # compile order is a topological order of the forward edges
-        for u in graph.predecessors(v):
-            if order[u] < order[v]:
-                layer[v] = max(layer[v], layer[u] + 1)
-    return layer
+    forward = nx.DiGraph()
+    forward.add_nodes_from(graph.nodes)
+    forward.add_edges_from((u, v) for u, v in graph.edges() if order[u] < order[v])
+    return {v: i for i, generation in enumerate(nx.topological_generations(forward)) for v in generation}
 
 
 def label(data: Mapping) -> str:
@@ -43,7 +47,7 @@ def place(graph: nx.DiGraph) -> dict[str, Box]:
     """A box per node: layers top to bottom, the nodes of a layer side by side, centred."""
     layer = layers(graph)
     rows: dict[int, list[str]] = {}
-    for v in graph.nodes:
+    for v in graph.nodes:  # each layer's nodes in compile order
         rows.setdefault(layer[v], []).append(v)
     widths = {v: max(60.0, CHAR * len(label(graph.nodes[v])) + 20) for v in graph.nodes}
     span = max(sum(widths[v] for v in row) + GAP * (len(row) - 1) for row in rows.values())

@@ -1,6 +1,6 @@
 """One self-contained HTML page: our CSS and JavaScript inlined (assets/), the graph and the curves as
-inline SVG, the episodes as JSON in a `<script type="application/json">` tag that the page renders
-one page of episodes at a time."""
+inline SVG (the curves: the figures of `rl.loop.figures`, which `plot` saves as PNG), the episodes as
+JSON in a `<script type="application/json">` tag that the page renders one page of episodes at a time."""
 
 from __future__ import annotations
 
@@ -9,26 +9,11 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from srpo_dsl.rl.loop.runlog import (
-    EVAL,
-    ROLE_PANELS,
-    RunError,
-    current_keys,
-    eval_curve,
-    number_or_nan,
-    role_series,
-)
-from srpo_dsl.view.charts import Series, line_chart
+from srpo_dsl.rl.loop.figures import panels, svg_text
+from srpo_dsl.rl.loop.runlog import EVAL, RunError, current_keys, dynamics_of, eval_curve
 from srpo_dsl.view.episodes import episode_json
 from srpo_dsl.view.graph_svg import graph_svg
 from srpo_dsl.view.source import Source, ViewError
-
-RETURN_TITLE = "Return and task score (means per episode)"
-RETURN_LINES = {"return": "return", "task_score": "task score"}  # metrics.jsonl key -> legend
-ROLE_UPDATE_PANELS = {  # charted after the per-role panels of `plot`: what the update did per role
-    "abs_advantage": "Mean |advantage| per role",
-    "clip_fraction": "Clip fraction per role",
-}
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -80,35 +65,21 @@ def script_json(data: Any) -> str:
 
 
 def curves(source: Source) -> list[str]:
-    """The training curves: return and task score, held-out Avg@k / Pass@k, then each per-role metric
-    logged. An older run's metrics read under the keys of today (`current_keys`)."""
-    charts = []
+    """The run's curve figures (`figures.panels`, the same as `srpo-dsl plot`'s PNGs) as inline SVG. An
+    older run's metrics read under the keys of today (`current_keys`)."""
     rows, evals = [current_keys(r) for r in source.metrics], source.evals
+    if not rows and not evals:
+        return []
     try:
-        if rows:
-            steps = [int(r["step"]) for r in rows]
-            lines = [
-                Series(name, steps, [number_or_nan(r[key]) for r in rows])
-                for key, name in RETURN_LINES.items()
-            ]
-            charts.append(line_chart(RETURN_TITLE, [s for s in lines if len(s.values) == len(steps)]))
-        if evals:
-            curve = eval_curve(evals, source.traces.parent / EVAL)
-            held = [
-                Series(f"Avg@{curve.k}", curve.steps, curve.avg),
-                Series(f"Pass@{curve.k}", curve.steps, curve.passed),
-            ]
-            charts.append(line_chart(f"Held-out Avg@{curve.k} / Pass@{curve.k} (%)", held))
-        for metric, title in (ROLE_PANELS | ROLE_UPDATE_PANELS).items():
-            series = [Series(s.role, s.steps, s.values) for s in role_series(rows, metric)]
-            charts.append(line_chart(title, series))
+        curve = eval_curve(evals, source.traces.parent / EVAL) if evals else None
+        shown = panels(dynamics_of(rows, curve))
     except RunError as exc:  # eval.jsonl's rows, named by the reader
         raise ViewError(str(exc)) from None
     except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (OverflowError: a step of 1e400)
         raise ViewError(
             f"{source.traces.parent}: not a training run's metrics ({type(exc).__name__}: {exc})"
         ) from None
-    return [c for c in charts if c]
+    return [svg_text(panel) for panel in shown]
 
 
 def event_types(source: Source) -> list[str]:

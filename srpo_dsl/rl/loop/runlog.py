@@ -59,6 +59,8 @@ PANELS = {  # metrics.jsonl key -> panel title (the paper's training-dynamics fi
 ROLE_PANELS = {  # metrics.jsonl `role/ROLE/<metric>` -> panel `role_<metric>`, one line per role
     "invalid_rate": "Invalid-output rate per role",
     "response_length": "Response length per role (tokens)",
+    "abs_advantage": "Mean |advantage| per role",  # what the update did per role
+    "clip_fraction": "Clip fraction per role",
 }
 
 
@@ -276,22 +278,34 @@ class Dynamics:
     """What `plot` draws: the per-step metrics, the per-role ones (when logged), the held-out curve."""
 
     steps: list[int]
-    series: dict[str, list[float]]  # PANELS key -> its value at each step
+    series: dict[str, list[float]]  # LOGGED key -> its value at each step (NaN: not logged then)
     curve: EvalCurve | None
     roles: dict[str, list[RoleSeries]]  # metric of ROLE_PANELS -> one series per role; {} for older runs
 
 
 def read_dynamics(run: Path) -> Dynamics:
     """RUN/metrics.jsonl's panels (an older run's under the keys of today, `current_keys`) and
-    RUN/eval.jsonl's curve; RunError when there is nothing to draw."""
+    RUN/eval.jsonl's curve; RunError when there is nothing to draw or a panel's metric is missing."""
     path = run / METRICS
     rows = [current_keys(row) for row in read_jsonl(path)]
     if not rows:
         raise RunError(f"{path}: no steps recorded yet")
     try:
-        steps = [int(r["step"]) for r in rows]
-        series = {key: [float(r[key]) for r in rows] for key in PANELS}
-        roles = {metric: role_series(rows, metric) for metric in ROLE_PANELS}
+        for row in rows:
+            for key in PANELS:
+                float(row[key])  # a number in every row, or not a run's metrics
+        return dynamics_of(rows, read_curve(run))
     except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (OverflowError: a step of 1e400)
         raise RunError(f"{path}: not a metrics file ({type(exc).__name__}: {exc})") from None
-    return Dynamics(steps, series, read_curve(run), {m: s for m, s in roles.items() if s})
+
+
+LOGGED = (*PANELS, "task_score")  # the per-step metrics charted (the task score beside the return)
+
+
+def dynamics_of(rows: list[dict[str, Any]], curve: EvalCurve | None) -> Dynamics:
+    """The dynamics of metrics rows (`current_keys`'): each LOGGED metric some row has (NaN in a row
+    without it), the per-role series logged. KeyError, TypeError, ValueError: rows that are not a run's."""
+    steps = [int(r["step"]) for r in rows]
+    series = {key: [number_or_nan(r.get(key)) for r in rows] for key in LOGGED if any(key in r for r in rows)}
+    roles = {metric: role_series(rows, metric) for metric in ROLE_PANELS}
+    return Dynamics(steps, series, curve, {m: s for m, s in roles.items() if s})
