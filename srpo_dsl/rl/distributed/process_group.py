@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from srpo_dsl.launched import LAUNCH_VARIABLES
+from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
 from srpo_dsl.rl.distributed.op_builds import SHM_OP, prepare_builds
 
@@ -78,8 +79,7 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
     if trainers is not None:  # what DeepSpeed reads of the launch: the trainers' group
         os.environ["WORLD_SIZE"] = str(trainers)
     use_route_to_master()  # gloo's interface to the other nodes
-    import deepspeed
-    import deepspeed.ops
+    deepspeed = import_deepspeed()
 
     if os.environ["WORLD_SIZE"] == "1":  # alone there is nothing to all-reduce: skip the shared-memory
         deepspeed.ops.__compatible_ops__[SHM_OP] = False  # op (its first build takes ~1 min)
@@ -125,7 +125,5 @@ def destroy_distributed() -> None:
     exception"). Destroying the groups (DeepSpeed's references too) and collecting the objects that
     still hold one (engines are reference cycles) joins those threads first."""
     if torch.distributed.is_initialized():
-        import deepspeed.comm
-
-        deepspeed.comm.destroy_process_group()
+        import_deepspeed().comm.destroy_process_group()
     gc.collect()

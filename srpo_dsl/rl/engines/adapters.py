@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from srpo_dsl.backends.routing import current_route
 from srpo_dsl.lang.graph import BASE_ADAPTER
+from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 
 __all__ = ["BASE_ADAPTER", "adapter_parameters", "clip_per_adapter", "with_adapters"]
 
@@ -188,6 +189,7 @@ def clip_per_adapter(module: torch.nn.Module, names: Sequence[str], max_norm: fl
     The coefficient is DeepSpeed's, `max_norm / (norm + 1e-6)` when below 1, so one adapter is
     clipped exactly as the same LoRA alone in an engine of its own.
     """
+    import_deepspeed()
     from deepspeed.utils import safe_get_full_grad, safe_set_full_grad
 
     total = 0.0

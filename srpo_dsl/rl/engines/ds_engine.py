@@ -15,6 +15,7 @@ import torch
 
 from srpo_dsl.choices import OFFLOAD
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,7 +88,7 @@ class EngineConfigError(Exception):
 
 def build_engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str, Any]) -> Any:
     """A DeepSpeed engine over `model`'s trainable parameters."""
-    import deepspeed
+    deepspeed = import_deepspeed()
 
     params = [p for p in model.parameters() if p.requires_grad]
     # torch AdamW unless the user's config names one of DeepSpeed's optimizers

@@ -15,12 +15,13 @@ from typing import Any
 import torch
 
 from srpo_dsl.backends.base import RolloutEngine
+from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 
 
 @contextmanager
 def full_state(module: torch.nn.Module) -> Iterator[dict[str, torch.Tensor]]:
     """The module's full state dict for the duration (gathered under ZeRO-3: collective)."""
-    import deepspeed
+    deepspeed = import_deepspeed()
 
     with deepspeed.zero.GatheredParameters(list(module.parameters())):
         yield module.state_dict()
@@ -29,7 +30,7 @@ def full_state(module: torch.nn.Module) -> Iterator[dict[str, torch.Tensor]]:
 def rollout_weights(module: torch.nn.Module, merged: bool) -> Iterator[tuple[str, torch.Tensor]]:
     """Each parameter's full tensor, one at a time (gathered under ZeRO-3: collective, so every rank
     iterates); with `merged`, a LoRA model's weights folded into the base model's names."""
-    import deepspeed
+    deepspeed = import_deepspeed()
 
     if merged and hasattr(module, "peft_config"):
         yield from merged_lora_weights(module)
@@ -42,7 +43,7 @@ def rollout_weights(module: torch.nn.Module, merged: bool) -> Iterator[tuple[str
 def merged_lora_weights(module: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """The base model's parameters under its own names with each active LoRA delta added (W + s B A),
     computed aside: the trained module is never merged in place (no bf16 drift from unmerging)."""
-    import deepspeed
+    deepspeed = import_deepspeed()
 
     base = module.get_base_model()
     for name, param in base.named_parameters():

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from srpo_dsl.lang.graph import adapter_name
+from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.rl.engines.adapters import with_adapters
 from srpo_dsl.rl.loop.checkpoint import CHECKPOINTS, ENGINE_TAG, latest_checkpoint, read_state
 from srpo_dsl.rl.loop.runlog import CONFIG
@@ -153,6 +154,7 @@ def _read(folder: Path, zero: int, load: Callable[[], Any]) -> Any:
 
 def saved_module(folder: Path, zero: int, mmap: bool = False) -> dict[str, torch.Tensor]:
     """The module state an engine saved: its weights, except under ZeRO-3 (names only, values partitioned)."""
+    import_deepspeed()
     from deepspeed.utils.zero_to_fp32 import get_model_state_file
 
     def load() -> dict[str, torch.Tensor]:
@@ -169,6 +171,7 @@ def read_weights(folder: Path, zero: int) -> dict[str, torch.Tensor]:
     Stage 0 has no partitioned optimizer state and that function fails there (TypeError in DeepSpeed
     0.19), so the module state the engine saved is read instead (its training dtype, cast to fp32).
     """
+    import_deepspeed()
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     if zero > 0:

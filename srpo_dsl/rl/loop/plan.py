@@ -26,6 +26,7 @@ from srpo_dsl.lang.pycode import UseName, is_reference
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.outputs import check_files, check_sources, check_writable, refuse_existing
 from srpo_dsl.registries import rollout_engine_problem
+from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.runlock import check_free
 from srpo_dsl.runtime.setup import CompiledWorkflow
 
@@ -257,6 +258,8 @@ def check_ds_optimizer(config: Mapping[str, Any], path: Path) -> None:
             '{"type": "AdamW", "params": {"lr": 1e-5}}'
         )
     import torch
+
+    import_deepspeed()
     from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
 
     name = section["type"]
