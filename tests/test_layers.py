@@ -7,6 +7,7 @@ of the code that holds it.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "srpo_dsl"
@@ -134,15 +135,43 @@ def test_the_cli_speaks_to_the_api_not_past_it() -> None:
     assert past == set()
 
 
-def test_no_import_cycle_between_modules_of_the_api() -> None:
+def module_name(path: Path) -> str:
+    """`.../srpo_dsl/rl/loop/plan.py` -> `srpo_dsl.rl.loop.plan`; a package's `__init__.py` -> the package."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph():
+    """Module -> the package's modules it imports (`from srpo_dsl.models import tiny` imports `tiny`),
+    every import counted, a function's and TYPE_CHECKING's too. A module's own packages are left out:
+    Python runs a package's `__init__` before any module of it anyway."""
     import networkx as nx
 
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = nx.DiGraph()
-    for rel, module in imports():
-        if rel.startswith("srpo_dsl/api/") and module.startswith("srpo_dsl.api."):
-            graph.add_edge(Path(rel).stem, module.split(".")[2])
-    assert graph.number_of_edges() > 3  # the test sees the imports
-    assert list(nx.simple_cycles(graph)) == []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            graph.add_edges_from(
+                (name, t) for t in targets if t in modules and t != name and not name.startswith(t + ".")
+            )
+    return graph
+
+
+def test_no_two_modules_import_each_other_even_through_others() -> None:
+    """No import circle between modules (`base` <-> `chat`): each circle is a module too many or too few."""
+    import networkx as nx
+
+    graph = module_graph()
+    assert graph.number_of_edges() > 500  # the test sees the imports
+    assert ("srpo_dsl.rl.loop.trainer", "srpo_dsl.rl.loop.prepare") in graph.edges
+    circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert circles == []
 
 
 def test_every_lazy_export_resolves() -> None:
@@ -165,3 +194,81 @@ def test_no_public_class_name_is_defined_twice() -> None:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 defined.setdefault(node.name, []).append(path.relative_to(PACKAGE).as_posix())
     assert {name: where for name, where in defined.items() if len(where) > 1} == {}
+
+
+IMPORT_PATH = re.compile(r"srpo_dsl(?:\.\w+)*:\w+")
+DECLARING = {"srpo_dsl/registries.py", "srpo_dsl/lang/schema.py"}  # built-in entries, named by import path
+
+
+def module_strings(tree: ast.Module) -> dict[str, str]:
+    """The module-level names bound to strings (`PARSERS = "srpo_dsl.runtime.parsers"`, `A, B = "x", ...`)."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                pairs = zip(getattr(target, "elts", [target]), getattr(node.value, "elts", [node.value]))
+                found |= {
+                    t.id: v.value for t, v in pairs if isinstance(t, ast.Name) and isinstance(v, ast.Constant)
+                }
+    return found
+
+
+def string_paths() -> list[tuple[str, str]]:
+    """(file relative to the repository, `"srpo_dsl.module:attribute"`) for every import path the package
+    spells as a string, an f-string of a module-level name and `:attribute` included."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names, rel = module_strings(tree), path.relative_to(PACKAGE.parent).as_posix()
+        for node in ast.walk(tree):
+            text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+            if isinstance(node, ast.JoinedStr) and len(node.values) == 2:
+                head, tail = node.values
+                if isinstance(head, ast.FormattedValue) and isinstance(head.value, ast.Name):
+                    text = f"{names.get(head.value.id, '')}{getattr(tail, 'value', '')}"
+            if isinstance(text, str) and IMPORT_PATH.fullmatch(text):
+                found.append((rel, text))
+    return found
+
+
+def top_level_names(module: str) -> set[str] | None:
+    """The names `module` defines or imports at its top level (by `ast`, nothing imported); None when there
+    is no such module."""
+    base = PACKAGE.parent.joinpath(*module.split("."))
+    source = next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+    if source is None:
+        return None
+    names = set()
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def test_every_string_import_path_names_an_attribute_of_a_module() -> None:
+    """A registry's built-in entries are import paths, resolved at first lookup; a renamed module or function
+    breaks them here, read by `ast` (tests/test_registry.py imports them too)."""
+    paths = string_paths()
+    assert len(paths) >= 39  # the test sees the registries' entries, the f-strings too
+    broken = []
+    for rel, text in paths:
+        module, _, attribute = text.partition(":")
+        names = top_level_names(module)
+        if names is None or attribute not in names:
+            broken.append((rel, text))
+    assert broken == []
+
+
+def test_only_the_registries_name_a_higher_layer_by_string() -> None:
+    """A string import path is a lazy reference, by design not an import: the registries (lowest layer) and
+    the option schema (`lang`) name their built-in entries, which live above them, so that the names are
+    known without importing them. Nowhere else may a string reach a layer above its own."""
+    upward = {
+        rel for rel, text in string_paths() if LAYER[part_of(text.partition(":")[0])] > LAYER[own_part(rel)]
+    }
+    assert upward == DECLARING
