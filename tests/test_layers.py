@@ -272,3 +272,22 @@ def test_only_the_registries_name_a_higher_layer_by_string() -> None:
         rel for rel, text in string_paths() if LAYER[part_of(text.partition(":")[0])] > LAYER[own_part(rel)]
     }
     assert upward == DECLARING
+
+
+def architecture_tables() -> list[tuple[tuple[str, ...], ...]]:
+    """The layer tables of docs/architecture.md: each a tuple of layers, each the parts its row names."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    tables, rows = [], []
+    for line in [*text.splitlines(), ""]:
+        if re.match(r"\| \d+ \|", line):
+            rows.append((int(line.split("|")[1]), tuple(re.findall(r"`([^`]+)`", line.split("|")[2]))))
+        elif rows:
+            assert [n for n, _ in rows] == list(range(len(rows))), rows  # layer numbers 0, 1, 2, ...
+            tables.append(tuple(parts for _, parts in rows))
+            rows = []
+    return tables
+
+
+def test_the_architecture_page_states_these_layers() -> None:
+    """docs/architecture.md says what each part may import: its layer tables are LAYERS and RL_LAYERS."""
+    assert architecture_tables() == [LAYERS, RL_LAYERS]

@@ -9,9 +9,9 @@ A word is a repository path when
 - it ends in `.py` (a bare module name like `plan.py`, or `rl/loop/plan.py`): some file of the repository
   must end with it, unless it is one of `USER_FILES`, the names the docs give a user's own Python;
 - it is a bare `*.md` name: a page of the repository, or a file srpo-dsl writes (a string of the package).
-A path that climbs out (`../x`) names a repository path when what follows is one (`../data/x.jsonl`
-from `workflows/`), which must exist; any other is outside the repository, and only a user's template
-(`*.j2`, looked up beside the user's workflow) may be one. Paths with a placeholder (`bench/NAME.py`,
+A path that climbs out with `../` names a repository path when what follows is one (a workflow's
+`../data/math_sample.jsonl`), which must exist; any other is outside the repository, and only a user's
+template (`*.j2`, looked up beside the user's workflow) may be one. Paths with a placeholder (`bench/NAME.py`,
 `tests/test_*.py`) and the run folders of example commands (`runs/...`) are not repository paths.
 """
 
@@ -37,7 +37,8 @@ PLACEHOLDER = re.compile(r"[*<>{}]|(?:^|/)[A-Z][A-Z_]*(?:\.py)?(?:/|$)")
 
 
 def repo_files() -> list[str]:
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    command = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]  # new files too
+    listed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
     return [f for f in listed.stdout.split() if (ROOT / f).exists()]
 
 
