@@ -10,6 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.package_ast import top_level_names
+
 PACKAGE = Path(__file__).resolve().parents[1] / "srpo_dsl"
 
 LAYERS = (  # lowest first: a module imports its own layer and those below it, never one above
@@ -186,14 +188,30 @@ def test_every_lazy_export_resolves() -> None:
             assert getattr(package, name) is not None, (package.__name__, name)
 
 
-def test_no_public_class_name_is_defined_twice() -> None:
-    """One name for one thing: two modules never define public classes of the same name."""
+TWINS = {  # public functions of one name in two modules today, each a different job: rename one when touched
+    *("check_out", "checked", "collect", "described", "interrupted", "keywords", "load", "locate"),
+    *("matches", "occurrences", "option_value", "outcome", "place", "record", "render", "same_file"),
+    *("stopped", "summary", "to_json", "view", "watched", "write"),
+}
+ENTRY_POINTS = {"main"}  # `python -m` entry points: one per runnable module, by convention
+
+
+def public_definitions() -> dict[str, list[str]]:
+    """Public class or function name -> the modules that define it at their top level."""
     defined: dict[str, list[str]] = {}
+    kinds = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            if isinstance(node, kinds) and not node.name.startswith("_"):
                 defined.setdefault(node.name, []).append(path.relative_to(PACKAGE).as_posix())
-    assert {name: where for name, where in defined.items() if len(where) > 1} == {}
+    return defined
+
+
+def test_no_public_name_is_defined_twice() -> None:
+    """One name for one thing: two modules never define public classes or functions of the same name (but
+    the twins of TWINS, fewer each time one is renamed, and `main`)."""
+    twice = {name for name, where in public_definitions().items() if len(where) > 1}
+    assert twice - ENTRY_POINTS == TWINS  # a new twin: give it its own name; a renamed one leaves the list
 
 
 IMPORT_PATH = re.compile(r"srpo_dsl(?:\.\w+)*:\w+")
@@ -229,25 +247,6 @@ def string_paths() -> list[tuple[str, str]]:
             if isinstance(text, str) and IMPORT_PATH.fullmatch(text):
                 found.append((rel, text))
     return found
-
-
-def top_level_names(module: str) -> set[str] | None:
-    """The names `module` defines or imports at its top level (by `ast`, nothing imported); None when there
-    is no such module."""
-    base = PACKAGE.parent.joinpath(*module.split("."))
-    source = next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
-    if source is None:
-        return None
-    names = set()
-    for node in ast.parse(source.read_text(encoding="utf-8")).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
-    return names
 
 
 def test_every_string_import_path_names_an_attribute_of_a_module() -> None:

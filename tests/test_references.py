@@ -9,6 +9,9 @@ A word is a repository path when
 - it ends in `.py` (a bare module name like `plan.py`, or `rl/loop/plan.py`): some file of the repository
   must end with it, unless it is one of `USER_FILES`, the names the docs give a user's own Python;
 - it is a bare `*.md` name: a page of the repository, or a file srpo-dsl writes (a string of the package).
+A dotted name in backquotes that starts with a part of the package (`rl.loop.plan.TrainPlan`,
+`srpo_dsl.lang.check`) names a module and, after it, an attribute that module defines; within the
+package it may be relative to the citing module's own package (in `lsp`, `view` is `lsp.view`).
 A path that climbs out with `../` names a repository path when what follows is one (a workflow's
 `../data/math_sample.jsonl`), which must exist; any other is outside the repository, and only a user's
 template (`*.j2`, looked up beside the user's workflow) may be one. Paths with a placeholder (`bench/NAME.py`,
@@ -24,8 +27,10 @@ import subprocess
 import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
+
+from tests.package_ast import PACKAGE, top_level_names
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_FILES = {  # the names the docs and docstrings give a user's own files, in examples
@@ -54,8 +59,13 @@ def python_text(source: str) -> Iterator[tuple[int, str]]:
                 yield node.body[0].lineno, doc
 
 
+@cache
+def texts() -> list[tuple[str, int, str]]:
+    """(file, line, text) of everything this test reads, read once."""
+    return list(read(repo_files()))
+
+
 def read(files: list[str]) -> Iterator[tuple[str, int, str]]:
-    """(file, line, text) of everything this test reads."""
     for rel in files:
         top = Path(rel).parts[0]
         if rel.endswith(".py") and top in ("srpo_dsl", "tests", "bench"):
@@ -123,7 +133,7 @@ def bad_references() -> list[str]:
     listed = repo_files()
     repo = Repo.of(listed, package_strings())
     bad = []
-    for rel, line, text in read(listed):
+    for rel, line, text in texts():
         for match in WORD.finditer(text):
             if match.group(2):  # `file.py:function`: a Python reference of a workflow (docs/dsl.md)
                 continue
@@ -144,3 +154,42 @@ def test_the_rule_sees_stale_and_outside_references() -> None:
     assert [w for w in bad if problem(w, repo) is None] == []
     assert [w for w in good if problem(w, repo)] == []
     assert problem("runs/my_run/metrics.jsonl", repo) is None  # a user's run folder
+
+
+FILE_SUFFIXES = re.compile(r"\.(py|md|json|jsonl|toml|srpo|j2|txt|png|csv|html)$")
+
+
+def dotted_problem(name: str, rel: str) -> str | None:
+    """Why the dotted `name`, cited in `rel`, names no module attribute, or None."""
+    if FILE_SUFFIXES.search(name):
+        return None
+    own = Path(rel).parent.parts if rel.startswith("srpo_dsl/") else ("srpo_dsl",)
+    tails = [name] if name.startswith("srpo_dsl.") else [".".join((*own, name)), f"srpo_dsl.{name}"]
+    for dotted in tails:
+        parts = dotted.split(".")
+        for cut in range(len(parts), 1, -1):
+            names = top_level_names(".".join(parts[:cut]))
+            if names is not None:
+                if cut == len(parts) or parts[cut] in names:
+                    return None
+                break
+    return "no such module or attribute"
+
+
+def bad_dotted_names() -> list[str]:
+    roots = {p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir() if not p.name.startswith("_")}
+    cited = re.compile(r"`((?:srpo_dsl\.)?(?:" + "|".join(sorted(roots)) + r")(?:\.\w+)+)")
+    bad = []
+    for rel, line, text in texts():
+        for match in cited.finditer(text):
+            why = dotted_problem(match.group(1), rel)
+            if why:
+                bad.append(f"{rel}:{line}: `{match.group(1)}`: {why}")
+    return bad
+
+
+def test_every_named_module_attribute_exists() -> None:
+    assert bad_dotted_names() == []
+    assert dotted_problem("rl.loop.rollout_link.join_launch", "srpo_dsl/rl/distributed/process_group.py")
+    assert dotted_problem("rl.transport.link.join_launch", "srpo_dsl/rl/distributed/process_group.py") is None
+    assert dotted_problem("view.Good", "srpo_dsl/lsp/lastgood.py") is None
