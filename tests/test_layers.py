@@ -1,7 +1,9 @@
-"""No module imports a layer above its own, and no two sub-packages import each other.
+"""No module imports a layer above its own, no two sub-packages import each other, and no modules import
+each other in a circle; docs/architecture.md states these layers.
 
 Every import counts, also one inside a function or under TYPE_CHECKING: each is a dependency
-of the code that holds it.
+of the code that holds it. A string import path (a registry's built-in entry) is a lazy reference, not an
+import: it must name an existing attribute, and only the registries may point up with one.
 """
 
 from __future__ import annotations
