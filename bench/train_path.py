@@ -142,10 +142,24 @@ def measure() -> dict[str, object]:
     }
 
 
+def this_checkout() -> None:
+    """Import `srpo_dsl` from the checkout this script lives in (the profile hook only sees its files); one
+    line and exit 1 where another copy was imported already (an editable install of another checkout)."""
+    sys.path.insert(0, str(ROOT))
+    import srpo_dsl
+
+    found = Path(srpo_dsl.__file__).resolve().parent
+    if found != PACKAGE:
+        sys.exit(
+            f"error: srpo_dsl was imported from {found}, not from this checkout ({PACKAGE}): nothing to measure"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    this_checkout()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     figures = measure()
     if args.json:

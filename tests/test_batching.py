@@ -1,4 +1,4 @@
-"""Event-atomic batching (SRPO.md §3)."""
+"""Event-atomic batching (docs/objective.md §9)."""
 
 from __future__ import annotations
 

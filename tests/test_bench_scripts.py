@@ -92,3 +92,21 @@ def editor_clients_timed(stdout: str) -> None:
             pytest.fail(f"{skipped.group(0)}, and SRPO_DSL_BENCH_TESTS=required")
         timed = re.search(rf"^\| code lens \| {client} \| \d+\.\d \| – \|$", stdout, re.MULTILINE)
         assert skipped or timed, stdout[-3000:]
+
+
+def test_train_path_measures_its_own_checkout_or_says_it_cannot(tmp_path):
+    """With `srpo_dsl` imported from another copy (an editable install elsewhere) the profile hook would see
+    none of this checkout's files and print zeros: it stops with one line instead."""
+    other = tmp_path / "srpo_dsl"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    script = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import srpo_dsl, runpy; "
+    script += f"runpy.run_path({str(BENCH / 'train_path.py')!r}, run_name='__main__')"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert (
+        done.stderr
+        == f"error: srpo_dsl was imported from {other.resolve()}, not from this checkout ({ROOT / 'srpo_dsl'}): nothing to measure\n"
+    )

@@ -1,7 +1,7 @@
 """The six math benchmarks of the paper's table, as a user downloads them: each file loads as `math`
 tasks (question, gold answers, ids), a right boxed answer is accepted and a wrong one is not.
 
-MATH500 and AIME24 are the real files in ../shared/data (tests/test_envs.py); AIME25, AMC23, Minerva
+MATH500 and AIME24 are the real files where the machine has them (tests/test_envs.py); AIME25, AMC23, Minerva
 and OlympiadBench are small files in their published layouts (tests/data/benchmarks, written here,
 three rows each): docs/training.md "Reproducing the paper" lists the fields.
 """

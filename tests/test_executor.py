@@ -1,4 +1,4 @@
-"""The executor with the scripted backend: event structure of SRPO.md §6, invalid actions, traces."""
+"""The executor with the scripted backend: the worked event audit of docs/objective.md, invalid actions, traces."""
 
 from pathlib import Path
 

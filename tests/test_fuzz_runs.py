@@ -12,7 +12,7 @@ import pytest
 
 from srpo_dsl.cli.main import outcome
 from srpo_dsl.rl.loop.runlog import RunError
-from srpo_dsl.sweep.dynamics import read_dynamics
+from srpo_dsl.sweep.dynamics import read_run_dynamics
 from srpo_dsl.sweep.results import read_run
 from tests.fuzzing import RUN, RUN_FILES, RUN_OPS, Case, cases, corrupt_run, shrink
 
@@ -35,7 +35,7 @@ def run_problem(case: Case, folder) -> str | None:
         code, said = _command(args)
         if code == 3 or "Traceback" in said or (code and len(said.strip().splitlines()) != 1):
             return f"{args[0]}: exit {code}: {said[-400:]}"
-    for reader in (lambda: read_run(folder, 0, 0.0), lambda: read_dynamics(folder, 0)):
+    for reader in (lambda: read_run(folder, 0, 0.0), lambda: read_run_dynamics(folder, 0)):
         try:
             reader()
         except (RunError, ValueError) as exc:  # the sweep's one line for a run it cannot read
@@ -117,4 +117,6 @@ def test_a_step_of_1e400_is_one_line(tmp_path, name):
     code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
     assert code not in (0, 3) and len(said.strip().splitlines()) == 1 and "OverflowError" in said, said
     with pytest.raises(RunError):
-        read_dynamics(tmp_path / "run", 0) if name == "metrics.jsonl" else read_run(tmp_path / "run", 0, 0.0)
+        read_run_dynamics(tmp_path / "run", 0) if name == "metrics.jsonl" else read_run(
+            tmp_path / "run", 0, 0.0
+        )

@@ -1,4 +1,4 @@
-"""The SRPO objective (SRPO.md §2) and its baselines, against values computed by hand."""
+"""The SRPO objective (docs/objective.md §1) and its baselines, against values computed by hand."""
 
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ def random_batch(seed: int, rows: int = 40, tokens: int = 12):
 
 
 def test_gradient_equals_detached_per_member_weights() -> None:
-    # SRPO.md §2: dJ = 1/|B| sum_e g_e K_e^-1/2 sum_j dl_ej, g_e = rho_e A_e if unclipped else 0
+    # docs/objective.md §3: dJ = 1/|B| sum_e g_e K_e^-1/2 sum_j dl_ej, g_e = rho_e A_e if unclipped else 0
     lp, old, mask, events, adv = random_batch(0)
     loss, metrics = setwise_loss(lp, old, mask, events, adv)
     assert 0 < metrics["clip_fraction"] < 1

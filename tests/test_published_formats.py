@@ -1,6 +1,6 @@
 """The task loader on files in the published layouts, written with pyarrow in their exact schemas:
 DAPO-Math-17k (`BytedTsinghua-SIA/DAPO-Math-17k`) and Search-R1's QA parquet (`nq_hotpotqa_train`,
-as `scripts/data_process/qa_search_train_merge.py` writes it)."""
+as Search-R1's data-processing script for it writes it)."""
 
 from pathlib import Path
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from srpo_dsl.sweep.dynamics import WINDOW, read_dynamics, rolling_cv, run_summary
+from srpo_dsl.sweep.dynamics import WINDOW, read_run_dynamics, rolling_cv, run_summary
 from srpo_dsl.sweep.report import dynamics_md
 
 
@@ -41,7 +41,7 @@ def test_a_runs_summary_and_the_cells_table(tmp_path):
     returns = [0.0, 0.0] + [0.5] * WINDOW  # the last WINDOW steps: 0.5
     write_run(tmp_path / "one", [1.0, 3.0] * (n // 2), returns, [0.1] * n)
     write_run(tmp_path / "two", [2.0] * n, [1.0] * n, [0.3] * n)
-    one, two = read_dynamics(tmp_path / "one", 1), read_dynamics(tmp_path / "two", 2)
+    one, two = read_run_dynamics(tmp_path / "one", 1), read_run_dynamics(tmp_path / "two", 2)
     assert sorted(one.series) == [
         "clip/parallel:solver",
         "clip/verify:verifier",

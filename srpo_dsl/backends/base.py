@@ -11,11 +11,29 @@ from srpo_dsl.seeds import seed_of
 if TYPE_CHECKING:
     import torch
 
-    from srpo_dsl.backends.chat import ChatEncoder
-
 
 class BackendError(Exception):
     """A backend failure with a one-line, user-facing message."""
+
+
+class ChatEncoder(Protocol):
+    """What a conversation agent's turns are encoded with (a backend's `chat_encoder()`)."""
+
+    templated: bool  # whether messages go through a chat template (a system message needs one)
+
+    def first(self, text: str, system: str | None = None, tools: Sequence[dict] = ()) -> list[int]:
+        """The first turn's prompt ids: `text` as the user message, after the `system` message if any, the
+        chat template given `tools` (JSON schemas) when there are any."""
+        ...
+
+    def appendable(self, role: str = "user") -> None:
+        """`BackendError` where a conversation cannot be appended to (a template that rewrites turns)."""
+        ...
+
+    def then(self, text: str, so_far: Sequence[int], role: str = "user") -> list[int]:
+        """The ids appended after `so_far` (ending in a sampled reply) for the next message `text`, a
+        `user` message or a `tool` one (a tool's result, for a model with native tool calls)."""
+        ...
 
 
 NOT_DOWNLOADED = (

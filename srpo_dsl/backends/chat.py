@@ -13,7 +13,7 @@ Those pieces are read once from the template by rendering a probe conversation. 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from srpo_dsl.backends.base import BackendError
 
@@ -21,26 +21,6 @@ if TYPE_CHECKING:
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 _PROBE = "\x00srpo-probe\x00"  # stands for a message's content while the template's pieces are read
-
-
-class ChatEncoder(Protocol):
-    """What a conversation agent's turns are encoded with (a backend's `chat_encoder()`)."""
-
-    templated: bool  # whether messages go through a chat template (a system message needs one)
-
-    def first(self, text: str, system: str | None = None, tools: Sequence[dict] = ()) -> list[int]:
-        """The first turn's prompt ids: `text` as the user message, after the `system` message if any, the
-        chat template given `tools` (JSON schemas) when there are any."""
-        ...
-
-    def appendable(self, role: str = "user") -> None:
-        """`BackendError` where a conversation cannot be appended to (a template that rewrites turns)."""
-        ...
-
-    def then(self, text: str, so_far: Sequence[int], role: str = "user") -> list[int]:
-        """The ids appended after `so_far` (ending in a sampled reply) for the next message `text`, a
-        `user` message or a `tool` one (a tool's result, for a model with native tool calls)."""
-        ...
 
 
 class TokenizerChat:

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from srpo_dsl.backends.base import BackendError, GenRequest, GenResult
-from srpo_dsl.backends.chat import ByteChat, ChatEncoder, TokenizerChat
+from srpo_dsl.backends.base import BackendError, ChatEncoder, GenRequest, GenResult
+from srpo_dsl.backends.chat import ByteChat, TokenizerChat
 from srpo_dsl.backends.stops import match
 from srpo_dsl.io import not_utf8
 

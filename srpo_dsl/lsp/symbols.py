@@ -87,7 +87,7 @@ def _steps(steps: tuple[n.Step, ...]) -> list[lsp.DocumentSymbol]:
 
 
 def _shown(view: View, symbols: list[lsp.DocumentSymbol]) -> list[lsp.DocumentSymbol]:
-    """The symbols whose ranges lie on lines left alone since `view`'s tree (`view.shown`), moved there;
+    """The symbols whose ranges lie on lines left alone since `view`'s tree (`View.shown`), moved there;
     one that touches an edited line is left out, and what it holds with it."""
     out = []
     for s in symbols:

@@ -12,7 +12,8 @@ are BOS + text) and a 2-layer Llama trained by a short supervised pass on synthe
 transcripts of every quickstart role and of the tool agent. The build is in the modules beside
 this one: `episodes.py` (the two workflows stepped as the executor steps them), `transcripts.py`
 (the synthetic episodes), `tokenizer.py`, `warmup.py` (the supervised pass, the report) and
-`evaluation.py` (the held-out figures). Finding the shipped folder imports none of them, nor torch.
+`evaluation.py` (the held-out figures); `recipe.py` holds the name, the recipe and the report they
+share. Finding the shipped folder imports none of them but `recipe.py`, nor torch.
 """
 
 from __future__ import annotations
@@ -21,52 +22,14 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-TINY_MODEL_ID = "builtin:tiny"
+from srpo_dsl.models.recipe import RECIPE, TINY_MODEL_ID, Recipe, WarmupReport
+
 TINY_NAME = "tiny-v1"
 SHIPPED = Path(__file__).with_name(TINY_NAME)  # package data, made by `python -m srpo_dsl.models.build_tiny`
 MARKER = "warmup.json"  # written last: its presence means the folder is complete
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """The model's shape, the warm-up schedule and the size of the held-out report."""
-
-    hidden: int = 128
-    layers: int = 2
-    intermediate: int = 256
-    episodes: int = 16_000  # synthetic team episodes (4 transcripts each)
-    tool_episodes: int = 24_000  # synthetic tool-agent episodes (1-4 transcripts each)
-    steps: int = 1_200
-    batch: int = 128
-    lr: float = 2e-3
-    eval_questions: int = 256
-
-
-RECIPE = Recipe()  # the shipped model's
-
-
-@dataclass(frozen=True)
-class WarmupReport:
-    """What the warm-up did and how good the result is on held-out questions."""
-
-    seed: int
-    parameters: int
-    steps: int
-    batch: int
-    final_loss: float
-    sampled_team_accuracy: float  # temperature 1
-    greedy_team_accuracy: float
-    sampled_solver_accuracy: float
-    greedy_solver_accuracy: float
-    sampled_verifier_accuracy: float  # approve iff both solvers are right
-    greedy_verifier_accuracy: float
-    sampled_tool_accuracy: float  # the tool agent's final answer is right (graded held-out questions)
-    greedy_tool_accuracy: float
-    sampled_tool_call_rate: float  # the tool agent's first turn asks the calculator
-    greedy_tool_call_rate: float
 
 
 def cache_root() -> Path:

@@ -29,7 +29,7 @@ from srpo_dsl.models.episodes import (
     team_prompt,
     templates_dir,
 )
-from srpo_dsl.models.tiny import Recipe
+from srpo_dsl.models.recipe import Recipe
 from srpo_dsl.runtime.parsers import parse_boxed
 from srpo_dsl.runtime.prompts import PromptRenderer
 

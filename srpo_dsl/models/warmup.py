@@ -21,7 +21,7 @@ from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.logprobs import TokenBatch, pack_sequences, token_logprobs
 from srpo_dsl.envs.arith import make_arith_tasks
 from srpo_dsl.models.evaluation import evaluate_team, evaluate_tools
-from srpo_dsl.models.tiny import TINY_MODEL_ID, Recipe, WarmupReport
+from srpo_dsl.models.recipe import TINY_MODEL_ID, Recipe, WarmupReport
 from srpo_dsl.models.tokenizer import train_tokenizer
 from srpo_dsl.models.transcripts import transcript_rows
 from srpo_dsl.progress import progress as lines

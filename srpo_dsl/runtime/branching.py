@@ -1,4 +1,5 @@
-"""Branching rollouts: the alternatives of a `branch` step, the tree of paths they make, and its returns.
+"""Branching rollouts: the alternatives of a `branch` step, the tree of paths they make (`episode.Tree`),
+and its returns.
 
 A branching step samples N alternatives of its event from one pre-action state (one request per member
 per alternative, all in the round's batch: the siblings are one prompt sampled N times). Then either
@@ -19,56 +20,14 @@ R_j as above for joint j, and each agent's sample returns the mean R_j of the jo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.branches import BACKUPS
 from srpo_dsl.lang.declarations import BranchInfo
 from srpo_dsl.lang.graph import EventNode
-from srpo_dsl.runtime.episode import BranchMark, Episode, Event, Joint, Leaf, Member
+from srpo_dsl.runtime.episode import BranchMark, Episode, Event, Leaf, Member, Tree
 from srpo_dsl.runtime.hooks import UserScorer
 from srpo_dsl.seeds import seed_of
-
-
-@dataclass
-class Fork:
-    """Where a path split into a tree branch's alternatives: the child paths, in alternative order."""
-
-    parent: Episode  # the path that split (done from then on)
-    children: list[Episode]
-    taken: list[list[Event]]  # the events each child took: its alternative, or its joint's samples (cross)
-    scores: list[float | None]
-    joints: list[Joint] = field(default_factory=list)  # a cross branch's joints, one per child
-
-
-@dataclass
-class Tree:
-    """The rollout of one sample of one prompt: every path and every event (pruned alternatives too),
-    in the order they were made. Without tree branches it has one path, the episode itself."""
-
-    root: Episode
-    paths: list[Episode] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    forks: dict[str, Fork] = field(default_factory=dict)  # the path that split -> its fork
-    joints: list[Joint] = field(default_factory=list)  # every `branch N cross` joint, in the order made
-
-    @property
-    def done(self) -> bool:
-        return all(p.done for p in self.paths)
-
-    @property
-    def leaves(self) -> list[Episode]:
-        return [p for p in self.paths if p.path not in self.forks]
-
-    def tool_calls(self) -> tuple[int, int]:
-        """(tool calls, failed tool calls) of every path, each counted once (a child path starts with the
-        counts of the path it split from)."""
-        calls = sum(p.tool_calls for p in self.paths)
-        errors = sum(p.tool_errors for p in self.paths)
-        for f in self.forks.values():
-            calls -= len(f.children) * f.parent.tool_calls
-            errors -= len(f.children) * f.parent.tool_errors
-        return calls, errors
 
 
 class BranchScorer:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from srpo_dsl.backends.base import Backend, BackendError
-from srpo_dsl.backends.chat import ChatEncoder
+from srpo_dsl.backends.base import Backend, BackendError, ChatEncoder
 from srpo_dsl.lang.declarations import AgentInfo, PolicyInfo
 from srpo_dsl.runtime.actions import action_of
 from srpo_dsl.runtime.episode import Episode, Member

@@ -1,4 +1,5 @@
-"""One episode's state while the executor runs it: position, memory, loop counters, events."""
+"""One episode's state while the executor runs it: position, memory, loop counters, events; and the tree
+of paths a branching rollout makes (`Tree`: its paths are episodes, and each path holds its tree)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,12 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import ConfigDict
 
 from srpo_dsl.lang.graph import ENV_DONE
 from srpo_dsl.runtime.credit import member_return, role_rounds
-
-if TYPE_CHECKING:
-    from srpo_dsl.runtime.branching import Tree
 
 
 @dataclass(frozen=True)
@@ -409,6 +407,47 @@ class Episode:
             self.cost,
             {name: progress.view() for name, progress in self.envs.items()},
         )
+
+
+@dataclass
+class Fork:
+    """Where a path split into a tree branch's alternatives: the child paths, in alternative order."""
+
+    parent: Episode  # the path that split (done from then on)
+    children: list[Episode]
+    taken: list[list[Event]]  # the events each child took: its alternative, or its joint's samples (cross)
+    scores: list[float | None]
+    joints: list[Joint] = field(default_factory=list)  # a cross branch's joints, one per child
+
+
+@dataclass
+class Tree:
+    """The rollout of one sample of one prompt: every path and every event (pruned alternatives too),
+    in the order they were made. Without tree branches it has one path, the episode itself."""
+
+    root: Episode
+    paths: list[Episode] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    forks: dict[str, Fork] = field(default_factory=dict)  # the path that split -> its fork
+    joints: list[Joint] = field(default_factory=list)  # every `branch N cross` joint, in the order made
+
+    @property
+    def done(self) -> bool:
+        return all(p.done for p in self.paths)
+
+    @property
+    def leaves(self) -> list[Episode]:
+        return [p for p in self.paths if p.path not in self.forks]
+
+    def tool_calls(self) -> tuple[int, int]:
+        """(tool calls, failed tool calls) of every path, each counted once (a child path starts with the
+        counts of the path it split from)."""
+        calls = sum(p.tool_calls for p in self.paths)
+        errors = sum(p.tool_errors for p in self.paths)
+        for f in self.forks.values():
+            calls -= len(f.children) * f.parent.tool_calls
+            errors -= len(f.children) * f.parent.tool_errors
+        return calls, errors
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,6 @@ from srpo_dsl.runtime import crossing
 from srpo_dsl.runtime.actions import allowed, asked, final_answer, finish_state
 from srpo_dsl.runtime.branching import (
     BranchScorer,
-    Fork,
-    Tree,
     alternative_mark,
     close,
     keep_seed,
@@ -44,7 +42,7 @@ from srpo_dsl.runtime.conversations import (
 from srpo_dsl.runtime.credit import rounds_taken, summed_returns
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
-from srpo_dsl.runtime.episode import EnvProgress, Episode, Event, Member
+from srpo_dsl.runtime.episode import EnvProgress, Episode, Event, Fork, Member, Tree
 from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_act_calls, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer

@@ -48,7 +48,7 @@ def rolling_cv(values: np.ndarray, window: int = WINDOW) -> np.ndarray:
     return out
 
 
-def read_dynamics(folder: Path, seed: int) -> RunDynamics:
+def read_run_dynamics(folder: Path, seed: int) -> RunDynamics:
     rows = read_jsonl(folder / METRICS)
     head, tail = EVENT_CLIP
     keys = {k for r in rows for k in r if k.startswith(head) and k.endswith(tail)}
@@ -67,7 +67,7 @@ def collect_dynamics(folder: Path, state: SweepState) -> dict[str, list[RunDynam
     for key, run in state.runs.items():
         name, _, seed = key.rpartition("/seed-")
         if run.status == "done" and name in out:
-            out[name].append(read_dynamics(run_dir(folder, name, int(seed)), int(seed)))
+            out[name].append(read_run_dynamics(run_dir(folder, name, int(seed)), int(seed)))
     return {name: sorted(runs, key=lambda r: r.seed) for name, runs in out.items()}
 
 

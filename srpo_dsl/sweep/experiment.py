@@ -4,7 +4,7 @@
     baseline = "sqrt"                  # a cell's name: every other cell is compared with it
     [eval]                             # the same held-out evaluation for every cell
     k = 4                              # eval_k; also size (eval_size), every (eval_every),
-    datasets = ["../data/a.jsonl"]     # and data files in place of each task's eval split
+    datasets = ["../data/math_sample.jsonl"]  # and data files in place of each task's eval split
     [train]                            # overrides of every cell (`train with (...)` names)
     steps = 100
     [[cell]]                           # one cell, named

@@ -12,7 +12,7 @@ from typing import Any
 from srpo_dsl.io import write_atomic
 from srpo_dsl.sweep.dynamics import CLIP, WINDOW, RunDynamics, cell_summary, collect_dynamics
 from srpo_dsl.sweep.results import METRICS, PAIRED, SCHEME, CellResult, collect, to_json, without_nan
-from srpo_dsl.sweep.state import SweepState, read_state
+from srpo_dsl.sweep.state import SweepState, read_sweep_state
 from srpo_dsl.sweep.stats import LEVEL, REPLICATES, Difference, Spread
 
 OUTPUTS = ("results.md", "results.csv", "results.json", "curves.png", "dynamics.png")
@@ -20,7 +20,7 @@ OUTPUTS = ("results.md", "results.csv", "results.json", "curves.png", "dynamics.
 
 def write_report(folder: Path) -> list[Path]:
     """Collect the sweep in `folder` and write its result files; ValueError (one line) if it cannot."""
-    state = read_state(folder)
+    state = read_sweep_state(folder)
     cells = collect(folder, state)
     dynamics = collect_dynamics(folder, state)
     data = to_json(cells, state)

@@ -75,7 +75,7 @@ def plan_of(exp: Experiment) -> dict[str, Any]:
     }
 
 
-def read_state(folder: Path) -> SweepState:
+def read_sweep_state(folder: Path) -> SweepState:
     """The state of the sweep in `folder`; ValueError (one line) when there is none."""
     path = folder / STATE
     try:
@@ -94,7 +94,7 @@ def read_state(folder: Path) -> SweepState:
 def open_state(folder: Path, exp: Experiment) -> SweepState:
     """The state to run `exp` in `folder`: new, or the earlier one when its cells kept their settings."""
     plan = plan_of(exp)
-    state = read_state(folder) if (folder / STATE).is_file() else SweepState(plan)
+    state = read_sweep_state(folder) if (folder / STATE).is_file() else SweepState(plan)
     before = {c["name"]: c for c in state.plan["cells"]}
     changed = [c["name"] for c in plan["cells"] if c["name"] in before and before[c["name"]] != c]
     if changed or any(state.plan[k] != plan[k] for k in ("evaluation", "datasets")):

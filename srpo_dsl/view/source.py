@@ -52,7 +52,7 @@ def load_source(path: Path, workflow: Path | None = None) -> Source:
             f"showing the {len(partial.episodes)} complete episodes before it"
         )
     folder = traces.parent
-    config = run_config(folder, notes)
+    config = config_or_note(folder, notes)
     try:
         metrics, evals = read_jsonl(folder / METRICS, notes), read_jsonl(folder / EVAL, notes)
     except RunError as exc:
@@ -61,7 +61,7 @@ def load_source(path: Path, workflow: Path | None = None) -> Source:
     return Source(traces, partial.episodes, graph, config, metrics, evals, notes)
 
 
-def run_config(folder: Path, notes: list[str]) -> dict[str, Any] | None:
+def config_or_note(folder: Path, notes: list[str]) -> dict[str, Any] | None:
     """The run's config.json, or None (with a note when it is there but unreadable)."""
     try:
         return read_config(folder)

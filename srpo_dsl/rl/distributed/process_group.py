@@ -65,7 +65,7 @@ def free_port() -> int:
 def init_distributed(device: str, store: Any = None, trainers: int | None = None) -> Dist:
     """Join (or, alone, create) the process group, destroyed at exit (`destroy_distributed`); call before
     anything imports deepspeed. With rollout workers in the launch, the group is the `trainers` first
-    ranks only, rendezvousing on the launcher's `store` (`rollout_link.join_launch`); alone, the group
+    ranks only, rendezvousing on the launcher's `store` (`rl.transport.link.join_launch`); alone, the group
     of one rendezvouses on an in-memory store."""
     if device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"

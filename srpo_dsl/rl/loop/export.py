@@ -68,7 +68,7 @@ def plan_export(run: Path, step: int | None = None) -> ExportPlan:
     """Check that `run` has the checkpoint (default: the latest) and that it matches the run's config;
     reads no weights."""
     checkpoint = find_checkpoint(run, step)
-    config = read_config(checkpoint)
+    config = checkpoint_config(checkpoint)
     try:
         models, layout = dict(config["models"]), dict(config["adapters"] or {})
         zero = int(config["ds_config"]["zero_optimization"]["stage"])
@@ -119,7 +119,7 @@ def find_checkpoint(run: Path, step: int | None) -> Path:
     return folder
 
 
-def read_config(checkpoint: Path) -> Mapping[str, Any]:
+def checkpoint_config(checkpoint: Path) -> Mapping[str, Any]:
     """The run config the checkpoint was written with."""
     try:
         return read_state(checkpoint)["config"]
@@ -181,7 +181,7 @@ def read_weights(folder: Path, zero: int) -> dict[str, torch.Tensor]:
     return {k: v.float() if v.is_floating_point() else v for k, v in saved_module(folder, zero).items()}
 
 
-def load_model(path: str) -> torch.nn.Module:
+def load_fp32_model(path: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -205,7 +205,7 @@ def load_strict(module: torch.nn.Module, state: Mapping[str, torch.Tensor], wher
 
 def export_engine(engine: EngineExport, zero: int, folders: Mapping[str, Path]) -> None:
     """Write each of the engine's policies into `folders[policy]` (an existing, empty folder)."""
-    module = load_model(engine.model)
+    module = load_fp32_model(engine.model)
     if engine.adapters is not None:
         module = with_adapters(module, engine.adapters)
     weights = read_weights(engine.folder, zero)
@@ -239,7 +239,7 @@ def merged(model_path: str, adapter: Path) -> torch.nn.Module:
     """The base at `model_path` with the adapter saved at `adapter` merged into its weights."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(load_model(model_path), str(adapter)).merge_and_unload()
+    return PeftModel.from_pretrained(load_fp32_model(model_path), str(adapter)).merge_and_unload()
 
 
 def save_model(model: Any, tokenizer_path: str, folder: Path) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 from srpo_dsl.arguments import checked
 from srpo_dsl.io import writing
 from srpo_dsl.rl.loop.figures import EVAL_PANEL, SMOOTHING, figure, panels
-from srpo_dsl.rl.loop.runlog import Dynamics
+from srpo_dsl.rl.loop.runlog import PLOTS, Dynamics, read_dynamics
 
-__all__ = ["EVAL_PANEL", "SMOOTHING", "pyplot", "save", "write_plots"]
+__all__ = ["EVAL_PANEL", "SMOOTHING", "pyplot", "run_plots", "save", "write_plots"]
 
 
 def pyplot() -> Any:
@@ -35,6 +35,11 @@ def write_plots(dynamics: Dynamics, folder: Path, smoothing: float = SMOOTHING) 
     written = [save(figure([panel], smoothing), folder / f"{panel.name}.png") for panel in shown]
     written.append(save(figure(shown, smoothing), folder / "training_dynamics.png"))
     return written
+
+
+def run_plots(run: Path) -> list[Path]:
+    """A run folder's PNGs in RUN/plots, as its trackers that keep files get them at the end of the run."""
+    return write_plots(read_dynamics(run), run / PLOTS)
 
 
 def save(fig: Any, path: Path) -> Path:

@@ -26,6 +26,7 @@ from srpo_dsl.rl.loop.checkpoint import (
 from srpo_dsl.rl.loop.decode_caches import cap_caches
 from srpo_dsl.rl.loop.heldout import HELDOUT, EvalSet
 from srpo_dsl.rl.loop.plan import TrainError, TrainPlan
+from srpo_dsl.rl.loop.plots import run_plots
 from srpo_dsl.rl.loop.role_metrics import MetricKeys
 from srpo_dsl.rl.loop.runlog import RunLog
 from srpo_dsl.rl.loop.update import Temperatures
@@ -107,7 +108,7 @@ def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
     backends = {n: p.backend for n, p in policies.items()}
     executor = Executor(wf.graph, backends, wf.renderer(), build_tools(wf), opts)
     start = restore(found, state, policies, dist) if state is not None else 0
-    log = RunLog(out, config, start, wf.graph, opts.trackers) if dist.rank == 0 else None
+    log = RunLog(out, config, start, wf.graph, opts.trackers, run_plots) if dist.rank == 0 else None
     feed = Feed(link, opts, policies, dist.device) if link else None
     if feed is not None:  # the workers start from the weights trained so far, and the batches received
         feed.begin(policies, start, read_rank_state(found, "batches", dist.rank, []) if state else [])

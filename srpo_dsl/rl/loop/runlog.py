@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,10 +75,18 @@ def write_graph(out: Path, graph: EventGraph) -> None:
 
 class RunLog:
     """Appends one row per step (and per evaluation), and reports each to the run's trackers (`report_to`);
-    a resumed run first drops rows after its checkpoint."""
+    a resumed run first drops rows after its checkpoint. `plots` draws a run folder's PNGs and returns
+    them (`plots.run_plots`; given by the loop, which is above this module): at the end of a run whose
+    trackers keep files."""
 
     def __init__(
-        self, out: Path, config: Mapping[str, Any], start: int, graph: EventGraph, trackers: Sequence[str]
+        self,
+        out: Path,
+        config: Mapping[str, Any],
+        start: int,
+        graph: EventGraph,
+        trackers: Sequence[str],
+        plots: Callable[[Path], list[Path]] | None = None,
     ):
         with writing(out):
             out.mkdir(parents=True, exist_ok=True)
@@ -87,6 +95,7 @@ class RunLog:
         for name in (METRICS, EVAL, EVAL_PROMPTS):
             truncate_jsonl(out / name, start if start else -1)
         self.out = out
+        self.plots = plots
         self.graph_hash = graph.hash
         self.all_invalid = AllInvalidWarning()
         name, experiment = run_identity(out, graph.name)
@@ -119,11 +128,9 @@ class RunLog:
 
     def close(self) -> None:
         """The run is done: the trackers that keep files get `srpo-dsl plot`'s PNGs (OUT/plots), then end."""
-        if self.trackers.keep_files:
-            from srpo_dsl.rl.loop.plots import write_plots
-
+        if self.trackers.keep_files and self.plots is not None:
             try:
-                plots = write_plots(read_dynamics(self.out), self.out / PLOTS)
+                plots = self.plots(self.out)
             except (RunError, OSError, ValueError) as exc:
                 warn(f"the plots for the trackers were not drawn: {problem_of(exc)}")
             else:

@@ -19,7 +19,7 @@ those reached exactly the same state (at an episode's first decision, all G roll
 same step in G rollouts" whatever their states (docs/objective.md, "Branching rollouts"); rows of
 events that are no alternative have sibling None and group as above.
 
-Each objective names its estimator when it is registered (objectives.py), so nothing here
+Each objective names its estimator when it is registered (losses.py), so nothing here
 or in the rows branches on an objective's name. The estimators are the entries of
 `srpo_dsl.registries.ADVANTAGE_ESTIMATORS`; `register_advantage_estimator` adds one, and a
 workflow may name a user's function instead (`train with (advantage = "file.py:function")`,

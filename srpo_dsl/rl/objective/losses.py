@@ -1,6 +1,6 @@
 """The policy losses: SRPO and the paper's baselines behind one call signature.
 
-An objective is its per-unit terms (`terms(batch, config) -> PolicyTerms`, objective.py), the
+An objective is its per-unit terms (`terms(batch, config) -> PolicyTerms`, setwise.py), the
 aggregation that turns them into J over the GLOBAL count of the unit (aggregation.py), and the
 advantage estimator it trains on (advantages.py):
 

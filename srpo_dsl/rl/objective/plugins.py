@@ -1,12 +1,12 @@
 """The objective a run trains with, and the user's Python it may name for its parts.
 
 `train with (objective = "file.py:function", aggregation = ..., advantage = ...)`: the objective is a
-registered name (objectives.py) or a user's terms function, the advantage estimator a registered
+registered name (losses.py) or a user's terms function, the advantage estimator a registered
 name or a user's estimator (files relative to the workflow's folder). `validate` checks the
 references with `ast` (lang/pycode.py); `train` imports them here, once, and checks what they
 return, so a wrong return is one line naming the user's file:line:
 
-    objective(batch: PolicyBatch, config: LossConfig) -> PolicyTerms     (objective.py)
+    objective(batch: PolicyBatch, config: LossConfig) -> PolicyTerms     (setwise.py)
     advantage(inputs: AdvantageInputs, eps: float) -> [N] float Tensor   (advantages.py)
 """
 
