@@ -16,9 +16,9 @@ from srpo_dsl.runtime.parsers import Parsed, parse_act, parse_output
 from srpo_dsl.runtime.setup import load_workflow, task_data
 from srpo_dsl.runtime.traces import read_traces, to_trace, write_traces
 from srpo_dsl.runtime.usercode import UserCodeError
-from tests.clitools import cli
-from tests.retrieval_server import RetrievalServer
-from tests.viewtools import page_json
+from tests.support.clitools import cli
+from tests.support.retrieval_server import RetrievalServer
+from tests.support.viewtools import page_json
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTS = ("search", "answer")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_training import (  # noqa: F401  (`one_thread`: test_training's fixture, one torch thread)
+
+from tests.support.training import (  # noqa: F401  (`one_thread`: test_training's fixture, one torch thread)
     SGD,
     TEMPERATURES,
     assert_close,
@@ -223,7 +224,7 @@ def test_the_graph_names_each_policys_adapter(base, tmp_path):
 
 
 def test_compile_reports_roles_and_parameter_counts(base, tmp_path):
-    from clitools import cli
+    from tests.support.clitools import cli
 
     (tmp_path / "p.j2").write_text("{{ task.question }}")
     (tmp_path / "w.srpo").write_text(WORKFLOW.format(base=base))

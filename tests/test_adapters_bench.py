@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.lang import analyze
-from tests import clitools
+from tests.support import clitools
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "adapters_bench.py"

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang.analysis import analyze
@@ -23,6 +22,7 @@ from srpo_dsl.runtime.parsers import Parsed, parse_act_calls
 from srpo_dsl.runtime.prompts import PromptRenderer
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import read_traces, to_trace, write_traces
+from tests.support.clitools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = """workflow t

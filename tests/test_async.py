@@ -38,7 +38,7 @@ from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
-from tests.clitools import ROOT, cli
+from tests.support.clitools import ROOT, cli
 
 QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
 SMALL = [

@@ -5,7 +5,8 @@ whose optimizer DeepSpeed does not build."""
 import json
 
 import pytest
-from clitools import cli
+
+from tests.support.clitools import cli
 
 WORKFLOW = (
     "workflow w\n"

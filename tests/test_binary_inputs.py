@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from clitools import cli
 
 from srpo_dsl.backends.base import BackendError
 from srpo_dsl.backends.scripted import ScriptedBackend
@@ -15,6 +14,7 @@ from srpo_dsl.envs.data import load_tasks
 from srpo_dsl.envs.retrieval import RetrieverError, read_corpus
 from srpo_dsl.runtime.traces import TraceError, read_traces
 from srpo_dsl.sweep.experiment import ExperimentError, load_experiment
+from tests.support.clitools import cli
 
 GOOD = b'{"question": "1+1", "answer": "2"}\n'
 

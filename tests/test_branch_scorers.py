@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from clitools import cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.runtime.episode import EpisodeView
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.support.clitools import cli
 
 TASK = {"id": "q", "question": "3+4", "answer": "7"}
 SCRIPT = {"planner": ["\\boxed{7}"], "solver": ["\\boxed{12}", "\\boxed{7}"]}

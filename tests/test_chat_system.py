@@ -104,7 +104,7 @@ def test_the_formatter_keeps_the_system_clause(tmp_path):
 def test_run_refuses_a_system_message_without_a_chat_template_in_one_line(tmp_path):
     """`srpo-dsl run` with the scripted engine and no tokenizer for the policy (bytes: no chat template):
     one line naming the agent, exit 2, no run folder."""
-    from tests.clitools import cli
+    from tests.support.clitools import cli
 
     path = _workflow(tmp_path, str(tmp_path / "not-here"))
     (tmp_path / "replies.json").write_text(json.dumps({"solver": ["\\boxed{4}"]}))

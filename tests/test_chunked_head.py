@@ -13,7 +13,8 @@ import re
 from contextlib import nullcontext
 
 import pytest
-from test_training import (  # noqa: F401  (`one_thread`: test_training's fixture, one torch thread)
+
+from tests.support.training import (  # noqa: F401  (`one_thread`: test_training's fixture, one torch thread)
     CONVERSATION_TEMPERATURES,
     TEMPERATURES,
     assert_close,
@@ -224,11 +225,6 @@ def test_the_head_is_swapped_only_where_it_qualifies():
     gemma = Gemma2ForCausalLM(Gemma2Config(**SHAPE))
     with output_head(gemma) as swapped:
         assert swapped is None and isinstance(gemma.lm_head, torch.nn.Linear)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return make_models(tmp_path_factory.mktemp("models"))
 
 
 def updated(models, dist, tmp_path, objective: str, options: dict, chunked: bool):

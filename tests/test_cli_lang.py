@@ -6,12 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import ROOT, cli
-from lang_cases import BASE
 
 from srpo_dsl.cli.lang_cmds import Emit
 from srpo_dsl.cli.main import main
 from srpo_dsl.lang.graph_formats import FORMATS
+from tests.support.clitools import ROOT, cli
+from tests.support.lang_cases import BASE
 
 WORKFLOWS = ROOT / "workflows"
 

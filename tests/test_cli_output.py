@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 import typer
-from clitools import ROOT
 
 from srpo_dsl import console
 from srpo_dsl.cli.main import COMMANDS, app, main
 from srpo_dsl.progress import SECONDS_ENV, progress
+from tests.support.clitools import ROOT
 
 SCRIPT = {
     "solver": ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}"],

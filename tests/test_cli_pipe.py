@@ -13,10 +13,10 @@ import pytest
 
 from srpo_dsl.api.runs import Run
 from srpo_dsl.cli.main import COMMANDS
-from tests.clitools import ROOT
-from tests.lsptools import TYPO
+from tests.support.clitools import ROOT
+from tests.support.lsptools import TYPO
+from tests.support.training import train_env
 from tests.test_cli_train import TEAM
-from tests.test_training import _env
 
 QUIET_ENDS = (0, 141)
 
@@ -101,7 +101,7 @@ def test_a_training_run_whose_stdout_closed_keeps_its_checkpoint(
     (tmp_path / "team.srpo").write_text(TEAM)
     out = tmp_path / "run"
     args = ["train", str(tmp_path / "team.srpo"), "--model", str(tiny_random_model), "--device", "cpu"]
-    code, err = closed_early([*args, "--out", str(out), *verbose], read=0, env=_env())
+    code, err = closed_early([*args, "--out", str(out), *verbose], read=0, env=train_env())
     assert code in QUIET_ENDS and "error" not in err and "Traceback" not in err, (code, err[-3000:])
     assert [c.name for c in Run(out, []).checkpoints] == ["step-1"]
     assert not [p for p in out.rglob("*") if ".tmp" in p.name], "a file or folder left half written"

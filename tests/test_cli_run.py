@@ -7,9 +7,9 @@ import os
 
 import pytest
 import torch
-from clitools import ROOT, cli
 
 from srpo_dsl.backends.base import NOT_DOWNLOADED
+from tests.support.clitools import ROOT, cli
 
 SCRIPT = {
     "solver": ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}"],

@@ -30,8 +30,8 @@ from srpo_dsl.cli.train_cmds import (
 )
 from srpo_dsl.errors import SrpoDslError
 from srpo_dsl.rl.loop.runlog import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
-from tests.clitools import cli
-from tests.test_training import _env
+from tests.support.clitools import cli
+from tests.support.training import train_env
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_ROWS = [  # first and last rows make the summary; the middle one must not
@@ -265,7 +265,13 @@ def test_option_pairs_are_parsed_and_checked_by_the_trainer(tmp_path):
     with pytest.raises(CliError, match="--option clip: expected NAME=VALUE"):
         parse_options(["clip"])
     result = cli(
-        "train", "workflows/quickstart.srpo", "--out", tmp_path / "r", "--option", "clipp=0.1", env=_env()
+        "train",
+        "workflows/quickstart.srpo",
+        "--out",
+        tmp_path / "r",
+        "--option",
+        "clipp=0.1",
+        env=train_env(),
     )
     assert result.returncode == 2 and result.stderr.strip() == (
         "error: --option clipp=0.1: no training option `clipp` (did you mean `clip`?)"
@@ -276,7 +282,7 @@ def test_option_pairs_are_parsed_and_checked_by_the_trainer(tmp_path):
 @pytest.mark.parametrize("args", [["--lr", "inf"], ["--option", "lr=nan"], ["--option", "clip=inf"]])
 def test_a_non_finite_option_is_refused_before_anything_is_written(tmp_path, args):
     # `--lr inf` trained on to `grad norm nan` and exported NaN weights with exit 0 (issue 38).
-    result = cli("train", "workflows/quickstart.srpo", "--out", tmp_path / "r", *args, env=_env())
+    result = cli("train", "workflows/quickstart.srpo", "--out", tmp_path / "r", *args, env=train_env())
     name = args[1].split("=")[0] if args[0] == "--option" else "lr"
     assert result.returncode != 0 and result.stderr.strip() == (
         f"error: training option `{name}`: Input should be a finite number"

@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from lang_cases import BASE
 from transformers import AutoTokenizer
 
 from srpo_dsl.api import load
@@ -14,6 +13,7 @@ from srpo_dsl.backends.base import BackendError
 from srpo_dsl.backends.chat import TokenizerChat, encode_prompts, template_pieces
 from srpo_dsl.lang import analyze
 from srpo_dsl.models.tiny import SHIPPED
+from tests.support.lang_cases import BASE
 
 ROOT = Path(__file__).resolve().parents[1]
 CHATML = (
@@ -145,7 +145,7 @@ def test_the_multiturn_bench_scores_a_conversation_once_with_the_same_update(tmp
     turns, prefix caching prefills less, and both scorings give one update (loss, gradient norm)."""
     import argparse
 
-    from tests.clitools import load_bench
+    from tests.support.clitools import load_bench
 
     bench = load_bench("multiturn_bench")
     args = argparse.Namespace(turns=[2, 4], prompts=2, group=2, repeats=1, device="cpu", budget=4096)
@@ -215,7 +215,7 @@ def test_the_hf_engine_keeps_a_conversations_kv_between_its_turns(tiny_tokenizer
 
 def test_a_model_whose_template_rewrites_turns_stops_a_conversation_run_in_one_line(tmp_path):
     """`srpo-dsl run` of a conversation agent on such a model: one line naming the cause, exit 2, no folder."""
-    from tests.clitools import cli
+    from tests.support.clitools import cli
 
     model = tmp_path / "model"
     shutil.copytree(SHIPPED, model)

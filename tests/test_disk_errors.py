@@ -7,8 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clitools import cli
-from test_training import _env
+
+from tests.support.clitools import cli
+from tests.support.training import train_env
 
 WORKFLOW = (
     "workflow w\n"
@@ -94,11 +95,11 @@ def test_train_on_a_read_only_or_full_disk(disks, workflow):
     """A full disk fails the first checkpoint (the tiny model's 3 MB): its temporary folder is removed, and
     so is the fresh run's folder (nothing to resume from)."""
     ro, full = disks
-    refused = cli("train", workflow, "--device", "cpu", "--out", ro / "t", env=_env())
+    refused = cli("train", workflow, "--device", "cpu", "--out", ro / "t", env=train_env())
     assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == (
         f"error: cannot write {ro / 't'}: Read-only file system"
     ), refused.stderr
-    filled = cli("train", workflow, "--device", "cpu", "--out", full / "t", env=_env())
+    filled = cli("train", workflow, "--device", "cpu", "--out", full / "t", env=train_env())
     assert filled.returncode == 2 and filled.stderr.splitlines()[-1].endswith(
         f"error: cannot write {full / 't' / 'checkpoints' / 'step-1'}: No space left on device"
     ), filled.stderr

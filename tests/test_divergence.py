@@ -14,9 +14,9 @@ import pytest
 import torch
 from test_async import metrics
 
-from tests.clitools import ROOT
+from tests.support.clitools import ROOT
+from tests.support.training import TEMPERATURES, build, make_episodes, parameters
 from tests.test_objective_plugins import SRPO_AGAIN
-from tests.test_training import TEMPERATURES, build, make_episodes, make_models, parameters
 
 NAN_AT_STEP_2 = (
     SRPO_AGAIN
@@ -55,11 +55,6 @@ def nan_grad(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
     return dataclasses.replace(terms, values=terms.values + torch.where(x > 0, x.sqrt(), 0.0))
 '''
 )
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple[Path, Path]:
-    return make_models(tmp_path_factory.mktemp("models"))
 
 
 @pytest.mark.slow

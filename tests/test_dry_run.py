@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.rl.loop.plan import read_ds_config
-from tests.clitools import ROOT, cli
+from tests.support.clitools import ROOT, cli
 from tests.test_async import QUICKSTART, env_threads
 from tests.test_readme_tour import Shown, indented_blocks, trimmed
 

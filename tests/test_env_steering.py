@@ -8,7 +8,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from clitools import cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
@@ -17,6 +16,7 @@ from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import SCHEMA, read_traces
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.support.clitools import cli
 
 USER = """
 def load(split, n=1):

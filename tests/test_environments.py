@@ -6,7 +6,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from clitools import ROOT, cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
@@ -15,6 +14,7 @@ from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import EnvSummary, read_traces, to_trace, write_traces
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.support.clitools import ROOT, cli
 
 USER = """
 def load(split, n=2):

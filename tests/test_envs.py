@@ -16,7 +16,7 @@ from srpo_dsl.envs.math import math_equiv
 from srpo_dsl.envs.retrieval import Bm25Retriever, Document, HttpRetriever, RetrieverError, make_retriever
 from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.runtime.parsers import last_boxed
-from tests.retrieval_server import RetrievalServer
+from tests.support.retrieval_server import RetrievalServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"

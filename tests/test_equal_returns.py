@@ -295,18 +295,11 @@ def test_a_team_whose_every_episode_scored_the_same_gets_no_advantage(objective:
 # --- the update: a team whose every episode scored -0.4 moves no weight -----------------------
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple:
-    from tests.test_training import make_models
-
-    return make_models(tmp_path_factory.mktemp("models"))
-
-
 @pytest.mark.parametrize("objective", sorted(OBJECTIVES))
 def test_an_update_on_equal_returns_has_zero_loss_and_gradient(models, dist, objective: str) -> None:
     """The issue's run: loss -0.056, grad norm 0.15-0.36 and moved weights, from rounding alone."""
     from srpo_dsl.rl.loop.update import update
-    from tests.test_training import TEMPERATURES, build, make_episodes, parameters
+    from tests.support.training import TEMPERATURES, build, make_episodes, parameters
 
     episodes = make_episodes(mixed=True, group=8)  # eight rollouts per prompt, as in the issue
     for ep in episodes:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import cli
 
 from srpo_dsl.cli.main import main
 from srpo_dsl.models.specs import resolve_model_spec
+from tests.support.clitools import cli
 
 CODE = """
 def length(answer, row):

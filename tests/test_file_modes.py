@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clitools import ROOT, cli
 
 from srpo_dsl.io import write_atomic
 from srpo_dsl.outputs import staged_output
+from tests.support.clitools import ROOT, cli
 
 
 def mode(path: Path) -> int:

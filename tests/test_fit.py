@@ -72,7 +72,7 @@ def test_needed_bytes_per_kind_of_policy(tmp_path, backend):
 
     from srpo_dsl.rl.engines.fit import needed_bytes, parameter_count
     from srpo_dsl.runtime.setup import load_workflow
-    from tests.test_training import make_models
+    from tests.support.training import make_models
 
     model = make_models(tmp_path)[0]
     (tmp_path / "p.j2").write_text("{{ task.question }}")
@@ -98,7 +98,7 @@ def test_kl_adds_a_reference_copy_per_trained_model(tmp_path, zero, world, backe
     unsplit at every stage; a base hosting adapters scores the reference itself (no copy); frozen: none."""
     from srpo_dsl.rl.engines.fit import needed_bytes, parameter_count
     from srpo_dsl.runtime.setup import load_workflow
-    from tests.test_training import make_models
+    from tests.support.training import make_models
 
     model = make_models(tmp_path)[0]
     (tmp_path / "p.j2").write_text("{{ task.question }}")
@@ -140,7 +140,7 @@ def test_the_trainer_checks_memory_with_the_reference_when_kl_is_on(tmp_path, mo
     from srpo_dsl.rl.engines import fit
     from srpo_dsl.rl.loop.plan import plan_file
     from srpo_dsl.rl.loop.trainer import TrainError, train
-    from tests.test_training import make_models, write_team
+    from tests.support.training import make_models, write_team
 
     seen = []
     monkeypatch.setattr(
@@ -171,7 +171,7 @@ def test_a_token_budget_counts_the_activations_of_a_micro_batch(tmp_path):
 
     from srpo_dsl.rl.engines.fit import ACTIVATIONS, ModelShape, needed_bytes
     from srpo_dsl.runtime.setup import load_workflow
-    from tests.test_training import make_models
+    from tests.support.training import make_models
 
     model = make_models(tmp_path)[0]
     config = AutoConfig.from_pretrained(model)

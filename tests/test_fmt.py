@@ -6,10 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from clitools import ROOT, cli
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from lang_cases import BASE
 from test_lang_fuzz import mutated_workflow
 
 from srpo_dsl.lang import analyze
@@ -19,6 +17,8 @@ from srpo_dsl.lang.layout import COMMENT
 from srpo_dsl.lang.messages import BOM, SrpoError
 from srpo_dsl.lang.parser import parse
 from srpo_dsl.lang.width import display_width
+from tests.support.clitools import ROOT, cli
+from tests.support.lang_cases import BASE
 
 WORKFLOWS = ROOT / "workflows"
 SHIPPED = sorted(WORKFLOWS.rglob("*.srpo"))

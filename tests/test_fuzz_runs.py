@@ -14,7 +14,7 @@ from srpo_dsl.cli.main import outcome
 from srpo_dsl.rl.loop.runlog import RunError
 from srpo_dsl.sweep.dynamics import read_dynamics
 from srpo_dsl.sweep.results import read_run
-from tests.fuzzing import RUN, RUN_FILES, RUN_OPS, Case, cases, corrupt_run, shrink
+from tests.support.fuzzing import RUN, RUN_FILES, RUN_OPS, Case, cases, corrupt_run, shrink
 
 CASES = cases(RUN_FILES, RUN_OPS, default=60)
 

@@ -10,8 +10,8 @@ from srpo_dsl.cli.main import outcome
 from srpo_dsl.lang.analysis import analyze
 from srpo_dsl.lang.format import format_source
 from srpo_dsl.lang.messages import SrpoError
-from tests.clitools import cli
-from tests.fuzzing import WORKFLOW_OPS, WORKFLOWS, Case, cases, mutate_workflow, shrink
+from tests.support.clitools import cli
+from tests.support.fuzzing import WORKFLOW_OPS, WORKFLOWS, Case, cases, mutate_workflow, shrink
 
 CASES = cases(WORKFLOWS, WORKFLOW_OPS, default=100)
 SAMPLE = CASES[:: max(1, len(CASES) // 6)]  # the command line and the server: a few

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from tests import clitools
-from tests.clitools import ROOT
-from tests.test_training import _env
+from tests.support import clitools
+from tests.support.clitools import ROOT
+from tests.support.training import train_env
 
 SCRIPT = ROOT / "bench" / "gpu_bench.py"
 
@@ -206,7 +206,7 @@ def test_with_no_time_every_part_records_and_prints_its_skipped_cases(tmp_path):
     out = tmp_path / "gpu.jsonl"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--cpu", "--budget-s", "0", "--zero", "0,3", "--json", out],
-        capture_output=True, text=True, timeout=300, env=_env(),
+        capture_output=True, text=True, timeout=300, env=train_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     found = cases(out)
@@ -232,7 +232,9 @@ def test_a_run_killed_mid_way_keeps_every_finished_record_and_row(tmp_path):
     out = tmp_path / "gpu.jsonl"
     cmd = [sys.executable, str(SCRIPT), "--cpu", "--parts", "rollout,update,long", "--generators", "hf_static,generate",
            "--steps", "1000", "--batch", "2", "--tokens", "4", "--json", str(out)]  # fmt: skip
-    env = _env() | {"TMPDIR": str(tmp_path)}  # the run's scratch folder, so that its processes can be found
+    env = train_env() | {
+        "TMPDIR": str(tmp_path)
+    }  # the run's scratch folder, so that its processes can be found
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 300

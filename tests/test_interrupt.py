@@ -12,7 +12,8 @@ from pathlib import Path
 from subprocess import PIPE
 
 import pytest
-from clitools import ROOT
+
+from tests.support.clitools import ROOT
 
 SMALL = ["--steps", "40", "--batch", "4", "--group", "2", "--option", "eval_every=100"]
 SMALL += ["--option", "eval_size=4", "--option", "save_every=1"]

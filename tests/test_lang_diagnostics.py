@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
-from lang_cases import BASE, MUTATIONS, TEMPLATES, mutate
 
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.messages import render_github, render_pretty
+from tests.support.lang_cases import BASE, MUTATIONS, TEMPLATES, mutate
 
 GOLDEN = [
     ("E001", 13, 10, "unexpected `3` (expected a name)"),

@@ -2,7 +2,6 @@
 byte-order mark, and where recovery resumes."""
 
 import pytest
-from lang_cases import BASE
 from lark import Lark
 
 from srpo_dsl.lang import analyze
@@ -10,6 +9,7 @@ from srpo_dsl.lang.grammar import grammar_text, lark_parser, statements
 from srpo_dsl.lang.lexer import ScanLexer
 from srpo_dsl.lang.messages import BOM, render_pretty
 from srpo_dsl.lang.parser import _Build, parse
+from tests.support.lang_cases import BASE
 
 
 def _fast_parser(grammar: str) -> Lark:

@@ -5,7 +5,6 @@ import time
 from pathlib import Path
 
 import pytest
-from lang_cases import BASE
 from lsprotocol.types import Position
 
 from srpo_dsl.lang import analyze, templates
@@ -14,6 +13,7 @@ from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.view import View
 from srpo_dsl.runtime.prompts import PromptError, PromptRenderer
+from tests.support.lang_cases import BASE
 
 CONTEXT = {
     "task": {"question": "17+25"},

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from srpo_dsl.lang.format import format_source
 from srpo_dsl.lang.schema import SAMPLING_DEFAULTS, AgentOptions, TrainOptions
-from tests.clitools import ROOT, load_bench
-from tests.lsptools import as_lsp, published, validate_json
+from tests.support.clitools import ROOT, load_bench
+from tests.support.lsptools import as_lsp, published, validate_json
 
-LspClient = load_bench("lsp_bench").LspClient
+LspClient = load_bench("lsp_client").LspClient
 
 WORKFLOWS = ROOT / "workflows"
 TYPO = ("parallel solver by router", "parallel solvers by router")

@@ -13,9 +13,9 @@ from lsprotocol.types import METHOD_TO_TYPES
 
 from srpo_dsl.lsp.protocol import INVALID_PARAMS
 from srpo_dsl.lsp.server import server
-from tests.clitools import ROOT, load_bench
+from tests.support.clitools import ROOT, load_bench
 
-LspClient = load_bench("lsp_bench").LspClient
+LspClient = load_bench("lsp_client").LspClient
 QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
 TIMEOUT = 10.0
 

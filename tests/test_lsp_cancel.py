@@ -16,9 +16,9 @@ import pytest
 
 from srpo_dsl.lsp import server
 from srpo_dsl.lsp.chunked import CHUNK, collect
-from tests.clitools import ROOT, load_bench
+from tests.support.clitools import ROOT, load_bench
 
-LspClient = load_bench("lsp_bench").LspClient
+LspClient = load_bench("lsp_client").LspClient
 scale = load_bench("lsp_scale")
 CANCELLED = -32800
 LONG = ("textDocument/codeLens", "textDocument/semanticTokens/full")

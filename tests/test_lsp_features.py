@@ -10,9 +10,9 @@ import sys
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.lang.steps import step_keywords
 from srpo_dsl.registries import CONTRACTS, OBJECTIVES
-from tests.clitools import ROOT, load_bench
+from tests.support.clitools import ROOT, load_bench
 
-LspClient = load_bench("lsp_bench").LspClient
+LspClient = load_bench("lsp_client").LspClient
 
 WORKFLOWS = ROOT / "workflows"
 STEPS = {*step_keywords(), "call", "step", "repeat", "if", "break"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.clitools import ROOT, load_bench
-from tests.lsptools import editor_files
+from tests.support.clitools import ROOT, load_bench
+from tests.support.lsptools import editor_files
 
-LspClient = load_bench("lsp_bench").LspClient
+LspClient = load_bench("lsp_client").LspClient
 
 
 @pytest.fixture

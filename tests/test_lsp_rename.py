@@ -17,9 +17,9 @@ from srpo_dsl.lsp.occurrences import declarations, occurrences
 from srpo_dsl.lsp.rename import Refused, rename
 from srpo_dsl.lsp.symbols import parsed
 from srpo_dsl.lsp.workspace_files import workflow_paths
-from tests.clitools import ROOT, load_bench
+from tests.support.clitools import ROOT, load_bench
 
-LspClient = load_bench("lsp_bench").LspClient
+LspClient = load_bench("lsp_client").LspClient
 FILES = {"workspaceEdit": {"documentChanges": True, "resourceOperations": ["rename"]}}
 
 

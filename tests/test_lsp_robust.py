@@ -9,16 +9,16 @@ import statistics
 import time
 from pathlib import Path
 
-from lang_cases import BASE, TEMPLATES
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang.format import format_source
 from srpo_dsl.lang.nesting import MAX_NESTING
 from srpo_dsl.lsp import collector, diagnostics
 from srpo_dsl.lsp.linemap import LineMap
-from tests.clitools import ROOT, load_bench
+from tests.support.clitools import ROOT, load_bench
+from tests.support.lang_cases import BASE, TEMPLATES
 
-LspClient = load_bench("lsp_bench").LspClient
+LspClient = load_bench("lsp_client").LspClient
 
 SUPERVISOR = ROOT / "workflows" / "supervisor.srpo"  # opened, never written
 OPTIONS = {"tabSize": 4, "insertSpaces": True}

@@ -14,7 +14,7 @@ from srpo_dsl.lsp.completion import completions
 from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.lenses import code_lenses
 from srpo_dsl.lsp.view import View
-from tests.clitools import ROOT, load_bench
+from tests.support.clitools import ROOT, load_bench
 
 scale = load_bench("lsp_scale")
 PATH = str(ROOT / "workflows" / "big.srpo")  # its templates resolve from workflows/

@@ -10,7 +10,7 @@ from srpo_dsl.lang.pycode import USES
 from srpo_dsl.lang.schema import TEMPLATE_VARIABLES
 from srpo_dsl.lsp.files import files_under
 from srpo_dsl.lsp.templatedoc import EPISODE
-from tests.clitools import ROOT
+from tests.support.clitools import ROOT
 
 WORKFLOWS = ROOT / "workflows"
 

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from lang_cases import BASE, TEMPLATES
 
-from tests.clitools import ROOT, load_bench
-from tests.lsptools import as_lsp, published, validate_json
+from tests.support.clitools import ROOT, load_bench
+from tests.support.lang_cases import BASE, TEMPLATES
+from tests.support.lsptools import as_lsp, published, validate_json
 
-LspClient = load_bench("lsp_bench").LspClient
+LspClient = load_bench("lsp_client").LspClient
 
 WORKFLOW = BASE.replace('agent agg uses lm prompt "p.j2"', 'agent agg uses lm prompt "t/agg.j2"')
 GOOD = "{{ task.question }}\n"

@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 import tomllib
 
-from tests.clitools import ROOT
+from tests.support.clitools import ROOT
 
 spec = importlib.util.spec_from_file_location("minima", ROOT / ".ci" / "minima.py")
 minima = importlib.util.module_from_spec(spec)

@@ -201,13 +201,13 @@ def test_the_mixture_trains_both_adapters(tmp_path):
     """workflows/mixture.srpo: two adapters in one active set; a short run counts it for both roles."""
     import json
 
-    from tests.clitools import cli
-    from tests.test_training import _env
+    from tests.support.clitools import cli
+    from tests.support.training import train_env
 
     out = tmp_path / "run"
     options = ["steps=2", "batch=4", "group=4", "eval_every=2", "eval_size=8", "save_every=2"]
     args = [a for o in options for a in ("--option", o)]
-    done = cli("train", ROOT / "workflows/mixture.srpo", "--out", out, *args, timeout=600, env=_env())
+    done = cli("train", ROOT / "workflows/mixture.srpo", "--out", out, *args, timeout=600, env=train_env())
     assert done.returncode == 0, done.stderr[-2000:]
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["role/proposer_a/mean_k"] == 1.0 and last["role/proposer_b/mean_k"] == 1.0
@@ -216,7 +216,7 @@ def test_the_mixture_trains_both_adapters(tmp_path):
 
 def test_render_gives_an_agent_acting_second_in_a_mixed_set_its_loops_turns(team):
     """`render --role editor` where `editor` acts only in `parallel writer, editor` inside a loop of 3."""
-    from tests.clitools import cli
+    from tests.support.clitools import cli
 
     (team / "e.j2").write_text("turn {{ turn }} of {{ max_turns }}")
     looped = TEAM.replace("parallel writer, editor\n", "repeat at most 3 {\n    parallel writer, editor\n}\n")

@@ -25,8 +25,8 @@ import torch
 
 from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
-from tests.clitools import ROOT, cli
-from tests.nodes import INTERFACES, NODES, SETUP, TEARDOWN, Nodes, two_nodes_fixture  # noqa: F401
+from tests.support.clitools import ROOT, cli
+from tests.support.nodes import INTERFACES, NODES, SETUP, TEARDOWN, Nodes, two_nodes_fixture  # noqa: F401
 from tests.test_async import QUICKSTART, SMALL, env_threads, metrics
 from tests.test_readme_tour import agrees, indented_blocks, section
 

@@ -23,8 +23,8 @@ from lsprotocol import types as lsp
 from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.navigation import hover
 from srpo_dsl.lsp.view import View
-from tests.clitools import cli, load_bench
-from tests.lsptools import QUICKSTART, editor_files
+from tests.support.clitools import cli, load_bench
+from tests.support.lsptools import QUICKSTART, editor_files
 
 bench = load_bench("lsp_bench")
 

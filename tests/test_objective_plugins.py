@@ -17,8 +17,8 @@ from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.rl.objective.losses import get_objective
 from srpo_dsl.rl.objective.plugins import training_objective
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.support.training import TEMPERATURES, build, make_episodes, make_models, parameters
 from tests.test_objective import random_batch
-from tests.test_training import TEMPERATURES, build, make_episodes, make_models, parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 GSPO = ROOT / "workflows" / "gspo.srpo"

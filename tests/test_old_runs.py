@@ -15,8 +15,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from srpo_dsl.rl.loop.runlog import current_keys, read_jsonl
-from tests.clitools import cli
-from tests.test_training import _env
+from tests.support.clitools import cli
+from tests.support.training import train_env
 
 OLD = Path(__file__).parent / "data" / "old_run"
 
@@ -71,7 +71,7 @@ def test_plot_draws_an_old_run(tmp_path: Path) -> None:
 
 
 def test_view_shows_an_old_runs_return_and_task_score(tmp_path: Path) -> None:
-    done = cli("view", OLD, "-o", tmp_path / "page.html", env=_env())
+    done = cli("view", OLD, "-o", tmp_path / "page.html", env=train_env())
     assert done.returncode == 0 and done.stderr == "", done.stderr
     html = (tmp_path / "page.html").read_text()
     chart = next(c for c in re.findall(r'<svg class="chart".*?</svg>', html, re.S) if "Return (mean" in c)

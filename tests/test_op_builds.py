@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from clitools import ROOT
 
 from srpo_dsl import console
 from srpo_dsl.rl.distributed.op_builds import SHM_OP, prepare_builds
+from tests.support.clitools import ROOT
 
 BATON = (
     "import sys, time; from torch.utils.file_baton import FileBaton; FileBaton(sys.argv[1]).try_acquire(); "

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from clitools import ROOT, cli
 from pydantic import BaseModel
 
 from srpo_dsl.lang import analyze, parse
@@ -29,6 +28,7 @@ from srpo_dsl.lang.schema import (
 )
 from srpo_dsl.lsp.completion import completions
 from srpo_dsl.lsp.semantic import TOKEN_TYPES, semantic_ranges
+from tests.support.clitools import ROOT, cli
 
 DOCS = (ROOT / "docs" / "dsl.md").read_text(encoding="utf-8")
 

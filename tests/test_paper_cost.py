@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from srpo_dsl.sweep.experiment import load_experiment
-from tests import clitools
-from tests.clitools import ROOT
+from tests.support import clitools
+from tests.support.clitools import ROOT
 
 
 def test_single_agent_cell_by_hand():

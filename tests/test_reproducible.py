@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import ROOT
 
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
+from tests.support.clitools import ROOT
 
 STEPS, SAVE_EVERY = 12, 6
 TRAIN = [

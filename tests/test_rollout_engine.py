@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
 import torch
 
 from srpo_dsl.backends.hf import HFBackend
-from tests.test_training import TEAM, make_models, varied_reward, write_team
+from tests.support.training import TEAM, varied_reward, write_team
 
 STEPS = 3
 QUIET = {"steps": STEPS, "eval_every": 100, "save_every": 100, "eval_size": 1, "eval_k": 1, "epochs": 1}
@@ -41,11 +40,6 @@ class RecordingEngine(HFBackend):
         pairs = None if weights is None else [(n, t.detach().clone()) for n, t in weights]
         self.LOG.append(("load", id(self), None if pairs is None else dict(pairs)))
         return super().load_weights(pairs)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple[Path, Path]:
-    return make_models(tmp_path_factory.mktemp("models"))
 
 
 FROZEN_B = TEAM.replace('policy b = hf("model-b") with', 'policy b = hf("model-b") frozen with')

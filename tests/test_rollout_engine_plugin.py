@@ -177,7 +177,7 @@ def test_a_rollout_worker_builds_every_engine_with_the_registered_one(toy, team,
     from srpo_dsl.rl.distributed.process_group import Dist
     from srpo_dsl.rl.engines.policies import Rollout
     from srpo_dsl.rl.transport.worker import worker_engines
-    from tests.test_training import make_models
+    from tests.support.training import make_models
 
     paths = dict.fromkeys(team.policies, str(make_models(tmp_path / "models")[0]))
     dist = Dist(0, 0, 1, torch.device("cpu"))

@@ -20,7 +20,7 @@ from test_async import QUICKSTART, env_threads, metrics
 from srpo_dsl.errors import UsageError
 from srpo_dsl.outputs import PROBE, held
 from srpo_dsl.runlock import LOCK, check_free, owning
-from tests.clitools import ROOT, cli
+from tests.support.clitools import ROOT, cli
 
 SMALL = ["--batch", "2", "--group", "2", "--option", "eval_size=2", "--option", "eval_k=1"]
 LONG = ["--steps", "100000", *SMALL]  # killed long before its end

@@ -6,10 +6,10 @@ import json
 import os
 
 import pytest
-from clitools import cli
 
 from srpo_dsl.envs.data import load_tasks
 from srpo_dsl.limits import OBSERVATION_VARIABLE, ROW_VARIABLE, bounded
+from tests.support.clitools import cli
 
 CODE = """
 def calc(queries):

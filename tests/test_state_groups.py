@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import ROOT, cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
@@ -28,6 +27,7 @@ from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import load_workflow, task_data
 from srpo_dsl.runtime.traces import parse_episode, read_traces
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.support.clitools import ROOT, cli
 
 WORKFLOW = ROOT / "workflows/gigpo_grid.srpo"
 

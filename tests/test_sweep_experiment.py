@@ -8,7 +8,7 @@ from srpo_dsl.sweep.experiment import OVERRIDES, ExperimentError, load_experimen
 from srpo_dsl.sweep.positions import locate
 from srpo_dsl.sweep.runner import Job, train_command
 from srpo_dsl.sweep.state import open_state, run_dir
-from tests.clitools import ROOT, cli
+from tests.support.clitools import ROOT, cli
 
 SHARED_MATH = ROOT.parent / "shared" / "data" / "math"
 

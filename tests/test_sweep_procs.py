@@ -9,8 +9,8 @@ import pytest
 
 from srpo_dsl.sweep.experiment import load_experiment
 from srpo_dsl.sweep.runner import Job, child_env, device_slots, last_error, train_command
-from tests.clitools import ROOT, cli
-from tests.test_training import _env
+from tests.support.clitools import ROOT, cli
+from tests.support.training import train_env
 
 
 def test_a_run_of_several_processes_is_launched_by_torchrun(tmp_path):
@@ -39,7 +39,7 @@ def test_gpus_are_sliced_per_run_and_cores_per_process(monkeypatch):
 
 
 def test_too_few_gpus_is_one_line_before_anything_runs(tmp_path):
-    env = {**_env(), "CUDA_VISIBLE_DEVICES": "0,1"}
+    env = {**train_env(), "CUDA_VISIBLE_DEVICES": "0,1"}
     out = tmp_path / "s"
     done = cli(
         "sweep", "experiments/toy_paper.toml", "--out", out, "--jobs", "2", "--procs-per-run", "2", env=env
@@ -65,7 +65,7 @@ def test_a_sweep_run_of_two_processes_trains_as_one_data_parallel_run(tmp_path):
         "--procs-per-run",
         "2",
         *options,
-        env={k: v for k, v in _env().items() if k != "CUDA_VISIBLE_DEVICES"},
+        env={k: v for k, v in train_env().items() if k != "CUDA_VISIBLE_DEVICES"},
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -8,8 +8,8 @@ import pytest
 
 from srpo_dsl.io import write_lines_atomic
 from srpo_dsl.rl.loop.runlog import read_jsonl
-from tests.clitools import ROOT, cli
-from tests.test_training import _env
+from tests.support.clitools import ROOT, cli
+from tests.support.training import train_env
 
 EXPERIMENT = f"""seeds = [3]
 baseline = "a"
@@ -60,7 +60,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     exp = tmp_path / "exp.toml"
     exp.write_text(EXPERIMENT)
     out = tmp_path / "sweep"
-    first = cli("sweep", exp, "--out", out, "--jobs", "2", env=_env(), timeout=600)
+    first = cli("sweep", exp, "--out", out, "--jobs", "2", env=train_env(), timeout=600)
     assert first.returncode == 1, first.stderr[-2000:]  # cell c failed, a and b finished
     assert "3 runs: 0 pending, 0 running, 2 done, 1 failed" in first.stdout
     state = json.loads((out / "sweep.json").read_text())
@@ -91,7 +91,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     kill_after_first_step(a)
     state["runs"]["a/seed-3"]["status"] = "running"  # as a killed sweep leaves it
     (out / "sweep.json").write_text(json.dumps(state))
-    again = cli("sweep", exp, "--out", out, "--jobs", "2", env=_env(), timeout=600)
+    again = cli("sweep", exp, "--out", out, "--jobs", "2", env=train_env(), timeout=600)
     assert again.returncode == 1, again.stderr[-2000:]
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     assert [runs[f"{c}/seed-3"]["attempts"] for c in "abc"] == [2, 1, 2]  # b was finished: skipped
@@ -99,7 +99,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
 
     before = (out / "results.json").read_text()
     (out / "results.json").unlink()
-    rebuilt = cli("sweep", "--report", out, env=_env())
+    rebuilt = cli("sweep", "--report", out, env=train_env())
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert (out / "results.json").read_text() == before
     assert (out / "curves.png").stat().st_size > 10_000
@@ -136,7 +136,7 @@ def test_train_evaluates_each_eval_data_file_and_their_macro_mean(tmp_path):
         files[0],
         "--eval-data",
         files[1],
-        env=_env(),
+        env=train_env(),
     )
     assert result.returncode == 0, result.stderr[-2000:]
     for row, prompts in zip(read_jsonl(out / "eval.jsonl"), read_jsonl(out / "eval_prompts.jsonl")):

@@ -17,8 +17,8 @@ from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.loop.plan import Setup, make_plan
 from srpo_dsl.rl.loop.prepare import checked_data
 from srpo_dsl.runtime.setup import load_workflow
-from tests.clitools import cli
-from tests.test_training import _env
+from tests.support.clitools import cli
+from tests.support.training import train_env
 
 # The ids a run with batch 4, seed 3 drew at steps 1, 2, 6, 7 before rows were read lazily (the eager
 # reader of git main), for `_file(..., ids=100)` and `_file(..., ids=20)` (ids repeated).
@@ -137,7 +137,7 @@ def test_a_bad_row_drawn_mid_run_stops_it_in_one_line(tmp_path: Path, tiny_rando
     )
     out = tmp_path / "out"
     args = ("--model", tiny_random_model, "--device", "cpu", "--out", out)
-    result = cli("train", tmp_path / "w.srpo", *args, env=_env())
+    result = cli("train", tmp_path / "w.srpo", *args, env=train_env())
     assert result.returncode == 2, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.endswith(

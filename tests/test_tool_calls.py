@@ -118,8 +118,8 @@ def test_the_shipped_search_r1_chat_searches_with_native_calls_and_reads_tool_me
     from srpo_dsl.envs.retrieval import Bm25Retriever, HttpRetriever
     from srpo_dsl.runtime.executor import Executor
     from srpo_dsl.runtime.setup import load_workflow, task_data
-    from tests.clitools import ROOT
-    from tests.retrieval_server import RetrievalServer
+    from tests.support.clitools import ROOT
+    from tests.support.retrieval_server import RetrievalServer
 
     wf = load_workflow(ROOT / "workflows/search_r1_chat.srpo")
     tok = AutoTokenizer.from_pretrained(CHAT / "hermes")

@@ -10,14 +10,14 @@ import json
 import socket
 
 import pytest
-from clitools import ROOT, cli
-from retrieval_server import RetrievalServer
 
 import srpo_dsl
 from srpo_dsl.envs.retrieval import Bm25Retriever
 from srpo_dsl.lang.graph import ToolNode
 from srpo_dsl.sweep.experiment import Cell, Experiment
 from srpo_dsl.sweep.runner import Job, train_command
+from tests.support.clitools import ROOT, cli
+from tests.support.retrieval_server import RetrievalServer
 
 SEARCH_R1 = ROOT / "workflows/search_r1.srpo"
 SEARCH, ANSWER = (

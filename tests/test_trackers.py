@@ -28,9 +28,9 @@ from srpo_dsl.rl.loop.runlog import read_jsonl
 from srpo_dsl.sweep.experiment import tomllib  # tomli before Python 3.11
 from srpo_dsl.trackers.base import TrackedRun, Tracker, tracked_metrics
 from srpo_dsl.trackers.fanout import Trackers, start_tracker
-from tests.clitools import ROOT, cli
+from tests.support.clitools import ROOT, cli
+from tests.support.training import train_env
 from tests.test_cli_train import TEAM
-from tests.test_training import _env
 
 mlflow = pytest.importorskip("mlflow")
 wandb = pytest.importorskip("wandb")
@@ -102,7 +102,7 @@ def train(
     workflow: Path, model: Path, out: Path, env: dict[str, str], *flags: str
 ) -> subprocess.CompletedProcess:
     args = ["train", workflow, "--model", model, "--device", "cpu", "--out", out, "--option", "eval_every=1"]
-    return cli(*args, *flags, env=_env() | env, timeout=300)
+    return cli(*args, *flags, env=train_env() | env, timeout=300)
 
 
 def client(uri: str):
@@ -419,7 +419,7 @@ def test_a_sweeps_cells_land_in_one_mlflow_experiment(
         for n, lr in (("a", 1e-3), ("b", 1e-2))
     )
     experiment.write_text(f'seeds = [1]\n[eval]\nevery = 1\n[train]\nreport_to = "mlflow"\n{cells}')
-    env = _env() | {"MLFLOW_TRACKING_URI": mlflow_uri}
+    env = train_env() | {"MLFLOW_TRACKING_URI": mlflow_uri}
     r = cli(
         "sweep",
         experiment,

@@ -13,7 +13,7 @@ from srpo_dsl.errors import UsageError
 from srpo_dsl.lang import analysis
 from srpo_dsl.rl.loop import plan as plan_module
 from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainError, TrainPlan, make_plan
-from tests.clitools import ROOT
+from tests.support.clitools import ROOT
 
 QUICKSTART = ROOT / "workflows/quickstart.srpo"
 SMALL = ["--option", "batch=2", "--option", "group=2", "--option", "eval_size=2", "--option", "eval_k=1"]

@@ -4,13 +4,12 @@ seed of its own, and a step's draws do not depend on how its prompts are split o
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from srpo_dsl.backends.hf import HFBackend
-from tests.test_training import TEAM, make_models, varied_reward, write_team
+from tests.support.training import TEAM, varied_reward, write_team
 
 STEPS = 2
 DRAWS_PER_STEP = 4 * 4 * 3  # batch 4 prompts x group 4 x (2 solvers + 1 aggregator)
@@ -24,11 +23,6 @@ class SeedLog(HFBackend):
     def generate(self, requests, *, seed=None):
         self.SEEDS.extend(r.seed for r in requests)
         return super().generate(requests, seed=seed)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple[Path, Path]:
-    return make_models(tmp_path_factory.mktemp("models"))
 
 
 @pytest.mark.slow

@@ -263,7 +263,7 @@ def test_a_split_episode_would_change_the_loss() -> None:
 
 
 def test_the_update_plans_whole_episodes_for_traj_and_whole_events_for_srpo() -> None:
-    from tests.test_training import make_episodes
+    from tests.support.training import make_episodes
 
     episodes = make_episodes(mixed=True, n_prompts=4)  # episodes of a K = 2 and a K = 1 event
     splits = {}

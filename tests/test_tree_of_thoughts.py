@@ -9,10 +9,10 @@ from fractions import Fraction
 
 import pytest
 import torch
-from clitools import ROOT, cli
 
 from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.traces import read_traces
+from tests.support.clitools import ROOT, cli
 
 WORKFLOW = ROOT / "workflows/tree_of_thoughts.srpo"
 

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from clitools import cli
 from test_user_code_runtime import BASE_CODE, SCRIPT, make
 
 from srpo_dsl.cli import main as cli_main
 from srpo_dsl.rl.loop import trainer
 from srpo_dsl.rl.objective.plugins import UserTerms, locate
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.support.clitools import cli
 
 
 def run_scripted(tmp_path: Path, path: Path):

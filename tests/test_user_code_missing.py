@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import cli
 from test_user_code_static import diagnostics
 
 from srpo_dsl.lang import analyze
+from tests.support.clitools import cli
 
 USER = """
 from pathlib import Path

@@ -5,7 +5,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from clitools import cli
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.rl.objective.rows import build_rows
@@ -13,6 +12,7 @@ from srpo_dsl.runtime import usercode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.support.clitools import cli
 
 BASE_CODE = """
 import time

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import cli
 
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.pycode import USES, Params, call_problem
+from tests.support.clitools import cli
 
 USER = """
 import json

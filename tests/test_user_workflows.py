@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from clitools import ROOT, cli
+
+from tests.support.clitools import ROOT, cli
 
 
 def user_module(name: str):

@@ -11,9 +11,9 @@ import torch
 from srpo_dsl.rl.loop.event_updates import event_updates
 from srpo_dsl.runtime.traces import EventUpdate, TraceError, read_partial_traces, read_traces
 from srpo_dsl.view.episodes import highlight
-from tests.clitools import cli
-from tests.test_training import _env
-from tests.viewtools import as_training_run, many_episodes, page_json, scripted_run, traces_of
+from tests.support.clitools import cli
+from tests.support.training import train_env
+from tests.support.viewtools import as_training_run, many_episodes, page_json, scripted_run, traces_of
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_update_fields_round_trip_and_stay_out_of_rollout_traces(run: Path, tmp_
 
 
 def test_view_embeds_every_episode_with_its_transitions_and_highlights(run: Path) -> None:
-    done = cli("view", run, env=_env())
+    done = cli("view", run, env=train_env())
     assert done.returncode == 0, done.stderr
     html = (run / "view.html").read_text()
     assert f"{len(html.encode())} bytes), 6 episodes, 27 events" in done.stdout
@@ -94,24 +94,36 @@ def test_graph_layers_and_back_edges(run: Path) -> None:
 
 def test_a_run_without_its_workflow_still_shows_its_graph(run: Path, tmp_path: Path) -> None:
     training = as_training_run(run, tmp_path / "t")  # config.json names a workflow that is gone
-    done = cli("view", training, "-o", tmp_path / "page.html", env=_env())
+    done = cli("view", training, "-o", tmp_path / "page.html", env=train_env())
     assert done.returncode == 0 and done.stderr == ""
     html = (tmp_path / "page.html").read_text()
     assert html.count('class="chart"') == 3  # return and task score, held-out, the per-role invalid rate
     assert "Held-out Avg@4 / Pass@4 (%)" in html and 'data-event-type="parallel:solver"' in html
     assert page_json(html)["objective"] == "srpo"
     (training / "graph.json").unlink()
-    done = cli("view", training, "-o", tmp_path / "page.html", env=_env())
+    done = cli("view", training, "-o", tmp_path / "page.html", env=train_env())
     assert (
         done.stderr
         == "note: no event graph recorded with these traces (pass --workflow FILE.srpo to show it)\n"
     )
     done = cli(
-        "view", training, "-o", tmp_path / "page.html", "--workflow", "workflows/quickstart.srpo", env=_env()
+        "view",
+        training,
+        "-o",
+        tmp_path / "page.html",
+        "--workflow",
+        "workflows/quickstart.srpo",
+        env=train_env(),
     )
     assert "the graph of workflows/quickstart.srpo has hash" in done.stderr
     done = cli(
-        "view", training, "-o", tmp_path / "page.html", "--workflow", "workflows/math_routed.srpo", env=_env()
+        "view",
+        training,
+        "-o",
+        tmp_path / "page.html",
+        "--workflow",
+        "workflows/math_routed.srpo",
+        env=train_env(),
     )
     assert done.returncode == 0 and done.stderr == ""
 
@@ -125,7 +137,7 @@ def test_a_cut_last_line_shows_the_complete_episodes_with_a_note(run: Path, tmp_
     with pytest.raises(TraceError, match=r"traces.jsonl:6: invalid JSON"):
         read_traces(cut)
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "return": 0.5, "task_score": 0.5}\n{"step": 2, "re')
-    done = cli("view", cut, env=_env())
+    done = cli("view", cut, env=train_env())
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [
         "note: traces.jsonl: line 6 is unfinished (its writer was stopped); showing the 5 complete episodes before it",
@@ -168,13 +180,13 @@ def test_a_cut_last_line_shows_the_complete_episodes_with_a_note(run: Path, tmp_
 def test_bad_input_is_one_line(tmp_path: Path, make, code: int, message: str) -> None:
     path = tmp_path / "traces.jsonl"
     make(path)
-    done = cli("view", path, env=_env())
+    done = cli("view", path, env=train_env())
     assert (done.returncode, done.stderr, done.stdout) == (code, message.format(p=path) + "\n", "")
     assert not (tmp_path / "traces.html").exists()
 
 
 def test_a_folder_without_traces_is_one_line(tmp_path: Path) -> None:
-    done = cli("view", tmp_path, env=_env())
+    done = cli("view", tmp_path, env=train_env())
     assert done.returncode == 1
     assert (
         done.stderr

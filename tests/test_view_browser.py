@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.clitools import cli
-from tests.test_training import _env
-from tests.viewtools import as_training_run, many_episodes, scripted_run, traces_of
+from tests.support.clitools import cli
+from tests.support.training import train_env
+from tests.support.viewtools import as_training_run, many_episodes, scripted_run, traces_of
 
 REQUIRED = os.environ.get("SRPO_DSL_BROWSER_TESTS") == "required"
 
@@ -66,7 +66,7 @@ def open_page(browser, path: Path) -> list[dict]:
 
 
 def page_of(folder: Path, *args) -> Path:
-    done = cli("view", folder, *args, env=_env())
+    done = cli("view", folder, *args, env=train_env())
     assert done.returncode == 0, done.stderr
     return folder / "view.html" if folder.is_dir() else folder.with_suffix(".html")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from srpo_dsl.backends.base import BackendError, GenRequest, RolloutEngine
 from srpo_dsl.backends.chat import encode_prompts
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.seeds import seed_of
-from tests.test_training import make_models, policy_spec
+from tests.support.training import policy_spec
 
 
 class Model:
@@ -122,11 +121,6 @@ def vllm(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", module)
     LLM.made = []
     return module
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple[Path, Path]:
-    return make_models(tmp_path_factory.mktemp("models"))
 
 
 def test_backend_generates_and_passes_sleep_and_wake_through(vllm, models):

@@ -25,8 +25,8 @@ import pytest
 
 from srpo_dsl.lang.format import tokens_of
 from srpo_dsl.lang.textmate import DECLARING, keywords
-from tests import lsptools
-from tests.clitools import cli
+from tests.support import lsptools
+from tests.support.clitools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "editors" / "vscode"

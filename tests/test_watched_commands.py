@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from clitools import ROOT, cli
 from test_user_code_exits import run_scripted
 from test_user_code_runtime import make
 
 from srpo_dsl.cli import watch
+from tests.support.clitools import ROOT, cli
 
 LEAVES = """import os
 from pathlib import Path

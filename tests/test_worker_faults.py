@@ -26,7 +26,7 @@ from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import LaunchLayout, Link
 from srpo_dsl.rl.transport.worker import send_batch
 from srpo_dsl.runtime.episode import Episode, Event, Member
-from tests.clitools import ROOT
+from tests.support.clitools import ROOT
 from tests.test_async import QUICKSTART, SMALL, env_threads, first_result, metrics
 
 CPU = torch.device("cpu")

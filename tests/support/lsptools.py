@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.clitools import ROOT
+from tests.support.clitools import ROOT
 
 
 def validate_json(path: Path, prefix: Sequence[str] = ()) -> list[dict]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from srpo_dsl.lang.format import tokens_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.srpo"))
 SEED = int(os.environ.get("SRPO_DSL_FUZZ_SEED", "48"))
 DEEP = "repeat at most 2 {\n" * 200 + "}\n" * 200

@@ -5,8 +5,8 @@ import json
 import re
 from pathlib import Path
 
-from tests.clitools import cli
-from tests.test_training import _env
+from tests.support.clitools import cli
+from tests.support.training import train_env
 
 REPLIES = {  # each role cycles through its replies: routes that STOP, an invalid solver, a rejection
     "router": ["<route>1,3</route>", "<route>STOP</route>", "<route>2</route>"],
@@ -22,7 +22,7 @@ def scripted_run(folder: Path) -> Path:
     replies.write_text(json.dumps(REPLIES))
     out = folder / "run"
     args = ["run", "workflows/math_routed.srpo", "--backend", "scripted", "--model", replies]
-    done = cli(*args, "--limit", 3, "--samples", 2, "--out", out, env=_env())
+    done = cli(*args, "--limit", 3, "--samples", 2, "--out", out, env=train_env())
     assert done.returncode == 0, done.stderr
     return out
 
