@@ -1,4 +1,4 @@
-"""The suite's fuzzer (tests/fuzzing.py) at scale, its outcomes counted instead of stopping at the first.
+"""The suite's fuzzer (tests/support/fuzzing.py) at scale, its outcomes counted instead of stopping at the first.
 
     python bench/fuzz_report.py                     # 2,000 workflow cases, 2,000 run-folder cases, seed 48
     python bench/fuzz_report.py --cases 500 --seed 7
@@ -93,8 +93,8 @@ def timed_out(problem, *args) -> str | None:
 
 def workflows(count: int, lsp_every: int) -> Counter:
     """The workflow targets' counts over `count` cases."""
+    from tests.lang.test_fuzz_workflows import _subprocess, api_problem, cli_problem, lsp_problem
     from tests.support.fuzzing import WORKFLOW_OPS, WORKFLOWS, cases, mutate_workflow
-    from tests.test_fuzz_workflows import _subprocess, api_problem, cli_problem, lsp_problem
 
     found: Counter = Counter()
     client, folder = language_server(), Path(tempfile.mkdtemp(prefix="srpo-fuzz-"))
@@ -136,8 +136,8 @@ def answered(lsp_problem, *args) -> str | None:
 
 def run_folders(count: int) -> Counter:
     """The run-folder targets' counts over `count` cases (readers that change their input: data lost)."""
+    from tests.cli.test_fuzz_runs import run_problem
     from tests.support.fuzzing import RUN_FILES, RUN_OPS, cases
-    from tests.test_fuzz_runs import run_problem
 
     found: Counter = Counter()
     folder = Path(tempfile.mkdtemp(prefix="srpo-fuzz-run-")) / "run"
