@@ -206,6 +206,7 @@ def loud_quickstart(folder: Path) -> Path:
     return folder / "loud.srpo"
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_train_with_rollout_workers_runs_as_processes_and_returns_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture

@@ -31,6 +31,8 @@ from tests.rl.test_async import QUICKSTART, SMALL, env_threads, metrics, weights
 from tests.rl.test_worker_faults import wait_for_steps
 from tests.support.clitools import ROOT, cli
 
+pytestmark = pytest.mark.distributed
+
 pytest.importorskip("ray")
 
 SAVE = ["--option", "save_every=3"]

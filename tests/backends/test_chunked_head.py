@@ -331,6 +331,7 @@ def zero3_worker(out: str, model_a: str, model_b: str) -> None:
         torch.save({"params": params, "stats": stats}, out)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_zero3_ranks_with_unequal_chunk_counts_match_one_process(models, dist, tmp_path, monkeypatch):
     """Two gloo ranks at ZeRO-3 scoring different numbers of tokens, so different numbers of chunks, gather

@@ -51,6 +51,7 @@ def test_ctrl_c_says_where_to_resume(tmp_path: Path) -> None:
     assert all(line.startswith("train: ") for line in lines[:-1]), lines  # progress, as whole lines
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_ctrl_c_with_rollout_workers_says_it_once(tmp_path: Path) -> None:
     """Trainer and worker get the signal (forwarded by the command): the trainer says it; --quiet: nothing
@@ -71,6 +72,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_ctrl_c_through_the_api_with_rollout_workers_is_a_keyboard_interrupt(tmp_path: Path) -> None:
     """`Workflow.train` starts 1 + R processes: a Ctrl-C stops them and reaches the caller as Python's

@@ -126,6 +126,7 @@ def test_two_trains_on_one_folder_and_a_resume_beside_them(tmp_path: Path) -> No
     owner.communicate()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_a_killed_launchers_processes_die_with_it_then_resume_writes_alone(tmp_path: Path) -> None:
     """SIGKILL of the launcher of an asynchronous run (a trainer and a rollout worker): both are gone

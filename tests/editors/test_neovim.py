@@ -26,6 +26,8 @@ from srpo_dsl.lsp.view import View
 from tests.support.clitools import cli, load_bench
 from tests.support.lsptools import QUICKSTART, editor_files
 
+pytestmark = pytest.mark.editor
+
 bench = load_bench("lsp_bench")
 
 NVIM = os.environ.get("SRPO_DSL_NVIM", "nvim")

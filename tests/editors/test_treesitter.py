@@ -60,6 +60,7 @@ def walk(node: dict):
         yield from walk(child)
 
 
+@pytest.mark.editor
 def test_every_symbol_is_defined_and_every_keyword_is_a_literal(loaded) -> None:
     rules = loaded["rules"]
     assert next(iter(rules)) == "start" and loaded["word"]["name"] == "NAME"
@@ -95,6 +96,7 @@ def lark_text(loaded: dict) -> str:
     return "\n".join([*lines, "%ignore /\\s+/", "%ignore COMMENT"])
 
 
+@pytest.mark.editor
 def test_the_grammar_parses_every_shipped_workflow(loaded) -> None:
     parser = Lark(lark_text(loaded), parser="lalr", lexer="basic")  # LALR(1): no conflicts
     shipped = sorted((ROOT / "workflows").glob("*.srpo"))
@@ -105,6 +107,7 @@ def test_the_grammar_parses_every_shipped_workflow(loaded) -> None:
         parser.parse("workflow w\nagent = 3\n")
 
 
+@pytest.mark.editor
 def test_the_highlight_queries_name_nodes_and_literals_of_the_grammar(loaded) -> None:
     scm = (TS / "queries" / "highlights.scm").read_text(encoding="utf-8")
     body = "\n".join(line for line in scm.splitlines() if not line.startswith(";"))

@@ -28,6 +28,8 @@ from srpo_dsl.lang.textmate import DECLARING, keywords
 from tests.support import lsptools
 from tests.support.clitools import cli
 
+pytestmark = pytest.mark.editor
+
 ROOT = Path(__file__).resolve().parents[2]
 EXT = ROOT / "editors" / "vscode"
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.srpo"))

@@ -114,6 +114,7 @@ def lsp_problem(client, folder, data: bytes, version: int) -> str | None:
     return None
 
 
+@pytest.mark.editor
 @pytest.mark.slow
 def test_mutated_workflows_in_the_language_server(client, folder):
     for n, case in enumerate(SAMPLE):

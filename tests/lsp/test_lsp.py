@@ -7,6 +7,8 @@ import shutil
 import statistics
 from pathlib import Path
 
+import pytest
+
 from srpo_dsl.lang.format import format_source
 from srpo_dsl.lang.schema import SAMPLING_DEFAULTS, AgentOptions, TrainOptions
 from tests.support.clitools import ROOT, load_bench
@@ -18,6 +20,7 @@ WORKFLOWS = ROOT / "workflows"
 TYPO = ("parallel solver by router", "parallel solvers by router")
 
 
+@pytest.mark.editor
 def test_the_server_takes_stdio_as_language_clients_start_it() -> None:
     # vscode-languageclient starts a server over stdio as `COMMAND --stdio` (issue 37).
     c = LspClient(["--stdio"])
@@ -28,6 +31,7 @@ def test_the_server_takes_stdio_as_language_clients_start_it() -> None:
     assert capabilities["documentFormattingProvider"] and c.proc.returncode == 0
 
 
+@pytest.mark.editor
 def test_diagnostics_are_validates_and_clear_on_fix(client, routed):
     good = routed.read_text()
     broken = good.replace(*TYPO)
@@ -47,6 +51,7 @@ def test_diagnostics_are_validates_and_clear_on_fix(client, routed):
     assert client.diagnostics(uri) == []
 
 
+@pytest.mark.editor
 def test_syntax_errors_and_python_references_as_validate(client, tmp_path):
     for name in ("solver_judge.srpo", "solver_judge.py"):
         shutil.copy(WORKFLOWS / name, tmp_path)
@@ -65,6 +70,7 @@ def test_syntax_errors_and_python_references_as_validate(client, tmp_path):
     assert diags and published(diags) == [as_lsp(d) for d in validate_json(path)]
 
 
+@pytest.mark.editor
 def test_formatting(client, routed):
     messy = (
         routed.read_text()
@@ -94,6 +100,7 @@ def _position(text: str, line_has: str, word: str) -> dict:
     return {"line": line, "character": lines[line].index(word) + 1}
 
 
+@pytest.mark.editor
 def test_symbols_definition_and_hover(client, routed):
     text = routed.read_text()
     uri = client.open(routed, text)
@@ -121,6 +128,7 @@ def test_symbols_definition_and_hover(client, routed):
     assert client.request("textDocument/hover", {**at, "position": {"line": 0, "character": 0}}) is None
 
 
+@pytest.mark.editor
 def test_python_reference_definition_and_hover(client, tmp_path):
     for name in ("solver_judge.srpo", "solver_judge.py"):
         shutil.copy(WORKFLOWS / name, tmp_path)
@@ -137,6 +145,7 @@ def test_python_reference_definition_and_hover(client, tmp_path):
     assert "def reward(" in shown
 
 
+@pytest.mark.editor
 def test_definition_of_a_policy_a_tool_and_a_tool_s_function(client, tmp_path):
     shutil.copytree(WORKFLOWS / "quickstart_tools", tmp_path / "quickstart_tools")
     path = Path(shutil.copy(WORKFLOWS / "quickstart_tools.srpo", tmp_path))
@@ -159,6 +168,7 @@ def test_definition_of_a_policy_a_tool_and_a_tool_s_function(client, tmp_path):
     assert py[found["range"]["start"]["line"]].startswith("def calc(")
 
 
+@pytest.mark.editor
 def test_an_environment_that_selects_and_says_words_is_a_definition_and_a_symbol(client, tmp_path):
     """tree_of_thoughts.srpo: `by tree` and `until tree == solved` name the environment, not an agent."""
     shutil.copytree(WORKFLOWS / "tree_of_thoughts", tmp_path / "tree_of_thoughts")
@@ -178,6 +188,7 @@ def test_an_environment_that_selects_and_says_words_is_a_definition_and_a_symbol
     assert "step tree" in steps and "repeat at most 6" in steps
 
 
+@pytest.mark.editor
 def test_hover_on_a_step_gives_its_cost_bounds(client):
     """supervisor.srpo: `act researcher` is in a loop of 3 inside a loop of 4 (12 times an episode).
     A round of the outer loop: `act supervisor` (1 event), then one supervisor turn takes one decision,
@@ -227,6 +238,7 @@ def test_every_train_option_is_documented_once_for_completion_and_docs():
             assert shown == info.default, (name, cell)
 
 
+@pytest.mark.editor
 def test_completion(client, routed):
     text = routed.read_text()
     uri = client.open(routed, text)
@@ -239,6 +251,7 @@ def test_completion(client, routed):
     assert "router" not in items
 
 
+@pytest.mark.editor
 def test_completion_in_an_agents_options(client, routed):
     text = routed.read_text().replace("emits final_boxed", "emits final_boxed with (max_tokens = 9, ", 1)
     routed.write_text(text)
@@ -268,6 +281,7 @@ def test_every_agent_option_is_documented_for_completion_and_docs():
             assert rows[name] == ("none" if default in (None, ()) else str(default).lower()), name
 
 
+@pytest.mark.editor
 def test_latency_from_change_to_diagnostics(client):
     """The median time from didChange to publishDiagnostics on each shipped workflow (bench/lsp_bench.py)."""
     bench = load_bench("lsp_bench")

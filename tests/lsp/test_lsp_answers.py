@@ -63,6 +63,7 @@ def test_the_table_covers_what_the_server_advertises():
         assert wanted in methods
 
 
+@pytest.mark.editor
 def test_every_malformed_request_is_answered_and_the_server_goes_on():
     client = LspClient()
     try:
@@ -90,6 +91,7 @@ def test_every_malformed_request_is_answered_and_the_server_goes_on():
         client.close()
 
 
+@pytest.mark.editor
 def test_two_megabytes_of_garbage_are_answered_at_once():
     """A body that is not JSON, then a request of 2 MB with nothing it needs: an error in well under a
     second each (the server reads them once), then the server answers (`close` waits for shutdown's reply)."""
@@ -115,6 +117,7 @@ def test_two_megabytes_of_garbage_are_answered_at_once():
         client.close()
 
 
+@pytest.mark.editor
 @pytest.mark.parametrize("method", ["textDocument/hover", "textDocument/codeLens"])
 def test_a_request_on_a_document_never_opened_is_answered(method):
     client = LspClient()
@@ -127,6 +130,7 @@ def test_a_request_on_a_document_never_opened_is_answered(method):
         client.close()
 
 
+@pytest.mark.editor
 def test_two_megabytes_of_garbage_lines_are_passed_over_at_once():
     """A million short lines that are no header (2 MB) between two messages: pygls read them a line
     at a time, a thread hop each (37 s in the issue); they are skipped in one read."""

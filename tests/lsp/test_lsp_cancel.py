@@ -91,6 +91,7 @@ def big(tmp_path_factory):
         client.close()
 
 
+@pytest.mark.editor
 @pytest.mark.slow
 @pytest.mark.parametrize("method", LONG)
 def test_a_cancelled_request_is_answered_and_the_server_goes_on(big, method):

@@ -7,10 +7,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from srpo_dsl.lang.schema import TrainOptions
 from srpo_dsl.lang.steps import step_keywords
 from srpo_dsl.registries import CONTRACTS, OBJECTIVES
 from tests.support.clitools import ROOT, load_bench
+
+pytestmark = pytest.mark.editor
 
 LspClient = load_bench("lsp_client").LspClient
 

@@ -66,6 +66,7 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path / "workflows"
 
 
+@pytest.mark.editor
 def test_rename_refused_with_a_message(client):
     path = ROOT / "workflows" / "search_r1.srpo"
     text = path.read_text()
@@ -95,6 +96,7 @@ def test_a_refusal_is_no_traceback_in_the_servers_log(caplog):
     assert caplog.records == []
 
 
+@pytest.mark.editor
 def test_a_tool_is_renamed_in_its_actions(client):
     path = ROOT / "workflows" / "search_r1.srpo"
     text = path.read_text()
@@ -116,6 +118,7 @@ def _user(folder: Path, name: str, template: str) -> Path:
     return path
 
 
+@pytest.mark.editor
 def test_a_template_is_renamed_in_every_workflow_and_on_disk(workspace):
     first = workspace / "quickstart_tools.srpo"
     text = first.read_text()
@@ -139,6 +142,7 @@ def test_a_template_is_renamed_in_every_workflow_and_on_disk(workspace):
         assert '"quickstart_tools/worker.j2"' in applied(path.read_text(), ch["edits"])
 
 
+@pytest.mark.editor
 def test_a_template_rename_refused_without_file_renames_or_onto_a_file(client, workspace):
     path = workspace / "quickstart_tools.srpo"
     text = path.read_text()
@@ -174,6 +178,7 @@ def test_a_template_is_renamed_where_another_includes_it(tmp_path):
     assert {p: _codes(p.read_text(), p) for p in (path, second)} == before
 
 
+@pytest.mark.editor
 def test_workspace_symbols_and_references_of_python(workspace):
     c = LspClient()
     try:

@@ -9,6 +9,7 @@ import statistics
 import time
 from pathlib import Path
 
+import pytest
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang.format import format_source
@@ -54,6 +55,7 @@ def _symbols(client, uri: str) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.editor
 def test_the_last_good_analysis_answers_while_the_end_is_half_typed(client):
     """`agent judge uses` half-typed at the end: the syntax error is shown, and hover (an agent's, a
     step's cost), go to definition and symbols answer as before; formatting is refused."""
@@ -72,6 +74,7 @@ def test_the_last_good_analysis_answers_while_the_end_is_half_typed(client):
     assert _ask(client, "textDocument/formatting", uri, options=OPTIONS) == []
 
 
+@pytest.mark.editor
 def test_an_edit_in_the_middle_leaves_the_lines_around_it_answering(client):
     """A step edited into a syntax error and a line typed after it: the lines before the first edited
     line stay, those after the last one move by the line added, and what was on an edited line is gone."""
@@ -95,6 +98,7 @@ def test_an_edit_in_the_middle_leaves_the_lines_around_it_answering(client):
     assert _definition_line(client, uri, broken, "act calculator", "calculator") == 14
 
 
+@pytest.mark.editor
 def test_a_text_that_never_parsed_answers_nothing_but_answers(client, tmp_path):
     uri = client.open(tmp_path / "w.srpo", "workflow w\nagent = \n")
     assert [d["code"] for d in client.diagnostics(uri)] == ["E001"]
@@ -116,6 +120,7 @@ def _depth(symbol: dict) -> int:
     return depth
 
 
+@pytest.mark.editor
 def test_deep_nesting_is_one_diagnostic_and_every_request_is_answered(client, tmp_path):
     """At the limit the symbols nest as the blocks do; 300 and 2,000 levels are one E008 (no recursion
     error, no request left unanswered, no stale diagnostics), the last good analysis answering."""
@@ -153,6 +158,7 @@ def _published(client, uri: str, last: int) -> list[int]:
     return versions
 
 
+@pytest.mark.editor
 def test_a_burst_of_changes_is_analysed_once(client, tmp_path):
     uri = client.open(tmp_path / "w.srpo", BASE)
     client.diagnostics(uri)
@@ -163,6 +169,7 @@ def test_a_burst_of_changes_is_analysed_once(client, tmp_path):
     assert len(versions) <= 2, versions
 
 
+@pytest.mark.editor
 def test_a_change_is_published_though_the_poll_analyses_it_first(tmp_path):
     """The poll analyses a document again while a template it reads was written under 2 s ago (its state
     not settled yet), and publishes only diagnostics that changed; a change whose analysis was due
@@ -180,6 +187,7 @@ def test_a_change_is_published_though_the_poll_analyses_it_first(tmp_path):
         c.close()
 
 
+@pytest.mark.editor
 def test_formatting_keeps_the_buffer_s_line_endings(client, tmp_path):
     """An editor's CRLF buffer in the layout gets no edit; a messy one gets the layout in CRLF."""
     crlf = format_source(BASE).replace("\n", "\r\n")
@@ -191,6 +199,7 @@ def test_formatting_keeps_the_buffer_s_line_endings(client, tmp_path):
     assert edit["newText"] == crlf
 
 
+@pytest.mark.editor
 def test_positions_are_utf16_where_the_text_is_not_ascii(client, tmp_path):
     """A name after an emoji and CJK on its line: LSP counts UTF-16 units (the emoji is two)."""
     decl = 'agent agg uses lm prompt "😀提示.j2" emits final_boxed with (foo = solver)'
@@ -241,6 +250,7 @@ def _symbols_latency(client, uri: str, times: int = 5) -> list[float]:
     return out
 
 
+@pytest.mark.editor
 def test_a_5000_line_workflow_is_answered_in_time(client, tmp_path):
     """The issue's figures: 1.6 s for symbols, 6.2 s to publish 3,199 diagnostics, 2.8 s behind after
     30 keystrokes at 10/s. The goal is 200 ms an edit's diagnostics and symbols; the bounds here are

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from srpo_dsl.lang.pycode import USES
 from srpo_dsl.lang.schema import TEMPLATE_VARIABLES
 from srpo_dsl.lsp.files import files_under
@@ -32,6 +34,7 @@ def opened(client, path: Path) -> tuple[str, str]:
     return client.open(path, text), text
 
 
+@pytest.mark.editor
 def test_hover_on_policies_tools_kinds_options_contracts_and_templates(client):
     uri, text = opened(client, WORKFLOWS / "quickstart_tools.srpo")
     policy = hover(client, uri, at(text, "policy lm", "lm"))
@@ -53,6 +56,7 @@ def test_hover_on_policies_tools_kinds_options_contracts_and_templates(client):
     assert found["uri"] == (WORKFLOWS / "quickstart_tools" / "solver.j2").as_uri()
 
 
+@pytest.mark.editor
 def test_hover_on_environments(client):
     uri, text = opened(client, WORKFLOWS / "code_env.srpo")
     env = hover(client, uri, at(text, "env sandbox", "sandbox"))
@@ -60,6 +64,7 @@ def test_hover_on_environments(client):
     assert "**environment** `sandbox`" in hover(client, uri, at(text, "step sandbox on", "sandbox"))
 
 
+@pytest.mark.editor
 def test_template_diagnostics_appear_and_clear(client, tmp_path):
     role = tmp_path / "role.j2"
     role.write_text("{{ task.question }\n", encoding="utf-8")
@@ -78,6 +83,7 @@ def test_template_diagnostics_appear_and_clear(client, tmp_path):
     assert client.diagnostics(uri) == []
 
 
+@pytest.mark.editor
 def test_template_variables_complete_hover_and_lead_to_the_executor(client):
     uri, text = opened(client, WORKFLOWS / "countdown" / "solver.j2")
     params = {"textDocument": {"uri": uri}, "position": at(text, "solver {{ replica", "{{ ", 3)}
@@ -95,6 +101,7 @@ def test_template_variables_complete_hover_and_lead_to_the_executor(client):
     assert '"pool_size":' in EPISODE.read_text().splitlines()[found["range"]["start"]["line"]]
 
 
+@pytest.mark.editor
 def test_include_leads_to_the_included_template(client, tmp_path):
     (tmp_path / "part.j2").write_text("{{ task }}\n", encoding="utf-8")
     text = 'Hi\n{% include "part.j2" %}\nthe task: {{ task }}\n'
@@ -113,6 +120,7 @@ def labels(client, uri: str, position: dict) -> set[str]:
     return {i["label"] for i in client.request("textDocument/completion", params)["items"]}
 
 
+@pytest.mark.editor
 def test_path_completion_lists_real_files_and_functions(client, routed):
     text = routed.read_text()
     uri = client.open(routed, text)
@@ -137,6 +145,7 @@ def test_path_completion_lists_real_files_and_functions(client, routed):
     assert labels(client, uri, at(text, "task jsonl", "code_env/", 3)) == set()  # a data file's string
 
 
+@pytest.mark.editor
 def test_signature_help_lists_the_parameters_a_hook_receives(client):
     uri, text = opened(client, WORKFLOWS / "countdown.srpo")
 

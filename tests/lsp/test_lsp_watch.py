@@ -20,6 +20,8 @@ from tests.support.clitools import ROOT, load_bench
 from tests.support.lang_cases import BASE, TEMPLATES
 from tests.support.lsptools import as_lsp, published, validate_json
 
+pytestmark = pytest.mark.editor
+
 LspClient = load_bench("lsp_client").LspClient
 
 WORKFLOW = BASE.replace('agent agg uses lm prompt "p.j2"', 'agent agg uses lm prompt "t/agg.j2"')

@@ -275,6 +275,7 @@ def env_threads(n: int) -> dict[str, str]:
     return env | {"OMP_NUM_THREADS": str(n)}
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_staleness_zero_gives_the_synchronous_trainers_weights(tmp_path: Path) -> None:
     """Same seeds, one thread per process: S = 0 with a worker is the synchronous run, bit for bit."""
@@ -293,6 +294,7 @@ def test_staleness_zero_gives_the_synchronous_trainers_weights(tmp_path: Path) -
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_a_stale_run_records_its_staleness(tmp_path: Path) -> None:
     """(Resuming one: tests/rl/test_reproducible.py, exact after SIGKILL; tests/rl/test_worker_faults.py.)"""
@@ -313,6 +315,7 @@ def test_a_stale_run_records_its_staleness(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_a_failing_worker_stops_the_run_with_one_line_and_no_files(tmp_path: Path) -> None:
     team = tmp_path / "team.srpo"
@@ -334,6 +337,7 @@ def test_a_failing_worker_stops_the_run_with_one_line_and_no_files(tmp_path: Pat
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_two_trainer_ranks_and_a_worker_train_as_one_process(tmp_path: Path) -> None:
     """torchrun starts 3 processes: trainer ranks 0 and 1 (ZeRO-2) each take their share of every batch

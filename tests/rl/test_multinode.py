@@ -30,6 +30,8 @@ from tests.rl.test_async import QUICKSTART, SMALL, env_threads, metrics
 from tests.support.clitools import ROOT, cli
 from tests.support.nodes import INTERFACES, NODES, SETUP, TEARDOWN, Nodes, two_nodes_fixture  # noqa: F401
 
+pytestmark = pytest.mark.distributed
+
 GUIDE = ROOT / "docs" / "training.md"
 NAMESPACES = "### Try it on one Linux machine: two network namespaces as two nodes"
 TIMEOUT = 150  # seconds for one command on both nodes (each run takes 10-25 s here)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.distributed
+
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
 PENDING: list[object] = []  # the worker's unfinished callbacks, referenced to the end

@@ -543,6 +543,7 @@ def update_worker(out: str, model_a: str, model_b: str, objective: str) -> None:
         torch.save({"params": params, "stats": stats}, out)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["srpo", "traj"])
 def test_two_gloo_ranks_match_one_process(models, dist, tmp_path, objective):
@@ -689,6 +690,7 @@ def test_resuming_with_another_adapter_layout_is_refused(models, tmp_path):
         )
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_zero3_two_ranks_one_idle_match_one_process(models, tmp_path, dist, monkeypatch):
     """ZeRO-3 generation runs without collectives: a rank with no prompt neither hangs nor changes the update."""

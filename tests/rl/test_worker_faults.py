@@ -146,6 +146,7 @@ def wait_for_steps(launcher: subprocess.Popen, out: Path, steps: int) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_a_killed_worker_then_the_last_one_then_resume(tmp_path: Path) -> None:
     """Two workers: one killed at step 2, the run goes on; the other killed at step 4: the trainer
@@ -185,6 +186,7 @@ def test_a_killed_worker_then_the_last_one_then_resume(tmp_path: Path) -> None:
     assert json.loads((out / "eval.jsonl").read_text().splitlines()[-1])["step"] == 8
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_a_worker_killed_before_it_joined_ends_the_launch_at_once(tmp_path: Path) -> None:
     """A rollout worker that dies before every process joined the launch (killed while it starts: a node

@@ -50,6 +50,7 @@ def test_too_few_gpus_is_one_line_before_anything_runs(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_a_sweep_run_of_two_processes_trains_as_one_data_parallel_run(tmp_path):
     out = tmp_path / "s"

@@ -15,6 +15,8 @@ from tests.support.clitools import cli
 from tests.support.training import train_env
 from tests.support.viewtools import as_training_run, many_episodes, scripted_run, traces_of
 
+pytestmark = pytest.mark.browser
+
 REQUIRED = os.environ.get("SRPO_DSL_BROWSER_TESTS") == "required"
 
 
