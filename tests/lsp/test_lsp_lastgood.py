@@ -1,5 +1,6 @@
 """While the text has a syntax error, references, rename, code lens, folding and links answer from the
-last text that parsed, as hover, definition and symbols do (issue 49), over the real server."""
+last text that parsed, as hover, definition and symbols do (issue 49, `srpo_dsl/lsp/lastgood.py`), over
+the real server."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pytest
 
 from tests.support.clitools import ROOT, load_bench
 from tests.support.lsptools import editor_files
+
+pytestmark = pytest.mark.editor
 
 LspClient = load_bench("lsp_client").LspClient
 
