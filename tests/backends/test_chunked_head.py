@@ -14,7 +14,7 @@ from contextlib import nullcontext
 
 import pytest
 
-from tests.support.training import (  # noqa: F401  (`one_thread`: test_training's fixture, one torch thread)
+from tests.support.training import (  # noqa: F401  (`one_thread`: the autouse fixture, one torch thread)
     CONVERSATION_TEMPERATURES,
     TEMPERATURES,
     assert_close,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.training import (  # noqa: F401  (`one_thread`: test_training's fixture, one torch thread)
+from tests.support.training import (  # noqa: F401  (`one_thread`: the autouse fixture, one torch thread)
     SGD,
     TEMPERATURES,
     assert_close,
