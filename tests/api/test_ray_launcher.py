@@ -27,9 +27,9 @@ from srpo_dsl.api.ray_launch import import_ray, launch_env
 from srpo_dsl.api.ray_rank import RankProcess
 from srpo_dsl.errors import UsageError
 from srpo_dsl.rl.distributed.process_group import free_port
-from tests.rl.test_async import QUICKSTART, SMALL, env_threads, metrics, weights
 from tests.rl.test_worker_faults import wait_for_steps
 from tests.support.clitools import ROOT, cli
+from tests.support.runs import QUICKSTART, SMALL, env_threads, metrics, weights
 
 pytestmark = pytest.mark.distributed
 

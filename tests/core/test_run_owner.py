@@ -19,8 +19,8 @@ import pytest
 from srpo_dsl.errors import UsageError
 from srpo_dsl.outputs import PROBE, held
 from srpo_dsl.runlock import LOCK, check_free, owning
-from tests.rl.test_async import QUICKSTART, env_threads, metrics
 from tests.support.clitools import ROOT, cli
+from tests.support.runs import QUICKSTART, env_threads, metrics
 
 SMALL = ["--batch", "2", "--group", "2", "--option", "eval_size=2", "--option", "eval_k=1"]
 LONG = ["--steps", "100000", *SMALL]  # killed long before its end

@@ -4,12 +4,10 @@ groups), and training runs with a rollout worker against the synchronous trainer
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,22 +35,8 @@ from srpo_dsl.rl.transport.staleness import episode_staleness, stale_rows, train
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
-from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
 from tests.support.clitools import ROOT, cli
-
-QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
-SMALL = [
-    "--steps",
-    "3",
-    "--batch",
-    "4",
-    "--group",
-    "4",
-    "--option",
-    "eval_every=3",
-    "--option",
-    "eval_size=8",
-]
+from tests.support.runs import QUICKSTART, SMALL, env_threads, first_result, metrics, weights
 
 
 def member(policy: str, version: int) -> Member:
@@ -209,21 +193,6 @@ def test_a_version_made_mid_episode_generates_the_episodes_later_events(
 # --- the link, over real gloo groups between two processes ---------------------------------
 
 
-def first_result(targets: list[tuple[Callable[..., None], tuple]]) -> object:
-    """Each target(port, queue, *args) in a spawned process sharing one free port; the first thing one of
-    them puts in the queue, once all ended."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=target, args=(port, out, *args)) for target, args in targets]
-    for p in procs:
-        p.start()
-    result = out.get(timeout=60)
-    for p in procs:
-        p.join(timeout=30)
-    return result
-
-
 def _peer(port: int, out: mp.Queue, rank: int, die: bool) -> None:
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=30))
     link = Link(LaunchLayout(rank, 1, 1), store, torch.device("cpu"))
@@ -257,22 +226,6 @@ def test_a_dead_worker_is_one_line_naming_it() -> None:
 
 
 # --- training with a rollout worker --------------------------------------------------------
-
-
-def metrics(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
-def weights(run: Path, step: int) -> dict[str, torch.Tensor]:
-    (path,) = (run / "checkpoints" / f"step-{step}").rglob("*model_states.pt")
-    return torch.load(path, map_location="cpu", weights_only=False)["module"]
-
-
-def env_threads(n: int) -> dict[str, str]:
-    """This environment with `n` torch threads and without a launcher's variables (an earlier test's
-    in-process group sets them; a run with a worker then starts its own launch)."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    return env | {"OMP_NUM_THREADS": str(n)}
 
 
 @pytest.mark.distributed

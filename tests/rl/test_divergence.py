@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.rl.test_async import metrics
 from tests.rl.test_objective_plugins import SRPO_AGAIN
 from tests.support.clitools import ROOT
+from tests.support.runs import metrics
 from tests.support.training import TEMPERATURES, build, make_episodes, parameters
 
 NAN_AT_STEP_2 = (

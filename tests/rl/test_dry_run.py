@@ -15,8 +15,8 @@ import pytest
 
 from srpo_dsl.rl.loop.plan import read_ds_config
 from tests.docs.test_readme_tour import Shown, indented_blocks, trimmed
-from tests.rl.test_async import QUICKSTART, env_threads
 from tests.support.clitools import ROOT, cli
+from tests.support.runs import QUICKSTART, env_threads
 
 HOST = socket.gethostname()
 

@@ -26,8 +26,8 @@ from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import LaunchLayout, Link
 from srpo_dsl.rl.transport.worker import send_batch
 from srpo_dsl.runtime.episode import Episode, Event, Member
-from tests.rl.test_async import QUICKSTART, SMALL, env_threads, first_result, metrics
 from tests.support.clitools import ROOT
+from tests.support.runs import QUICKSTART, SMALL, env_threads, first_result, metrics
 
 CPU = torch.device("cpu")
 STEPS = 4
