@@ -119,7 +119,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.smoke:
         args.hidden, args.layers, args.vocab, args.rows, args.tokens, args.repeats = 64, 1, 512, 4, 16, 1
-        args.modes = "dynamic,static"  # `compiled` compiles for ~20 s on CPU: tests/test_decode_shapes.py
+        args.modes = (
+            "dynamic,static"  # `compiled` compiles for ~20 s on CPU: tests/backends/test_decode_shapes.py
+        )
     return args
 
 

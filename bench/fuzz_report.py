@@ -1,4 +1,4 @@
-"""The suite's fuzzer (tests/fuzzing.py) at scale, its outcomes counted instead of stopping at the first.
+"""The suite's fuzzer (tests/support/fuzzing.py) at scale, its outcomes counted instead of stopping at the first.
 
     python bench/fuzz_report.py                     # 2,000 workflow cases, 2,000 run-folder cases, seed 48
     python bench/fuzz_report.py --cases 500 --seed 7
@@ -31,7 +31,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the suite's fuzzer and checks (tests/fuzzing.py, tests/test_fuzz_*.py)
+sys.path.insert(
+    0, str(ROOT)
+)  # the suite's fuzzer and checks (tests/support/fuzzing.py, tests/*/test_fuzz_*.py)
 PROBLEMS: list[str] = []  # each case's problem, printed below the table (seed and index reproduce it)
 KINDS = (
     "cases",
@@ -91,8 +93,8 @@ def timed_out(problem, *args) -> str | None:
 
 def workflows(count: int, lsp_every: int) -> Counter:
     """The workflow targets' counts over `count` cases."""
-    from tests.fuzzing import WORKFLOW_OPS, WORKFLOWS, cases, mutate_workflow
-    from tests.test_fuzz_workflows import _subprocess, api_problem, cli_problem, lsp_problem
+    from tests.lang.test_fuzz_workflows import _subprocess, api_problem, cli_problem, lsp_problem
+    from tests.support.fuzzing import WORKFLOW_OPS, WORKFLOWS, cases, mutate_workflow
 
     found: Counter = Counter()
     client, folder = language_server(), Path(tempfile.mkdtemp(prefix="srpo-fuzz-"))
@@ -117,9 +119,9 @@ def workflows(count: int, lsp_every: int) -> Counter:
 
 
 def language_server():
-    from tests.clitools import load_bench
+    from tests.support.clitools import load_bench
 
-    client = load_bench("lsp_bench").LspClient()
+    client = load_bench("lsp_client").LspClient()
     client.initialize(ROOT)
     return client
 
@@ -134,8 +136,8 @@ def answered(lsp_problem, *args) -> str | None:
 
 def run_folders(count: int) -> Counter:
     """The run-folder targets' counts over `count` cases (readers that change their input: data lost)."""
-    from tests.fuzzing import RUN_FILES, RUN_OPS, cases
-    from tests.test_fuzz_runs import run_problem
+    from tests.cli.test_fuzz_runs import run_problem
+    from tests.support.fuzzing import RUN_FILES, RUN_OPS, cases
 
     found: Counter = Counter()
     folder = Path(tempfile.mkdtemp(prefix="srpo-fuzz-run-")) / "run"
@@ -161,7 +163,7 @@ def digests(folder: Path, corrupted: str) -> dict[str, str]:
 
 def digests_of(case) -> dict[str, str]:
     """What `digests` reads when no reader changed the case's folder: the recorded run, one file corrupted."""
-    from tests.fuzzing import RUN, corrupt_run
+    from tests.support.fuzzing import RUN, corrupt_run
 
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(RUN.iterdir()) if p.is_file()}
     return files | {case.base.name: hashlib.sha256(corrupt_run(case)).hexdigest()}

@@ -6,7 +6,7 @@ them (the slope of log time on log lines: 1 is linear, 2 quadratic).
     python bench/lsp_scale.py                 # 1k, 5k and 20k lines, 5 requests a method
     python bench/lsp_scale.py --smoke         # a check that it runs: 1k lines, 2 methods, one each
 
-The clients: "raw stdio", bench/lsp_bench.py's JSON-RPC over the server's stdio (every method);
+The clients: "raw stdio", bench/lsp_client.py's JSON-RPC over the server's stdio (every method);
 "Neovim", headless with editors/neovim/srpo.lua, and "VS Code client", extension.js with
 vscode-languageclient under node (bench/lspscale/clients.py; the methods of CLIENT_METHODS). A client
 that is missing here is skipped with a line saying why. "diagnostics" is the time from an edit to
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lsp_bench import ROOT, LspClient
+from lsp_client import ROOT, LspClient
 from lspscale import clients as lsp_clients
 
 QUICKSTART = ROOT / "workflows" / "quickstart.srpo"

@@ -282,10 +282,9 @@ def main() -> None:
         args.prompts, args.group, args.repeats = 1, 2, 1
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore")
-    sys.path.insert(0, str(ROOT / "tests"))
-    from retrieval_server import RetrievalServer
-
+    sys.path.insert(0, str(ROOT))  # tests.support.retrieval_server
     from srpo_dsl.envs.retrieval import Bm25Retriever
+    from tests.support.retrieval_server import RetrievalServer
 
     print(f"load average {os.getloadavg()[0]:.2f}; {args.prompts} prompts x {args.group} episodes per step")
     print(

@@ -78,6 +78,14 @@ def tiny_random_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two different random 1-layer Llamas sharing a tokenizer (`tests/support/training.py`), per module."""
+    from tests.support.training import make_models
+
+    return make_models(tmp_path_factory.mktemp("models"))
+
+
 @pytest.fixture(scope="session")
 def dist():
     """This process as a data-parallel group of one (gloo on CPU), for the tests that build engines."""
@@ -88,11 +96,11 @@ def dist():
 
 @pytest.fixture(scope="module")
 def client():
-    """The language server (`python -m srpo_dsl lsp`) with bench/lsp_bench.py's client, initialized on
+    """The language server (`python -m srpo_dsl lsp`) with bench/lsp_client.py's client, initialized on
     the repository; one per test module."""
-    from tests.clitools import ROOT, load_bench
+    from tests.support.clitools import ROOT, load_bench
 
-    c = load_bench("lsp_bench").LspClient()
+    c = load_bench("lsp_client").LspClient()
     c.initialize(ROOT)
     yield c
     c.close()

@@ -1,6 +1,6 @@
 """Training: the objective (`objective`), this process among the others (`distributed`), models as
 engines (`engines`), asynchronous rollouts (`transport`) and the run itself (`loop`), each sub-package's
-docstring says what it holds and what it may import (tests/test_layers.py checks it).
+docstring says what it holds and what it may import (tests/project/test_layers.py checks it).
 
 The objective's public names are exported here, imported on first use, so importing `srpo_dsl.rl`
 pays for no torch.

@@ -1,4 +1,4 @@
--- Neovim, headless, driven through a scripted job: the editor side of tests/test_neovim.py and of
+-- Neovim, headless, driven through a scripted job: the editor side of tests/editors/test_neovim.py and of
 -- bench/lsp_bench.py's real-client latency.
 --
 --   SRPO_NVIM_DRIVER=job.json nvim --headless --clean -n -u editors/neovim/test/driver.lua

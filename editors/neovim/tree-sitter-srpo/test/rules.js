@@ -1,6 +1,6 @@
 // Loads ../grammar.js as `tree-sitter generate` first does (under node, with the grammar DSL's
 // functions in scope) and prints its rules as JSON: each rule a tree of {type, ...} nodes, every
-// `$.name` a {type: "SYMBOL", name}. tests/test_treesitter.py checks the tree against the Lark grammar.
+// `$.name` a {type: "SYMBOL", name}. tests/editors/test_treesitter.py checks the tree against the Lark grammar.
 //
 //   node editors/neovim/tree-sitter-srpo/test/rules.js
 const node = (type) => (...members) => ({ type, members });

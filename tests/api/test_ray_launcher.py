@@ -1,0 +1,261 @@
+"""`srpo-dsl train --launcher ray` (and `Workflow.train(launcher="ray")`) on a real Ray cluster the tests
+start on this machine (`ray start --head` with 3 logical CPUs, one per process): the quickstart trained
+synchronously (the API) and with a rollout worker at S = 0 (the CLI) through Ray equals the one-process
+run bit for bit; a worker whose actor is killed hands its steps to the other, and with none left the
+trainer checkpoints and stops with one line; Ctrl-C on the driver stops every actor's process; a cluster
+that is not there is one line. The cluster's processes are one process group of their own, ended by the
+module (not `ray stop`, which would stop every Ray cluster of this machine)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+import srpo_dsl
+from srpo_dsl.api.ray_launch import import_ray, launch_env
+from srpo_dsl.api.ray_rank import RankProcess
+from srpo_dsl.errors import UsageError
+from srpo_dsl.rl.distributed.process_group import free_port
+from tests.rl.test_worker_faults import wait_for_steps
+from tests.support.clitools import ROOT, cli
+from tests.support.runs import QUICKSTART, SMALL, env_threads, metrics, weights
+
+pytestmark = pytest.mark.distributed
+
+pytest.importorskip("ray")
+
+SAVE = ["--option", "save_every=3"]
+COMPARED = ("return", "loss", "grad_norm", "num_events")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """The address of a one-node Ray cluster on loopback, its sockets under a short temporary folder."""
+    temp = Path(tempfile.mkdtemp(prefix="srpo-ray-", dir="/tmp"))  # Ray's socket paths have a length limit
+    port = free_port()
+    ports = [f"--{name}-port={free_port()}" for name in ("dashboard", "ray-client-server")]
+    command = [shutil.which("ray") or "ray", "start", "--head", "--node-ip-address", "127.0.0.1"]
+    command += ["--port", str(port), "--num-cpus", "3", "--include-dashboard=false", "--disable-usage-stats"]
+    command += ["--temp-dir", str(temp), *ports]
+    start = subprocess.Popen(  # its daemons stay in this new process group: ended below, none other
+        command, env=env_threads(1), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    output = start.communicate(timeout=180)[0].decode()
+    try:
+        assert start.returncode == 0, output[-3000:]
+        yield f"127.0.0.1:{port}"
+    finally:
+        if "ray" in sys.modules and sys.modules["ray"].is_initialized():  # the API's run joined it
+            sys.modules["ray"].shutdown()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(start.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(3)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quickstart's 3 steps in one process, one thread (no launcher)."""
+    out = tmp_path_factory.mktemp("ray") / "one"
+    done = cli("train", QUICKSTART, "--out", out, *SMALL, *SAVE, env=env_threads(1))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def same_run(a: Path, b: Path) -> None:
+    """The same metrics at every step and the same checkpointed weights, bit for bit."""
+    assert [[r[k] for k in COMPARED] for r in metrics(a)] == [[r[k] for k in COMPARED] for r in metrics(b)]
+    first, second = weights(a, 3), weights(b, 3)
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def ray_train(address: str, out: Path, *args: str) -> subprocess.CompletedProcess:
+    launch = ["--launcher", "ray", "--ray-address", address]
+    return cli("train", QUICKSTART, "--out", out, *SMALL, *SAVE, *launch, *args, env=env_threads(2))
+
+
+@pytest.mark.slow
+def test_trained_on_ray_as_in_one_process(
+    cluster: str, one_process: Path, tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    """One trainer actor (the API), then a trainer and a rollout worker at S = 0 (the CLI): each is the
+    one-process run."""
+    small = {"steps": 3, "batch": 4, "group": 4, "eval_every": 3, "eval_size": 8, "save_every": 3}
+    sync = srpo_dsl.load(QUICKSTART).train(tmp_path / "sync", launcher="ray", ray_address=cluster, **small)
+    assert [r["step"] for r in sync.history] == [1, 2, 3]
+    assert "held-out Avg@4" in capfd.readouterr().out  # the trainer's report, as the self-launch shows it
+    same_run(one_process, tmp_path / "sync")
+    workers = ["--option", "rollout_workers=1", "--option", "max_staleness=0"]
+    run = ray_train(cluster, tmp_path / "async", *workers)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines()[-1].startswith("held-out Avg@4"), run.stdout  # the trainer's report
+    rows = metrics(tmp_path / "async")
+    assert all(r["async/staleness_max"] == 0 and r["async/workers"] == 1 for r in rows)
+    same_run(one_process, tmp_path / "async")
+
+
+@pytest.mark.slow
+def test_the_dry_run_on_ray_shows_each_actor_joined(cluster: str, tmp_path: Path) -> None:
+    done = ray_train(cluster, tmp_path / "dry", "--option", "rollout_workers=1", "--dry-run")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("dry run: 2 processes on 1 node (1 trainer rank, 1 rollout worker), connected")
+    assert "rank 1/2  rollout worker 0  node 0 (" in lines[2] and lines[2].endswith("cpu")
+    assert not (tmp_path / "dry").exists()
+
+
+def actor_of(out: Path, rank: int) -> psutil.Process | None:
+    """The Ray actor process whose child runs rank `rank` of the run into `out` (None: none yet)."""
+    child = process_of(out, rank)
+    return child.parent() if child is not None else None
+
+
+def process_of(out: Path, rank: int) -> psutil.Process | None:
+    """The process of rank `rank` of the run into `out` (None: none yet)."""
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if str(out) in (process.info["cmdline"] or []) and process.environ().get("RANK") == str(rank):
+                return process
+        except psutil.Error:
+            continue
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_worker_actor_hands_its_steps_on_and_none_left_is_one_line(
+    cluster: str, tmp_path: Path
+) -> None:
+    """Two workers: one's actor process killed at step 2, the run goes on; the other's at step 4: the
+    trainer checkpoints what it trained and stops with one line."""
+    out = tmp_path / "run"
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--steps", "8", "--option", "save_every=8"]
+    args += ["--option", "rollout_workers=2", "--option", "max_staleness=1"]
+    args += ["--launcher", "ray", "--ray-address", cluster]
+    command = [sys.executable, "-m", "srpo_dsl", *map(str, args)]
+    run = subprocess.Popen(
+        command, cwd=ROOT, env=env_threads(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_for_steps(run, out, 2)
+    actors = {rank: actor_of(out, rank) for rank in (1, 2)}  # found now: a search takes a while
+    actors[2].kill()  # type: ignore[union-attr]
+    wait_for_steps(run, out, 4)
+    actors[1].kill()  # type: ignore[union-attr]
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode not in (0, None), stderr[-3000:]
+    assert "warning: rollout worker 1 (rank 2) stopped (" in stderr
+    assert "warning: the Ray actor of rollout worker 1 (rank 2) died (" in stderr
+    last = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(last) == 1 and "no rollout worker is left: step " in last[0], stderr[-3000:]
+    assert "Traceback" not in stderr
+    done = int(last[0].split(": step ")[1].split()[0])
+    assert done >= 4 and (out / "checkpoints" / f"step-{done}").is_dir()
+    assert [r["step"] for r in metrics(out)] == list(range(1, done + 1))
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_the_driver_stops_every_process(cluster: str, tmp_path: Path) -> None:
+    """SIGINT reaches the trainer and the worker as they start (a Ray worker blocks it: their processes
+    unblock it), the driver returns the trainer's exit code (130), and no process of the run is left."""
+    out = tmp_path / "run"
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--option", "rollout_workers=1"]
+    command = [
+        sys.executable,
+        "-m",
+        "srpo_dsl",
+        *map(str, [*args, "--launcher", "ray", "--ray-address", cluster]),
+    ]
+    run = subprocess.Popen(
+        command, cwd=ROOT, env=env_threads(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 300
+    while (trainer := actor_of(out, 0)) is None or actor_of(out, 1) is None:
+        assert run.poll() is None and time.time() < deadline, "the run did not start"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130, stderr[-3000:]  # (interrupted while importing: Python's traceback)
+    trainer.wait(30)  # its actor is gone, and so is every process of the run
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(out) in (p.info["cmdline"] or [])]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_before_it_joined_ends_the_run_at_once(cluster: str, tmp_path: Path) -> None:
+    """A worker's process killed as it starts, before every process joined the launch: the driver stops
+    the run with one line and the worker's code (the trainer would wait for it at the rendezvous)."""
+    out = tmp_path / "run"
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--option", "rollout_workers=1"]
+    args += ["--launcher", "ray", "--ray-address", cluster]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "srpo_dsl", *map(str, args)],
+        cwd=ROOT, env=env_threads(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while (worker := process_of(out, 1)) is None:
+        assert run.poll() is None and time.time() < deadline, "the run did not start"
+        time.sleep(0.02)
+    worker.send_signal(signal.SIGKILL)
+    clock = time.time()
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 128 + signal.SIGKILL and time.time() - clock < 60, stderr[-3000:]
+    assert [line for line in stderr.splitlines() if line.startswith("error: ")] == [
+        "error: rollout worker 0 (rank 1) ended (SIGKILL) before every process joined the launch: "
+        "nothing was trained"
+    ]
+    assert not out.exists() or not [p for p in out.iterdir() if p.name != ".lock"]
+
+
+def test_a_cluster_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    done = cli("train", QUICKSTART, "--out", tmp_path / "run", "--launcher", "ray", "--ray-address", address)
+    assert done.returncode == 2
+    assert (
+        done.stderr == f"error: --ray-address {address}: no Ray cluster answers there (Connection refused)\n"
+    )
+    assert not (tmp_path / "run").exists()
+    alone = cli("train", QUICKSTART, "--out", tmp_path / "run", "--ray-processes", "2")
+    assert alone.returncode == 2
+    assert alone.stderr == "error: --ray-address, --ray-processes and --ray-cpus go with --launcher ray\n"
+
+
+def test_an_actor_streams_its_process_s_output_and_exit_code(tmp_path: Path) -> None:
+    """The actor's body outside Ray: stdout and stderr apart, as written, then the command's exit code."""
+    items = list(RankProcess().run(["validate", str(tmp_path / "absent.srpo")], {}, str(ROOT)))
+    err = b"".join(value for kind, value in items if kind == "err").decode()
+    assert items[-1] == ("exit", 2) and err.startswith("error: ") and "absent.srpo" in err
+    assert not [value for kind, value in items if kind == "out"]
+    assert list(RankProcess().run(["--help"], {}, str(tmp_path / "gone")))[-1] == ("exit", 1)
+
+
+def test_without_ray_installed_the_launcher_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(UsageError, match=r"^--launcher ray needs Ray, an optional extra: pip install"):
+        import_ray()
+
+
+def test_each_process_sees_its_node_s_gpus_as_torchrun_gives_them() -> None:
+    """Two nodes of two GPUs each, ranks placed 0, 1 on node a and 2, 3 on node b: LOCAL_RANK counts on the
+    node and its own GPU is at LOCAL_RANK of CUDA_VISIBLE_DEVICES; node b is node 1."""
+    envs = launch_env([("a", ["3"]), ("a", ["1"]), ("b", ["0"]), ("b", ["1"])], ("10.0.0.1", 29500), 4)
+    assert [(e["LOCAL_RANK"], e["GROUP_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in envs] == [
+        ("0", "0", "3,1"),
+        ("1", "0", "3,1"),
+        ("0", "1", "0,1"),
+        ("1", "1", "0,1"),
+    ]
+    assert all(e["WORLD_SIZE"] == "4" and e["LOCAL_WORLD_SIZE"] == "2" for e in envs)
+    assert envs[3] | {"RANK": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"} == envs[3]
+    assert "CUDA_VISIBLE_DEVICES" not in launch_env([("a", [])], ("h", 1), 1)[0]

@@ -1,0 +1,91 @@
+"""Ctrl-C during `train`: one line saying where `--resume` continues from, once, and exit 130; in one
+process, and in the 1 + R processes a run with rollout workers starts without a launcher."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from subprocess import PIPE
+
+import pytest
+
+from tests.support.clitools import ROOT
+
+SMALL = ["--steps", "40", "--batch", "4", "--group", "2", "--option", "eval_every=100"]
+SMALL += ["--option", "eval_size=4", "--option", "save_every=1"]
+
+
+def interrupted_train(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`srpo-dsl train` (stderr to a pipe), sent SIGINT once its first checkpoint is written."""
+    command = [sys.executable, "-m", "srpo_dsl", "train", "workflows/quickstart.srpo", "--out", str(out)]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([*command, *SMALL, *extra], cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE)
+    began = time.monotonic()
+    while not (out / "checkpoints" / "step-1").is_dir() and proc.poll() is None:
+        assert time.monotonic() - began < 300, "no checkpoint in 300 s"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)  # bytes: text mode would turn each `\r` into a newline
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.decode(), stderr.decode())
+
+
+def resume_line(out: Path) -> str:
+    last = max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
+    return (
+        f"interrupted: the last checkpoint is {last}; run the same command with --resume to continue from it"
+    )
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_where_to_resume(tmp_path: Path) -> None:
+    out = tmp_path / "q"
+    r = interrupted_train(out)
+    assert r.returncode == 130, r.stderr
+    assert "\r" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[-1] == resume_line(out)
+    assert all(line.startswith("train: ") for line in lines[:-1]), lines  # progress, as whole lines
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ctrl_c_with_rollout_workers_says_it_once(tmp_path: Path) -> None:
+    """Trainer and worker get the signal (forwarded by the command): the trainer says it; --quiet: nothing
+    else."""
+    out = tmp_path / "q"
+    r = interrupted_train(out, "--option", "rollout_workers=1", "--quiet")
+    assert (r.returncode, r.stderr) == (130, resume_line(out) + "\n")
+
+
+API_TRAIN = """
+import sys, srpo_dsl
+try:
+    srpo_dsl.load("workflows/quickstart.srpo").train(
+        sys.argv[1], steps=40, batch=4, group=2, eval_every=100, eval_size=4, save_every=1, rollout_workers=1
+    )
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ctrl_c_through_the_api_with_rollout_workers_is_a_keyboard_interrupt(tmp_path: Path) -> None:
+    """`Workflow.train` starts 1 + R processes: a Ctrl-C stops them and reaches the caller as Python's
+    KeyboardInterrupt (not an InputError saying `exit code 130`)."""
+    out = tmp_path / "q"
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", API_TRAIN, str(out)], cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE
+    )
+    began = time.monotonic()
+    while not (out / "checkpoints" / "step-1").is_dir() and proc.poll() is None:
+        assert time.monotonic() - began < 300, "no checkpoint in 300 s"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stdout.decode()) == (0, "KeyboardInterrupt\n"), stderr.decode()[-2000:]

@@ -1,0 +1,120 @@
+"""Fuzzing: whatever the input, only the DSL error type escapes, always positioned inside the file."""
+
+import contextlib
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from srpo_dsl.lang import analyze
+from srpo_dsl.lang.messages import SrpoError
+from srpo_dsl.lang.parser import parse
+
+WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+SOURCES = [p.read_text() for p in sorted(WORKFLOWS.glob("*.srpo"))]
+WORDS = [
+    "workflow",
+    "policy",
+    "agent",
+    "task",
+    "tool",
+    "reward",
+    "train",
+    "route",
+    "parallel",
+    "verify",
+    "revise",
+    "aggregate",
+    "call",
+    "step",
+    "env",
+    "done",
+    "repeat",
+    "at",
+    "most",
+    "until",
+    "if",
+    "else",
+    "break",
+    "by",
+    "on",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    "=",
+    "==",
+    "!=",
+    ",",
+    ".",
+    "solver",
+    "router",
+    "3",
+    "0",
+    "-1",
+    "1e9",
+    '"x.j2"',
+    '"',
+    "#",
+    "\n",
+    "with",
+    "emits",
+    "uses",
+    "prompt",
+    "frozen",
+    "lora",
+    "invalid",
+    "task.answer",
+]
+
+
+def _assert_positioned(text: str, file: str = "f.srpo") -> None:
+    result = analyze(text, file, [WORKFLOWS])
+    n_lines = max(1, len(text.splitlines()))
+    for d in result.diagnostics:
+        assert d.span.file == file
+        assert 1 <= d.span.line <= n_lines + 1, d
+        assert d.span.col >= 1
+        assert d.code[0] in "EW" and d.code[1:].isdigit()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=200))
+def test_random_text(text):
+    _assert_positioned(text)
+    with contextlib.suppress(SrpoError):
+        parse(text, "f.srpo")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(WORDS), max_size=60).map(" ".join))
+def test_token_soup(text):
+    _assert_positioned("workflow w\n" + text)
+
+
+@st.composite
+def mutated_workflow(draw):
+    src = draw(st.sampled_from(SOURCES))
+    tokens = src.split(" ")
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(tokens) - 1))
+        op = draw(st.sampled_from(["delete", "insert", "replace", "duplicate"]))
+        if op == "delete":
+            del tokens[i]
+        elif op == "insert":
+            tokens.insert(i, draw(st.sampled_from(WORDS)))
+        elif op == "replace":
+            tokens[i] = draw(st.sampled_from(WORDS))
+        else:
+            tokens.insert(i, tokens[i])
+        if not tokens:
+            tokens = [""]
+    return " ".join(tokens)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_workflow())
+def test_mutated_workflows(text):
+    _assert_positioned(text)
