@@ -207,13 +207,14 @@ def test_the_python_api_takes_a_list_and_a_launch_passes_it_on(
     workflow: Path, tiny_random_model: Path, tmp_path
 ) -> None:
     import srpo_dsl
+    from srpo_dsl.rl.loop.plan_file import plan_json, plan_of
 
     wf = srpo_dsl.load(workflow)
     plan = wf.plan(
         tmp_path / "run", models=str(tiny_random_model), report_to=["wandb", "mlflow"], rollout_workers=1
     )
     assert plan.opts.trackers == ("wandb", "mlflow")
-    assert "report_to=wandb,mlflow" in plan.argv()  # each process of the launch reads it back
+    assert plan_of(plan_json(plan), tmp_path).opts.trackers == ("wandb", "mlflow")  # as the launch reads it
 
 
 def test_the_extras_install_what_the_trackers_need() -> None:
