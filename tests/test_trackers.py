@@ -207,7 +207,7 @@ def test_the_python_api_takes_a_list_and_a_launch_passes_it_on(
     workflow: Path, tiny_random_model: Path, tmp_path
 ) -> None:
     import srpo_dsl
-    from srpo_dsl.rl.loop.plan_file import plan_json, plan_of
+    from srpo_dsl.rl.loop.plan_io import plan_json, plan_of
 
     wf = srpo_dsl.load(workflow)
     plan = wf.plan(

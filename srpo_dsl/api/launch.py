@@ -2,7 +2,7 @@
 
 With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers, `rl/transport/link.py`):
 `TrainPlan.processes`. Started without `torchrun` or `deepspeed`, the command (or the API's
-`Workflow.train`) writes its plan into the run folder (`rl.loop.plan_file`) and starts each of them as
+`Workflow.train`) writes its plan into the run folder (`rl.loop.plan_io`) and starts each of them as
 `srpo-dsl launched OUT`, which carries that plan out (nothing parsed, compiled or planned again), with
 the variables a launcher sets (RANK,
 WORLD_SIZE, MASTER_ADDR, ...; rank 0 hosts the rendezvous store), and returns the trainer's code.
@@ -39,7 +39,7 @@ from srpo_dsl.launched import (
     ended_unsaid,
     joined_count,
 )
-from srpo_dsl.rl.loop.plan_file import planned
+from srpo_dsl.rl.loop.plan_io import planned
 from srpo_dsl.runlock import owning
 
 POLL = 0.1  # seconds between looks at the processes
@@ -50,7 +50,7 @@ def launch(
     plan: TrainPlan, outputs: Outputs = Outputs(), *, verbose: bool = False, dry_run: bool = False
 ) -> int:
     """Start the plan's processes, each carrying out the plan this one wrote into the run folder
-    (`rl.loop.plan_file`, `srpo-dsl launched OUT`, at this process's --verbose or --quiet): as Ray actors
+    (`rl.loop.plan_io`, `srpo-dsl launched OUT`, at this process's --verbose or --quiet): as Ray actors
     (`--launcher ray`, `api.ray_launch`), else on this machine (`relaunch`); trainer rank 0's exit code."""
     if plan.setup.ray is not None:
         from srpo_dsl.api.ray_launch import run_on_ray

@@ -60,8 +60,8 @@ def plan_training(
 
 def launched_plan(out: Path) -> TrainPlan:
     """The plan a process of a launch carries out, as the process that launched it wrote it into the run
-    folder `out` (`rl.loop.plan_file`): read, not planned again; a plan it cannot read is one line."""
-    from srpo_dsl.rl.loop.plan_file import read_plan
+    folder `out` (`rl.loop.plan_io`): read, not planned again; a plan it cannot read is one line."""
+    from srpo_dsl.rl.loop.plan_io import read_plan
 
     with training_errors(out):
         return read_plan(out)

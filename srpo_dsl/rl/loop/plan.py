@@ -6,7 +6,7 @@ Importing it loads no torch: the dry run and the CLI read a plan without the tra
 before a model, a process group or the user's Python loads (the options, the device, the rollout
 engine, the policies, the files, the run folder), and returns a frozen `TrainPlan`. The trainer, the
 launcher, the dry run and the CLI read it; none of them compiles the workflow or resolves an option
-again. The processes a launch starts read it from the run folder (`plan_file`).
+again. The processes a launch starts read it from the run folder (`plan_io`).
 """
 
 from __future__ import annotations
