@@ -18,7 +18,7 @@ from pathlib import Path
 from srpo_dsl.data_sources import source_problem
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import nearest_folder, new_folder, writing
-from srpo_dsl.runlock import LOCK
+from srpo_dsl.runlock import LOCK, PLAN
 
 SHOWN = 4  # names of a refused folder's entries in its error line
 PROBE = ".srpo-dsl-probe-"  # `check_writable`'s passing entry (another rank's, at a launch): no result
@@ -26,13 +26,15 @@ PROBE = ".srpo-dsl-probe-"  # `check_writable`'s passing entry (another rank's, 
 
 def held(folder: Path) -> list[str]:
     """The names of what `folder` holds, sorted; [] when it does not exist. A file there is refused. The
-    lock of a run folder's owner is no result (`runlock`: its owner is checked before this), nor the probe
-    of a process checking it meanwhile (the ranks of one launch check it at once)."""
+    lock of a run folder's owner is no result (`runlock`: its owner is checked before this), nor the plan
+    of its launch, nor the probe of a process checking it meanwhile (the ranks of one launch check it at
+    once)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out {folder}: a file is there, not a folder")
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir() if p.name != LOCK and not p.name.startswith(PROBE))
+    names = (p.name for p in folder.iterdir())
+    return sorted(name for name in names if name not in (LOCK, PLAN) and not name.startswith(PROBE))
 
 
 def refuse_existing(folder: Path, advice: str) -> None:

@@ -27,6 +27,7 @@ from srpo_dsl.errors import UsageError
 from srpo_dsl.launched import command_pid, launcher
 
 LOCK = ".lock"  # in the run folder; not one of its results (`outputs.held` leaves it out)
+PLAN = ".plan.json"  # the plan of the launch writing the folder (`rl.loop.plan_io`); no result either
 
 
 def owner_here() -> bool:

@@ -2,7 +2,9 @@
 
 With `rollout_workers = R` a run is 1 + R processes (one trainer rank, R workers, `rl/transport/link.py`):
 `TrainPlan.processes`. Started without `torchrun` or `deepspeed`, the command (or the API's
-`Workflow.train`) starts `srpo-dsl train` as each of them, with the variables a launcher sets (RANK,
+`Workflow.train`) writes its plan into the run folder (`rl.loop.plan_io`) and starts each of them as
+`srpo-dsl launched OUT`, which carries that plan out (nothing parsed, compiled or planned again), with
+the variables a launcher sets (RANK,
 WORLD_SIZE, MASTER_ADDR, ...; rank 0 hosts the rendezvous store), and returns the trainer's code.
 Not torch's elastic launcher: that stops every process when one fails, and here a worker that dies
 must not stop the run, once every process joined the launch (`launched.mark_joined`); one that ends
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import TrainPlan
 
 from srpo_dsl.api.relay import Outputs
+from srpo_dsl.console import quiet
 from srpo_dsl.launched import (
     ENDED,
     FORWARDED,
@@ -36,25 +39,39 @@ from srpo_dsl.launched import (
     ended_unsaid,
     joined_count,
 )
+from srpo_dsl.rl.loop.plan_io import planned
 from srpo_dsl.runlock import owning
 
 POLL = 0.1  # seconds between looks at the processes
+LAUNCHED = "launched"  # the (hidden) command each process of a launch runs: `srpo-dsl launched OUT`
 
 
-def launch(plan: TrainPlan, argv: Sequence[str], outputs: Outputs = Outputs()) -> int:
-    """Start the plan's processes, `srpo-dsl ARGV` each: as Ray actors (`--launcher ray`,
-    `api.ray_launch`), else on this machine (`relaunch`); trainer rank 0's exit code."""
+def launch(
+    plan: TrainPlan, outputs: Outputs = Outputs(), *, verbose: bool = False, dry_run: bool = False
+) -> int:
+    """Start the plan's processes, each carrying out the plan this one wrote into the run folder
+    (`rl.loop.plan_io`, `srpo-dsl launched OUT`, at this process's --verbose or --quiet): as Ray actors
+    (`--launcher ray`, `api.ray_launch`), else on this machine (`relaunch`); trainer rank 0's exit code."""
     if plan.setup.ray is not None:
         from srpo_dsl.api.ray_launch import run_on_ray
 
-        return run_on_ray(plan, argv, outputs)  # rank 0 owns the run folder, on its node
+        with planned(plan):  # rank 0 owns the run folder, on its node
+            return run_on_ray(plan, launched_argv(plan.out, verbose, dry_run), outputs)
     with owning(plan.out), tempfile.TemporaryDirectory(prefix="srpo-dsl-launch-") as joined:
-        code = relaunch(plan.processes, argv, Path(joined), outputs)
+        with planned(plan):
+            code = relaunch(plan.processes, launched_argv(plan.out, verbose, dry_run), Path(joined), outputs)
         if code < 0 or Path(joined, ENDED).exists():  # a signal's end, or one through Python
             return code if code >= 0 else 128 - code
     line = ended_unsaid(f"the run stopped at {stopped_at(plan.out, plan.opts.steps)}", code)
     print(line, file=outputs.stderr or sys.stderr, flush=True)
     return 1
+
+
+def launched_argv(out: Path, verbose: bool, dry_run: bool) -> list[str]:
+    """`srpo-dsl`'s arguments for each process of a launch: the run folder whose plan it carries out, and
+    how much it says."""
+    level = ["--verbose"] if verbose else ["--quiet"] if quiet() else []
+    return [LAUNCHED, str(out), *(["--dry-run"] if dry_run else []), *level]
 
 
 def stopped_at(out: Path, steps: int) -> str:

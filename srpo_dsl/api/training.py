@@ -58,6 +58,15 @@ def plan_training(
     return plan
 
 
+def launched_plan(out: Path) -> TrainPlan:
+    """The plan a process of a launch carries out, as the process that launched it wrote it into the run
+    folder `out` (`rl.loop.plan_io`): read, not planned again; a plan it cannot read is one line."""
+    from srpo_dsl.rl.loop.plan_io import read_plan
+
+    with training_errors(out):
+        return read_plan(out)
+
+
 @checked
 def train_plan(plan: TrainPlan, progress: bool = True, verbose: bool = False) -> Run:
     """Train as planned: here, or as 1 + R processes when the run has rollout workers and no launcher
@@ -174,7 +183,7 @@ def launched(plan: TrainPlan, verbose: bool, progress: bool) -> Run:
 
     before = len(read_run_file(lambda: read_jsonl(plan.out / METRICS)))
     with relayed() as relay:
-        code = launch(plan, plan.argv(verbose), Outputs(relay.stdout, relay.stderr, progress))
+        code = launch(plan, Outputs(relay.stdout, relay.stderr, progress), verbose=verbose)
     if code == 128 + signal.SIGINT:  # a Ctrl-C, passed on to the processes: the caller's interrupt
         raise KeyboardInterrupt
     if code != 0:

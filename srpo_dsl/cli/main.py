@@ -9,13 +9,14 @@ from pathlib import Path
 
 import typer
 
+from srpo_dsl.api.launch import LAUNCHED
 from srpo_dsl.cli.common import EXIT_INPUT, EXIT_INTERNAL, eprint, output_options, print_error
 from srpo_dsl.cli.lang_cmds import compile_cmd, fmt_cmd, validate
 from srpo_dsl.cli.lsp_cmd import lsp_cmd
 from srpo_dsl.cli.run_cmds import audit, eval_cmd, render, run
 from srpo_dsl.cli.stdout import EXIT_PIPE_CLOSED, end_quietly, flushed, stdout_closed
 from srpo_dsl.cli.sweep_cmds import sweep_cmd
-from srpo_dsl.cli.train_cmds import export_cmd, plot_cmd, train_cmd
+from srpo_dsl.cli.train_cmds import export_cmd, launched_cmd, plot_cmd, train_cmd
 from srpo_dsl.cli.view_cmds import view
 from srpo_dsl.cli.watch import ended, watched
 from srpo_dsl.errors import SrpoDslError
@@ -46,6 +47,7 @@ COMMANDS = {  # the one list of the commands: each takes --quiet and --verbose (
 }
 for _name, _command in COMMANDS.items():
     app.command(_name)(output_options(_command))
+app.command(LAUNCHED, hidden=True)(output_options(launched_cmd))  # each process of a launch (`api.launch`)
 
 
 def _version(value: bool) -> None:

@@ -20,7 +20,7 @@ from srpo_dsl.api.dry_run import launch_table
 from srpo_dsl.api.launch import launch
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.runs import PLOTS, SMOOTHING, Run, export_checkpoint, write_plots
-from srpo_dsl.api.training import train_plan
+from srpo_dsl.api.training import launched_plan, train_plan
 from srpo_dsl.argranges import BOUNDS
 from srpo_dsl.choices import LAUNCHERS, OFFLOAD
 from srpo_dsl.cli.common import (
@@ -175,11 +175,21 @@ def train_cmd(
     carry_out(plan, dry_run, verbose)
 
 
+def launched_cmd(
+    out: Path = typer.Argument(..., help="The run folder, holding its launch's plan.", show_default=False),
+    dry_run: bool = DRY_RUN,
+    verbose: bool = False,
+) -> None:
+    """One process of a launch (not for users: `srpo-dsl train` starts it): the plan its launcher wrote into
+    the run folder, carried out as `train` would, with nothing parsed, compiled or planned again."""
+    carry_out(launched_plan(out), dry_run, verbose)
+
+
 def carry_out(plan: TrainPlan, dry_run: bool, verbose: bool) -> None:
     """The planned run: its dry run (who runs where), its processes (rollout workers and no launcher, or
     Ray), or training here; a Ctrl-C says where to `--resume` from."""
     if dry_run and plan.setup.ray is not None:  # the actors' own dry run: who runs where, connected
-        raise typer.Exit(launch(plan, [*plan.argv(verbose), "--dry-run"]))
+        raise typer.Exit(launch(plan, verbose=verbose, dry_run=True))
     no_gpu_note(plan.device, asked=plan.setup.device)
     if dry_run:  # each process's role, node and device; loads no model
         if (table := launch_table(plan, verbose)) is not None:
@@ -187,7 +197,7 @@ def carry_out(plan: TrainPlan, dry_run: bool, verbose: bool) -> None:
         return
     try:
         if plan.processes:  # rollout workers and no launcher, or Ray: the command launches the processes
-            raise typer.Exit(launch(plan, plan.argv(verbose)))  # (rank 0 reports a Ctrl-C)
+            raise typer.Exit(launch(plan, verbose=verbose))  # (rank 0 reports a Ctrl-C)
         training(plan.out, plan.opts.steps)  # for its watcher's line, should it end without a word
         run = train_plan(plan, verbose=verbose)
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, PolicyInfo, RewardInfo
+from srpo_dsl.lang.declarations import AgentInfo, Binding, BranchInfo, PolicyInfo, RewardInfo, ToolInfo
 from srpo_dsl.lang.messages import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.pycode import CodeRef, RefProblem, UseName, locate_ref
 from srpo_dsl.lang.schema import TrainOptions
@@ -26,7 +26,7 @@ class Checked:
     program: n.Program
     policies: dict[str, PolicyInfo] = field(default_factory=dict)
     agents: dict[str, AgentInfo] = field(default_factory=dict)
-    tools: dict[str, Binding] = field(default_factory=dict)
+    tools: dict[str, ToolInfo] = field(default_factory=dict)
     envs: dict[str, Binding] = field(default_factory=dict)
     task: Binding | None = None
     reward: RewardInfo | None = None

@@ -23,6 +23,7 @@ from srpo_dsl.lang.declarations import (
     EnvInfo,
     PolicyInfo,
     RewardInfo,
+    ToolInfo,
     sampling_attrs,
 )
 from srpo_dsl.lang.pycode import CodeRef
@@ -272,7 +273,7 @@ class EventGraph:
     policies: Mapping[str, PolicyInfo]
     agents: Mapping[str, AgentInfo]
     task: Binding | None
-    tools: Mapping[str, Binding]
+    tools: Mapping[str, ToolInfo]  # the tools, each with the JSON schema a chat template is given
     reward: RewardInfo | None
     train: TrainOptions
     code: tuple[CodeRef, ...] = ()  # the user's Python it names (read, never run, by the compiler)

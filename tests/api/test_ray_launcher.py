@@ -29,6 +29,7 @@ from srpo_dsl.errors import UsageError
 from srpo_dsl.rl.distributed.process_group import free_port
 from tests.rl.test_worker_faults import wait_for_steps
 from tests.support.clitools import ROOT, cli
+from tests.support.compiles.count import compiling_processes, counting
 from tests.support.runs import QUICKSTART, SMALL, env_threads, metrics, weights
 
 pytestmark = pytest.mark.distributed
@@ -40,8 +41,15 @@ COMPARED = ("return", "loss", "grad_norm", "num_events")
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """The address of a one-node Ray cluster on loopback, its sockets under a short temporary folder."""
+def compiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where each process of the cluster (and a driver started with `counting`) notes a compile."""
+    return tmp_path_factory.mktemp("compiles") / "pids"
+
+
+@pytest.fixture(scope="module")
+def cluster(compiles: Path) -> Iterator[str]:
+    """The address of a one-node Ray cluster on loopback, its sockets under a short temporary folder; its
+    processes count their compiles into `compiles`."""
     temp = Path(tempfile.mkdtemp(prefix="srpo-ray-", dir="/tmp"))  # Ray's socket paths have a length limit
     port = free_port()
     ports = [f"--{name}-port={free_port()}" for name in ("dashboard", "ray-client-server")]
@@ -49,7 +57,11 @@ def cluster() -> Iterator[str]:
     command += ["--port", str(port), "--num-cpus", "3", "--include-dashboard=false", "--disable-usage-stats"]
     command += ["--temp-dir", str(temp), *ports]
     start = subprocess.Popen(  # its daemons stay in this new process group: ended below, none other
-        command, env=env_threads(1), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        command,
+        env=counting(env_threads(1), compiles),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     output = start.communicate(timeout=180)[0].decode()
     try:
@@ -83,9 +95,11 @@ def same_run(a: Path, b: Path) -> None:
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
-def ray_train(address: str, out: Path, *args: str) -> subprocess.CompletedProcess:
+def ray_train(
+    address: str, out: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     launch = ["--launcher", "ray", "--ray-address", address]
-    return cli("train", QUICKSTART, "--out", out, *SMALL, *SAVE, *launch, *args, env=env_threads(2))
+    return cli("train", QUICKSTART, "--out", out, *SMALL, *SAVE, *launch, *args, env=env or env_threads(2))
 
 
 @pytest.mark.slow
@@ -109,12 +123,19 @@ def test_trained_on_ray_as_in_one_process(
 
 
 @pytest.mark.slow
-def test_the_dry_run_on_ray_shows_each_actor_joined(cluster: str, tmp_path: Path) -> None:
-    done = ray_train(cluster, tmp_path / "dry", "--option", "rollout_workers=1", "--dry-run")
+def test_the_dry_run_on_ray_shows_each_actor_joined(cluster: str, compiles: Path, tmp_path: Path) -> None:
+    """Two trainer ranks and a rollout worker, each an actor reading the driver's plan from the run folder:
+    the workflow is compiled once, by the driver."""
+    compiles.unlink(missing_ok=True)
+    args = ["--option", "rollout_workers=1", "--ray-processes", "3", "--dry-run"]
+    done = ray_train(cluster, tmp_path / "dry", *args, env=counting(env_threads(2), compiles))
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("dry run: 2 processes on 1 node (1 trainer rank, 1 rollout worker), connected")
-    assert "rank 1/2  rollout worker 0  node 0 (" in lines[2] and lines[2].endswith("cpu")
+    assert lines[0].startswith(
+        "dry run: 3 processes on 1 node (2 trainer ranks, 1 rollout worker), connected"
+    )
+    assert "rank 2/3  rollout worker 0  node 0 (" in lines[3] and lines[3].endswith("cpu")
+    assert compiling_processes(compiles) == 1  # of 4: the driver, two trainer ranks, the worker
     assert not (tmp_path / "dry").exists()
 
 

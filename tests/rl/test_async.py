@@ -36,6 +36,7 @@ from srpo_dsl.runtime.episode import Episode, Event, Member
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from tests.support.clitools import ROOT, cli
+from tests.support.compiles.count import compiling_processes, counting
 from tests.support.runs import QUICKSTART, SMALL, env_threads, first_result, metrics, weights
 
 
@@ -250,11 +251,14 @@ def test_staleness_zero_gives_the_synchronous_trainers_weights(tmp_path: Path) -
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_a_stale_run_records_its_staleness(tmp_path: Path) -> None:
-    """(Resuming one: tests/rl/test_reproducible.py, exact after SIGKILL; tests/rl/test_worker_faults.py.)"""
+    """The workflow compiled once, by the command: the trainer and the worker read its plan from the run
+    folder. (Resuming one: tests/rl/test_reproducible.py, exact after SIGKILL; tests/rl/test_worker_faults.py.)"""
     workers = ["--option", "rollout_workers=1", "--option", "max_staleness=1"]
-    out = tmp_path / "run"
-    run = cli("train", QUICKSTART, "--out", out, *SMALL, *workers, env=env_threads(2))
+    out, compiles = tmp_path / "run", tmp_path / "compiles"
+    run = cli("train", QUICKSTART, "--out", out, *SMALL, *workers, env=counting(env_threads(2), compiles))
     assert run.returncode == 0, run.stderr[-2000:]
+    assert compiling_processes(compiles) == 1  # of 3: the command, the trainer, the worker
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the plan went with it
     assert run.stdout.splitlines()[-1].startswith("held-out Avg@4")  # one report, from the trainer
     rows = metrics(out)
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]  # the worker ran one step ahead

@@ -13,6 +13,8 @@ from srpo_dsl.errors import UsageError
 from srpo_dsl.lang import analysis
 from srpo_dsl.rl.loop import plan as plan_module
 from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainError, TrainPlan, make_plan
+from srpo_dsl.rl.loop.plan_io import planned, read_plan
+from srpo_dsl.runlock import PLAN
 from tests.support.clitools import ROOT
 
 QUICKSTART = ROOT / "workflows/quickstart.srpo"
@@ -66,19 +68,38 @@ def test_a_train_compiles_the_workflow_once_and_resolves_its_options_once(tmp_pa
     assert (plan.opts.steps, plan.opts.batch, plan.opts.eval_k, plan.device) == (1, 2, 1, "cpu")
 
 
-def test_the_launchers_argv_plans_the_same_run(tmp_path, monkeypatch) -> None:
-    """Each process of a launch starts from `plan.argv()`: parsed again, it is the same plan."""
+def test_each_process_of_a_launch_reads_the_same_plan_from_the_run_folder(tmp_path, monkeypatch) -> None:
+    """`srpo-dsl launched OUT` (each process of a launch) carries out the plan its launcher wrote into the
+    run folder: the same plan, compiled graph included, with nothing compiled again; it starts no process
+    of its own. The file goes with the launch, and the folder it made."""
     held = tmp_path / "held.jsonl"
     held.write_text('{"question": "1+1", "answer": "2"}\n')
     config = tmp_path / "ds.json"
     config.write_text('{"wall_clock_breakdown": false}')
-    wf = srpo_dsl.load(QUICKSTART)
+    wf = srpo_dsl.load(ROOT / "workflows/quickstart_tools.srpo")  # a tool's schema travels too
     setup = Setup({"lm": "builtin:tiny"}, (held,), "cpu", "hf", "static", config, "none")
-    first = make_plan(wf, tmp_path / "run", {"lr": "0.001", "steps": 3, "set_norm": "mean"}, False, setup)
-    again = cli_plan(first.argv(), monkeypatch)
+    monkeypatch.delenv("RANK", raising=False)
+    overrides = {"lr": "0.001", "steps": 3, "set_norm": "mean", "rollout_workers": 1, "report_to": ["wandb"]}
+    first = make_plan(wf, tmp_path / "run", overrides, False, setup)
+    monkeypatch.setattr(analysis, "_analyze", lambda *_: pytest.fail("a launched process compiled"))
+    with planned(first):
+        assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [PLAN]
+        again = cli_plan(["launched", str(tmp_path / "run")], monkeypatch)
+    assert again.workflow.graph == first.workflow.graph and again.workflow.path == first.workflow.path
     assert again.opts == first.opts and again.setup == first.setup and again.out == first.out
     assert dict(again.ds_overrides) == {"wall_clock_breakdown": False} == dict(first.ds_overrides)
-    assert "--verbose" in first.argv(verbose=True) and "--verbose" not in first.argv()
+    assert (first.processes, again.processes, again.opts.trackers) == (2, 0, ("wandb",))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_plan_file_that_is_not_one_is_one_line(tmp_path) -> None:
+    (tmp_path / PLAN).write_text('{"format": "srpo-plan/0", "plan": {}}')
+    with pytest.raises(
+        TrainError, match=r"^\S+\.plan\.json: not a plan this srpo-dsl reads \(srpo-plan/1\)$"
+    ):
+        read_plan(tmp_path)
+    with pytest.raises(TrainError, match=r"^cannot read the run's plan \S+: No such file"):
+        read_plan(tmp_path / "none")
 
 
 def test_every_check_runs_before_anything_loads(tmp_path) -> None:
@@ -123,7 +144,9 @@ def test_on_ray_every_process_is_started_by_the_call(tmp_path, monkeypatch) -> N
     on_ray = Setup(device="cpu", ray=RayLaunch("auto"))
     plan = make_plan(wf, tmp_path / "a", {"rollout_workers": 1}, setup=on_ray)
     assert plan.processes == 2 and plan.device == "cpu"
-    assert "--device" in plan.argv() and not any(a.startswith("--launcher") for a in plan.argv())
+    with planned(plan):
+        actor = read_plan(tmp_path / "a")  # on its node: the cluster's device, no launch of its own
+    assert (actor.setup.ray, actor.device, actor.processes) == (None, "cpu", 0)
     four = Setup(device="cpu", ray=RayLaunch("auto", processes=4))
     assert make_plan(wf, tmp_path / "a", setup=four).processes == 4  # four trainer ranks
     one = Setup(device="cpu", ray=RayLaunch("auto", processes=1))

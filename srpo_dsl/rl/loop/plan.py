@@ -5,8 +5,8 @@ Importing it loads no torch: the dry run and the CLI read a plan without the tra
 `make_plan` takes a compiled workflow and the caller's choices, runs every check that can fail
 before a model, a process group or the user's Python loads (the options, the device, the rollout
 engine, the policies, the files, the run folder), and returns a frozen `TrainPlan`. The trainer, the
-launcher (`TrainPlan.argv`), the dry run and the CLI read it; none of them compiles the workflow or
-resolves an option again.
+launcher, the dry run and the CLI read it; none of them compiles the workflow or resolves an option
+again. The processes a launch starts read it from the run folder (`plan_io`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.console import quiet
 from srpo_dsl.devices import resolve_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import not_utf8
@@ -52,7 +51,7 @@ class Setup:
     """Where and how a run trains, as the caller chose it (everything but the `train with` options)."""
 
     models: Mapping[str, str] = field(default_factory=dict)  # policy -> model path or spec
-    eval_data: Sequence[Path] = ()  # held-out files in place of the task's eval split
+    eval_data: tuple[Path, ...] = ()  # held-out files in place of the task's eval split
     device: str | None = None  # None: cuda when there is one
     backend: str = "hf"  # the rollout engine (`ROLLOUT_ENGINES`)
     decode: str = "auto"  # the hf engine's decode loop
@@ -82,26 +81,6 @@ class TrainPlan:
         from srpo_dsl.rl.engines.policies import Rollout
 
         return Rollout(self.setup.backend, self.setup.decode)
-
-    def argv(self, verbose: bool = False) -> list[str]:
-        """`srpo-dsl train`'s arguments for this run, as each process of a launch starts it (at this
-        process's --verbose or --quiet)."""
-        s = self.setup
-        argv = ["train", str(self.workflow.path), "--out", str(self.out), "--backend", s.backend]
-        argv += ["--decode", s.decode, "--offload", s.offload] + (["--resume"] if self.resume else [])
-        argv += [x for k, v in self.overrides.items() for x in ("--option", f"{k}={option_text(v)}")]
-        argv += [x for p, m in s.models.items() for x in ("--model", f"{p}={m}")]
-        argv += [x for p in s.eval_data for x in ("--eval-data", str(p))]
-        argv += ["--device", s.device] if s.device else []
-        argv += [x for k, v in self.workflow.settings.items() for x in ("--set", f"{k}={v}")]
-        argv += ["--ds-config", str(s.ds_config)] if s.ds_config else []
-        return argv + (["--verbose"] if verbose else ["--quiet"] if quiet() else [])
-
-
-def option_text(value: Any) -> str:
-    """An option's value as `--option NAME=VALUE` writes it: a list (the API's `report_to=[...]`) joined by
-    commas."""
-    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def make_plan(
