@@ -40,7 +40,6 @@ from tests.support.training import (  # noqa: F401  (`one_thread`: the autouse f
 )
 
 HERE = Path(__file__).resolve()
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "srpo-dsl" / "torch_extensions"))
 
 # --- rows -------------------------------------------------------------------------------------
 
@@ -549,7 +548,8 @@ def update_worker(out: str, model_a: str, model_b: str, objective: str) -> None:
 def test_two_gloo_ranks_match_one_process(models, dist, tmp_path, objective):
     import torch
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    ops = tmp_path / "torch_extensions"  # where DeepSpeed would compile its shared-memory op: it must not
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(ops)}
     out = tmp_path / "params.pt"
     cmd = [
         sys.executable,
@@ -567,6 +567,7 @@ def test_two_gloo_ranks_match_one_process(models, dist, tmp_path, objective):
     ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not ops.exists()  # no op was compiled (the first multi-rank run used to spend ~60 s on one)
     two = torch.load(out, weights_only=False)
     params, stats = sharded_update(dist, str(models[0]), str(models[1]), objective)
     assert_close(params, two["params"])

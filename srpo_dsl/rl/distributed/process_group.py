@@ -13,7 +13,6 @@ import socket
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +20,8 @@ import torch
 from srpo_dsl.launched import LAUNCH_VARIABLES
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
-from srpo_dsl.rl.distributed.op_builds import SHM_OP, prepare_builds
+
+SHM_OP = "deepspeed_shm_comm"  # DeepSpeed's ShareMemCommBuilder's op, never built (see init_distributed)
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,6 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
     of one rendezvouses on an in-memory store."""
     if device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
-    os.environ.setdefault(
-        "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "srpo-dsl" / "torch_extensions")
-    )
     if "RANK" not in os.environ:  # no launcher: a group of one, on a store in this process (no port to
         alone = ("0", "0", "1", "127.0.0.1", str(free_port()))  # bind, none another process can take first)
         os.environ.update(zip(LAUNCH_VARIABLES, alone))
@@ -81,10 +78,10 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
     use_route_to_master()  # gloo's interface to the other nodes
     deepspeed = import_deepspeed()
 
-    if os.environ["WORLD_SIZE"] == "1":  # alone there is nothing to all-reduce: skip the shared-memory
-        deepspeed.ops.__compatible_ops__[SHM_OP] = False  # op (its first build takes ~1 min)
-    shm = device == "cpu" and deepspeed.ops.__compatible_ops__.get(SHM_OP, False)
-    prepare_builds(Path(os.environ["TORCH_EXTENSIONS_DIR"]), [SHM_OP] if shm else [])
+    # DeepSpeed's CPU backend compiles its shared-memory op on creation (about 60 s the first time), but
+    # only its inference all-reduce (tensor-parallel serving) uses it: ZeRO's collectives go through
+    # torch.distributed (gloo here), so the op is marked unbuildable and never compiled
+    deepspeed.ops.__compatible_ops__[SHM_OP] = False
 
     warnings.filterwarnings(
         "ignore", category=FutureWarning, module="torch.distributed"
