@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 
 import pytest
 import torch.distributed as dist
@@ -13,6 +14,7 @@ import torch.distributed as dist
 from srpo_dsl.rl.distributed.network import (
     GLOO_IFNAME,
     interface_of,
+    launcher_store_reachable,
     reaching_peers,
     source_address,
     use_route_to_master,
@@ -50,3 +52,21 @@ def test_a_rendezvous_store_out_of_reach_is_one_line() -> None:
         dist.TCPStore("127.0.0.1", free_port(), 2, False, datetime.timedelta(seconds=1))
     message = str(caught.value)
     assert message.startswith("no connection to the launch's rendezvous store (") and "\n" not in message
+
+
+def test_a_launcher_store_that_went_away_is_one_line_in_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torchrun the agent's store is up before a rank starts: one that refuses (another node's
+    launcher stopped) ends the rank within AGENT_STORE_S, not after torch's 30-minute connect."""
+    from srpo_dsl.rl.distributed import network
+
+    monkeypatch.setattr(network, "AGENT_STORE_S", 0.5)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # nothing listens there
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    launcher_store_reachable()  # no agent store (one process, DeepSpeed's launcher): nothing checked
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    started = time.monotonic()
+    with pytest.raises(ConnectionError) as caught, reaching_peers():
+        launcher_store_reachable()
+    assert time.monotonic() - started < 10
+    assert str(caught.value).startswith("no connection to the launch's rendezvous store (")

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
+AGENT_STORE_S = 30.0  # torchrun's store is up before its processes start: refused this long, it is gone
 
 
 def source_address(host: str, port: int = 29500) -> str | None:
@@ -99,6 +100,21 @@ def reaching_peers() -> Iterator[None]:
             f"the ranks cannot connect to each other over gloo ({reason}): set {GLOO_IFNAME} on every node "
             f"to the network interface that reaches the other nodes"
         ) from None
+
+
+def launcher_store_reachable() -> None:
+    """Under torchrun, whose agent hosts the rendezvous store before it starts this process: connect to
+    it once within AGENT_STORE_S (a DistNetworkError past that), so a store that went away with another
+    node's launcher ends this process in seconds, where the group's own connect would retry for the whole
+    process-group timeout (30 minutes). Elsewhere (no agent store) nothing is checked."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    TCPStore(address, port, is_master=False, timeout=timedelta(seconds=AGENT_STORE_S))
 
 
 def first_line(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ import torch
 
 from srpo_dsl.launched import LAUNCH_VARIABLES
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
-from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
+from srpo_dsl.rl.distributed.network import launcher_store_reachable, reaching_peers, use_route_to_master
 
 SHM_OP = "deepspeed_shm_comm"  # DeepSpeed's ShareMemCommBuilder's op, never built (see init_distributed)
 
@@ -76,6 +76,9 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
     if trainers is not None:  # what DeepSpeed reads of the launch: the trainers' group
         os.environ["WORLD_SIZE"] = str(trainers)
     use_route_to_master()  # gloo's interface to the other nodes
+    if store is None:
+        with reaching_peers():
+            launcher_store_reachable()
     deepspeed = import_deepspeed()
 
     # DeepSpeed's CPU backend compiles its shared-memory op on creation (about 60 s the first time), but
