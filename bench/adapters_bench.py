@@ -261,11 +261,19 @@ def memory_case(kind: str, roles: int, model: str, steps: int, device: str, thre
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# what every case imports, imported once by the fork server that forks each case's process
+PRELOAD = ["__main__", "torch", "transformers", "peft", "srpo_dsl.rl.loop.trainer", "srpo_dsl.backends.hf"]
+
+
 def in_child(fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args) in a fresh spawned process (its own peak RSS, its own process group)."""
+    """fn(*args) in a fresh process (its own peak RSS, its own process group), forked from a server that
+    imported the libraries once (PRELOAD: nothing in it starts a thread or touches a device), so each
+    case does not pay their imports again."""
     import multiprocessing as mp
 
-    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         return pool.submit(fn, *args).result()
 
 
