@@ -171,7 +171,7 @@ def test_an_output_file_is_only_ever_a_regular_file_or_a_new_path(tmp_path, caps
     path, what, test = _special(tmp_path, kind)
     said = f"error: cannot write {path}: it is {what}, not a regular file (name a new path or a regular file)\n"
     for argv in (
-        ["view", str(ROOT / "tests" / "data" / "quickstart_run"), "-o", str(path)],
+        ["view", str(ROOT / "tests" / "data" / "old_run"), "-o", str(path)],
         ["compile", str(ROOT / "workflows" / "quickstart.srpo"), "--emit", "json", "-o", str(path)],
     ):
         assert _refused(capsys, argv) == said

@@ -77,3 +77,19 @@ def test_fmt_writes_a_linked_workflows_target_and_keeps_its_mode(tmp_path: Path)
     assert done.stdout == "1 file(s) formatted, 0 unchanged\n"
     assert (tmp_path / "linked.srpo").is_symlink() and mode(tmp_path / "real.srpo") == 0o664
     assert (tmp_path / "real.srpo").read_text(encoding="utf-8") == text
+
+
+def test_an_exported_model_gets_the_umasks_modes(
+    tmp_path: Path, umask_022: None, tiny_random_model: Path
+) -> None:
+    """`export`'s `merged/` folder: safetensors writes `model.safetensors` 0600; every file gets 0644
+    under umask 022, as any other file srpo-dsl writes."""
+    from transformers import AutoModelForCausalLM
+
+    from srpo_dsl.rl.loop.export import save_model
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_random_model)
+    save_model(model, str(tiny_random_model), tmp_path / "merged")
+    modes = {p.name: mode(p) for p in (tmp_path / "merged").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
+    assert mode(tmp_path / "merged") == 0o755
