@@ -99,7 +99,9 @@ def test_plot_on_a_read_only_or_full_disk(disks, tmp_path):
         and plotted.stderr == f"error: cannot write {ro / 'plots'}: Read-only file system\n"
     )
     filled = cli("plot", tmp_path, "--out", full / "run" / "plots")
-    assert filled.returncode == 2 and filled.stderr.startswith(f"error: cannot write {full / 'run' / 'plots'}/")
+    assert filled.returncode == 2 and filled.stderr.startswith(
+        f"error: cannot write {full / 'run' / 'plots'}/"
+    )
     assert filled.stderr.endswith(": No space left on device\n") and _left(full) == []
 
 
@@ -169,7 +171,9 @@ def test_an_output_file_is_only_ever_a_regular_file_or_a_new_path(tmp_path, caps
     machine), a symbolic link (not followed: its target stays as it was) or a folder; it is left as it
     is. `fmt` refuses to rewrite a workflow that is not a regular file, without opening it."""
     path, what, test = _special(tmp_path, kind)
-    said = f"error: cannot write {path}: it is {what}, not a regular file (name a new path or a regular file)\n"
+    said = (
+        f"error: cannot write {path}: it is {what}, not a regular file (name a new path or a regular file)\n"
+    )
     for argv in (
         ["view", str(ROOT / "tests" / "data" / "old_run"), "-o", str(path)],
         ["compile", str(ROOT / "workflows" / "quickstart.srpo"), "--emit", "json", "-o", str(path)],

@@ -119,7 +119,9 @@ def test_every_check_runs_before_anything_loads(tmp_path) -> None:
         make_plan(wf, tmp_path / "a", setup=Setup(backend="scripted", device="cpu"))
     with pytest.raises(UsageError, match=r"^offload 'two': expected one of none, optimizer, params, all$"):
         make_plan(wf, tmp_path / "a", setup=Setup(offload="two", device="cpu"))
-    with pytest.raises(UsageError, match=r"^decode 'eager': expected one of auto, dynamic, static, compiled$"):
+    with pytest.raises(
+        UsageError, match=r"^decode 'eager': expected one of auto, dynamic, static, compiled$"
+    ):
         make_plan(wf, tmp_path / "a", setup=Setup(decode="eager", device="cpu"))
     same = (tmp_path / "x" / "held.jsonl", tmp_path / "y" / "held.jsonl")
     for path in same:
