@@ -188,10 +188,17 @@ def test_an_output_file_is_only_ever_a_regular_file_or_a_new_path(tmp_path, caps
         assert test(os.lstat(path).st_mode)
 
 
-def test_plot_refuses_an_output_folder_that_is_a_fifo(tmp_path, capsys):
-    os.mkfifo(tmp_path / "plots")
+def test_an_output_folder_that_is_a_fifo_is_refused(tmp_path, capsys):
+    """`plot`, `export` and `run` write folders: a FIFO there is named, and left as it is."""
+    fifo = tmp_path / "plots"
+    os.mkfifo(fifo)
     row = {"step": 1, "return": 0.5, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1}
     (tmp_path / "metrics.jsonl").write_text(json.dumps(row) + "\n")
-    err = _refused(capsys, ["plot", str(tmp_path), "--out", str(tmp_path / "plots")])
-    assert err == f"error: cannot write {tmp_path / 'plots'}: it is a FIFO (named pipe), not a folder\n"
-    assert stat.S_ISFIFO(os.lstat(tmp_path / "plots").st_mode)
+    err = _refused(capsys, ["plot", str(tmp_path), "--out", str(fifo)])
+    assert err == f"error: cannot write {fifo}: it is a FIFO (named pipe), not a folder\n"
+    for argv in (
+        ["export", str(ROOT / "tests" / "data" / "old_run"), "--out", str(fifo)],
+        ["run", str(ROOT / "workflows" / "quickstart.srpo"), "--out", str(fifo)],
+    ):
+        assert _refused(capsys, argv) == f"error: --out {fifo}: it is a FIFO (named pipe), not a folder\n"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
