@@ -4,6 +4,7 @@ file keeps its mode, a symbolic link stays a link and its target is written."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from srpo_dsl.errors import WriteError
 from srpo_dsl.io import write_atomic
 from srpo_dsl.outputs import staged_output
 from tests.support.clitools import ROOT, cli
@@ -64,6 +66,26 @@ def test_a_link_stays_a_link_and_its_target_is_written(tmp_path: Path) -> None:
     assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "real" / "f.txt").read_text() == "new\n"
     assert (tmp_path / "out").is_symlink() and (tmp_path / "results" / "a").read_text() == "a\n"
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["f.txt"]
+
+
+def test_only_a_regular_file_is_replaced(tmp_path: Path) -> None:
+    """A FIFO (or device, socket, folder) is never replaced, nor a link's target that is one: one
+    `WriteError` line, nothing written, no temporary file left."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to("fifo")
+    (tmp_path / "folder").mkdir()
+    for name, what in [
+        ("fifo", "a FIFO (named pipe)"),
+        ("link", "a FIFO (named pipe)"),
+        ("folder", "a folder"),
+    ]:
+        target = tmp_path / ("fifo" if name == "link" else name)
+        with pytest.raises(
+            WriteError, match=rf"^cannot write {target}: it is {re.escape(what)}, not a regular"
+        ):
+            write_atomic(tmp_path / name, "x\n")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode) and (tmp_path / "link").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "folder", "link"]
 
 
 def test_fmt_writes_a_linked_workflows_target_and_keeps_its_mode(tmp_path: Path) -> None:
