@@ -3,8 +3,9 @@
 `NAME(ARG=VALUE): ARG must be EXPECTED, got TYPE` (docs/python.md, "Errors"), before the body runs.
 
 The annotations understood: classes (`bool` is no `int`; `Path` takes any `os.PathLike`), `X | Y`,
-`None`, `Any`, `Mapping[K, V]`, `Sequence[X]` (not a str) and the aliases of such; a float must be
-finite, a number with a bound in range.
+`None`, `Any`, `Literal[...]` (a fixed choice of `srpo_dsl.choices`: one of its values), `Mapping[K, V]`,
+`Sequence[X]` (not a str) and the aliases of such; a float must be finite, a number with a bound in
+range.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def matches(value: Any, hint: Any) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return True
+    if origin is typing.Literal:
+        return any(type(value) is type(a) and value == a for a in args)
     if hint is None or hint is type(None):
         return value is None
     if origin in UNIONS:
@@ -58,6 +61,8 @@ def described(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is None or hint is type(None):
         return "None"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(str(a) for a in args)
     if origin in UNIONS:
         return " or ".join(described(a) for a in args)
     if origin is not None and issubclass(origin, Mapping):
@@ -75,7 +80,8 @@ def described(hint: Any) -> str:
 def refusal(param: str, value: Any, hint: Any) -> str | None:
     """Why `value` cannot be `param` (`must be an int, got float`), or None when it can."""
     if not matches(value, hint):
-        return f"must be {described(hint)}, got {type(value).__name__}"
+        got = shown(value) if typing.get_origin(hint) is typing.Literal else type(value).__name__
+        return f"must be {described(hint)}, got {got}"
     if isinstance(value, float) and not math.isfinite(value):
         return "must be a finite number"
     bound = BOUNDS.get(param)
@@ -97,6 +103,13 @@ def annotations_of(fn: Callable[..., Any]) -> dict[str, Any]:
 def shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def one_of(what: str, value: Any, allowed: Sequence[str]) -> None:
+    """`value` is one of the fixed `allowed` (`srpo_dsl.choices`, a registry's names), else one `UsageError`
+    line, as for a device: `offload 'two': expected one of none, optimizer, params, all`."""
+    if not isinstance(value, str) or value not in allowed:
+        raise UsageError(f"{what} {shown(value)}: expected one of {', '.join(allowed)}")
 
 
 def checked(fn: F) -> F:

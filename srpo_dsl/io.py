@@ -2,8 +2,10 @@
 
 Every file and folder written goes through `new_file` or `new_folder`: a new one gets the modes the
 user's umask gives (as `open` and `mkdir` do; `tempfile`'s 0600/0700 would hide results from the
-user's group), and a file rewritten in place (`write_atomic`) keeps its mode and, when `path` is a
-symbolic link, is its target, the link staying a link."""
+user's group; `umask_modes` gives them to what a library wrote), and a file rewritten in place
+(`write_atomic`) keeps its mode and, when `path` is a symbolic link, is its target, the link staying a
+link. Only a regular file is ever replaced (`check_output_file`): a device, FIFO, socket or folder at
+the path (or at a link's target) is refused before anything is written."""
 
 from __future__ import annotations
 
@@ -54,6 +56,58 @@ def nearest_folder(path: Path) -> Path:
     return folder
 
 
+KINDS = {  # what a path can name, in words
+    stat.S_IFREG: "a regular file",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFLNK: "a symbolic link",
+}
+FILE, FOLDER = KINDS[stat.S_IFREG], KINDS[stat.S_IFDIR]
+
+
+def kind_of(path: Path, follow_links: bool = True) -> str | None:
+    """What `path` names, in words (`KINDS`: `a FIFO (named pipe)`, `a symbolic link (to TARGET)`); None
+    when nothing is there (or a parent is no folder: writing it says why). `follow_links=False`: a
+    symbolic link is itself the answer."""
+    try:
+        mode = (os.stat if follow_links else os.lstat)(path).st_mode
+    except OSError:
+        return None
+    kind = KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    return f"{kind} (to {os.readlink(path)})" if stat.S_ISLNK(mode) else kind
+
+
+def not_a_file(path: Path, follow_links: bool = True) -> str | None:
+    """`it is a FIFO (named pipe), not a regular file` when `path` names something else than a regular
+    file; None when it names one or nothing."""
+    kind = kind_of(path, follow_links)
+    return None if kind in (None, FILE) else f"it is {kind}, not a regular file"
+
+
+def check_output_file(path: Path, follow_links: bool = True) -> None:
+    """`path` may be replaced by a file written whole: a regular file or a new path, else one `WriteError`
+    line, before anything is opened (a device or FIFO is never replaced: `-o /dev/null` run as root would
+    replace it for the whole machine). `follow_links=False` (a user-named output): a link is refused too,
+    its target untouched."""
+    problem = not_a_file(path, follow_links)
+    if problem is not None:
+        raise WriteError(path, f"{problem} (name a new path or a regular file)")
+
+
+def outermost_missing(path: Path) -> Path | None:
+    """The outermost folder `path.mkdir(parents=True)` would make (`path` or an ancestor), None when `path`
+    exists: what to remove so that a failed write leaves nothing behind."""
+    made = None
+    for folder in (Path(path), *Path(path).parents):
+        if folder.exists():
+            break
+        made = folder
+    return made
+
+
 def write_atomic(path: Path, text: str, newline: str | None = None) -> None:
     """Write via a temporary file in the same folder and rename: never half-written (`newline`: as
     `open`'s; "" writes the line endings of `text` as they are)."""
@@ -65,6 +119,7 @@ def write_lines_atomic(path: Path, chunks: Iterable[str], newline: str | None = 
     its mode; a link's target is rewritten, the link stays); a `WriteError` when the disk refuses it (the
     temporary file removed)."""
     path = Path(os.path.realpath(path))
+    check_output_file(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = new_file(path.parent, f".{path.name}.", ".tmp")
@@ -91,6 +146,32 @@ def new_folder(folder: Path, prefix: str) -> Path:
     path = folder / f"{prefix}{uuid.uuid4().hex[:16]}"
     path.mkdir()
     return path
+
+
+def umask() -> int:
+    """This process's umask (read from /proc, which leaves it as it is; else set and set back)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def umask_modes(folder: Path) -> None:
+    """Give every file and folder under `folder` (new ones, written by a library that makes them 0600 as
+    `tempfile` does: safetensors) the modes the umask gives a new one: 0644 and 0755 under umask 022 (an
+    executable file keeps its execute bits' share)."""
+    mask = umask()
+    for root, dirs, files in os.walk(folder):  # a link is left as it is (its target is not the library's)
+        for name in dirs + files:
+            entry = os.path.join(root, name)
+            mode = os.lstat(entry).st_mode
+            if stat.S_ISDIR(mode) or (stat.S_ISREG(mode) and mode & stat.S_IXUSR):
+                os.chmod(entry, 0o777 & ~mask)
+            elif stat.S_ISREG(mode):
+                os.chmod(entry, 0o666 & ~mask)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from srpo_dsl.data_sources import source_problem
 from srpo_dsl.errors import UsageError
-from srpo_dsl.io import nearest_folder, new_folder, writing
+from srpo_dsl.io import kind_of, nearest_folder, new_folder, writing
 from srpo_dsl.runlock import LOCK, PLAN
 
 SHOWN = 4  # names of a refused folder's entries in its error line
@@ -29,8 +29,8 @@ def held(folder: Path) -> list[str]:
     lock of a run folder's owner is no result (`runlock`: its owner is checked before this), nor the plan
     of its launch, nor the probe of a process checking it meanwhile (the ranks of one launch check it at
     once)."""
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--out {folder}: a file is there, not a folder")
+    if folder.exists() and not folder.is_dir():  # a file, a device, a FIFO: said what it is
+        raise UsageError(f"--out {folder}: it is {kind_of(folder)}, not a folder")
     if not folder.is_dir():
         return []
     names = (p.name for p in folder.iterdir())

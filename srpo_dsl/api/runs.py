@@ -129,9 +129,9 @@ class Exported:
 def export_checkpoint(run: Path, step: int | None, target: Path, overwrite: bool) -> Exported:
     """Export checkpoint `step` of `run` (None: the latest) into `target`, one folder per policy, all or
     none (docs/cli.md, `export`). Call it with the libraries quiet: it imports transformers."""
+    check_out(target, overwrite, [run])  # before torch and DeepSpeed load: a taken --out is said at once
     from srpo_dsl.rl.loop.export import ExportError, export_engine, plan_export
 
-    check_out(target, overwrite, [run])
     created = not target.exists()
     try:
         with ExitStack() as stack:  # every policy folder is renamed into place at the end, or none

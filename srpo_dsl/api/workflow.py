@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from srpo_dsl.api.rollouts import Models
 from srpo_dsl.arguments import checked
+from srpo_dsl.choices import DecodeMode, Offload
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import read_text
 from srpo_dsl.lang import analyze
@@ -110,7 +111,7 @@ class Workflow(CompiledWorkflow):
         backend: str = "hf",
         models: Models = None,
         device: str | None = None,
-        decode: str = "auto",
+        decode: DecodeMode = "auto",
         progress: bool = True,
         verbose: bool = False,
     ) -> Rollouts:
@@ -133,7 +134,7 @@ class Workflow(CompiledWorkflow):
         backend: str = "hf",
         models: Models = None,
         device: str | None = None,
-        decode: str = "auto",
+        decode: DecodeMode = "auto",
         progress: bool = True,
         verbose: bool = False,
     ) -> Evaluation:
@@ -155,9 +156,9 @@ class Workflow(CompiledWorkflow):
         eval_data: Sequence[str | Path] = (),
         device: str | None = None,
         backend: str = "hf",
-        decode: str = "auto",
+        decode: DecodeMode = "auto",
         ds_config: str | Path | None = None,
-        offload: str = "none",
+        offload: Offload = "none",
         launcher: str | None = None,
         ray_address: str | None = None,
         ray_processes: int | None = None,

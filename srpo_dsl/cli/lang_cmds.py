@@ -13,7 +13,7 @@ from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, choices, eprint, print_error
 from srpo_dsl.console import note
 from srpo_dsl.errors import UsageError
-from srpo_dsl.io import read_text, write_atomic
+from srpo_dsl.io import check_output_file, not_a_file, read_text, write_atomic
 from srpo_dsl.lang.graph_formats import FORMATS
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def fmt_cmd(
     texts = {}
     for path in files:
         try:
-            texts[path] = read_text(path, newline="")  # as it is: line endings are kept (format_source)
+            texts[path] = rewritable_text(path)
         except UsageError as err:
             print_error(err)
     if len(texts) < len(files):  # every file is read before any is written: a missing one writes nothing
@@ -114,6 +114,16 @@ def fmt_cmd(
     (note if check or diff else print)(f"{changed} file(s) {verb}, {unchanged} unchanged")
     if invalid or (check and changed):
         raise typer.Exit(EXIT_INPUT)
+
+
+def rewritable_text(path: Path) -> str:
+    """The text of a workflow `fmt` may rewrite: a regular file (a link's target: it stays a link), read as
+    it is (line endings are kept: `format_source`). A FIFO, device or socket is refused before it is
+    opened: reading a FIFO would wait for a writer, and no such file can be rewritten."""
+    problem = not_a_file(path)
+    if problem is not None and path.exists() and not path.is_dir():
+        raise UsageError(f"cannot read {path}: {problem}")
+    return read_text(path, newline="")
 
 
 def _formatted(path: Path, text: str) -> str | None:
@@ -163,6 +173,8 @@ def compile_cmd(
     from srpo_dsl.lang.graph_formats import export
     from srpo_dsl.lang.messages import render_all
 
+    if out is not None:  # before anything is read: a device, FIFO or link is refused
+        check_output_file(out, follow_links=False)
     text = read_text(file)
     result = analyze(text, str(file))
     for d, shown in zip(result.diagnostics, render_all(result.diagnostics, text)):

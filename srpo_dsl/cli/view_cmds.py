@@ -9,7 +9,7 @@ import typer
 
 from srpo_dsl.cli.common import EXIT_INPUT, CliError
 from srpo_dsl.console import note
-from srpo_dsl.io import write_atomic
+from srpo_dsl.io import check_output_file, write_atomic
 
 
 def default_output(run: Path) -> Path:
@@ -47,6 +47,7 @@ def view(
     if not run.exists():
         raise CliError(f"cannot read {run}: no such file or folder")
     target = output or default_output(run)
+    check_output_file(target, follow_links=False)  # before anything is read: a device, FIFO, link: refused
     gc.disable()  # many small acyclic objects (10,000 episodes): the cycle collector would double the time
     try:
         source = load_source(run, workflow)

@@ -88,6 +88,9 @@ WRONG = [
     ("Workflow.plan", lambda o: o["wf"].plan, {"out": "r", "eval_data": "a.jsonl"}, "eval_data"),
     ("Workflow.plan", lambda o: o["wf"].plan, {"out": "r", "ds_config": 1}, "ds_config"),
     ("Workflow.plan", lambda o: o["wf"].plan, {"out": "r", "offload": None}, "offload"),
+    ("Workflow.plan", lambda o: o["wf"].plan, {"out": "r", "offload": "two"}, "offload"),
+    ("Workflow.plan", lambda o: o["wf"].plan, {"out": "r", "decode": "eager"}, "decode"),
+    ("Workflow.run", lambda o: o["wf"].run, {"decode": "Auto"}, "decode"),
     ("Workflow.plan", lambda o: o["wf"].plan, {"out": "r", "launcher": 1}, "launcher"),
     ("Workflow.plan", lambda o: o["wf"].plan, {"out": "r", "ray_address": 6379}, "ray_address"),
     ("Workflow.plan", lambda o: o["wf"].plan, {"out": "r", "ray_processes": 0}, "ray_processes"),
@@ -163,6 +166,20 @@ def test_the_message_form() -> None:
         srpo_dsl.load(3)
     with pytest.raises(UsageError, match=r"^run\(limit=nan\): limit must be an int or None, got float$"):
         Workflow.run(srpo_dsl.load(ROOT / "workflows/quickstart.srpo"), limit=math.nan)
+
+
+def test_a_fixed_choice_names_its_values(tmp_path: Path) -> None:
+    """`offload` and `decode` take the values the CLI offers (`srpo_dsl.choices`), nothing else."""
+    from srpo_dsl.choices import DECODE_MODES, OFFLOAD
+
+    wf = srpo_dsl.load(ROOT / "workflows/quickstart.srpo")
+    said = r"^plan\(offload='two'\): offload must be one of none, optimizer, params, all, got 'two'$"
+    with pytest.raises(UsageError, match=said):
+        wf.plan(tmp_path / "out", offload="two")
+    with pytest.raises(UsageError, match=r"^plan\(decode='eager'\): decode must be one of auto, dynamic, st"):
+        wf.plan(tmp_path / "out", decode="eager")
+    assert [wf.plan(tmp_path / o, offload=o, device="cpu").setup.offload for o in OFFLOAD] == list(OFFLOAD)
+    assert wf.plan(tmp_path / "d", decode=DECODE_MODES[-1], device="cpu").setup.decode == "compiled"
 
 
 def test_signatures_defaults_and_docstrings_are_kept() -> None:

@@ -1,14 +1,22 @@
 """A disk that refuses the results (a read-only mount, a full one) is one line naming what could not be
 written and why, exit code 2 (docs/cli.md), and leaves no temporary file or folder behind: `run`, `plot`
-and `train`. Real mounts (tmpfs): `chmod` does not stop root, who runs the tests here and in CI."""
+and `train`. Real mounts (tmpfs): `chmod` does not stop root, who runs the tests here and in CI. An
+output path that names something else than a regular file (a device, a FIFO, a link, a folder) is
+refused the same way before anything is written, and is left as it was."""
 
 import json
+import os
+import signal
+import stat
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.support.clitools import cli
+from srpo_dsl.cli.main import main
+from tests.support.clitools import ROOT, cli
 from tests.support.training import train_env
 
 WORKFLOW = (
@@ -76,8 +84,10 @@ def test_run_on_a_read_only_or_full_disk(disks, workflow):
     assert _left(full) == []  # the staged folder is gone
 
 
-def test_plot_on_a_read_only_disk(disks, tmp_path):
-    ro, _ = disks
+def test_plot_on_a_read_only_or_full_disk(disks, tmp_path, capsys):
+    """A full disk fails a PNG: the `plots/` folder made for them (and its parents made with it) is
+    removed, with the PNGs written before; nothing is left."""
+    ro, full = disks
     rows = [
         {"step": s, "return": 0.5, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1}
         for s in (1, 2)
@@ -88,6 +98,9 @@ def test_plot_on_a_read_only_disk(disks, tmp_path):
         plotted.returncode == 2
         and plotted.stderr == f"error: cannot write {ro / 'plots'}: Read-only file system\n"
     )
+    filled = _refused(capsys, ["plot", str(tmp_path), "--out", str(full / "run" / "plots")])
+    assert filled.startswith(f"error: cannot write {full / 'run' / 'plots'}/")
+    assert filled.endswith(": No space left on device\n") and _left(full) == []
 
 
 @pytest.mark.slow
@@ -104,3 +117,86 @@ def test_train_on_a_read_only_or_full_disk(disks, workflow):
         f"error: cannot write {full / 't' / 'checkpoints' / 'step-1'}: No space left on device"
     ), filled.stderr
     assert "Traceback" not in filled.stderr and _left(full) == []
+
+
+@contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """The block fails (TimeoutError) when it takes longer: opening a FIFO no one reads blocks forever."""
+
+    def expired(*_: object) -> None:
+        raise TimeoutError(f"still blocked after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _special(tmp_path: Path, kind: str) -> tuple[Path, str, object]:
+    """A path of `kind` in `tmp_path`, what the refusal says it is, and what it is (unchanged after)."""
+    path = tmp_path / f"out-{kind}"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, "a FIFO (named pipe)", stat.S_ISFIFO
+    if kind == "device":  # /dev/null's numbers: what `-o /dev/null` as root would have replaced
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        return path, "a character device", stat.S_ISCHR
+    if kind == "link":
+        (tmp_path / "target.html").write_text("mine\n")
+        path.symlink_to("target.html")
+        return path, "a symbolic link (to target.html)", stat.S_ISLNK
+    path.mkdir()
+    return path, "a folder", stat.S_ISDIR
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    with deadline(20), pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and out == "", err
+    return err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "link", "folder"])
+def test_an_output_file_is_only_ever_a_regular_file_or_a_new_path(tmp_path, capsys, kind):
+    """`view -o` and `compile -o` refuse, in one line and before anything is read, a path that is a FIFO
+    (whose reader would block), a device node (`-o /dev/null` as root would replace it for the whole
+    machine), a symbolic link (not followed: its target stays as it was) or a folder; it is left as it
+    is. `fmt` refuses to rewrite a workflow that is not a regular file, without opening it."""
+    path, what, test = _special(tmp_path, kind)
+    said = (
+        f"error: cannot write {path}: it is {what}, not a regular file (name a new path or a regular file)\n"
+    )
+    for argv in (
+        ["view", str(ROOT / "tests" / "data" / "old_run"), "-o", str(path)],
+        ["compile", str(ROOT / "workflows" / "quickstart.srpo"), "--emit", "json", "-o", str(path)],
+    ):
+        assert _refused(capsys, argv) == said
+        assert test(os.lstat(path).st_mode)
+    if kind == "link":
+        assert (tmp_path / "target.html").read_text() == "mine\n"
+    if kind in ("fifo", "device"):
+        said = f"error: cannot read {path}: it is {what}, not a regular file\n"
+        assert _refused(capsys, ["fmt", str(path)]) == said
+        assert test(os.lstat(path).st_mode)
+
+
+def test_an_output_folder_that_is_a_fifo_is_refused(tmp_path, capsys):
+    """`plot`, `export` and `run` write folders: a FIFO there is named, and left as it is."""
+    fifo = tmp_path / "plots"
+    os.mkfifo(fifo)
+    row = {"step": 1, "return": 0.5, "grad_norm": 1.0, "response_length": 10, "mean_set_size": 1}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    err = _refused(capsys, ["plot", str(tmp_path), "--out", str(fifo)])
+    assert err == f"error: cannot write {fifo}: it is a FIFO (named pipe), not a folder\n"
+    for argv in (
+        ["export", str(ROOT / "tests" / "data" / "old_run"), "--out", str(fifo)],
+        ["run", str(ROOT / "workflows" / "quickstart.srpo"), "--out", str(fifo)],
+    ):
+        assert _refused(capsys, argv) == f"error: --out {fifo}: it is a FIFO (named pipe), not a folder\n"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

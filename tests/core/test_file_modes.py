@@ -4,6 +4,7 @@ file keeps its mode, a symbolic link stays a link and its target is written."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from srpo_dsl.errors import WriteError
 from srpo_dsl.io import write_atomic
 from srpo_dsl.outputs import staged_output
 from tests.support.clitools import ROOT, cli
@@ -66,6 +68,26 @@ def test_a_link_stays_a_link_and_its_target_is_written(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["f.txt"]
 
 
+def test_only_a_regular_file_is_replaced(tmp_path: Path) -> None:
+    """A FIFO (or device, socket, folder) is never replaced, nor a link's target that is one: one
+    `WriteError` line, nothing written, no temporary file left."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to("fifo")
+    (tmp_path / "folder").mkdir()
+    for name, what in [
+        ("fifo", "a FIFO (named pipe)"),
+        ("link", "a FIFO (named pipe)"),
+        ("folder", "a folder"),
+    ]:
+        target = tmp_path / ("fifo" if name == "link" else name)
+        with pytest.raises(
+            WriteError, match=rf"^cannot write {target}: it is {re.escape(what)}, not a regular"
+        ):
+            write_atomic(tmp_path / name, "x\n")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode) and (tmp_path / "link").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "folder", "link"]
+
+
 def test_fmt_writes_a_linked_workflows_target_and_keeps_its_mode(tmp_path: Path) -> None:
     shutil.copy(ROOT / "workflows" / "quickstart.srpo", tmp_path / "real.srpo")
     text = (tmp_path / "real.srpo").read_text(encoding="utf-8")
@@ -77,3 +99,19 @@ def test_fmt_writes_a_linked_workflows_target_and_keeps_its_mode(tmp_path: Path)
     assert done.stdout == "1 file(s) formatted, 0 unchanged\n"
     assert (tmp_path / "linked.srpo").is_symlink() and mode(tmp_path / "real.srpo") == 0o664
     assert (tmp_path / "real.srpo").read_text(encoding="utf-8") == text
+
+
+def test_an_exported_model_gets_the_umasks_modes(
+    tmp_path: Path, umask_022: None, tiny_random_model: Path
+) -> None:
+    """`export`'s `merged/` folder: safetensors writes `model.safetensors` 0600; every file gets 0644
+    under umask 022, as any other file srpo-dsl writes."""
+    from transformers import AutoModelForCausalLM
+
+    from srpo_dsl.rl.loop.export import save_model
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_random_model)
+    save_model(model, str(tiny_random_model), tmp_path / "merged")
+    modes = {p.name: mode(p) for p in (tmp_path / "merged").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
+    assert mode(tmp_path / "merged") == 0o755

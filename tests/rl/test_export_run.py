@@ -4,7 +4,9 @@ line that leave nothing written."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,10 @@ def test_export_writes_each_trained_policy(exported: Path, capsys) -> None:
         assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
             p.name for p in (exported / name / "merged").iterdir()
         }
+    mask = os.umask(0o022)
+    os.umask(mask)
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in exported.rglob("*") if p.is_file()}
+    assert modes == {0o666 & ~mask}  # safetensors writes 0600: the umask's modes, as every file written
 
 
 @pytest.mark.slow

@@ -117,6 +117,12 @@ def test_every_check_runs_before_anything_loads(tmp_path) -> None:
         make_plan(adapters, tmp_path / "a", {"gradient_checkpointing": True}, setup=Setup(device="cpu"))
     with pytest.raises(TrainError, match="train rolls out with hf or vllm"):
         make_plan(wf, tmp_path / "a", setup=Setup(backend="scripted", device="cpu"))
+    with pytest.raises(UsageError, match=r"^offload 'two': expected one of none, optimizer, params, all$"):
+        make_plan(wf, tmp_path / "a", setup=Setup(offload="two", device="cpu"))
+    with pytest.raises(
+        UsageError, match=r"^decode 'eager': expected one of auto, dynamic, static, compiled$"
+    ):
+        make_plan(wf, tmp_path / "a", setup=Setup(decode="eager", device="cpu"))
     same = (tmp_path / "x" / "held.jsonl", tmp_path / "y" / "held.jsonl")
     for path in same:
         path.parent.mkdir()

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from srpo_dsl.io import umask_modes
 from srpo_dsl.lang.graph import adapter_name
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.rl.engines.adapters import with_adapters
@@ -233,6 +234,7 @@ def save_adapter(module: Any, adapter: str, folder: Path) -> None:
         card.replace(written / card.name)
     written.rename(folder)
     shutil.rmtree(tmp, ignore_errors=True)
+    umask_modes(folder)  # safetensors writes 0600
 
 
 def merged(model_path: str, adapter: Path) -> torch.nn.Module:
@@ -243,8 +245,10 @@ def merged(model_path: str, adapter: Path) -> torch.nn.Module:
 
 
 def save_model(model: Any, tokenizer_path: str, folder: Path) -> None:
-    """A standalone Hugging Face checkpoint: the model's weights and config, and the tokenizer."""
+    """A standalone Hugging Face checkpoint: the model's weights and config, and the tokenizer; its files
+    get the modes the umask gives (safetensors writes its file 0600)."""
     from transformers import AutoTokenizer
 
     model.save_pretrained(str(folder))
     AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(str(folder))
+    umask_modes(folder)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srpo_dsl.arguments import one_of
+from srpo_dsl.choices import DECODE_MODES, OFFLOAD
 from srpo_dsl.devices import resolve_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import not_utf8
@@ -93,6 +95,7 @@ def make_plan(
     """Check everything that can be checked before anything loads, in the order a user fixes it, and
     return the plan. Raises `TrainError` (one line) or the `UsageError` of a file or folder."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    check_choices(setup)
     check_files([setup.ds_config])
     check_sources(setup.eval_data)
     check_out(out, resume)
@@ -109,6 +112,13 @@ def make_plan(
     ds_overrides = read_ds_config(setup.ds_config) if setup.ds_config else {}
     processes = launch_processes(opts.rollout_workers, setup.ray)
     return TrainPlan(wf, Path(out), overrides, opts, resume, setup, device, ds_overrides, processes)
+
+
+def check_choices(setup: Setup) -> None:
+    """Each setting of a fixed list of values is one of them (the CLI's choices come from the same lists):
+    the Python API's `plan(offload="two")` is refused here, before anything loads."""
+    one_of("offload", setup.offload, OFFLOAD)
+    one_of("decode", setup.decode, DECODE_MODES)
 
 
 def check_out(out: Path, resume: bool) -> None:

@@ -4,12 +4,14 @@ them; also drawn at the end of a run whose trackers keep files."""
 
 from __future__ import annotations
 
+import shutil
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from srpo_dsl.arguments import checked
-from srpo_dsl.io import writing
+from srpo_dsl.errors import WriteError
+from srpo_dsl.io import FOLDER, check_output_file, kind_of, outermost_missing, writing
 from srpo_dsl.rl.loop.figures import EVAL_PANEL, SMOOTHING, figure, panels
 from srpo_dsl.rl.loop.runlog import PLOTS, Dynamics, read_dynamics
 
@@ -28,12 +30,22 @@ def pyplot() -> Any:
 
 @checked
 def write_plots(dynamics: Dynamics, folder: Path, smoothing: float = SMOOTHING) -> list[Path]:
-    """Every panel's PNG in `folder` (made if missing), then all of them in training_dynamics.png."""
+    """Every panel's PNG in `folder` (made if missing), then all of them in training_dynamics.png. When one
+    cannot be written (a full disk), the folders made here are removed: no empty or partial `plots/`."""
+    kind = kind_of(folder)
+    if kind not in (None, FOLDER):  # a file, a device, a FIFO: refused before any is drawn
+        raise WriteError(folder, f"it is {kind}, not a folder")
+    made = outermost_missing(folder)
     with writing(folder):
         folder.mkdir(parents=True, exist_ok=True)
-    shown = panels(dynamics)
-    written = [save(figure([panel], smoothing), folder / f"{panel.name}.png") for panel in shown]
-    written.append(save(figure(shown, smoothing), folder / "training_dynamics.png"))
+    try:
+        shown = panels(dynamics)
+        written = [save(figure([panel], smoothing), folder / f"{panel.name}.png") for panel in shown]
+        written.append(save(figure(shown, smoothing), folder / "training_dynamics.png"))
+    except BaseException:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
     return written
 
 
@@ -49,6 +61,7 @@ def save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     try:
+        check_output_file(path)  # only a regular file is replaced
         with writing(path):
             fig.savefig(tmp, dpi=120)
             tmp.replace(path)
