@@ -325,12 +325,17 @@ def test_a_rollout_worker_on_the_other_node_gives_the_synchronous_run_bit_for_bi
 @pytest.mark.slow
 def test_a_node_whose_ranks_cannot_connect_stops_with_one_line(two_nodes: Nodes, tmp_path: Path) -> None:
     """A wrong GLOO_SOCKET_IFNAME on node 0: its rank says so in one line, and node 1's, whose rendezvous
-    store went away with node 0's launcher, says that in at most one line; neither is an internal error.
+    store went away with node 0's launcher, says that in at most one line, within seconds; neither is an
+    internal error.
     (Node 1's launcher may end its rank with SIGTERM before the rank finds the store gone: a race on a busy
     machine, and then the rank says nothing of its own.)"""
     wrong = {"GLOO_SOCKET_IFNAME": "srpo-none"}
+    started = time.monotonic()
     first, second = on_both(pairs(dry=True)[0], workspace(tmp_path), environment(page()[1]), wrong)
     assert first.returncode != 0 and second.returncode != 0, tails(first, second)
+    # node 1 ends on its own: its rank, started after node 0's launcher took the store away, used to retry
+    # connecting for torch's 30 minutes (here until TIMEOUT stopped it)
+    assert time.monotonic() - started < TIMEOUT - 30, tails(first, second)
     ours = [[line for line in d.stderr.splitlines() if line.startswith("error: ")] for d in (first, second)]
     assert ours[0] == ["error: GLOO_SOCKET_IFNAME=srpo-none: this node has no network interface of that name"]
     assert len(ours[1]) <= 1, tails(first, second)
