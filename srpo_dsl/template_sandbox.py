@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping
+import string
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jinja2 import nodes
@@ -38,8 +39,7 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
     "%": operator.mod,
     "**": operator.pow,
 }
-_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?|\{[^{}]*\}")  # %-specs, {}-fields
-_NESTED = re.compile(r"\{[^{}]*\{")  # a `{}`-field whose width is another field: `{:>{}}`
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?")  # of %-formatting
 
 
 class TooBig(SecurityError):
@@ -58,17 +58,23 @@ def _sized(value: object) -> bool:
     return isinstance(value, (str, bytes, list, tuple))
 
 
-def _format_numbers(fmt: str) -> Iterator[int]:
-    """Each number written inside a format specification of `fmt` (a width, a precision, an index)."""
-    for spec in _SPEC.findall(fmt):
-        yield from (int(digits) for digits in re.findall(r"\d+", spec))
+def _specs(fmt: str, style: str) -> list[str]:
+    """The conversion specs of `fmt`: %-formatting's (`style` "%": the `%` operator, the `format` filter),
+    or the format specs of `str.format`'s fields (`style` "{}", as Python parses them; none if it cannot)."""
+    if style == "%":
+        return _PERCENT_SPEC.findall(fmt)
+    try:
+        return [spec for _, _, spec, _ in string.Formatter().parse(fmt) if spec]
+    except ValueError:  # not a format string: `format` says so itself
+        return []
 
 
-def _too_wide(fmt: str, args: object) -> str | None:
-    """Why formatting `args` with `fmt` is refused: a width in `fmt`, or an int for a `*` width, over
-    `MAX_LENGTH`; or None."""
-    widest = max(_format_numbers(fmt), default=0)
-    if "*" in fmt or _NESTED.search(fmt):  # a width taken from the arguments
+def _too_wide(fmt: str, args: object, style: str) -> str | None:
+    """Why formatting `args` with `fmt` is refused: a width written in it, or one taken from the
+    arguments (`%*d`, `{:>{}}`), over `MAX_LENGTH`; or None."""
+    specs = _specs(fmt, style)
+    widest = max((int(digits) for spec in specs for digits in re.findall(r"\d+", spec)), default=0)
+    if any("*" in spec or "{" in spec for spec in specs):  # a width from the arguments
         values = args if isinstance(args, tuple) else (args,)
         widest = max([widest, *(abs(v) for v in values if _is_int(v))])
     return f"a format width of {widest:,} (the limit is {MAX_LENGTH:,})" if widest > MAX_LENGTH else None
@@ -92,7 +98,7 @@ def _result_size(op: str, left: object, right: object) -> tuple[int, int, str] |
 def _grown(op: str, left: object, right: object) -> str | None:
     """Why `left op right` is refused: its result would be over the limits; None if it may run."""
     if op == "%" and isinstance(left, str):
-        return _too_wide(left, right)
+        return _too_wide(left, right, "%")
     sized = _result_size(op, left, right)
     if sized is None or sized[0] <= sized[1]:
         return None
@@ -115,9 +121,10 @@ def _width_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Non
             raise TooBig(f"`{name}` would build {value:,} items (the limit is {MAX_LENGTH:,})")
 
 
-def _format_args(name: str, fmt: str, args: tuple[Any, ...]) -> None:
-    """`TooBig` if formatting `args` with `fmt` would be wider than `MAX_LENGTH`."""
-    why = _too_wide(fmt, args)
+def _format_args(name: str, fmt: str, args: tuple[Any, ...], style: str) -> None:
+    """`TooBig` if formatting `args` with `fmt` (`style` "%": the `format` filter; "{}": `str.format`)
+    would be wider than `MAX_LENGTH`."""
+    why = _too_wide(fmt, args, style)
     if why is not None:
         raise TooBig(f"`{name}` would build {why}")
 
@@ -132,7 +139,7 @@ def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         if name != "format":
             _width_args(name, args[skip:], kwargs)
         elif isinstance(args[skip - 1], str):
-            _format_args(name, args[skip - 1], (*args[skip:], *kwargs.values()))
+            _format_args(name, args[skip - 1], (*args[skip:], *kwargs.values()), "%")
         return func(*args, **kwargs)
 
     return bounded
@@ -166,7 +173,7 @@ class BoundedSandbox(SandboxedEnvironment):
 
         def bounded(*args: Any, **kwargs: Any) -> str:
             mapping = args[0] if name == "format_map" and args and isinstance(args[0], Mapping) else {}
-            _format_args(name, fmt, (*args, *kwargs.values(), *mapping.values()))
+            _format_args(name, fmt, (*args, *kwargs.values(), *mapping.values()), "{}")
             return sandboxed(*args, **kwargs)
 
         return bounded
@@ -205,7 +212,7 @@ def _check_filter(node: nodes.Filter) -> None:
     if node.name != "format":
         _width_args(node.name, args, kwargs)
     elif node.node is not None and isinstance(fmt := _fold(node.node), str):
-        _format_args(node.name, fmt, (*args, *kwargs.values()))
+        _format_args(node.name, fmt, (*args, *kwargs.values()), "%")
 
 
 def oversized_constants(tree: nodes.Template) -> dict[int, str]:

@@ -38,6 +38,9 @@ ALLOWED = {  # template -> its rendering: numbers, lengths and widths under the 
         f"ababab|  x  |a  |1-{N}"
     ),
     "{{ '%5d' % 42 }}|{{ '%d' | format(n) }}|{{ [1, 2, 3] | batch(2) | list }}": f"   42|{N}|[[1, 2], [3]]",
+    "{{ '{\"id\": 12345678901} %s' % 1 }}|{{ '{{12345678901}} {}'.format(2) }}": (  # no spec: text, `{{`
+        '{"id": 12345678901} 1|{12345678901} 2'
+    ),
 }
 CHILD = """
 import json, re, sys
