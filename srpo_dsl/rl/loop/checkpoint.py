@@ -138,6 +138,8 @@ def load_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
     for owner, p in engine_owners(policies).items():
         try:
             path, _ = p.engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
+        except torch.cuda.OutOfMemoryError:  # a RuntimeError too: said as the machine's, not the file's
+            raise
         except UNREADABLE as exc:
             raise unreadable(damaged_file(folder / owner / ENGINE_TAG), exc) from None
         if path is None:
