@@ -43,6 +43,11 @@ INSTALL = "pip install 'srpo-dsl[ray]'"
 PROBE_SECONDS = 5.0  # for the head's port to answer (`ray.init` itself retries for minutes)
 GRACE = 10.0  # seconds the workers get to stop once the trainer is done
 WAITING = 30.0  # seconds before saying that the cluster has not got the bundles yet
+NOT_RAY = {  # what a gRPC status of the probe says of the server (others: a Ray head, or one can't tell)
+    "UNAVAILABLE": "it does not speak gRPC",
+    "DEADLINE_EXCEEDED": f"no gRPC reply in {PROBE_SECONDS:g} s",
+    "UNIMPLEMENTED": "a gRPC server without Ray's GCS service",
+}
 
 
 def default_address(given: str | None) -> str:
@@ -66,15 +71,32 @@ def connect(address: str) -> Any:
         return ray
     probe(address)
     try:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+        joined(ray, address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"--ray-address {address}: no Ray cluster to join ({first.rstrip('.')})") from None
     return ray
 
 
+def joined(ray: Any, address: str) -> None:
+    """`ray.init(address)`, leaving SIGTERM's handler as it was: Ray sets its own (`sys.exit(15)` from
+    its frame, which the CLI would report as a plugin's exit); a SIGTERM while it joins ends the process as
+    SIGTERM does, exit 143, without a word."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM:
+            raise
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        if before is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, before)
+
+
 def probe(address: str) -> None:
-    """A HOST:PORT whose port does not answer is refused at once (`ray.init` would retry for minutes)."""
+    """A HOST:PORT whose port does not answer, or answers but not as a Ray cluster's head (a web server),
+    is refused within seconds (`ray.init` would retry for minutes)."""
     host, _, port = address.rpartition(":")
     if address == "auto" or "://" in address or not port.isdigit():
         return
@@ -83,6 +105,28 @@ def probe(address: str) -> None:
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         raise UsageError(f"--ray-address {address}: no Ray cluster answers there ({why})") from None
+    why = not_ray(address)
+    if why is not None:
+        raise UsageError(f"--ray-address {address}: it answers, but not as a Ray cluster's head ({why})")
+
+
+def not_ray(address: str) -> str | None:
+    """Why what answers at `address` is not a Ray cluster's head (GCS), asked in one gRPC call of at most
+    PROBE_SECONDS, or None (it is, or it cannot be told: TLS, a Ray without the call, credentials)."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return None
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return None
+    with grpc.insecure_channel(address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=PROBE_SECONDS)
+        except grpc.RpcError as exc:
+            return NOT_RAY.get(exc.code().name)
+    return None
 
 
 def on_cluster(setup: Setup) -> Setup:

@@ -42,13 +42,39 @@ NOT_DOWNLOADED = (
 )
 
 
+def load_errors() -> tuple[type[Exception], ...]:
+    """What loading a model raises for files that are missing, unreadable or not what they claim to be:
+    transformers' OSError and ValueError, and safetensors' error for a truncated or garbage weights file
+    (what a failing disk leaves)."""
+    from safetensors import SafetensorError
+
+    return (OSError, ValueError, SafetensorError)
+
+
 def model_load_error(model: str, exc: BaseException) -> BackendError:
-    """A model that did not load (transformers' OSError or ValueError), in one line naming it; for a
-    Hub repo id that is not in this machine's Hugging Face cache, also that it is downloaded on first
-    use and how to do without."""
+    """A model that did not load (one of `load_errors`), in one line naming it, and the weights file that
+    safetensors cannot read; for a Hub repo id that is not in this machine's Hugging Face cache, also that
+    it is downloaded on first use and how to do without."""
     reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+    broken = _unreadable_weights(model) if not isinstance(exc, (OSError, ValueError)) else None
     missing = f" ({NOT_DOWNLOADED})" if _not_downloaded(model) else ""
-    return BackendError(f"cannot load model `{model}`: {reason}{missing}")
+    return BackendError(f"cannot load model `{model}`: {f'{broken}: ' if broken else ''}{reason}{missing}")
+
+
+def _unreadable_weights(model: str) -> str | None:
+    """The first `*.safetensors` file of the local model folder `model` whose header safetensors cannot
+    read (truncated, garbage), or None."""
+    from pathlib import Path
+
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(model).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except (SafetensorError, OSError):
+            return str(path)
+    return None
 
 
 def _not_downloaded(model: str) -> bool:

@@ -22,6 +22,7 @@ from srpo_dsl.backends.base import (
     BackendError,
     GenRequest,
     GenResult,
+    load_errors,
     model_load_error,
     prompt_ids_of,
     request_seeds,
@@ -77,7 +78,7 @@ class HFBackend:
                 model = AutoModelForCausalLM.from_pretrained(
                     str(model_or_path), dtype=_resolve_dtype(dtype, device)
                 )
-            except (OSError, ValueError) as exc:
+            except load_errors() as exc:
                 raise model_load_error(str(model_or_path), exc) from None
             model.to(device)
         else:

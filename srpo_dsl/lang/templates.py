@@ -11,11 +11,11 @@ from typing import TypeVar
 import jinja2
 from jinja2 import meta, nodes
 from jinja2.loaders import split_template_path
-from jinja2.sandbox import SandboxedEnvironment
 
 from srpo_dsl.lang.filestate import FileCache, FileState, look, unchanged
 from srpo_dsl.lang.messages import Diagnostic, Span, did_you_mean
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
+from srpo_dsl.template_sandbox import LIMITS, BoundedSandbox, oversized_constants
 
 PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 SHUFFLE_SEED = "__shuffle_seed__"  # the context key the renderer sets for `shuffle` (no template reads it)
@@ -119,9 +119,9 @@ def check_template(name: str, at: Span, dirs: list[Path]) -> list[Diagnostic]:
 
 
 @functools.lru_cache(maxsize=256)
-def _environment(dirs: tuple[Path, ...]) -> SandboxedEnvironment:
+def _environment(dirs: tuple[Path, ...]) -> BoundedSandbox:
     """The checker's environment (its loader reads the files on each call: it holds none of them)."""
-    env = SandboxedEnvironment(loader=TemplateLoader(dirs))
+    env = BoundedSandbox(loader=TemplateLoader(dirs))
     env.filters.update(FILTERS)
     return env
 
@@ -197,7 +197,7 @@ def _assigned_somewhere(tree: nodes.Template, name: str) -> bool:
     return any(n.name == name for n in tree.find_all(nodes.Name) if n.ctx == "store")
 
 
-def _setter_included(env: SandboxedEnvironment, tree: nodes.Template, var: str) -> str | None:
+def _setter_included(env: BoundedSandbox, tree: nodes.Template, var: str) -> str | None:
     """The template that `tree` includes (directly or through other includes) which sets `var`, if any."""
     seen: set[str] = set()
     pending = [tree]
@@ -241,14 +241,17 @@ def _undefined_words(
 Problem = tuple[str, str, str | None, int]  # (code, message, hint, line in the template) of one
 
 
-def source_problems(env: SandboxedEnvironment, name: str, source: str) -> tuple[list[Problem], list[str]]:
+def source_problems(env: BoundedSandbox, name: str, source: str) -> tuple[list[Problem], list[str]]:
     """The problems of one template's text, each at its line (a syntax error, an unknown filter, a
     variable nothing provides), and the templates it includes."""
     try:
         tree = env.parse(source, name=name)
     except jinja2.TemplateSyntaxError as exc:
         return [("E081", f"template `{name}` line {exc.lineno}: {exc.message}", None, exc.lineno or 1)], []
-    found: list[Problem] = []
+    found: list[Problem] = [
+        ("E081", f"template `{name}` line {line}: {why}", LIMITS, line)
+        for line, why in sorted(oversized_constants(tree).items())
+    ]
     unknown = _unknown_filters(tree, env.filters)  # Jinja2's `meta` cannot read such a template
     for flt, line in unknown:
         hint = did_you_mean(flt, env.filters)

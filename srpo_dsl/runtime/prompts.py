@@ -19,11 +19,11 @@ from pathlib import Path
 
 import jinja2
 from jinja2 import StrictUndefined
-from jinja2.sandbox import SandboxedEnvironment
 
 from srpo_dsl.errors import InputError
 from srpo_dsl.lang.schema import CONTEXT_VARIABLES
 from srpo_dsl.lang.templates import FILTERS, SHUFFLE_SEED, TemplateLoader
+from srpo_dsl.template_sandbox import BoundedSandbox
 
 __all__ = ["CONTEXT_VARIABLES", "PromptError", "PromptRenderer"]
 
@@ -39,7 +39,7 @@ class PromptRenderer:
     def __init__(self, search_dirs: list[Path]):
         self._loader = TemplateLoader(search_dirs)
         self.search_dirs = [Path(p) for p in self._loader.searchpath]
-        self._env = SandboxedEnvironment(
+        self._env = BoundedSandbox(
             loader=self._loader,
             undefined=StrictUndefined,
             keep_trailing_newline=False,
@@ -51,7 +51,7 @@ class PromptRenderer:
     def render(self, template: str, context: Mapping[str, object], shuffle_seed: int = 0) -> str:
         """The rendered prompt, `shuffle` drawing its order from `shuffle_seed`; `PromptError` for a missing
         template or variable, or anything the template raises while it renders (`{{ 1/0 }}`, a sandbox
-        violation, a range over the sandbox's limit)."""
+        violation, a range or a value over the sandbox's limits)."""
         try:
             return self._env.get_template(template).render({**context, SHUFFLE_SEED: shuffle_seed})
         except jinja2.TemplateNotFound as exc:

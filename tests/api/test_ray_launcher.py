@@ -3,7 +3,7 @@ start on this machine (`ray start --head` with 3 logical CPUs, one per process):
 synchronously (the API) and with a rollout worker at S = 0 (the CLI) through Ray equals the one-process
 run bit for bit; a worker whose actor is killed hands its steps to the other, and with none left the
 trainer checkpoints and stops with one line; Ctrl-C on the driver stops every actor's process; a cluster
-that is not there is one line. The cluster's processes are one process group of their own, ended by the
+that is not there, or a port that answers but is not Ray's, is one line; a SIGTERM while joining is exit 143. The cluster's processes are one process group of their own, ended by the
 module (not `ray stop`, which would stop every Ray cluster of this machine)."""
 
 from __future__ import annotations
@@ -14,8 +14,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -23,7 +27,7 @@ import pytest
 import torch
 
 import srpo_dsl
-from srpo_dsl.api.ray_launch import import_ray, launch_env
+from srpo_dsl.api.ray_launch import import_ray, launch_env, probe
 from srpo_dsl.api.ray_rank import RankProcess
 from srpo_dsl.errors import UsageError
 from srpo_dsl.rl.distributed.process_group import free_port
@@ -250,6 +254,88 @@ def test_a_cluster_that_is_not_there_is_one_line(tmp_path: Path) -> None:
     alone = cli("train", QUICKSTART, "--out", tmp_path / "run", "--ray-processes", "2")
     assert alone.returncode == 2
     assert alone.stderr == "error: --ray-address, --ray-processes and --ray-cpus go with --launcher ray\n"
+
+
+@contextmanager
+def web_server() -> Iterator[str]:
+    """HOST:PORT of a plain HTTP server on loopback: it answers, but not as Ray."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def grpc_server(cluster_id: bool) -> Iterator[tuple[str, list[float]]]:
+    """HOST:PORT of a gRPC server (on every address: Ray dials the node's own), and the times it was
+    asked for a cluster id: it answers that call alone (`cluster_id`), as a GCS would, or no call at all."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2
+
+    asked: list[float] = []
+
+    def answer(request: object, context: object) -> object:
+        asked.append(time.monotonic())
+        return gcs_service_pb2.GetClusterIdReply()
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    if cluster_id:
+        method = grpc.unary_unary_rpc_method_handler(
+            answer,
+            request_deserializer=gcs_service_pb2.GetClusterIdRequest.FromString,
+            response_serializer=gcs_service_pb2.GetClusterIdReply.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("ray.rpc.NodeInfoGcsService", {"GetClusterId": method}),)
+        )
+    port = server.add_insecure_port("0.0.0.0:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}", asked
+    finally:
+        server.stop(0)
+
+
+def test_a_port_that_answers_but_is_not_ray_is_one_line_at_once(tmp_path: Path) -> None:
+    """A web server held `ray.init` for minutes of Ray's warnings: one gRPC call of at most 5 s tells, one
+    line, exit 2; so is a gRPC server that is not Ray's."""
+    with web_server() as address:
+        started = time.monotonic()
+        with pytest.raises(UsageError, match="it answers, but not as a Ray cluster's head"):
+            probe(address)
+        assert time.monotonic() - started < 5
+        launch = ("--launcher", "ray", "--ray-address", address)
+        done = cli("train", QUICKSTART, "--out", tmp_path / "run", *launch, timeout=90)
+    said = "it answers, but not as a Ray cluster's head (it does not speak gRPC)"
+    assert done.returncode == 2 and done.stderr == f"error: --ray-address {address}: {said}\n", done.stderr
+    assert not (tmp_path / "run").exists()
+    with grpc_server(cluster_id=False) as (bare, _), pytest.raises(UsageError, match="without Ray's GCS"):
+        probe(bare)
+
+
+def test_a_sigterm_while_joining_the_cluster_ends_the_command_as_sigterm_does(tmp_path: Path) -> None:
+    """Ray sets a SIGTERM handler of its own while `ray.init` joins (`sys.exit(15)` from its frame): the
+    command said "SystemExit(15) raised there would end the command"; it ends as SIGTERM ends it, 143."""
+    with grpc_server(cluster_id=True) as (address, asked):
+        args = ["train", QUICKSTART, "--out", tmp_path / "run", "--launcher", "ray", "--ray-address", address]
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "srpo_dsl", *map(str, args), "--dry-run"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while len(asked) < 2 and time.monotonic() < deadline and driver.poll() is None:  # the probe, then Ray
+            time.sleep(0.2)
+        time.sleep(1)
+        driver.send_signal(signal.SIGTERM)
+        stderr = driver.communicate(timeout=60)[1]
+    assert len(asked) >= 2 and driver.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "SystemExit" not in stderr and "\nerror: " not in f"\n{stderr}" and not (tmp_path / "run").exists()
 
 
 def test_an_actor_streams_its_process_s_output_and_exit_code(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ def _workflow(tmp_path, template):
         ("Solve.\n{{ 1/0 }}\n", 2, "ZeroDivisionError: division by zero"),
         ("{% for i in range(100001) %}x{% endfor %}", 1, "OverflowError: Range too big."),
         ("{{ task.__class__ }}", 1, "access to attribute '__class__' of 'dict' object is unsafe"),
+        ("{% set n = 99999999 %}\n{{ 9 ** n }}", 2, "`**` would build a number of about 399,999,996 bits"),
     ],
 )
 def test_a_template_that_fails_while_rendering_is_its_file_line(tmp_path, template, line, reason):
@@ -38,12 +39,28 @@ def test_a_template_that_fails_while_rendering_is_its_file_line(tmp_path, templa
     and `run` writes nothing."""
     workflow, args = _workflow(tmp_path, template)
     said = f"error: {tmp_path / 'a.j2'}:{line}: template `a.j2`: {reason}"
-    rendered = cli("render", workflow, "--role", "a")
-    ran = cli("run", workflow, *args, "--out", tmp_path / "out")
+    rendered = cli("render", workflow, "--role", "a", timeout=60)
+    ran = cli("run", workflow, *args, "--out", tmp_path / "out", timeout=60)
     for result in (rendered, ran):
         assert result.returncode == 1 and said in result.stderr, result.stderr
         assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_template_constant_over_the_sandbox_s_limits_is_e081_without_computing_it(tmp_path):
+    """Jinja2 folds constants while it compiles, outside the sandbox: `validate` took minutes and
+    gigabytes on these. Now each is E081 at the agent's prompt (`FILE:LINE:COL`), in a second."""
+    templates = ["{{ 9 ** 99999999 }}", "Solve.\n{% set x = 'a' * 10000000000 %}{{ x }}"]
+    said = ["`**` would build a number of about 399,999,996 bits", "`*` would build 10,000,000,000 items"]
+    workflows = []
+    for i, template in enumerate(templates):
+        (tmp_path / str(i)).mkdir()
+        workflows.append(_workflow(tmp_path / str(i), template)[0])
+    checked = cli("validate", *workflows, timeout=30)
+    assert checked.returncode == 1, checked.stderr
+    for i, (workflow, line) in enumerate(zip(workflows, (1, 2), strict=True)):
+        where = f"{workflow}:4:24: error[E081]: template `a.j2` line {line}: {said[i]}"
+        assert where in checked.stdout + checked.stderr, checked.stdout + checked.stderr
 
 
 def test_a_reply_script_without_a_role_is_refused_before_the_run(tmp_path):

@@ -6,6 +6,7 @@ refused the same way before anything is written, and is left as it was."""
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -200,3 +201,42 @@ def test_an_output_folder_that_is_a_fifo_is_refused(tmp_path, capsys):
     ):
         assert _refused(capsys, argv) == f"error: --out {fifo}: it is a FIFO (named pipe), not a folder\n"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def _damaged(file: Path, how: str) -> None:
+    """`file` as a failing disk may leave it: cut short, or its bytes replaced by garbage."""
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 3] if how == "truncated" else bytes(range(256)) * 4)
+
+
+@pytest.mark.parametrize(("command", "how"), [("run", "truncated"), ("eval", "garbage")])
+def test_a_damaged_model_file_is_one_line_naming_it(tmp_path, workflow, tiny_model_path, command, how):
+    """A truncated or garbage `model.safetensors` given with `--model DIR` was an "internal error"
+    (safetensors' own error): one line naming the file, exit 2, and `run` writes nothing."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_path, model)
+    _damaged(model / "model.safetensors", how)
+    out = ("--out", tmp_path / "out") if command == "run" else ()
+    done = cli(command, workflow, "--model", model, "--limit", "1", *out, timeout=120)
+    said = f"error: cannot load model `{model}`: {model / 'model.safetensors'}: Error while deserializing "
+    assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_resume_from_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, workflow):
+    """A truncated engine state in the last checkpoint was an "internal error" (torch.load's own error, in
+    DeepSpeed): `--resume` says which file is damaged, exit 2, and the run is left as it was. (A damaged
+    RNG or rank state: tests/rl/test_worker_faults.py.)"""
+    run = tmp_path / "run"
+    trained = cli("train", workflow, "--device", "cpu", "--out", run, "--steps", "1", env=train_env())
+    assert trained.returncode == 0, trained.stderr
+    before = (run / "metrics.jsonl").read_text()
+    damaged = run / "checkpoints" / "step-1" / "lm" / "state" / "mp_rank_00_model_states.pt"
+    _damaged(damaged, "truncated")
+    args = ("train", workflow, "--device", "cpu", "--out", run, "--resume", "--steps", "2")
+    done = cli(*args, env=train_env(), timeout=300)
+    said = f"error: cannot resume from {damaged}: cannot read it back (RuntimeError: PytorchStreamReader"
+    assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and (run / "metrics.jsonl").read_text() == before
+    assert not (run / ".lock").exists()

@@ -81,6 +81,9 @@ def test_template_diagnostics_appear_and_clear(client, tmp_path):
     (tmp_path / "part.j2").write_text("{{ history | length }}\n", encoding="utf-8")
     client.replace(uri, 'Solve:\n{{ task.question }}\n{% include "part.j2" %} \n', 4)
     assert client.diagnostics(uri) == []
+    client.replace(uri, "Solve:\n{{ 9 ** 99999999 }}\n", 5)  # folding it held the server for minutes
+    [big] = client.diagnostics(uri)
+    assert big["code"] == "E081" and big["range"]["start"]["line"] == 1 and "bits" in big["message"]
 
 
 @pytest.mark.editor

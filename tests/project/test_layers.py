@@ -32,6 +32,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "console",
         "progress",
         "limits",
+        "template_sandbox",
         "data_sources",
         "argranges",
         "arguments",

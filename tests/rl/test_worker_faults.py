@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -238,3 +239,25 @@ def test_a_refused_resume_names_each_changed_option_with_its_old_and_new_values(
         'eval_data was ["/data/held.jsonl"], now not given; lr was 0.0004, now 0.5; tokens was not given, now "xxx'
     )
     assert said.endswith("...") and len(said) < 300 and "\n" not in said
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "empty"])
+def test_a_damaged_rank_state_file_is_one_line_naming_it(tmp_path: Path, how: str) -> None:
+    """An RNG (or rank) state of a checkpoint that a failing disk cut short or garbled was torch.load's own
+    error, "internal error": `--resume` reads each through `read_saved`, one `UsageError` naming the file;
+    a truncated engine state is found among its folder's files (`damaged_file`)."""
+    from srpo_dsl.errors import UsageError
+    from srpo_dsl.rl.loop.checkpoint import damaged_file, read_saved, rng_state
+
+    path = tmp_path / "rng-rank0.pt"
+    torch.save(rng_state(), path)
+    assert read_saved(path)["torch"].equal(torch.get_rng_state())
+    whole = path.read_bytes()
+    damage = {"truncated": whole[: len(whole) // 2], "garbage": bytes(range(256)) * 4, "empty": b""}
+    path.write_bytes(damage[how])
+    with pytest.raises(
+        UsageError, match=rf"^cannot resume from {re.escape(str(path))}: cannot read it back \(\w+: "
+    ):
+        read_saved(path)
+    (tmp_path / "whole.pt").write_bytes(whole)
+    assert damaged_file(tmp_path) == path and damaged_file(tmp_path / "nowhere") == tmp_path / "nowhere"

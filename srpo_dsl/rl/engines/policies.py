@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from srpo_dsl.backends.base import BackendError, RolloutEngine, model_load_error
+from srpo_dsl.backends.base import BackendError, RolloutEngine, load_errors, model_load_error
 from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.lang.declarations import PolicyInfo
 from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
@@ -95,7 +95,7 @@ def load_model(path: str, dist: Dist) -> tuple[Any, Any]:
     dtype = torch.bfloat16 if dist.device.type == "cuda" else torch.float32
     try:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype), AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
+    except load_errors() as exc:
         raise model_load_error(path, exc) from None
 
 

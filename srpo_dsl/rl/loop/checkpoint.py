@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
+import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from srpo_dsl.errors import UsageError
 from srpo_dsl.io import disk_full, full_disk_error, write_json, writing
 from srpo_dsl.rl.distributed.process_group import Dist, barrier
 from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners
@@ -22,6 +25,10 @@ CHECKPOINTS = "checkpoints"
 ENGINE_TAG = "state"  # the tag each engine is saved under, in step-N/<engine owner>/
 RESUMABLE = ("backend", "decode")  # config keys a resume may change
 RESUMABLE_OPTIONS = ("steps", "rollout_workers", "report_to")  # `train` options a resume may change
+# What torch.load raises for a file a failing disk truncated, garbled or cannot read: a zip without its
+# directory (RuntimeError: "PytorchStreamReader failed ..."; OSError: "Invalid argument"), bytes that are
+# no pickle, a pickle cut short, a read error.
+UNREADABLE = (RuntimeError, OSError, pickle.UnpicklingError, EOFError, ValueError, zipfile.BadZipFile)
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -103,7 +110,21 @@ def read_state(folder: Path) -> dict[str, Any]:
 def read_rank_state(folder: Path, name: str, rank: int, default: Any = None) -> Any:
     """What `save_checkpoint` saved as `name` for `rank` (`default` when it saved none)."""
     path = folder / f"{name}-rank{rank}.pt"
-    return torch.load(path, weights_only=False) if path.exists() else default
+    return read_saved(path) if path.exists() else default
+
+
+def read_saved(path: Path) -> Any:
+    """What `torch.save` wrote to `path`; a file that cannot be read back (truncated, garbled) is one
+    `UsageError` naming it."""
+    try:
+        return torch.load(path, weights_only=False)
+    except UNREADABLE as exc:
+        raise unreadable(path, exc) from None
+
+
+def unreadable(path: Path, exc: BaseException) -> UsageError:
+    reason = (str(exc).splitlines() or [""])[0].split(". This is an internal")[0] or type(exc).__name__
+    return UsageError(f"cannot resume from {path}: cannot read it back ({type(exc).__name__}: {reason})")
 
 
 def save_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
@@ -113,10 +134,27 @@ def save_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
 
 
 def load_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
+    """Every engine's state from folder/<owner>; a state file that cannot be read back is one line."""
     for owner, p in engine_owners(policies).items():
-        path, _ = p.engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
+        try:
+            path, _ = p.engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
+        except torch.cuda.OutOfMemoryError:  # a RuntimeError too: said as the machine's, not the file's
+            raise
+        except UNREADABLE as exc:
+            raise unreadable(damaged_file(folder / owner / ENGINE_TAG), exc) from None
         if path is None:
             raise ValueError(f"checkpoint {folder} holds no state for policy `{owner}`")
+
+
+def damaged_file(folder: Path) -> Path:
+    """The first `.pt` file in `folder` that is not a whole zip archive (torch.save's format; a truncated
+    one has lost its directory at the end), else `folder` itself."""
+    for path in sorted(folder.glob("*.pt")):
+        try:
+            zipfile.ZipFile(path).close()
+        except (zipfile.BadZipFile, OSError):
+            return path
+    return folder
 
 
 def resume_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -170,4 +208,4 @@ def _comparable(key: str, value: Any) -> Any:
 def load_checkpoint(folder: Path, policies: Mapping[str, TrainingPolicy], dist: Dist) -> None:
     """Engine states and this rank's RNG states (`read_state` gives the run state)."""
     load_engines(policies, folder)
-    set_rng_state(torch.load(folder / f"rng-rank{dist.rank}.pt", weights_only=False))
+    set_rng_state(read_saved(folder / f"rng-rank{dist.rank}.pt"))
