@@ -128,3 +128,17 @@ def launch_variables_kept(request: pytest.FixtureRequest):
         restore_environment(LAUNCHED_WITH)
     yield
     restore_environment(before)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with the most slow tests first, each file's tests in their order: CI's two workers take
+    whole files (`--dist loadfile`) in this order, so the longest start early and the run does not end
+    on one worker alone with a long file while the other idles (longest first, as in LPT scheduling)."""
+    by_file: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.path, []).append(item)
+
+    def slow(path: Path) -> int:
+        return sum(item.get_closest_marker("slow") is not None for item in by_file[path])
+
+    items[:] = [item for path in sorted(by_file, key=slow, reverse=True) for item in by_file[path]]
