@@ -99,7 +99,7 @@ def find_graph(
 
 
 def read_graph(path: Path) -> nx.DiGraph:
-    from srpo_dsl.lang.graph_formats import from_json
+    from srpo_dsl.lang.compile.graph_formats import from_json
 
     try:
         return from_json(path.read_text(encoding="utf-8"))
@@ -109,7 +109,7 @@ def read_graph(path: Path) -> nx.DiGraph:
 
 def compile_graph(workflow: Path) -> nx.DiGraph:
     from srpo_dsl.lang.analysis import load_graph
-    from srpo_dsl.lang.messages import SrpoError
+    from srpo_dsl.lang.syntax.messages import SrpoError
 
     if not workflow.is_file():
         raise ViewError(f"cannot read {workflow}: no such file")

@@ -217,7 +217,10 @@ def test_no_public_name_is_defined_twice() -> None:
 
 
 IMPORT_PATH = re.compile(r"srpo_dsl(?:\.\w+)*:\w+")
-DECLARING = {"srpo_dsl/registries.py", "srpo_dsl/lang/schema.py"}  # built-in entries, named by import path
+DECLARING = {
+    "srpo_dsl/registries.py",
+    "srpo_dsl/lang/checks/schema.py",
+}  # built-in entries, named by import path
 
 
 def module_strings(tree: ast.Module) -> dict[str, str]:

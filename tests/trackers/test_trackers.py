@@ -21,7 +21,7 @@ import pytest
 from pydantic import ValidationError
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.registries import TRACKERS, TrackerKind
 from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.rl.loop.runlog import read_jsonl

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from srpo_dsl.lang.graph import adapter_name
+from srpo_dsl.lang.compile.graph import adapter_name
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.rl.engines.adapters import with_adapters
 from srpo_dsl.rl.loop.checkpoint import CHECKPOINTS, ENGINE_TAG, latest_checkpoint, read_state

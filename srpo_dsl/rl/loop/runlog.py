@@ -22,8 +22,8 @@ from srpo_dsl.io import (
     write_lines_atomic,
     writing,
 )
-from srpo_dsl.lang.graph import EventGraph
-from srpo_dsl.lang.graph_formats import to_json, to_mermaid
+from srpo_dsl.lang.compile.graph import EventGraph
+from srpo_dsl.lang.compile.graph_formats import to_json, to_mermaid
 from srpo_dsl.rl.loop.all_invalid import AllInvalidWarning
 from srpo_dsl.rl.loop.ranges import PERCENT
 from srpo_dsl.runtime.episode import Episode
