@@ -24,7 +24,7 @@ from srpo_dsl.arguments import checked
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.lang.syntax.messages import WorkflowError
 from srpo_dsl.rl.loop.plan import TrainPlan  # `train_plan`'s argument is checked against it
-from srpo_dsl.rl.loop.runlog import METRICS, read_jsonl
+from srpo_dsl.runfolder import METRICS, read_jsonl
 from srpo_dsl.runlock import owning
 
 if TYPE_CHECKING:

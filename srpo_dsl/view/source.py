@@ -2,7 +2,7 @@
 
 The traces are required; the event graph comes from `--workflow`, else the run's graph.json,
 else the workflow named in its config.json; a training run adds its metrics.jsonl and
-eval.jsonl (read by `srpo_dsl.rl.loop.runlog`). A file cut by a killed writer is read up to its last
+eval.jsonl (read by `srpo_dsl.runfolder`). A file cut by a killed writer is read up to its last
 complete line, with a note.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.rl.loop.runlog import EVAL, GRAPH, METRICS, TRACES, RunError, read_config, read_jsonl
+from srpo_dsl.runfolder import EVAL, GRAPH, METRICS, TRACES, RunError, read_config, read_jsonl
 from srpo_dsl.runtime.traces import TraceEpisode, TraceError, read_partial_traces
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from srpo_dsl.cli.train_cmds import (
     report,
 )
 from srpo_dsl.errors import SrpoDslError
-from srpo_dsl.rl.loop.runlog import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
+from srpo_dsl.runfolder import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
 from tests.support.clitools import cli
 from tests.support.training import train_env
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from srpo_dsl.rl.loop.runlog import current_keys, read_jsonl
+from srpo_dsl.runfolder import current_keys, read_jsonl
 from tests.support.clitools import cli
 from tests.support.training import train_env
 
@@ -46,7 +46,7 @@ def test_current_keys_renames_the_old_keys_only() -> None:
 
 def test_plot_draws_an_old_run(tmp_path: Path) -> None:
     from srpo_dsl.cli.main import app
-    from srpo_dsl.rl.loop.runlog import read_dynamics
+    from srpo_dsl.runfolder import read_dynamics
 
     dynamics = read_dynamics(OLD)
     assert dynamics.steps == [1, 2, 3]
