@@ -60,9 +60,9 @@ def classify(problem: str | None) -> str | None:
 def graph_lost(data: bytes) -> bool:
     """A valid workflow whose compiled event graph or comments `fmt` changes."""
     from srpo_dsl.lang.analysis import analyze
-    from srpo_dsl.lang.format import format_source
-    from srpo_dsl.lang.graph_formats import to_json
-    from srpo_dsl.lang.messages import SrpoError
+    from srpo_dsl.lang.compile.graph_formats import to_json
+    from srpo_dsl.lang.syntax.messages import SrpoError
+    from srpo_dsl.lang.tooling.format import format_source
 
     folder = [ROOT / "workflows"]
     try:

@@ -26,7 +26,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from srpo_dsl.lang.graph import EventNode
+from srpo_dsl.lang.compile.graph import EventNode
 from srpo_dsl.rl.loop.checkpoint import latest_checkpoint
 from srpo_dsl.runtime.actions import action_of
 from srpo_dsl.runtime.episode import Episode

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from srpo_dsl.lang.graph import EventNode
+from srpo_dsl.lang.compile.graph import EventNode
 from srpo_dsl.models.specs import policy_models
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import CompiledWorkflow, build_backends, build_tools, load_workflow

@@ -3,7 +3,7 @@
 Runs `srpo-dsl train workflows/quickstart.srpo` for one small step in this process under a profile hook and
 prints, from the functions that actually ran:
 
-- how often the workflow was compiled (`lang.parser.parse`, `lang.analysis` analyses) and the training
+- how often the workflow was compiled (`lang.syntax.parser.parse`, `lang.analysis` analyses) and the training
   options resolved (`resolve_options`);
 - the srpo_dsl files whose code ran between entering `train_cmd` and the first optimizer step
   (DeepSpeed's `engine.step`), and the packages they sit in;
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "srpo_dsl"
 COUNTED = {  # figure -> (file under srpo_dsl, function name)
-    "parses": ("lang/parser.py", "parse"),
+    "parses": ("lang/syntax/parser.py", "parse"),
     "analyses": ("lang/analysis.py", "_analyze"),
 }
 RESOLVES = "resolve_options"  # wherever it lives: the training options resolved from the file and the flags
@@ -40,7 +40,7 @@ ARGS += ["--option", "eval_k=1", "--option", "save_every=100", "--device", "cpu"
 
 @functools.cache  # the hook asks on every call
 def relative(filename: str) -> str | None:
-    """`lang/parser.py` for a file of the package, else None."""
+    """`lang/syntax/parser.py` for a file of the package, else None."""
     path = Path(filename)
     return str(path.relative_to(PACKAGE)) if path.is_relative_to(PACKAGE) else None
 

@@ -2,7 +2,7 @@
 the CLI's options take their `min=`/`max=` from here (`Bound.option()`), and the Python API's argument
 checks (`srpo_dsl.arguments`) their ranges; an argument of either with one of these names has its bound.
 
-The `train with (...)` options keep theirs in `lang.schema.TrainOptions`, which both also read.
+The `train with (...)` options keep theirs in `lang.checks.schema.TrainOptions`, which both also read.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 from srpo_dsl.data_sources import source_problem
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import kind_of, nearest_folder, new_folder, writing
-from srpo_dsl.runlock import LOCK, PLAN
+from srpo_dsl.runfolder import LOCK, PLAN
 
 SHOWN = 4  # names of a refused folder's entries in its error line
 PROBE = ".srpo-dsl-probe-"  # `check_writable`'s passing entry (another rank's, at a launch): no result

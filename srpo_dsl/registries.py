@@ -27,7 +27,7 @@ do. Code reads these capabilities, never a name, so an entry registered by a plu
 declaration says (docs/dsl.md, "Adding a rollout engine").
 
 The language's other kinds (task and tool kinds, policy kinds) are registries of
-`srpo_dsl.lang.schema`, whose entries carry their option models.
+`srpo_dsl.lang.checks.schema`, whose entries carry their option models.
 """
 
 from __future__ import annotations

@@ -25,9 +25,7 @@ from typing import Any
 
 from srpo_dsl.errors import UsageError
 from srpo_dsl.launched import command_pid, launcher
-
-LOCK = ".lock"  # in the run folder; not one of its results (`outputs.held` leaves it out)
-PLAN = ".plan.json"  # the plan of the launch writing the folder (`rl.loop.plan_io`); no result either
+from srpo_dsl.runfolder import LOCK
 
 
 def owner_here() -> bool:

@@ -12,7 +12,7 @@ from srpo_dsl.api.rollouts import DatasetResult, Evaluation, Rollouts, RolloutSu
 from srpo_dsl.api.runs import Run
 from srpo_dsl.api.workflow import Workflow, load
 from srpo_dsl.errors import InputError, SrpoDslError, UsageError
-from srpo_dsl.lang.messages import WorkflowError
+from srpo_dsl.lang.syntax.messages import WorkflowError
 from srpo_dsl.runtime.usercode import UserCodeError
 
 __all__ = [

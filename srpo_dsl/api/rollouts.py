@@ -20,9 +20,9 @@ from srpo_dsl.io import write_atomic
 from srpo_dsl.outputs import check_files, check_out, check_sources, staged_output
 from srpo_dsl.progress import progress
 from srpo_dsl.registries import BACKENDS, BackendKind
-from srpo_dsl.rl.loop.runlog import write_graph
+from srpo_dsl.runfolder import TRACES
 from srpo_dsl.runtime.metrics import DatasetMetrics
-from srpo_dsl.runtime.traces import TraceEpisode, write_traces
+from srpo_dsl.runtime.traces import TraceEpisode, write_graph, write_traces
 
 if TYPE_CHECKING:
     from srpo_dsl.runtime.episode import Episode
@@ -213,7 +213,7 @@ def save_results(
     """A results folder, all or nothing: OUT/traces.jsonl, OUT/graph.json and one JSON file (`named`)."""
     check_out(out, overwrite, [wf.path])
     with staged_output(out) as stage:
-        write_traces(stage / "traces.jsonl", episodes)
+        write_traces(stage / TRACES, episodes)
         write_graph(stage, wf.graph)
         write_atomic(stage / named[0], json.dumps(named[1], indent=2) + "\n")
     return out

@@ -1,8 +1,8 @@
 """A training run's folder, read: `Run` (metrics, held-out curve, checkpoints, training dynamics),
 the event traces a run or a results folder holds, and a checkpoint exported as Hugging Face models.
 
-The names of a run's files and panels come from `rl.loop.runlog`, their one source; every failure to
-read is one `InputError` or `UsageError` line.
+The names of a run's files and panels, and their readers, come from `srpo_dsl.runfolder`, their one
+source; every failure to read is one `InputError` or `UsageError` line.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from srpo_dsl.arguments import checked
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.outputs import check_out, staged_output
 from srpo_dsl.rl.loop.plots import SMOOTHING, write_plots
-from srpo_dsl.rl.loop.runlog import (
+from srpo_dsl.runfolder import (
     METRICS,
     PANELS,
     PLOTS,
@@ -27,6 +27,7 @@ from srpo_dsl.rl.loop.runlog import (
     EvalCurve,
     RoleSeries,
     RunError,
+    checkpoint_folders,
     read_curve,
     read_dynamics,
     read_jsonl,
@@ -93,10 +94,7 @@ class Run:
     @property
     def checkpoints(self) -> list[Path]:
         """The complete `checkpoints/step-N` folders, by step."""
-        from srpo_dsl.rl.loop.checkpoint import CHECKPOINTS
-
-        found = [p for p in (self.path / CHECKPOINTS).glob("step-*") if p.name[5:].isdigit()]
-        return sorted(found, key=lambda p: int(p.name[5:]))
+        return checkpoint_folders(self.path)
 
     @property
     def dynamics(self) -> Dynamics:

@@ -22,9 +22,9 @@ from srpo_dsl.api.rollouts import check_tools
 from srpo_dsl.api.runs import Run, read_run_file
 from srpo_dsl.arguments import checked
 from srpo_dsl.errors import InputError, UsageError
-from srpo_dsl.lang.messages import WorkflowError
+from srpo_dsl.lang.syntax.messages import WorkflowError
 from srpo_dsl.rl.loop.plan import TrainPlan  # `train_plan`'s argument is checked against it
-from srpo_dsl.rl.loop.runlog import METRICS, read_jsonl
+from srpo_dsl.runfolder import METRICS, read_jsonl
 from srpo_dsl.runlock import owning
 
 if TYPE_CHECKING:
@@ -104,8 +104,8 @@ def ray_setup(
 def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """`train with` options by name, each one of `TrainOptions` (the trainer checks the values; a bool is
     refused here for an option that is not one, which pydantic would read as 0 or 1)."""
-    from srpo_dsl.lang.messages import did_you_mean
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
+    from srpo_dsl.lang.syntax.messages import did_you_mean
 
     for name in options:
         if name not in TrainOptions.model_fields:
@@ -126,7 +126,7 @@ def training_errors(workflow: Path) -> Iterator[None]:
 
     from srpo_dsl.backends.base import BackendError
     from srpo_dsl.envs.retrieval import RetrieverError
-    from srpo_dsl.lang.messages import SrpoError
+    from srpo_dsl.lang.syntax.messages import SrpoError
     from srpo_dsl.rl.loop.plan import TrainError
 
     try:

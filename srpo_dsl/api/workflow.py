@@ -17,9 +17,9 @@ from srpo_dsl.choices import DecodeMode, Offload
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import read_text
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.graph import Bounds, EventGraph
-from srpo_dsl.lang.messages import Diagnostic, WorkflowError
-from srpo_dsl.lang.settings import SettingError, apply_settings
+from srpo_dsl.lang.compile.graph import Bounds, EventGraph
+from srpo_dsl.lang.compile.settings import SettingError, apply_settings
+from srpo_dsl.lang.syntax.messages import Diagnostic, WorkflowError
 from srpo_dsl.outputs import check_sources
 from srpo_dsl.runtime.setup import CompiledWorkflow
 

@@ -55,7 +55,7 @@ from srpo_dsl.backends.routing import routed
 from srpo_dsl.backends.stops import StopWatch
 from srpo_dsl.backends.turn_cache import TurnCache, keeps_turns, seeded_cache
 from srpo_dsl.choices import DECODE_MODES
-from srpo_dsl.lang.graph import BASE_ADAPTER
+from srpo_dsl.lang.compile.graph import BASE_ADAPTER
 
 Variant = tuple[int, int, Shaping]  # a compiled step's (rows, length, flags)
 CPU_COMPILE = {"cpp.simdlen": 1, "max_fusion_size": 1}  # `compiled_step` on CPU: torch 2.13's C++ kernels

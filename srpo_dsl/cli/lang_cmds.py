@@ -14,10 +14,10 @@ from srpo_dsl.cli.common import EXIT_INPUT, EXIT_USAGE, choices, eprint, print_e
 from srpo_dsl.console import note
 from srpo_dsl.errors import UsageError
 from srpo_dsl.io import check_output_file, not_a_file, read_text, write_atomic
-from srpo_dsl.lang.graph_formats import FORMATS
+from srpo_dsl.lang.compile.graph_formats import FORMATS
 
 if TYPE_CHECKING:
-    from srpo_dsl.lang.graph import EventGraph
+    from srpo_dsl.lang.compile.graph import EventGraph
 
 
 class Format(str, Enum):
@@ -44,7 +44,7 @@ def validate(
       srpo-dsl validate my.srpo --format github   # annotations in GitHub Actions
     """
     from srpo_dsl.lang import analyze
-    from srpo_dsl.lang.messages import render_all, render_github, render_json
+    from srpo_dsl.lang.syntax.messages import render_all, render_github, render_json
 
     diags, unreadable, has_error = [], 0, False
     for path in files:
@@ -128,8 +128,8 @@ def rewritable_text(path: Path) -> str:
 
 def _formatted(path: Path, text: str) -> str | None:
     """The file in the canonical layout, or None after printing its syntax errors as `validate` does."""
-    from srpo_dsl.lang.format import format_source
-    from srpo_dsl.lang.messages import SrpoError, render_all
+    from srpo_dsl.lang.syntax.messages import SrpoError, render_all
+    from srpo_dsl.lang.tooling.format import format_source
 
     try:
         return format_source(text, str(path))
@@ -170,8 +170,8 @@ def compile_cmd(
       srpo-dsl compile workflows/math_routed.srpo --emit json -o g.json
     """
     from srpo_dsl.lang import analyze
-    from srpo_dsl.lang.graph_formats import export
-    from srpo_dsl.lang.messages import render_all
+    from srpo_dsl.lang.compile.graph_formats import export
+    from srpo_dsl.lang.syntax.messages import render_all
 
     if out is not None:  # before anything is read: a device, FIFO or link is refused
         check_output_file(out, follow_links=False)

@@ -18,7 +18,7 @@ import operator
 import random
 import zlib
 
-from srpo_dsl.lang.schema import ARITH_MIXES as MIXES
+from srpo_dsl.lang.checks.schema import ARITH_MIXES as MIXES
 
 LEVELS = ("easy", "medium", "hard")  # the graded mix, in order of difficulty
 OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}

@@ -22,7 +22,7 @@ Kinds `math` and `qa` require a question and an answer in every record. The gene
 `jsonl` and `parquet` (a file of that suffix) and `dataset` (any source) require only the mapped fields
 and add `question` / `answer` / `answers` where they are found, for rewards that read other fields.
 `arith` generates additions (or reads a file as `math` does). Each kind's loader here is the
-`make` of its entry in `srpo_dsl.lang.schema.TASK_KINDS`:
+`make` of its entry in `srpo_dsl.lang.checks.schema.TASK_KINDS`:
 
     loader(options, split, data, limit) -> [row, ...]
 
@@ -45,7 +45,7 @@ from srpo_dsl.envs.hf_data import ONE_SPLIT, ArrowTasks, open_dataset
 from srpo_dsl.envs.lines import LineIndex
 from srpo_dsl.envs.task_table import JsonlTasks
 from srpo_dsl.io import loads, not_utf8
-from srpo_dsl.lang.schema import TASK_KINDS
+from srpo_dsl.lang.checks.schema import TASK_KINDS
 from srpo_dsl.limits import oversized_row
 
 QUESTION_FIELDS = ("question", "problem", "prompt", "query")

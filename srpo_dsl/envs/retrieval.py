@@ -4,7 +4,7 @@ A corpus line is `{"id": ..., "contents": "\\"Title\\"\\ntext"}` (the Search-R1 
 layout: the first line of `contents` is the title, in quotes) or `{"id", "title", "text"}`.
 Both retrievers answer a batch of queries at once: `search(queries, top_k)` returns one
 list of documents per query, best first. Each is the `make` of its tool kind in
-`srpo_dsl.lang.schema.TOOL_KINDS`, called with the binding's options but `top_k` (path options
+`srpo_dsl.lang.checks.schema.TOOL_KINDS`, called with the binding's options but `top_k` (path options
 resolved): `bm25_retriever(corpus)`, `HttpRetriever(url, timeout, retries)`.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from srpo_dsl.io import loads, not_utf8
-from srpo_dsl.lang.schema import TOOL_KINDS
+from srpo_dsl.lang.checks.schema import TOOL_KINDS
 
 
 class RetrieverError(Exception):

@@ -10,12 +10,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.checker import check
-from srpo_dsl.lang.compiler import compile_checked
-from srpo_dsl.lang.graph import EventGraph
-from srpo_dsl.lang.messages import Diagnostic, SrpoError
-from srpo_dsl.lang.parser import parse
+from srpo_dsl.lang.checks.checker import check
+from srpo_dsl.lang.compile.compiler import compile_checked
+from srpo_dsl.lang.compile.graph import EventGraph
+from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.messages import Diagnostic, SrpoError
+from srpo_dsl.lang.syntax.parser import parse
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -14,9 +14,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from srpo_dsl.choices import FINISH, FINISH_REASONS
-from srpo_dsl.lang.branches import KEEP_RULES
-from srpo_dsl.lang.grammar import lark_parser, statements
-from srpo_dsl.lang.schema import (
+from srpo_dsl.lang.checks.branches import KEEP_RULES
+from srpo_dsl.lang.checks.schema import (
     POLICY_KINDS,
     TASK_KINDS,
     TOOL_KINDS,
@@ -26,6 +25,7 @@ from srpo_dsl.lang.schema import (
     TrainOptions,
     option_choices,
 )
+from srpo_dsl.lang.syntax.grammar import lark_parser, statements
 from srpo_dsl.lsp.expected import Expected, expected, in_comment_or_string
 from srpo_dsl.registries import CONTRACTS, REWARDS
 

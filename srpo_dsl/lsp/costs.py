@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.compiler import BoundCost, step_cost
+from srpo_dsl.lang.compile.compiler import BoundCost, step_cost
+from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lsp.positions import contains
 from srpo_dsl.lsp.symbols import step_name
 from srpo_dsl.lsp.view import Good

@@ -11,10 +11,7 @@ from collections.abc import Iterator, Mapping
 from lsprotocol import types as lsp
 from pydantic import BaseModel
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.messages import Span
-from srpo_dsl.lang.pycode import USES
-from srpo_dsl.lang.schema import (
+from srpo_dsl.lang.checks.schema import (
     POLICY_KINDS,
     TASK_KINDS,
     TOOL_KINDS,
@@ -26,6 +23,9 @@ from srpo_dsl.lang.schema import (
     PythonTool,
     TrainOptions,
 )
+from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.messages import Span
+from srpo_dsl.lang.usercode.pycode import USES
 from srpo_dsl.lsp.completion import field_detail
 from srpo_dsl.lsp.positions import contains
 from srpo_dsl.lsp.pyrefs import describe, locate

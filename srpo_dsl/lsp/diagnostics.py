@@ -8,7 +8,7 @@ import logging
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.messages import Diagnostic
+from srpo_dsl.lang.syntax.messages import Diagnostic
 from srpo_dsl.lsp.positions import span_range
 from srpo_dsl.lsp.view import Good
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from lark import Token
 from lark.exceptions import UnexpectedInput
 
-from srpo_dsl.lang.grammar import lark_parser, statements
+from srpo_dsl.lang.syntax.grammar import lark_parser, statements
 
 _TYPED = re.compile(r"[A-Za-z0-9_]*")  # matched on the cursor's line reversed: the word being typed
 _NOT_A_HEAD_AFTER = frozenset({"EMITS", "COMMA", "LPAR"})  # `emits route`, `task.answer`: not statements

@@ -16,8 +16,8 @@ from pathlib import Path
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.messages import Diagnostic, Span
+from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.messages import Diagnostic, Span
 from srpo_dsl.lsp.diagnostics import to_lsp
 from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES, files_under
 from srpo_dsl.lsp.positions import span_range

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lsp.symbols import parsed
 
 

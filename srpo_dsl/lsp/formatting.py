@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.format import format_source
-from srpo_dsl.lang.messages import SrpoError
+from srpo_dsl.lang.syntax.messages import SrpoError
+from srpo_dsl.lang.tooling.format import format_source
 from srpo_dsl.lsp.positions import whole_document
 
 

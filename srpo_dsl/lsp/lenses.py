@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from lsprotocol import types as lsp
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.compiler import step_costs
-from srpo_dsl.lang.graph import EventGraph
-from srpo_dsl.lang.graph_formats import export
+from srpo_dsl.lang.compile.compiler import step_costs
+from srpo_dsl.lang.compile.graph import EventGraph
+from srpo_dsl.lang.compile.graph_formats import export
+from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lsp.costs import cost_text
 from srpo_dsl.lsp.view import View
 

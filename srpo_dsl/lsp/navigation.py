@@ -7,8 +7,8 @@ from pathlib import Path
 import jinja2
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.templates import TemplateLoader, TemplateUnreadable
+from srpo_dsl.lang.checks.templates import TemplateLoader, TemplateUnreadable
+from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lsp.costs import step_hover
 from srpo_dsl.lsp.declhover import declaration_hover, env_hover, policy_hover, source_text, tool_hover
 from srpo_dsl.lsp.occurrences import Occurrence, declarations, occurrence_at

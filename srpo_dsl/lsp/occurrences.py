@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.check_context import contract_actions
-from srpo_dsl.lang.messages import Span
-from srpo_dsl.lang.pycode import is_reference
+from srpo_dsl.lang.checks.check_context import contract_actions
+from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.messages import Span
+from srpo_dsl.lang.usercode.pycode import is_reference
 from srpo_dsl.lsp.positions import contains, span_range
 from srpo_dsl.registries import CONTRACTS
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.option_checks import CODE_USES
-from srpo_dsl.lang.pycode import read_module, split_ref, top_level
-from srpo_dsl.lang.pysource import RefProblem, source_of
+from srpo_dsl.lang.checks.option_checks import CODE_USES
+from srpo_dsl.lang.usercode.pycode import read_module, split_ref, top_level
+from srpo_dsl.lang.usercode.pysource import RefProblem, source_of
 from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES, files_under
 
 CK = lsp.CompletionItemKind

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.messages import Span
+from srpo_dsl.lang.syntax.messages import Span
 
 
 def span_range(span: Span) -> lsp.Range:

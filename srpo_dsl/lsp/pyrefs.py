@@ -6,8 +6,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from srpo_dsl.lang.pycode import read_module, split_ref, top_level
-from srpo_dsl.lang.pysource import RefProblem, source_of
+from srpo_dsl.lang.usercode.pycode import read_module, split_ref, top_level
+from srpo_dsl.lang.usercode.pysource import RefProblem, source_of
 
 
 @dataclass(frozen=True)

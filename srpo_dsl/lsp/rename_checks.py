@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.grammar import keywords
+from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.grammar import keywords
 from srpo_dsl.lsp.occurrences import declarations
 from srpo_dsl.registries import REWARDS
 

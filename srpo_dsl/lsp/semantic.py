@@ -14,7 +14,7 @@ from lark import Token
 from lark.exceptions import UnexpectedInput
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.grammar import lark_parser, statements
+from srpo_dsl.lang.syntax.grammar import lark_parser, statements
 from srpo_dsl.lsp.completion import declared
 from srpo_dsl.lsp.units import Units
 

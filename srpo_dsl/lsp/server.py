@@ -15,7 +15,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
-from srpo_dsl.lang.filestate import recording
+from srpo_dsl.lang.usercode.filestate import recording
 from srpo_dsl.lsp import lastgood
 from srpo_dsl.lsp.chunked import collect
 from srpo_dsl.lsp.client_input import ClientInput

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.pycode import USES
+from srpo_dsl.lang.usercode.pycode import USES
 from srpo_dsl.lsp.paths import hook_use, open_string
 from srpo_dsl.lsp.pyrefs import describe, locate
 

@@ -6,9 +6,9 @@ import functools
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.messages import Span, SrpoError
-from srpo_dsl.lang.parser import parse
+from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.messages import Span, SrpoError
+from srpo_dsl.lang.syntax.parser import parse
 from srpo_dsl.lsp.positions import span_range, whole_document
 from srpo_dsl.lsp.view import View
 

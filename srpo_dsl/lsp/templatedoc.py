@@ -11,8 +11,8 @@ from pathlib import Path
 import jinja2
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.schema import TEMPLATE_VARIABLES
-from srpo_dsl.lang.templates import TemplateLoader, template_text_problems
+from srpo_dsl.lang.checks.schema import TEMPLATE_VARIABLES
+from srpo_dsl.lang.checks.templates import TemplateLoader, template_text_problems
 from srpo_dsl.lsp.diagnostics import SOURCE
 from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES
 from srpo_dsl.lsp.template_includes import INCLUDE_TAG

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.lang.compile.graph import EventGraph
+from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lsp.linemap import LineMap
 
 

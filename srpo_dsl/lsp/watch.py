@@ -1,7 +1,7 @@
 """Diagnostics that follow the files a workflow reads: its templates and its Python change on disk while
 the workflow stays open, and what `validate` says of it changes with them.
 
-Each analysis records the paths it looked at and their states (`lang.filestate`). The server asks a
+Each analysis records the paths it looked at and their states (`lang.usercode.filestate`). The server asks a
 client that offers it to report changes to those kinds of files (`workspace/didChangeWatchedFiles`);
 on a report every open workflow is analysed again. In any case, every `poll` seconds the recorded
 paths are looked at again (`os.stat` only) and a workflow whose files changed is analysed again: a
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.filestate import Reads, unchanged
+from srpo_dsl.lang.usercode.filestate import Reads, unchanged
 
 # What analysis reads besides the workflow: templates (Jinja2's usual names) and the user's Python.
 # Data files are read by runs only, never by a check. A template of another name is caught by the poll.

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from srpo_dsl.lang import nodes as n
+from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lsp.symbols import parsed
 
 SUFFIX = ".srpo"

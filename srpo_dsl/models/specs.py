@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from srpo_dsl.errors import UsageError
-from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.lang.compile.graph import EventGraph
 from srpo_dsl.models.tiny import MARKER, SHIPPED, TINY_MODEL_ID, ensure_tiny_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

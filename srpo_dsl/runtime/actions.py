@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from srpo_dsl.lang.declarations import AgentInfo
+from srpo_dsl.lang.checks.declarations import AgentInfo
 from srpo_dsl.runtime.effects import INVALID
 from srpo_dsl.runtime.episode import Member
 from srpo_dsl.runtime.parsers import Parsed

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 
 from srpo_dsl.backends.base import Backend, BackendError, ChatEncoder
-from srpo_dsl.lang.declarations import AgentInfo, PolicyInfo
+from srpo_dsl.lang.checks.declarations import AgentInfo, PolicyInfo
 from srpo_dsl.runtime.actions import action_of
 from srpo_dsl.runtime.episode import Episode, Member
 from srpo_dsl.runtime.prompts import PromptRenderer

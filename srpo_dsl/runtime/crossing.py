@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 from collections.abc import Sequence
 
-from srpo_dsl.lang.declarations import BranchInfo
+from srpo_dsl.lang.checks.declarations import BranchInfo
 from srpo_dsl.runtime.episode import BranchMark, Event, Joint, Member
 
 

@@ -1,6 +1,6 @@
 """What an event step does to its episode once its members are committed: one handler per effect.
 
-The step table (`srpo_dsl.lang.steps`) lists each kind's effects by name; the executor runs their
+The step table (`srpo_dsl.lang.syntax.steps`) lists each kind's effects by name; the executor runs their
 handlers in that order, after the event is recorded and its outputs joined `team_context`. A step
 kind with an effect of its own registers the handler here: `@EFFECTS.register("name")`.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from srpo_dsl.lang.graph import EventNode
-from srpo_dsl.lang.steps import RECORD, ROUTE
+from srpo_dsl.lang.compile.graph import EventNode
+from srpo_dsl.lang.syntax.steps import RECORD, ROUTE
 from srpo_dsl.registries import Registry
 from srpo_dsl.runtime.episode import Episode, Member
 

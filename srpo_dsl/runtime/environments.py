@@ -31,11 +31,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from srpo_dsl.lang.declarations import EnvInfo
-from srpo_dsl.lang.env_checks import ENV_WORDS
-from srpo_dsl.lang.graph import ENV_DONE, ENV_RUNNING, EnvNode
-from srpo_dsl.lang.pycode import ENV_OPTIONS
-from srpo_dsl.lang.state_keys import return_lengths
+from srpo_dsl.lang.checks.declarations import ENV_DONE, ENV_RUNNING, EnvInfo
+from srpo_dsl.lang.checks.env_checks import ENV_WORDS
+from srpo_dsl.lang.checks.state_keys import return_lengths
+from srpo_dsl.lang.compile.graph import EnvNode
+from srpo_dsl.lang.usercode.pycode import ENV_OPTIONS
 from srpo_dsl.limits import bounded
 from srpo_dsl.runtime.credit import CreditError, parse_credit, rounds_taken
 from srpo_dsl.runtime.episode import EnvProgress, EnvStepResult, Episode, Event, context_entry

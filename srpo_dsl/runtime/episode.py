@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict
 
-from srpo_dsl.lang.graph import ENV_DONE
+from srpo_dsl.lang.checks.declarations import ENV_DONE
 from srpo_dsl.runtime.credit import member_return, role_rounds
 
 

@@ -17,10 +17,10 @@ from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.choices import FINISH
 from srpo_dsl.envs.retrieval import Retriever, RetrieverError
 from srpo_dsl.envs.rewards import REWARDS
-from srpo_dsl.lang.branches import KEEP_RULES
-from srpo_dsl.lang.declarations import AgentInfo
-from srpo_dsl.lang.graph import EnvNode, EventGraph, EventNode, ToolNode, attribute_key
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.branches import KEEP_RULES
+from srpo_dsl.lang.checks.declarations import AgentInfo
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.compile.graph import EnvNode, EventGraph, EventNode, ToolNode, attribute_key
 from srpo_dsl.limits import bounded
 from srpo_dsl.registries import CONTRACTS
 from srpo_dsl.runtime import crossing

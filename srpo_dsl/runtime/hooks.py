@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from srpo_dsl.lang.pycode import TOOL_OPTIONS, CodeRef
+from srpo_dsl.lang.usercode.pycode import TOOL_OPTIONS, CodeRef
 from srpo_dsl.limits import bounded, oversized_row
 from srpo_dsl.runtime.credit import CreditError, parse_credit
 from srpo_dsl.runtime.parsers import Parsed

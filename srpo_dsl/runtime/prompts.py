@@ -4,10 +4,10 @@ Templates are looked up in the workflow's folders, then in the package defaults
 (`srpo_dsl/templates/`); a template given as a path (absolute, or with `..`) is read from
 that file, relative to the workflow's folder (`TemplateLoader`, shared with the checker).
 Rendering is strict: an undefined variable is an error, never an empty string. The executor
-provides the top-level names of `TEMPLATE_VARIABLES` (`srpo_dsl.lang.schema`, each with its type and
+provides the top-level names of `TEMPLATE_VARIABLES` (`srpo_dsl.lang.checks.schema`, each with its type and
 what it holds; `CONTEXT_VARIABLES` are their names), as `Episode.context` builds them.
 
-Besides Jinja2's filters, `shuffle` (`srpo_dsl.lang.templates.FILTERS`): `{{ team_context | shuffle }}`
+Besides Jinja2's filters, `shuffle` (`srpo_dsl.lang.checks.templates.FILTERS`): `{{ team_context | shuffle }}`
 lists the items in an order drawn from the seed `render` is given.
 """
 
@@ -21,8 +21,8 @@ import jinja2
 from jinja2 import StrictUndefined
 
 from srpo_dsl.errors import InputError
-from srpo_dsl.lang.schema import CONTEXT_VARIABLES
-from srpo_dsl.lang.templates import FILTERS, SHUFFLE_SEED, TemplateLoader
+from srpo_dsl.lang.checks.schema import CONTEXT_VARIABLES
+from srpo_dsl.lang.checks.templates import FILTERS, SHUFFLE_SEED, TemplateLoader
 from srpo_dsl.template_sandbox import BoundedSandbox
 
 __all__ = ["CONTEXT_VARIABLES", "PromptError", "PromptRenderer"]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from srpo_dsl.backends.base import GenRequest, GenResult
-from srpo_dsl.lang.declarations import AgentInfo
+from srpo_dsl.lang.checks.declarations import AgentInfo
 from srpo_dsl.runtime.episode import Episode, Member
 from srpo_dsl.runtime.turns import tokens_left
 from srpo_dsl.seeds import seed_of

@@ -9,14 +9,15 @@ from typing import Any
 
 from srpo_dsl.arguments import checked
 from srpo_dsl.lang import EventGraph, load_graph
-from srpo_dsl.lang.settings import apply_settings
+from srpo_dsl.lang.compile.settings import apply_settings
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 
 @dataclass
 class CompiledWorkflow:
     """A compiled workflow file; relative paths in it resolve from its folder. `settings`: the tool options
-    set in place of the file's (`tool.NAME.OPTION` -> value, `srpo_dsl.lang.settings`), already in `graph`."""
+    set in place of the file's (`tool.NAME.OPTION` -> value, `srpo_dsl.lang.compile.settings`), already in
+    `graph`."""
 
     path: Path
     graph: EventGraph
@@ -53,7 +54,7 @@ def task_data(
     """The prompts of the workflow's task: from `data` if given, else from its own binding. A .jsonl
     file's rows are parsed when asked for (`envs.task_table`): a list of them is `list(...)`."""
     from srpo_dsl.envs.data import open_tasks
-    from srpo_dsl.lang.schema import TASK_KINDS
+    from srpo_dsl.lang.checks.schema import TASK_KINDS
 
     task = wf.graph.task
     if task is None:
@@ -90,7 +91,7 @@ def build_tools(wf: CompiledWorkflow) -> dict:
     """Each tool: a retriever of its tool kind (`TOOL_KINDS`: bm25, http) or a Python tool (its module
     imported here); `top_k` is the executor's, per search."""
     from srpo_dsl.envs.retrieval import make_retriever
-    from srpo_dsl.lang.schema import TOOL_KINDS
+    from srpo_dsl.lang.checks.schema import TOOL_KINDS
     from srpo_dsl.runtime.hooks import UserTool
 
     tools: dict = {}
@@ -108,7 +109,7 @@ def probe_tools(wf: CompiledWorkflow) -> None:
     """Ask each tool whose kind has a probe (an HTTP retrieval server: one query, no retry) whether it
     answers, before anything loads; raises the kind's error (`RetrieverError`) naming the tool."""
     from srpo_dsl.envs.retrieval import RetrieverError
-    from srpo_dsl.lang.schema import TOOL_KINDS
+    from srpo_dsl.lang.checks.schema import TOOL_KINDS
 
     for name, t in wf.graph.tools.items():
         kind = TOOL_KINDS.lookup(t.kind) if t.code is None else None

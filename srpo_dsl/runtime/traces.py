@@ -29,7 +29,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from srpo_dsl.arguments import checked
-from srpo_dsl.io import complete_lines, loads, not_utf8, write_lines_atomic
+from srpo_dsl.io import complete_lines, loads, not_utf8, write_atomic, write_lines_atomic
+from srpo_dsl.lang.compile.graph import EventGraph
+from srpo_dsl.lang.compile.graph_formats import to_json
+from srpo_dsl.runfolder import GRAPH
 from srpo_dsl.runtime.credit import member_return
 from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Joint, Leaf, Member
 
@@ -190,6 +193,12 @@ def _event(e: Event, update: EventUpdate | None) -> TraceEvent:
 def write_traces(path: Path, episodes: Iterable[TraceEpisode]) -> None:
     """Write all episodes to `path` via a temporary file and a rename: never half-written."""
     write_lines_atomic(path, (ep.model_dump_line() + "\n" for ep in episodes))
+
+
+def write_graph(out: Path, graph: EventGraph) -> None:
+    """OUT/graph.json: the workflow's event graph (node-link JSON) beside its traces, so that a run or a
+    results folder is viewable without the workflow."""
+    write_atomic(out / GRAPH, to_json(graph.to_networkx()) + "\n")
 
 
 def read_traces(path: Path) -> list[TraceEpisode]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from srpo_dsl.lang.declarations import AgentInfo
+from srpo_dsl.lang.checks.declarations import AgentInfo
 from srpo_dsl.runtime.actions import action_of, action_state
 from srpo_dsl.runtime.episode import Episode, Member
 

@@ -6,7 +6,7 @@ User code may not end the process: a `SystemExit` it raises (`sys.exit(0)` too) 
 stdout is hidden (`api.quiet`): stdout holds results (`--format json`), never the user's prints.
 
 Only `run`, `eval`, `train` (and the Python API behind them) come here; `validate` and
-`compile` read the same references with `ast` only (`srpo_dsl.lang.pycode`).
+`compile` read the same references with `ast` only (`srpo_dsl.lang.usercode.pycode`).
 
 Time limits use `SIGALRM` (`signal.setitimer`), so they hold in the main thread, where every
 command runs its workflow; called from another thread, user code runs without one. A limit
@@ -34,7 +34,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from srpo_dsl.errors import InputError
-from srpo_dsl.lang.pycode import USES, CodeRef, Params, call_problem
+from srpo_dsl.lang.usercode.pycode import USES, CodeRef, Params, call_problem
 
 # Seconds per call; a tool sets its own.
 TIME_LIMITS = {"reward": 60.0, "scorer": 60.0, "parser": 10.0, "loader": 600.0}

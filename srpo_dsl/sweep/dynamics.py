@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from srpo_dsl.rl.loop.runlog import METRICS, number_or_nan, read_jsonl, whole_column
+from srpo_dsl.runfolder import METRICS, number_or_nan, read_jsonl, whole_column
 from srpo_dsl.sweep.state import SweepState, run_dir
 from srpo_dsl.sweep.stats import Spread, spread
 

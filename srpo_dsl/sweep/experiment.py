@@ -34,8 +34,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from srpo_dsl.io import not_utf8
-from srpo_dsl.lang.messages import did_you_mean
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.syntax.messages import did_you_mean
 from srpo_dsl.sweep.positions import locate
 
 if sys.version_info >= (3, 11):
@@ -286,7 +286,7 @@ def checked(spec: ExperimentSpec, cells: list[Located], where: ExperimentPositio
 def workflow_errors(exp: Experiment) -> list[str]:
     """Each workflow's errors as `srpo-dsl validate` prints them (position, source line, hint)."""
     from srpo_dsl.lang import analyze
-    from srpo_dsl.lang.messages import render_all
+    from srpo_dsl.lang.syntax.messages import render_all
 
     out = []
     for path in dict.fromkeys(c.workflow for c in exp.cells):

@@ -11,7 +11,8 @@ import numpy as np
 
 from srpo_dsl.rl.loop.figures import keep_in_range, step_axis
 from srpo_dsl.rl.loop.plots import pyplot, save
-from srpo_dsl.rl.loop.ranges import PERCENT, band, range_of
+from srpo_dsl.rl.loop.ranges import band, range_of
+from srpo_dsl.runfolder import PERCENT
 from srpo_dsl.sweep.dynamics import CLIP, SERIES, WINDOW, RunDynamics, mean_series
 from srpo_dsl.sweep.results import CellResult
 

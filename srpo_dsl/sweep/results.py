@@ -16,10 +16,11 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from srpo_dsl.rl.loop.ranges import PERCENT, difference_range, range_of
-from srpo_dsl.rl.loop.runlog import (
+from srpo_dsl.rl.loop.ranges import difference_range, range_of
+from srpo_dsl.runfolder import (
     EVAL,
     EVAL_PROMPTS,
+    PERCENT,
     RunError,
     column,
     number_or_nan,

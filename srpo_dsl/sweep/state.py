@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.io import write_json
-from srpo_dsl.rl.loop.runlog import METRICS, read_config, read_jsonl
+from srpo_dsl.runfolder import METRICS, read_config, read_jsonl
 from srpo_dsl.sweep.experiment import Experiment, ExperimentError
 
 STATE = "sweep.json"

@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any
 
 from srpo_dsl.rl.loop.figures import panels, svg_text
-from srpo_dsl.rl.loop.runlog import EVAL, RunError, current_keys, dynamics_of, eval_curve
+from srpo_dsl.runfolder import EVAL, RunError, current_keys, dynamics_of, eval_curve
 from srpo_dsl.view.episodes import episode_json
 from srpo_dsl.view.graph_svg import graph_svg
 from srpo_dsl.view.source import Source, ViewError

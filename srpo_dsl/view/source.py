@@ -2,7 +2,7 @@
 
 The traces are required; the event graph comes from `--workflow`, else the run's graph.json,
 else the workflow named in its config.json; a training run adds its metrics.jsonl and
-eval.jsonl (read by `srpo_dsl.rl.loop.runlog`). A file cut by a killed writer is read up to its last
+eval.jsonl (read by `srpo_dsl.runfolder`). A file cut by a killed writer is read up to its last
 complete line, with a note.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srpo_dsl.rl.loop.runlog import EVAL, GRAPH, METRICS, TRACES, RunError, read_config, read_jsonl
+from srpo_dsl.runfolder import EVAL, GRAPH, METRICS, TRACES, RunError, read_config, read_jsonl
 from srpo_dsl.runtime.traces import TraceEpisode, TraceError, read_partial_traces
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def find_graph(
 
 
 def read_graph(path: Path) -> nx.DiGraph:
-    from srpo_dsl.lang.graph_formats import from_json
+    from srpo_dsl.lang.compile.graph_formats import from_json
 
     try:
         return from_json(path.read_text(encoding="utf-8"))
@@ -109,7 +109,7 @@ def read_graph(path: Path) -> nx.DiGraph:
 
 def compile_graph(workflow: Path) -> nx.DiGraph:
     from srpo_dsl.lang.analysis import load_graph
-    from srpo_dsl.lang.messages import SrpoError
+    from srpo_dsl.lang.syntax.messages import SrpoError
 
     if not workflow.is_file():
         raise ViewError(f"cannot read {workflow}: no such file")

@@ -14,7 +14,7 @@ from srpo_dsl.api import load
 from srpo_dsl.backends.base import BackendError
 from srpo_dsl.backends.chat import ByteChat, TokenizerChat
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.format import format_source
+from srpo_dsl.lang.tooling.format import format_source
 
 CHAT = Path(__file__).resolve().parents[1] / "data" / "chat_tokenizers"
 

@@ -18,7 +18,7 @@ from srpo_dsl.backends.hf import HFBackend
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.errors import UsageError
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.declarations import PolicyInfo
+from srpo_dsl.lang.checks.declarations import PolicyInfo
 from srpo_dsl.runtime.conversations import use_chat_templates
 from tests.lang.test_tool_schemas import CHAT, TOOL
 from tests.runtime.test_tool_calls import call

@@ -155,7 +155,7 @@ def test_backend_generates_and_passes_sleep_and_wake_through(vllm, models):
 @pytest.mark.slow
 def test_push_weights_folds_lora_in_and_the_engine_then_samples_the_trained_policy(vllm, models, dist):
     from srpo_dsl.backends import GenRequest
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.engines.ds_engine import ds_config
     from srpo_dsl.rl.engines.policies import Rollout, build_policy
     from srpo_dsl.rl.engines.weight_sync import push_weights

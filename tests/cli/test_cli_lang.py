@@ -9,7 +9,7 @@ import pytest
 
 from srpo_dsl.cli.lang_cmds import Emit
 from srpo_dsl.cli.main import main
-from srpo_dsl.lang.graph_formats import FORMATS
+from srpo_dsl.lang.compile.graph_formats import FORMATS
 from tests.support.clitools import ROOT, cli
 from tests.support.lang_cases import BASE
 
@@ -183,7 +183,7 @@ def test_grammar_is_found_outside_the_repository(tmp_path):
         [
             sys.executable,
             "-c",
-            "from srpo_dsl.lang.grammar import grammar_text; print(grammar_text().splitlines()[0])",
+            "from srpo_dsl.lang.syntax.grammar import grammar_text; print(grammar_text().splitlines()[0])",
         ],
         capture_output=True,
         text=True,

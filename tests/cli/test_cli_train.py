@@ -29,7 +29,7 @@ from srpo_dsl.cli.train_cmds import (
     report,
 )
 from srpo_dsl.errors import SrpoDslError
-from srpo_dsl.rl.loop.runlog import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
+from srpo_dsl.runfolder import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
 from tests.support.clitools import cli
 from tests.support.training import train_env
 
@@ -71,7 +71,7 @@ def test_choices_come_from_the_registries_and_the_names() -> None:
 def test_train_options_accept_exactly_the_names() -> None:
     from pydantic import ValidationError
 
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
 
     assert [TrainOptions(objective=n).objective for n in registries.OBJECTIVES] == list(registries.OBJECTIVES)
     assert [TrainOptions(set_norm=n).set_norm for n in registries.SET_NORMS] == list(registries.SET_NORMS)
@@ -84,7 +84,7 @@ def test_train_options_accept_exactly_the_names() -> None:
 
 def test_names_and_schema_import_no_heavy_library() -> None:
     code = (
-        "import sys, srpo_dsl.lang.schema, srpo_dsl.registries, srpo_dsl.choices, srpo_dsl.cli.main\n"
+        "import sys, srpo_dsl.lang.checks.schema, srpo_dsl.registries, srpo_dsl.choices, srpo_dsl.cli.main\n"
         "print(sorted(m for m in ('torch', 'transformers', 'deepspeed', 'math_verify', 'sympy') if m in sys.modules))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from srpo_dsl.cli.main import outcome
-from srpo_dsl.rl.loop.runlog import RunError
+from srpo_dsl.runfolder import RunError
 from srpo_dsl.sweep.dynamics import read_run_dynamics
 from srpo_dsl.sweep.results import read_run
 from tests.support.fuzzing import RUN, RUN_FILES, RUN_OPS, Case, cases, corrupt_run, shrink

@@ -12,7 +12,7 @@ import pytest
 
 from srpo_dsl import registries
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.schema import TASK_KINDS, TOOL_KINDS, BindingKind, TrainOptions
+from srpo_dsl.lang.checks.schema import TASK_KINDS, TOOL_KINDS, BindingKind, TrainOptions
 from srpo_dsl.registries import CONTRACTS, Registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def test_every_builtin_entry_resolves() -> None:
 
 def test_the_registries_import_nothing_heavy() -> None:
     code = (
-        "import sys, srpo_dsl.registries, srpo_dsl.lang.schema, srpo_dsl.lang.checker\n"
+        "import sys, srpo_dsl.registries, srpo_dsl.lang.checks.schema, srpo_dsl.lang.checks.checker\n"
         "print(sorted(m for m in ('torch', 'transformers', 'bm25s', 'sympy') if m in sys.modules))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -200,7 +200,7 @@ def test_the_checker_reads_a_contracts_capabilities_not_its_name(scratch, tmp_pa
 
 
 def test_registered_task_and_tool_kinds_load_through_the_runtime(scratch, tmp_path) -> None:
-    from srpo_dsl.lang.schema import _Options
+    from srpo_dsl.lang.checks.schema import _Options
     from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 
     class Countdown(_Options):

@@ -18,7 +18,8 @@ import pytest
 
 from srpo_dsl.errors import UsageError
 from srpo_dsl.outputs import PROBE, held
-from srpo_dsl.runlock import LOCK, check_free, owning
+from srpo_dsl.runfolder import LOCK
+from srpo_dsl.runlock import check_free, owning
 from tests.support.clitools import ROOT, cli
 from tests.support.runs import QUICKSTART, env_threads, metrics
 

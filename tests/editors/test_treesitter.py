@@ -1,5 +1,5 @@
 """The tree-sitter grammar of .srpo files (editors/neovim/tree-sitter-srpo): grammar.js and
-queries/highlights.scm are the ones generated from the Lark grammar (`srpo_dsl.lang.treesitter`).
+queries/highlights.scm are the ones generated from the Lark grammar (`srpo_dsl.lang.tooling.treesitter`).
 
 No tree-sitter CLI can be installed here (npm's tree-sitter-cli downloads its binary at install time,
 and Debian bookworm does not package it), so its parser is not generated in these tests. Instead
@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from lark import Lark
 
-from srpo_dsl.lang.grammar import lark_parser
-from srpo_dsl.lang.textmate import keywords
-from srpo_dsl.lang.treesitter import files, main
+from srpo_dsl.lang.syntax.grammar import lark_parser
+from srpo_dsl.lang.tooling.textmate import keywords
+from srpo_dsl.lang.tooling.treesitter import files, main
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = ROOT / "editors" / "neovim" / "tree-sitter-srpo"
-REGENERATE = "python -m srpo_dsl.lang.treesitter editors/neovim/tree-sitter-srpo"
+REGENERATE = "python -m srpo_dsl.lang.tooling.treesitter editors/neovim/tree-sitter-srpo"
 REQUIRED = os.environ.get("SRPO_DSL_EDITOR_TESTS") == "required"
 
 

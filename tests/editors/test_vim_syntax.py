@@ -1,4 +1,4 @@
-"""editors/neovim/syntax/srpo.vim is the one generated from the Lark grammar (`srpo_dsl.lang.vimsyntax`,
+"""editors/neovim/syntax/srpo.vim is the one generated from the Lark grammar (`srpo_dsl.lang.tooling.vimsyntax`,
 with the TextMate grammar's keyword lists), and every keyword of the language is in it. Neovim reading
 its groups at positions: tests/editors/test_neovim.py."""
 
@@ -8,13 +8,13 @@ import re
 from pathlib import Path
 
 from srpo_dsl.lang import STEP_KINDS, Shape, StepKind, register_step
-from srpo_dsl.lang.textmate import keywords
-from srpo_dsl.lang.vimsyntax import LINKS, main, render
+from srpo_dsl.lang.tooling.textmate import keywords
+from srpo_dsl.lang.tooling.vimsyntax import LINKS, main, render
 
 ROOT = Path(__file__).resolve().parents[2]
 NVIM = ROOT / "editors" / "neovim"
 SYNTAX = NVIM / "syntax" / "srpo.vim"
-REGENERATE = "python -m srpo_dsl.lang.vimsyntax editors/neovim/syntax/srpo.vim"
+REGENERATE = "python -m srpo_dsl.lang.tooling.vimsyntax editors/neovim/syntax/srpo.vim"
 
 
 def keyword_lines(text: str) -> dict[str, set[str]]:

@@ -1,5 +1,5 @@
 """The VS Code extension (editors/vscode): its TextMate grammar is the one generated from the Lark
-grammar (`srpo_dsl.lang.textmate`), its regexes compile, and its manifest points at files that exist.
+grammar (`srpo_dsl.lang.tooling.textmate`), its regexes compile, and its manifest points at files that exist.
 
 Tokenizing under node (vscode-textmate on Oniguruma) and packaging the .vsix: tests/editors/test_vscode_node.py.
 """
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.lang import STEP_KINDS, Shape, StepKind, register_step
-from srpo_dsl.lang import grammar as lang_grammar
-from srpo_dsl.lang.grammar import grammar_text, lark_parser
-from srpo_dsl.lang.textmate import keywords, main, render
+from srpo_dsl.lang.syntax import grammar as lang_grammar
+from srpo_dsl.lang.syntax.grammar import grammar_text, lark_parser
+from srpo_dsl.lang.tooling.textmate import keywords, main, render
 from srpo_dsl.lsp.files import TEMPLATE_SUFFIXES
 
 ROOT = Path(__file__).resolve().parents[2]
 EXT = ROOT / "editors" / "vscode"
 TM = EXT / "syntaxes" / "srpo.tmLanguage.json"
-REGENERATE = "python -m srpo_dsl.lang.textmate editors/vscode/syntaxes/srpo.tmLanguage.json"
+REGENERATE = "python -m srpo_dsl.lang.tooling.textmate editors/vscode/syntaxes/srpo.tmLanguage.json"
 
 
 def tm() -> dict:

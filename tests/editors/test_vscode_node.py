@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from srpo_dsl.lang.format import tokens_of
-from srpo_dsl.lang.textmate import DECLARING, keywords
+from srpo_dsl.lang.tooling.format import tokens_of
+from srpo_dsl.lang.tooling.textmate import DECLARING, keywords
 from tests.support import lsptools
 from tests.support.clitools import cli
 

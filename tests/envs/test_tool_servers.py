@@ -13,7 +13,7 @@ import pytest
 
 import srpo_dsl
 from srpo_dsl.envs.retrieval import Bm25Retriever
-from srpo_dsl.lang.graph import ToolNode
+from srpo_dsl.lang.compile.graph import ToolNode
 from srpo_dsl.sweep.experiment import Cell, Experiment
 from srpo_dsl.sweep.runner import Job, train_command
 from tests.support.clitools import ROOT, cli

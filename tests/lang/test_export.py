@@ -7,7 +7,7 @@ import networkx as nx
 import pytest
 
 from srpo_dsl.lang import load_graph
-from srpo_dsl.lang.graph_formats import from_json, to_dot, to_graphml, to_json, to_mermaid
+from srpo_dsl.lang.compile.graph_formats import from_json, to_dot, to_graphml, to_json, to_mermaid
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 

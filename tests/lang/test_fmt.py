@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.format import format_source, tokens_of
-from srpo_dsl.lang.graph_formats import export
-from srpo_dsl.lang.layout import COMMENT
-from srpo_dsl.lang.messages import BOM, SrpoError
-from srpo_dsl.lang.parser import parse
-from srpo_dsl.lang.width import display_width
+from srpo_dsl.lang.compile.graph_formats import export
+from srpo_dsl.lang.syntax.messages import BOM, SrpoError
+from srpo_dsl.lang.syntax.parser import parse
+from srpo_dsl.lang.tooling.format import format_source, tokens_of
+from srpo_dsl.lang.tooling.layout import COMMENT
+from srpo_dsl.lang.tooling.width import display_width
 from tests.lang.test_lang_fuzz import mutated_workflow
 from tests.support.clitools import ROOT, cli
 from tests.support.lang_cases import BASE

@@ -8,8 +8,8 @@ import pytest
 
 from srpo_dsl.cli.main import outcome
 from srpo_dsl.lang.analysis import analyze
-from srpo_dsl.lang.format import format_source
-from srpo_dsl.lang.messages import SrpoError
+from srpo_dsl.lang.syntax.messages import SrpoError
+from srpo_dsl.lang.tooling.format import format_source
 from tests.support.clitools import cli
 from tests.support.fuzzing import WORKFLOW_OPS, WORKFLOWS, Case, cases, mutate_workflow, shrink
 

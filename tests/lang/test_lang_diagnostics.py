@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.messages import render_github, render_pretty
+from srpo_dsl.lang.syntax.messages import render_github, render_pretty
 from tests.support.lang_cases import BASE, MUTATIONS, TEMPLATES, mutate
 
 GOLDEN = [
@@ -219,7 +219,7 @@ def test_every_code_the_checker_can_emit_is_documented():
     root = Path(__file__).resolve().parents[2]
     import re
 
-    source = "".join(p.read_text() for p in (root / "srpo_dsl" / "lang").glob("*.py"))
+    source = "".join(p.read_text() for p in (root / "srpo_dsl" / "lang").rglob("*.py"))
     codes = set(re.findall(r'"([EW]0\d\d)"', source))
     documented = set(re.findall(r"^\| ([EW]0\d\d) \|", (root / "docs" / "dsl.md").read_text(), re.M))
     assert {"E090", "E095", "W003"} <= codes
@@ -299,8 +299,8 @@ def test_many_diagnostics_print_in_time_linear_in_their_count(tmp_path, monkeypa
     from typer.testing import CliRunner
 
     from srpo_dsl.cli.main import app
-    from srpo_dsl.lang import messages
-    from srpo_dsl.lang.messages import Diagnostic, Span, render_all
+    from srpo_dsl.lang.syntax import messages
+    from srpo_dsl.lang.syntax.messages import Diagnostic, Span, render_all
 
     unused = "".join(f'agent u{i} uses lm prompt "p.j2" emits boxed\n' for i in range(300))
     (tmp_path / "w.srpo").write_text(BASE + unused)

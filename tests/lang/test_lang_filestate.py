@@ -1,10 +1,10 @@
-"""`lang.filestate`: a cached result holds while the files it looked at are as they were, and is never
+"""`lang.usercode.filestate`: a cached result holds while the files it looked at are as they were, and is never
 reused while one of them was written too recently to tell a rewrite from no change."""
 
 import os
 import time
 
-from srpo_dsl.lang.filestate import FileCache, look, recording
+from srpo_dsl.lang.usercode.filestate import FileCache, look, recording
 
 
 def test_a_result_is_reused_only_while_its_settled_files_are_unchanged(tmp_path):

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.messages import SrpoError
-from srpo_dsl.lang.parser import parse
+from srpo_dsl.lang.syntax.messages import SrpoError
+from srpo_dsl.lang.syntax.parser import parse
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 SOURCES = [p.read_text() for p in sorted(WORKFLOWS.glob("*.srpo"))]

@@ -4,8 +4,8 @@ from typing import get_args
 
 import pytest
 
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.parser import parse
+from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.parser import parse
 
 # Every kind of step, with loops and branches nested two deep.
 PROGRAM = """workflow w

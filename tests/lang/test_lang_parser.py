@@ -5,10 +5,10 @@ import pytest
 from lark import Lark
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.grammar import grammar_text, lark_parser, statements
-from srpo_dsl.lang.lexer import ScanLexer
-from srpo_dsl.lang.messages import BOM, render_pretty
-from srpo_dsl.lang.parser import _Build, parse
+from srpo_dsl.lang.syntax.grammar import grammar_text, lark_parser, statements
+from srpo_dsl.lang.syntax.lexer import ScanLexer
+from srpo_dsl.lang.syntax.messages import BOM, render_pretty
+from srpo_dsl.lang.syntax.parser import _Build, parse
 from tests.support.lang_cases import BASE
 
 
@@ -162,7 +162,7 @@ def _nested(depth: int) -> str:
 def test_blocks_nest_at_most_max_nesting_deep_and_deeper_is_one_e008():
     """Every pass over the steps recurses; a depth beyond the limit is refused at parse time (no
     RecursionError anywhere after): the first block too deep, at its keyword."""
-    from srpo_dsl.lang.nesting import MAX_NESTING
+    from srpo_dsl.lang.syntax.nesting import MAX_NESTING
 
     assert "E008" not in {d.code for d in analyze(_nested(MAX_NESTING), "t.srpo").diagnostics}
     first = BASE.splitlines().index("aggregate agg") + 1 + MAX_NESTING  # the line of the first too deep
@@ -175,7 +175,7 @@ def test_blocks_nest_at_most_max_nesting_deep_and_deeper_is_one_e008():
 def test_too_deep_with_a_syntax_error_is_the_same_e008_not_a_recursion_error():
     """Text that does not parse goes through Lark's own pipeline, which recurses as deep as the blocks
     nest: 400 loops with one `}` missing, or with a bad step inside, are the E008 alone."""
-    from srpo_dsl.lang.nesting import MAX_NESTING
+    from srpo_dsl.lang.syntax.nesting import MAX_NESTING
 
     first = BASE.splitlines().index("aggregate agg") + 1 + MAX_NESTING
     unclosed = _nested(400).replace("}\naggregate agg", "aggregate agg", 1)

@@ -11,10 +11,10 @@ import pytest
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import STEP_KINDS, Shape, StepKind, analyze, parse, register_step
-from srpo_dsl.lang.grammar import grammar_text, lark_parser, statements
-from srpo_dsl.lang.graph_formats import to_dot, to_mermaid
-from srpo_dsl.lang.messages import render_pretty
-from srpo_dsl.lang.steps import FORMS
+from srpo_dsl.lang.compile.graph_formats import to_dot, to_mermaid
+from srpo_dsl.lang.syntax.grammar import grammar_text, lark_parser, statements
+from srpo_dsl.lang.syntax.messages import render_pretty
+from srpo_dsl.lang.syntax.steps import FORMS
 from srpo_dsl.runtime.effects import EFFECTS, INVALID
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import load_workflow

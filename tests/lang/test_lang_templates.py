@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from lsprotocol.types import Position
 
-from srpo_dsl.lang import analyze, templates
-from srpo_dsl.lang.templates import PACKAGE_TEMPLATES, template_search_path
+from srpo_dsl.lang import analyze
+from srpo_dsl.lang.checks import templates
+from srpo_dsl.lang.checks.templates import PACKAGE_TEMPLATES, template_search_path
 from srpo_dsl.lsp.diagnostics import diagnose
 from srpo_dsl.lsp.navigation import definition, hover
 from srpo_dsl.lsp.view import View

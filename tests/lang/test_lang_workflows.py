@@ -6,9 +6,9 @@ import networkx as nx
 import pytest
 
 from srpo_dsl.lang import analyze, load_graph
-from srpo_dsl.lang.compiler import program_hash
-from srpo_dsl.lang.grammar import lark_parser
-from srpo_dsl.lang.parser import parse
+from srpo_dsl.lang.compile.compiler import program_hash
+from srpo_dsl.lang.syntax.grammar import lark_parser
+from srpo_dsl.lang.syntax.parser import parse
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 ALL = sorted(WORKFLOWS.glob("*.srpo"))

@@ -13,8 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from srpo_dsl.lang import analyze, parse
-from srpo_dsl.lang import nodes as n
-from srpo_dsl.lang.schema import (
+from srpo_dsl.lang.checks.schema import (
     POLICY_KINDS,
     TASK_KINDS,
     TOOL_KINDS,
@@ -26,6 +25,7 @@ from srpo_dsl.lang.schema import (
     TrainOptions,
     option_choices,
 )
+from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lsp.completion import completions
 from srpo_dsl.lsp.semantic import TOKEN_TYPES, semantic_ranges
 from tests.support.clitools import ROOT, cli

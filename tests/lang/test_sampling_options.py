@@ -9,8 +9,8 @@ import pytest
 from srpo_dsl.backends.base import GenRequest, GenResult
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.declarations import SAMPLING_CONTROLS
-from srpo_dsl.lang.format import format_source
+from srpo_dsl.lang.checks.declarations import SAMPLING_CONTROLS
+from srpo_dsl.lang.tooling.format import format_source
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 

@@ -14,8 +14,8 @@ from transformers.utils import get_json_schema
 
 from srpo_dsl.api import load
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.schema import TOOL_FORMATS
-from srpo_dsl.lang.toolschema import python_tool_schema
+from srpo_dsl.lang.checks.schema import TOOL_FORMATS
+from srpo_dsl.lang.usercode.toolschema import python_tool_schema
 
 CHAT = Path(__file__).resolve().parents[1] / "data" / "chat_tokenizers"
 

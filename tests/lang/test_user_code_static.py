@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.pycode import USES, Params, call_problem
+from srpo_dsl.lang.usercode.pycode import USES, Params, call_problem
 from tests.support.clitools import cli
 
 USER = """

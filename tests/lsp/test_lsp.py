@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from srpo_dsl.lang.format import format_source
-from srpo_dsl.lang.schema import SAMPLING_DEFAULTS, AgentOptions, TrainOptions
+from srpo_dsl.lang.checks.schema import SAMPLING_DEFAULTS, AgentOptions, TrainOptions
+from srpo_dsl.lang.tooling.format import format_source
 from tests.support.clitools import ROOT, load_bench
 from tests.support.lsptools import as_lsp, published, validate_json
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from srpo_dsl.lang.schema import TrainOptions
-from srpo_dsl.lang.steps import step_keywords
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.syntax.steps import step_keywords
 from srpo_dsl.registries import CONTRACTS, OBJECTIVES
 from tests.support.clitools import ROOT, load_bench
 

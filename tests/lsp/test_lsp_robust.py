@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from lsprotocol import types as lsp
 
-from srpo_dsl.lang.format import format_source
-from srpo_dsl.lang.nesting import MAX_NESTING
+from srpo_dsl.lang.syntax.nesting import MAX_NESTING
+from srpo_dsl.lang.tooling.format import format_source
 from srpo_dsl.lsp import collector, diagnostics
 from srpo_dsl.lsp.linemap import LineMap
 from tests.support.clitools import ROOT, load_bench

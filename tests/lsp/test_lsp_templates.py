@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from srpo_dsl.lang.pycode import USES
-from srpo_dsl.lang.schema import TEMPLATE_VARIABLES
+from srpo_dsl.lang.checks.schema import TEMPLATE_VARIABLES
+from srpo_dsl.lang.usercode.pycode import USES
 from srpo_dsl.lsp.files import files_under
 from srpo_dsl.lsp.templatedoc import EPISODE
 from tests.support.clitools import ROOT

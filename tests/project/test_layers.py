@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.support.package_ast import top_level_names
+from tests.support.package_ast import module_source, top_level_names
 
 PACKAGE = Path(__file__).resolve().parents[2] / "srpo_dsl"
 
@@ -23,6 +23,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "io",
         "launched",
         "runlock",
+        "runfolder",
         "outputs",
         "choices",
         "registries",
@@ -36,14 +37,14 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "data_sources",
         "argranges",
         "arguments",
-    ),  # files and their owner, launched processes, plugin registries, seeds, stderr, size limits
+    ),  # files, a run folder's format and owner, launched processes, plugin registries, seeds, stderr, limits
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds
     ("backends", "runtime"),  # generation; rolling a workflow out through the backends
     ("models",),  # the embedded model, built and evaluated with the runtime; model specs
     ("trackers",),  # the experiment trackers a training run reports to (TensorBoard, W&B, MLflow)
-    ("rl",),  # training, and a training run's folder (runlog)
+    ("rl",),  # training, and the writers of a training run's folder (runlog, checkpoints)
     ("api",),  # srpo-dsl from Python: load, run, evaluate, train (docs/python.md)
     ("view", "sweep"),  # the viewer and experiments, over the runs' folders
     ("cli",),  # the command line, a thin layer over the API
@@ -140,6 +141,41 @@ def test_the_cli_speaks_to_the_api_not_past_it() -> None:
     assert past == set()
 
 
+def defined_names(path: Path) -> set[str]:
+    """The classes, functions and names a module assigns at its top level."""
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+RUNFOLDER = "srpo_dsl.runfolder"
+
+
+def test_a_run_folder_is_read_through_its_format_module() -> None:
+    """A run folder's format, the names of its files and their readers, is one module (`srpo_dsl.runfolder`):
+    the API, sweeps and the viewer read runs through it, never through the training loop's writers
+    (`rl.loop.runlog`, `rl.loop.checkpoint`), and no module takes one of its names from a module that only
+    passes it on (but the API, whose `api.runs` exports the run's names to the command line)."""
+    writers = {"srpo_dsl.rl.loop.runlog", "srpo_dsl.rl.loop.checkpoint"}
+    past = {(rel, m) for rel, m in imports() if own_part(rel) in {"api", "sweep", "view"} and m in writers}
+    assert past == set()
+    names = defined_names(PACKAGE / "runfolder.py")
+    assert {"METRICS", "CHECKPOINTS", "PLAN", "read_jsonl", "read_dynamics"} <= names
+    elsewhere = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            module = getattr(node, "module", None) or ""
+            if isinstance(node, ast.ImportFrom) and module.startswith("srpo_dsl.") and module != RUNFOLDER:
+                source = module_source(module)
+                passed = names - defined_names(source) if source and part_of(module) != "api" else set()
+                elsewhere += [(path.name, module, a.name) for a in node.names if a.name in passed]
+    assert elsewhere == []
+
+
 def module_name(path: Path) -> str:
     """`.../srpo_dsl/rl/loop/plan.py` -> `srpo_dsl.rl.loop.plan`; a package's `__init__.py` -> the package."""
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -218,7 +254,10 @@ def test_no_public_name_is_defined_twice() -> None:
 
 
 IMPORT_PATH = re.compile(r"srpo_dsl(?:\.\w+)*:\w+")
-DECLARING = {"srpo_dsl/registries.py", "srpo_dsl/lang/schema.py"}  # built-in entries, named by import path
+DECLARING = {
+    "srpo_dsl/registries.py",
+    "srpo_dsl/lang/checks/schema.py",
+}  # built-in entries, named by import path
 
 
 def module_strings(tree: ast.Module) -> dict[str, str]:

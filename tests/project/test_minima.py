@@ -36,4 +36,4 @@ def test_the_projects_minima_cover_every_dependency_but_torch():
     ]
     lines = minima.floors()
     assert [line.split("==")[0] for line in lines] == [n for n in names if n != "torch"]
-    assert "lark==1.3" in lines  # lang/lexer.py reads lark 1.3's LexerState.text
+    assert "lark==1.3" in lines  # lang/syntax/lexer.py reads lark 1.3's LexerState.text

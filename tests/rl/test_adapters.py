@@ -76,7 +76,7 @@ def lora_state(module, adapter: str) -> dict:
 
 def shared(base: Path, folder: Path, dist, **options):
     """The base with adapters a and b: one engine."""
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.engines.ds_engine import ds_config
     from srpo_dsl.rl.engines.policies import build_policies
 
@@ -91,7 +91,7 @@ def shared(base: Path, folder: Path, dist, **options):
 
 def separate(base: Path, dist, **options):
     """Two models, each the base with one LoRA of its own (its own engine, its own clipping)."""
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.engines.ds_engine import ds_config
     from srpo_dsl.rl.engines.policies import build_policy
 
@@ -246,7 +246,7 @@ def test_kl_reference_of_an_adapter_is_its_base(base, dist, tmp_path):
     (LoRA B = 0), so the first update's KL term is 0; once they move, it is not."""
     import torch
 
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.engines.ds_engine import ds_config
     from srpo_dsl.rl.engines.policies import build_policies
     from srpo_dsl.rl.loop.update import update

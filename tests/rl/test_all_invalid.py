@@ -7,7 +7,8 @@ from pathlib import Path
 
 import srpo_dsl
 from srpo_dsl.rl.loop.all_invalid import every_output_invalid
-from srpo_dsl.rl.loop.runlog import METRICS, RunLog
+from srpo_dsl.rl.loop.runlog import RunLog
+from srpo_dsl.runfolder import METRICS
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 

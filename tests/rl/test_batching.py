@@ -165,7 +165,7 @@ def test_budget_batches_fill_whole_events_to_the_padded_token_budget() -> None:
 def test_a_token_budget_and_a_micro_batch_count_are_one_choice() -> None:
     from pydantic import ValidationError
 
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
 
     assert TrainOptions(max_tokens_per_micro_batch=4096).micro_batches == 1
     with pytest.raises(ValidationError, match="set micro_batches or max_tokens_per_micro_batch, not both"):

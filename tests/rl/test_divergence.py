@@ -63,7 +63,7 @@ def nan_grad(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
 def test_an_update_that_is_not_finite_moves_no_weight(tmp_path, models, dist, zero, poison) -> None:
     """A NaN loss stops before any engine steps; a NaN gradient too, at stage 0 by the norm taken before
     the step, under ZeRO by DeepSpeed's skip of the step (its norm then inf)."""
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.loop.update import NotFinite, update
     from srpo_dsl.rl.objective.plugins import training_objective
     from srpo_dsl.rl.objective.rows import build_rows

@@ -13,7 +13,7 @@ import pytest
 
 import srpo_dsl.rl.loop.figures as figures
 import srpo_dsl.rl.loop.plots as plots
-from srpo_dsl.rl.loop.runlog import EVAL, METRICS, TRACES, read_dynamics, read_jsonl
+from srpo_dsl.runfolder import EVAL, METRICS, TRACES, read_dynamics, read_jsonl
 from srpo_dsl.view.page import curves
 from srpo_dsl.view.source import Source
 

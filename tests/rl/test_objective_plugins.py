@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from srpo_dsl.lang import analyze, load_graph
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.rl.objective.losses import get_objective
 from srpo_dsl.rl.objective.plugins import training_objective
 from srpo_dsl.runtime.usercode import UserCodeError

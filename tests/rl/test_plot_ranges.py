@@ -10,8 +10,8 @@ import pytest
 
 import srpo_dsl.rl.loop.plots as run_plots
 import srpo_dsl.sweep.plot as sweep_plot
-from srpo_dsl.rl.loop.ranges import PERCENT, difference_range, range_of
-from srpo_dsl.rl.loop.runlog import PANELS, ROLE_PANELS, Dynamics, EvalCurve, RoleSeries
+from srpo_dsl.rl.loop.ranges import difference_range, range_of
+from srpo_dsl.runfolder import PANELS, PERCENT, ROLE_PANELS, Dynamics, EvalCurve, RoleSeries
 from srpo_dsl.sweep.dynamics import SERIES, RunDynamics
 from srpo_dsl.sweep.results import PAIRED, CellResult, RunResult, compare
 from srpo_dsl.sweep.stats import Difference

@@ -310,7 +310,7 @@ def test_the_traces_record_what_the_update_did_with_each_event(team_run: Path) -
         weighted = sum(e.update.clip_fraction * n for e, n in zip(typed, tokens)) / sum(tokens)
         assert weighted == pytest.approx(row[f"event/{event_type}/clip_fraction"])
     assert len({e.update.clip_fraction for e in events}) > 2  # fractions of tokens, not one flag
-    from srpo_dsl.lang.graph_formats import from_json
+    from srpo_dsl.lang.compile.graph_formats import from_json
 
     assert from_json((team_run / "graph.json").read_text()).graph["hash"] == traces[0].graph_hash
 

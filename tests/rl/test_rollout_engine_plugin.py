@@ -173,7 +173,7 @@ def test_a_backend_that_replays_a_script_is_known_by_its_capability(monkeypatch,
 def test_a_rollout_worker_builds_every_engine_with_the_registered_one(toy, team, tmp_path):
     """Adapters on a shared base included: one engine of the kind that serves them, for the base and each
     adapter (the trainer's `build_adapter_group` builds it the same way)."""
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.distributed.process_group import Dist
     from srpo_dsl.rl.engines.policies import Rollout
     from srpo_dsl.rl.transport.worker import worker_engines

@@ -1,40 +1,12 @@
-"""Reading a run folder (`srpo_dsl.rl.loop.runlog`): one JSON Lines reader for every file of a run, what a
-killed writer leaves, and the readers `plot`, `view` and `sweep` share."""
+"""Writing a run folder (`srpo_dsl.rl.loop.runlog`): a resumed run drops the rows after its checkpoint."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
-from srpo_dsl.rl.loop.runlog import (
-    CONFIG,
-    METRICS,
-    RunError,
-    read_config,
-    read_curve,
-    read_jsonl,
-    truncate_jsonl,
-)
-
-
-def test_read_jsonl_leaves_out_an_unfinished_last_line_and_says_so(tmp_path: Path) -> None:
-    path = tmp_path / METRICS
-    assert read_jsonl(path) == []  # no file yet: no rows
-    path.write_text('{"step": 1}\n\n{"step": 2}\n{"step": 3, "sc')  # killed mid-line
-    notes: list[str] = []
-    assert read_jsonl(path, notes) == [{"step": 1}, {"step": 2}]
-    assert notes == ["metrics.jsonl: line 4 is unfinished (the run was stopped mid-step); left out"]
-    assert read_jsonl(path) == [{"step": 1}, {"step": 2}]  # without `notes`: the same rows
-
-
-def test_a_broken_line_before_the_last_is_one_line_naming_it(tmp_path: Path) -> None:
-    path = tmp_path / METRICS
-    path.write_text('{"step": 1}\n{oops\n{"step": 3}\n')
-    with pytest.raises(RunError) as err:
-        read_jsonl(path)
-    assert str(err.value) == f"{path}:2: invalid JSON: Expecting property name enclosed in double quotes"
+from srpo_dsl.rl.loop.runlog import truncate_jsonl
+from srpo_dsl.runfolder import METRICS
 
 
 def test_truncate_keeps_the_rows_up_to_the_checkpoint_and_drops_a_cut_tail(tmp_path: Path) -> None:
@@ -42,23 +14,3 @@ def test_truncate_keeps_the_rows_up_to_the_checkpoint_and_drops_a_cut_tail(tmp_p
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "lo')
     truncate_jsonl(path, 2)
     assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
-
-
-def test_read_config(tmp_path: Path) -> None:
-    assert read_config(tmp_path) is None
-    (tmp_path / CONFIG).write_text('{"workflow": "w.srpo", "options": {"steps": 3}}')
-    assert read_config(tmp_path) == {"workflow": "w.srpo", "options": {"steps": 3}}
-    (tmp_path / CONFIG).write_text("[1, 2]")
-    with pytest.raises(RunError, match="is not a JSON object"):
-        read_config(tmp_path)
-
-
-def test_read_curve_in_percent(tmp_path: Path) -> None:
-    assert read_curve(tmp_path) is None  # not evaluated yet
-    rows = [
-        {"step": 0, "k": 4, "avg_at_k": 0.25, "pass_at_k": 0.5},
-        {"step": 5, "k": 4, "avg_at_k": 0.5, "pass_at_k": 1},
-    ]
-    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    curve = read_curve(tmp_path)
-    assert (curve.k, curve.steps, curve.avg, curve.passed) == (4, [0, 5], [25.0, 50.0], [50.0, 100.0])

@@ -14,7 +14,7 @@ from srpo_dsl.lang import analysis
 from srpo_dsl.rl.loop import plan as plan_module
 from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainError, TrainPlan, make_plan
 from srpo_dsl.rl.loop.plan_io import planned, read_plan
-from srpo_dsl.runlock import PLAN
+from srpo_dsl.runfolder import PLAN
 from tests.support.clitools import ROOT
 
 QUICKSTART = ROOT / "workflows/quickstart.srpo"

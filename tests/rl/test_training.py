@@ -452,7 +452,7 @@ def test_zero_stages_step_like_stage_0(models, dist, stage):
 
 @pytest.mark.slow
 def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.engines.ds_engine import ds_config
     from srpo_dsl.rl.engines.policies import build_policy
     from srpo_dsl.rl.loop.update import update
@@ -479,7 +479,7 @@ def test_lora_trains_adapters_only_and_kl_uses_a_frozen_reference(models, dist):
 
 
 def test_ds_config_merges_user_overrides_and_checks_them():
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.engines.ds_engine import ds_config
 
     opts = TrainOptions(zero=2, micro_batches=4, grad_clip=0.5)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.rl import get_objective, plan_batches, setwise_loss
 from srpo_dsl.rl.loop.event_updates import event_updates
 from srpo_dsl.rl.loop.update import atomic_ids

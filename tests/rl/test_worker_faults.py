@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.rl.transport.feed import Feed, NoWorkerLeft
 from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import LaunchLayout, Link

@@ -345,7 +345,7 @@ def test_code_pair_backs_turn_scores_up_a_tree():
 
 
 def test_the_editor_and_the_formatter_know_the_branch_clause(tmp_path):
-    from srpo_dsl.lang.format import format_source
+    from srpo_dsl.lang.tooling.format import format_source
     from srpo_dsl.lsp.completion import completions
 
     def labels(text: str) -> set[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.backends.scripted import ScriptedBackend
-from srpo_dsl.lang.format import format_source
+from srpo_dsl.lang.tooling.format import format_source
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 

@@ -12,7 +12,7 @@ import torch
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.branches import MAX_JOINTS
+from srpo_dsl.lang.checks.branches import MAX_JOINTS
 from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow
@@ -309,7 +309,7 @@ def test_completion_offers_cross_after_the_count(tmp_path):
     ],
 )
 def test_fmt_round_trips_the_cross_clause(messy):
-    from srpo_dsl.lang.format import format_source
+    from srpo_dsl.lang.tooling.format import format_source
 
     tidy = format_source(HEAD + messy)
     assert format_source(tidy) == tidy

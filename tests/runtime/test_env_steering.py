@@ -410,7 +410,7 @@ def test_the_cli_stops_with_one_line_on_an_undeclared_word(tmp_path):
 
 
 def test_fmt_lays_out_the_emits_list_and_a_step_without_on():
-    from srpo_dsl.lang.format import format_source
+    from srpo_dsl.lang.tooling.format import format_source
 
     messy = (
         'workflow w\nenv   tree=  "t.py:f" ( timeout=5 )emits verdict ( a,b ) ,route( p )\n'

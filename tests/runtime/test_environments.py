@@ -9,7 +9,7 @@ import pytest
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.graph_formats import to_dot, to_mermaid
+from srpo_dsl.lang.compile.graph_formats import to_dot, to_mermaid
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import EnvSummary, read_traces, to_trace, write_traces

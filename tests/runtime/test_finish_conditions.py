@@ -11,7 +11,7 @@ import pytest
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.format import format_source
+from srpo_dsl.lang.tooling.format import format_source
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import parse_episode, to_trace

@@ -12,7 +12,7 @@ import torch
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.rl.objective.advantages import (
     AdvantageInputs,
     get_advantage_estimator,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from srpo_dsl.lang.format import tokens_of
+from srpo_dsl.lang.tooling.format import tokens_of
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.srpo"))

@@ -40,7 +40,7 @@ SGD = {"optimizer": {"type": "SGD", "params": {"lr": 1.0}}}  # update = -grad: p
 
 def policy_spec(trainable: bool, lora: dict | None = None):
     """A checked `policy` declaration (what build_policy reads from the compiled graph)."""
-    from srpo_dsl.lang.declarations import PolicyInfo
+    from srpo_dsl.lang.checks.declarations import PolicyInfo
 
     return PolicyInfo("p", "hf", "unused", trainable, lora, {})
 
@@ -164,7 +164,7 @@ CONVERSATION_TEMPERATURES = {"a": {"solver": 1.0, "talker": 0.7}, "b": {"solver"
 
 def build(paths: dict, dist, **options) -> dict:
     """One engine per policy, with SGD (lr 1) unless `ds` says otherwise."""
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
     from srpo_dsl.rl.engines.ds_engine import ds_config
     from srpo_dsl.rl.engines.policies import build_policy
 

@@ -138,7 +138,7 @@ def test_locate_scans_tables_and_keys():
 
 
 def test_overrides_come_from_train_options():
-    from srpo_dsl.lang.schema import TrainOptions
+    from srpo_dsl.lang.checks.schema import TrainOptions
 
     assert set(OVERRIDES) == set(TrainOptions.model_fields) - {"seed", "eval_k", "eval_size", "eval_every"}
 

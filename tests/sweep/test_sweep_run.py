@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.io import write_lines_atomic
-from srpo_dsl.rl.loop.runlog import read_jsonl
+from srpo_dsl.runfolder import read_jsonl
 from tests.support.clitools import ROOT, cli
 from tests.support.training import train_env
 

@@ -21,10 +21,10 @@ import pytest
 from pydantic import ValidationError
 
 from srpo_dsl.lang import analyze
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.registries import TRACKERS, TrackerKind
 from srpo_dsl.rl.distributed.process_group import free_port
-from srpo_dsl.rl.loop.runlog import read_jsonl
+from srpo_dsl.runfolder import read_jsonl
 from srpo_dsl.sweep.experiment import tomllib  # tomli before Python 3.11
 from srpo_dsl.trackers.base import TrackedRun, Tracker, tracked_metrics
 from srpo_dsl.trackers.fanout import Trackers, start_tracker

@@ -80,7 +80,7 @@ def test_view_embeds_every_episode_with_its_transitions_and_highlights(run: Path
 
 
 def test_graph_layers_and_back_edges(run: Path) -> None:
-    from srpo_dsl.lang.graph_formats import from_json
+    from srpo_dsl.lang.compile.graph_formats import from_json
     from srpo_dsl.view.graph_svg import graph_svg, layers
 
     graph = from_json((run / "graph.json").read_text())

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from srpo_dsl.backends.routing import current_route
-from srpo_dsl.lang.graph import BASE_ADAPTER
+from srpo_dsl.lang.compile.graph import BASE_ADAPTER
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 
 __all__ = ["BASE_ADAPTER", "adapter_parameters", "clip_per_adapter", "with_adapters"]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from srpo_dsl.choices import OFFLOAD
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 
 

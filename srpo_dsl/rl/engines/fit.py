@@ -41,7 +41,7 @@ import torch
 
 from srpo_dsl.backends.chunked_head import PLAIN_HEADS
 from srpo_dsl.backends.logprobs import PickedLogprobs
-from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.lang.compile.graph import EventGraph
 from srpo_dsl.registries import RolloutEngineKind
 
 WEIGHT, GRAD, OPTIMIZER = 2, 2, 12  # bytes per parameter (see above)

@@ -21,9 +21,9 @@ import torch
 
 from srpo_dsl.backends.base import BackendError, RolloutEngine, load_errors, model_load_error
 from srpo_dsl.backends.hf import HFBackend
-from srpo_dsl.lang.declarations import PolicyInfo
-from srpo_dsl.lang.graph import BASE_ADAPTER, EventGraph
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.declarations import PolicyInfo
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.compile.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.registries import ROLLOUT_ENGINES, RolloutEngineKind
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.adapters import lora_config, with_adapters

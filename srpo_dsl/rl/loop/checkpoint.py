@@ -20,8 +20,8 @@ from srpo_dsl.errors import UsageError
 from srpo_dsl.io import disk_full, full_disk_error, write_json, writing
 from srpo_dsl.rl.distributed.process_group import Dist, barrier
 from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners
+from srpo_dsl.runfolder import CHECKPOINTS, checkpoint_folder, checkpoint_folders
 
-CHECKPOINTS = "checkpoints"
 ENGINE_TAG = "state"  # the tag each engine is saved under, in step-N/<engine owner>/
 RESUMABLE = ("backend", "decode")  # config keys a resume may change
 RESUMABLE_OPTIONS = ("steps", "rollout_workers", "report_to")  # `train` options a resume may change
@@ -33,8 +33,8 @@ UNREADABLE = (RuntimeError, OSError, pickle.UnpicklingError, EOFError, ValueErro
 
 def latest_checkpoint(out: Path) -> Path | None:
     """The highest complete `step-N` folder (temporary `.step-N.tmp` folders are never complete)."""
-    found = [(int(p.name[5:]), p) for p in (out / CHECKPOINTS).glob("step-*") if p.name[5:].isdigit()]
-    return max(found)[1] if found else None
+    found = checkpoint_folders(out)
+    return found[-1] if found else None
 
 
 def rng_state() -> dict[str, Any]:
@@ -64,7 +64,7 @@ def save_checkpoint(
     `rank_state`: objects of this rank's own, each saved as NAME-rankR.pt (`read_rank_state`). A disk
     that refuses it (read-only, full) is one `WriteError` naming the checkpoint, the temporary folder
     removed."""
-    final = out / CHECKPOINTS / f"step-{step}"
+    final = checkpoint_folder(out, step)
     tmp = out / CHECKPOINTS / f".step-{step}.tmp"
     with removed_on_failure(tmp, final):
         if dist.rank == 0:

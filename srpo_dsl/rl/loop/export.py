@@ -25,11 +25,11 @@ from typing import Any
 import torch
 
 from srpo_dsl.io import umask_modes
-from srpo_dsl.lang.graph import adapter_name
+from srpo_dsl.lang.compile.graph import adapter_name
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.rl.engines.adapters import with_adapters
-from srpo_dsl.rl.loop.checkpoint import CHECKPOINTS, ENGINE_TAG, latest_checkpoint, read_state
-from srpo_dsl.rl.loop.runlog import CONFIG
+from srpo_dsl.rl.loop.checkpoint import ENGINE_TAG, latest_checkpoint, read_state
+from srpo_dsl.runfolder import CONFIG, checkpoint_folder
 
 ADAPTER, MERGED = "adapter", "merged"
 OWN_LORA = "default"  # peft's adapter name of a policy's own `lora(...)`
@@ -114,7 +114,7 @@ def find_checkpoint(run: Path, step: int | None) -> Path:
         raise ExportError(f"{run} holds no checkpoint yet")
     if step is None:
         return latest
-    folder = run / CHECKPOINTS / f"step-{step}"
+    folder = checkpoint_folder(run, step)
     if not folder.is_dir():
         raise ExportError(f"{run} has no checkpoint of step {step} (the latest is {latest.name})")
     return folder

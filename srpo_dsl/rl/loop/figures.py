@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from srpo_dsl.rl.loop.ranges import PERCENT, Range, range_of
-from srpo_dsl.rl.loop.runlog import PANELS, ROLE_PANELS, Dynamics, EvalCurve
+from srpo_dsl.rl.loop.ranges import Range, range_of
+from srpo_dsl.runfolder import PANELS, PERCENT, ROLE_PANELS, Dynamics, EvalCurve
 
-EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (the others: runlog.PANELS)
+EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (others: runfolder.PANELS)
 SMOOTHING = 0.9  # the EMA factor of the solid lines
 LARGEST = 1e300  # beyond it a range between two points is no float: such a point is not drawn
 RETURN_LINES = {"return": "return", "task_score": "task score"}  # the return panel's lines -> legend

@@ -23,8 +23,8 @@ from srpo_dsl.choices import DECODE_MODES, OFFLOAD
 from srpo_dsl.devices import resolve_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import not_utf8
-from srpo_dsl.lang.pycode import UseName, is_reference
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.usercode.pycode import UseName, is_reference
 from srpo_dsl.outputs import check_files, check_sources, check_writable, refuse_existing
 from srpo_dsl.registries import rollout_engine_problem
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed

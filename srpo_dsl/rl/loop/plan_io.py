@@ -25,7 +25,7 @@ from typing import Any
 from srpo_dsl.devices import resolve_device
 from srpo_dsl.io import write_atomic
 from srpo_dsl.rl.loop.plan import TrainError, TrainPlan, check_backend
-from srpo_dsl.runlock import PLAN
+from srpo_dsl.runfolder import PLAN
 
 FORMAT = "srpo-plan/1"  # the file's version: a process reads only the plans its own srpo-dsl writes
 

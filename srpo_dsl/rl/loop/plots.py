@@ -1,4 +1,4 @@
-"""`srpo-dsl plot`'s PNGs of a run's training dynamics (`runlog.read_dynamics`): one per panel of
+"""`srpo-dsl plot`'s PNGs of a run's training dynamics (`runfolder.read_dynamics`): one per panel of
 `figures.panels` (the same figures `srpo-dsl view` inlines as SVG) and `training_dynamics.png` with all of
 them; also drawn at the end of a run whose trackers keep files."""
 
@@ -13,7 +13,7 @@ from srpo_dsl.arguments import checked
 from srpo_dsl.errors import WriteError
 from srpo_dsl.io import FOLDER, check_output_file, kind_of, outermost_missing, writing
 from srpo_dsl.rl.loop.figures import EVAL_PANEL, SMOOTHING, figure, panels
-from srpo_dsl.rl.loop.runlog import PLOTS, Dynamics, read_dynamics
+from srpo_dsl.runfolder import PLOTS, Dynamics, read_dynamics
 
 __all__ = ["EVAL_PANEL", "SMOOTHING", "pyplot", "run_plots", "save", "write_plots"]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.errors import InputError
-from srpo_dsl.lang.graph import EventGraph
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.compile.graph import EventGraph
 from srpo_dsl.registries import ROLLOUT_ENGINES
 from srpo_dsl.rl.distributed.process_group import Dist, barrier, init_distributed
 from srpo_dsl.rl.engines.policies import TrainingPolicy, sync_weights

@@ -15,7 +15,6 @@ Range = tuple[float, float]
 FRACTION: Range = (0.0, 1.0)  # a share: Avg@k, Pass@k, a clip fraction, an invalid-output rate
 NONNEGATIVE: Range = (0.0, math.inf)  # a norm, a length, a count, a time
 UNBOUNDED: Range = (-math.inf, math.inf)  # a return, a task score (a reward may give any number)
-PERCENT = 100.0  # the scale of Avg@k and Pass@k wherever they are shown (percent)
 
 RANGES: dict[str, Range] = {  # metric (metrics.jsonl's, eval.jsonl's, a sweep's) -> its range
     "avg_at_k": FRACTION,

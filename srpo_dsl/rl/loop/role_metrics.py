@@ -25,7 +25,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from srpo_dsl.lang.graph import EventGraph
+from srpo_dsl.lang.compile.graph import EventGraph
 
 ROLLOUT = ("events", "members", "invalid", "tokens")  # summed over every event of the rollouts
 TRAINING = ("rows", "abs_advantage")  # summed over the training rows

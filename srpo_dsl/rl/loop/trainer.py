@@ -30,11 +30,7 @@ from srpo_dsl.progress import progress as progress_lines
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
 from srpo_dsl.rl.engines.policies import TrainingPolicy, engine_owners, sync_weights
-from srpo_dsl.rl.loop.checkpoint import (
-    CHECKPOINTS,
-    latest_checkpoint,
-    save_checkpoint,
-)
+from srpo_dsl.rl.loop.checkpoint import latest_checkpoint, save_checkpoint
 from srpo_dsl.rl.loop.decode_caches import compile_seconds, decode_metrics
 from srpo_dsl.rl.loop.determinism import deterministic_kernels
 from srpo_dsl.rl.loop.event_updates import event_updates
@@ -48,6 +44,7 @@ from srpo_dsl.rl.transport.feed import NoWorkerLeft
 from srpo_dsl.rl.transport.link import Link, join_launch
 from srpo_dsl.rl.transport.staleness import stale_rows
 from srpo_dsl.rl.transport.worker import run_worker
+from srpo_dsl.runfolder import checkpoint_folder
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.seeds import seed_of
 
@@ -124,7 +121,7 @@ def stopped_without_workers(run: TrainingRun, done: int, exc: NoWorkerLeft) -> T
     (with the batches received for later steps) so that `--resume` loses nothing."""
     if done == 0:
         return TrainError(str(exc))
-    if latest_checkpoint(run.out) != run.out / CHECKPOINTS / f"step-{done}":
+    if latest_checkpoint(run.out) != checkpoint_folder(run.out, done):
         checkpoint(run, done)
     return TrainError(f"{exc}: step {done} is checkpointed in {run.out}, continue with --resume")
 
@@ -138,7 +135,7 @@ def diverged(run: TrainingRun, step: int, exc: NotFinite) -> Diverged:
     checkpointed here unless they are already (or moved anyway: the last checkpoint stays the last good
     one). Its metrics are not logged; a fresh run with no good step leaves nothing (`train`)."""
     good = step - 1
-    if not exc.applied and good > 0 and latest_checkpoint(run.out) != run.out / CHECKPOINTS / f"step-{good}":
+    if not exc.applied and good > 0 and latest_checkpoint(run.out) != checkpoint_folder(run.out, good):
         checkpoint(run, good)
     last = latest_checkpoint(run.out)
     where = f"the last good checkpoint is step {last.name[5:]}: {last}" if last else "no step was good"

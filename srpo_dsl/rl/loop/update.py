@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from srpo_dsl.backends.logprobs import Scoring, response_logprobs
-from srpo_dsl.lang.graph import BASE_ADAPTER
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.compile.graph import BASE_ADAPTER
 from srpo_dsl.rl.distributed.process_group import Dist, all_gather, all_reduce
 from srpo_dsl.rl.engines.adapters import clip_per_adapter
 from srpo_dsl.rl.engines.ds_engine import norm_after_step, norm_before_step

@@ -3,7 +3,7 @@
 `train with (objective = "file.py:function", aggregation = ..., advantage = ...)`: the objective is a
 registered name (losses.py) or a user's terms function, the advantage estimator a registered
 name or a user's estimator (files relative to the workflow's folder). `validate` checks the
-references with `ast` (lang/pycode.py); `train` imports them here, once, and checks what they
+references with `ast` (lang/usercode/pycode.py); `train` imports them here, once, and checks what they
 return, so a wrong return is one line naming the user's file:line:
 
     objective(batch: PolicyBatch, config: LossConfig) -> PolicyTerms     (setwise.py)
@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from srpo_dsl.lang.pycode import CodeRef, RefProblem, UseName, is_reference, locate_ref
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.usercode.pycode import CodeRef, RefProblem, UseName, is_reference, locate_ref
 from srpo_dsl.rl.objective.advantages import AdvantageInputs, get_advantage_estimator
 from srpo_dsl.rl.objective.aggregation import get_aggregation
 from srpo_dsl.rl.objective.losses import Objective, get_objective, policy_loss

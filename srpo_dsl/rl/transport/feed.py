@@ -30,7 +30,7 @@ from contextlib import suppress
 
 import torch
 
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.progress import write
 from srpo_dsl.rl.distributed.process_group import all_gather, all_reduce
 from srpo_dsl.rl.engines.policies import TrainingPolicy

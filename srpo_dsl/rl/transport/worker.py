@@ -25,8 +25,8 @@ import torch
 
 from srpo_dsl.backends.base import RolloutEngine
 from srpo_dsl.envs.task_table import pick
-from srpo_dsl.lang.graph import EventGraph
-from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.lang.compile.graph import EventGraph
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.adapters import with_adapters
