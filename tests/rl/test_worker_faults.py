@@ -1,6 +1,7 @@
 """Rollout workers that die: the trainer's feed over real gloo groups between processes (a lost worker's
 steps go to the others, the first copy of a step is kept, none left is one line), then whole runs
-through the command line (a worker killed mid-run, the last one killed, `--resume`)."""
+through the command line (a worker killed mid-run, the last one killed, `--resume`), and torchrun's ranks
+dying with a killed torchrun."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from srpo_dsl.errors import UsageError
 from srpo_dsl.lang.schema import TrainOptions
+from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.rl.transport.feed import Feed, NoWorkerLeft
 from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import LaunchLayout, Link
 from srpo_dsl.rl.transport.worker import send_batch
+from srpo_dsl.runlock import check_free
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from tests.support.clitools import ROOT
 from tests.support.runs import QUICKSTART, SMALL, env_threads, first_result, metrics
@@ -214,6 +218,47 @@ def test_a_worker_killed_before_it_joined_ends_the_launch_at_once(tmp_path: Path
         "nothing was trained"
     ]
     assert not out.exists() and not ranks[0].is_running()
+
+
+def locked(out: Path) -> bool:
+    """Whether a live process holds the run folder's lock (a `--resume` would be refused)."""
+    try:
+        check_free(out)
+    except UsageError:
+        return True
+    return False
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_killed_torchrun_takes_its_ranks_and_the_lock_with_it(tmp_path: Path) -> None:
+    """SIGKILL of `torchrun` (whose ranks run in sessions of their own): both ranks are gone within
+    seconds, and no orphan holds the run folder's lock against a `--resume`."""
+    out = tmp_path / "run"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    torchrun += ["--master_port", str(free_port()), "-m", "srpo_dsl"]
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--steps", "1000"]
+    launcher = subprocess.Popen(
+        [*torchrun, *map(str, args)], cwd=ROOT, env=env_threads(1), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    ranks: list[psutil.Process] = []
+    try:
+        deadline = time.time() + 300
+        while not locked(out):  # rank 0 took the lock: both ranks run srpo-dsl
+            assert launcher.poll() is None and time.time() < deadline, "no rank took the run folder"
+            time.sleep(0.1)
+        ranks = psutil.Process(launcher.pid).children()
+        assert len(ranks) == 2
+        launcher.kill()
+        launcher.wait()
+        _, alive = psutil.wait_procs(ranks, timeout=10)
+        assert alive == [], [p.cmdline() for p in alive]
+        assert not locked(out)
+    finally:
+        for process in ranks:
+            with suppress(psutil.Error):
+                process.kill()
 
 
 def test_a_resume_may_change_the_number_of_workers_not_the_staleness_bound() -> None:
