@@ -32,11 +32,13 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
+from srpo_dsl.stopping import STOPPING
+
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # a launcher's
 LAUNCHER = "SRPO_DSL_LAUNCHER"  # the launcher's pid, in the environment of the processes it starts
 ELASTIC = "TORCHELASTIC_RUN_ID"  # set by torch's elastic launcher (torchrun) in each rank it starts
 JOINED = "SRPO_DSL_JOINED"  # the launcher's folder where each process it started marks that it joined
-FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what a launcher or watcher passes on to its processes
+FORWARDED = (signal.SIGINT, *STOPPING)  # what a launcher or watcher passes on to its processes
 ENDED = "ended"  # the mark of a process that ended through Python, in its launcher's or watcher's folder
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 

@@ -1,8 +1,10 @@
 """Ctrl-C during `train`: one line saying where `--resume` continues from, once, and exit 130; in one
-process, and in the 1 + R processes a run with rollout workers starts without a launcher."""
+process, and in the 1 + R processes a run with rollout workers starts without a launcher. SIGTERM and
+SIGHUP do the same, exit 143 and 129."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,31 +15,54 @@ from subprocess import PIPE
 
 import pytest
 
+from srpo_dsl.runlock import LOCK
 from tests.support.clitools import ROOT
 
 SMALL = ["--steps", "40", "--batch", "4", "--group", "2", "--option", "eval_every=100"]
 SMALL += ["--option", "eval_size=4", "--option", "save_every=1"]
 
 
-def interrupted_train(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """`srpo-dsl train` (stderr to a pipe), sent SIGINT once its first checkpoint is written."""
+def interrupted_train(
+    out: Path, *extra: str, sig: int = signal.SIGINT, step: int = 1
+) -> subprocess.CompletedProcess:
+    """`srpo-dsl train` (stderr to a pipe), sent `sig` once its checkpoint of `step` is written."""
     command = [sys.executable, "-m", "srpo_dsl", "train", "workflows/quickstart.srpo", "--out", str(out)]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([*command, *SMALL, *extra], cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE)
     began = time.monotonic()
-    while not (out / "checkpoints" / "step-1").is_dir() and proc.poll() is None:
+    while not (out / "checkpoints" / f"step-{step}").is_dir() and proc.poll() is None:
         assert time.monotonic() - began < 300, "no checkpoint in 300 s"
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)  # bytes: text mode would turn each `\r` into a newline
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.decode(), stderr.decode())
 
 
-def resume_line(out: Path) -> str:
-    last = max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
-    return (
-        f"interrupted: the last checkpoint is {last}; run the same command with --resume to continue from it"
-    )
+def last_checkpoint(out: Path) -> Path:
+    return max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
+
+
+def resume_line(out: Path, how: str = "interrupted", again: str = "with --resume") -> str:
+    last = last_checkpoint(out)
+    return f"{how}: the last checkpoint is {last}; run the same command {again} to continue from it"
+
+
+@pytest.mark.slow
+def test_sigterm_then_sighup_of_its_resume_say_where_to_resume(tmp_path: Path) -> None:
+    """`kill` (SIGTERM) and a closed terminal (SIGHUP) stop `train` as Ctrl-C does: the line, exit 143 and
+    129, the run folder's lock removed; the resumed run goes on from the checkpoint, each step once."""
+    out = tmp_path / "q"
+    r = interrupted_train(out, sig=signal.SIGTERM)
+    assert r.returncode == 143, r.stderr
+    assert r.stderr.splitlines()[-1] == resume_line(out, "stopped by SIGTERM")
+    assert not (out / LOCK).exists()
+    done = int(last_checkpoint(out).name[5:])
+    r = interrupted_train(out, "--resume", sig=signal.SIGHUP, step=done + 1)
+    assert r.returncode == 129, r.stderr
+    assert r.stderr.splitlines()[-1] == resume_line(out, "stopped by SIGHUP", "again")
+    assert not (out / LOCK).exists()
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) > done
 
 
 @pytest.mark.slow
