@@ -51,7 +51,7 @@ def handling(signals: tuple[int, ...], handler: Callable[[int, Any], Any]) -> di
     return {sig: signal.signal(sig, handler) for sig in kept}
 
 
-def restore(previous: dict[int, Any]) -> None:
+def restore_handlers(previous: dict[int, Any]) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler)
 
@@ -63,7 +63,7 @@ def stopping_on_signals() -> Iterator[None]:
     try:
         yield
     finally:
-        restore(previous)
+        restore_handlers(previous)
 
 
 @contextmanager

@@ -21,7 +21,9 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "version",
         "errors",
         "io",
+        "stopping",
         "launched",
+        "tethered",
         "runlock",
         "outputs",
         "choices",
@@ -35,7 +37,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "data_sources",
         "argranges",
         "arguments",
-    ),  # files and their owner, launched processes, plugin registries, seeds, stderr, size limits
+    ),  # files and their owner, launched processes, stop signals, plugin registries, seeds, stderr, limits
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds

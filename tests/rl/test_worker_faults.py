@@ -1,11 +1,12 @@
 """Rollout workers that die: the trainer's feed over real gloo groups between processes (a lost worker's
 steps go to the others, the first copy of a step is kept, none left is one line), then whole runs
-through the command line (a worker killed mid-run, the last one killed, `--resume`), and torchrun's ranks
-dying with a killed torchrun."""
+through the command line (a worker killed mid-run, the last one killed, `--resume`); torchrun's ranks
+dying with a killed torchrun, and a sweep's runs with a killed sweep."""
 
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ from srpo_dsl.rl.transport.link import LaunchLayout, Link
 from srpo_dsl.rl.transport.worker import send_batch
 from srpo_dsl.runlock import check_free
 from srpo_dsl.runtime.episode import Episode, Event, Member
+from srpo_dsl.sweep.runner import Sweep
 from tests.support.clitools import ROOT
 from tests.support.runs import QUICKSTART, SMALL, env_threads, first_result, metrics
 
@@ -259,6 +261,37 @@ def test_a_killed_torchrun_takes_its_ranks_and_the_lock_with_it(tmp_path: Path) 
         for process in ranks:
             with suppress(psutil.Error):
                 process.kill()
+
+
+TETHERING = """
+import subprocess, sys, time
+from srpo_dsl.tethered import tethered
+child = subprocess.Popen(tethered([sys.executable, "-c", "import time; time.sleep(120)"]))
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_what_a_sweep_starts_dies_with_the_sweep_however_it_ends() -> None:
+    """A sweep starts each run's `train` or `torchrun` tethered to itself (`srpo_dsl.tethered`): a SIGKILL
+    of the sweep ends it (then torchrun's ranks end with torchrun), none trains on."""
+    assert "tethered(train_command(" in inspect.getsource(Sweep.launch)
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    sweep = subprocess.Popen(
+        [sys.executable, "-c", TETHERING], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    run = psutil.Process(int(sweep.stdout.readline()))
+    try:
+        while "time.sleep(120)" not in " ".join(run.cmdline()):  # it became the command, same pid
+            time.sleep(0.01)
+        sweep.kill()
+        sweep.wait()
+        run.wait(timeout=10)
+    finally:
+        with suppress(psutil.Error):
+            run.kill()
+        sweep.stdout.close()
 
 
 def test_a_resume_may_change_the_number_of_workers_not_the_staleness_bound() -> None:
