@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 STOPPING = (signal.SIGTERM, signal.SIGHUP)  # what stops a command as Ctrl-C does, exit code 128 + N
+STOPS: list[int] = []  # those this process received in `stopping_on_signals` (`cli.main`: what it caused)
 
 
 class Stopped(KeyboardInterrupt):
@@ -40,6 +41,7 @@ def stopped_by(exc: KeyboardInterrupt) -> tuple[str, int]:
 
 
 def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    STOPS.append(signum)
     raise Stopped(signum)
 
 

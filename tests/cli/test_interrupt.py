@@ -15,7 +15,9 @@ from subprocess import PIPE
 
 import pytest
 
+from srpo_dsl.cli import main as cli_main
 from srpo_dsl.runlock import LOCK
+from srpo_dsl.stopping import STOPS, stopping_on_signals
 from tests.support.clitools import ROOT
 
 SMALL = ["--steps", "40", "--batch", "4", "--group", "2", "--option", "eval_every=100"]
@@ -63,6 +65,27 @@ def test_sigterm_then_sighup_of_its_resume_say_where_to_resume(tmp_path: Path) -
     assert not (out / LOCK).exists()
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) > done
+
+
+def test_an_error_a_sigterm_caused_in_a_library_is_the_sigterm(monkeypatch, capsys) -> None:
+    """A SIGTERM that lands in a library's import can come out as another error (transformers turns an
+    interrupt there into a ModuleNotFoundError): it is still the signal's end, one line, exit 143."""
+
+    def app(**_: object) -> None:
+        with stopping_on_signals():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except KeyboardInterrupt:
+                raise ModuleNotFoundError("No module named 'transformers.models.auto'") from None
+
+    monkeypatch.setattr(cli_main, "app", app)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli_main.main([])
+    finally:
+        STOPS.clear()
+    assert (ended.value.code, capsys.readouterr().err) == (143, "stopped by SIGTERM\n")
 
 
 @pytest.mark.slow
