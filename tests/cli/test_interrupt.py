@@ -4,7 +4,6 @@ SIGHUP do the same, exit 143 and 129."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,22 +16,21 @@ import pytest
 
 from srpo_dsl.cli import main as cli_main
 from srpo_dsl.runlock import LOCK
-from srpo_dsl.stopping import STOPS, stopping_on_signals
+from srpo_dsl.stopping import STOPS, stopped_by, stopping_on_signals
 from tests.support.clitools import ROOT
 
 SMALL = ["--steps", "40", "--batch", "4", "--group", "2", "--option", "eval_every=100"]
 SMALL += ["--option", "eval_size=4", "--option", "save_every=1"]
 
 
-def interrupted_train(
-    out: Path, *extra: str, sig: int = signal.SIGINT, step: int = 1
-) -> subprocess.CompletedProcess:
-    """`srpo-dsl train` (stderr to a pipe), sent `sig` once its checkpoint of `step` is written."""
+def interrupted_train(out: Path, *extra: str, sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
+    """`srpo-dsl train` (stderr to a pipe), sent `sig` (SIGINT: Ctrl-C) once its first checkpoint is
+    written."""
     command = [sys.executable, "-m", "srpo_dsl", "train", "workflows/quickstart.srpo", "--out", str(out)]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([*command, *SMALL, *extra], cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE)
     began = time.monotonic()
-    while not (out / "checkpoints" / f"step-{step}").is_dir() and proc.poll() is None:
+    while not (out / "checkpoints" / "step-1").is_dir() and proc.poll() is None:
         assert time.monotonic() - began < 300, "no checkpoint in 300 s"
         time.sleep(0.1)
     proc.send_signal(sig)
@@ -40,31 +38,33 @@ def interrupted_train(
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.decode(), stderr.decode())
 
 
-def last_checkpoint(out: Path) -> Path:
-    return max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
-
-
-def resume_line(out: Path, how: str = "interrupted", again: str = "with --resume") -> str:
-    last = last_checkpoint(out)
-    return f"{how}: the last checkpoint is {last}; run the same command {again} to continue from it"
+def resume_line(out: Path, how: str = "interrupted") -> str:
+    last = max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
+    return f"{how}: the last checkpoint is {last}; run the same command with --resume to continue from it"
 
 
 @pytest.mark.slow
-def test_sigterm_then_sighup_of_its_resume_say_where_to_resume(tmp_path: Path) -> None:
-    """`kill` (SIGTERM) and a closed terminal (SIGHUP) stop `train` as Ctrl-C does: the line, exit 143 and
-    129, the run folder's lock removed; the resumed run goes on from the checkpoint, each step once."""
+def test_sighup_says_where_to_resume_and_removes_the_lock(tmp_path: Path) -> None:
+    """A closed terminal (SIGHUP, which the command passes on to its watched child) stops `train` as
+    Ctrl-C does: the line, the run folder's lock removed, exit 129 (SIGTERM takes the same path, 143:
+    `test_sigterm_stops_as_ctrl_c_does`)."""
     out = tmp_path / "q"
-    r = interrupted_train(out, sig=signal.SIGTERM)
-    assert r.returncode == 143, r.stderr
-    assert r.stderr.splitlines()[-1] == resume_line(out, "stopped by SIGTERM")
-    assert not (out / LOCK).exists()
-    done = int(last_checkpoint(out).name[5:])
-    r = interrupted_train(out, "--resume", sig=signal.SIGHUP, step=done + 1)
+    r = interrupted_train(out, sig=signal.SIGHUP)
     assert r.returncode == 129, r.stderr
-    assert r.stderr.splitlines()[-1] == resume_line(out, "stopped by SIGHUP", "again")
+    assert r.stderr.splitlines()[-1] == resume_line(out, "stopped by SIGHUP")
     assert not (out / LOCK).exists()
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, len(steps) + 1)) and len(steps) > done
+
+
+def test_sigterm_stops_as_ctrl_c_does() -> None:
+    """SIGTERM (`kill`, a batch system's time limit) raises where the process is, as Ctrl-C does, and is
+    said as `stopped by SIGTERM`, exit 143; outside `train`'s block, the handler there was is back."""
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt) as caught, stopping_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    STOPS.clear()
+    assert stopped_by(caught.value) == ("stopped by SIGTERM", 143)
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_an_error_a_sigterm_caused_in_a_library_is_the_sigterm(monkeypatch, capsys) -> None:
