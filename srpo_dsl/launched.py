@@ -7,7 +7,12 @@ gone, and the process ends at once. The kernel sends the signal however the laun
 included) and whatever the process is doing (a collective, a C call), so no rank or rollout worker
 outlives its launcher and writes beside a later `--resume`; a thread that watched the parent's pid
 would wait on Python's interpreter lock and its polling interval. (Linux only: elsewhere a launcher
-stops its processes when it ends of a signal it can catch, not of SIGKILL.)
+stops its processes when it ends of a signal it can catch, not of SIGKILL.) A rank that torch's elastic
+launcher started (`torchrun`: `TORCHELASTIC_RUN_ID` set) dies with it the same way: torchrun starts each
+rank in a session of its own and does not stop them when it is killed, and they would train on (or
+wait in a collective) holding the run folder's lock. torchrun does not name its pid: the parent a rank
+finds as `srpo_dsl` starts is taken for it (a torchrun killed in the milliseconds before that, while the
+rank's interpreter starts, is not noticed).
 
 Once it joined the launch (every process is connected), a launched process marks it in the `JOINED`
 folder of its launcher (the self-launch's, or its Ray actor's): until then the launcher stops the launch
@@ -27,10 +32,13 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
+from srpo_dsl.stopping import STOPPING
+
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # a launcher's
 LAUNCHER = "SRPO_DSL_LAUNCHER"  # the launcher's pid, in the environment of the processes it starts
+ELASTIC = "TORCHELASTIC_RUN_ID"  # set by torch's elastic launcher (torchrun) in each rank it starts
 JOINED = "SRPO_DSL_JOINED"  # the launcher's folder where each process it started marks that it joined
-FORWARDED = (signal.SIGINT, signal.SIGTERM)  # what a launcher or watcher passes on to its processes
+FORWARDED = (signal.SIGINT, *STOPPING)  # what a launcher or watcher passes on to its processes
 ENDED = "ended"  # the mark of a process that ended through Python, in its launcher's or watcher's folder
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -53,6 +61,8 @@ def follow_launcher() -> None:
     """When a launcher started this process, end it with the launcher (see the module)."""
     named = os.environ.get(LAUNCHER, "")
     if not named.isdigit():
+        if ELASTIC in os.environ and "RANK" in os.environ:  # a rank of torchrun, its parent
+            die_with(os.getppid())
         return
     if int(named) != os.getppid():
         if not _alive(int(named)):  # orphaned before this line: the launcher is gone

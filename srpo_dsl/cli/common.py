@@ -40,10 +40,10 @@ def fail(message: str, code: int = EXIT_USAGE) -> CliError:
     return CliError(message, code)
 
 
-def interrupted(message: str = "interrupted") -> CliError:
-    """A Ctrl-C: `message` on stderr, once (under a launcher every rank gets the signal: rank 0 says it),
-    exit 130."""
-    return CliError(message, EXIT_INTERRUPTED, shown=message if os.environ.get("RANK", "0") == "0" else "")
+def interrupted(message: str = "interrupted", code: int = EXIT_INTERRUPTED) -> CliError:
+    """A Ctrl-C (or SIGTERM, SIGHUP: `code` 128 + N): `message` on stderr, once (under a launcher every
+    rank gets the signal: rank 0 says it), exit `code`."""
+    return CliError(message, code, shown=message if os.environ.get("RANK", "0") == "0" else "")
 
 
 def choices(name: str, names: Iterable[str]) -> type[Enum]:

@@ -20,6 +20,7 @@ from srpo_dsl.cli.train_cmds import export_cmd, launched_cmd, plot_cmd, train_cm
 from srpo_dsl.cli.view_cmds import view
 from srpo_dsl.cli.watch import ended, watched
 from srpo_dsl.errors import SrpoDslError
+from srpo_dsl.stopping import STOPS, Stopped, stopped_by
 from srpo_dsl.version import __version__
 
 app = typer.Typer(
@@ -83,10 +84,12 @@ def note_interrupt(signum: int, frame: object) -> None:
 
 
 def interrupted_exit() -> None:
-    """After a Ctrl-C, whatever error it caused is the interrupt: one line, exit 130."""
-    if INTERRUPTS:
-        eprint("interrupted")
-        sys.exit(130)
+    """After a Ctrl-C (or a SIGTERM, SIGHUP: `srpo_dsl.stopping`), whatever error it caused is the
+    interrupt: one line, exit 128 + N."""
+    if INTERRUPTS or STOPS:
+        how, code = stopped_by(KeyboardInterrupt() if INTERRUPTS else Stopped(STOPS[0]))
+        eprint(how)
+        sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,7 +120,7 @@ def outcome(argv: list[str] | None) -> int:
         eprint(f"error: {where}: SystemExit({exc.code!r}) raised there would end the command")
         return EXIT_INPUT
     except SrpoDslError as err:  # the API's and the CLI's: a workflow's errors, the user's file:line, ...
-        if err.exit_code != 130:
+        if err.exit_code < 128:  # an error, not a signal's end: one a signal caused is the signal's
             interrupted_exit()
         print_error(err)
         return err.exit_code

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ from srpo_dsl.cli.watch import training
 from srpo_dsl.console import note
 from srpo_dsl.errors import UsageError
 from srpo_dsl.registries import OBJECTIVES, ROLLOUT_ENGINES, SET_NORMS
+from srpo_dsl.stopping import STOPPING, Stopped, stopped_by, stopping_on_signals
 
 if TYPE_CHECKING:
     from srpo_dsl.api.runs import EvalCurve
@@ -187,7 +189,8 @@ def launched_cmd(
 
 def carry_out(plan: TrainPlan, dry_run: bool, verbose: bool) -> None:
     """The planned run: its dry run (who runs where), its processes (rollout workers and no launcher, or
-    Ray), or training here; a Ctrl-C says where to `--resume` from."""
+    Ray), or training here; a Ctrl-C, SIGTERM or SIGHUP says where to `--resume` from (`stopping`: the
+    command the user started; a launcher's processes are stopped by it)."""
     if dry_run and plan.setup.ray is not None:  # the actors' own dry run: who runs where, connected
         raise typer.Exit(launch(plan, verbose=verbose, dry_run=True))
     no_gpu_note(plan.device, asked=plan.setup.device)
@@ -196,12 +199,17 @@ def carry_out(plan: TrainPlan, dry_run: bool, verbose: bool) -> None:
             print(table)
         return
     try:
-        if plan.processes:  # rollout workers and no launcher, or Ray: the command launches the processes
-            raise typer.Exit(launch(plan, verbose=verbose))  # (rank 0 reports a Ctrl-C)
-        training(plan.out, plan.opts.steps)  # for its watcher's line, should it end without a word
-        run = train_plan(plan, verbose=verbose)
-    except KeyboardInterrupt:
-        raise interrupted(where_to_resume(plan.out, plan.resume)) from None
+        with stopping_on_signals() if "RANK" not in os.environ else nullcontext():
+            if plan.processes:  # rollout workers and no launcher, or Ray: the command launches them
+                code = launch(plan, verbose=verbose)  # (rank 0 reports a Ctrl-C)
+                if code - 128 in STOPPING and plan.setup.ray is None:  # a SIGTERM, SIGHUP passed on
+                    raise Stopped(code - 128)  # (to its rank 0, which ends in silence: `rl.loop.trainer`)
+                raise typer.Exit(code)
+            training(plan.out, plan.opts.steps)  # for its watcher's line, should it end without a word
+            run = train_plan(plan, verbose=verbose)
+    except KeyboardInterrupt as exc:
+        how, code = stopped_by(exc)
+        raise interrupted(where_to_resume(plan.out, plan.resume, how), code) from None
     if int(os.environ.get("RANK", "0")) == 0:  # one report under a launcher
         report(run)
 
@@ -219,14 +227,15 @@ def no_gpu_note(device: str, asked: str | None) -> None:
     )
 
 
-def where_to_resume(out: Path, resumed: bool) -> str:
-    """What a Ctrl-C leaves: the last checkpoint and the flag that continues from it, or that nothing was
-    kept (a fresh run stopped before its first checkpoint writes nothing)."""
+def where_to_resume(out: Path, resumed: bool, how: str = "interrupted") -> str:
+    """What a Ctrl-C (`how`: interrupted, stopped by SIGTERM) leaves: the last checkpoint and the flag that
+    continues from it, or that nothing was kept (a fresh run stopped before its first checkpoint writes
+    nothing)."""
     checkpoints = Run(out, []).checkpoints
     if not checkpoints:
-        return f"interrupted before the first checkpoint: nothing was kept in {out}; run the command again"
+        return f"{how} before the first checkpoint: nothing was kept in {out}; run the command again"
     again = "run the same command again" if resumed else "run the same command with --resume"
-    return f"interrupted: the last checkpoint is {checkpoints[-1]}; {again} to continue from it"
+    return f"{how}: the last checkpoint is {checkpoints[-1]}; {again} to continue from it"
 
 
 def parse_options(values: list[str]) -> dict[str, str]:

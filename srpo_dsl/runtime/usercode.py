@@ -1,9 +1,11 @@
 """The user's Python at run time: imported once per process, called under a time limit, its
 failures reported as one line naming the user's file:line, the function and the input.
 
-User code may not end the process: a `SystemExit` it raises (`sys.exit(0)` too) is such a failure
-(KeyboardInterrupt stays an interrupt). What it prints goes to stderr, also while the libraries'
-stdout is hidden (`api.quiet`): stdout holds results (`--format json`), never the user's prints.
+User code may not end the process: a `SystemExit` it raises (`sys.exit(0)` too) is such a failure,
+and so is a `KeyboardInterrupt` it raises itself; one that a signal raised while it ran (Ctrl-C,
+SIGTERM, SIGHUP) stays an interrupt (`srpo_dsl.stopping`). What it prints goes to stderr, also while
+the libraries' stdout is hidden (`api.quiet`): stdout holds results (`--format json`), never the
+user's prints.
 
 Only `run`, `eval`, `train` (and the Python API behind them) come here; `validate` and
 `compile` read the same references with `ast` only (`srpo_dsl.lang.usercode.pycode`).
@@ -35,6 +37,7 @@ from typing import Any
 
 from srpo_dsl.errors import InputError
 from srpo_dsl.lang.usercode.pycode import USES, CodeRef, Params, call_problem
+from srpo_dsl.stopping import from_signal, signalled_interrupts
 
 # Seconds per call; a tool sets its own.
 TIME_LIMITS = {"reward": 60.0, "scorer": 60.0, "parser": 10.0, "loader": 600.0}
@@ -144,13 +147,16 @@ def import_module(ref: CodeRef) -> ModuleType:
     key = ref.module or os.path.realpath(ref.file)
     if key in _MODULES:
         return _MODULES[key]
-    try:
-        with time_limit(IMPORT_TIME_LIMIT), user_output():
-            module = importlib.import_module(ref.module) if ref.module else _exec_file(Path(ref.file))
-    except UserTimeout as exc:
-        raise _failure(ref, exc, f"importing it did not finish within {IMPORT_TIME_LIMIT:g} s") from None
-    except (Exception, SystemExit) as exc:
-        raise _failure(ref, exc, "importing it failed") from None
+    with signalled_interrupts() as arrived:
+        try:
+            with time_limit(IMPORT_TIME_LIMIT), user_output():
+                module = importlib.import_module(ref.module) if ref.module else _exec_file(Path(ref.file))
+        except UserTimeout as exc:
+            raise _failure(ref, exc, f"importing it did not finish within {IMPORT_TIME_LIMIT:g} s") from None
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            if isinstance(exc, KeyboardInterrupt) and from_signal(exc, arrived):
+                raise
+            raise _failure(ref, exc, "importing it failed") from None
     _MODULES[key] = module
     return module
 
@@ -183,15 +189,18 @@ class UserFunction:
 
     def __call__(self, *args: Any, about: Callable[[], str], **kwargs: Any) -> Any:
         name = f"{self.ref.function}()"
-        try:
-            with time_limit(self.timeout), user_output():
-                return self.fn(*args, **kwargs)
-        except UserTimeout as exc:
-            raise _failure(
-                self.ref, exc, f"{name} did not return within {self.timeout:g} s on {about()}"
-            ) from None
-        except (Exception, SystemExit) as exc:
-            raise _failure(self.ref, exc, f"{name} raised on {about()}") from None
+        with signalled_interrupts() as arrived:
+            try:
+                with time_limit(self.timeout), user_output():
+                    return self.fn(*args, **kwargs)
+            except UserTimeout as exc:
+                raise _failure(
+                    self.ref, exc, f"{name} did not return within {self.timeout:g} s on {about()}"
+                ) from None
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:
+                if isinstance(exc, KeyboardInterrupt) and from_signal(exc, arrived):
+                    raise  # a Ctrl-C (or SIGTERM) while it ran: the command's interrupt
+                raise _failure(self.ref, exc, f"{name} raised on {about()}") from None
 
     def fail(self, message: str) -> UserCodeError:
         """An error about what the function returned, at its `def` line."""

@@ -26,6 +26,7 @@ from typing import Any
 import srpo_dsl.console as console
 from srpo_dsl.sweep.experiment import Cell, Experiment
 from srpo_dsl.sweep.state import SweepState, finished, log_path, run_dir, run_key
+from srpo_dsl.tethered import tethered
 from srpo_dsl.trackers.base import EXPERIMENT_ENV, RUN_NAME_ENV
 
 LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -194,10 +195,11 @@ class Sweep:
             self.update(job, status="failed", exit_code=code, error=last_error(log), wall_s=wall)
 
     def launch(self, job: Job, log: Path, devices: list[str] | None) -> int:
-        """The run's train command to its end, its output appended to `log`; its exit code."""
+        """The run's train command to its end, its output appended to `log`; its exit code. It dies with
+        the sweep however the sweep ends (`tethered`)."""
         with log.open("a", encoding="utf-8") as out:
             proc = subprocess.Popen(
-                train_command(self.exp, job, self.folder, self.settings, self.procs_per_run),
+                tethered(train_command(self.exp, job, self.folder, self.settings, self.procs_per_run)),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=child_env(self.jobs, devices) | tracked_as(self.exp, job),

@@ -1,5 +1,6 @@
 """Ctrl-C during `train`: one line saying where `--resume` continues from, once, and exit 130; in one
-process, and in the 1 + R processes a run with rollout workers starts without a launcher."""
+process, and in the 1 + R processes a run with rollout workers starts without a launcher. SIGTERM and
+SIGHUP do the same, exit 143 and 129."""
 
 from __future__ import annotations
 
@@ -13,14 +14,18 @@ from subprocess import PIPE
 
 import pytest
 
+from srpo_dsl.cli import main as cli_main
+from srpo_dsl.runfolder import LOCK
+from srpo_dsl.stopping import STOPS, stopped_by, stopping_on_signals
 from tests.support.clitools import ROOT
 
 SMALL = ["--steps", "40", "--batch", "4", "--group", "2", "--option", "eval_every=100"]
 SMALL += ["--option", "eval_size=4", "--option", "save_every=1"]
 
 
-def interrupted_train(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """`srpo-dsl train` (stderr to a pipe), sent SIGINT once its first checkpoint is written."""
+def interrupted_train(out: Path, *extra: str, sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
+    """`srpo-dsl train` (stderr to a pipe), sent `sig` (SIGINT: Ctrl-C) once its first checkpoint is
+    written."""
     command = [sys.executable, "-m", "srpo_dsl", "train", "workflows/quickstart.srpo", "--out", str(out)]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([*command, *SMALL, *extra], cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE)
@@ -28,16 +33,59 @@ def interrupted_train(out: Path, *extra: str) -> subprocess.CompletedProcess:
     while not (out / "checkpoints" / "step-1").is_dir() and proc.poll() is None:
         assert time.monotonic() - began < 300, "no checkpoint in 300 s"
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)  # bytes: text mode would turn each `\r` into a newline
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.decode(), stderr.decode())
 
 
-def resume_line(out: Path) -> str:
+def resume_line(out: Path, how: str = "interrupted") -> str:
     last = max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
-    return (
-        f"interrupted: the last checkpoint is {last}; run the same command with --resume to continue from it"
-    )
+    return f"{how}: the last checkpoint is {last}; run the same command with --resume to continue from it"
+
+
+@pytest.mark.slow
+def test_sighup_says_where_to_resume_and_removes_the_lock(tmp_path: Path) -> None:
+    """A closed terminal (SIGHUP, which the command passes on to its watched child) stops `train` as
+    Ctrl-C does: the line, the run folder's lock removed, exit 129 (SIGTERM takes the same path, 143:
+    `test_sigterm_stops_as_ctrl_c_does`)."""
+    out = tmp_path / "q"
+    r = interrupted_train(out, sig=signal.SIGHUP)
+    assert r.returncode == 129, r.stderr
+    assert r.stderr.splitlines()[-1] == resume_line(out, "stopped by SIGHUP")
+    assert not (out / LOCK).exists()
+
+
+def test_sigterm_stops_as_ctrl_c_does() -> None:
+    """SIGTERM (`kill`, a batch system's time limit) raises where the process is, as Ctrl-C does, and is
+    said as `stopped by SIGTERM`, exit 143; outside `train`'s block, the handler there was is back."""
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt) as caught, stopping_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    STOPS.clear()
+    assert stopped_by(caught.value) == ("stopped by SIGTERM", 143)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_an_error_a_sigterm_caused_in_a_library_is_the_sigterm(monkeypatch, capsys) -> None:
+    """A SIGTERM that lands in a library's import can come out as another error (transformers turns an
+    interrupt there into a ModuleNotFoundError): it is still the signal's end, one line, exit 143."""
+
+    def app(**_: object) -> None:
+        with stopping_on_signals():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except KeyboardInterrupt:
+                raise ModuleNotFoundError("No module named 'transformers.models.auto'") from None
+
+    monkeypatch.setattr(cli_main, "app", app)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli_main.main([])
+    finally:
+        STOPS.clear()
+    assert (ended.value.code, capsys.readouterr().err) == (143, "stopped by SIGTERM\n")
 
 
 @pytest.mark.slow

@@ -21,7 +21,9 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "version",
         "errors",
         "io",
+        "stopping",
         "launched",
+        "tethered",
         "runlock",
         "runfolder",
         "outputs",
@@ -37,7 +39,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
         "data_sources",
         "argranges",
         "arguments",
-    ),  # files, a run folder's format and owner, launched processes, plugin registries, seeds, stderr, limits
+    ),  # files, run folders, their owner, launched processes, stop signals, plugin registries, seeds, stderr
     ("lang",),  # text -> checked event graph (built-in entries named by import path, not imported)
     ("lsp",),  # the language server: the checker, the formatter and the declarations, for an editor
     ("envs",),  # task data, rewards, retrievers: the loaders of lang's task and tool kinds

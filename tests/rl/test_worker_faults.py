@@ -1,6 +1,7 @@
 """Rollout workers that die: the trainer's feed over real gloo groups between processes (a lost worker's
 steps go to the others, the first copy of a step is kept, none left is one line), then whole runs
-through the command line (a worker killed mid-run, the last one killed, `--resume`)."""
+through the command line (a worker killed mid-run, the last one killed, `--resume`); torchrun's ranks
+dying with a killed torchrun, and a sweep's runs with a killed sweep."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from srpo_dsl.errors import UsageError
 from srpo_dsl.lang.checks.schema import TrainOptions
+from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.rl.transport.feed import Feed, NoWorkerLeft
 from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import LaunchLayout, Link
 from srpo_dsl.rl.transport.worker import send_batch
+from srpo_dsl.runlock import check_free
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from tests.support.clitools import ROOT
 from tests.support.runs import QUICKSTART, SMALL, env_threads, first_result, metrics
@@ -215,6 +219,78 @@ def test_a_worker_killed_before_it_joined_ends_the_launch_at_once(tmp_path: Path
         "nothing was trained"
     ]
     assert not out.exists() and not ranks[0].is_running()
+
+
+def locked(out: Path) -> bool:
+    """Whether a live process holds the run folder's lock (a `--resume` would be refused)."""
+    try:
+        check_free(out)
+    except UsageError:
+        return True
+    return False
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_killed_torchrun_takes_its_ranks_and_the_lock_with_it(tmp_path: Path) -> None:
+    """SIGKILL of `torchrun` (whose ranks run in sessions of their own): both ranks are gone within
+    seconds, and no orphan holds the run folder's lock against a `--resume`."""
+    out = tmp_path / "run"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    torchrun += ["--master_port", str(free_port()), "-m", "srpo_dsl"]
+    args = ["train", QUICKSTART, "--out", out, *SMALL, "--steps", "1000"]
+    launcher = subprocess.Popen(
+        [*torchrun, *map(str, args)], cwd=ROOT, env=env_threads(1), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    ranks: list[psutil.Process] = []
+    try:
+        deadline = time.time() + 300
+        while not locked(out):  # rank 0 took the lock: both ranks run srpo-dsl
+            assert launcher.poll() is None and time.time() < deadline, "no rank took the run folder"
+            time.sleep(0.1)
+        ranks = psutil.Process(launcher.pid).children()
+        assert len(ranks) == 2
+        launcher.kill()
+        launcher.wait()
+        _, alive = psutil.wait_procs(ranks, timeout=10)
+        assert alive == [], [p.cmdline() for p in alive]
+        assert not locked(out)
+    finally:
+        for process in ranks:
+            with suppress(psutil.Error):
+                process.kill()
+
+
+TETHERING = """
+import subprocess, sys, time
+from srpo_dsl.tethered import tethered
+child = subprocess.Popen(tethered([sys.executable, "-c", "import time; time.sleep(120)"]))
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_what_a_sweep_starts_dies_with_the_sweep_however_it_ends() -> None:
+    """A sweep starts each run's `train` or `torchrun` tethered to itself (`srpo_dsl.tethered`): a SIGKILL
+    of the sweep ends it (then torchrun's ranks end with torchrun), none trains on."""
+    assert "tethered(train_command(" in (ROOT / "srpo_dsl" / "sweep" / "runner.py").read_text()
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    sweep = subprocess.Popen(
+        [sys.executable, "-c", TETHERING], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    run = psutil.Process(int(sweep.stdout.readline()))
+    try:
+        while "time.sleep(120)" not in " ".join(run.cmdline()):  # it became the command, same pid
+            time.sleep(0.01)
+        sweep.kill()
+        sweep.wait()
+        run.wait(timeout=10)
+    finally:
+        with suppress(psutil.Error):
+            run.kill()
+        sweep.stdout.close()
 
 
 def test_a_resume_may_change_the_number_of_workers_not_the_staleness_bound() -> None:

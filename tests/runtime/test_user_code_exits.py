@@ -1,7 +1,9 @@
 """User code that ends the process or prints: a `SystemExit` from it is one error line naming the user's
-file:line (exit 1, nothing written), whichever use it has; what it prints reaches stderr."""
+file:line (exit 1, nothing written), whichever use it has, and so is a `KeyboardInterrupt` it raises
+itself (a Ctrl-C while it runs stays an interrupt); what it prints reaches stderr."""
 
 import json
+import signal
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,9 +12,10 @@ import pytest
 import torch
 
 from srpo_dsl.cli import main as cli_main
+from srpo_dsl.lang.usercode.pycode import CodeRef
 from srpo_dsl.rl.loop import trainer
 from srpo_dsl.rl.objective.plugins import UserTerms, locate
-from srpo_dsl.runtime.usercode import UserCodeError
+from srpo_dsl.runtime.usercode import UserCodeError, load_function
 from tests.runtime.test_user_code_runtime import BASE_CODE, SCRIPT, make
 from tests.support.clitools import cli
 
@@ -43,6 +46,41 @@ def test_system_exit_while_importing_is_an_error_at_its_line(tmp_path):
     assert r.stderr.splitlines()[-1].startswith(
         f"error: {tmp_path / 'user.py'}:{line}: importing it failed: SystemExit(7): "
     )
+
+
+def test_a_keyboard_interrupt_a_reward_raises_is_an_error_at_its_line_not_a_ctrl_c(tmp_path):
+    body = "def halt(answer, row):\n    raise KeyboardInterrupt('no more')\n"
+    r = run_scripted(tmp_path, make(tmp_path, body, reward="halt"))
+    line = (BASE_CODE + body).splitlines().index("    raise KeyboardInterrupt('no more')") + 1
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        f"error: {tmp_path / 'user.py'}:{line}: halt() raised on answer '1', task 'train-0': "
+        "KeyboardInterrupt: no more"
+    )
+
+
+def test_a_keyboard_interrupt_while_importing_is_an_error_at_its_line(tmp_path):
+    r = run_scripted(tmp_path, make(tmp_path, "raise KeyboardInterrupt\n"))
+    line = len(BASE_CODE.splitlines()) + 1
+    assert r.returncode == 1, r.stderr
+    assert (
+        r.stderr.splitlines()[-1]
+        == f"error: {tmp_path / 'user.py'}:{line}: importing it failed: KeyboardInterrupt"
+    )
+
+
+def test_a_ctrl_c_while_user_code_runs_stays_an_interrupt(tmp_path):
+    """A SIGINT that reaches the process while the reward runs is the user's Ctrl-C: the caller gets the
+    KeyboardInterrupt (exit 130 on the command line), not an error in the reward."""
+    (tmp_path / "user.py").write_text(
+        "import os, signal, time\ndef slow(answer, row):\n    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)\n"
+    )
+    reward = load_function(CodeRef("reward", "user.py:slow", str(tmp_path / "user.py"), None, "slow", 2, 2))
+    with pytest.raises(KeyboardInterrupt) as caught:
+        reward("1", {}, about=lambda: "a task")
+    assert type(caught.value) is KeyboardInterrupt
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler there was, back
 
 
 def test_what_a_reward_prints_reaches_stderr_not_the_results(tmp_path):

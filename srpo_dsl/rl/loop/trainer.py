@@ -47,6 +47,7 @@ from srpo_dsl.rl.transport.worker import run_worker
 from srpo_dsl.runfolder import checkpoint_folder
 from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.seeds import seed_of
+from srpo_dsl.stopping import STOPPING, handling
 
 __all__ = ["TrainError", "train"]
 
@@ -75,7 +76,7 @@ def train(plan: TrainPlan, progress: bool = True) -> list[dict[str, float]]:
         if run.feed is not None:  # the workers stop, also after a Ctrl-C (else each waits on the other)
             run.feed.close()
         if link is not None:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            handling(STOPPING, signal.SIG_DFL)
     if run.log is not None:
         run.log.close()
     return history
@@ -89,8 +90,8 @@ def rollout_link(plan: TrainPlan) -> Link | None:
     link = join_launch(plan.opts.rollout_workers, plan.device)
     if link.layout.is_worker:
         run_worker(plan.workflow, plan.opts, link, plan.rollout)
-    else:  # the launcher stops every process when one fails: a trainer cleans up as on Ctrl-C
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    else:  # the launcher stops every process when one fails: a trainer cleans up as on Ctrl-C (its
+        handling(STOPPING, lambda signum, _: sys.exit(128 + signum))  # launcher says where to resume)
     return link
 
 
