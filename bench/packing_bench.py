@@ -60,8 +60,8 @@ def lengthened(rows, role: str, tokens: int):
         return (list(values) * (tokens // max(len(values), 1) + 1))[:tokens] if who == role else list(values)
 
     responses = [grow(r, who) for r, who in zip(rows.response_token_ids, rows.roles)]
-    behaviour = [grow(b, who) for b, who in zip(rows.behavior_logprobs, rows.roles)]
-    return dataclasses.replace(rows, response_token_ids=responses, behavior_logprobs=behaviour)
+    behaviour = [grow(b, who) for b, who in zip(rows.behaviour_logprobs, rows.roles)]
+    return dataclasses.replace(rows, response_token_ids=responses, behaviour_logprobs=behaviour)
 
 
 def timed(run, rows, opts, repeats: int) -> float:

@@ -9,12 +9,14 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from srpo_dsl.lang.graph import ENV_DONE
-from srpo_dsl.runtime.credit import member_return, role_rounds
+from srpo_dsl.runtime.credit import member_returns, role_rounds
+
+BEHAVIOUR_KEY = "behavior_logprobs"  # a member's behaviour log-probs in a trace (docs/traces.md)
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class Member:
 
     The one definition of a trace member: the executor builds it, the trace schema
     (`runtime.traces.TraceEvent.members`) validates it with pydantic, extra keys forbidden.
+    `behaviour_logprobs` is written and read under the trace key `behavior_logprobs` (its alias).
     """
 
     __pydantic_config__ = ConfigDict(extra="forbid")
@@ -34,7 +37,7 @@ class Member:
     policy_version: int
     prompt_token_ids: list[int]
     response_token_ids: list[int]
-    behavior_logprobs: list[float]
+    behaviour_logprobs: Annotated[list[float], Field(alias=BEHAVIOUR_KEY)]  # log mu, one per response token
     text: str
     valid: bool
     parsed: object = None
@@ -42,9 +45,9 @@ class Member:
     stop_string: str | None = None  # v4: the stop string that ended it (`finish` "stop")
 
     def __post_init__(self) -> None:
-        if len(self.behavior_logprobs) != len(self.response_token_ids):
+        if len(self.behaviour_logprobs) != len(self.response_token_ids):
             raise ValueError(
-                f"member {self.member_index}: {len(self.behavior_logprobs)} log-probs for "
+                f"member {self.member_index}: {len(self.behaviour_logprobs)} log-probs for "
                 f"{len(self.response_token_ids)} response tokens"
             )
 
@@ -260,9 +263,12 @@ class Episode:
     tool_calls: int = 0
     tool_errors: int = 0  # tool calls that failed or timed out (each an error observation)
     done: bool = False
-    reward: float = 0.0  # team return: score + penalty per invalid action
-    score: float = 0.0  # the reward function alone (1 = correct)
-    role_rewards: dict[str, float] = field(default_factory=dict)  # by credit key, if the reward keyed them
+    reward: float = 0.0  # the reward function alone (1 = correct); a trace's `score`
+    team_return: float = 0.0  # the reward + the penalty per invalid action; a trace's `reward`
+    keyed_returns: dict[str, float] = field(default_factory=dict)  # by credit key, if the reward keyed them
+    # (event id, member index) -> its member's return, when the reward keyed returns (`record_returns`);
+    # a member not in it (every member when the reward keyed none) has the team return
+    returns: dict[tuple[str, int], float] = field(default_factory=dict)
     answer: object = None
     path: str = ""  # which path of a branching rollout this is ("": the first; ".2": a tree's third child)
     tree: Tree | None = None  # while it runs: the rollout's tree of paths (shared by every path of it)
@@ -286,10 +292,11 @@ class Episode:
         child.path = f"{self.path}.{index}"
         return child
 
-    def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
-        """The return credited to a member: its most specific key's when the reward keyed returns
-        (`runtime.credit`), else the team's."""
-        return member_return(self.role_rewards, self.reward, role, replica, round)
+    def record_returns(self, reward: float, team_return: float, keyed: Mapping[str, float]) -> None:
+        """Record the episode's reward, team return and returns by credit key, and resolve the keys once
+        into each member's return (`returns`: `runtime.credit.member_returns`)."""
+        self.reward, self.team_return, self.keyed_returns = reward, team_return, dict(keyed)
+        self.returns = member_returns(self.events, self.keyed_returns, team_return)
 
     def state_key(self) -> str | None:
         """The key of the state the next event acts from: each environment's last step's key. One keyed

@@ -148,5 +148,5 @@ def test_the_stop_quickstart_cuts_each_first_turn_of_the_free_one_at_its_tag(tin
         end, tag = min(ends)
         assert (b.finish, b.stop_string, b.text) == ("stop", tag, a.text[:end])
         assert a.response_token_ids[: len(b.response_token_ids)] == b.response_token_ids
-        assert b.behavior_logprobs == a.behavior_logprobs[: len(b.response_token_ids)]
+        assert b.behaviour_logprobs == a.behaviour_logprobs[: len(b.response_token_ids)]
     assert stops >= 12  # most first turns write a tag

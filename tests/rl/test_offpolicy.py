@@ -336,7 +336,7 @@ def test_an_episode_mixing_versions_weighs_each_member_by_its_own_behaviour_poli
     stale = stale_rows(rows.versions, rows.policies, current=5, trained={"lm"})
     assert stale.tolist() == [True, False, True]
     proximal = torch.tensor([[-0.8, -0.4], [-0.9, PAD], [-0.5, PAD]], dtype=torch.float64)
-    recorded = pad_right(rows.behavior_logprobs, 2).double()
+    recorded = pad_right(rows.behaviour_logprobs, 2).double()
     mask = torch.tensor([[1, 1], [1, 0], [1, 0]])
     behaviour = behaviour_of_rows(stale, recorded, proximal)
     assert torch.equal(behaviour[1], proximal[1])  # the fresh member: its proximal log-probs

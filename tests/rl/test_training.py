@@ -86,7 +86,7 @@ def test_rows_follow_the_turns_they_continue_and_select_remaps_them():
     episodes[0].events[4].members[0] = dataclasses.replace(third, prompt_token_ids=cut)
     resampled = episodes[1].events[2].members[0]  # a try of talker 2: its prompt, another response
     episodes[1].events[2].tries.append(
-        dataclasses.replace(resampled, response_token_ids=[5], behavior_logprobs=[-1.0])
+        dataclasses.replace(resampled, response_token_ids=[5], behaviour_logprobs=[-1.0])
     )
     changed = build_rows(episodes, "srpo")
     assert changed.members[11] == ("q0/1/e2/try1", 0)  # after talker 2 (row 10); talker 3 (row 14) after it
@@ -146,7 +146,7 @@ def joint_autograd_step(models, entropy_coef: float = 0.0, objective: str = "srp
     # old = rollout log-probs: ratios far from 1, some events clipped
     loss, metrics = get_objective(objective)(
         logprobs,
-        batch.behaviour,
+        batch.behaviour_logprobs,
         batch.mask,
         rows.event_ids,
         rows.advantages,

@@ -35,7 +35,7 @@ def _turn(episode: str, n: int, event_type: str) -> Event:
 def _episode(prompt: str, sample: int, turns: list[str], reward: float) -> Episode:
     ep = Episode(f"{prompt}/{sample}", prompt, sample, {})
     ep.events = [_turn(ep.episode_id, n, t) for n, t in enumerate(turns, 1)]
-    ep.reward = ep.score = reward
+    ep.record_returns(reward, reward, {})
     return ep
 
 
@@ -70,9 +70,9 @@ def test_episode_advantages_of_the_doc_table() -> None:
 
 
 def test_episode_credit_is_the_team_return_with_its_penalty() -> None:
-    """Keyed per-member returns are not read by `episode`: one return per episode, `ep.reward`."""
+    """Keyed per-member returns are not read by `episode`: one return per episode, `ep.team_return`."""
     eps = [_episode("p", 0, [LOOP, LOOP], 0.9), _episode("p", 1, [LOOP], -0.1)]  # -0.1: the penalty
-    eps[0].role_rewards = {"researcher": 0.9, "researcher@1": 0.0}  # round 1 keyed to 0
+    eps[0].record_returns(0.9, 0.9, {"researcher": 0.9, "researcher@1": 0.0})  # round 1 keyed to 0
     rows = build_rows(eps, "traj")
     assert rows.returns.tolist() == pytest.approx([0.0, 0.9, -0.1])  # the members' keyed returns
     torch.testing.assert_close(rows.advantages, torch.tensor([A, A, -A]), atol=1e-6, rtol=0)
