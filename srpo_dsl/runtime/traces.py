@@ -126,8 +126,11 @@ class TraceEpisode(BaseModel):
 
     _returns: dict[tuple[str, int], float] = PrivateAttr(default_factory=dict)
 
-    def model_post_init(self, context: object, /) -> None:
+    @model_validator(mode="after")
+    def _resolve_credit(self) -> TraceEpisode:
+        """The credit keys resolved once, when the trace is made or read (`returns`)."""
         self._returns = member_returns(self.events, self.role_rewards, self.reward)
+        return self
 
     @property
     def team_return(self) -> float:
