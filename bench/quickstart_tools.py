@@ -47,7 +47,7 @@ def outcome(ep: Episode) -> dict[str, float | None]:
     results = [o["result"] for e in ep.events for o in e.observations if "result" in o]
     read = None if not results or ep.answer is None else float(str(ep.answer) == results[-1])
     return {
-        "accuracy": float(is_correct(ep.score)),
+        "accuracy": float(is_correct(ep.reward)),
         "tool": float(ep.tool_calls > 0),
         "direct": float(first == "answer"),
         "read right": read,

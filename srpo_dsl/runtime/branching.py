@@ -71,10 +71,9 @@ def close(tree: Tree, backup: str, discount: float) -> None:
     if not tree.forks:
         return
     leaves = tree.leaves
-    root.leaves = [Leaf(p.path, p.reward, p.score, p.answer) for p in leaves]
-    root.reward, root.answer = value, leaves[0].answer
-    root.score = sum(p.score for p in leaves) / len(leaves)
-    root.role_rewards = {}
+    root.leaves = [Leaf(p.path, p.team_return, p.reward, p.answer) for p in leaves]
+    root.answer = leaves[0].answer
+    root.record_returns(sum(p.reward for p in leaves) / len(leaves), value, {})
 
 
 def alternative_mark(
@@ -96,8 +95,8 @@ def back_up(tree: Tree, backup: str, discount: float) -> float:
     def value(path: Episode) -> float:
         fork = tree.forks.get(path.path)
         if fork is None:
-            values[path.path] = path.reward
-            return path.reward
+            values[path.path] = path.team_return
+            return path.team_return
         returns = [
             (score or 0.0) + discount * value(child) for child, score in zip(fork.children, fork.scores)
         ]

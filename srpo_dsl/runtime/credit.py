@@ -116,6 +116,41 @@ class _Event(Protocol):
     def members(self) -> Sequence[_Member]: ...
 
 
+class _Alternative(Protocol):
+    @property
+    def kept(self) -> bool: ...
+
+
+class _IndexedMember(_Member, Protocol):
+    member_index: int
+
+
+class _RecordedEvent(Protocol):
+    @property
+    def event_id(self) -> str: ...
+    @property
+    def members(self) -> Sequence[_IndexedMember]: ...
+    @property
+    def branch(self) -> _Alternative | None: ...
+
+
+def member_returns(
+    events: Sequence[_RecordedEvent], keyed: Mapping[str, float], default: float
+) -> dict[tuple[str, int], float]:
+    """Each member's return under the credit keys `keyed`, by (event id, member index): the rounds are
+    counted over the events its paths took (a pruned alternative is none, its return is backed up);
+    empty when nothing is keyed (every member's return is then `default`, the episode's). A resampled
+    try has the return of the member it was resampled for (same role, replica and round)."""
+    if not keyed:
+        return {}
+    taken = [e for e in events if e.branch is None or e.branch.kept]
+    return {
+        (e.event_id, m.member_index): member_return(keyed, default, m.role, m.replica, rounds[m.role])
+        for e, rounds in zip(taken, role_rounds(taken))
+        for m in e.members
+    }
+
+
 def role_rounds(events: Iterable[_Event]) -> list[dict[str, int]]:
     """Per event, in order: each role with a member in it -> the event's round for that role."""
     taken: dict[str, int] = {}

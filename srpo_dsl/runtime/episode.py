@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict
 
 from srpo_dsl.lang.checks.declarations import ENV_DONE
-from srpo_dsl.runtime.credit import member_return, role_rounds
+from srpo_dsl.runtime.credit import member_returns, role_rounds
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Member:
     policy_version: int
     prompt_token_ids: list[int]
     response_token_ids: list[int]
-    behavior_logprobs: list[float]
+    behavior_logprobs: list[float]  # log mu, one per response token
     text: str
     valid: bool
     parsed: object = None
@@ -260,9 +260,12 @@ class Episode:
     tool_calls: int = 0
     tool_errors: int = 0  # tool calls that failed or timed out (each an error observation)
     done: bool = False
-    reward: float = 0.0  # team return: score + penalty per invalid action
-    score: float = 0.0  # the reward function alone (1 = correct)
-    role_rewards: dict[str, float] = field(default_factory=dict)  # by credit key, if the reward keyed them
+    reward: float = 0.0  # the reward function alone (1 = correct); a trace's `score`
+    team_return: float = 0.0  # the reward + the penalty per invalid action; a trace's `reward`
+    keyed_returns: dict[str, float] = field(default_factory=dict)  # by credit key, if the reward keyed them
+    # (event id, member index) -> its member's return, when the reward keyed returns (`record_returns`);
+    # a member not in it (every member when the reward keyed none) has the team return
+    returns: dict[tuple[str, int], float] = field(default_factory=dict)
     answer: object = None
     path: str = ""  # which path of a branching rollout this is ("": the first; ".2": a tree's third child)
     tree: Tree | None = None  # while it runs: the rollout's tree of paths (shared by every path of it)
@@ -286,10 +289,11 @@ class Episode:
         child.path = f"{self.path}.{index}"
         return child
 
-    def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
-        """The return credited to a member: its most specific key's when the reward keyed returns
-        (`runtime.credit`), else the team's."""
-        return member_return(self.role_rewards, self.reward, role, replica, round)
+    def record_returns(self, reward: float, team_return: float, keyed: Mapping[str, float]) -> None:
+        """Record the episode's reward, team return and returns by credit key, and resolve the keys once
+        into each member's return (`returns`: `runtime.credit.member_returns`)."""
+        self.reward, self.team_return, self.keyed_returns = reward, team_return, dict(keyed)
+        self.returns = member_returns(self.events, self.keyed_returns, team_return)
 
     def state_key(self) -> str | None:
         """The key of the state the next event acts from: each environment's last step's key. One keyed

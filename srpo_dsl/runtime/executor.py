@@ -43,7 +43,7 @@ from srpo_dsl.runtime.credit import rounds_taken, summed_returns
 from srpo_dsl.runtime.effects import EFFECTS
 from srpo_dsl.runtime.environments import load_envs
 from srpo_dsl.runtime.episode import EnvProgress, Episode, Event, Fork, Member, Tree
-from srpo_dsl.runtime.hooks import RewardValue, UserParser, UserReward, UserTool
+from srpo_dsl.runtime.hooks import Credited, UserParser, UserReward, UserTool
 from srpo_dsl.runtime.parsers import Parsed, parse_act_calls, parse_output
 from srpo_dsl.runtime.prompts import PromptRenderer
 from srpo_dsl.runtime.resample import Sampled, Slot, sample
@@ -492,11 +492,10 @@ class Executor:
         """Team return: the reward of the rewarded agent's last output (or of the rewarded environment's
         steps) plus the invalid-action penalty (per member too, when a Python reward keyed its returns)."""
         ep.answer = self._answer(ep)
-        value = self._score(ep)
+        reward, credit = self._score(ep)
         penalty = self.reward.penalty * ep.invalid_actions
-        ep.score = value.score
-        ep.reward = value.score + penalty
-        ep.role_rewards = {key: score + penalty for key, score in value.credit.items()}
+        keyed = {key: value + penalty for key, value in credit.items()}
+        ep.record_returns(reward, reward + penalty, keyed)
         ep.done = True
 
     def _answer(self, ep: Episode) -> object:
@@ -510,16 +509,16 @@ class Executor:
             return final_answer(agent, last)
         return last.parsed if last is not None and last.valid else None
 
-    def _score(self, ep: Episode) -> RewardValue:
+    def _score(self, ep: Episode) -> Credited:
         if self.reward.env is not None:  # `reward ENV`: the rewards it returned in this episode
             progress = ep.envs.get(self.reward.env, EnvProgress())
             steps = [(r.reward, r.credit) for r in progress.log]
-            return RewardValue(progress.reward, summed_returns(steps, ep.events))
+            return progress.reward, summed_returns(steps, ep.events)
         pred = ep.answer
         if self.user_reward is None:
             assert self.reward_fn is not None and self.reward.field is not None
             score = self.reward_fn(pred if pred is None else str(pred), ep.task, self.reward.field)
-            return RewardValue(float(score), {})
+            return float(score), {}
         view = ep.view(self._agent_of) if self.user_reward.wants_episode else None
         return self.user_reward(pred, dict(ep.task), view, rounds_taken(ep.events))
 

@@ -33,13 +33,9 @@ from srpo_dsl.runtime.usercode import (
     shorten,
 )
 
-
-@dataclass(frozen=True)
-class RewardValue:
-    """The score of the rewarded agent, and the returns the reward keyed by member and round."""
-
-    score: float
-    credit: Mapping[str, float]  # canonical credit keys (`runtime.credit`); empty: every member gets `score`
+# A reward, checked: the rewarded agent's reward, and the rewards it keyed by member and round (canonical
+# credit keys, `runtime.credit`; empty: every member gets the reward). `Episode.record_returns` takes it in.
+Credited = tuple[float, dict[str, float]]
 
 
 class OnAnswer:
@@ -79,7 +75,7 @@ class UserReward(OnAnswer):
 
     def __call__(
         self, answer: object, row: dict, episode: object = None, rounds: Mapping[str, int] | None = None
-    ) -> RewardValue:
+    ) -> Credited:
         """`rounds`: each role -> the rounds it took in the episode (what `ROLE@N` keys may name)."""
         value, where = self.called(answer, row, episode)
         if isinstance(value, Mapping):
@@ -88,16 +84,16 @@ class UserReward(OnAnswer):
             raise self.fn.fail(
                 f"returned {shorten(value)} {where}: a reward is a finite number (or {{role: number}})"
             )
-        return RewardValue(float(value), {})
+        return float(value), {}
 
-    def _credit(self, value: Mapping, where: str, rounds: Mapping[str, int]) -> RewardValue:
+    def _credit(self, value: Mapping, where: str, rounds: Mapping[str, int]) -> Credited:
         try:
             credit = parse_credit(value, self.pools, rounds)
         except CreditError as err:
             raise self.fn.fail(f"returned {err.what} {where}: {err.why}") from None
         if self.rewarded not in credit:
             raise self.fn.fail(f"returned no score for the rewarded agent `{self.rewarded}` {where}")
-        return RewardValue(credit[self.rewarded], credit)
+        return credit[self.rewarded], credit
 
 
 class UserParser:

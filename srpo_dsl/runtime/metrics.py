@@ -49,10 +49,10 @@ def at_k(counts: Iterable[tuple[int, int]], k: int) -> AtK:
 
 
 class Scored(Protocol):
-    """An episode or its trace: both carry these fields."""
+    """An episode (`runtime.episode.Episode`): its reward decides whether it is correct."""
 
     prompt_id: str
-    score: float
+    reward: float
     cost: Cost
 
 
@@ -89,7 +89,7 @@ def dataset_metrics(name: str, episodes: Iterable[Scored], k: int) -> DatasetMet
             f"{name}: Pass@{k} needs {k} samples per query; {len(short)} queries have fewer "
             f"(e.g. {prompt!r} has {n})"
         )
-    counts = [(len(eps), sum(is_correct(ep.score) for ep in eps)) for eps in by_prompt.values()]
+    counts = [(len(eps), sum(is_correct(ep.reward) for ep in eps)) for eps in by_prompt.values()]
     flat = [ep for eps in by_prompt.values() for ep in eps]
     return DatasetMetrics(
         name,

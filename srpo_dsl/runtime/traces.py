@@ -15,6 +15,13 @@ steps (an episode's `joints`: each joint's samples by agent, path, kept, score a
 sample's `branch.agent`; an event's `state_key` (the key its environments gave the state it acted from;
 left out when there is none); and each member's `finish` and `stop_string` (how its turn ended). Older
 files read with none.
+
+The keys are those of version 1; the code names three of them otherwise, and they are mapped here only
+(`to_trace` writes, `TraceEpisode` reads): an episode's `reward` is its team return
+(`Episode.team_return`: the reward and the invalid-output penalty), its `score` the reward
+(`Episode.reward`: the reward function alone), its `role_rewards` its returns by credit key
+(`Episode.keyed_returns`). A trace read back
+resolves its credit keys once, into each member's return (`TraceEpisode.returns`).
 """
 
 from __future__ import annotations
@@ -26,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 from srpo_dsl.arguments import checked
 from srpo_dsl.io import complete_lines, loads, not_utf8, write_atomic, write_lines_atomic
 from srpo_dsl.lang.compile.graph import EventGraph
 from srpo_dsl.lang.compile.graph_formats import to_json
 from srpo_dsl.runfolder import GRAPH
-from srpo_dsl.runtime.credit import member_return
+from srpo_dsl.runtime.credit import member_return, member_returns
 from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Joint, Leaf, Member
 
 SCHEMA = "srpo-trace/4"
@@ -120,6 +127,25 @@ class TraceEpisode(BaseModel):
     leaves: list[Leaf] = []  # v3: a tree's paths (the key is left out without tree branches)
     joints: list[Joint] = []  # v4: the joints of `branch N cross` steps (left out without them)
 
+    _returns: dict[tuple[str, int], float] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _resolve_credit(self) -> TraceEpisode:
+        """The credit keys resolved once, when the trace is made or read (`returns`)."""
+        self._returns = member_returns(self.events, self.role_rewards, self.reward)
+        return self
+
+    @property
+    def team_return(self) -> float:
+        """The episode's return (the reward and the invalid-output penalty): the trace key `reward`."""
+        return self.reward
+
+    @property
+    def returns(self) -> Mapping[tuple[str, int], float]:
+        """(event id, member index) -> its member's return, the credit keys resolved once when the trace
+        was made or read (`Episode.returns`); a member not in it has the team return."""
+        return self._returns
+
     @checked
     def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float:
         return member_return(self.role_rewards, self.reward, role, replica, round)
@@ -161,13 +187,13 @@ def to_trace(ep: Episode, graph_hash: str, updates: Mapping[str, EventUpdate] | 
         prompt_id=ep.prompt_id,
         sample=ep.sample,
         graph_hash=graph_hash,
-        reward=ep.reward,
-        score=ep.score,
+        reward=ep.team_return,
+        score=ep.reward,
         answer=ep.answer,
         invalid_actions=ep.invalid_actions,
         cost=ep.cost,
         events=[_event(e, updates.get(e.event_id)) for e in ep.events],
-        role_rewards=ep.role_rewards,
+        role_rewards=ep.keyed_returns,
         tool_errors=ep.tool_errors,
         envs={name: _env_summary(p) for name, p in ep.envs.items()},
         leaves=ep.leaves,

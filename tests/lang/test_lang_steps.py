@@ -125,7 +125,7 @@ def test_a_registered_kind_runs_with_its_own_effect(poll, folder):
     assert ep.state["voter"] == "approve"
     assert ep.feedback == [f"<verify>{v}</verify>" for v in votes]  # the kind's second effect
     assert prompts["agg"] == [f"2+2? {' | '.join(ep.feedback)}"]  # later prompts see it
-    assert ep.score == 1.0
+    assert ep.reward == 1.0
 
 
 def test_an_effect_without_a_handler_is_refused_before_anything_runs(folder):

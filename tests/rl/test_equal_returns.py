@@ -276,9 +276,8 @@ def _episode(sample: int, value: float, keyed: bool) -> Episode:
         Event(f"p/{sample}/e{n}", "loop:judge", "judge", "s", 1, True, [_member("judge", 1)]) for n in (2, 3)
     ]
     ep.events = [solvers, *judges]
-    ep.reward = ep.score = value
-    if keyed:
-        ep.role_rewards = {"solver#1": value, "solver#2": value, "judge@1": value, "judge@2": value}
+    keys = {"solver#1": value, "solver#2": value, "judge@1": value, "judge@2": value} if keyed else {}
+    ep.record_returns(value, value, keys)
     return ep
 
 
@@ -303,7 +302,7 @@ def test_an_update_on_equal_returns_has_zero_loss_and_gradient(models, dist, obj
 
     episodes = make_episodes(mixed=True, group=8)  # eight rollouts per prompt, as in the issue
     for ep in episodes:
-        ep.reward = ep.score = -0.4
+        ep.record_returns(-0.4, -0.4, {})
     rows = build_rows(episodes, objective)
     policies, opts = build(dict(zip("ab", models)), dist, objective=objective, old_logprobs="rollout")
     before = parameters(policies)

@@ -66,10 +66,10 @@ def test_pass_at_k_rejects_impossible_counts(n, c, k):
 
 @dataclass
 class Ep:
-    """Just what `dataset_metrics` reads from an episode or a trace."""
+    """Just what `dataset_metrics` reads from an episode."""
 
     prompt_id: str
-    score: float
+    reward: float
     cost: Cost = field(default_factory=lambda: Cost(0, 0, 0))
 
 
@@ -142,7 +142,7 @@ def test_training_and_eval_give_the_same_avg_and_pass_for_the_same_outcomes():
 
     eps = _episodes()
     m = dataset_metrics("toy", eps, k=4)
-    correct = [sum(is_correct(e.score) for e in eps if e.prompt_id == q) for q in ("q1", "q2", "q3")]
+    correct = [sum(is_correct(e.reward) for e in eps if e.prompt_id == q) for q in ("q1", "q2", "q3")]
     row = heldout_row([EvalSet("toy", [{}, {}, {}])], [correct], k=4, step=0)
     assert row["datasets"]["toy"] == {"avg_at_k": m.avg_at_k, "pass_at_k": m.pass_at_k, "n_prompts": 3}
     assert (row["avg_at_k"], row["pass_at_k"]) == macro_average([m])

@@ -23,7 +23,7 @@ from srpo_dsl.rl.objective.setwise import (
     LossConfig,
     PolicyBatch,
     PolicyTerms,
-    behaviour_of_rows,
+    behavior_of_rows,
     clipped_terms,
     importance_weights,
     setwise_terms,
@@ -57,15 +57,15 @@ GARBAGE = (float("inf"), float("-inf"), float("nan"), -1e9)
 def tensors(mu=MU, dtype=torch.float64):
     logprobs = torch.tensor(LP, dtype=dtype, requires_grad=True)
     old = torch.tensor(OLD, dtype=dtype)
-    behaviour = None if mu is None else torch.tensor(mu, dtype=dtype)
-    return logprobs, old, torch.tensor(MASK), torch.tensor(EVENTS), torch.tensor(ADV, dtype=dtype), behaviour
+    behavior = None if mu is None else torch.tensor(mu, dtype=dtype)
+    return logprobs, old, torch.tensor(MASK), torch.tensor(EVENTS), torch.tensor(ADV, dtype=dtype), behavior
 
 
 def run(name: str, mu=MU, **kwargs):
     """(loss, d loss / d logprobs, metrics) of objective `name` on the batch above."""
-    logprobs, old, mask, events, adv, behaviour = tensors(mu)
+    logprobs, old, mask, events, adv, behavior = tensors(mu)
     loss, metrics = get_objective(name)(
-        logprobs, old, mask, events, adv, behaviour_logprobs=behaviour, **kwargs
+        logprobs, old, mask, events, adv, behavior_logprobs=behavior, **kwargs
     )
     loss.backward()
     return loss.item(), logprobs.grad, metrics
@@ -79,7 +79,7 @@ def assert_grad(grad: torch.Tensor, expected: list[list[float]]) -> None:
     "set_norm, c2, cap",
     [("sqrt", 1 / math.sqrt(2), 2.0), ("mean", 0.5, 2.0), ("sqrt", 1 / math.sqrt(2), 1.25)],
 )
-def test_srpo_weighs_each_event_by_its_set_ratio_of_proximal_to_behaviour(set_norm, c2, cap) -> None:
+def test_srpo_weighs_each_event_by_its_set_ratio_of_proximal_to_behavior(set_norm, c2, cap) -> None:
     # event 4 (K = 2): L = c(2) (0.1 + 0.05), rho = e^L; log w = c(2) (0.6 - 0.2)
     #   sqrt: rho = e^0.10607 = 1.11190, w = e^0.28284 = 1.32689 (cut to 1.25 when C = 1.25)
     #   mean: rho = e^0.075   = 1.07788, w = e^0.2     = 1.22140
@@ -98,9 +98,9 @@ def test_srpo_weighs_each_event_by_its_set_ratio_of_proximal_to_behaviour(set_no
 
 
 def test_srpo_through_setwise_loss_takes_the_same_keywords() -> None:
-    logprobs, old, mask, events, adv, behaviour = tensors()
+    logprobs, old, mask, events, adv, behavior = tensors()
     loss, metrics = setwise_loss(
-        logprobs, old, mask, events, adv, behaviour_logprobs=behaviour, importance_cap=1.25
+        logprobs, old, mask, events, adv, behavior_logprobs=behavior, importance_cap=1.25
     )
     # as above, sqrt with C = 1.25: w_4 = 1.25, w_9 = e^-0.4
     j = (1.25 * math.exp(0.15 / math.sqrt(2)) - math.exp(-0.4) * 0.5 * math.exp(0.05)) / 2
@@ -123,7 +123,7 @@ def test_the_weight_of_a_set_uses_its_c_of_k(set_norm: str, scale: float) -> Non
         torch.zeros(4, dtype=torch.long),
         torch.ones(4),
         set_norm=set_norm,
-        behaviour_logprobs=mu,
+        behavior_logprobs=mu,
     )
     assert loss.item() == pytest.approx(-min(math.exp(1.2 * scale), 2.0), abs=1e-12)
     assert metrics["importance_capped_fraction"] == (1.0 if set_norm == "none" else 0.0)
@@ -199,12 +199,12 @@ def evaluate(name, lp, old, mask, events, adv, ref, set_norm="sqrt", **kwargs):
 @pytest.mark.parametrize("name", BUILTIN_OBJECTIVES)
 @pytest.mark.parametrize("set_norm", SET_NORMS)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-def test_behaviour_equal_to_proximal_is_bit_identical_to_no_correction(name, set_norm, dtype) -> None:
+def test_behavior_equal_to_proximal_is_bit_identical_to_no_correction(name, set_norm, dtype) -> None:
     lp, old, mask, events, adv, ref = random_batch(dtype)
     loss, grad, metrics = evaluate(name, lp, old, mask, events, adv, ref, set_norm)
     assert metrics["clip_fraction"] > 0  # the identity is checked where clipping acts too
     loss_w, grad_w, metrics_w = evaluate(
-        name, lp, old, mask, events, adv, ref, set_norm, behaviour_logprobs=old.clone(), importance_cap=1.0
+        name, lp, old, mask, events, adv, ref, set_norm, behavior_logprobs=old.clone(), importance_cap=1.0
     )
     assert torch.equal(loss, loss_w)
     assert torch.equal(grad, grad_w)
@@ -216,12 +216,12 @@ def test_behaviour_equal_to_proximal_is_bit_identical_to_no_correction(name, set
 
 @pytest.mark.parametrize("name", BUILTIN_OBJECTIVES)
 @pytest.mark.parametrize("garbage", GARBAGE)
-def test_garbage_in_masked_behaviour_changes_nothing(name: str, garbage: float) -> None:
+def test_garbage_in_masked_behavior_changes_nothing(name: str, garbage: float) -> None:
     lp, old, mask, events, adv, ref = random_batch(torch.float64)
     mu = old - 0.2 * torch.arange(6, dtype=torch.float64)[:, None]  # a stale policy, row by row
-    loss, grad, metrics = evaluate(name, lp, old, mask, events, adv, ref, behaviour_logprobs=mu)
+    loss, grad, metrics = evaluate(name, lp, old, mask, events, adv, ref, behavior_logprobs=mu)
     dirty = torch.where(mask, mu, garbage)
-    loss_d, grad_d, metrics_d = evaluate(name, lp, old, mask, events, adv, ref, behaviour_logprobs=dirty)
+    loss_d, grad_d, metrics_d = evaluate(name, lp, old, mask, events, adv, ref, behavior_logprobs=dirty)
     assert torch.equal(loss, loss_d)
     assert torch.equal(grad, grad_d)
     assert metrics == metrics_d
@@ -229,12 +229,12 @@ def test_garbage_in_masked_behaviour_changes_nothing(name: str, garbage: float) 
 
 
 def test_the_weights_are_detached() -> None:
-    logprobs, old, mask, events, adv, behaviour = tensors()
+    logprobs, old, mask, events, adv, behavior = tensors()
     old.requires_grad_(True)
-    behaviour.requires_grad_(True)
-    loss, _ = setwise_loss(logprobs, old, mask, events, adv, behaviour_logprobs=behaviour)
+    behavior.requires_grad_(True)
+    loss, _ = setwise_loss(logprobs, old, mask, events, adv, behavior_logprobs=behavior)
     loss.backward()
-    assert old.grad is None and behaviour.grad is None and logprobs.grad is not None
+    assert old.grad is None and behavior.grad is None and logprobs.grad is not None
 
 
 @pytest.mark.parametrize("name, unit", [("srpo", "num_events"), ("grpo", "num_tokens"), ("seq", "num_rows")])
@@ -242,12 +242,12 @@ def test_micro_batches_sum_to_the_full_corrected_batch(name: str, unit: str) -> 
     lp, old, mask, events, adv, ref = random_batch(torch.float64)
     mu = old - 0.3
     counts = {"num_events": 3, "num_tokens": int(mask.sum()), "num_rows": 6}
-    full, grad, _ = evaluate(name, lp, old, mask, events, adv, ref, behaviour_logprobs=mu, **counts)
+    full, grad, _ = evaluate(name, lp, old, mask, events, adv, ref, behavior_logprobs=mu, **counts)
     parts = [torch.tensor([0, 3, 4, 5]), torch.tensor([1, 2])]  # whole events in each part
     total, grads = 0.0, torch.zeros_like(grad)
     for idx in parts:
         picked = (t[idx] for t in (lp, old, mask, events, adv, ref))
-        loss, g, _ = evaluate(name, *picked, behaviour_logprobs=mu[idx], **counts)
+        loss, g, _ = evaluate(name, *picked, behavior_logprobs=mu[idx], **counts)
         total, grads[idx] = total + loss.item(), g
     assert total == pytest.approx(full.item(), abs=1e-12)
     assert torch.allclose(grads, grad, atol=1e-12, rtol=0)
@@ -263,8 +263,8 @@ def gspo_rows(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
 def test_user_row_terms_get_one_weight_per_row() -> None:
     # log s_i = l_i / |y_i| = 0.1/2, 0.05/1, 0.05/2; the weight is the row's: w_i = e^(0.6, -0.2, -0.4)
     mine = policy_loss("user-rows", gspo_rows, aggregation="row-mean", advantage="row")
-    logprobs, old, mask, events, adv, behaviour = tensors()
-    loss, metrics = mine(logprobs, old, mask, events, adv, behaviour_logprobs=behaviour)
+    logprobs, old, mask, events, adv, behavior = tensors()
+    loss, metrics = mine(logprobs, old, mask, events, adv, behavior_logprobs=behavior)
     s = [0.05, 0.05, 0.025]
     j = sum(math.exp(LOG_W_ROW[i]) * math.exp(s[i]) * ADV[i] for i in range(3)) / 3
     assert loss.item() == pytest.approx(-j, abs=1e-12)
@@ -278,27 +278,27 @@ def test_user_set_terms_get_c_of_k_from_their_rows() -> None:
 
     mine = policy_loss("user-sets", sets, aggregation="event-mean", advantage="event")
     for set_norm in SET_NORMS:
-        logprobs, old, mask, events, adv, behaviour = tensors()
-        loss, _ = mine(logprobs, old, mask, events, adv, set_norm=set_norm, behaviour_logprobs=behaviour)
+        logprobs, old, mask, events, adv, behavior = tensors()
+        loss, _ = mine(logprobs, old, mask, events, adv, set_norm=set_norm, behavior_logprobs=behavior)
         expected = run("srpo", set_norm=set_norm)[0]
         assert loss.item() == expected
 
 
 def test_shape_and_cap_errors() -> None:
     logprobs, old, mask, events, adv, _ = tensors()
-    with pytest.raises(ValueError, match=r"behaviour_logprobs \(3, 3\)"):
-        setwise_loss(logprobs, old, mask, events, adv, behaviour_logprobs=torch.zeros(3, 3))
-    with pytest.raises(ValueError, match=r"behaviour_logprobs \(3,\)"):
-        PolicyBatch.of(logprobs, old, mask, events, adv, behaviour_logprobs=torch.zeros(3))
+    with pytest.raises(ValueError, match=r"behavior_logprobs \(3, 3\)"):
+        setwise_loss(logprobs, old, mask, events, adv, behavior_logprobs=torch.zeros(3, 3))
+    with pytest.raises(ValueError, match=r"behavior_logprobs \(3,\)"):
+        PolicyBatch.of(logprobs, old, mask, events, adv, behavior_logprobs=torch.zeros(3))
     for cap in (0.5, 0.0, float("nan")):
         with pytest.raises(ValueError, match="importance_cap must be >= 1"):
-            setwise_loss(logprobs, old, mask, events, adv, behaviour_logprobs=old, importance_cap=cap)
+            setwise_loss(logprobs, old, mask, events, adv, behavior_logprobs=old, importance_cap=cap)
     assert LossConfig(0.2, "sqrt", importance_cap=float("inf")).importance_cap == math.inf
 
 
 def test_terms_of_no_known_unit_are_a_value_error() -> None:
-    logprobs, old, mask, events, adv, behaviour = tensors()
-    batch = PolicyBatch.of(logprobs, old, mask, events, adv, behaviour_logprobs=behaviour)
+    logprobs, old, mask, events, adv, behavior = tensors()
+    batch = PolicyBatch.of(logprobs, old, mask, events, adv, behavior_logprobs=behavior)
     config = LossConfig(0.2, "sqrt")
     rows = gspo_rows(batch, config)
     four = clipped_terms(torch.zeros(4), torch.ones(4), 0.2, torch.ones(4, dtype=torch.bool))
@@ -306,10 +306,10 @@ def test_terms_of_no_known_unit_are_a_value_error() -> None:
     for terms in (four, scalar, replace(rows, unit_of_row=torch.zeros(2, dtype=torch.long))):
         with pytest.raises(ValueError, match="importance weights need"):
             importance_weights(batch, terms, config)
-    assert importance_weights(replace(batch, behaviour_logprobs=None), rows, config) is None
+    assert importance_weights(replace(batch, behavior_logprobs=None), rows, config) is None
 
 
-def test_an_episode_mixing_versions_weighs_each_member_by_its_own_behaviour_policy() -> None:
+def test_an_episode_mixing_versions_weighs_each_member_by_its_own_behavior_policy() -> None:
     """One episode generated across weight updates (a worker takes each new version before its next call),
     trained at proximal version 5. Event A (K = 2) mixes member a1 of version 4 and a2 of version 5 (a
     retry drawn after the update); event B (K = 1) is b1 of version 3. A fresh member's mu is the proximal
@@ -338,10 +338,10 @@ def test_an_episode_mixing_versions_weighs_each_member_by_its_own_behaviour_poli
     proximal = torch.tensor([[-0.8, -0.4], [-0.9, PAD], [-0.5, PAD]], dtype=torch.float64)
     recorded = pad_right(rows.behavior_logprobs, 2).double()
     mask = torch.tensor([[1, 1], [1, 0], [1, 0]])
-    behaviour = behaviour_of_rows(stale, recorded, proximal)
-    assert torch.equal(behaviour[1], proximal[1])  # the fresh member: its proximal log-probs
+    behavior = behavior_of_rows(stale, recorded, proximal)
+    assert torch.equal(behavior[1], proximal[1])  # the fresh member: its proximal log-probs
     batch = PolicyBatch.of(
-        proximal.clone(), proximal, mask, rows.event_ids, rows.advantages.double(), behaviour
+        proximal.clone(), proximal, mask, rows.event_ids, rows.advantages.double(), behavior
     )
     config = LossConfig(clip_eps=0.2, set_norm="sqrt", importance_cap=2.0)
     weights = importance_weights(batch, setwise_terms(batch, config), config)

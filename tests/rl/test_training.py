@@ -145,7 +145,7 @@ def joint_autograd_step(models, entropy_coef: float = 0.0, objective: str = "srp
     # old = rollout log-probs: ratios far from 1, some events clipped
     loss, metrics = get_objective(objective)(
         logprobs,
-        batch.behaviour,
+        batch.behavior_logprobs,
         batch.mask,
         rows.event_ids,
         rows.advantages,

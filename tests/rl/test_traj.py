@@ -35,7 +35,7 @@ def _turn(episode: str, n: int, event_type: str) -> Event:
 def _episode(prompt: str, sample: int, turns: list[str], reward: float) -> Episode:
     ep = Episode(f"{prompt}/{sample}", prompt, sample, {})
     ep.events = [_turn(ep.episode_id, n, t) for n, t in enumerate(turns, 1)]
-    ep.reward = ep.score = reward
+    ep.record_returns(reward, reward, {})
     return ep
 
 
@@ -70,9 +70,9 @@ def test_episode_advantages_of_the_doc_table() -> None:
 
 
 def test_episode_credit_is_the_team_return_with_its_penalty() -> None:
-    """Keyed per-member returns are not read by `episode`: one return per episode, `ep.reward`."""
+    """Keyed per-member returns are not read by `episode`: one return per episode, `ep.team_return`."""
     eps = [_episode("p", 0, [LOOP, LOOP], 0.9), _episode("p", 1, [LOOP], -0.1)]  # -0.1: the penalty
-    eps[0].role_rewards = {"researcher": 0.9, "researcher@1": 0.0}  # round 1 keyed to 0
+    eps[0].record_returns(0.9, 0.9, {"researcher": 0.9, "researcher@1": 0.0})  # round 1 keyed to 0
     rows = build_rows(eps, "traj")
     assert rows.returns.tolist() == pytest.approx([0.0, 0.9, -0.1])  # the members' keyed returns
     torch.testing.assert_close(rows.advantages, torch.tensor([A, A, -A]), atol=1e-6, rtol=0)
@@ -189,7 +189,7 @@ def test_off_policy_rows_weigh_each_episode_by_its_set_ratio() -> None:
     #   sqrt: w_10 = e^(0.4 / sqrt 3) = 1.2598, w_20 = e^0.5 = 1.6487 (each under C = 2)
     lp, old, mask, events, adv, episodes = tensors()
     mu = old - torch.tensor([[0.2, 0.1], [-0.1, 0.0], [0.25, -0.05], [0.5, 0.0]], dtype=torch.float64)
-    loss, metrics = TRAJ(lp, old, mask, events, adv, episode_ids=episodes, behaviour_logprobs=mu)
+    loss, metrics = TRAJ(lp, old, mask, events, adv, episode_ids=episodes, behavior_logprobs=mu)
     rho, w10, w20 = math.exp(0.16 / math.sqrt(3)), math.exp(0.4 / math.sqrt(3)), math.exp(0.5)
     assert loss.item() == pytest.approx(-(w10 * rho + w20 * 1.2 * 0.5) / 2, abs=1e-12)
     assert metrics["importance_weight_mean"] == pytest.approx((w10 + w20) / 2)
@@ -198,7 +198,7 @@ def test_off_policy_rows_weigh_each_episode_by_its_set_ratio() -> None:
     torch.testing.assert_close(
         grad, torch.tensor([[g, g], [g, 0.0], [g, g], [0.0, 0.0]], dtype=torch.float64)
     )
-    same, _ = TRAJ(*tensors()[:5], episode_ids=episodes, behaviour_logprobs=old.clone())  # mu = q_old
+    same, _ = TRAJ(*tensors()[:5], episode_ids=episodes, behavior_logprobs=old.clone())  # mu = q_old
     assert torch.equal(same, TRAJ(*tensors()[:5], episode_ids=episodes)[0])  # w = 1 exactly
 
 
@@ -231,7 +231,7 @@ def episode_batch(seed: int, num_episodes: int = 12, tokens: int = 6):
 def test_rank_and_micro_batch_layout_does_not_change_the_update(world_size: int, micro_batches: int) -> None:
     lp, old, mask, events, adv, episodes, mu = episode_batch(world_size * 10 + micro_batches)
     kwargs = {"clip_eps": 0.05, "num_episodes": 12}  # a small clip: some episodes clip
-    full, metrics = TRAJ(lp, old, mask, events, adv, episode_ids=episodes, behaviour_logprobs=mu, **kwargs)
+    full, metrics = TRAJ(lp, old, mask, events, adv, episode_ids=episodes, behavior_logprobs=mu, **kwargs)
     assert 0 < metrics["clip_fraction"] < 1
     (full_grad,) = torch.autograd.grad(full, lp)
     tokens = mask.sum(-1).tolist()
@@ -243,7 +243,7 @@ def test_rank_and_micro_batch_layout_does_not_change_the_update(world_size: int,
                 continue
             rows = torch.tensor(micro)
             part = (lp[rows], old[rows], mask[rows], events[rows], adv[rows])
-            loss, _ = TRAJ(*part, episode_ids=episodes[rows], behaviour_logprobs=mu[rows], **kwargs)
+            loss, _ = TRAJ(*part, episode_ids=episodes[rows], behavior_logprobs=mu[rows], **kwargs)
             total += loss.item()
             grad += torch.autograd.grad(loss, lp)[0]
     assert total == pytest.approx(full.item(), abs=1e-12)

@@ -99,7 +99,7 @@ def test_an_answer_ends_the_turns_and_is_rewarded(server):
     assert len(server.requests) == before + 1 and server.requests[-1]["queries"] == [
         "pride and prejudice author"
     ]
-    assert ep.answer == "Jane Austen" and ep.score == 1.0 and ep.tool_calls == 1
+    assert ep.answer == "Jane Austen" and ep.reward == 1.0 and ep.tool_calls == 1
     assert "<information>Doc 1(Title: " in prompts[1] and "Doc 1(" not in prompts[0]
     assert prompts[1].index("<search>pride and prejudice author</search>") < prompts[1].index(
         "<information>Doc"
@@ -110,7 +110,7 @@ def test_an_answer_ends_the_turns_and_is_rewarded(server):
 def test_a_direct_answer_calls_no_tool(server):
     before = len(server.requests)
     (ep,), _ = _search_r1(server, [f"{THINK}<answer>Jane Austen</answer>"])
-    assert len(ep.events) == 1 and ep.tool_calls == 0 and len(server.requests) == before and ep.score == 1.0
+    assert len(ep.events) == 1 and ep.tool_calls == 0 and len(server.requests) == before and ep.reward == 1.0
 
 
 def test_after_four_searches_one_turn_may_only_answer(server):
@@ -121,9 +121,9 @@ def test_after_four_searches_one_turn_may_only_answer(server):
     assert "answer now" in prompts[4] and "answer now" not in prompts[3]
     last = ep.events[4].members[0]
     assert not last.valid and ep.invalid_actions == 1  # a search where only an answer is allowed
-    assert ep.answer is None and ep.score == 0.0 and ep.events[4].observations == []
+    assert ep.answer is None and ep.reward == 0.0 and ep.events[4].observations == []
     (ep,), _ = _search_r1(server, [*searches, f"{THINK}<answer>Jane Austen</answer>"])
-    assert ep.answer == "Jane Austen" and ep.score == 1.0
+    assert ep.answer == "Jane Austen" and ep.reward == 1.0
 
 
 def test_a_malformed_turn_is_an_invalid_action_and_the_turns_go_on(server):
@@ -193,7 +193,7 @@ def test_a_tool_serves_only_the_members_that_asked(pool):
     assert [o["query"] for o in first.observations] == ["a", "c"] and ep.tool_calls == 2
     assert len(ep.events) == 2  # MIXED is not `answer`: a second round; then all answered
     assert prompts[3:] == ["Q|<search>a</search>|A", "Q|<answer>x</answer>", "Q|<search>c</search>|C"]
-    assert ep.answer == "x" and ep.score == 1.0
+    assert ep.answer == "x" and ep.reward == 1.0
 
 
 def test_a_pool_that_answers_together_leaves_the_loop(pool):
@@ -297,7 +297,7 @@ def test_a_python_parser_of_an_acting_agent_must_return_an_action(pool):
         POOL.replace("emits act(search, answer)", 'emits "p2.py:parse"(search, answer)')
     )
     ep, _ = _run_pool(pool, ["search:a", "answer:x", "search:c", "answer:x"])
-    assert [o["query"] for o in ep.events[0].observations] == ["a", "c"] and ep.score == 1.0
+    assert [o["query"] for o in ep.events[0].observations] == ["a", "c"] and ep.reward == 1.0
 
 
 def test_search_r1_compiles_to_its_shape():
@@ -379,7 +379,7 @@ def test_a_supervisor_decides_who_acts_next_and_a_react_worker_its_own_turns():
     ]
     assert [len(e.observations) for e in ep.events] == [0, 1, 0, 0, 1, 0]
     assert ep.events[4].observations[0]["result"].strip() == "1815"
-    assert ep.answer == "Jane Austen" and ep.score == 1.0 and ep.tool_calls == 2
+    assert ep.answer == "Jane Austen" and ep.reward == 1.0 and ep.tool_calls == 2
 
 
 def test_a_turn_stops_at_its_search_and_what_follows_is_never_seen(server):
@@ -402,4 +402,4 @@ def test_a_turn_stops_at_its_search_and_what_follows_is_never_seen(server):
         "</answer>",
     )
     assert "invented" not in prompts[1] and "<information>Doc 1(Title: " in prompts[1]
-    assert ep.answer == "Jane Austen" and ep.score == 1.0
+    assert ep.answer == "Jane Austen" and ep.reward == 1.0

@@ -92,7 +92,7 @@ def test_invalid_outputs_are_resampled_together_and_kept_as_tries(folder):
     first, second, third, fourth = episodes
     assert [m.text for m in first.events[0].members] == ["\\boxed{1}"]
     assert [t.text for t in first.events[0].tries] == ["junk", "junk"]
-    assert first.invalid_actions == 2 and first.reward == pytest.approx(0.8) and first.score == 1.0
+    assert first.invalid_actions == 2 and first.team_return == pytest.approx(0.8) and first.reward == 1.0
     assert third.events[0].tries[0].text == "junk" and third.events[0].members[0].valid
     assert second.events[0].tries == [] and fourth.events[0].tries == []
     assert first.events[0].cardinality == 1 and first.events[0].complete
@@ -392,7 +392,7 @@ def test_the_shipped_react_pool_runs_its_workers_one_by_one():
     assert [len(c) for c in backend.calls] == [3, 1, 2, 1]  # turn 1, its retry, turn 2, the aggregator
     assert [t.text for t in ep.events[0].tries] == ["bad"] and ep.invalid_actions == 1
     assert [o["query"] for o in ep.events[0].observations] == ["3+4", "7*2", "3+4"]
-    assert ep.tool_calls == 3 and ep.score == 1.0 and ep.reward == pytest.approx(0.9)
+    assert ep.tool_calls == 3 and ep.reward == 1.0 and ep.team_return == pytest.approx(0.9)
     prompt = backend.calls[-1][0].prompt
     assert prompt.startswith("A 3+4=") and sorted(prompt.split("=")[1].split()) == ["7", "7", "8"]
     assert not wf.graph.agents["aggregator"].trained

@@ -157,7 +157,7 @@ def test_a_tree_backs_its_returns_up(tmp_path):
     assert [e.branch.group.removeprefix("q/0") for e in ep.events] == ["/e1"] * 2 + [".0/e2"] * 2 + [
         ".1/e2"
     ] * 2
-    assert ep.reward == 0.125 and ep.score == 0.75 and ep.invalid_actions == 1
+    assert ep.team_return == 0.125 and ep.reward == 0.75 and ep.invalid_actions == 1
     assert [(leaf.path, leaf.reward) for leaf in ep.leaves] == [
         (".0.0", 1.0),
         (".0.1", 0.0),
@@ -172,7 +172,7 @@ def test_max_backup(tmp_path):
     (ep,) = executor.run([TASK])
     # V(.0) = max(0.5, 0) = 0.5, V(.1) = 0.25; planners 0.25 and 0.125; root max = 0.25
     assert [e.tree_return for e in ep.events] == [0.25, 0.125, 0.5, 0.0, 0.25, 0.25]
-    assert ep.reward == 0.25
+    assert ep.team_return == 0.25
 
 
 def test_siblings_are_grouped_by_their_state(tmp_path):
@@ -226,7 +226,7 @@ def test_keep_best_continues_with_the_best_and_trains_every_alternative(tmp_path
         (False, 0.0),
     ]
     assert [e.tree_return for e in alternatives] == [0.0, 1.0, -0.5]  # the score, and -0.5 for "oops"
-    assert ep.answer == "7" and ep.reward == 1.0 and ep.leaves == [] and ep.invalid_actions == 1
+    assert ep.answer == "7" and ep.team_return == 1.0 and ep.leaves == [] and ep.invalid_actions == 1
     assert ep.events[0].tree_return is None  # the planner: the episode's return
     rows = build_rows([to_trace(ep, "h")], "srpo")
     assert rows.returns.tolist() == [1.0, 0.0, 1.0, -0.5] and rows.num_events == 4
@@ -237,7 +237,7 @@ def test_keep_first_keeps_the_first_valid(tmp_path):
     executor, _, _ = _run(_workflow(tmp_path, PRUNED.format(rule="first")), script)
     (ep,) = executor.run([TASK])
     assert [e.branch.kept for e in ep.events[1:]] == [False, True, False]
-    assert ep.answer == "3" and ep.reward == 0.0
+    assert ep.answer == "3" and ep.team_return == 0.0
 
 
 def test_keep_random_is_seeded(tmp_path):
@@ -320,7 +320,7 @@ def test_code_at_grpo_keeps_the_best_candidate_of_each_agent():
         ("act:tester", i == 0) for i in range(4)
     ]
     assert [e.tree_return for e in ep.events] == [0.0, 1.0, -0.1, 1.0, 1.0, 0.0, 0.5, -0.1]
-    assert ep.reward == 1.0 and ep.invalid_actions == 2 and ep.envs["sandbox"].done
+    assert ep.team_return == 1.0 and ep.invalid_actions == 2 and ep.envs["sandbox"].done
 
 
 def test_code_pair_backs_turn_scores_up_a_tree():
@@ -341,7 +341,7 @@ def test_code_pair_backs_turn_scores_up_a_tree():
     assert [e.branch.score for e in ep.events] == [1.0, 0.0, 1.0, 1.0]
     assert [(leaf.path, leaf.reward) for leaf in ep.leaves] == [(".0", 1.0), (".1.0", 1.0), (".1.1", 0.9)]
     assert [e.tree_return for e in ep.events] == pytest.approx([1.9, 1.6695, 1.9, 1.81])
-    assert ep.reward == pytest.approx((1.9 + 1.6695) / 2)
+    assert ep.team_return == pytest.approx((1.9 + 1.6695) / 2)
 
 
 def test_the_editor_and_the_formatter_know_the_branch_clause(tmp_path):

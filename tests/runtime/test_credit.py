@@ -1,6 +1,7 @@
 """Credit per member and per round (docs/objective.md §5): reward keys, their resolution, each
 estimator's advantages against hand-computed values, bad keys, traces, the solver-judge workflow."""
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -63,8 +64,7 @@ def _solver_judge(sample: int, solvers: tuple[float, float], judge: float) -> Ep
         _event(ep.episode_id, 1, "parallel:solver", _member("solver", 1), _member("solver", 2, 1)),
         _event(ep.episode_id, 2, "aggregate:judge", _member("judge", 1)),
     ]
-    ep.reward = ep.score = judge
-    ep.role_rewards = {"judge": judge, "solver#1": solvers[0], "solver#2": solvers[1]}
+    ep.record_returns(judge, judge, {"judge": judge, "solver#1": solvers[0], "solver#2": solvers[1]})
     return ep
 
 
@@ -97,7 +97,7 @@ def test_drmas_pools_a_roles_steps_and_grpo_does_not():
             _event(ep.episode_id, 1, "s1", _member("w", 1)),
             _event(ep.episode_id, 2, "s2", _member("w", 1)),
         ]
-        ep.role_rewards = {"w@1": first, "w@2": second}
+        ep.record_returns(0.0, 0.0, {"w@1": first, "w@2": second})
         eps.append(ep)
     grpo = build_rows(eps, "grpo").advantages  # groups s1: [1, 0], s2: [3, 0]
     torch.testing.assert_close(grpo, torch.tensor([1.0, 1.0, -1.0, -1.0]), atol=1e-5, rtol=0)
@@ -114,8 +114,7 @@ def test_per_round_credit_of_the_doc_example(objective):
     for sample, r in enumerate([1.0, 0.0]):
         ep = Episode(f"p/{sample}", "p", sample, {})
         ep.events = [_event(ep.episode_id, n, "loop:writer", _member("writer", 1)) for n in (1, 2)]
-        ep.reward = ep.score = r
-        ep.role_rewards = {"writer": r, "writer@1": 0.5 * r}
+        ep.record_returns(r, r, {"writer": r, "writer@1": 0.5 * r})
         eps.append(ep)
     rows = build_rows(eps, objective)
     assert rows.returns.tolist() == [0.5, 1.0, 0.0, 0.0]
@@ -135,7 +134,7 @@ def test_keyed_returns_survive_the_trace_round_trip(tmp_path):
 def test_old_traces_read_with_the_team_return():
     episodes = read_traces(ROOT / "tests/data/old_run/traces.jsonl")
     rows = build_rows(episodes, "srpo")
-    by_episode = {e.event_id: ep.reward for ep in episodes for e in ep.events}
+    by_episode = {e.event_id: ep.team_return for ep in episodes for e in ep.events}
     assert rows.returns.tolist() == [by_episode[event] for event, _ in rows.members]
 
 
@@ -159,11 +158,11 @@ def _run(folder: Path, reward_code: str | None = None) -> list[Episode]:
 
 def test_the_solver_judge_workflow_credits_each_solver_on_its_own_answer(tmp_path):
     episodes = _run(tmp_path)
-    assert [ep.role_rewards for ep in episodes] == [
+    assert [ep.keyed_returns for ep in episodes] == [
         {"solver#1": 1.0, "solver#2": 0.0, "judge": 1.0},
         {"solver#1": 0.0, "solver#2": 1.0, "judge": 0.0},
     ]
-    assert [ep.score for ep in episodes] == [1.0, 0.0]
+    assert [ep.reward for ep in episodes] == [1.0, 0.0]
     for objective, advantages in SOLVER_JUDGE.items():
         rows = build_rows(episodes, objective)
         assert [(r, m[1]) for r, m in zip(rows.roles, rows.members)][:3] == [
@@ -181,8 +180,28 @@ def test_a_reward_reads_rounds_and_replicas_off_the_episode(tmp_path):
         "    return {'judge': 0.5, **keys}\n"
     )
     ep = _run(tmp_path, code)[0]
-    assert ep.role_rewards == {"judge": 0.5, "judge#1@1": 1.0, "solver#1@1": 1.0, "solver#2@1": 2.0}
-    assert [ep.return_of("solver", r, 1) for r in (1, 2)] == [1.0, 2.0]
+    assert ep.keyed_returns == {"judge": 0.5, "judge#1@1": 1.0, "solver#1@1": 1.0, "solver#2@1": 2.0}
+    solvers, judge = ep.events  # the keys are resolved once, when the reward is recorded
+    assert ep.returns == {(solvers.event_id, 0): 1.0, (solvers.event_id, 1): 2.0, (judge.event_id, 0): 1.0}
+
+
+def test_a_trace_read_back_resolves_its_keys_once_into_the_same_returns(tmp_path):
+    ep = _solver_judge(0, (1.0, 0.0), 1.0)
+    write_traces(tmp_path / "t.jsonl", [to_trace(ep, "h")])
+    (back,) = read_traces(tmp_path / "t.jsonl")
+    assert back.returns == ep.returns and back.team_return == ep.team_return == back.reward
+    assert ep.returns == {("p/0/e1", 0): 1.0, ("p/0/e1", 1): 0.0, ("p/0/e2", 0): 1.0}
+
+
+def test_the_rows_read_returns_and_never_resolve_credit_keys():
+    """Credit is resolved once, where the reward is recorded (runtime): the rows read the result."""
+    source = (ROOT / "srpo_dsl/rl/objective/rows.py").read_text()
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert not any(name.startswith("srpo_dsl.runtime") for name in imported)
 
 
 @pytest.mark.parametrize(

@@ -187,7 +187,7 @@ def test_a_sample_returns_the_mean_of_its_joints(tmp_path):
         (".2", "x", 0.5),
         (".3", "y", 0.0),
     ]
-    assert ep.reward == 0.375 and ep.cost.calls == 4
+    assert ep.team_return == 0.375 and ep.cost.calls == 4
 
 
 def test_max_backup_and_later_steps_on_every_joint(tmp_path):
@@ -197,7 +197,7 @@ def test_max_backup_and_later_steps_on_every_joint(tmp_path):
     c = [e for e in ep.events if e.event_type == "act:c"]
     assert [e.parent.removeprefix("q/0/") for e in c] == ["e1b0-b", "e1b1-b", "e1b0-b", "e1b1-b"]
     assert [e.tree_return for e in c] == [1.0, 0.0, 0.5, 0.0]
-    assert [e.tree_return for e in ep.events[:4]] == [0.5, 0.25, 0.75, 0.0] and ep.reward == 1.0
+    assert [e.tree_return for e in ep.events[:4]] == [0.5, 0.25, 0.75, 0.0] and ep.team_return == 1.0
 
 
 def test_each_agent_s_samples_are_its_own_advantage_group(tmp_path):
@@ -341,7 +341,7 @@ def test_comlrl_pair_rewards_every_joint_of_the_two_halves():
     head = [e.tree_return for e in ep.events if e.branch.agent == "head"]
     assert head[0] == pytest.approx((1.0 + 1 / 6 + 1.0 + 1 / 6) / 4)
     assert head[2] == pytest.approx(-0.1)
-    assert ep.reward == pytest.approx(sum(rewards.values()) / 16)
+    assert ep.team_return == pytest.approx(sum(rewards.values()) / 16)
 
 
 def test_the_viewer_names_each_sample_s_agent(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.lang import analyze
-from srpo_dsl.runtime.credit import summed_returns
+from srpo_dsl.runtime.credit import role_rounds, summed_returns
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import SCHEMA, read_traces
@@ -232,7 +232,7 @@ def test_the_environment_steps_first_selects_who_acts_and_its_words_steer(tmp_pa
     # an empty selection acts nobody: step 3 read p's last outputs again
     obs = [o["result"] for o in ep.observations if o["agent"] == "p"]
     assert obs[1:3] == ["step 2 saw [(1, 'x'), (3, 'x')]", "step 3 saw [(1, 'x'), (3, 'x')]"]
-    assert ep.score == 1.0 + 2.0 + 3.0 + 4.0 and ep.reward == ep.score and ep.role_rewards == {}
+    assert ep.reward == 1.0 + 2.0 + 3.0 + 4.0 and ep.team_return == ep.reward and ep.keyed_returns == {}
 
 
 def test_the_trace_records_the_words_and_audit_prints_them(tmp_path):
@@ -291,15 +291,21 @@ def credited(outputs, row, state):
 def test_keyed_rewards_become_each_members_return_with_the_penalty(tmp_path):
     """Steps 2 and 4 credit the p members of rounds 1 and 2; every step's own reward is 1."""
     (ep,) = execute(make(tmp_path, CREDIT, fn="credited"), {"p": ["x"], "q": ["y"]})
-    assert ep.score == 4.0 and ep.invalid_actions == 0
-    assert ep.role_rewards == {
+    assert ep.reward == 4.0 and ep.invalid_actions == 0
+    assert ep.keyed_returns == {
         "p#1@1": 1.0 + 5.0 + 1.0 + 1.0,  # keyed at step 2
         "p#3@1": 1.0 + 15.0 + 1.0 + 1.0,
         "q#1@1": 4.0,
         "q#1@2": 4.0,
         "p#2@2": 1.0 + 1.0 + 1.0 + 10.0,  # keyed at step 4
     }
-    assert ep.return_of("p", 3, 1) == 18.0 and ep.return_of("q", 1, 2) == 4.0
+    rounds = role_rounds(ep.events)  # resolved once, when the reward was recorded:
+    got = {
+        (m.role, m.replica, r[m.role]): ep.returns[(e.event_id, m.member_index)]
+        for e, r in zip(ep.events, rounds)
+        for m in e.members
+    }
+    assert got[("p", 3, 1)] == 18.0 and got[("q", 1, 2)] == 4.0
 
 
 def test_a_python_reward_reads_each_environments_state_words_and_rewards(tmp_path):
@@ -311,8 +317,8 @@ def test_a_python_reward_reads_each_environments_state_words_and_rewards(tmp_pat
     """
     text = WORKFLOW.replace("reward tree invalid -0.5", 'reward "user.py:score"(q)')
     (ep,) = execute(make(tmp_path, code, workflow=text))
-    assert ep.role_rewards == {"q": 10.0, "p": 4.0, "q@1": 4.0, "p#2": 2.0, "q@2": 1.0}
-    assert ep.score == 10.0
+    assert ep.keyed_returns == {"q": 10.0, "p": 4.0, "q@1": 4.0, "p#2": 2.0, "q@2": 1.0}
+    assert ep.reward == 10.0
 
 
 # ---- failures ------------------------------------------------------------------------------------

@@ -263,8 +263,8 @@ def test_state_persists_within_an_episode_and_starts_empty_in_each(tmp_path):
 def test_the_score_is_the_sum_of_the_environments_rewards_with_the_penalty(tmp_path):
     (ep,) = execute(make(tmp_path), {"a": ["x"], "b": ["<ok>y</ok>", "no tag"]}, limit=1)
     assert ep.invalid_actions == 1
-    assert ep.envs["box"].reward == 1.0 and ep.score == 1.0  # 0.5 at each of the two steps
-    assert ep.reward == 1.0 - 0.5 and ep.answer is None
+    assert ep.envs["box"].reward == 1.0 and ep.reward == 1.0  # 0.5 at each of the two steps
+    assert ep.team_return == 1.0 - 0.5 and ep.answer is None
 
 
 def test_an_environment_that_never_says_done_runs_every_round(tmp_path):
@@ -272,7 +272,7 @@ def test_an_environment_that_never_says_done_runs_every_round(tmp_path):
     path.write_text(path.read_text().replace("done_at = 2", "done_at = 9, gain = 0.25"))
     (ep,) = execute(path, SCRIPT, limit=1)
     assert len(ep.events) == 8 and ep.state["box"] == "running"
-    assert ep.envs["box"].steps == 4 and not ep.envs["box"].done and ep.score == 1.0
+    assert ep.envs["box"].steps == 4 and not ep.envs["box"].done and ep.reward == 1.0
 
 
 def test_the_trace_records_each_environments_summary_and_reads_back(tmp_path):
@@ -423,7 +423,7 @@ def test_code_env_feeds_the_failures_back_to_both_and_rewards_the_hidden_tests(t
     assert [o.get("result") for o in ep.events[0].observations] == [feedback]
     assert ep.events[2].observations == [{"env": "sandbox", "agent": "coder", "result": "all 2 tests pass"}]
     assert ep.envs["sandbox"].steps == 2 and ep.envs["sandbox"].done
-    assert ep.score == pytest.approx(2 / 3) and ep.reward == pytest.approx(2 / 3) and ep.answer is None
+    assert ep.reward == pytest.approx(2 / 3) and ep.team_return == pytest.approx(2 / 3) and ep.answer is None
 
 
 def test_plan_path_walks_to_the_goal_or_runs_out_of_moves():
@@ -432,13 +432,13 @@ def test_plan_path_walks_to_the_goal_or_runs_out_of_moves():
     wf = load_workflow(path)
     rows = [r for r in task_data(wf) if r["id"] == "open"]  # from the bottom left to the top right
     (ep,) = Executor(wf.graph, {"lm": ScriptedBackend({"walker": moves})}, wf.renderer()).run(rows)
-    assert len(ep.events) == 4 and ep.score == 1.0 and ep.envs["grid"].done
+    assert len(ep.events) == 4 and ep.reward == 1.0 and ep.envs["grid"].done
     assert ep.events[-1].observations[0]["result"] == "you reached the goal"
     assert "A.G" in bytes(ep.events[2].members[0].prompt_token_ids).decode()  # after up, up: one row A.G
     (stuck,) = Executor(
         wf.graph, {"lm": ScriptedBackend({"walker": ["<move>left</move>"]})}, wf.renderer()
     ).run(rows)
-    assert len(stuck.events) == 8 and stuck.score == 0.0 and not stuck.envs["grid"].done
+    assert len(stuck.events) == 8 and stuck.reward == 0.0 and not stuck.envs["grid"].done
     assert stuck.events[0].observations[0]["result"].startswith("`left` is blocked\n..G\n...\nA..")
 
 

@@ -63,7 +63,7 @@ def test_search_case_1(tmp_path):
         len(first.observations) == 2 and len(docs) == 2 * 3
     )  # top_k = 3 per query: observations, not members
     assert ep.tool_calls == 3
-    assert ep.answer == "Jane Austen" and ep.score == 1.0 and ep.reward == 1.0
+    assert ep.answer == "Jane Austen" and ep.reward == 1.0 and ep.team_return == 1.0
     assert ep.cost.calls == 9
 
 
@@ -89,7 +89,7 @@ def test_members_share_the_pre_action_state_and_do_not_see_each_other(tmp_path):
     assert not any("\\boxed{5}" in p for p in solver_prompts)  # no member sees a sibling's output
     assert "\\boxed{5}" in seen[3]  # the verifier sees all three
     assert ep.events[0].state_id != ep.events[1].state_id
-    assert ep.score == 1.0
+    assert ep.reward == 1.0
 
 
 def test_math_case_2_revision_after_rejection():
@@ -110,7 +110,7 @@ def test_math_case_2_revision_after_rejection():
         ("aggregate:aggregator", 1),
     ]
     assert ep.events[2].members[0].text == "revised: \\boxed{401}"
-    assert ep.score == 1.0
+    assert ep.reward == 1.0
 
 
 def test_invalid_route_is_recorded_and_selects_nobody():
@@ -132,7 +132,7 @@ def test_invalid_route_is_recorded_and_selects_nobody():
     ]
     assert ep.events[0].members[0].valid is False
     assert ep.invalid_actions == 1
-    assert ep.reward == pytest.approx(1.0 - 0.1)
+    assert ep.team_return == pytest.approx(1.0 - 0.1)
 
 
 def test_loop_bound_ends_the_episode():
@@ -146,7 +146,7 @@ def test_loop_bound_ends_the_episode():
     }
     (ep,) = _executor(wf, script).run([task])
     assert [t for t, _ in _shape(ep)].count("route:router") == 4  # repeat at most 4
-    assert ep.answer is None and ep.score == 0.0 and ep.invalid_actions == 1
+    assert ep.answer is None and ep.reward == 0.0 and ep.invalid_actions == 1
 
 
 def test_missing_member_marks_event_incomplete(tmp_path):

@@ -158,7 +158,7 @@ def test_each_member_is_rendered_and_sampled_by_its_own_agent_and_policy(team):
     assert seen["a"][1] == "J 1,2,None" and seen["a"][2] == "G writer,editor,editor,judge"
     assert [m.role for m in ep.last_output["editor"]] == ["editor", "editor"]
     assert [m.role for m in ep.last_output["writer"]] == ["writer"]
-    assert ep.answer == "2" and ep.score == 1.0
+    assert ep.answer == "2" and ep.reward == 1.0
 
 
 def test_the_set_ratio_sums_both_policies_members_and_one_advantage_reaches_each():

@@ -87,4 +87,4 @@ def test_an_acting_agents_parser_takes_an_action_or_the_output_is_invalid(tmp_pa
     wf = load_workflow(tmp_path / "w.srpo")
     executor = Executor(wf.graph, {"lm": ScriptedBackend({"solver": ["think:hm"]})}, wf.renderer(), {})
     (ep,) = executor.run(task_data(wf))
-    assert not ep.events[0].members[0].valid and ep.invalid_actions == 1 and ep.reward == -0.5
+    assert not ep.events[0].members[0].valid and ep.invalid_actions == 1 and ep.team_return == -0.5

@@ -144,4 +144,4 @@ def test_the_shipped_search_r1_chat_searches_with_native_calls_and_reads_tool_me
     added = tok.decode(second.prompt_token_ids[len(first.prompt_token_ids) + len(first.response_token_ids) :])
     assert added.startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: ")
     assert added.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
-    assert ep.answer == "Jane Austen" and ep.score == 1.0
+    assert ep.answer == "Jane Austen" and ep.reward == 1.0

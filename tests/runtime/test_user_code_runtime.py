@@ -72,8 +72,8 @@ def test_a_workflow_on_user_code_runs(tmp_path):
     assert [(m.valid, m.parsed) for m in members] == [(True, "1"), (False, None)]
     assert first.events[0].observations == [{"tool": "calc", "query": "1", "result": "1!"}]
     assert first.observations == first.events[0].observations and first.tool_calls == 1
-    assert first.answer == "1" and first.score == 0.0 and first.reward == -0.5  # gold "0", one invalid
-    assert [(ep.answer, ep.score) for ep in episodes] == [("1", 0.0), ("0", 0.0), ("2", 1.0)]
+    assert first.answer == "1" and first.reward == 0.0 and first.team_return == -0.5  # gold "0", one invalid
+    assert [(ep.answer, ep.reward) for ep in episodes] == [("1", 0.0), ("0", 0.0), ("2", 1.0)]
     assert tools["calc"].fn.fn.__globals__["CALLS"] == [4]  # one call for the whole round
 
 
@@ -154,8 +154,8 @@ def test_per_role_returns_reach_the_training_rows(tmp_path):
     code = "def roles(answer, row):\n    return {'b': float(answer == row['gold']), 'a': 0.25}\n"
     episodes, _ = execute(make(tmp_path, code, reward="roles"), SCRIPT, samples=2)
     wrong, right = episodes[:2]  # task train-0 (gold "0"): b answers "1", then "0"
-    assert (wrong.score, wrong.reward, wrong.role_rewards) == (0.0, -0.5, {"b": -0.5, "a": -0.25})
-    assert (right.score, right.reward, right.role_rewards) == (1.0, 1.0, {"b": 1.0, "a": 0.25})
+    assert (wrong.reward, wrong.team_return, wrong.keyed_returns) == (0.0, -0.5, {"b": -0.5, "a": -0.25})
+    assert (right.reward, right.team_return, right.keyed_returns) == (1.0, 1.0, {"b": 1.0, "a": 0.25})
     rows = build_rows(episodes, "srpo")
     first = sorted(
         (r, float(x)) for p, r, x in zip(rows.prompt_ids, rows.roles, rows.returns) if p == "train-0"
@@ -171,7 +171,7 @@ def test_a_three_argument_reward_reads_the_episode(tmp_path):
         return len(roles) + 10 * episode.cost.calls + 100 * errors + (roles == ["a", "b"])
     """
     episodes, _ = execute(make(tmp_path, code, reward="shaped"), SCRIPT)
-    assert episodes[0].score == 2 + 10 * 3 + 0 + 1
+    assert episodes[0].reward == 2 + 10 * 3 + 0 + 1
 
 
 TOOLS = """

@@ -111,7 +111,9 @@ def make_episodes(mixed: bool, n_prompts: int = 3, group: int = 4, seed: int = 0
     episodes = []
     for p in range(n_prompts):
         for s in range(group):
-            ep = Episode(f"q{p}/{s}", f"q{p}", s, {"id": f"q{p}"}, reward=rng.choice([0.0, 1.0, 0.5, -0.1]))
+            ep = Episode(
+                f"q{p}/{s}", f"q{p}", s, {"id": f"q{p}"}, team_return=rng.choice([0.0, 1.0, 0.5, -0.1])
+            )
             solvers = [member(0, "a", "solver"), member(1, "b" if mixed else "a", "solver")]
             ep.events = [
                 Event(f"q{p}/{s}/e1", "parallel:solver", "n1", "x", 2, True, solvers),
@@ -148,7 +150,9 @@ def conversation_episodes(n_prompts: int = 2, group: int = 3, seed: int = 0) -> 
     episodes = []
     for p in range(n_prompts):
         for s in range(group):
-            ep = Episode(f"q{p}/{s}", f"q{p}", s, {"id": f"q{p}"}, reward=rng.choice([0.0, 1.0, 0.5, -0.1]))
+            ep = Episode(
+                f"q{p}/{s}", f"q{p}", s, {"id": f"q{p}"}, team_return=rng.choice([0.0, 1.0, 0.5, -0.1])
+            )
             stream: dict = {}  # (role, replica) -> its conversation's ids so far
             for k, (kind, seats) in enumerate(steps):
                 members = [turn(i, *seat, stream) for i, seat in enumerate(seats)]

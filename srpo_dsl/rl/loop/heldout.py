@@ -49,7 +49,7 @@ def evaluate_sets(
         local = [0.0] * len(data.tasks)
         for j in range(len(share)):
             local[dist.rank + j * dist.world_size] = sum(
-                is_correct(ep.score) for ep in episodes[j * k : (j + 1) * k]
+                is_correct(ep.reward) for ep in episodes[j * k : (j + 1) * k]
             )
         counts.append(local)
         sums = [len(episodes), sum(e.cost.tokens for e in episodes), sum(e.cost.calls for e in episodes)]

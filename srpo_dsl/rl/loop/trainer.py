@@ -248,14 +248,14 @@ def step_metrics(
     The paper's training-dynamics panels, the step's time and its parts, then the metrics of each role
     and event type (`role_metrics.py`).
     """
-    local = [len(episodes), sum(e.reward for e in episodes), sum(e.score for e in episodes)]
+    local = [len(episodes), sum(e.team_return for e in episodes), sum(e.reward for e in episodes)]
     local += [float(sum(rows.response_lengths)), rows.dropped_events, *step_sums(run.keys, episodes, rows)]
-    n_episodes, reward, score, response_tokens, dropped, *by_key = all_reduce(local, run.dist.device)
+    n_episodes, team_return, reward, response_tokens, dropped, *by_key = all_reduce(local, run.dist.device)
     return (
         {
             "step": step,
-            "return": reward / max(n_episodes, 1),  # mean episode return: task score + invalid-output penalty
-            "task_score": score / max(n_episodes, 1),  # mean task score: the reward function alone
+            "return": team_return / max(n_episodes, 1),  # mean team return: reward + invalid-output penalty
+            "task_score": reward / max(n_episodes, 1),  # mean reward: the reward function alone
             "grad_norm": stats.get("grad_norm", 0.0),
             "response_length": response_tokens / max(stats["num_rows"], 1),
             "mean_set_size": stats["num_rows"] / max(stats["num_events"], 1),

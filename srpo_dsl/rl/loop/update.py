@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -37,7 +37,7 @@ from srpo_dsl.rl.objective.aggregation import get_aggregation
 from srpo_dsl.rl.objective.batching import budget_batches, linked_atoms, plan_batches
 from srpo_dsl.rl.objective.losses import Objective, get_objective
 from srpo_dsl.rl.objective.rows import Rows, followed_within
-from srpo_dsl.rl.objective.setwise import behaviour_of_rows
+from srpo_dsl.rl.objective.setwise import behavior_of_rows
 
 
 class NotFinite(Exception):
@@ -68,14 +68,30 @@ def pad_right(values: Sequence[Sequence[float]], width: int) -> Tensor:
 @dataclass(frozen=True)
 class UpdateBatch:
     """One step's rows as response-aligned tensors; `temperatures[i]` is row i's sampling temperature,
-    `engines[i]` the engine that trains it (None: frozen), `adapters[i]` its peft adapter (None: none)."""
+    `engines[i]` the engine that trains it (None: frozen), `adapters[i]` its peft adapter (None: none).
+    Built on the CPU (`of`); `on` moves it to the update's device with what the update scored first."""
 
     rows: Rows
     mask: Tensor  # [N, T] bool, generated tokens
-    behaviour: Tensor  # [N, T]
+    behavior_logprobs: Tensor  # [N, T] log mu: what the rollout recorded
     temperatures: list[float]
     engines: list[str | None]
     adapters: list[str | None]
+    old_logprobs: Tensor | None = None  # [N, T]; None: the update's own first-epoch log-probs are the old
+    ref_logprobs: Tensor | None = None  # [N, T] reference log-probs for the KL penalty
+    stale: Tensor | None = None  # [N] bool: rows whose behavior policy is older than the proximal
+
+    def on(
+        self, device: torch.device, old: Tensor | None, ref: Tensor | None, stale: Tensor | None
+    ) -> UpdateBatch:
+        """This batch on `device` (its rows' event and episode ids and advantages too), with the old and
+        reference log-probs and the stale rows."""
+        rows = self.rows
+        ids = {"event_ids": rows.event_ids, "episode_ids": rows.episode_ids, "advantages": rows.advantages}
+        moved = replace(rows, **{name: t.to(device) for name, t in ids.items()})
+        mask, behavior = self.mask.to(device), self.behavior_logprobs.to(device)
+        tensors = {"mask": mask, "behavior_logprobs": behavior, "old_logprobs": old, "ref_logprobs": ref}
+        return replace(self, rows=moved, stale=stale, **tensors)
 
     @classmethod
     def of(
@@ -85,15 +101,15 @@ class UpdateBatch:
         lengths = torch.tensor(rows.response_lengths, dtype=torch.long)
         width = max(1, int(lengths.max())) if len(rows) else 1
         mask = torch.arange(width) < lengths[:, None]
-        behaviour = pad_right(rows.behavior_logprobs, width)
+        behavior = pad_right(rows.behavior_logprobs, width)
         row_temperatures = [temperatures[p][r] for p, r in zip(rows.policies, rows.roles)]
         if policies is None:
-            return cls(rows, mask, behaviour, row_temperatures, list(rows.policies), [None] * len(rows))
+            return cls(rows, mask, behavior, row_temperatures, list(rows.policies), [None] * len(rows))
         engines = [
             policies[p].engine_owner if policies[p].engine is not None else None for p in rows.policies
         ]
         adapters = [policies[p].adapter for p in rows.policies]
-        return cls(rows, mask, behaviour, row_temperatures, engines, adapters)
+        return cls(rows, mask, behavior, row_temperatures, engines, adapters)
 
     def members_of(self, micro: Sequence[int], group: Group) -> list[int]:
         """Positions in `micro` of the rows scored by (engine, temperature)."""
@@ -164,12 +180,12 @@ def score_rows(
     reference: bool = False,
     scoring: Scoring = "cached",
 ) -> Tensor:
-    """[N, T] log-probs of every trainable row (current or reference weights), behaviour elsewhere;
+    """[N, T] log-probs of every trainable row (current or reference weights), behavior elsewhere;
     `scoring`: `packed` (a conversation in one pass) or `cached` (no gradient: no checkpointing to mind).
 
     Follows the micro-batch plan so every rank runs the same forwards (ZeRO-3 gathers).
     """
-    out = batch.behaviour.clone().to(device)
+    out = batch.behavior_logprobs.clone().to(device)
     for micro in plan:
         for group in groups:
             pos = batch.members_of(micro, group)
@@ -197,7 +213,7 @@ class Counts:
 
 @dataclass(frozen=True)
 class Step:
-    """What every micro-batch of one update reads."""
+    """What every micro-batch of one update reads: the data (`batch`, on the device) and how to train it."""
 
     leads: Mapping[str, TrainingPolicy]  # engine -> a policy it trains (`engine_owners`)
     batch: UpdateBatch
@@ -206,13 +222,6 @@ class Step:
     dist: Dist
     groups: list[Group]
     counts: Counts
-    old: Tensor | None  # [N, T] old log-probs; None: the update's own first-epoch log-probs are the old ones
-    ref: Tensor | None  # [N, T] reference log-probs for the KL penalty
-    stale: Tensor | None  # [N] bool on the device: rows whose behaviour policy is older than the proximal
-    mask: Tensor  # [N, T] on the device
-    event_ids: Tensor  # [N] on the device
-    episode_ids: Tensor  # [N] on the device
-    advantages: Tensor  # [N] on the device
 
 
 @dataclass(frozen=True)
@@ -267,25 +276,25 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
     """
     width = logprobs.shape[1]
     logprobs = logprobs.detach().requires_grad_(True)
-    behaviour = None  # off-policy rows are corrected against what generated them; fresh rows: w = 1
-    if s.stale is not None:
-        behaviour = behaviour_of_rows(s.stale[idx], s.batch.behaviour[idx.cpu(), :width], old)
+    behavior = None  # off-policy rows are corrected against what generated them; fresh rows: w = 1
+    if s.batch.stale is not None:
+        behavior = behavior_of_rows(s.batch.stale[idx], s.batch.behavior_logprobs[idx, :width], old)
     loss, metrics, terms = s.objective.evaluate(
         logprobs,
         old,
-        s.mask[idx, :width],
-        s.event_ids[idx],
-        s.advantages[idx],
+        s.batch.mask[idx, :width],
+        s.batch.rows.event_ids[idx],
+        s.batch.rows.advantages[idx],
         clip_eps=s.opts.clip,
         set_norm=s.opts.set_norm,
         num_events=s.counts.events,
         num_tokens=s.counts.tokens,
         num_rows=s.counts.rows,
-        ref_logprobs=None if s.ref is None else s.ref[idx, :width],
+        ref_logprobs=None if s.batch.ref_logprobs is None else s.batch.ref_logprobs[idx, :width],
         kl_coef=s.opts.kl,
-        behaviour_logprobs=behaviour,
+        behavior_logprobs=behavior,
         importance_cap=s.opts.importance_cap,
-        episode_ids=s.episode_ids[idx],
+        episode_ids=s.batch.rows.episode_ids[idx],
         num_episodes=s.counts.episodes,
     )
     (weights,) = torch.autograd.grad(loss, logprobs)
@@ -297,14 +306,16 @@ def token_weights(s: Step, idx: Tensor, logprobs: Tensor, old: Tensor) -> tuple[
             metrics["importance_capped_fraction"] * units,
             units,
         )
-    return weights, MicroStats(loss.item(), terms.row_clips(len(idx), s.event_ids[idx]), importance)
+    return weights, MicroStats(
+        loss.item(), terms.row_clips(len(idx), s.batch.rows.event_ids[idx]), importance
+    )
 
 
 def micro_logprobs(
     s: Step, idx: Tensor, width: int, scored: Mapping[Group, ScoredGroup]
 ) -> tuple[Tensor, Tensor]:
     """(current, old) [M, width] log-probs of the micro-batch, detached; frozen rows keep their old ones."""
-    old = s.old[idx, :width] if s.old is not None else None
+    old = s.batch.old_logprobs[idx, :width] if s.batch.old_logprobs is not None else None
     current = old.clone() if old is not None else torch.zeros(len(idx), width, device=s.dist.device)
     for sc in scored.values():
         if sc.pos:
@@ -316,7 +327,7 @@ def entropy_bonus(s: Step, idx: Tensor, sc: ScoredGroup) -> Tensor:
     """-c * sum(mask * H) / |tokens| of one group: linear in H, so H itself is its surrogate."""
     if s.opts.entropy == 0 or not sc.pos or sc.entropy is None:
         return torch.zeros((), device=s.dist.device)
-    mask = s.mask[idx][sc.pos, : sc.entropy.shape[1]]
+    mask = s.batch.mask[idx][sc.pos, : sc.entropy.shape[1]]
     return (-s.opts.entropy / s.counts.tokens) * torch.where(mask, sc.entropy, 0.0).sum()
 
 
@@ -380,7 +391,7 @@ def micro_step(s: Step, micro: list[int], last: bool, before: float) -> tuple[Mi
     for policy in s.leads.values():  # the boundary is the plan's last micro-batch, however many it has
         policy.engine.set_gradient_accumulation_boundary(last)
     idx = torch.tensor(micro, dtype=torch.long, device=device)
-    width = max(1, int(s.mask[idx].sum(-1).max())) if micro else 1
+    width = max(1, int(s.batch.mask[idx].sum(-1).max())) if micro else 1
     scored = score_micro(s, micro)
     bonus = {g: entropy_bonus(s, idx, sc) for g, sc in scored.items()}
     loss = sum(b.item() for b in bonus.values())
@@ -398,7 +409,7 @@ def micro_step(s: Step, micro: list[int], last: bool, before: float) -> tuple[Mi
 def run_epoch(s: Step, plan: list[list[int]]) -> tuple[MicroStats, float]:
     """One optimizer step of every engine over the micro-batch `plan`; (stats of every row, grad norm)."""
     loss, norms, importance = 0.0, {}, [0.0, 0.0, 0.0]
-    clips = torch.zeros(s.mask.shape[0], 2, dtype=torch.float64, device=s.dist.device)
+    clips = torch.zeros(s.batch.mask.shape[0], 2, dtype=torch.float64, device=s.dist.device)
     for m, micro in enumerate(plan):
         micro_stats, micro_norms = micro_step(s, micro, m == len(plan) - 1, loss)
         loss += micro_stats.loss
@@ -423,7 +434,7 @@ def old_logprobs(
     old log-probs: no extra no-grad pass (exact; modules run without dropout).
     """
     if opts.old_logprobs == "rollout":
-        return batch.behaviour.to(device)
+        return batch.behavior_logprobs.to(device)
     if opts.epochs == 1:
         return None
     return score_rows(leads, batch, plan, groups, device, scoring=_no_grad_scoring(opts))
@@ -458,7 +469,7 @@ def atomic_ids(rows: Rows, objective: Objective, packed: bool = False) -> list[i
 
 def corrected_rows(stale: Tensor | None, opts: TrainOptions, device: torch.device) -> Tensor | None:
     """The stale rows on the device, or None when nothing is corrected: no stale row, or old log-probs
-    taken from the rollout (the ratio is then against the behaviour policy itself: no weight)."""
+    taken from the rollout (the ratio is then against the behavior policy itself: no weight)."""
     if stale is None or opts.old_logprobs == "rollout" or not stale.any():
         return None
     return stale.to(device)
@@ -506,10 +517,8 @@ def update(
     ref = None
     if opts.kl > 0:
         ref = score_rows(leads, batch, plan, groups, device, reference=True, scoring=_no_grad_scoring(opts))
-    mask, event_ids, advantages = batch.mask.to(device), rows.event_ids.to(device), rows.advantages.to(device)
-    stale = corrected_rows(stale, opts, device)
-    ids = (event_ids, rows.episode_ids.to(device), advantages)
-    s = Step(leads, batch, opts, objective, dist, groups, counts, old, ref, stale, mask, *ids)
+    batch = batch.on(device, old, ref, corrected_rows(stale, opts, device))
+    s = Step(leads, batch, opts, objective, dist, groups, counts)
     epochs: list[tuple[MicroStats, float]] = []
     for _ in range(opts.epochs):
         try:

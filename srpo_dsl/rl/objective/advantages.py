@@ -50,7 +50,7 @@ class AdvantageInputs:
     event_types: Sequence[Hashable]
     roles: Sequence[Hashable]
     episode_ids: Tensor | None = None  # [N] int, equal id = one episode
-    episode_returns: Tensor | None = None  # [N] float, the team return of the row's episode (ep.reward)
+    episode_returns: Tensor | None = None  # [N] float, the team return of the row's episode (its team_return)
     siblings: Sequence[Hashable | None] | None = None  # an alternative's state; None: no row is one
     state_keys: Sequence[Hashable | None] | None = None  # its event's state key; None: no row has one
 

@@ -77,7 +77,7 @@ class Objective:
         num_rows: int | None = None,
         ref_logprobs: Tensor | None = None,
         kl_coef: float = 0.0,
-        behaviour_logprobs: Tensor | None = None,
+        behavior_logprobs: Tensor | None = None,
         importance_cap: float = 2.0,
         episode_ids: Tensor | None = None,
         num_episodes: int | None = None,
@@ -90,12 +90,12 @@ class Objective:
         (each defaults to the count in this call); the loss reads the one of its aggregation,
         and num_tokens for the KL term. set_norm is checked for every loss
         and changes only the losses over sets (srpo, traj).
-        behaviour_logprobs: [B, T] log mu of the policy that sampled the rows; given, each unit's
+        behavior_logprobs: [B, T] log mu of the policy that sampled the rows; given, each unit's
         term is multiplied by its importance weight min(q_old / mu, importance_cap) on the unit's
         scale (detached), and the returned terms stay unweighted.
         """
         batch = PolicyBatch.of(
-            logprobs, old_logprobs, response_mask, event_ids, advantages, behaviour_logprobs, episode_ids
+            logprobs, old_logprobs, response_mask, event_ids, advantages, behavior_logprobs, episode_ids
         )
         config = LossConfig(clip_eps, set_norm, importance_cap)
         terms = self.terms(batch, config)
@@ -234,7 +234,7 @@ def setwise_loss(
     clip_eps: float = 0.2,
     set_norm: str = "sqrt",
     num_events: int | None = None,
-    behaviour_logprobs: Tensor | None = None,
+    behavior_logprobs: Tensor | None = None,
     importance_cap: float = 2.0,
 ) -> tuple[Tensor, Metrics]:
     """Return (-J, metrics) of docs/objective.md §1: one ratio and one clip per decision event.
@@ -247,11 +247,11 @@ def setwise_loss(
     set_norm: "sqrt" | "mean" | "none", the set reduction c(K) = K^-1/2 | 1/K | 1.
     num_events: |B|, the global event count of the optimizer step (data parallel /
         micro-batches); default: the number of events in this call.
-    behaviour_logprobs: [B, T] log mu of the policy that sampled the rows (stale weights), or
+    behavior_logprobs: [B, T] log mu of the policy that sampled the rows (stale weights), or
         None; given, each event's term is multiplied by its truncated importance weight
         w_e = min(exp(c(K_e) sum_j sum_u m (old - mu)), importance_cap), detached.
     metrics: clip_fraction, num_events, mean_set_size, ratio_mean, log_ratio_abs_max (and,
-        with behaviour_logprobs, importance_weight_mean and importance_capped_fraction).
+        with behavior_logprobs, importance_weight_mean and importance_capped_fraction).
     """
     return OBJECTIVES["srpo"](
         logprobs,
@@ -262,6 +262,6 @@ def setwise_loss(
         clip_eps=clip_eps,
         set_norm=set_norm,
         num_events=num_events,
-        behaviour_logprobs=behaviour_logprobs,
+        behavior_logprobs=behavior_logprobs,
         importance_cap=importance_cap,
     )

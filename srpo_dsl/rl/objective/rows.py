@@ -19,9 +19,9 @@ conversation (its prompt begins with the previous turn's prompt and response, ve
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -29,7 +29,6 @@ from torch import Tensor
 from srpo_dsl.rl.objective.advantages import AdvantageInputs
 from srpo_dsl.rl.objective.batching import drop_incomplete
 from srpo_dsl.rl.objective.losses import Objective, get_objective
-from srpo_dsl.runtime.credit import role_rounds
 
 
 class _Member(Protocol):
@@ -65,10 +64,12 @@ class _Event(Protocol):
 class _Episode(Protocol):
     episode_id: str
     prompt_id: str
-    reward: float
     events: Sequence[_Event]
 
-    def return_of(self, role: str, replica: int | None = None, round: int | None = None) -> float: ...
+    @property
+    def team_return(self) -> float: ...
+    @property
+    def returns(self) -> Mapping[tuple[str, int], float]: ...
 
 
 @dataclass(frozen=True)
@@ -154,17 +155,12 @@ def followed_within(follows: Sequence[int], index: Sequence[int]) -> list[int]:
     return [position.get(follows[i], -1) for i in index]
 
 
-def _on_paths(events: Sequence[_Event]) -> tuple[list[_Event], list[dict[str, int]]]:
-    """The events an episode's paths took (a pruned alternative is none) and their roles' rounds."""
-    taken = [e for e in events if e.branch is None or e.branch.kept]
-    return taken, role_rounds(taken)
-
-
-def _return(ep: _Episode, e: _Event, m: _Member, round_of: dict[str, dict[str, int]]) -> float:
-    """A row's return: its event's backed-up return in a branching episode, else its member's."""
+def _return(ep: _Episode, e: _Event, m: _Member) -> float:
+    """A row's return: its event's backed-up return in a branching episode, else its member's, resolved
+    when the reward was recorded (`Episode.returns`; not there: the team return)."""
     if e.tree_return is not None:
         return float(e.tree_return)
-    return float(ep.return_of(m.role, m.replica, round_of[e.event_id][m.role]))
+    return float(ep.returns.get((e.event_id, m.member_index), ep.team_return))
 
 
 def _siblings(e: _Event) -> tuple[str, str | None] | None:
@@ -173,41 +169,32 @@ def _siblings(e: _Event) -> tuple[str, str | None] | None:
     return (e.state_id, e.branch.agent) if e.branch is not None else None
 
 
-class _Row(NamedTuple):
-    """A member as a training row of its unit: its event, or for a resampled try the singleton event of
-    its own (`EVENT/tryN`, K = 1, the event's type and round)."""
-
-    episode: _Episode
-    event: _Event  # the recorded event (its round, its completeness)
-    event_id: str
-    cardinality: int
-    member_index: int  # within the unit (0 for a try)
-    member: _Member
+Unit = tuple[str, int, int]  # a row's training unit: (its id, K, its member's index within it)
 
 
-def _rows_of(episodes: Sequence[_Episode]) -> list[_Row]:
-    """The rows of every complete event, then of each of its resampled invalid tries."""
+def _rows_of(episodes: Sequence[_Episode]) -> list[tuple[_Episode, _Event, Unit, _Member]]:
+    """Every complete event's members, then each of its resampled invalid tries: a try is the singleton
+    event of its own (`EVENT/tryN`, K = 1, member 0, the event's type and round)."""
     out = []
     for ep in episodes:
         for e in ep.events:
             if not e.complete:
                 continue
-            out += [_Row(ep, e, e.event_id, e.cardinality, m.member_index, m) for m in e.members]
-            out += [_Row(ep, e, f"{e.event_id}/try{i}", 1, 0, t) for i, t in enumerate(e.tries, 1)]
+            out += [(ep, e, (e.event_id, e.cardinality, m.member_index), m) for m in e.members]
+            out += [(ep, e, (f"{e.event_id}/try{i}", 1, 0), t) for i, t in enumerate(e.tries, 1)]
     return out
 
 
-def continued_rows(flat: Sequence[_Row]) -> list[int]:
+def continued_rows(episode_ids: Sequence[str], members: Sequence[_Member]) -> list[int]:
     """Row i continues row r (r, else -1) when r is the previous row of the same (episode, role, replica,
     policy) and row i's prompt ids begin with row r's prompt then response ids (checked, never assumed)."""
     last: dict[tuple[str, str, int, str], int] = {}
     follows = []
-    for i, row in enumerate(flat):
-        m = row.member
-        key = (row.episode.episode_id, m.role, m.replica, m.policy)
+    for i, (episode, m) in enumerate(zip(episode_ids, members)):
+        key = (episode, m.role, m.replica, m.policy)
         r = last.get(key, -1)
         last[key] = i
-        turn = [*flat[r].member.prompt_token_ids, *flat[r].member.response_token_ids] if r >= 0 else []
+        turn = [*members[r].prompt_token_ids, *members[r].response_token_ids] if r >= 0 else []
         follows.append(r if r >= 0 and list(m.prompt_token_ids[: len(turn)]) == turn else -1)
     return follows
 
@@ -228,22 +215,18 @@ def build_rows(
     estimate = (get_objective(objective) if isinstance(objective, str) else objective).advantages
     flat = _rows_of(episodes)
     marked = sum(not e.complete for ep in episodes for e in ep.events)  # recorded incomplete by the executor
-    kept, dropped = drop_incomplete(
-        [r.event_id for r in flat], [r.cardinality for r in flat], [r.member_index for r in flat]
-    )
-    flat = [flat[i] for i in kept if flat[i].member.role not in untrained]
-    event_ids = dense_ids([r.event_id for r in flat])
-    episode_ids = dense_ids([r.episode.episode_id for r in flat])
-    prompt_ids = [r.episode.prompt_id for r in flat]
-    event_types = [r.event.event_type for r in flat]
-    roles = [r.member.role for r in flat]
-    round_of = {e.event_id: r for ep in episodes for e, r in zip(*_on_paths(ep.events))}
-    returns = torch.tensor(
-        [_return(r.episode, r.event, r.member, round_of) for r in flat], dtype=torch.float32
-    )
-    siblings = [_siblings(r.event) for r in flat]
-    keys = [r.event.state_key for r in flat]  # the environments' key of its event's state (`state`)
-    team = torch.tensor([float(r.episode.reward) for r in flat], dtype=torch.float32)
+    kept, dropped = drop_incomplete(*zip(*(unit for _, _, unit, _ in flat))) if flat else ([], 0)
+    flat = [flat[i] for i in kept if flat[i][3].role not in untrained]
+    eps, events, units, members = (list(column) for column in zip(*flat)) if flat else ([], [], [], [])
+    event_ids = dense_ids([unit[0] for unit in units])
+    episode_ids = dense_ids([ep.episode_id for ep in eps])
+    prompt_ids = [ep.prompt_id for ep in eps]
+    event_types = [e.event_type for e in events]
+    roles = [m.role for m in members]
+    returns = torch.tensor([_return(*row) for row in zip(eps, events, members)], dtype=torch.float32)
+    siblings = [_siblings(e) for e in events]
+    keys = [e.state_key for e in events]  # the environments' key of its event's state (`state`)
+    team = torch.tensor([float(ep.team_return) for ep in eps], dtype=torch.float32)
     inputs = AdvantageInputs(
         returns,
         event_ids,
@@ -255,22 +238,21 @@ def build_rows(
         siblings=siblings if any(s is not None for s in siblings) else None,
         state_keys=keys if any(k is not None for k in keys) else None,
     )
-    advantages = estimate(inputs)
     return Rows(
-        [list(r.member.prompt_token_ids) for r in flat],
-        [list(r.member.response_token_ids) for r in flat],
-        [list(r.member.behavior_logprobs) for r in flat],
+        [list(m.prompt_token_ids) for m in members],
+        [list(m.response_token_ids) for m in members],
+        [list(m.behavior_logprobs) for m in members],
         event_ids,
         episode_ids,
         event_types,
-        [r.event.node for r in flat],
+        [e.node for e in events],
         prompt_ids,
         roles,
-        [r.member.policy for r in flat],
-        [r.member.policy_version for r in flat],
-        [(r.event_id, r.member.member_index) for r in flat],
-        continued_rows(flat),
+        [m.policy for m in members],
+        [m.policy_version for m in members],
+        [(unit[0], m.member_index) for unit, m in zip(units, members)],
+        continued_rows([ep.episode_id for ep in eps], members),
         returns,
-        advantages,
+        estimate(inputs),
         marked + dropped,
     )

@@ -68,7 +68,7 @@ class PolicyBatch:
     """One call's inputs: [B, T] log-probs and bool mask; [B] event ids and advantages.
 
     old_logprobs is the ratio's denominator (the proximal policy when recomputed);
-    behaviour_logprobs, when given, the policy that sampled the rows (mu), for the
+    behavior_logprobs, when given, the policy that sampled the rows (mu), for the
     importance weights; None: no correction. episode_ids, when given, the episode of each row
     (equal id = one episode), for losses over episodes (traj).
     """
@@ -78,7 +78,7 @@ class PolicyBatch:
     mask: Tensor
     event_ids: Tensor
     advantages: Tensor
-    behaviour_logprobs: Tensor | None = None
+    behavior_logprobs: Tensor | None = None
     episode_ids: Tensor | None = None
 
     @classmethod
@@ -89,13 +89,13 @@ class PolicyBatch:
         response_mask: Tensor,
         event_ids: Tensor,
         advantages: Tensor,
-        behaviour_logprobs: Tensor | None = None,
+        behavior_logprobs: Tensor | None = None,
         episode_ids: Tensor | None = None,
     ) -> PolicyBatch:
         """Check the shapes (ValueError) and make the mask bool."""
         same = {"old_logprobs": old_logprobs, "response_mask": response_mask}
-        if behaviour_logprobs is not None:
-            same["behaviour_logprobs"] = behaviour_logprobs
+        if behavior_logprobs is not None:
+            same["behavior_logprobs"] = behavior_logprobs
         if logprobs.dim() != 2 or any(x.shape != logprobs.shape for x in same.values()):
             shapes = ", ".join(f"{name} {tuple(x.shape)}" for name, x in same.items())
             raise ValueError(
@@ -109,7 +109,7 @@ class PolicyBatch:
                 f"event_ids, advantages and episode_ids must be [B]=[{logprobs.shape[0]}], got {shapes}"
             )
         mask = response_mask.bool()
-        return cls(logprobs, old_logprobs, mask, event_ids, advantages, behaviour_logprobs, episode_ids)
+        return cls(logprobs, old_logprobs, mask, event_ids, advantages, behavior_logprobs, episode_ids)
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ def unit_log_weights(token_log_w: Tensor, terms: PolicyTerms, set_norm: str) -> 
     )
 
 
-def behaviour_of_rows(stale: Tensor, recorded: Tensor, proximal: Tensor) -> Tensor:
+def behavior_of_rows(stale: Tensor, recorded: Tensor, proximal: Tensor) -> Tensor:
     """[B, T] mu per row: a `stale` row's own recorded log-probs (the version that generated that member),
     a fresh row's the proximal ones, so its log-weight is exactly 0. Rows of one event may differ: the
     event's weight sums each member's own log q_prox - log mu under c(K_e)."""
@@ -288,10 +288,10 @@ def importance_weights(
     The log-weight is taken on the unit's scale (c(K_e) for sets, as L_e), made finite and clamped to
     +-MAX_LOG_RATIO like the ratio: 0 where behaviour = old, hence a weight of exactly 1.
     """
-    if batch.behaviour_logprobs is None:
+    if batch.behavior_logprobs is None:
         return None
     with torch.no_grad():
-        token_log_w = masked_log_ratio(batch.old_logprobs, batch.behaviour_logprobs, batch.mask)
+        token_log_w = masked_log_ratio(batch.old_logprobs, batch.behavior_logprobs, batch.mask)
         log_w = torch.nan_to_num(unit_log_weights(token_log_w, terms, config.set_norm), nan=0.0)
         weight = log_w.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()  # w
         truncated = weight.clamp(max=config.importance_cap)  # min(w, C)
