@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(code)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, note_interrupt)
+    INTERRUPTS.clear()  # this command's signals only (a caller may run several in one process)
+    STOPS.clear()
     try:
         code = outcome(argv)
     finally:  # also when srpo-dsl's own SystemExit (a signal's exit code) passes through
