@@ -23,12 +23,18 @@ SMALL = ["--steps", "40", "--batch", "4", "--group", "2", "--option", "eval_ever
 SMALL += ["--option", "eval_size=4", "--option", "save_every=1"]
 
 
+def default_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def interrupted_train(out: Path, *extra: str, sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
     """`srpo-dsl train` (stderr to a pipe), sent `sig` (SIGINT: Ctrl-C) once its first checkpoint is
     written."""
     command = [sys.executable, "-m", "srpo_dsl", "train", "workflows/quickstart.srpo", "--out", str(out)]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([*command, *SMALL, *extra], cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE)
+    proc = subprocess.Popen(  # SIGHUP as in a terminal's shell: under `nohup` (a CI's) it is ignored, and stays so
+        [*command, *SMALL, *extra], cwd=ROOT, env=env, stdout=PIPE, stderr=PIPE, preexec_fn=default_sighup
+    )
     began = time.monotonic()
     while not (out / "checkpoints" / "step-1").is_dir() and proc.poll() is None:
         assert time.monotonic() - began < 300, "no checkpoint in 300 s"
