@@ -3,11 +3,14 @@ groups), and training runs with a rollout worker against the synchronous trainer
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,8 @@ from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.rl.transport.fresh import Refresh, fresh_engines
 from srpo_dsl.rl.transport.inbox import Inbox
 from srpo_dsl.rl.transport.link import (
+    CONTROL,
+    EPISODES,
     LaunchLayout,
     Link,
     LinkError,
@@ -224,6 +229,37 @@ def test_a_dead_worker_is_one_line_naming_it() -> None:
     message = _run_pair(die=True)
     assert isinstance(message, str) and message.startswith("rollout worker 0 (rank 1) stopped (")
     assert "\n" not in message
+
+
+def _closing(port: int, out: mp.Queue, rank: int) -> None:
+    """The worker closes its link while a thread waits on trainer rank 0, which waits on the worker."""
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=30))
+    link = Link(LaunchLayout(rank, 1, 1), store, torch.device("cpu"))
+    if rank == 0:
+        with contextlib.suppress(LinkError):
+            link.recv_object(1, EPISODES)
+        return
+    errors: list[str] = []
+
+    def wait_for_orders() -> None:
+        try:
+            link.recv_object(0, CONTROL)
+        except LinkError as exc:
+            errors.append(str(exc))
+
+    reader = threading.Thread(target=wait_for_orders)
+    link.read(reader)
+    time.sleep(0.5)
+    began = time.perf_counter()
+    link.close()
+    out.put((time.perf_counter() - began, reader.is_alive(), errors))
+
+
+def test_closing_the_link_wakes_a_thread_waiting_on_a_peer_at_once() -> None:
+    """gloo's abort wakes no receive: `close` hangs up instead of waiting out its 30-s join."""
+    seconds, alive, errors = first_result([(_closing, (r,)) for r in (0, 1)])  # type: ignore[misc]
+    assert seconds < 5 and not alive
+    assert errors == ["trainer rank 0 stopped (Application timeout caused pair closure)"]
 
 
 # --- training with a rollout worker --------------------------------------------------------

@@ -25,6 +25,7 @@ import pickle
 import re
 import threading
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from srpo_dsl.runtime.episode import Episode
 
 SETUP, EPISODES, CONTROL, FLAT = 10, 20, 30, 40  # the tags of the kinds of message (an object: tag, tag + 1)
 TIMEOUT = datetime.timedelta(hours=2)  # a generation or an update may take long; a dead peer fails at once
+HANG_UP, HANG_UP_WAIT = 99, datetime.timedelta(milliseconds=1)  # nobody sends it: `close`'s receive times out
 
 
 @dataclass(frozen=True)
@@ -171,19 +173,29 @@ class Link:
         thread.start()
 
     def close(self) -> None:
-        """Abort what is still pending (a thread blocked in a receive gets a LinkError), release the groups
-        and wait for the reading threads: a process that stops, on success or not, leaves no
-        communication thread behind (one woken while the interpreter shuts down would abort it)."""
+        """Abort what is still pending, wake the threads blocked in a receive (a LinkError) and wait for
+        them: a process that stops, on success or not, leaves no communication thread behind (one woken
+        while the interpreter shuts down would abort it), and its peers see it go at once."""
         if self.closed:
             return
         self.closed = True
         for group in (self.objects, *self.pairs.values()):
-            group.abort()
+            group.abort()  # NCCL's pairs: their receives fail; gloo's abort wakes no receive
         with self.lock:
             self.pending.clear()
-        for thread in self.readers:
-            if thread is not threading.current_thread():
-                thread.join(timeout=30)
+        reading = [t for t in self.readers if t.is_alive() and t is not threading.current_thread()]
+        if reading:
+            self._hang_up()
+        for thread in reading:
+            thread.join(timeout=30)
+
+    def _hang_up(self) -> None:
+        """Close this process's gloo connections: a receive that times out closes its peer's connection,
+        which fails every receive blocked on it (the peer sees 'Connection closed by peer' at once)."""
+        for peer in range(self.layout.world):
+            if peer != self.layout.rank:
+                with suppress(RuntimeError):  # the time-out, or a connection closed already
+                    self.objects.recv([torch.zeros(1, dtype=torch.uint8)], peer, HANG_UP).wait(HANG_UP_WAIT)
 
     def _tensor_group(self, peer: int) -> tuple[Any, int]:
         """The group a tensor to or from `peer` goes over, and `peer`'s rank in it: gloo's (every rank),
