@@ -20,6 +20,7 @@ LAYERS = (  # lowest first: a module imports its own layer and those below it, n
     (
         "version",
         "errors",
+        "jsonvalue",
         "io",
         "stopping",
         "launched",
