@@ -1,7 +1,7 @@
 """`srpo-dsl train --dry-run`: each process of the launch, its role, node and device, before anything loads.
 
 Under a launcher (`torchrun`, `deepspeed`: RANK and WORLD_SIZE set) every process joins one gloo group
-on the launcher's rendezvous (`env://`), which also proves that the nodes reach each other; rank 0
+on the launch's rendezvous store (`launch_store`), which also proves that the nodes reach each other; rank 0
 gathers every rank's place and prints one line per rank. Without a launcher it prints the processes
 this command would start (`TrainPlan.processes`: one, or 1 + R with `rollout_workers = R`) and
 starts none.
@@ -67,12 +67,14 @@ def launched_places(workers: int, device: str) -> list[Place] | None:
     import torch.distributed as dist
 
     from srpo_dsl.rl.distributed.network import reaching_peers
+    from srpo_dsl.rl.distributed.process_group import launch_store
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     mine = place(rank, int(os.environ.get("LOCAL_RANK", 0)), world, workers, device, this_node())
     gathered: list[Any] = [None] * world
+    store = dist.PrefixStore("srpo-dry-run", launch_store())
     with reaching_peers():
-        dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=TIMEOUT)
         try:
             dist.all_gather_object(gathered, mine)
         finally:

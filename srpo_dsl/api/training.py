@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +65,31 @@ def launched_plan(out: Path) -> TrainPlan:
 
     with training_errors(out):
         return read_plan(out)
+
+
+def handed_plan(make: Callable[[], TrainPlan]) -> TrainPlan | None:
+    """The run's plan: `make()` without a launcher; under torchrun or `deepspeed`, rank 0's `make()`, handed
+    to the other ranks as the JSON `rl.loop.plan_io` writes, through the launch's rendezvous store: they
+    parse and plan nothing. None on them when rank 0 made none: its own error says why, and its launcher
+    stops them (their wait ends in silence)."""
+    if "RANK" not in os.environ:
+        return make()
+    from srpo_dsl.rl.distributed.process_group import launch_store
+    from srpo_dsl.rl.loop.plan_io import plan_from_json, plan_json
+
+    key = f"srpo-plan/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"  # a torchrun restart plans anew
+    if os.environ["RANK"] == "0":
+        plan = make()  # first: a plan it cannot make ends it before it waits for the other ranks
+        with training_errors(plan.workflow.path):
+            launch_store().set(key, plan_json(plan))
+        return plan
+    with training_errors(Path(key)):
+        store = launch_store()
+    try:
+        text = store.get(key).decode()
+    except RuntimeError:  # the store went away with rank 0
+        return None
+    return plan_from_json(text, Path(f"rank 0's plan ({key})"))
 
 
 @checked

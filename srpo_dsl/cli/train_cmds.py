@@ -21,11 +21,12 @@ from srpo_dsl.api.dry_run import launch_table
 from srpo_dsl.api.launch import launch
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.runs import PLOTS, SMOOTHING, Run, export_checkpoint, write_plots
-from srpo_dsl.api.training import launched_plan, train_plan
+from srpo_dsl.api.training import handed_plan, launched_plan, train_plan
 from srpo_dsl.argranges import BOUNDS
 from srpo_dsl.choices import LAUNCHERS, OFFLOAD
 from srpo_dsl.cli.common import (
     DECODE,
+    EXIT_INPUT,
     OVERWRITE,
     SET,
     SOURCES,
@@ -168,12 +169,18 @@ def train_cmd(
     flags = {"steps": steps, "lr": lr, "group": group, "batch": batch, "zero": zero, "seed": seed}
     flags |= {"micro_batches": micro_batches, "objective": objective, "set_norm": set_norm}
     overrides = parse_options(option) | {k: getattr(v, "value", v) for k, v in flags.items() if v is not None}
-    wf = load_checked(workflow, setting)
     setup = {"eval_data": eval_data, "ds_config": ds_config, "device": device and device.value}
     setup |= {"offload": offload.value, "backend": backend.value, "decode": decode.value}
     setup |= {"launcher": launcher and launcher.value, "ray_address": ray_address}
     setup |= {"ray_processes": ray_processes, "ray_cpus": ray_cpus}
-    plan = wf.plan(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
+
+    def make() -> TrainPlan:
+        wf = load_checked(workflow, setting)
+        return wf.plan(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
+
+    plan = handed_plan(make)  # under torchrun or deepspeed: rank 0's, the others plan nothing
+    if plan is None:  # rank 0 could not plan: it says why
+        raise CliError("rank 0 made no plan", EXIT_INPUT, shown="")
     carry_out(plan, dry_run, verbose)
 
 

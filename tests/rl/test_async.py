@@ -341,15 +341,17 @@ def test_two_trainer_ranks_and_a_worker_train_as_one_process(tmp_path: Path) -> 
     workers = ["--option", "rollout_workers=1", "--option", "max_staleness=0"]
     launch = ["-m", "torch.distributed.run", "--nproc_per_node", "3", "--master_port", str(free_port())]
     command = [sys.executable, *launch, "-m", "srpo_dsl", "train", QUICKSTART, "--out", tmp_path / "three"]
+    compiles = tmp_path / "compiles"
     three = subprocess.run(
         [*map(str, command), *map(str, args), *workers],
         cwd=ROOT,
-        env=env_threads(1),
+        env=counting(env_threads(1), compiles),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert three.returncode == 0, three.stderr[-3000:]
+    assert compiling_processes(compiles) == 1  # of 3: rank 0 hands its plan to the other two
     a, b = metrics(tmp_path / "one"), metrics(tmp_path / "three")
     assert [r["num_events"] for r in a] == [r["num_events"] for r in b]
     for x, y in zip(a, b):

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.rl.loop.plan import read_ds_config
 from tests.docs.test_readme_tour import Shown, indented_blocks, trimmed
 from tests.support.clitools import ROOT, cli
+from tests.support.compiles.count import compiling_processes, counting
 from tests.support.runs import QUICKSTART, env_threads
 
 HOST = socket.gethostname()
@@ -85,7 +87,7 @@ def cli_examples() -> list[Shown]:
     return [Shown(b[0][2:], trimmed(b[1:])) for b in blocks if b[0].startswith("$ ") and "--dry-run" in b[0]]
 
 
-def test_the_cli_pages_dry_runs_print_what_it_shows() -> None:
+def test_the_cli_pages_dry_runs_print_what_it_shows(tmp_path: Path) -> None:
     """Without a launcher and under torchrun (two processes on this machine), as docs/cli.md shows them
     (HOST: this machine's hostname)."""
     examples = cli_examples()
@@ -94,13 +96,28 @@ def test_the_cli_pages_dry_runs_print_what_it_shows() -> None:
         "torchrun": [sys.executable, "-m", "torch.distributed.run"],
         "srpo-dsl": [sys.executable, "-m", "srpo_dsl"],
     }
-    for example in examples:
+    for n, example in enumerate(examples):
         argv = [part for arg in shlex.split(example.command) for part in swap.get(arg, [arg])]
-        done = subprocess.run(argv, cwd=ROOT, env=env_threads(1), capture_output=True, text=True, timeout=120)
+        env = counting(env_threads(1), tmp_path / f"compiles-{n}")
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.splitlines() == [line.replace("HOST", HOST) for line in example.output], (
             example.command
         )
+        assert compiling_processes(tmp_path / f"compiles-{n}") == 1  # under torchrun: rank 0, which hands
+        # its plan to the other ranks
+
+
+def test_under_torchrun_a_workflow_error_is_said_once_by_rank_0(tmp_path: Path) -> None:
+    """The other rank parses nothing: it waits for rank 0's plan, and ends in silence when none comes."""
+    team = tmp_path / "team.srpo"
+    team.write_text(QUICKSTART.read_text().replace("agent ", "agnet ", 1))
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    argv = [*torchrun, "--master_port", str(free_port()), "-m", "srpo_dsl", "train", str(team), "--dry-run"]
+    done = subprocess.run(argv, cwd=ROOT, env=env_threads(1), capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.count(f"{team}:") == 1, done.stderr[-2000:]
+    assert "srpo_dsl/" not in done.stderr  # no traceback of ours (torchrun prints its own)
 
 
 def test_a_launch_too_small_for_its_workers_is_one_line() -> None:

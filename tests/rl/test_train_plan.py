@@ -138,8 +138,14 @@ def test_processes_come_from_the_plan(tmp_path, monkeypatch) -> None:
     alone = make_plan(wf, tmp_path / "a", {"rollout_workers": 2}, setup=Setup(device="cpu"))
     assert alone.processes == 3  # one trainer, two rollout workers, started by this call
     monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
     launched = make_plan(wf, tmp_path / "a", {"rollout_workers": 2}, setup=Setup(device="cpu"))
     assert launched.processes == 0  # a launcher started the processes
+    monkeypatch.setenv("WORLD_SIZE", "2")  # refused by the plan, before rank 0 waits for the others
+    with pytest.raises(
+        ValueError, match=r"^rollout_workers = 2 needs at least 3 processes \(one trainer\), the la"
+    ):
+        make_plan(wf, tmp_path / "a", {"rollout_workers": 2}, setup=Setup(device="cpu"))
 
 
 def test_on_ray_every_process_is_started_by_the_call(tmp_path, monkeypatch) -> None:

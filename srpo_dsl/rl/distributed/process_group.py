@@ -13,6 +13,7 @@ import socket
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import torch
@@ -62,23 +63,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(device: str, store: Any = None, trainers: int | None = None) -> Dist:
+def init_distributed(device: str, trainers: int | None = None) -> Dist:
     """Join (or, alone, create) the process group, destroyed at exit (`destroy_distributed`); call before
-    anything imports deepspeed. With rollout workers in the launch, the group is the `trainers` first
-    ranks only, rendezvousing on the launcher's `store` (`rl.transport.link.join_launch`); alone, the group
-    of one rendezvouses on an in-memory store."""
+    anything imports deepspeed. Under a launcher the group rendezvouses on the launch's store
+    (`launch_store`), and with rollout workers it is the `trainers` first ranks only; alone, the group of
+    one rendezvouses on an in-memory store."""
     if device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
-    if "RANK" not in os.environ:  # no launcher: a group of one, on a store in this process (no port to
-        alone = ("0", "0", "1", "127.0.0.1", str(free_port()))  # bind, none another process can take first)
+    if "RANK" in os.environ:
+        store = launch_store()
+    else:  # no launcher: a group of one, on a store in this process (no port to bind, none another
+        alone = ("0", "0", "1", "127.0.0.1", str(free_port()))  # process can take first)
         os.environ.update(zip(LAUNCH_VARIABLES, alone))
         store, trainers = torch.distributed.HashStore(), 1
-    if trainers is not None:  # what DeepSpeed reads of the launch: the trainers' group
-        os.environ["WORLD_SIZE"] = str(trainers)
+    trainers = int(os.environ["WORLD_SIZE"]) if trainers is None else trainers
+    os.environ["WORLD_SIZE"] = str(trainers)  # what DeepSpeed reads of the launch: the trainers' group
     use_route_to_master()  # gloo's interface to the other nodes
-    if store is None:
-        with reaching_peers():
-            launcher_store_reachable()
     deepspeed = import_deepspeed()
 
     # DeepSpeed's CPU backend compiles its shared-memory op on creation (about 60 s the first time), but
@@ -92,12 +92,9 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
     backend = "gloo" if device == "cpu" else "nccl"
     if not torch.distributed.is_initialized():
         with reaching_peers():
-            if store is not None:
-                group_store = torch.distributed.PrefixStore("srpo-trainers", store)
-                rank = int(os.environ["RANK"])
-                torch.distributed.init_process_group(
-                    backend, store=group_store, rank=rank, world_size=trainers
-                )
+            group_store = torch.distributed.PrefixStore("srpo-trainers", store)
+            rank = int(os.environ["RANK"])
+            torch.distributed.init_process_group(backend, store=group_store, rank=rank, world_size=trainers)
             deepspeed.init_distributed(dist_backend=backend, verbose=False)
         atexit.register(destroy_distributed)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -109,6 +106,20 @@ def init_distributed(device: str, store: Any = None, trainers: int | None = None
         torch.distributed.get_world_size(),
         rank_device(device, local_rank),
     )
+
+
+@cache
+def launch_store() -> torch.distributed.Store:
+    """The rendezvous store of this process's launch (torchrun's agent's, or the one rank 0 hosts at
+    MASTER_PORT under `deepspeed` and srpo-dsl's own launch), joined once: the plan's hand-over
+    (`rl.loop.plan_io`), the rollout link, the trainers' group and the dry run's all live on it, as a
+    second store of rank 0's would find its port taken. A store that went away is a ConnectionError
+    within `network.AGENT_STORE_S`."""
+    use_route_to_master()  # gloo's interface to the other nodes
+    with reaching_peers():
+        launcher_store_reachable()
+        store, _, _ = next(torch.distributed.rendezvous("env://"))
+    return store
 
 
 def rank_device(device: str, local_rank: int) -> torch.device:

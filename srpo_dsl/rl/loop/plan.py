@@ -135,8 +135,13 @@ def check_out(out: Path, resume: bool) -> None:
 
 def launch_processes(workers: int, ray: RayLaunch | None) -> int:
     """The processes this call starts: on Ray, every one (`ray.processes`, else 1 + R); without a launcher,
-    1 + R with R rollout workers (else none: it trains here); under a launcher, none."""
+    1 + R with R rollout workers (else none: it trains here); under a launcher, none (ValueError when the
+    launcher started too few for R workers and a trainer)."""
     launched = "RANK" in os.environ  # a launcher started this process: it starts no other
+    if launched and ray is None:
+        from srpo_dsl.rl.transport.link import LaunchLayout
+
+        LaunchLayout.from_env(workers)
     if ray is None:
         return 1 + workers if workers and not launched else 0
     if launched:

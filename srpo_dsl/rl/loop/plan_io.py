@@ -8,6 +8,11 @@ imported where it runs, as ever. The run folder is where the plan goes because e
 reaches it: on many nodes `--out` must be shared, as every trainer rank writes its part of a checkpoint
 there. The file lives as long as the launch: `--resume` plans anew, and its launch writes its own.
 
+Under a launcher of the user's (`torchrun`, `deepspeed`: each process runs `srpo-dsl train`), rank 0
+parses, checks and plans, and hands the same JSON to the other ranks through the launch's rendezvous
+store (`api.training.handed_plan`); they parse and plan nothing, and when rank 0 could not plan, it
+says why and the others end in silence.
+
 JSON, versioned (`FORMAT`), written and read through pydantic's schema of the plan's own types: no pickle,
 nothing but data. Importing this module loads no torch.
 """

@@ -89,7 +89,7 @@ def prepare_run(plan: TrainPlan, link: Link | None = None) -> TrainingRun:
     wf, opts, out = plan.workflow, plan.opts, plan.out
     tasks, eval_sets = checked_data(plan)
     found = latest_checkpoint(out) if plan.resume else None
-    dist = init_distributed(plan.device, *((link.store, link.layout.trainers) if link else ()))
+    dist = init_distributed(plan.device, link.layout.trainers if link else None)
     paths = model_paths(wf.graph, plan.setup.models, dist)
     if link is not None:
         send_setup(link, paths)

@@ -33,7 +33,8 @@ import torch
 import torch.distributed as dist
 
 from srpo_dsl.launched import mark_joined, role
-from srpo_dsl.rl.distributed.network import reaching_peers, use_route_to_master
+from srpo_dsl.rl.distributed.network import reaching_peers
+from srpo_dsl.rl.distributed.process_group import launch_store
 from srpo_dsl.runtime.episode import Episode
 
 SETUP, EPISODES, CONTROL, FLAT = 10, 20, 30, 40  # the tags of the kinds of message (an object: tag, tag + 1)
@@ -251,8 +252,7 @@ def join_launch(workers: int, device: str) -> Link:
             f"(it launches them), torchrun or deepspeed"
         )
     layout = LaunchLayout.from_env(workers)
-    use_route_to_master()  # gloo's interface to the other nodes
-    store, _, _ = next(dist.rendezvous("env://"))
+    store = launch_store()
     with reaching_peers():
         link = Link(layout, store, link_device(device, int(os.environ.get("LOCAL_RANK", 0))))
     atexit.register(link.close)
