@@ -253,7 +253,8 @@ def setwise_loss(
     metrics: clip_fraction, num_events, mean_set_size, ratio_mean, log_ratio_abs_max (and,
         with behavior_logprobs, importance_weight_mean and importance_capped_fraction).
     """
-    return OBJECTIVES["srpo"](
+    srpo: Objective = OBJECTIVES["srpo"]
+    return srpo(
         logprobs,
         old_logprobs,
         response_mask,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -29,6 +29,8 @@ from torch import Tensor
 from srpo_dsl.rl.objective.advantages import AdvantageInputs
 from srpo_dsl.rl.objective.batching import drop_incomplete
 from srpo_dsl.rl.objective.losses import Objective, get_objective
+
+T = TypeVar("T")
 
 
 class _Member(Protocol):
@@ -52,6 +54,7 @@ class _Event(Protocol):
     event_id: str
     event_type: str
     node: str
+    state_id: str
     cardinality: int
     complete: bool
     members: Sequence[_Member]
@@ -99,11 +102,11 @@ class Rows:
 
     @property
     def num_events(self) -> int:
-        return int(self.event_ids.unique().numel())
+        return int(torch.unique(self.event_ids).numel())
 
     @property
     def num_episodes(self) -> int:
-        return int(self.episode_ids.unique().numel())
+        return int(torch.unique(self.episode_ids).numel())
 
     @property
     def response_lengths(self) -> list[int]:
@@ -145,7 +148,7 @@ class Rows:
         )
 
 
-def _pick(column: list, index: Sequence[int]) -> list:
+def _pick(column: list[T], index: Sequence[int]) -> list[T]:
     return [column[i] for i in index]
 
 
