@@ -52,9 +52,10 @@ def finish_state(members: Sequence[Member]) -> str:
 def action_state(members: Sequence[Member]) -> str:
     """The action all members took: what conditions on the agent compare with."""
     taken = {action_of(m) for m in members}
-    if not members or None in taken:
+    actions = {a for a in taken if a is not None}
+    if not members or len(actions) < len(taken):  # one invalid member, or none at all
         return INVALID
-    return taken.pop() if len(taken) == 1 else MIXED  # type: ignore[return-value]
+    return actions.pop() if len(actions) == 1 else MIXED
 
 
 def asked(members: Sequence[Member], tool: str) -> list[tuple[int, str]]:
@@ -63,7 +64,7 @@ def asked(members: Sequence[Member], tool: str) -> list[tuple[int, str]]:
     out = []
     for m in members:
         if action_of(m) == tool:
-            value = m.parsed["value"]  # type: ignore[index]
+            value = action_value(m)
             out += [(m.replica, str(q)) for q in (value if isinstance(value, list) else [value])]
     return out
 
@@ -72,4 +73,11 @@ def final_answer(agent: AgentInfo, last: Member | None) -> object:
     """The rewarded agent's answer: its last output's value if that took the final action."""
     if last is None or action_of(last) != agent.final_action:
         return None
-    return last.parsed["value"]  # type: ignore[index]
+    return action_value(last)
+
+
+def action_value(member: Member) -> object:
+    """The value of the action a member took (`{"action": KIND, "value": ...}`: `action_of` is not None)."""
+    parsed = member.parsed
+    assert isinstance(parsed, dict), "a member that took an action parsed to a dict"
+    return parsed["value"]

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from srpo_dsl.envs.rewards import REWARDS
 from srpo_dsl.lang.checks.branches import BACKUPS
 from srpo_dsl.lang.checks.declarations import BranchInfo
 from srpo_dsl.lang.compile.graph import EventNode
+from srpo_dsl.registries import REWARDS
 from srpo_dsl.runtime.episode import BranchMark, Episode, Event, Leaf, Member, Tree
 from srpo_dsl.runtime.hooks import UserScorer
 from srpo_dsl.seeds import seed_of

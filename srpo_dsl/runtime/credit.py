@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from srpo_dsl.runtime.usercode import finite_number, shorten
 
@@ -54,7 +54,7 @@ class CreditError(ValueError):
 
 
 def parse_credit(
-    value: Mapping[Any, Any], pools: Mapping[str, int], rounds: Mapping[str, int]
+    value: Mapping[object, object], pools: Mapping[str, int], rounds: Mapping[str, int]
 ) -> dict[str, float]:
     """`value`'s keys in canonical form -> its numbers; `CreditError` when a key is malformed, names an
     undeclared role, a replica outside its pool (`pools`: role -> replicas) or a round the role has not
@@ -72,10 +72,11 @@ def parse_credit(
         problem = _out_of_range(parsed, pools[parsed.role], rounds.get(parsed.role, 0))
         if problem:
             raise CreditError(f"the key {key!r}", problem)
-    bad = {k: v for k, v in value.items() if not finite_number(v)}
-    if bad:
+    numbers = {k: float(v) for k, v in value.items() if finite_number(v)}
+    if len(numbers) < len(value):
+        bad = {k: v for k, v in value.items() if k not in numbers}
         raise CreditError(shorten(bad), "every score is a finite number")
-    credit = {str(parsed): float(value[key]) for key, parsed in parsed_keys.items()}
+    credit = {str(parsed): numbers[key] for key, parsed in parsed_keys.items()}
     if len(credit) < len(keys):
         raise CreditError(shorten(list(keys)), "two keys name the same members")
     return credit
@@ -107,8 +108,10 @@ def member_return(
 
 
 class _Member(Protocol):
-    role: str
-    replica: int
+    @property
+    def role(self) -> str: ...
+    @property
+    def replica(self) -> int: ...
 
 
 class _Event(Protocol):
@@ -122,7 +125,8 @@ class _Alternative(Protocol):
 
 
 class _IndexedMember(_Member, Protocol):
-    member_index: int
+    @property
+    def member_index(self) -> int: ...
 
 
 class _RecordedEvent(Protocol):

@@ -14,7 +14,7 @@ It returns `(observations, done[, reward[, key]])`: `observations` is {agent: st
 `done` a bool, `reward` a finite number or a mapping {NAME: its own reward, credit key: a member's
 reward, ...} (`runtime.credit`). An environment declared with `emits verdict(W1, W2)` returns one of
 its words instead of `done`; one declared with `emits route(POOL)` returns a fourth element,
-{POOL: [replica, ...]}: the replicas of its next `parallel POOL by NAME` (empty: nobody acts). Any
+{POOL: [replica, ...]}: the replicas of its next `parallel POOL by NAME` (empty: nobody acts). Every
 environment may add one more element last, the state key (a str, or None for none): which state its
 observations show, recorded on every event made until its next step (`Event.state_key`), which
 `advantage = state` groups by. The
@@ -29,7 +29,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from srpo_dsl.lang.checks.declarations import ENV_DONE, ENV_RUNNING, EnvInfo
 from srpo_dsl.lang.checks.env_checks import ENV_WORDS
@@ -39,7 +38,7 @@ from srpo_dsl.lang.usercode.pycode import ENV_OPTIONS
 from srpo_dsl.limits import bounded
 from srpo_dsl.runtime.credit import CreditError, parse_credit, rounds_taken
 from srpo_dsl.runtime.episode import EnvProgress, EnvStepResult, Episode, Event, context_entry
-from srpo_dsl.runtime.usercode import UserFunction, finite_number, load_function, shorten
+from srpo_dsl.runtime.usercode import UserFunction, finite_number, load_function, seconds_option, shorten
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class UserEnv:
         assert info.code is not None
         self.name, self.info, self.pools = name, info, dict(pools)
         self.passed = {k: v for k, v in info.options.items() if k not in ENV_OPTIONS}
-        self.fn: UserFunction = load_function(info.code, info.options["timeout"], tuple(self.passed))
+        self.fn: UserFunction = load_function(info.code, seconds_option(info.options), tuple(self.passed))
 
     def step(self, ep: Episode, node: EnvNode, agents_of: Callable[[Event], tuple[str, ...]]) -> None:
         """Step the environment for `ep`; record its reply on the episode and on the last event of each
@@ -87,7 +86,7 @@ class UserEnv:
                 last.observations.append(observation)
 
     # ---- what it returned -------------------------------------------------------------------------
-    def checked(self, value: Any, where: str, rounds: Mapping[str, int]) -> EnvReply:
+    def checked(self, value: object, where: str, rounds: Mapping[str, int]) -> EnvReply:
         """The reply, or `UserCodeError` at the function's `def` saying what is wrong with it (`rounds`:
         each role -> the rounds it took so far, which credit keys `ROLE@N` may name)."""
         if not isinstance(value, tuple) or len(value) not in self._lengths():
@@ -118,7 +117,7 @@ class UserEnv:
             f"(observations, {said}), (observations, {said}, reward) or (observations, {said}, reward, key)"
         )
 
-    def _key(self, key: Any, where: str) -> str | None:
+    def _key(self, key: object, where: str) -> str | None:
         """The state key: a str naming the state its observations show, or None for none."""
         if key is not None and not isinstance(key, str):
             raise self.fn.fail(
@@ -127,7 +126,7 @@ class UserEnv:
             )
         return key
 
-    def _observations(self, observations: Any, where: str) -> dict[str, str]:
+    def _observations(self, observations: object, where: str) -> dict[str, str]:
         if not isinstance(observations, Mapping):
             raise self.fn.fail(
                 f"returned the observations {shorten(observations)} on {where}: a dict {{agent: str}}"
@@ -145,15 +144,15 @@ class UserEnv:
             )
         return dict(observations)
 
-    def _word(self, said: Any, where: str) -> str:
+    def _word(self, said: object, where: str) -> str:
         """The recorded state: a declared word, else `done`/`running` from a bool."""
         words = self.info.words
-        if words and (not isinstance(said, str) or said not in words):
-            raise self.fn.fail(
-                f"returned the word {shorten(said)} on {where}: `{self.name}` returns one of its words "
-                f"({', '.join(words)})"
-            )
         if words:
+            if not isinstance(said, str) or said not in words:
+                raise self.fn.fail(
+                    f"returned the word {shorten(said)} on {where}: `{self.name}` returns one of its words "
+                    f"({', '.join(words)})"
+                )
             return said
         if not isinstance(said, bool):
             declare = (
@@ -162,7 +161,9 @@ class UserEnv:
             raise self.fn.fail(f"returned done = {shorten(said)} on {where}: `done` is a bool{declare}")
         return ENV_DONE if said else ENV_RUNNING
 
-    def _reward(self, reward: Any, where: str, rounds: Mapping[str, int]) -> tuple[float, dict[str, float]]:
+    def _reward(
+        self, reward: object, where: str, rounds: Mapping[str, int]
+    ) -> tuple[float, dict[str, float]]:
         """(the step's own reward, its credit keys): a number, or {NAME: number, KEY: number, ...}."""
         if isinstance(reward, Mapping):
             return self._credit(reward, where, rounds)
@@ -174,7 +175,7 @@ class UserEnv:
         return float(reward), {}
 
     def _credit(
-        self, reward: Mapping, where: str, rounds: Mapping[str, int]
+        self, reward: Mapping[object, object], where: str, rounds: Mapping[str, int]
     ) -> tuple[float, dict[str, float]]:
         own = reward.get(self.name)
         if not finite_number(own) or isinstance(own, bool):
@@ -188,7 +189,7 @@ class UserEnv:
             raise self.fn.fail(f"returned {err.what} on {where}: {err.why}") from None
         return float(own), credit
 
-    def _selection(self, selection: Any, where: str) -> dict[str, tuple[int, ...]]:
+    def _selection(self, selection: object, where: str) -> dict[str, tuple[int, ...]]:
         """{pool: replicas} for every pool the environment selects (replicas distinct, 1..N)."""
         pools = self.info.selects
         if not isinstance(selection, Mapping) or set(selection) != set(pools):

@@ -9,7 +9,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import ConfigDict
 
@@ -90,7 +90,7 @@ class Event:
     cardinality: int  # expected K
     complete: bool
     members: list[Member]
-    observations: list[dict] = field(default_factory=list)
+    observations: list[dict[str, object]] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)  # what its acting agent could take; [] if none
     parent: str | None = None  # the event before it on its path (None: the episode's first)
     path: str = ""  # the path of a branching episode it was made on ("": the first; ".1.0": a child's child)
@@ -141,7 +141,7 @@ class EnvProgress:
     """An environment's part of one episode: the state it keeps (created empty for each episode, kept
     across its steps, mutated by the environment) and what each of its steps decided."""
 
-    state: dict = field(default_factory=dict)
+    state: dict[str, object] = field(default_factory=dict)
     log: list[EnvStepResult] = field(default_factory=list)
     says_words: bool = False  # it declares words (`emits verdict(...)`), which its steps return
 
@@ -172,7 +172,7 @@ class EnvProgress:
 class EnvView:
     """An environment as a Python reward reads it: its final state (a copy) and each step's decision."""
 
-    state: Mapping[str, Any]
+    state: Mapping[str, object]
     steps: tuple[EnvStepResult, ...]
 
     @property
@@ -185,7 +185,7 @@ class EnvView:
         return self.steps[-1].word if self.steps else None
 
 
-def context_entry(role: str, replica: int, text: str, valid: bool, value: object) -> dict:
+def context_entry(role: str, replica: int, text: str, valid: bool, value: object) -> dict[str, object]:
     """One committed output as later roles see it: an item of `team_context` (and `memory.accepted`)."""
     return {"role": role, "replica": replica, "text": text, "valid": valid, "value": value}
 
@@ -238,17 +238,17 @@ class Episode:
     episode_id: str
     prompt_id: str
     sample: int
-    task: dict
+    task: dict[str, object]
     node: str = "start"
     step: int = 0  # events so far
     loops: dict[str, int] = field(default_factory=dict)
     state: dict[str, object] = field(default_factory=dict)  # agent -> last verdict word / route value
     last_output: dict[str, list[Member]] = field(default_factory=dict)  # agent -> members of its last event
-    team_context: list[dict] = field(default_factory=list)
+    team_context: list[dict[str, object]] = field(default_factory=list)
     feedback: list[str] = field(default_factory=list)
     documents: list[str] = field(default_factory=list)
     # Python tools' {tool, query, result|error} and environments' {env, agent, result}
-    observations: list[dict] = field(default_factory=list)
+    observations: list[dict[str, object]] = field(default_factory=list)
     history: list[HistoryEntry] = field(default_factory=list)  # outputs and observations, in order
     envs: dict[str, EnvProgress] = field(default_factory=dict)  # environment -> its part of the episode
     spent: dict[tuple[str, int], int] = field(default_factory=dict)  # (agent, replica) -> tokens generated
@@ -338,7 +338,7 @@ class Episode:
         turn: int,
         max_turns: int,
         actions: tuple[str, ...] = (),
-    ) -> dict:
+    ) -> dict[str, object]:
         """The template variables of docs/dsl.md (`agent ... prompt`) (see `srpo_dsl.runtime.prompts`)."""
         return {
             "actions": list(actions),
@@ -374,9 +374,11 @@ class Episode:
 
     def observation_for(self, role: str) -> str | None:
         """The latest observation an environment addressed to `role` (None before any)."""
-        return next(
-            (o["result"] for o in reversed(self.observations) if "env" in o and o["agent"] == role), None
-        )
+        for o in reversed(self.observations):
+            if "env" in o and o["agent"] == role:
+                result = o["result"]  # `bounded` text
+                return result if isinstance(result, str) else None
+        return None
 
     @property
     def cost(self) -> Cost:
@@ -465,7 +467,7 @@ class EventView:
     round: int | None  # the role's round: its N-th event in the episode (None: no member came back)
     complete: bool
     members: tuple[Member, ...]
-    observations: tuple[Mapping[str, Any], ...]
+    observations: tuple[Mapping[str, object], ...]
 
 
 @dataclass(frozen=True)
@@ -475,7 +477,7 @@ class EpisodeView:
     episode_id: str
     prompt_id: str
     sample: int
-    task: dict
+    task: dict[str, object]
     answer: object
     events: tuple[EventView, ...]
     invalid_actions: int

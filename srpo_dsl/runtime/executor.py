@@ -15,14 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from srpo_dsl.backends.base import Backend, GenRequest, GenResult
 from srpo_dsl.choices import FINISH
-from srpo_dsl.envs.retrieval import Retriever, RetrieverError
-from srpo_dsl.envs.rewards import REWARDS
+from srpo_dsl.envs.retrieval import Document, Retriever, RetrieverError
 from srpo_dsl.lang.checks.branches import KEEP_RULES
-from srpo_dsl.lang.checks.declarations import AgentInfo
+from srpo_dsl.lang.checks.declarations import AgentInfo, RewardInfo
 from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.lang.compile.graph import EnvNode, EventGraph, EventNode, ToolNode, attribute_key
 from srpo_dsl.limits import bounded
-from srpo_dsl.registries import CONTRACTS
+from srpo_dsl.registries import CONTRACTS, REWARDS
 from srpo_dsl.runtime import crossing
 from srpo_dsl.runtime.actions import allowed, asked, final_answer, finish_state
 from srpo_dsl.runtime.branching import (
@@ -90,7 +89,7 @@ class Executor:
             REWARDS.lookup(graph.reward.fn) if code is None and graph.reward.env is None else None
         )
         pools = {name: a.replicas for name, a in graph.agents.items()}
-        self.user_reward = UserReward(code, graph.reward.agent, pools) if code else None
+        self.user_reward = _user_reward(graph.reward, pools)
         self.parsers = {
             n: UserParser(a.parser, n, a.actions) for n, a in graph.agents.items() if a.parser is not None
         }
@@ -110,7 +109,7 @@ class Executor:
     # ---- public -------------------------------------------------------------
     def run(
         self,
-        tasks: Sequence[dict],
+        tasks: Sequence[dict[str, object]],
         samples: int = 1,
         seed: int = 0,
         on_done: Callable[[Episode], None] | None = None,
@@ -168,13 +167,14 @@ class Executor:
                 return
 
     def _replicas(self, ep: Episode, node: EventNode) -> tuple[int, ...]:
-        if node.routed_by in self.graph.envs:  # `by ENV`: the replicas its last step selected
-            progress = ep.envs.get(node.routed_by)
+        routed = node.routed_by
+        if not routed:
+            return node.replicas
+        if routed in self.graph.envs:  # `by ENV`: the replicas its last step selected
+            progress = ep.envs.get(routed)
             return progress.log[-1].selected[node.agent.name] if progress and progress.log else ()
-        if node.routed_by:
-            route = ep.state.get(node.routed_by)
-            return route if isinstance(route, tuple) else ()  # an invalid route selects nobody
-        return node.replicas
+        route = ep.state.get(routed)
+        return route if isinstance(route, tuple) else ()  # an invalid route selects nobody
 
     def _acting(self, ep: Episode, node: EventNode) -> list[tuple[AgentInfo, int]]:
         """(agent, replica) of the members of `ep`'s event at `node`: the chosen replicas that still take
@@ -190,22 +190,25 @@ class Executor:
     def _round(self, active: list[Episode], seed: int) -> None:
         slots: list[Slot] = []  # every member request of every pending event
         tool_calls: dict[str, list[Episode]] = defaultdict(list)  # tool node -> its episodes
+        tool_nodes: dict[str, ToolNode] = {}
         states: dict[str, str] = {}
         for ep in active:
             node = self.graph.nodes[ep.node]
             if isinstance(node, ToolNode):
                 tool_calls[node.id].append(ep)
+                tool_nodes[node.id] = node
                 continue
             if isinstance(node, EnvNode):  # no generation: each episode's own step, now
                 self.envs[node.env].step(ep, node, self._agents_of)
                 continue
+            assert isinstance(node, EventNode)  # `_advance` stops an episode at no other node
             states[ep.event_prefix] = ep.state_id()
             slots += self._requests(ep, node, seed)  # a mixed set: each member to its policy's call
         results: dict[str, list[Sampled]] = defaultdict(list)
         for item in sample(slots, self._generate, self._member):  # in slot order: alternative, member
             results[item.slot.episode.event_prefix].append(item)
         for node_id, calls in tool_calls.items():
-            self._call_tool(self.graph.nodes[node_id], calls)  # type: ignore[arg-type]
+            self._call_tool(tool_nodes[node_id], calls)
         for ep in active:
             going = [ep]
             if ep.event_prefix in states:
@@ -220,7 +223,7 @@ class Executor:
         turn, max_turns = (ep.loops.get(loop, 1), self.graph.loops[loop]) if loop else (1, 1)
         alternatives = node.branch.count if node.branch and self.branching else 1
         order = seed_of(self.seed, ep.event_prefix, ep.step + 1)  # one `shuffle` order per event
-        out = []
+        out: list[Slot] = []
         for i, (a, replica) in enumerate(self._acting(ep, node)):
             ctx = ep.context(
                 role=a.name,
@@ -294,15 +297,13 @@ class Executor:
         except RetrieverError as exc:  # the run stops: the caller keeps the episodes already done
             raise RetrieverError(f"tool `{node.tool}`: {exc}") from None
         for ep, qs in zip(episodes, queries):
-            found = [(r, _documents(node.tool, q, next(docs))) for r, q in qs]
-            ep.documents.extend(
-                d["text"] if not d["title"] else f"{d['title']}: {d['text']}"
-                for _, o in found
-                for d in o["documents"]
-            )
-            self._observe(ep, node, found)
+            found = [(r, q, next(docs)) for r, q in qs]
+            ep.documents.extend(_remembered(d) for _, _, ds in found for d in ds)
+            self._observe(ep, node, [(r, _documents(node.tool, q, ds)) for r, q, ds in found])
 
-    def _observe(self, ep: Episode, node: ToolNode, observations: list[tuple[int, dict]]) -> None:
+    def _observe(
+        self, ep: Episode, node: ToolNode, observations: list[tuple[int, dict[str, object]]]
+    ) -> None:
         """Count the calls, record them on the queried event and in the history (for the replica that
         asked); a Python tool's also join the memory."""
         ep.tool_calls += len(observations)
@@ -316,7 +317,13 @@ class Executor:
             last.observations.extend(o for _, o in observations)
 
     def _agents_of(self, event: Event) -> tuple[str, ...]:
-        return tuple(a.name for a in self.graph.nodes[event.node].agents)  # type: ignore[union-attr]
+        return tuple(a.name for a in self._event_node(event.node).agents)
+
+    def _event_node(self, node_id: str) -> EventNode:
+        """The event node `node_id`: where an event was made, or an episode's pending event is."""
+        node = self.graph.nodes[node_id]
+        assert isinstance(node, EventNode), node_id
+        return node
 
     def _agent_of(self, event: Event) -> str:
         """Who acted, as a reward's episode view names it: the agent, or `a+b` for a mixed set (a crossed
@@ -327,7 +334,7 @@ class Executor:
 
     def _commit(self, ep: Episode, sampled: list[Sampled], state_id: str, seed: int) -> list[Episode]:
         """Record the pending event of `ep` (each alternative of a branching step); the paths that go on."""
-        node: EventNode = self.graph.nodes[ep.node]  # type: ignore[assignment]
+        node = self._event_node(ep.node)
         if node.branch is None or not self.branching:
             self._apply(ep, node, self._event(ep, node, sampled, state_id, ""))
             return [ep]
@@ -336,7 +343,7 @@ class Executor:
         alternatives = [[s for s in sampled if s.slot.alternative == b] for b in range(node.branch.count)]
         events = [self._event(ep, node, alt, state_id, f"b{b}") for b, alt in enumerate(alternatives)]
         scorer = self.scorers.get(node.id)
-        scores = scorer.scores(ep, events) if scorer else [None] * len(events)
+        scores: list[float | None] = scorer.scores(ep, events) if scorer else [None] * len(events)
         if node.branch.keep is None:
             return self._fork(ep, node, events, scores)
         valid = [e.complete and all(m.valid for m in e.members) for e in events]
@@ -347,7 +354,7 @@ class Executor:
             if mark.kept:
                 self._apply(ep, node, e)
             else:
-                ep.tree.events.append(e)  # type: ignore[union-attr]
+                _tree(ep).events.append(e)
         return [ep]
 
     def _fork(
@@ -360,7 +367,7 @@ class Executor:
             e.branch = alternative_mark(ep, node.branch, i, True, scores[i])
             e.path = child.path
             self._apply(child, node, e)
-        ep.tree.forks[ep.path] = Fork(ep, children, [[e] for e in events], scores)  # type: ignore[union-attr]
+        ep.tree.forks[ep.path] = Fork(ep, children, [[e] for e in events], scores)
         ep.tree.paths.extend(children)
         ep.done = True
         return children
@@ -436,7 +443,7 @@ class Executor:
 
     def _apply(self, ep: Episode, node: EventNode, event: Event) -> None:
         """Record `event` in the rollout's tree and commit it on `ep` (`_take`)."""
-        ep.tree.events.append(event)  # type: ignore[union-attr]
+        _tree(ep).events.append(event)
         self._take(ep, node, [event])
 
     def _take(self, ep: Episode, node: EventNode, events: list[Event]) -> None:
@@ -470,7 +477,7 @@ class Executor:
 
     def _member(self, slot: Slot, r: GenResult) -> Member:
         a = slot.agent
-        node: EventNode = self.graph.nodes[slot.episode.node]  # type: ignore[assignment]
+        node = self._event_node(slot.episode.node)
         parsed = self._parse(a, node.actions if a is node.agent else a.actions, r.text, r.finish_reason)
         return Member(
             member_index=slot.member_index,
@@ -504,7 +511,8 @@ class Executor:
         if self.reward.agent is None:
             return None
         agent = self.graph.agents[self.reward.agent]
-        last = (ep.last_output.get(agent.name) or [None])[-1]
+        members = ep.last_output.get(agent.name)
+        last = members[-1] if members else None
         if agent.actions:
             return final_answer(agent, last)
         return last.parsed if last is not None and last.valid else None
@@ -523,7 +531,27 @@ class Executor:
         return self.user_reward(pred, dict(ep.task), view, rounds_taken(ep.events))
 
 
-def _documents(tool: str, query: str, docs: list) -> dict:
+def _user_reward(reward: RewardInfo, pools: Mapping[str, int]) -> UserReward | None:
+    """The workflow's Python reward, imported (None: its reward is a built-in or an environment's)."""
+    if reward.code is None:
+        return None
+    assert reward.agent is not None  # the checker's: a Python reward rewards an agent
+    return UserReward(reward.code, reward.agent, pools)
+
+
+def _tree(ep: Episode) -> Tree:
+    """The rollout's tree of paths `ep` belongs to (`run` gives every episode one)."""
+    assert ep.tree is not None
+    return ep.tree
+
+
+def _remembered(doc: Document) -> str:
+    """A retrieved document as the memory's `documents` hold it: `title: text` (its text bounded)."""
+    text = str(bounded("text", doc.text)["text"])
+    return f"{doc.title}: {text}" if doc.title else text
+
+
+def _documents(tool: str, query: str, docs: list[Document]) -> dict[str, object]:
     return {
         "tool": tool,
         "query": query,

@@ -16,9 +16,8 @@ file:line) and checks what it returns, so a wrong return is one clear error too:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from srpo_dsl.lang.usercode.pycode import TOOL_OPTIONS, CodeRef
 from srpo_dsl.limits import bounded, oversized_row
@@ -30,6 +29,7 @@ from srpo_dsl.runtime.usercode import (
     finite_number,
     json_value,
     load_function,
+    seconds_option,
     shorten,
 )
 
@@ -49,7 +49,7 @@ class OnAnswer:
     def wants_episode(self) -> bool:
         return self.fn.arity == 3
 
-    def called(self, answer: object, row: dict, episode: object) -> tuple[object, str]:
+    def called(self, answer: object, row: Mapping[str, object], episode: object) -> tuple[object, str]:
         """What the function returned, and where (`on answer ..., task ...`) for an error."""
         args = (answer, row, episode) if self.wants_episode else (answer, row)
         about = f"answer {shorten(answer)}, task {shorten(row.get('id'))}"
@@ -59,7 +59,7 @@ class OnAnswer:
 class UserScorer(OnAnswer):
     """A Python branch scorer: `(answer, row[, episode]) -> float`, one finite number per alternative."""
 
-    def __call__(self, answer: object, row: dict, episode: object = None) -> float:
+    def __call__(self, answer: object, row: Mapping[str, object], episode: object = None) -> float:
         value, where = self.called(answer, row, episode)
         if not finite_number(value):
             raise self.fn.fail(f"returned {shorten(value)} {where}: a branch scorer returns a finite number")
@@ -74,7 +74,11 @@ class UserReward(OnAnswer):
         self.rewarded, self.pools = rewarded, dict(pools)
 
     def __call__(
-        self, answer: object, row: dict, episode: object = None, rounds: Mapping[str, int] | None = None
+        self,
+        answer: object,
+        row: Mapping[str, object],
+        episode: object = None,
+        rounds: Mapping[str, int] | None = None,
     ) -> Credited:
         """`rounds`: each role -> the rounds it took in the episode (what `ROLE@N` keys may name)."""
         value, where = self.called(answer, row, episode)
@@ -86,7 +90,7 @@ class UserReward(OnAnswer):
             )
         return float(value), {}
 
-    def _credit(self, value: Mapping, where: str, rounds: Mapping[str, int]) -> Credited:
+    def _credit(self, value: Mapping[object, object], where: str, rounds: Mapping[str, int]) -> Credited:
         try:
             credit = parse_credit(value, self.pools, rounds)
         except CreditError as err:
@@ -128,17 +132,18 @@ class UserParser:
         return Parsed(True, list(parsed) if isinstance(parsed, tuple) else parsed)
 
 
-def load_rows(ref: CodeRef, split: str, options: Mapping[str, Any]) -> list[dict]:
+def load_rows(ref: CodeRef, split: str, options: Mapping[str, object]) -> list[dict[str, object]]:
     """The loader's rows of `split`; each gets an `id` (`SPLIT-N`) if it has none; ids made unique."""
     fn = load_function(ref, options=tuple(options))
     rows = fn(split=split, **options, about=lambda: f"split {split!r}")
-    if isinstance(rows, (str, bytes, Mapping)) or not hasattr(rows, "__iter__"):
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
         raise fn.fail(f"returned {shorten(rows)} for split {split!r}: a loader returns a list of dict rows")
-    rows = list(rows)
-    if not rows:
+    listed = list(rows)
+    if not listed:
         raise fn.fail(f"returned no rows for split {split!r}")
-    out, seen = [], set()
-    for i, row in enumerate(rows):
+    out: list[dict[str, object]] = []
+    seen: set[str] = set()
+    for i, row in enumerate(listed):
         if not isinstance(row, dict):
             raise fn.fail(f"row {i} of split {split!r} is {shorten(row)}: every row is a dict")
         problem = oversized_row(row)
@@ -157,7 +162,7 @@ class ToolResult:
     result: str | None
     error: str | None  # why the call gave no result (raised, timed out, a wrong return)
 
-    def observation(self, tool: str) -> dict[str, str | None]:
+    def observation(self, tool: str) -> dict[str, object]:
         if self.error is not None:
             return {"tool": tool, "query": self.query, "error": self.error}
         return {"tool": tool, "query": self.query, **bounded("result", self.result or "")}
@@ -166,10 +171,11 @@ class ToolResult:
 class UserTool:
     """A Python tool: batches of queries, `timeout` seconds per call, `batch` queries per call."""
 
-    def __init__(self, ref: CodeRef, options: Mapping[str, Any]):
+    def __init__(self, ref: CodeRef, options: Mapping[str, object]):
         self.passed = {k: v for k, v in options.items() if k not in TOOL_OPTIONS}
-        self.batch = options.get("batch")
-        self.fn: UserFunction = load_function(ref, options["timeout"], tuple(self.passed))
+        batch = options.get("batch")  # the checker's: an int >= 1, or None
+        self.batch = batch if isinstance(batch, int) else None
+        self.fn: UserFunction = load_function(ref, seconds_option(options), tuple(self.passed))
 
     def call(self, queries: list[str]) -> list[ToolResult]:
         size = self.batch or max(len(queries), 1)

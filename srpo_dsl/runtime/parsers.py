@@ -266,29 +266,33 @@ def parse_text(text: str) -> Parsed:
     return Parsed(True, text.strip())
 
 
-def _no_args(contract: str, pool_size: int | None, args: tuple[str, ...]) -> tuple:
+# What a contract's parser receives after the text: nothing, the pool size, the words, the tag's name.
+ParserArgs = tuple[int | str | tuple[str, ...], ...]
+
+
+def _no_args(contract: str, pool_size: int | None, args: tuple[str, ...]) -> ParserArgs:
     return ()
 
 
-def _pool(contract: str, pool_size: int | None, args: tuple[str, ...]) -> tuple:
+def _pool(contract: str, pool_size: int | None, args: tuple[str, ...]) -> ParserArgs:
     if pool_size is None or pool_size < 1:
         raise ValueError(f"the {contract} contract needs a pool size >= 1, got {pool_size}")
     return (pool_size,)
 
 
-def _words(contract: str, pool_size: int | None, args: tuple[str, ...]) -> tuple:
+def _words(contract: str, pool_size: int | None, args: tuple[str, ...]) -> ParserArgs:
     if not args:
         raise ValueError(f"the {contract} contract needs its allowed words")
     return (args,)
 
 
-def _tag(contract: str, pool_size: int | None, args: tuple[str, ...]) -> tuple:
+def _tag(contract: str, pool_size: int | None, args: tuple[str, ...]) -> ParserArgs:
     if len(args) != 1:
         raise ValueError(f"the {contract} contract needs exactly one tag name")
     return (args[0],)
 
 
-ARGUMENTS: dict[str, Callable[[str, int | None, tuple[str, ...]], tuple]] = {
+ARGUMENTS: dict[str, Callable[[str, int | None, tuple[str, ...]], ParserArgs]] = {
     "none": _no_args,
     "pool": _pool,
     "words": _words,
@@ -304,4 +308,5 @@ def parse_output(
     """Parse `text` under the named contract with its declared `args` (a `pool` contract also needs
     `pool_size`); ValueError for an unknown contract or missing arguments."""
     spec = CONTRACTS.lookup(contract)
-    return spec.parser(text, *ARGUMENTS[spec.args](contract, pool_size, args))
+    parsed: Parsed = spec.parser(text, *ARGUMENTS[spec.args](contract, pool_size, args))
+    return parsed

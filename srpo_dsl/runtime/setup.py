@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from srpo_dsl.arguments import checked
-from srpo_dsl.lang import EventGraph, load_graph
+from srpo_dsl.backends.base import Backend
+from srpo_dsl.envs.retrieval import Retriever
+from srpo_dsl.lang.analysis import load_graph
+from srpo_dsl.lang.compile.graph import EventGraph
 from srpo_dsl.lang.compile.settings import apply_settings
+from srpo_dsl.runtime.hooks import UserTool, load_rows
 from srpo_dsl.runtime.prompts import PromptRenderer
 
 
@@ -21,7 +24,7 @@ class CompiledWorkflow:
 
     path: Path
     graph: EventGraph
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def folder(self) -> Path:
@@ -41,7 +44,7 @@ class CompiledWorkflow:
         return PromptRenderer([self.folder])
 
 
-def load_workflow(path: Path, settings: Mapping[str, Any] | None = None) -> CompiledWorkflow:
+def load_workflow(path: Path, settings: Mapping[str, object] | None = None) -> CompiledWorkflow:
     """Compile `path`, with `settings` in place of its tools' options; raises `SrpoError` (diagnostics),
     `FileNotFoundError` or `SettingError`."""
     settings = dict(settings or {})
@@ -50,7 +53,7 @@ def load_workflow(path: Path, settings: Mapping[str, Any] | None = None) -> Comp
 
 def task_data(
     wf: CompiledWorkflow, *, split: str = "train", data: Path | None = None, limit: int | None = None
-) -> Sequence[dict]:
+) -> Sequence[dict[str, object]]:
     """The prompts of the workflow's task: from `data` if given, else from its own binding. A .jsonl
     file's rows are parsed when asked for (`envs.task_table`): a list of them is `list(...)`."""
     from srpo_dsl.envs.data import open_tasks
@@ -62,21 +65,22 @@ def task_data(
     if task.code is not None:
         if data is not None:  # data in place of the loader's rows: read it as a generic task
             return open_tasks(Path(data), kind="dataset", limit=limit)
-        from srpo_dsl.runtime.hooks import load_rows
-
         rows = load_rows(task.code, split, task.options)
         return rows[:limit] if limit else rows
     kind = TASK_KINDS.lookup(task.kind)
-    return kind.maker(kind.resolved(task.options, wf.resolve), split, data, limit)
+    tasks: Sequence[dict[str, object]] = kind.maker(
+        kind.resolved(task.options, wf.resolve), split, data, limit
+    )
+    return tasks
 
 
 def build_backends(
     wf: CompiledWorkflow,
     kind: str,
     models: dict[str, str],
-    per_policy: Mapping[str, dict] | None = None,
-    **options,
-) -> dict:
+    per_policy: Mapping[str, Mapping[str, object]] | None = None,
+    **options: object,
+) -> dict[str, Backend]:
     """One backend per policy of `models` (policy -> the model it loads, `models.specs.policy_models`;
     non-sharing policies never share weights), with `options` and its own in `per_policy`; an adapter not
     in it (no `--model POLICY=PATH` of its own, e.g. an exported one) generates with its base's backend."""
@@ -84,17 +88,21 @@ def build_backends(
 
     policies, own = wf.graph.policies, per_policy or {}
     backends = {n: make_backend(kind, model, **options, **own.get(n, {})) for n, model in models.items()}
-    return {n: backends[n] if n in backends else backends[policies[n].base] for n in policies}  # type: ignore[index]
+
+    def backend_of(name: str) -> Backend:  # an adapter with no backend of its own: its base's
+        base = policies[name].base
+        return backends[base] if name not in backends and base is not None else backends[name]
+
+    return {n: backend_of(n) for n in policies}
 
 
-def build_tools(wf: CompiledWorkflow) -> dict:
+def build_tools(wf: CompiledWorkflow) -> dict[str, Retriever | UserTool]:
     """Each tool: a retriever of its tool kind (`TOOL_KINDS`: bm25, http) or a Python tool (its module
     imported here); `top_k` is the executor's, per search."""
     from srpo_dsl.envs.retrieval import make_retriever
     from srpo_dsl.lang.checks.schema import TOOL_KINDS
-    from srpo_dsl.runtime.hooks import UserTool
 
-    tools: dict = {}
+    tools: dict[str, Retriever | UserTool] = {}
     for name, t in wf.graph.tools.items():
         if t.code is not None:
             tools[name] = UserTool(t.code, t.options)

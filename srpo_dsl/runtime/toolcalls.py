@@ -39,10 +39,11 @@ def parse_native(text: str, actions: tuple[str, ...], tool_format: str, calls: i
     bad = next((c for c in found if isinstance(c, Parsed)), None)
     if bad is not None:
         return bad
-    names = {name for name, _ in found}  # type: ignore[misc]
+    pairs = [c for c in found if not isinstance(c, Parsed)]  # every call, (tool, query)
+    names = {name for name, _ in pairs}
     if len(names) != 1:
         return Parsed(False, None, f"one tool per turn, found calls of {', '.join(sorted(names))}")
-    values = [value for _, value in found]  # type: ignore[misc]
+    values = [value for _, value in pairs]
     return Parsed(True, {"action": names.pop(), "value": values if calls > 1 else values[0]})
 
 

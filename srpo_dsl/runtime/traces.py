@@ -31,7 +31,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
@@ -43,7 +43,7 @@ from srpo_dsl.runfolder import GRAPH
 from srpo_dsl.runtime.credit import member_return, member_returns
 from srpo_dsl.runtime.episode import BranchMark, Cost, EnvProgress, Episode, Event, Joint, Leaf, Member
 
-SCHEMA = "srpo-trace/4"
+SCHEMA: Final = "srpo-trace/4"
 # older versions are read with the new fields' defaults
 READABLE = ("srpo-trace/1", "srpo-trace/2", "srpo-trace/3", SCHEMA)
 
@@ -75,7 +75,7 @@ class TraceEvent(BaseModel):
     cardinality: int
     complete: bool
     members: list[Member]
-    observations: list[dict] = []
+    observations: list[dict[str, object]] = []
     actions: list[str] = []  # v2: the actions its acting agent could take here; [] if it does not act
     parent: str | None = None  # v3: the event before it on its path
     path: str = ""  # v3: the path of a branching episode it was made on ("" the first)

@@ -27,13 +27,13 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any
+from typing import TypeGuard
 
 from srpo_dsl.errors import InputError
 from srpo_dsl.lang.usercode.pycode import USES, CodeRef, Params, call_problem
@@ -119,7 +119,7 @@ class UserLines(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped]  # tqdm ships no type stubs
 
         *lines, self.pending = (self.pending + text).split("\n")
         for line in lines:
@@ -136,7 +136,7 @@ def user_output() -> Iterator[None]:
     """What user code prints goes to stderr (`print` writes to `sys.stdout`: hidden, or results)."""
     lines = UserLines()
     try:
-        with redirect_stdout(lines):  # type: ignore[type-var]
+        with redirect_stdout(lines):
             yield
     finally:
         lines.flush()
@@ -183,11 +183,11 @@ class UserFunction:
     """A user function ready to call: `fn(*args, about=...)` with its time limit and clear failures."""
 
     ref: CodeRef
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
     timeout: float | None
     arity: int  # positional arguments it takes (a reward, a scorer: 2, or 3 with the episode)
 
-    def __call__(self, *args: Any, about: Callable[[], str], **kwargs: Any) -> Any:
+    def __call__(self, *args: object, about: Callable[[], str], **kwargs: object) -> object:
         name = f"{self.ref.function}()"
         with signalled_interrupts() as arrived:
             try:
@@ -229,7 +229,15 @@ def load_function(ref: CodeRef, timeout: float | None = None, options: tuple[str
     return UserFunction(ref, fn, limit, arity)
 
 
-def finite_number(value: object) -> bool:
+def seconds_option(options: Mapping[str, object]) -> float:
+    """The `timeout` option of a Python tool or an environment: seconds per call (a number > 0)."""
+    seconds = options["timeout"]
+    if not isinstance(seconds, (int, float)):
+        raise TypeError(f"the timeout option is {shorten(seconds)}, not a number of seconds")
+    return seconds
+
+
+def finite_number(value: object) -> TypeGuard[Real]:
     return isinstance(value, Real) and math.isfinite(float(value))
 
 

@@ -56,7 +56,7 @@ class AdvantageInputs:
 
     def __post_init__(self) -> None:
         n = self.returns.numel()
-        tensors = {"returns": self.returns, "event_ids": self.event_ids}
+        tensors: dict[str, Tensor | None] = {"returns": self.returns, "event_ids": self.event_ids}
         tensors |= {"episode_ids": self.episode_ids, "episode_returns": self.episode_returns}
         wrong = {name: tuple(t.shape) for name, t in tensors.items() if t is not None and t.shape != (n,)}
         if wrong:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Concatenate, ParamSpec
 
 import torch
 from torch import Tensor
@@ -47,6 +47,21 @@ Metrics = dict[str, float]
 TermsFn = Callable[[PolicyBatch, LossConfig], PolicyTerms]
 
 
+P = ParamSpec("P")
+
+
+def _without_terms(
+    evaluate: Callable[Concatenate[Objective, P], tuple[Tensor, Metrics, PolicyTerms]],
+) -> Callable[Concatenate[Objective, P], tuple[Tensor, Metrics]]:
+    """Calling an objective: (loss, metrics) of its `evaluate` (same arguments), without its terms."""
+
+    def __call__(self: Objective, /, *args: P.args, **kwargs: P.kwargs) -> tuple[Tensor, Metrics]:
+        loss, metrics, _ = evaluate(self, *args, **kwargs)
+        return loss, metrics
+
+    return __call__
+
+
 @dataclass(frozen=True)
 class Objective:
     """A policy loss: its per-unit terms, how they are averaged, which advantages it trains on."""
@@ -56,11 +71,6 @@ class Objective:
     aggregation: str  # a mode of AGGREGATIONS
     advantage: str  # an estimator of ADVANTAGE_ESTIMATORS, or the reference of a user's function
     estimator: Estimator  # the function `advantage` names
-
-    def __call__(self, *args: Tensor, **kwargs: Any) -> tuple[Tensor, Metrics]:
-        """(loss, metrics) of `evaluate` (same arguments), without its terms."""
-        loss, metrics, _ = self.evaluate(*args, **kwargs)
-        return loss, metrics
 
     def evaluate(
         self,
@@ -113,6 +123,8 @@ class Objective:
         objective = aggregate(values, self.aggregation, global_count(unit, given, metrics[unit]))
         penalty, extra = regularisers(batch, num_tokens, ref_logprobs, kl_coef)
         return -objective + penalty, metrics | extra, terms
+
+    __call__ = _without_terms(evaluate)
 
     def advantages(self, inputs: AdvantageInputs, eps: float = 1e-6) -> Tensor:
         """[N] row advantages for this objective (its estimator)."""
@@ -253,7 +265,8 @@ def setwise_loss(
     metrics: clip_fraction, num_events, mean_set_size, ratio_mean, log_ratio_abs_max (and,
         with behavior_logprobs, importance_weight_mean and importance_capped_fraction).
     """
-    return OBJECTIVES["srpo"](
+    srpo: Objective = OBJECTIVES["srpo"]
+    return srpo(
         logprobs,
         old_logprobs,
         response_mask,

@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from srpo_dsl.lang.checks.schema import TrainOptions
-from srpo_dsl.lang.usercode.pycode import CodeRef, RefProblem, UseName, is_reference, locate_ref
+from srpo_dsl.lang.usercode.pycode import CodeRef, UseName, is_reference, locate_ref
+from srpo_dsl.lang.usercode.pysource import RefProblem
 from srpo_dsl.rl.objective.advantages import AdvantageInputs, get_advantage_estimator
 from srpo_dsl.rl.objective.aggregation import get_aggregation
 from srpo_dsl.rl.objective.losses import Objective, get_objective, policy_loss
@@ -81,6 +82,7 @@ class UserTerms:
         problem = terms_problem(terms, batch, self.aggregation)
         if problem:
             raise self.fn.fail(problem)
+        assert isinstance(terms, PolicyTerms)  # `terms_problem` checked it
         return terms
 
 

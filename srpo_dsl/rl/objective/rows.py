@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -30,42 +30,71 @@ from srpo_dsl.rl.objective.advantages import AdvantageInputs
 from srpo_dsl.rl.objective.batching import drop_incomplete
 from srpo_dsl.rl.objective.losses import Objective, get_objective
 
+T = TypeVar("T")
 
+
+# What the rows read of an episode, its events and members: `runtime.episode` while training, `runtime.traces`
+# read back. Read-only (properties): a frozen `Member` and a pydantic model both provide them.
 class _Member(Protocol):
-    member_index: int
-    role: str
-    replica: int
-    policy: str
-    policy_version: int
-    prompt_token_ids: list[int]
-    response_token_ids: list[int]
-    behavior_logprobs: list[float]
+    @property
+    def member_index(self) -> int: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def replica(self) -> int: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def policy_version(self) -> int: ...
+    @property
+    def prompt_token_ids(self) -> Sequence[int]: ...
+    @property
+    def response_token_ids(self) -> Sequence[int]: ...
+    @property
+    def behavior_logprobs(self) -> Sequence[float]: ...
 
 
 class _Branch(Protocol):
-    group: str
-    kept: bool
-    agent: str | None
+    @property
+    def group(self) -> str: ...
+    @property
+    def kept(self) -> bool: ...
+    @property
+    def agent(self) -> str | None: ...
 
 
 class _Event(Protocol):
-    event_id: str
-    event_type: str
-    node: str
-    cardinality: int
-    complete: bool
-    members: Sequence[_Member]
-    branch: _Branch | None
-    tree_return: float | None
-    tries: Sequence[_Member]
-    state_key: str | None
+    @property
+    def event_id(self) -> str: ...
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def state_id(self) -> str: ...
+    @property
+    def cardinality(self) -> int: ...
+    @property
+    def complete(self) -> bool: ...
+    @property
+    def members(self) -> Sequence[_Member]: ...
+    @property
+    def branch(self) -> _Branch | None: ...
+    @property
+    def tree_return(self) -> float | None: ...
+    @property
+    def tries(self) -> Sequence[_Member]: ...
+    @property
+    def state_key(self) -> str | None: ...
 
 
 class _Episode(Protocol):
-    episode_id: str
-    prompt_id: str
-    events: Sequence[_Event]
-
+    @property
+    def episode_id(self) -> str: ...
+    @property
+    def prompt_id(self) -> str: ...
+    @property
+    def events(self) -> Sequence[_Event]: ...
     @property
     def team_return(self) -> float: ...
     @property
@@ -99,11 +128,11 @@ class Rows:
 
     @property
     def num_events(self) -> int:
-        return int(self.event_ids.unique().numel())
+        return int(torch.unique(self.event_ids).numel())
 
     @property
     def num_episodes(self) -> int:
-        return int(self.episode_ids.unique().numel())
+        return int(torch.unique(self.episode_ids).numel())
 
     @property
     def response_lengths(self) -> list[int]:
@@ -145,7 +174,7 @@ class Rows:
         )
 
 
-def _pick(column: list, index: Sequence[int]) -> list:
+def _pick(column: list[T], index: Sequence[int]) -> list[T]:
     return [column[i] for i in index]
 
 

@@ -38,7 +38,8 @@ def check_set_norm(set_norm: str) -> None:
 def set_reduction_scale(k: Tensor, set_norm: str) -> Tensor:
     """c(K_e), the factor applied to the summed member log-ratios of each event (`SET_NORMS`)."""
     check_set_norm(set_norm)
-    return SET_NORMS[set_norm](k)
+    scale: Tensor = SET_NORMS[set_norm](k)  # a torch function of the registry
+    return scale
 
 
 def at_least_fp32(x: Tensor) -> Tensor:
