@@ -130,14 +130,14 @@ def unreadable(path: Path, exc: BaseException) -> UsageError:
 def save_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
     """Every engine's module, optimizer and scheduler state under folder/<owner> (collective)."""
     for owner, p in engine_owners(policies).items():
-        p.engine.save_checkpoint(str(folder / owner), tag=ENGINE_TAG, save_latest=False)
+        p.trained_engine.save_checkpoint(str(folder / owner), tag=ENGINE_TAG, save_latest=False)
 
 
 def load_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
     """Every engine's state from folder/<owner>; a state file that cannot be read back is one line."""
     for owner, p in engine_owners(policies).items():
         try:
-            path, _ = p.engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
+            path, _ = p.trained_engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
         except torch.cuda.OutOfMemoryError:  # a RuntimeError too: said as the machine's, not the file's
             raise
         except UNREADABLE as exc:
