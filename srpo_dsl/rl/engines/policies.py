@@ -116,6 +116,11 @@ def load_model(path: str, dist: Dist) -> tuple[PreTrainedModel, PreTrainedTokeni
         raise model_load_error(path, exc) from None
 
 
+def model_only(path: str, dist: Dist) -> torch.nn.Module:
+    """The causal LM at `path`, as `load_model` loads it, without its tokenizer."""
+    return load_model(path, dist)[0]
+
+
 def checkpoint_layers(module: torch.nn.Module) -> int:
     """Gradient checkpointing of each transformer layer, dropout still off; returns how many layers.
 
@@ -186,6 +191,7 @@ def build_policy(
     rollout: Rollout = Rollout(),
 ) -> TrainingPolicy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
+    model: torch.nn.Module  # a PreTrainedModel (transformers types its `to` as an unbound function)
     model, tokenizer = load_model(path, dist)
     with_module = rollout.kind.generates_with_module  # else the engine loads the weights onto the GPU itself
     if not spec.trainable:  # the frozen module goes to the device only if the engine generates with it
@@ -195,7 +201,7 @@ def build_policy(
         )
     reference = None
     if opts.kl > 0:
-        reference = load_model(path, dist)[0].to(dist.device).eval().requires_grad_(False)
+        reference = model_only(path, dist).to(dist.device).eval().requires_grad_(False)
     lora = spec.lora
     wrap: Wrap = (lambda m: with_lora(m, lora)) if lora else (lambda m: m)
     engine = build_engine(wrap(model), opts, config)
@@ -262,7 +268,7 @@ def hf_rollout_module(engine: TrainEngine, path: str, wrap: Wrap, dist: Dist) ->
     """The module the `hf` engine generates with: the engine's own, or under ZeRO-3 a full copy."""
     if engine.zero_optimization_stage() != 3:
         return engine.module
-    rollout = wrap(load_model(path, dist)[0]).to(dist.device)
+    rollout = wrap(model_only(path, dist)).to(dist.device)
     with full_state(engine.module) as state:
         rollout.load_state_dict(state)
     return rollout.eval().requires_grad_(False)

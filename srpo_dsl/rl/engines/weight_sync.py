@@ -60,8 +60,9 @@ def merged_lora_weights(module: PeftModel) -> Iterator[tuple[str, torch.Tensor]]
         layer = owner if isinstance(owner, LoraLayer) else None  # a LoRA layer wraps every base_layer
         with deepspeed.zero.GatheredParameters(list(layer.parameters()) if layer else [param]):
             weight = param.data
-            for adapter in layer.active_adapters if layer else []:
-                weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+            for adapter in layer.active_adapters if layer is not None else []:
+                delta: torch.Tensor = layer.get_delta_weight(adapter)  # peft's LoRA layers define it
+                weight = weight + delta.to(weight.dtype)
             yield name.replace(".base_layer.", "."), weight
 
 

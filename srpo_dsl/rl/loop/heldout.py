@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from srpo_dsl.jsonvalue import JsonObject
+from srpo_dsl.jsonvalue import JsonObject, JsonValue
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
 from srpo_dsl.rl.loop.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
 from srpo_dsl.runtime.executor import Executor
@@ -68,7 +68,8 @@ def evaluate_sets(
             "step": step,
             "k": k,
             "datasets": {
-                d.name: {"ids": [str(t["id"]) for t in d.tasks], "correct": c} for d, c in zip(sets, per_set)
+                d.name: {"ids": [str(t["id"]) for t in d.tasks], "correct": list[JsonValue](c)}
+                for d, c in zip(sets, per_set)
             },
         },
     )

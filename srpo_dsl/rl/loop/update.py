@@ -145,6 +145,8 @@ def score_group(
     reference), each row through its own adapter; a 1-token dummy row when empty. `scoring`: how the model
     runs over the rows (`backends.logprobs.SCORINGS`; packed, a conversation's rows in one pass)."""
     model = policy.reference if reference else policy.model
+    if model is None:
+        raise ValueError(f"policy {policy.name} has no reference model (a KL penalty of 0)")
     options = {"with_entropy": with_entropy, "scoring": scoring}
     if not index:
         dummy = [[policy.pad_id]]
@@ -344,7 +346,8 @@ def backward_engines(
     owners = sorted({g[0] for g in s.groups})
     for owner in owners:
         parts = [(g, sc) for g, sc in scored.items() if g[0] == owner]
-        surrogate = sum(_surrogate(sc, weights) + bonus[g] for g, sc in parts)
+        terms = [_surrogate(sc, weights) + bonus[g] for g, sc in parts]
+        surrogate = sum(terms[1:], terms[0])
         engine = s.leads[owner].trained_engine
         engine.backward(surrogate * s.dist.world_size, scale_wrt_gas=False)  # DeepSpeed averages over ranks
         if loss is None:
