@@ -13,7 +13,7 @@ import socket
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar, cast
 
 import torch
 
@@ -21,6 +21,7 @@ from srpo_dsl.launched import LAUNCH_VARIABLES
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.rl.distributed.network import launcher_store_reachable, reaching_peers, use_route_to_master
 
+T = TypeVar("T")
 SHM_OP = "deepspeed_shm_comm"  # DeepSpeed's ShareMemCommBuilder's op, never built (see init_distributed)
 
 
@@ -42,13 +43,13 @@ def all_reduce(values: Sequence[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
-def all_gather(value: Any) -> list[Any]:
+def all_gather(value: T) -> list[T]:
     """Every rank's `value` (picklable), in rank order (`[value]` with one process)."""
     if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
         return [value]
-    out: list[Any] = [None] * torch.distributed.get_world_size()
+    out: list[object] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(out, value)
-    return out
+    return cast(list[T], out)  # unpickled: every rank's `value`, of the type this rank's has
 
 
 def barrier() -> None:
@@ -62,7 +63,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(device: str, store: Any = None, trainers: int | None = None) -> Dist:
+def init_distributed(
+    device: str, store: torch.distributed.Store | None = None, trainers: int | None = None
+) -> Dist:
     """Join (or, alone, create) the process group, destroyed at exit (`destroy_distributed`); call before
     anything imports deepspeed. With rollout workers in the launch, the group is the `trainers` first
     ranks only, rendezvousing on the launcher's `store` (`rl.transport.link.join_launch`); alone, the group

@@ -105,8 +105,9 @@ def engine_owners(policies: Mapping[str, TrainingPolicy]) -> dict[str, TrainingP
     return out
 
 
-def load_model(path: str, dist: Dist) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The causal LM at `path` (bf16 on CUDA, fp32 on CPU) and its tokenizer."""
+def load_model(path: str, dist: Dist) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """The causal LM at `path` (bf16 on CUDA, fp32 on CPU; a transformers `PreTrainedModel`, as the module
+    the engines move and wrap) and its tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = torch.bfloat16 if dist.device.type == "cuda" else torch.float32
@@ -114,11 +115,6 @@ def load_model(path: str, dist: Dist) -> tuple[PreTrainedModel, PreTrainedTokeni
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype), AutoTokenizer.from_pretrained(path)
     except load_errors() as exc:
         raise model_load_error(path, exc) from None
-
-
-def model_only(path: str, dist: Dist) -> torch.nn.Module:
-    """The causal LM at `path`, as `load_model` loads it, without its tokenizer."""
-    return load_model(path, dist)[0]
 
 
 def checkpoint_layers(module: torch.nn.Module) -> int:
@@ -191,7 +187,6 @@ def build_policy(
     rollout: Rollout = Rollout(),
 ) -> TrainingPolicy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
-    model: torch.nn.Module  # a PreTrainedModel (transformers types its `to` as an unbound function)
     model, tokenizer = load_model(path, dist)
     with_module = rollout.kind.generates_with_module  # else the engine loads the weights onto the GPU itself
     if not spec.trainable:  # the frozen module goes to the device only if the engine generates with it
@@ -201,7 +196,7 @@ def build_policy(
         )
     reference = None
     if opts.kl > 0:
-        reference = model_only(path, dist).to(dist.device).eval().requires_grad_(False)
+        reference = load_model(path, dist)[0].to(dist.device).eval().requires_grad_(False)
     lora = spec.lora
     wrap: Wrap = (lambda m: with_lora(m, lora)) if lora else (lambda m: m)
     engine = build_engine(wrap(model), opts, config)
@@ -268,7 +263,7 @@ def hf_rollout_module(engine: TrainEngine, path: str, wrap: Wrap, dist: Dist) ->
     """The module the `hf` engine generates with: the engine's own, or under ZeRO-3 a full copy."""
     if engine.zero_optimization_stage() != 3:
         return engine.module
-    rollout = wrap(model_only(path, dist)).to(dist.device)
+    rollout = wrap(load_model(path, dist)[0]).to(dist.device)
     with full_state(engine.module) as state:
         rollout.load_state_dict(state)
     return rollout.eval().requires_grad_(False)

@@ -19,6 +19,7 @@ from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 
 if TYPE_CHECKING:  # peft loads with a LoRA model
     from peft import PeftModel
+    from peft.tuners.lora.layer import LoraLayer
 
 
 @contextmanager
@@ -59,11 +60,16 @@ def merged_lora_weights(module: PeftModel) -> Iterator[tuple[str, torch.Tensor]]
         owner = base.get_submodule(name.rsplit(".", 2)[0]) if name.endswith(".base_layer.weight") else None
         layer = owner if isinstance(owner, LoraLayer) else None  # a LoRA layer wraps every base_layer
         with deepspeed.zero.GatheredParameters(list(layer.parameters()) if layer else [param]):
-            weight = param.data
-            for adapter in layer.active_adapters if layer is not None else []:
-                delta: torch.Tensor = layer.get_delta_weight(adapter)  # peft's LoRA layers define it
-                weight = weight + delta.to(weight.dtype)
+            weight = param.data if layer is None else with_deltas(layer, param.data)
             yield name.replace(".base_layer.", "."), weight
+
+
+def with_deltas(layer: LoraLayer, weight: torch.Tensor) -> torch.Tensor:
+    """`weight` with `layer`'s active LoRA deltas added (a new tensor when there are any)."""
+    for adapter in layer.active_adapters:
+        delta: torch.Tensor = layer.get_delta_weight(adapter)  # each of peft's LoRA layers defines it
+        weight = weight + delta.to(weight.dtype)
+    return weight
 
 
 def push_weights(engine: RolloutEngine, module: torch.nn.Module) -> None:
