@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from srpo_dsl.choices import OFFLOAD
-from srpo_dsl.jsonvalue import JsonObject, JsonValue
 from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 
@@ -54,7 +53,7 @@ if TYPE_CHECKING:  # mypy checks DeepSpeed's engine against the Protocol (pyproj
         return engine
 
 
-def merge(base: Mapping[str, JsonValue], override: Mapping[str, JsonValue]) -> JsonObject:
+def merge(base: Mapping[str, object], override: Mapping[str, object]) -> dict[str, object]:
     """Recursive dict merge: `override` wins, nested dicts are merged key by key."""
     out = dict(base)
     for key, value in override.items():
@@ -69,8 +68,8 @@ def ds_config(
     device: str,
     world_size: int,
     offload: str = "none",
-    user: Mapping[str, JsonValue] | None = None,
-) -> JsonObject:
+    user: Mapping[str, object] | None = None,
+) -> dict[str, object]:
     """The DeepSpeed config of one engine; `user` keys override the package's."""
     if offload not in OFFLOAD:
         raise ValueError(f"offload must be one of {', '.join(OFFLOAD)}, got {offload!r}")
@@ -78,14 +77,14 @@ def ds_config(
         raise ValueError("parameter offload needs ZeRO stage 3 (--zero 3)")
     if offload != "none" and opts.zero == 0:
         raise ValueError("optimizer offload needs ZeRO stage 1, 2 or 3")
-    zero: JsonObject = {"stage": opts.zero}
+    zero: dict[str, object] = {"stage": opts.zero}
     if device == "cpu":
         zero["stage3_param_persistence_threshold"] = 0  # else a tiny model is never partitioned
     if offload in ("optimizer", "all"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": device == "cuda"}
     if offload in ("params", "all"):
         zero["offload_param"] = {"device": "cpu", "pin_memory": device == "cuda"}
-    base: JsonObject = {
+    base: dict[str, object] = {
         "train_micro_batch_size_per_gpu": 1,  # nominal: a micro-batch is a set of whole events
         "gradient_accumulation_steps": opts.micro_batches,
         "train_batch_size": opts.micro_batches * world_size,
@@ -119,7 +118,7 @@ class EngineConfigError(Exception):
     """A DeepSpeed config that DeepSpeed refuses when it builds an engine; the message is one line."""
 
 
-def build_engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str, JsonValue]) -> TrainEngine:
+def build_engine(model: torch.nn.Module, opts: TrainOptions, config: Mapping[str, object]) -> TrainEngine:
     """A DeepSpeed engine over `model`'s trainable parameters."""
     deepspeed = import_deepspeed()
 

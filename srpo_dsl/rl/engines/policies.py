@@ -21,7 +21,6 @@ import torch
 
 from srpo_dsl.backends.base import BackendError, RolloutEngine, load_errors, model_load_error
 from srpo_dsl.backends.hf import HFBackend
-from srpo_dsl.jsonvalue import JsonValue
 from srpo_dsl.lang.checks.declarations import PolicyInfo
 from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.lang.compile.graph import BASE_ADAPTER, EventGraph
@@ -149,7 +148,7 @@ def build_policies(
     paths: Mapping[str, str],
     opts: TrainOptions,
     dist: Dist,
-    config: Mapping[str, JsonValue],
+    config: Mapping[str, object],
     rollout: Rollout = Rollout(),
 ) -> dict[str, TrainingPolicy]:
     """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters;
@@ -183,7 +182,7 @@ def build_policy(
     spec: PolicyInfo,
     opts: TrainOptions,
     dist: Dist,
-    config: Mapping[str, JsonValue],
+    config: Mapping[str, object],
     rollout: Rollout = Rollout(),
 ) -> TrainingPolicy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
@@ -211,7 +210,7 @@ def build_adapter_group(
     path: str,
     opts: TrainOptions,
     dist: Dist,
-    config: Mapping[str, JsonValue],
+    config: Mapping[str, object],
     rollout: Rollout = Rollout(),
 ) -> dict[str, TrainingPolicy]:
     """The frozen `base` and its adapter policies: one model in memory, one engine training every adapter

@@ -71,12 +71,13 @@ class TrainPlan:
 
     workflow: CompiledWorkflow
     out: Path
-    overrides: Mapping[str, JsonValue]  # the options given in place of the file's, as given
+    overrides: Mapping[str, object]  # the options given in place of the file's, as given (pydantic: any
+    # value, as JsonValue's recursion is not one it builds a schema of)
     opts: TrainOptions  # the file's `train with (...)` with the overrides
     resume: bool
     setup: Setup
     device: str  # the device it uses: setup.device, or the machine's default
-    ds_overrides: Mapping[str, JsonValue]  # the user's DeepSpeed JSON, read
+    ds_overrides: Mapping[str, object]  # the user's DeepSpeed JSON, read
     processes: int
 
     @property
