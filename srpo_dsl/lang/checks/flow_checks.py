@@ -27,7 +27,7 @@ def _contract_form(name: str) -> str:
     return f"`{name}{_CONTRACT_ARGS.get(spec.args, '') if spec else ''}`"
 
 
-class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
+class _IdleWays(n.StepVisitor[[], tuple[bool, bool]]):
     """Whether steps can be passed through, and whether a `break` can be taken, without a step that
     acts (an event, a tool call or an environment step)."""
 
@@ -64,7 +64,7 @@ class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
 _IDLE_WAYS = _IdleWays()
 
 
-class FlowChecks(n.StepVisitor[None]):
+class FlowChecks(n.StepVisitor[[bool, set[str]], None]):
     """The checks of the steps: one `visit_*` per kind of step, each called with `in_loop` (whether a
     `break` has a loop to leave) and `routed` (the block's routers so far); `run` walks the program."""
 

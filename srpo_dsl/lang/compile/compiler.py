@@ -152,7 +152,7 @@ def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
 Bound = tuple[BoundCost, int]  # the most a step costs, and the most paths it splits an episode into
 
 
-class _Bounds(n.StepVisitor[Bound]):
+class _Bounds(n.StepVisitor[[], Bound]):
     """The most an episode can cost: each loop at its bound, each branch at its dearer arm, and everything
     after a tree branch once per alternative (the paths multiply; counted up to `MAX_PATHS` + 1).
 
@@ -270,9 +270,9 @@ class _KeptBounds(_Bounds):
         super().__init__(agents)
         self.kept: dict[int, Bound] = {}
 
-    def visit(self, step: n.Step, *args: Any) -> Bound:
+    def visit(self, step: n.Step) -> Bound:
         if id(step) not in self.kept:
-            self.kept[id(step)] = super().visit(step, *args)
+            self.kept[id(step)] = super().visit(step)
         return self.kept[id(step)]
 
 
@@ -283,7 +283,7 @@ def step_costs(agents: Mapping[str, AgentInfo]) -> Callable[[n.Step], BoundCost]
     return lambda step: bounds.block((step,))[0]
 
 
-class _Compiler(n.StepVisitor[Frontier]):
+class _Compiler(n.StepVisitor[[Frontier, list[Frontier]], Frontier]):
     """Compiles each kind of step after a frontier (`visit_*(step, frontier, exits)`: the ways out)."""
 
     def __init__(self, checked: Checked):
