@@ -121,7 +121,9 @@ class DeclarationChecks:
             self.ctx.error("E019", problem, self._option_at(pol, "chat_template"))
         return text
 
-    def check_tool_format(self, pol: n.Policy, model: str, tool_format: str, template: str | None) -> None:
+    def check_tool_format(
+        self, pol: n.Policy, model: str, tool_format: ToolFormat, template: str | None
+    ) -> None:
         """E018 where the policy's chat template (its own `chat_template`, else a local model's) does not
         write the calls of the policy's format."""
         problem = tool_format_problem(model, self.ctx.base, tool_format, template)

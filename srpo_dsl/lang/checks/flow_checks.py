@@ -95,8 +95,9 @@ class FlowChecks(n.StepVisitor[[bool, set[str]], None]):
             and reward.agent is not None
             and reward.agent not in {a.name for s in n.walk_events(p.steps) for a in s.agents}
         ):
-            r = p.rewards[0]
-            self.ctx.error("E071", f"the rewarded agent `{r.agent.name}` never acts", r.agent.span)
+            agent = p.rewards[0].agent
+            assert agent is not None, "`reward.agent` is its name"
+            self.ctx.error("E071", f"the rewarded agent `{agent.name}` never acts", agent.span)
 
     # ---- walking blocks ------------------------------------------------------------------------------
     def mark_acted(self, agent: str) -> None:

@@ -133,7 +133,7 @@ def check_code_binding(ctx: CheckContext, call: n.Call, ref: n.Ref, what: str) -
         if opt.name is None:
             ctx.error("E024", f"the options of Python code are named: `key = value` ({what})", opt.span)
             return None
-    data = {o.name: option_value(o.value) for o in call.args}
+    data = {o.name: option_value(o.value) for o in call.args if o.name is not None}  # every one, named
     use = CODE_USES[what]
     model, kept = _KEPT_OPTIONS.get(use, (None, ()))
     if model is not None:

@@ -101,7 +101,8 @@ SAMPLING_DEFAULTS: dict[str, Any] = {
 }
 
 
-STOPS = ("pool", "replica")  # an acting pool's `stop` option: its replicas stop together, or each alone
+Stop = Literal["pool", "replica"]  # an acting pool's `stop` option: its replicas stop together, or each alone
+STOPS: tuple[Stop, ...] = typing.get_args(Stop)
 
 
 class AgentOptions(Generation):
@@ -119,7 +120,7 @@ class AgentOptions(Generation):
         None, ge=1, description="tokens shared by all the turns of one replica in an episode"
     )
     calls: int = Field(1, ge=1, le=100, description="tool calls an acting output may make in one turn")
-    stop: Literal[STOPS] = Field(
+    stop: Stop = Field(
         "pool", description="pool: the replicas act until all answer; replica: each stops at its own answer"
     )
     observe: str | None = Field(
@@ -144,13 +145,14 @@ class AdapterPolicy(LoraOptions):
 
 # The native tool-call formats a policy's model may be trained on, each with what its chat template writes
 # when it is given tools (a local model's template without it is E018).
-TOOL_FORMAT_MARKERS = {"hermes": "<tool_call>", "llama3": '"parameters"'}
-TOOL_FORMATS = tuple(TOOL_FORMAT_MARKERS)
+ToolFormat = Literal["hermes", "llama3"]
+TOOL_FORMATS: tuple[ToolFormat, ...] = typing.get_args(ToolFormat)
+TOOL_FORMAT_MARKERS: dict[ToolFormat, str] = {"hermes": "<tool_call>", "llama3": '"parameters"'}
 
 
 class HfPolicy(_Options):
     model: str
-    tool_format: Literal[TOOL_FORMATS] | None = Field(
+    tool_format: ToolFormat | None = Field(
         None,
         description="the model's native tool calls: hermes (`<tool_call>{json}</tool_call>`: Qwen, Hermes) "
         "or llama3 (a JSON object); its agents' tools go to its chat template as JSON schemas",
@@ -184,7 +186,8 @@ class DataTask(_Options):
     eval_split: str | None = None
 
 
-ARITH_MIXES = ("sums", "graded")  # the `arith` task's question mixes (srpo_dsl.envs.arith)
+ArithMix = Literal["sums", "graded"]  # the `arith` task's question mixes (srpo_dsl.envs.arith)
+ARITH_MIXES: tuple[ArithMix, ...] = typing.get_args(ArithMix)
 
 
 class ArithTask(_Options):
@@ -195,7 +198,7 @@ class ArithTask(_Options):
     seed: int = 0
     max_operand: int = Field(99, ge=1)
     eval_n: int = Field(128, ge=1)
-    mix: Literal[ARITH_MIXES] = "sums"
+    mix: ArithMix = "sums"
 
 
 class Bm25Tool(_Options):

@@ -47,12 +47,15 @@ def attribute_key(agent: str, field: str) -> str:
     return f"{agent}.{field}"
 
 
+Op = Literal["==", "!=", "<", ">="]
+
+
 class Atom(NamedTuple):
     """`name op value`: an agent's last verdict or route (`kind` "var"), or a loop's iteration ("loop")."""
 
     kind: Literal["var", "loop"]
     name: str
-    op: Literal["==", "!=", "<", ">="]
+    op: Op
     value: str | int
 
     def negated(self) -> Atom:
@@ -70,7 +73,7 @@ class Atom(NamedTuple):
         return {self.kind: self.name, "op": self.op, "value": self.value}
 
 
-_FLIP = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
+_FLIP: dict[Op, Op] = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
 
 
 class Way(NamedTuple):

@@ -14,7 +14,7 @@ from lark.exceptions import UnexpectedInput
 
 from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lang.syntax.grammar import grammar_text
-from srpo_dsl.lang.syntax.lexer import ScanLexer
+from srpo_dsl.lang.syntax.lexer import ScanLexer, token_span
 from srpo_dsl.lang.syntax.messages import Diagnostic, Span, SrpoError, without_bom
 from srpo_dsl.lang.syntax.nesting import too_deep
 from srpo_dsl.lang.syntax.syntax_errors import syntax_errors
@@ -43,13 +43,6 @@ _Children: TypeAlias = list[Any]
 _T = TypeVar("_T")
 
 
-def _tok_span(file: str, tok: Token) -> Span:
-    # the lexer (`ScanLexer`) gives every token its position: Lark's stubs allow None for hand-made ones
-    return Span(
-        file, cast(int, tok.line), cast(int, tok.column), cast(int, tok.end_line), cast(int, tok.end_column)
-    )
-
-
 def _unquote(tok: Token) -> str:
     return _UNESCAPE.sub(r"\1", tok[1:-1])
 
@@ -73,30 +66,30 @@ class _Build:
 
     def _span(self, parts: _Children | tuple[Token]) -> Span:
         """From the first part (a token) to the last one present."""
-        first, last = _tok_span(self.file, parts[0]), parts[-1]
+        first, last = token_span(self.file, parts[0]), parts[-1]
         if last is None:  # an absent `[x]` at the end
             last = next(p for p in reversed(parts) if p is not None)
         if isinstance(last, _Part):
             last = last.last
-        end = _tok_span(self.file, last) if isinstance(last, Token) else last.span
+        end = token_span(self.file, last) if isinstance(last, Token) else last.span
         return Span(self.file, first.line, first.col, end.end_line, end.end_col)
 
     def _id(self, tok: Token) -> n.Ident:
-        return n.Ident(str(tok), _tok_span(self.file, tok))
+        return n.Ident(str(tok), token_span(self.file, tok))
 
     def _number(self, tok: Token) -> int | float:
         try:
             return int(tok) if _INTEGER.fullmatch(tok) else float(tok)
         except ValueError:  # e.g. more digits than Python converts
             raise SrpoError(
-                [Diagnostic("E001", f"invalid number `{tok[:16]}...`", _tok_span(self.file, tok))]
+                [Diagnostic("E001", f"invalid number `{tok[:16]}...`", token_span(self.file, tok))]
             ) from None
 
     def _count(self, tok: Token) -> int:
         """A count or index: a whole number, else an error at the token."""
         if not _WHOLE.fullmatch(tok):
             raise SrpoError(
-                [Diagnostic("E001", f"expected a whole number, found `{tok}`", _tok_span(self.file, tok))]
+                [Diagnostic("E001", f"expected a whole number, found `{tok}`", token_span(self.file, tok))]
             )
         return int(self._number(tok))
 
@@ -109,7 +102,7 @@ class _Build:
                     Diagnostic(
                         code,
                         f"{what} must be at most {MAX_COUNT}, not {tok}",
-                        _tok_span(self.file, tok),
+                        token_span(self.file, tok),
                         f"it counts model calls in one episode: more than {MAX_COUNT} is a typo",
                     )
                 ]
@@ -143,7 +136,7 @@ class _Build:
 
     def kwarg(self, items: _Children) -> n.Option:  # NAME "=" value
         name, _eq, value = items
-        return n.Option(str(name), value.value, self._span(items), _tok_span(self.file, value.last))
+        return n.Option(str(name), value.value, self._span(items), token_span(self.file, value.last))
 
     def arg(self, items: _Children) -> n.Option:  # value | kwarg
         (item,) = items
@@ -155,7 +148,7 @@ class _Build:
     def _callee(self, tok: Token) -> n.Ident | n.Ref:
         """A built-in name, or a quoted Python reference."""
         if tok.type == "STRING":
-            return n.Ref(_unquote(tok), _tok_span(self.file, tok))
+            return n.Ref(_unquote(tok), token_span(self.file, tok))
         return self._id(tok)
 
     def call(self, items: _Children) -> n.Call:  # (NAME | STRING) "(" [arg ("," arg)*] ")"
@@ -228,12 +221,12 @@ class _Build:
             pool is not None,
             self._id(policy),
             _unquote(prompt),
-            _tok_span(self.file, prompt),
+            token_span(self.file, prompt),
             contract,
             options.value if options else (),
             self._span(items),
             _unquote(system.last) if system else None,
-            _tok_span(self.file, system.last) if system else None,
+            token_span(self.file, system.last) if system else None,
         )
 
     def system(self, items: _Children) -> _Part:  # "system" STRING
@@ -287,17 +280,17 @@ class _Build:
     def branch(self, items: _Children) -> _Part:  # "branch" NUMBER [CROSS] ["keep" NAME] ["by" scorer]
         word, count, cross, _keep, keep, _by, scorer = items
         last = keep or cross or count
-        end = scorer.span if scorer else _tok_span(self.file, last)
+        end = scorer.span if scorer else token_span(self.file, last)
         span = Span(self.file, word.line, word.column, end.end_line, end.end_col)
         number = self._at_most(count, "E056", "a branch count")
         keeps = self._id(keep) if keep else None
-        crossed = _tok_span(self.file, cross) if cross else None
-        branch = n.Branch(number, keeps, scorer, span, _tok_span(self.file, count), crossed)
+        crossed = token_span(self.file, cross) if cross else None
+        branch = n.Branch(number, keeps, scorer, span, token_span(self.file, count), crossed)
         return _Part(branch, last)
 
     def code_scorer(self, items: _Children) -> n.Scorer:  # STRING
         (ref,) = items
-        return n.Scorer(self._callee(ref), None, _tok_span(self.file, ref))
+        return n.Scorer(self._callee(ref), None, token_span(self.file, ref))
 
     def scorer(self, items: _Children) -> n.Scorer:  # NAME "(" dotted ")"
         fn, _open, dotted, _close = items
@@ -335,7 +328,7 @@ class _Build:
         """A step's span, through its `branch ...` clause when it has one."""
         if branch is None:
             return self._span(items)
-        first = _tok_span(self.file, items[0])
+        first = token_span(self.file, items[0])
         assert isinstance(branch.value, n.Branch)  # the `branch` callback's part
         end = branch.value.span
         return Span(self.file, first.line, first.col, end.end_line, end.end_col)
