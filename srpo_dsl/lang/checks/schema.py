@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -88,7 +88,21 @@ class Generation(_Options):
 
 
 # Each sampling setting's value where neither the agent nor its policy gives one.
-SAMPLING_DEFAULTS: dict[str, Any] = {
+class SamplingDefaults(TypedDict):
+    """The type of `SAMPLING_DEFAULTS`: each of `Generation`'s settings, as an agent uses it."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    stop_strings: tuple[str, ...]
+    top_k: int
+    frequency_penalty: float
+    presence_penalty: float
+    repetition_penalty: float
+    min_tokens: int
+
+
+SAMPLING_DEFAULTS: SamplingDefaults = {
     "temperature": 1.0,
     "top_p": 1.0,
     "max_tokens": DEFAULT_MAX_TOKENS,
@@ -225,7 +239,7 @@ class PythonEnv(_Options):
     timeout: float = Field(30.0, gt=0, description="seconds per step of the environment")
 
 
-def registered(registry: Registry[Any] | Mapping[str, Any], value: str, *, code: bool = False) -> str:
+def registered(registry: Mapping[str, object], value: str, *, code: bool = False) -> str:
     """`value` if `registry` holds it (or, with `code`, it names Python code); else a literal error."""
     if value in registry or (code and is_reference(value)):
         return value
@@ -237,7 +251,7 @@ def registered(registry: Registry[Any] | Mapping[str, Any], value: str, *, code:
 
 
 # The registry each `train with` option that names an entry is checked against (and completion offers).
-TRAIN_CHOICES: dict[str, Mapping[str, Any]] = {
+TRAIN_CHOICES: dict[str, Mapping[str, object]] = {
     "objective": OBJECTIVES,
     "advantage": ADVANTAGE_ESTIMATORS,
     "aggregation": AGGREGATIONS,
@@ -249,11 +263,11 @@ NO_TRACKER = "none"  # `report_to = none`: metrics.jsonl and eval.jsonl only
 TRAIN_WORDS = {"report_to": (NO_TRACKER,)}  # the words a `train with` option takes besides its registry's
 
 
-def tracker_list(value: Any) -> str:
+def tracker_list(value: object) -> str:
     """`report_to` as the options hold it: registered tracker names joined by commas (each once, in the
     order given), or `none`. Accepts `"tensorboard, wandb"`, a bare name, or (the Python API) a list."""
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        value = ",".join(value)
+        value = ",".join(str(v) for v in value)
     if not isinstance(value, str):
         raise PydanticCustomError("string_type", "Input should be a valid string", {})
     names = list(dict.fromkeys(n.strip() for n in value.split(",")))
@@ -398,7 +412,7 @@ class TrainOptions(_Options):
 
     @field_validator("report_to", mode="before")
     @classmethod
-    def _report_to(cls, value: Any) -> str:
+    def _report_to(cls, value: object) -> str:
         return tracker_list(value)
 
     @field_validator("set_norm")
@@ -439,7 +453,7 @@ class BindingKind:
     positional: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     make: str | Callable[..., Any] | None = field(default=None, compare=False)
-    probe: str | Callable[..., Any] | None = field(default=None, compare=False)
+    probe: str | Callable[..., None] | None = field(default=None, compare=False)
 
     @property
     def maker(self) -> Callable[..., Any]:
@@ -453,9 +467,9 @@ class BindingKind:
         anything loads (an HTTP retrieval server: one query); None: nothing to ask before the run."""
         return load(self.probe) if isinstance(self.probe, str) else self.probe
 
-    def resolved(self, options: Mapping[str, Any], resolve: Callable[[str], Any]) -> dict[str, Any]:
+    def resolved(self, options: Mapping[str, object], resolve: Callable[[str], object]) -> dict[str, object]:
         """`options` with each path option (when given) resolved by `resolve` (the workflow's folder)."""
-        return {k: resolve(v) if k in self.paths and v is not None else v for k, v in options.items()}
+        return {k: resolve(str(v)) if k in self.paths and v is not None else v for k, v in options.items()}
 
 
 POLICY_KINDS: Registry[BindingKind] = Registry("policy kind")
