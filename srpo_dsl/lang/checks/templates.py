@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -91,7 +91,9 @@ class TemplateLoader(jinja2.FileSystemLoader):
                 return path
         raise jinja2.TemplateNotFound(name)
 
-    def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str, Callable[[], bool]]:
         path = self.find(template)
         read = {path: FileState.of(path)}
         try:
