@@ -385,7 +385,8 @@ class FlowChecks(n.StepVisitor[[bool, set[str]], None]):
         """Replicas written `[i, j]` exist (E041) and differ (E042)."""
         a = self.ctx.agents.get(s.agent.name)
         size = a.replicas if a else 0
-        for i, r in enumerate(s.replicas or ()):
+        replicas = s.replicas or ()
+        for i, r in enumerate(replicas):
             if not 1 <= r <= size:
                 self.ctx.error(
                     "E041",
@@ -393,7 +394,7 @@ class FlowChecks(n.StepVisitor[[bool, set[str]], None]):
                     s.span,
                     f"replicas are numbered 1..{size}",
                 )
-            if r in s.replicas[:i]:  # type: ignore[index]
+            if r in replicas[:i]:
                 self.ctx.error("E042", f"replica {r} is selected twice", s.span)
 
     def check_router(self, s: n.EventStep, routed: set[str]) -> None:

@@ -64,8 +64,9 @@ class Atom(NamedTuple):
     def holds(self, state: Mapping[str, object], loops: Mapping[str, int]) -> bool:
         """Against an episode's recorded verdicts/routes and its 1-based loop iterations."""
         if self.kind == "loop":
-            iteration = loops.get(self.name, 1)
-            return iteration < self.value if self.op == "<" else iteration >= self.value  # type: ignore[operator]
+            iteration, bound = loops.get(self.name, 1), self.value
+            assert isinstance(bound, int), "a loop's atom compares its iteration with its bound"
+            return iteration < bound if self.op == "<" else iteration >= bound
         same = state.get(self.name) == self.value
         return same if self.op == "==" else not same
 

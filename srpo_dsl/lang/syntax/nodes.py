@@ -175,7 +175,9 @@ class Branch:
 class _StepNode:
     """What every step has: its nested blocks (a loop's body, a branch's arms) for `walk_steps`."""
 
-    blocks: ClassVar[tuple[tuple[Step, ...], ...]] = ()
+    @property
+    def blocks(self) -> tuple[tuple[Step, ...], ...]:
+        return ()
 
 
 @dataclass(frozen=True)
@@ -224,7 +226,7 @@ class Repeat(_StepNode):
     span: Span
 
     @property
-    def blocks(self) -> tuple[tuple[Step, ...], ...]:  # type: ignore[override]
+    def blocks(self) -> tuple[tuple[Step, ...], ...]:
         return (self.body,)
 
 
@@ -236,7 +238,7 @@ class If(_StepNode):
     span: Span
 
     @property
-    def blocks(self) -> tuple[tuple[Step, ...], ...]:  # type: ignore[override]
+    def blocks(self) -> tuple[tuple[Step, ...], ...]:
         return (self.then, self.orelse)
 
 

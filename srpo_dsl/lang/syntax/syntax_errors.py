@@ -117,9 +117,9 @@ def _at_end(err: UnexpectedInput) -> bool:
 def _found(err: UnexpectedInput) -> str:
     if isinstance(err, UnexpectedCharacters):
         return f"unexpected character `{err.char}`"
-    if _at_end(err):
+    if _at_end(err) or not isinstance(err, UnexpectedToken):  # Lark's third kind: UnexpectedEOF
         return "unexpected end of file"
-    return f"unexpected `{err.token}`"  # type: ignore[attr-defined]
+    return f"unexpected `{err.token}`"
 
 
 @functools.lru_cache(maxsize=4)
@@ -229,7 +229,9 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_b
     if label is not None:
         code, hint = label
     elif open_block:
-        where = "at the end" if _at_end(err) else f"before `{err.token}`"  # type: ignore[attr-defined]
+        where = "at the end"  # Lark's UnexpectedEOF, or a token at the end
+        if isinstance(err, UnexpectedToken) and not _at_end(err):
+            where = f"before `{err.token}`"
         hint = f"a block is still open here: is a `}}` missing {where} or earlier?"
     return Diagnostic(code, found + _expected(err, parser) + (missing[1] if missing else ""), span, hint)
 
