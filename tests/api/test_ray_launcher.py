@@ -24,7 +24,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
 
 import srpo_dsl
 from srpo_dsl.api.ray_launch import import_ray, launch_env, probe
@@ -88,8 +87,6 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = cli("train", QUICKSTART, "--out", out, *SMALL, *SAVE, env=env_threads(1))
     assert done.returncode == 0, done.stderr[-2000:]
     return out
-
-
 
 
 def ray_train(

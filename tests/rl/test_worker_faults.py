@@ -141,8 +141,6 @@ def trainer_and_workers(launcher: subprocess.Popen) -> dict[int, psutil.Process]
     return found
 
 
-
-
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_a_killed_worker_then_the_last_one_then_resume(tmp_path: Path) -> None:

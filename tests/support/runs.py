@@ -76,7 +76,6 @@ def wait_for_steps(launcher: subprocess.Popen, out: Path, steps: int) -> None:
         time.sleep(0.05)
 
 
-
 COMPARED = ("return", "loss", "grad_norm", "num_events")
 
 
@@ -85,4 +84,3 @@ def same_run(a: Path, b: Path) -> None:
     assert [[r[k] for k in COMPARED] for r in metrics(a)] == [[r[k] for k in COMPARED] for r in metrics(b)]
     first, second = weights(a, 3), weights(b, 3)
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
-
