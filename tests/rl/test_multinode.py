@@ -25,8 +25,8 @@ import torch
 
 from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
-from tests.docs.test_readme_tour import agrees, indented_blocks, section
 from tests.support.clitools import ROOT, cli
+from tests.support.markdown import agrees, indented_blocks, section
 from tests.support.nodes import INTERFACES, NODES, SETUP, TEARDOWN, Nodes, two_nodes_fixture  # noqa: F401
 from tests.support.runs import QUICKSTART, SMALL, env_threads, metrics, same_run
 
