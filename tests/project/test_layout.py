@@ -4,10 +4,10 @@ The rule: every test file is `tests/FOLDER/test_NAME.py`, one level down, where 
 `srpo_dsl` (a folder with an `__init__.py`) or one of OTHER_FOLDERS; a test file in a sub-package's folder
 names what it tests: `srpo_dsl.PKG`, a file under `srpo_dsl/PKG/`, or its command `srpo-dsl PKG` (in
 `tests/cli/`, any `srpo-dsl` command or `cli(...)`). What test files share lives in SHARED_FOLDERS and
-`tests/conftest.py`, which hold no test file; a test file imports what it shares from `tests.support`, never
-from another test file or `tests/conftest.py` (whose fixtures are used by name). Basenames are unique:
-pytest imports a test file by its basename (no `__init__.py`: the folders are not packages). Every marker
-`pyproject.toml` registers is a tier with its own command in the README."""
+`tests/conftest.py`, which hold no test file; a test file, and a bench/ script, imports what it shares from
+`tests.support`, never from a test file or `tests/conftest.py` (whose fixtures are used by name).
+Basenames are unique: pytest imports a test file by its basename (no `__init__.py`: the folders are not
+packages). Every marker `pyproject.toml` registers is a tier with its own command in the README."""
 
 from __future__ import annotations
 
@@ -114,10 +114,10 @@ def imports_of_test_modules(path: Path) -> list[str]:
     return [f"{line}: {module}" for line, module in sorted(found)]
 
 
-def test_test_files_import_shared_helpers_from_tests_support_only() -> None:
+def test_tests_and_bench_scripts_import_what_tests_share_from_tests_support_only() -> None:
     reaching = {
         str(path.relative_to(ROOT)): found
-        for path in sorted(TESTS.rglob("*.py"))
+        for path in sorted([*TESTS.rglob("*.py"), *(ROOT / "bench").rglob("*.py")])
         if (found := imports_of_test_modules(path))
     }
     assert not reaching, f"move what they import into tests/support/: {reaching}"

@@ -4,7 +4,7 @@ a bench script (`clitools`), the training tests' teams, models and episodes (`tr
 on one base (`adapters`), hand-built events (`episodes`), the objective's random batches and plugin
 (`objective`), sampling statistics (`sampling`), tool calls through chat templates (`tools`), workflows
 calling user code (`user_code`), the language server's cases (`lsptools`, `lang_cases`), hypothesis
-strategies over the language (`strategies`), README and docs readers (`markdown`), the viewer's runs
+strategies over the language (`strategies`), the fuzzer's targets (`fuzz_targets`), README and docs readers (`markdown`), the viewer's runs
 (`viewtools`), whole training runs (`runs`), the fuzzer (`fuzzing`), the two network namespaces of the
 multi-node tests (`nodes`), a retrieval server (`retrieval_server`), the package's modules read with `ast`
 (`package_ast`) and counting compiles (`compiles`). Fixtures live in tests/conftest.py; the language
