@@ -1,6 +1,6 @@
-"""Corrupted copies of a recorded run folder (tests/support/fuzzing.py) through `srpo-dsl view`, `srpo-dsl audit`
-and the sweep's run readers: one clear line and a non-zero exit (or the documented skip), never exit 3, no
-traceback."""
+"""Corrupted copies of a recorded run folder (tests/support/fuzzing.py) through `srpo-dsl view`,
+`srpo-dsl audit` and the sweep's run readers: one clear line and a non-zero exit (or the documented skip),
+never exit 3, no traceback."""
 
 from __future__ import annotations
 
