@@ -44,7 +44,7 @@ aggregate aggregator
 reward exact_match(aggregator, task.answer) invalid -0.1
 train with (group = 2, batch = 2, steps = 1, eval_size = 2, eval_k = 2, save_every = 5)
 """  # one step of `srpo-dsl train` on a model folder `model`, prompts solver.j2 and aggregator.j2
-CHAT_TEMPLATE = (  # the tiny random models' (tests/conftest.py's `tiny_random_model`): <|user|>TEXT<|assistant|>
+CHAT_TEMPLATE = (  # tests/conftest.py's `tiny_random_model`'s: <|user|>TEXT<|assistant|>
     "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
