@@ -18,8 +18,7 @@ from srpo_dsl.sweep.dynamics import read_run_dynamics
 from srpo_dsl.sweep.results import read_run
 from tests.support.clitools import cli
 from tests.support.fuzzing import RUN, WORKFLOWS, Case, corrupt_run
-
-OPTIONS = {"tabSize": 4, "insertSpaces": True}
+from tests.support.lsptools import OPTIONS
 
 
 def _keys(text: str) -> list[tuple[str, str]]:
