@@ -21,10 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import MethodType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:  # transformers loads with a model
+    from transformers import PreTrainedModel
 from torch.utils.checkpoint import checkpoint
 
 # transformers' `*ForCausalLM` forwards that return `lm_head(hidden[:, kept])` as the logits, nothing after
@@ -43,14 +46,16 @@ def full_logits() -> Iterator[None]:
         _CHUNKED[0] = previous
 
 
-def causal_lm(model: torch.nn.Module) -> Any:
+def causal_lm(model: torch.nn.Module) -> PreTrainedModel | None:
     """The transformers model inside DeepSpeed's engine (`.module`) and peft's wrapper, or None."""
     from transformers import PreTrainedModel
 
+    found: object = model
     for _ in range(3):  # engine -> peft model -> transformers model
-        if isinstance(model, PreTrainedModel):
-            return model
-        model = model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "module", None)
+        if isinstance(found, PreTrainedModel):
+            return found
+        base = getattr(found, "get_base_model", None)
+        found = base() if callable(base) else getattr(found, "module", None)
     return None
 
 
@@ -123,7 +128,7 @@ def over_chunks(
 
 
 def _scored(
-    head: torch.nn.Linear, score: Callable[..., tuple[torch.Tensor, ...]], hidden: torch.Tensor, *rest: Any
+    head: torch.nn.Linear, score: Callable[..., tuple[torch.Tensor, ...]], hidden: torch.Tensor, *rest: object
 ) -> tuple[torch.Tensor, ...]:
     """One chunk's scores; the head's weight read directly (in the backward's recompute, as gathered for
     its backward)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
@@ -31,6 +32,9 @@ from srpo_dsl.backends.chat import TokenizerChat, encode_prompts
 from srpo_dsl.backends.decoding import Chunk, DecodeStats, StaticDecoder, make_decoder, resolve_mode
 from srpo_dsl.backends.stops import StopMatch, StopWatch
 from srpo_dsl.seeds import SEED_BITS
+
+if TYPE_CHECKING:  # peft loads with a LoRA model
+    from peft import PeftModel
 
 
 def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int | None:
@@ -63,7 +67,7 @@ class HFBackend:
 
     def __init__(
         self,
-        model_or_path: str | Path | PreTrainedModel,
+        model_or_path: str | Path | PreTrainedModel | PeftModel,  # a PeftModel: one that hosts adapters
         *,
         tokenizer: PreTrainedTokenizerBase | None = None,
         device: str = "cpu",

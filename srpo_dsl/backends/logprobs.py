@@ -15,10 +15,11 @@ chunk's logits recomputed in the backward pass. Elsewhere it scores the logits t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import FunctionCtx
 
 from srpo_dsl.backends.chunked_head import output_head, over_chunks
 from srpo_dsl.backends.routing import routed
@@ -77,7 +78,9 @@ class PickedLogprobs(torch.autograd.Function):
     CHUNK_BYTES = 2**28  # float32 scratch per chunk of rows
 
     @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    def forward(
+        ctx: FunctionCtx, logits: torch.Tensor, targets: torch.Tensor, temperature: float
+    ) -> torch.Tensor:
         ctx.save_for_backward(logits, targets)
         ctx.temperature = temperature
         flat, picks = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1, 1)
@@ -88,7 +91,7 @@ class PickedLogprobs(torch.autograd.Function):
         return out.view(targets.shape)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         logits, targets = ctx.saved_tensors
         flat, picks = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1, 1)
         per_row = grad.reshape(-1, 1).float() / (ctx.temperature if ctx.temperature > 0 else 1.0)

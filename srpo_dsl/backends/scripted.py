@@ -21,12 +21,15 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from srpo_dsl.backends.base import BackendError, ChatEncoder, GenRequest, GenResult
 from srpo_dsl.backends.chat import ByteChat, TokenizerChat
 from srpo_dsl.backends.stops import match
 from srpo_dsl.io import not_utf8
+
+if TYPE_CHECKING:  # transformers loads with a tokenizer
+    from transformers import PreTrainedTokenizerBase
 
 
 def _load_script(script: Path | str | dict[str, list[str]]) -> dict[str, list[str]]:
@@ -107,7 +110,7 @@ class ScriptedBackend:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def _load_tokenizer(path: str | Path) -> Any:
+def _load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     """The tokenizer in a local folder (or the Hugging Face cache); nothing is downloaded."""
     from transformers import AutoTokenizer
 

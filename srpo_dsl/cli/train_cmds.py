@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -178,10 +179,16 @@ def train_cmd(
         wf = load_checked(workflow, setting)
         return wf.plan(out, resume=resume, models=models_of(model, wf), verbose=verbose, **setup, **overrides)
 
-    plan = handed_plan(make)  # under torchrun or deepspeed: rank 0's, the others plan nothing
-    if plan is None:  # rank 0 could not plan: it says why
+    carry_out(planned_once(make), dry_run, verbose)
+
+
+def planned_once(make: Callable[[], TrainPlan]) -> TrainPlan:
+    """`make()`'s plan; under torchrun or `deepspeed`, rank 0's, handed to the other ranks, which plan
+    nothing (`api.training.handed_plan`); one whose rank 0 could not plan ends in silence (rank 0 says)."""
+    plan = handed_plan(make)
+    if plan is None:
         raise CliError("rank 0 made no plan", EXIT_INPUT, shown="")
-    carry_out(plan, dry_run, verbose)
+    return plan
 
 
 def launched_cmd(

@@ -36,7 +36,7 @@ class Result:
         return not any(d.severity == "error" for d in self.diagnostics)
 
     @cached_property
-    def graph(self) -> nx.DiGraph | None:
+    def graph(self) -> nx.DiGraph[str] | None:
         """The compiled program as the documented `networkx.DiGraph` (None when it did not compile)."""
         if self.program is None:
             return None

@@ -71,7 +71,7 @@ def close(tree: Tree, backup: str, discount: float) -> None:
     if not tree.forks:
         return
     leaves = tree.leaves
-    root.leaves = [Leaf(p.path, p.team_return, p.reward, p.answer) for p in leaves]
+    root.leaves = [Leaf(p.path, reward=p.team_return, score=p.reward, answer=p.answer) for p in leaves]
     root.answer = leaves[0].answer
     root.record_returns(sum(p.reward for p in leaves) / len(leaves), value, {})
 

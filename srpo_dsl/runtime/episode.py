@@ -115,14 +115,19 @@ class Cost:
 
 @dataclass(frozen=True)
 class Leaf:
-    """One path of a tree-branching episode that ran to its end: its return, task score and answer."""
+    """One path of a tree-branching episode that ran to its end, as a trace's `leaves` hold it: its fields
+    are the trace's keys, like `TraceEpisode`'s (`reward` the path's team return, `score` its reward)."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")
 
     path: str
-    reward: float
-    score: float
+    reward: float  # the path's `Episode.team_return`: its reward and the invalid-output penalty
+    score: float  # the path's `Episode.reward`: the reward function alone
     answer: object = None
+
+    @property
+    def team_return(self) -> float:
+        return self.reward
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,7 @@ class Executor:
                     seed=draw,
                     prompt_ids=ids,
                     prefix=conversation_prefix(ep, a, replica),
-                    **{**a.sampling(), "min_tokens": min(a.min_tokens, max_tokens)},
+                    **(a.sampling() | {"min_tokens": min(a.min_tokens, max_tokens)}),
                 )
                 out.append(Slot(ep, i, a, replica, request, b))
         out.sort(key=lambda slot: slot.alternative)  # each alternative's members together, in member order

@@ -150,6 +150,6 @@ def episode_json(graph: nx.DiGraph | None, ep: TraceEpisode) -> dict[str, Any]:
         "invalid": ep.invalid_actions,
         "cost": [ep.cost.tokens, ep.cost.calls, ep.cost.tool_calls],
         "roleRewards": ep.role_rewards,
-        "leaves": [[leaf.path, leaf.reward, leaf.score, leaf.answer] for leaf in ep.leaves],
+        "leaves": [[leaf.path, leaf.team_return, leaf.score, leaf.answer] for leaf in ep.leaves],
         "events": out,
     }

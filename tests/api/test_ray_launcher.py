@@ -187,6 +187,7 @@ def test_ctrl_c_on_the_driver_stops_every_process(cluster: str, tmp_path: Path) 
     unblock it), the driver returns the trainer's exit code (130), and no process of the run is left."""
     out = tmp_path / "run"
     args = ["train", QUICKSTART, "--out", out, *SMALL, "--option", "rollout_workers=1"]
+    args += ["--steps", "10000"]  # the signal lands mid-run however slowly this test sees the actors start
     command = [
         sys.executable,
         "-m",

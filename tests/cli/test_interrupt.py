@@ -19,7 +19,8 @@ from srpo_dsl.runfolder import LOCK
 from srpo_dsl.stopping import STOPS, stopped_by, stopping_on_signals
 from tests.support.clitools import ROOT
 
-SMALL = ["--steps", "40", "--batch", "4", "--group", "2", "--option", "eval_every=100"]
+# steps enough that the signal always lands mid-run (40 steps took 8 s: a loaded machine missed them)
+SMALL = ["--steps", "10000", "--batch", "4", "--group", "2", "--option", "eval_every=100000"]
 SMALL += ["--option", "eval_size=4", "--option", "save_every=1"]
 
 
@@ -119,7 +120,7 @@ API_TRAIN = """
 import sys, srpo_dsl
 try:
     srpo_dsl.load("workflows/quickstart.srpo").train(
-        sys.argv[1], steps=40, batch=4, group=2, eval_every=100, eval_size=4, save_every=1, rollout_workers=1
+        sys.argv[1], steps=10000, batch=4, group=2, eval_every=100000, eval_size=4, save_every=1, rollout_workers=1
     )
 except KeyboardInterrupt:
     print("KeyboardInterrupt")

@@ -65,7 +65,7 @@ def test_walk_events_keeps_the_event_steps_with_their_keyword():
     ]
 
 
-class _Names(n.StepVisitor[str]):
+class _Names(n.StepVisitor[[int], str]):
     """Which method each step reaches, and the extra argument passed through."""
 
     def visit_event(self, step, tag):
@@ -107,7 +107,7 @@ def test_visitor_dispatches_each_kind_of_step_to_its_method():
 
 
 def test_a_visitor_must_say_what_every_kind_of_step_means():
-    class Partial(n.StepVisitor[None]):
+    class Partial(n.StepVisitor[[], None]):
         def visit_event(self, step):
             return None
 

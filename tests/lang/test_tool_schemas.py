@@ -45,6 +45,18 @@ def test_annotations_map_to_json_types():
     assert prop == {"type": "string", "enum": ["a", "b"]}
 
 
+def test_a_literal_json_cannot_hold_is_left_out_of_the_enum():
+    """`Literal[b"b", 1j]` in a tool's annotation: no JSON value, so not in the schema (was a traceback from
+    `json.dumps`, in `srpo-dsl check`)."""
+    fn = ast.parse(
+        "def pick(choice: \"list[Literal['a', b'b', 1j, None]]\") -> list[str]:\n    return choice\n"
+    )
+    prop = json.loads(python_tool_schema("pick", fn.body[0]))["function"]["parameters"]["properties"][
+        "choice"
+    ]
+    assert prop == {"type": "string", "enum": ["a", None]}
+
+
 def test_the_checker_reads_the_schema_into_the_agents_of_a_policy_with_a_tool_format(tmp_path):
     path = tool_workflow(tmp_path, "hermes", "hermes")
     result = analyze(path.read_text(), str(path), [tmp_path])

@@ -288,7 +288,12 @@ def test_stacked_delta_equals_each_adapter_on_its_rows():
 
     torch.manual_seed(0)
     x = torch.randn(5, 3, 6, dtype=torch.float64)
-    linear = lambda w: types.SimpleNamespace(weight=w)  # noqa: E731
+
+    def linear(w: torch.Tensor) -> torch.nn.Linear:  # a vanilla LoRA A or B
+        module = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
+        module.weight.data.copy_(w)
+        return module
+
     a = {"p": torch.randn(2, 6, dtype=torch.float64), "q": torch.randn(4, 6, dtype=torch.float64)}
     b = {"p": torch.randn(7, 2, dtype=torch.float64), "q": torch.randn(7, 4, dtype=torch.float64)}
     layer = types.SimpleNamespace(

@@ -6,20 +6,22 @@ marks assistant text), so a missing file or a syntax error is E019 at the option
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
+from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
 class _Generation(Extension):
     """`{% generation %}...{% endgeneration %}`: transformers' marker of assistant text (its body)."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    def __init__(self, environment: jinja2.Environment) -> None:
+        super().__init__(environment)
+        self.tags = {"generation"}  # the tags it parses (jinja2 declares them an instance's)
 
-    def parse(self, parser):  # type: ignore[no-untyped-def]
+    def parse(self, parser: Parser) -> nodes.Node:
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
         return nodes.Scope(body).set_lineno(lineno)

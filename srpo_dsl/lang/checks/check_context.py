@@ -11,11 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from srpo_dsl.lang.checks.declarations import AgentInfo, Binding, BranchInfo, PolicyInfo, RewardInfo, ToolInfo
+from srpo_dsl.lang.checks.declarations import (
+    AgentInfo,
+    Binding,
+    BranchInfo,
+    EnvInfo,
+    PolicyInfo,
+    RewardInfo,
+    ToolInfo,
+)
 from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lang.syntax.messages import Diagnostic, Span, did_you_mean
-from srpo_dsl.lang.usercode.pycode import CodeRef, RefProblem, UseName, locate_ref
+from srpo_dsl.lang.usercode.pycode import CodeRef, UseName, locate_ref
+from srpo_dsl.lang.usercode.pysource import RefProblem
 from srpo_dsl.registries import CONTRACTS
 
 
@@ -27,10 +36,10 @@ class Checked:
     policies: dict[str, PolicyInfo] = field(default_factory=dict)
     agents: dict[str, AgentInfo] = field(default_factory=dict)
     tools: dict[str, ToolInfo] = field(default_factory=dict)
-    envs: dict[str, Binding] = field(default_factory=dict)
+    envs: dict[str, EnvInfo] = field(default_factory=dict)
     task: Binding | None = None
     reward: RewardInfo | None = None
-    train: TrainOptions = field(default_factory=TrainOptions)
+    train: TrainOptions = field(default_factory=lambda: TrainOptions())
     train_code: list[CodeRef] = field(default_factory=list)  # the train block's objective, estimator
     branches: dict[n.Branch, BranchInfo] = field(default_factory=dict)  # each `branch ...` clause resolved
     diagnostics: list[Diagnostic] = field(default_factory=list)

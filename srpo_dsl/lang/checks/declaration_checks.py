@@ -8,14 +8,15 @@ the reward (it reads its agent or environment) and the train block.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from srpo_dsl.data_sources import data_problem
 from srpo_dsl.lang.checks.chattemplate import read_chat_template
 from srpo_dsl.lang.checks.check_context import CheckContext, contract_actions, contract_name
-from srpo_dsl.lang.checks.declarations import SAMPLING_CONTROLS, AgentInfo, PolicyInfo, RewardInfo, ToolInfo
+from srpo_dsl.lang.checks.declarations import AgentInfo, PolicyInfo, RewardInfo, ToolInfo
 from srpo_dsl.lang.checks.env_checks import EnvDeclarations
 from srpo_dsl.lang.checks.option_checks import check_binding, check_options
 from srpo_dsl.lang.checks.schema import (
@@ -28,6 +29,7 @@ from srpo_dsl.lang.checks.schema import (
     DataTask,
     Generation,
     LoraOptions,
+    ToolFormat,
     TrainOptions,
 )
 from srpo_dsl.lang.checks.templates import check_template
@@ -45,6 +47,14 @@ _LISTS = {"words": ("word", "(approve, reject)"), "actions": ("action", "(search
 
 def _is_adapter(pol: n.Policy) -> bool:
     return isinstance(pol.source.kind, n.Ident) and pol.source.kind.name == "adapter"
+
+
+T = TypeVar("T")
+
+
+def _pick(own: T | None, inherited: T | None, default: T) -> T:
+    """A sampling setting: the agent's own, else its policy's, else the default."""
+    return own if own is not None else inherited if inherited is not None else default
 
 
 class DeclarationChecks:
@@ -101,14 +111,23 @@ class DeclarationChecks:
         if src is None or gen is None or (pol.lora is not None and lora is None):
             return
         if _is_adapter(pol):
-            self.check_adapter(pol, src, gen)
+            self.check_adapter(pol, src, gen.model_dump())
             return
+        assert isinstance(kind, n.Ident), "a policy in Python is refused (E095): it has no binding"
         ref = f"builtin:{src['name']}" if kind.name == "builtin" else src["model"]
         template = self.check_chat_template(pol, src.get("chat_template"))
         if src.get("tool_format") is not None:
             self.check_tool_format(pol, ref, src["tool_format"], template)
         self.ctx.out.policies[pol.name.name] = PolicyInfo(
-            pol.name.name, kind.name, ref, not pol.frozen, lora, gen, None, src.get("tool_format"), template
+            pol.name.name,
+            kind.name,
+            ref,
+            not pol.frozen,
+            lora.model_dump() if lora is not None else None,
+            gen.model_dump(),
+            None,
+            src.get("tool_format"),
+            template,
         )
 
     def check_chat_template(self, pol: n.Policy, written: str | None) -> str | None:
@@ -121,7 +140,9 @@ class DeclarationChecks:
             self.ctx.error("E019", problem, self._option_at(pol, "chat_template"))
         return text
 
-    def check_tool_format(self, pol: n.Policy, model: str, tool_format: str, template: str | None) -> None:
+    def check_tool_format(
+        self, pol: n.Policy, model: str, tool_format: ToolFormat, template: str | None
+    ) -> None:
         """E018 where the policy's chat template (its own `chat_template`, else a local model's) does not
         write the calls of the policy's format."""
         problem = tool_format_problem(model, self.ctx.base, tool_format, template)
@@ -137,9 +158,10 @@ class DeclarationChecks:
         """Where the policy's option `name` is written (its value)."""
         return next(o.value_span or o.span for o in pol.source.args if o.name == name)
 
-    def check_adapter(self, pol: n.Policy, src: dict, gen: dict) -> None:
+    def check_adapter(self, pol: n.Policy, src: Mapping[str, object], gen: dict[str, object]) -> None:
         """`policy NAME = adapter(BASE, r = ..., ...)`: trained on its own over a frozen base."""
-        name, base_name = pol.name.name, src.pop("base")
+        name, base_name = pol.name.name, str(src["base"])
+        lora = {k: v for k, v in src.items() if k != "base"}
         span = pol.source.args[0].span
         base = self.ctx.out.policies.get(base_name)
         self.ctx.used.add(base_name)
@@ -182,7 +204,7 @@ class DeclarationChecks:
                 "adapter",
                 base.model,
                 True,
-                src,
+                lora,
                 generation,
                 base_name,
                 base.tool_format,
@@ -263,14 +285,10 @@ class DeclarationChecks:
             self.ctx.out.diagnostics += check_template(a.system, a.system_span, self.template_dirs)
 
     @staticmethod
-    def resolve_agent(a: n.Agent, gen: dict, pol: PolicyInfo, parser: CodeRef | None) -> AgentInfo:
+    def resolve_agent(a: n.Agent, gen: AgentOptions, pol: PolicyInfo, parser: CodeRef | None) -> AgentInfo:
         """An agent's settings: a sampling setting is its own, else its policy's, else the default."""
-
-        def pick(k: str) -> Any:
-            own, inherited = gen[k], pol.generation[k]
-            return own if own is not None else inherited if inherited is not None else SAMPLING_DEFAULTS[k]
-
-        c = a.contract
+        inherited = Generation.model_validate(pol.generation)  # the policy's, checked with it
+        d, c = SAMPLING_DEFAULTS, a.contract
         return AgentInfo(
             a.name.name,
             a.replicas,
@@ -278,18 +296,27 @@ class DeclarationChecks:
             a.prompt,
             contract_name(c),
             tuple(x.name for x in c.args),
-            pick("max_tokens"),
-            pick("temperature"),
-            pick("top_p"),
+            _pick(gen.max_tokens, inherited.max_tokens, d["max_tokens"]),
+            _pick(gen.temperature, inherited.temperature, d["temperature"]),
+            _pick(gen.top_p, inherited.top_p, d["top_p"]),
             parser,
             contract_actions(c),
-            gen["retries"],
-            gen["trained"],
-            gen["budget"],
-            gen["calls"],
-            gen["stop"],
-            gen["observe"],
-            **{k: pick(k) for k in SAMPLING_CONTROLS},
+            gen.retries,
+            gen.trained,
+            gen.budget,
+            gen.calls,
+            gen.stop,
+            gen.observe,
+            stop_strings=_pick(gen.stop_strings, inherited.stop_strings, d["stop_strings"]),
+            top_k=_pick(gen.top_k, inherited.top_k, d["top_k"]),
+            frequency_penalty=_pick(
+                gen.frequency_penalty, inherited.frequency_penalty, d["frequency_penalty"]
+            ),
+            presence_penalty=_pick(gen.presence_penalty, inherited.presence_penalty, d["presence_penalty"]),
+            repetition_penalty=_pick(
+                gen.repetition_penalty, inherited.repetition_penalty, d["repetition_penalty"]
+            ),
+            min_tokens=_pick(gen.min_tokens, inherited.min_tokens, d["min_tokens"]),
             system=a.system,
         )
 
@@ -484,7 +511,7 @@ class DeclarationChecks:
         if trains:
             opts = check_options(self.ctx, TrainOptions, trains[0].options, "train", (), trains[0].span)
             if opts is not None:
-                self.ctx.out.train = TrainOptions(**opts)
+                self.ctx.out.train = opts
             self.locate_train_code(trains[0])
 
     def locate_train_code(self, train: n.Train) -> None:

@@ -10,23 +10,28 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from srpo_dsl.lang.usercode.pycode import CodeRef
 
-# An agent's sampling controls beyond temperature, top_p and max_tokens (`lang.checks.schema.Generation`),
-# named as the engines' requests name them (`backends.base.GenRequest`).
-SAMPLING_CONTROLS = (
-    "stop_strings",
-    "top_k",
-    "frequency_penalty",
-    "presence_penalty",
-    "repetition_penalty",
-    "min_tokens",
-)
+
+class Sampling(TypedDict):
+    """An agent's sampling controls beyond temperature, top_p and max_tokens
+    (`lang.checks.schema.Generation`), named as the engines' requests name them
+    (`backends.base.GenRequest`)."""
+
+    stop_strings: tuple[str, ...]
+    top_k: int
+    frequency_penalty: float
+    presence_penalty: float
+    repetition_penalty: float
+    min_tokens: int
 
 
-def sampling_attrs(agent: AgentInfo) -> dict[str, Any]:
+SAMPLING_CONTROLS = tuple(Sampling.__annotations__)  # their names, in order
+
+
+def sampling_attrs(agent: AgentInfo) -> dict[str, object]:
     """An agent's sampling controls as graph attributes: JSON data (the stop strings a list)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in agent.sampling().items()}
 
@@ -37,13 +42,13 @@ class PolicyInfo:
     kind: str  # hf | builtin | adapter
     model: str  # repo id, local path or `builtin:tiny` (an adapter: its base's)
     trainable: bool
-    lora: dict | None  # LoRA options: of the policy's own `lora(...)`, or of an adapter
-    generation: dict
+    lora: dict[str, object] | None  # LoRA options: of the policy's own `lora(...)`, or of an adapter
+    generation: dict[str, object]  # its `Generation` options (None: unset)
     base: str | None = None  # an adapter's base policy (frozen; it holds the weights)
     tool_format: str | None = None  # the model's native tool calls (`schema.TOOL_FORMATS`); None: none
     chat_template: str | None = None  # the text of `chat_template = "FILE"`; None: the model's own
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "model": self.model,
@@ -89,7 +94,7 @@ class AgentInfo:
         """The action that ends the agent's turns (its answer): the last one its contract lists."""
         return self.actions[-1] if self.actions else None
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {
             "replicas": self.replicas,
             "policy": self.policy,
@@ -111,9 +116,16 @@ class AgentInfo:
             **({"tools": [json.loads(t) for t in self.tools]} if self.tools else {}),
         }
 
-    def sampling(self) -> dict[str, Any]:
+    def sampling(self) -> Sampling:
         """The sampling controls beyond temperature, top_p and max_tokens, by their `GenRequest` names."""
-        return {key: getattr(self, key) for key in SAMPLING_CONTROLS}
+        return Sampling(
+            stop_strings=self.stop_strings,
+            top_k=self.top_k,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+            repetition_penalty=self.repetition_penalty,
+            min_tokens=self.min_tokens,
+        )
 
     def max_tokens_left(self, spent: int) -> int:
         """A turn's max_tokens after a replica spent `spent` tokens: its own, within what its budget leaves
@@ -132,7 +144,7 @@ class RewardInfo:
     code: CodeRef | None = None
     env: str | None = None  # `reward ENV`: the sum of the rewards the environment returned
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {
             "fn": self.fn,
             "agent": self.agent,
@@ -160,7 +172,7 @@ class BranchInfo:
         """The alternatives of the step: N, or N^agents crossed (every joint combination)."""
         return self.count ** len(self.cross) if self.cross else self.count
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {
             "count": self.count,
             "keep": self.keep,
@@ -176,10 +188,10 @@ class Binding:
     """A task or tool declaration: its kind (`math`, `bm25`, ..., `python`) and its validated options."""
 
     kind: str
-    options: Mapping[str, Any]
+    options: Mapping[str, Any]  # as the kind's option model dumps them, and what a `python` one passes on
     code: CodeRef | None = None  # the function of a `python` binding
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         ref = {"ref": self.code.text} if self.code else {}
         return {"kind": self.kind, **ref, "options": dict(self.options)}
 
@@ -201,7 +213,7 @@ class EnvInfo(Binding):
     words: tuple[str, ...] = ()
     selects: tuple[str, ...] = ()
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {**super().attrs(), "words": list(self.words), "selects": list(self.selects)}
 
 

@@ -14,16 +14,14 @@ An environment without `emits verdict(...)` returns `done` as a bool, and condit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from srpo_dsl.lang.checks.check_context import CheckContext, contract_name
 from srpo_dsl.lang.checks.declarations import ENV_DONE, EnvInfo
 from srpo_dsl.lang.checks.option_checks import check_code_binding
 from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lang.syntax.messages import did_you_mean
 from srpo_dsl.registries import CONTRACTS
-
-if TYPE_CHECKING:
-    from srpo_dsl.lang.checks.check_context import CheckContext
 
 # How messages write what an environment may emit: a contract that lists the words its steps return (a
 # `testable` one), and one that selects replicas of a pool (a `selects` one); see `ContractSpec`.
@@ -93,7 +91,7 @@ class EnvDeclarations:
             elif self.contract_fails(c):  # its arguments: words once each, one declared pool
                 ok = False
             elif spec.testable and words:  # one list of words: the words its steps return
-                name = c.name.name
+                name = contract_name(c)
                 self.ctx.error(
                     "E064", f"`{name}` is listed twice: one `{name}(...)` lists every word", c.span
                 )

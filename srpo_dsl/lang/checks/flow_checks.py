@@ -27,7 +27,7 @@ def _contract_form(name: str) -> str:
     return f"`{name}{_CONTRACT_ARGS.get(spec.args, '') if spec else ''}`"
 
 
-class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
+class _IdleWays(n.StepVisitor[[], tuple[bool, bool]]):
     """Whether steps can be passed through, and whether a `break` can be taken, without a step that
     acts (an event, a tool call or an environment step)."""
 
@@ -64,7 +64,7 @@ class _IdleWays(n.StepVisitor[tuple[bool, bool]]):
 _IDLE_WAYS = _IdleWays()
 
 
-class FlowChecks(n.StepVisitor[None]):
+class FlowChecks(n.StepVisitor[[bool, set[str]], None]):
     """The checks of the steps: one `visit_*` per kind of step, each called with `in_loop` (whether a
     `break` has a loop to leave) and `routed` (the block's routers so far); `run` walks the program."""
 
@@ -95,8 +95,9 @@ class FlowChecks(n.StepVisitor[None]):
             and reward.agent is not None
             and reward.agent not in {a.name for s in n.walk_events(p.steps) for a in s.agents}
         ):
-            r = p.rewards[0]
-            self.ctx.error("E071", f"the rewarded agent `{r.agent.name}` never acts", r.agent.span)
+            agent = p.rewards[0].agent
+            assert agent is not None, "`reward.agent` is its name"
+            self.ctx.error("E071", f"the rewarded agent `{agent.name}` never acts", agent.span)
 
     # ---- walking blocks ------------------------------------------------------------------------------
     def mark_acted(self, agent: str) -> None:
@@ -384,7 +385,8 @@ class FlowChecks(n.StepVisitor[None]):
         """Replicas written `[i, j]` exist (E041) and differ (E042)."""
         a = self.ctx.agents.get(s.agent.name)
         size = a.replicas if a else 0
-        for i, r in enumerate(s.replicas or ()):
+        replicas = s.replicas or ()
+        for i, r in enumerate(replicas):
             if not 1 <= r <= size:
                 self.ctx.error(
                     "E041",
@@ -392,7 +394,7 @@ class FlowChecks(n.StepVisitor[None]):
                     s.span,
                     f"replicas are numbered 1..{size}",
                 )
-            if r in s.replicas[:i]:  # type: ignore[index]
+            if r in replicas[:i]:
                 self.ctx.error("E042", f"replica {r} is selected twice", s.span)
 
     def check_router(self, s: n.EventStep, routed: set[str]) -> None:

@@ -4,6 +4,8 @@ the bindings they configure: `kind(...)`, or the user's Python `"file.py:functio
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from pydantic import BaseModel, ValidationError
 
 from srpo_dsl.lang.checks.check_context import CheckContext
@@ -13,6 +15,8 @@ from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lang.syntax.messages import Span, did_you_mean
 from srpo_dsl.lang.usercode.pycode import ENV_OPTIONS, TOOL_OPTIONS, UseName
 from srpo_dsl.registries import Registry
+
+M = TypeVar("M", bound=BaseModel)
 
 # What srpo-dsl keeps of the options of a Python tool or environment (the rest go to the function).
 _KEPT_OPTIONS: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
@@ -32,13 +36,13 @@ def option_value(v: n.Value) -> object:
 
 def check_options(
     ctx: CheckContext,
-    model: type[BaseModel],
+    model: type[M],
     opts: tuple[n.Option, ...],
     what: str,
     positional: tuple[str, ...] = (),
     anchor: Span | None = None,
-) -> dict | None:
-    """The options validated by `model` (as its `model_dump()`); None after reporting what is wrong.
+) -> M | None:
+    """The options validated by `model` (an instance of it); None after reporting what is wrong.
 
     `positional`: the names of the options that may be written without one, in order. A value the model
     refuses is reported at its option; one that is missing at `anchor` (default: the first option, or the
@@ -49,7 +53,7 @@ def check_options(
         return None
     data, spans = named
     try:
-        return model(**data).model_dump()
+        return model(**data)
     except ValidationError as exc:
         for err in exc.errors():
             key = str(err["loc"][0]) if err["loc"] else ""
@@ -119,7 +123,7 @@ def check_binding(
         return None
     spec = kinds[kind.name]
     opts = check_options(ctx, spec.options, call.args, f"{what} `{kind.name}`", spec.positional, call.span)
-    return Binding(kind.name, opts) if opts is not None else None
+    return Binding(kind.name, opts.model_dump()) if opts is not None else None
 
 
 def check_code_binding(ctx: CheckContext, call: n.Call, ref: n.Ref, what: str) -> Binding | None:
@@ -133,7 +137,7 @@ def check_code_binding(ctx: CheckContext, call: n.Call, ref: n.Ref, what: str) -
         if opt.name is None:
             ctx.error("E024", f"the options of Python code are named: `key = value` ({what})", opt.span)
             return None
-    data = {o.name: option_value(o.value) for o in call.args}
+    data = {o.name: option_value(o.value) for o in call.args if o.name is not None}  # every one, named
     use = CODE_USES[what]
     model, kept = _KEPT_OPTIONS.get(use, (None, ()))
     if model is not None:
@@ -141,7 +145,7 @@ def check_code_binding(ctx: CheckContext, call: n.Call, ref: n.Ref, what: str) -
         opts = check_options(ctx, model, ours, f"Python {what}", (), call.span)
         if opts is None:
             return None
-        data = {**opts, **data}
+        data = {**opts.model_dump(), **data}
     passed = tuple(k for k in data if k not in kept)
     code = ctx.locate_code(ref, use, passed)
     return Binding("python", data, code) if code is not None else None

@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -88,7 +88,21 @@ class Generation(_Options):
 
 
 # Each sampling setting's value where neither the agent nor its policy gives one.
-SAMPLING_DEFAULTS: dict[str, Any] = {
+class SamplingDefaults(TypedDict):
+    """The type of `SAMPLING_DEFAULTS`: each of `Generation`'s settings, as an agent uses it."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    stop_strings: tuple[str, ...]
+    top_k: int
+    frequency_penalty: float
+    presence_penalty: float
+    repetition_penalty: float
+    min_tokens: int
+
+
+SAMPLING_DEFAULTS: SamplingDefaults = {
     "temperature": 1.0,
     "top_p": 1.0,
     "max_tokens": DEFAULT_MAX_TOKENS,
@@ -101,7 +115,8 @@ SAMPLING_DEFAULTS: dict[str, Any] = {
 }
 
 
-STOPS = ("pool", "replica")  # an acting pool's `stop` option: its replicas stop together, or each alone
+Stop = Literal["pool", "replica"]  # an acting pool's `stop` option: its replicas stop together, or each alone
+STOPS: tuple[Stop, ...] = typing.get_args(Stop)
 
 
 class AgentOptions(Generation):
@@ -119,7 +134,7 @@ class AgentOptions(Generation):
         None, ge=1, description="tokens shared by all the turns of one replica in an episode"
     )
     calls: int = Field(1, ge=1, le=100, description="tool calls an acting output may make in one turn")
-    stop: Literal[STOPS] = Field(
+    stop: Stop = Field(
         "pool", description="pool: the replicas act until all answer; replica: each stops at its own answer"
     )
     observe: str | None = Field(
@@ -144,13 +159,14 @@ class AdapterPolicy(LoraOptions):
 
 # The native tool-call formats a policy's model may be trained on, each with what its chat template writes
 # when it is given tools (a local model's template without it is E018).
-TOOL_FORMAT_MARKERS = {"hermes": "<tool_call>", "llama3": '"parameters"'}
-TOOL_FORMATS = tuple(TOOL_FORMAT_MARKERS)
+ToolFormat = Literal["hermes", "llama3"]
+TOOL_FORMATS: tuple[ToolFormat, ...] = typing.get_args(ToolFormat)
+TOOL_FORMAT_MARKERS: dict[ToolFormat, str] = {"hermes": "<tool_call>", "llama3": '"parameters"'}
 
 
 class HfPolicy(_Options):
     model: str
-    tool_format: Literal[TOOL_FORMATS] | None = Field(
+    tool_format: ToolFormat | None = Field(
         None,
         description="the model's native tool calls: hermes (`<tool_call>{json}</tool_call>`: Qwen, Hermes) "
         "or llama3 (a JSON object); its agents' tools go to its chat template as JSON schemas",
@@ -184,7 +200,8 @@ class DataTask(_Options):
     eval_split: str | None = None
 
 
-ARITH_MIXES = ("sums", "graded")  # the `arith` task's question mixes (srpo_dsl.envs.arith)
+ArithMix = Literal["sums", "graded"]  # the `arith` task's question mixes (srpo_dsl.envs.arith)
+ARITH_MIXES: tuple[ArithMix, ...] = typing.get_args(ArithMix)
 
 
 class ArithTask(_Options):
@@ -195,7 +212,7 @@ class ArithTask(_Options):
     seed: int = 0
     max_operand: int = Field(99, ge=1)
     eval_n: int = Field(128, ge=1)
-    mix: Literal[ARITH_MIXES] = "sums"
+    mix: ArithMix = "sums"
 
 
 class Bm25Tool(_Options):
@@ -222,7 +239,7 @@ class PythonEnv(_Options):
     timeout: float = Field(30.0, gt=0, description="seconds per step of the environment")
 
 
-def registered(registry: Registry[Any] | Mapping[str, Any], value: str, *, code: bool = False) -> str:
+def registered(registry: Mapping[str, object], value: str, *, code: bool = False) -> str:
     """`value` if `registry` holds it (or, with `code`, it names Python code); else a literal error."""
     if value in registry or (code and is_reference(value)):
         return value
@@ -234,7 +251,7 @@ def registered(registry: Registry[Any] | Mapping[str, Any], value: str, *, code:
 
 
 # The registry each `train with` option that names an entry is checked against (and completion offers).
-TRAIN_CHOICES: dict[str, Mapping[str, Any]] = {
+TRAIN_CHOICES: dict[str, Mapping[str, object]] = {
     "objective": OBJECTIVES,
     "advantage": ADVANTAGE_ESTIMATORS,
     "aggregation": AGGREGATIONS,
@@ -246,11 +263,11 @@ NO_TRACKER = "none"  # `report_to = none`: metrics.jsonl and eval.jsonl only
 TRAIN_WORDS = {"report_to": (NO_TRACKER,)}  # the words a `train with` option takes besides its registry's
 
 
-def tracker_list(value: Any) -> str:
+def tracker_list(value: object) -> str:
     """`report_to` as the options hold it: registered tracker names joined by commas (each once, in the
     order given), or `none`. Accepts `"tensorboard, wandb"`, a bare name, or (the Python API) a list."""
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        value = ",".join(value)
+        value = ",".join(str(v) for v in value)
     if not isinstance(value, str):
         raise PydanticCustomError("string_type", "Input should be a valid string", {})
     names = list(dict.fromkeys(n.strip() for n in value.split(",")))
@@ -395,7 +412,7 @@ class TrainOptions(_Options):
 
     @field_validator("report_to", mode="before")
     @classmethod
-    def _report_to(cls, value: Any) -> str:
+    def _report_to(cls, value: object) -> str:
         return tracker_list(value)
 
     @field_validator("set_norm")
@@ -436,7 +453,7 @@ class BindingKind:
     positional: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     make: str | Callable[..., Any] | None = field(default=None, compare=False)
-    probe: str | Callable[..., Any] | None = field(default=None, compare=False)
+    probe: str | Callable[..., None] | None = field(default=None, compare=False)
 
     @property
     def maker(self) -> Callable[..., Any]:
@@ -450,9 +467,9 @@ class BindingKind:
         anything loads (an HTTP retrieval server: one query); None: nothing to ask before the run."""
         return load(self.probe) if isinstance(self.probe, str) else self.probe
 
-    def resolved(self, options: Mapping[str, Any], resolve: Callable[[str], Any]) -> dict[str, Any]:
+    def resolved(self, options: Mapping[str, object], resolve: Callable[[str], object]) -> dict[str, object]:
         """`options` with each path option (when given) resolved by `resolve` (the workflow's folder)."""
-        return {k: resolve(v) if k in self.paths and v is not None else v for k, v in options.items()}
+        return {k: resolve(str(v)) if k in self.paths and v is not None else v for k, v in options.items()}
 
 
 POLICY_KINDS: Registry[BindingKind] = Registry("policy kind")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -91,7 +91,9 @@ class TemplateLoader(jinja2.FileSystemLoader):
                 return path
         raise jinja2.TemplateNotFound(name)
 
-    def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str, Callable[[], bool]]:
         path = self.find(template)
         read = {path: FileState.of(path)}
         try:
@@ -119,6 +121,13 @@ def check_template(name: str, at: Span, dirs: list[Path]) -> list[Diagnostic]:
 
 
 @functools.lru_cache(maxsize=256)
+def _loader(env: jinja2.Environment) -> TemplateLoader:
+    """The loader `_environment` gave `env`."""
+    loader = env.loader
+    assert isinstance(loader, TemplateLoader), "`_environment` gives its environments a TemplateLoader"
+    return loader
+
+
 def _environment(dirs: tuple[Path, ...]) -> BoundedSandbox:
     """The checker's environment (its loader reads the files on each call: it holds none of them)."""
     env = BoundedSandbox(loader=TemplateLoader(dirs))
@@ -208,7 +217,7 @@ def _setter_included(env: BoundedSandbox, tree: nodes.Template, var: str) -> str
                 continue
             seen.add(name)
             try:
-                included = env.parse(env.loader.get_source(env, name)[0], name=name)  # type: ignore[union-attr]
+                included = env.parse(_loader(env).get_source(env, name)[0], name=name)
             except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError, TemplateUnreadable):
                 continue  # E080 or E081 for that file
             if _assigned_somewhere(included, var):
@@ -268,7 +277,7 @@ def template_text_problems(name: str, source: str, dirs: Sequence[Path]) -> list
     buffer): its own problems, and each template it includes that is missing (at the include's line)."""
     env = _environment(tuple(dirs))
     found, included = source_problems(env, name, source)
-    loader: TemplateLoader = env.loader  # type: ignore[assignment]
+    loader = _loader(env)
     for other in included:
         try:
             loader.find(other)
@@ -295,7 +304,7 @@ def _line_of(source: str, text: str) -> int:
 def _template_problems(name: str, dirs: tuple[Path, ...]) -> Problems:
     """(code, message, hint) for each problem of `name` and the templates it includes."""
     env = _environment(dirs)
-    loader: TemplateLoader = env.loader  # type: ignore[assignment]
+    loader = _loader(env)
     diags: list[tuple[str, str, str | None]] = []
     seen: set[str] = set()
     pending = [name]

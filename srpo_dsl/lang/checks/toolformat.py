@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from srpo_dsl.lang.checks.schema import TOOL_FORMAT_MARKERS
+from srpo_dsl.lang.checks.schema import TOOL_FORMAT_MARKERS, ToolFormat
 
 
 def chat_template_of(folder: Path) -> str | None:
@@ -25,7 +25,9 @@ def chat_template_of(folder: Path) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def tool_format_problem(model: str, base: Path, tool_format: str, given: str | None = None) -> str | None:
+def tool_format_problem(
+    model: str, base: Path, tool_format: ToolFormat, given: str | None = None
+) -> str | None:
     """Why `tool_format` does not fit the chat template `given` (the policy's `chat_template`), else the one
     of the local model `model` (relative to `base`); None when it fits or there is no template to read."""
     folder = Path(model) if Path(model).is_absolute() else base / model

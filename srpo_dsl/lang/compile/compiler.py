@@ -19,7 +19,6 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from srpo_dsl.lang.checks.branches import MAX_PATHS
 from srpo_dsl.lang.checks.check_context import Checked
@@ -39,7 +38,7 @@ from srpo_dsl.lang.compile.graph import (
     attribute_key,
 )
 from srpo_dsl.lang.syntax import nodes as n
-from srpo_dsl.lang.syntax.messages import Diagnostic, SrpoError
+from srpo_dsl.lang.syntax.messages import Diagnostic, Span, SrpoError
 from srpo_dsl.lang.syntax.steps import STEP_KINDS, members
 
 Conj = tuple[Atom, ...]  # all must hold; () always holds
@@ -136,7 +135,7 @@ Frontier = list[Pending]
 def _atom(cond: n.Cond) -> Atom:
     """The atom a written condition tests, with its own operator (`verifier != approve`)."""
     name = cond.agent.name if cond.field is None else attribute_key(cond.agent.name, cond.field.name)
-    return Atom("var", name, cond.op, cond.word.name)
+    return Atom("var", name, "==" if cond.op == "==" else "!=", cond.word.name)  # the grammar's two
 
 
 def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
@@ -152,7 +151,7 @@ def _restrict(frontier: Frontier, atom: Atom) -> Frontier:
 Bound = tuple[BoundCost, int]  # the most a step costs, and the most paths it splits an episode into
 
 
-class _Bounds(n.StepVisitor[Bound]):
+class _Bounds(n.StepVisitor[[], Bound]):
     """The most an episode can cost: each loop at its bound, each branch at its dearer arm, and everything
     after a tree branch once per alternative (the paths multiply; counted up to `MAX_PATHS` + 1).
 
@@ -270,9 +269,9 @@ class _KeptBounds(_Bounds):
         super().__init__(agents)
         self.kept: dict[int, Bound] = {}
 
-    def visit(self, step: n.Step, *args: Any) -> Bound:
+    def visit(self, step: n.Step) -> Bound:
         if id(step) not in self.kept:
-            self.kept[id(step)] = super().visit(step, *args)
+            self.kept[id(step)] = super().visit(step)
         return self.kept[id(step)]
 
 
@@ -283,13 +282,13 @@ def step_costs(agents: Mapping[str, AgentInfo]) -> Callable[[n.Step], BoundCost]
     return lambda step: bounds.block((step,))[0]
 
 
-class _Compiler(n.StepVisitor[Frontier]):
+class _Compiler(n.StepVisitor[[Frontier, list[Frontier]], Frontier]):
     """Compiles each kind of step after a frontier (`visit_*(step, frontier, exits)`: the ways out)."""
 
     def __init__(self, checked: Checked):
         self.c = checked
         self.nodes: dict[str, Node] = {}
-        self.spans: dict[str, n.Span] = {}  # event node -> its step's source span
+        self.spans: dict[str, Span] = {}  # event node -> its step's source span
         self.succ: dict[str, dict[str, list[Way]]] = {}  # u -> v -> the paths of edge u->v
         self.inside: dict[str, frozenset[str]] = {}  # node -> the loops enclosing it
         self.heads: dict[str, Frontier] = {}  # loop -> the ways from its head to the first nodes of its body
@@ -310,7 +309,7 @@ class _Compiler(n.StepVisitor[Frontier]):
         self.inside[node.id] = self.enclosing
         return node.id
 
-    def where(self, span: n.Span) -> Where:
+    def where(self, span: Span) -> Where:
         return Where(str(span), span.line, span.col, self.open_loops[-1] if self.open_loops else None)
 
     def connect(self, frontier: Frontier, v: str) -> None:
@@ -429,6 +428,7 @@ class _Compiler(n.StepVisitor[Frontier]):
         tail = self.block(s.body, [(lid, Way(()))], [*exits, out])
         self.open_loops.pop()
         self.enclosing = frozenset(self.open_loops)
+        assert s.bound is not None, "the checks refuse a loop without a bound (E050)"
         more = Atom("loop", lid, "<", s.bound)
         if s.until:
             hit = _atom(s.until)
@@ -510,7 +510,7 @@ class _Compiler(n.StepVisitor[Frontier]):
         )
 
 
-def reward_path_errors(graph: EventGraph, spans: dict[str, n.Span]) -> list[Diagnostic]:
+def reward_path_errors(graph: EventGraph, spans: dict[str, Span]) -> list[Diagnostic]:
     """A trainable action with no path to the rewarded agent can never be credited (E070).
     A Python reward with three arguments reads the whole episode: every action reaches it.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from srpo_dsl.lang.checks.declarations import (
     AgentInfo,
@@ -47,12 +47,15 @@ def attribute_key(agent: str, field: str) -> str:
     return f"{agent}.{field}"
 
 
+Op = Literal["==", "!=", "<", ">="]
+
+
 class Atom(NamedTuple):
     """`name op value`: an agent's last verdict or route (`kind` "var"), or a loop's iteration ("loop")."""
 
     kind: Literal["var", "loop"]
     name: str
-    op: Literal["==", "!=", "<", ">="]
+    op: Op
     value: str | int
 
     def negated(self) -> Atom:
@@ -61,16 +64,17 @@ class Atom(NamedTuple):
     def holds(self, state: Mapping[str, object], loops: Mapping[str, int]) -> bool:
         """Against an episode's recorded verdicts/routes and its 1-based loop iterations."""
         if self.kind == "loop":
-            iteration = loops.get(self.name, 1)
-            return iteration < self.value if self.op == "<" else iteration >= self.value  # type: ignore[operator]
+            iteration, bound = loops.get(self.name, 1), self.value
+            assert isinstance(bound, int), "a loop's atom compares its iteration with its bound"
+            return iteration < bound if self.op == "<" else iteration >= bound
         same = state.get(self.name) == self.value
         return same if self.op == "==" else not same
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {self.kind: self.name, "op": self.op, "value": self.value}
 
 
-_FLIP = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
+_FLIP: dict[Op, Op] = {"==": "!=", "!=": "==", "<": ">=", ">=": "<"}
 
 
 class Way(NamedTuple):
@@ -94,7 +98,7 @@ class Edge:
     ways: tuple[Way, ...]
     when: str  # the guard as text: `always`, `verifier != approve and loop < 4`, ...
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         if self.ways == _PLAIN:  # most edges: one way, no atom, no loop effect
             return {"guard": [[]], "effects": [{"reset": [], "increment": []}], "when": "always"}
         return {
@@ -123,7 +127,7 @@ class Terminal:
     def label(self) -> str:
         return self.kind
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {"kind": self.kind, "label": self.label}
 
 
@@ -163,7 +167,7 @@ class EventNode:
     def policy(self) -> str:
         return self.agent.policy
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         a, slots = self.agent, self.slots
         return {
             **_where(self.kind, self.where),
@@ -206,7 +210,7 @@ class ToolNode:
     def label(self) -> str:
         return f"call {self.tool} on {self.on}"
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {
             **_where(self.kind, self.where),
             "label": self.label,
@@ -233,11 +237,11 @@ class EnvNode:
     def label(self) -> str:
         return f"step {self.env} on {', '.join(self.on)}" if self.on else f"step {self.env}"
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {**_where(self.kind, self.where), "label": self.label, "env": self.env, "on": list(self.on)}
 
 
-def _where(kind: str, where: Where) -> dict[str, Any]:
+def _where(kind: str, where: Where) -> dict[str, object]:
     return {"kind": kind, "span": where.span, "line": where.line, "col": where.col, "loop": where.loop}
 
 
@@ -289,7 +293,7 @@ class EventGraph:
         out = {name: adapter_name(name) for name, p in self.policies.items() if p.base is not None}
         return out | {p.base: BASE_ADAPTER for p in self.policies.values() if p.base is not None}
 
-    def adapters_on(self, base: str) -> dict[str, dict]:
+    def adapters_on(self, base: str) -> dict[str, dict[str, object]]:
         """{peft adapter name: LoRA options} of the adapter policies on `base`, in declaration order."""
         return {self.adapters[n]: dict(p.lora or {}) for n, p in self.policies.items() if p.base == base}
 
@@ -297,17 +301,17 @@ class EventGraph:
     def event_nodes(self) -> tuple[EventNode, ...]:
         return tuple(v for v in self.nodes.values() if isinstance(v, EventNode))
 
-    def to_networkx(self) -> nx.DiGraph:
+    def to_networkx(self) -> nx.DiGraph[str]:
         """The documented `networkx.DiGraph` (docs/dsl.md, "The compiled event graph")."""
         import networkx as nx
 
-        g = nx.DiGraph()
+        g: nx.DiGraph[str] = nx.DiGraph()
         g.add_nodes_from((v, node.attrs()) for v, node in self.nodes.items())
         g.add_edges_from((e.source, e.target, e.attrs()) for e in self.edges)
         g.graph.update(self.graph_attrs())
         return g
 
-    def graph_attrs(self) -> dict[str, Any]:
+    def graph_attrs(self) -> dict[str, object]:
         return {
             "schema": GRAPH_SCHEMA,
             "name": self.name,

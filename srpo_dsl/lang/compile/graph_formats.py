@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from srpo_dsl.lang.syntax.steps import STEP_KINDS, Shape
@@ -12,22 +13,26 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
-def to_json(graph: nx.DiGraph) -> str:
+def to_json(graph: nx.DiGraph[str]) -> str:
     import networkx as nx
 
     return json.dumps(nx.node_link_data(graph, edges="edges"), indent=2, sort_keys=True)
 
 
-def from_json(text: str) -> nx.DiGraph:
+def from_json(text: str) -> nx.DiGraph[str]:
     import networkx as nx
 
-    return nx.node_link_graph(json.loads(text), directed=True, multigraph=False, edges="edges")
+    graph = nx.node_link_graph(json.loads(text), directed=True, multigraph=False, edges="edges")
+    assert isinstance(graph, nx.DiGraph), "`directed=True, multigraph=False` makes a DiGraph"
+    return graph
 
 
-def _label(data: dict) -> str:
-    label = data.get("label", data["kind"])
+def _label(data: Mapping[str, object]) -> str:
+    label = str(data.get("label", data["kind"]))
     if data.get("routed_by"):  # a routed step: how many of the pool may act
-        label += f" ({data['cardinality']['min']}..{data['cardinality']['max']})"
+        cardinality = data["cardinality"]
+        assert isinstance(cardinality, dict), "an event node's `cardinality` is {min, max}"
+        label += f" ({cardinality['min']}..{cardinality['max']})"
     if data.get("top_k") is not None:  # a retriever's documents per query
         label += f" (top {data['top_k']})"
     return label
@@ -46,9 +51,12 @@ def _shape(kind: str) -> Shape:
     return _OTHER_SHAPES[kind] if kind in _OTHER_SHAPES else STEP_KINDS.lookup(kind).shape
 
 
-def to_mermaid(graph: nx.DiGraph) -> str:
+def to_mermaid(graph: nx.DiGraph[str]) -> str:
     """A `flowchart` GitHub renders; parallel steps are double-bordered boxes."""
-    ident = lambda v: v.upper() if v in ("start", "end") else v  # noqa: E731  (`end` is reserved)
+
+    def ident(v: str) -> str:  # `end` is reserved
+        return v.upper() if v in ("start", "end") else v
+
     out = ["flowchart TD"]
     for v, d in graph.nodes(data=True):
         shape = _shape(d["kind"])
@@ -61,9 +69,12 @@ def to_mermaid(graph: nx.DiGraph) -> str:
     return "\n".join(out) + "\n"
 
 
-def to_dot(graph: nx.DiGraph) -> str:
+def to_dot(graph: nx.DiGraph[str]) -> str:
     """Graphviz DOT text, written directly (no pydot/pygraphviz needed)."""
-    q = lambda s: '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'  # noqa: E731
+
+    def q(s: object) -> str:
+        return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
     out = [f"digraph {q(graph.graph.get('name', 'workflow'))} {{", "    rankdir=TB;"]
     for v, d in graph.nodes(data=True):
         out.append(f"    {q(v)} [label={q(_label(d))}, shape={_shape(d['kind']).dot}];")
@@ -84,11 +95,11 @@ def _flat(value: object) -> object:
     return value
 
 
-def to_graphml(graph: nx.DiGraph) -> str:
+def to_graphml(graph: nx.DiGraph[str]) -> str:
     """GraphML holds scalars only: nested attributes become JSON strings, None becomes ''."""
     import networkx as nx
 
-    flat = nx.DiGraph()
+    flat: nx.DiGraph[str] = nx.DiGraph()
     flat.graph.update({k: _flat(v) for k, v in graph.graph.items()})
     for v, d in graph.nodes(data=True):
         flat.add_node(v, **{k: _flat(x) for k, x in d.items()})
@@ -103,6 +114,6 @@ _WRITERS = {"json": to_json, "mermaid": to_mermaid, "dot": to_dot, "graphml": to
 FORMATS = tuple(_WRITERS)
 
 
-def export(graph: nx.DiGraph, fmt: str) -> str:
+def export(graph: nx.DiGraph[str], fmt: str) -> str:
     """`graph` as text in one of `FORMATS`."""
     return _WRITERS[fmt](graph)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,6 +22,8 @@ from srpo_dsl.lang.compile.graph import EventGraph, ToolNode
 from srpo_dsl.lang.syntax.messages import did_you_mean
 from srpo_dsl.lang.usercode.pycode import TOOL_OPTIONS
 
+B = TypeVar("B", bound=Binding)
+
 SETTABLE = ("tool",)  # the declarations a setting may change: `tool.NAME.OPTION`
 
 
@@ -29,7 +31,7 @@ class SettingError(ValueError):
     """A setting that names no declared tool or option, or a value the option does not take (one line)."""
 
 
-def apply_settings(graph: EventGraph, settings: Mapping[str, Any]) -> EventGraph:
+def apply_settings(graph: EventGraph, settings: Mapping[str, object]) -> EventGraph:
     """`graph` with each `tool.NAME.OPTION = value` of `settings` in place of the declaration's option."""
     if not settings:
         return graph
@@ -61,7 +63,7 @@ def _target(key: str, tools: Mapping[str, Binding]) -> tuple[str, str]:
     return parts[1], parts[2]
 
 
-def _with_option(name: str, tool: Binding, option: str, value: Any) -> Binding:
+def _with_option(name: str, tool: B, option: str, value: object) -> B:
     """The binding with `option` set to `value`, validated as the declaration's options are."""
     if tool.code is not None:  # the user's Python: srpo-dsl's options, or one the declaration passes on
         names = sorted({*TOOL_OPTIONS, *tool.options})
@@ -84,7 +86,7 @@ def _known(name: str, what: str, option: str, names: list[str]) -> None:
         raise SettingError(f"the {what} `{name}` has no option `{option}` ({known}{', '.join(names)})")
 
 
-def _validated(model: type[BaseModel], options: Mapping[str, Any]) -> dict[str, Any]:
+def _validated(model: type[BaseModel], options: Mapping[str, object]) -> dict[str, object]:
     try:
         return model(**options).model_dump()
     except ValidationError as exc:
@@ -92,7 +94,7 @@ def _validated(model: type[BaseModel], options: Mapping[str, Any]) -> dict[str, 
         raise SettingError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
-def _literal(value: Any) -> Any:
+def _literal(value: object) -> object:
     """A command line's text as the language reads a value: a number, true or false, else the text."""
     if not isinstance(value, str):
         return value

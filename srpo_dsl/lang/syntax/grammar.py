@@ -86,7 +86,7 @@ class Statements:
 @functools.lru_cache(maxsize=4)
 def statements(parser: Lark) -> Statements:
     """The statement keywords of `parser`'s grammar (`lark_parser()` for the language's own)."""
-    rules: dict[str, list[list[Symbol]]] = defaultdict(list)
+    rules: dict[str, list[Sequence[Symbol]]] = defaultdict(list)
     for rule in parser.rules:
         rules[rule.origin.name].append(rule.expansion)
 

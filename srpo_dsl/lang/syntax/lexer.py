@@ -12,12 +12,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import cast
 
 from lark import Token
 from lark.common import LexerConf
 from lark.exceptions import UnexpectedCharacters
 from lark.lexer import Lexer, LexerState
+
+from srpo_dsl.lang.syntax.messages import Span
+
+
+def token_span(file: str, tok: Token) -> Span:
+    """Where a token was written. Lark's stubs allow a token without a position (one made by hand); a
+    lexer's tokens, ours and Lark's, all have one."""
+    return Span(
+        file, cast(int, tok.line), cast(int, tok.column), cast(int, tok.end_line), cast(int, tok.end_column)
+    )
+
+
+def token_offsets(tok: Token) -> tuple[int, int]:
+    """A lexer's token's first offset and the offset after it (see `token_span`)."""
+    return cast(int, tok.start_pos), cast(int, tok.end_pos)
 
 
 class ScanLexer(Lexer):
@@ -60,14 +75,14 @@ class ScanLexer(Lexer):
             conf.g_regex_flags,
         )
 
-    def lex(self, lexer_state: LexerState, parser_state: Any) -> Iterator[Token]:
+    def lex(self, lexer_state: LexerState, parser_state: object) -> Iterator[Token]:
         text = lexer_state.text.text
         pos, line, line_start = 0, 1, 0  # line_start: offset of the current line's first character
         keywords, owners, new = self.keywords, self.keyword_owners, str.__new__
         for m in self.scanner.finditer(text):
             if m.start() != pos:
                 break
-            kind = m.lastgroup
+            kind = cast(str, m.lastgroup)  # every alternative is a named group: a match has one
             start, end = m.span(kind)
             skipped_lines = text.count("\n", pos, start)
             if skipped_lines:
@@ -81,7 +96,9 @@ class ScanLexer(Lexer):
             tok.type, tok.value, tok.start_pos, tok.end_pos = kind, value, start, pos
             tok.line, tok.column, tok.end_line, tok.end_column = first, col, line, pos - line_start + 1
             yield tok
-        stop = self.skip.match(text, pos).end()  # trailing spaces and comments, or where nothing matches
+        skipped = self.skip.match(text, pos)  # trailing spaces and comments, or where nothing matches
+        assert skipped is not None, "`skip` matches the empty string"
+        stop = skipped.end()
         if stop != len(text):
             line, line_start = line + text.count("\n", pos, stop), text.rfind("\n", 0, stop) + 1
             raise UnexpectedCharacters(

@@ -12,6 +12,7 @@ from typing import Literal
 
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import read_text
+from srpo_dsl.jsonvalue import JsonObject
 
 Severity = Literal["error", "warning"]
 
@@ -47,7 +48,7 @@ class Diagnostic:
     hint: str | None = None
     severity: Severity = "error"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JsonObject:
         return {
             "file": self.span.file,
             "line": self.span.line,

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from lark import Token
 
 from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.lexer import token_span
 from srpo_dsl.lang.syntax.messages import Diagnostic, Span
 
 # Far more than any workflow needs (the shipped ones nest 3 deep), far less than the recursion limit.
@@ -45,7 +46,8 @@ def too_deep_tokens(tokens: Iterable[Token], file: str) -> Diagnostic | None:
             depth += 1
             if depth > MAX_NESTING:
                 at = keyword or tok
-                return _diagnostic(Span(file, at.line, at.column, at.line, at.column + len(at)))
+                start = token_span(file, at)
+                return _diagnostic(Span(file, start.line, start.col, start.line, start.col + len(at)))
         elif tok.type == "RBRACE":
             depth = max(depth - 1, 0)
     return None

@@ -5,11 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, ParamSpec, TypeVar, cast
 
 from srpo_dsl.lang.syntax.messages import Span
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,9 @@ class Branch:
 class _StepNode:
     """What every step has: its nested blocks (a loop's body, a branch's arms) for `walk_steps`."""
 
-    blocks: ClassVar[tuple[tuple[Step, ...], ...]] = ()
+    @property
+    def blocks(self) -> tuple[tuple[Step, ...], ...]:
+        return ()
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,7 @@ class Repeat(_StepNode):
     span: Span
 
     @property
-    def blocks(self) -> tuple[tuple[Step, ...], ...]:  # type: ignore[override]
+    def blocks(self) -> tuple[tuple[Step, ...], ...]:
         return (self.body,)
 
 
@@ -235,7 +238,7 @@ class If(_StepNode):
     span: Span
 
     @property
-    def blocks(self) -> tuple[tuple[Step, ...], ...]:  # type: ignore[override]
+    def blocks(self) -> tuple[tuple[Step, ...], ...]:
         return (self.then, self.orelse)
 
 
@@ -260,41 +263,43 @@ _VISIT_METHODS: dict[type, str] = {
 }
 
 
-class StepVisitor(ABC, Generic[R]):
+class StepVisitor(ABC, Generic[P, R]):
     """What each kind of step means to one pass over the steps (checks, compilation, bounds).
 
-    `visit(step, *args)` calls the method for the step's kind with `args`: one table lookup, no
+    `visit(step, *args)` calls the method for the step's kind with `args` (of the types `P` names,
+    each method returning an `R`): one table lookup, no
     chain of isinstance tests. Event steps share `visit_event`: control flows through them alike,
     and what their kind means is looked up in the step table (`srpo_dsl.lang.syntax.steps`). A subclass
     defines every method (else it cannot be instantiated): a pass cannot forget a kind of step.
     """
 
-    _methods: ClassVar[dict[type, Callable[..., Any]]] = {}
+    _methods: ClassVar[dict[type, Callable[..., object]]] = {}
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls._methods = {kind: getattr(cls, name) for kind, name in _VISIT_METHODS.items()}
 
-    def visit(self, step: Step, *args: Any) -> R:
-        return self._methods[type(step)](self, step, *args)
+    def visit(self, step: Step, *args: P.args, **kwargs: P.kwargs) -> R:
+        # the table holds this class's own `visit_*` methods, each returning an R
+        return cast(R, self._methods[type(step)](self, step, *args, **kwargs))
 
     @abstractmethod
-    def visit_event(self, step: EventStep, *args: Any) -> R: ...
+    def visit_event(self, step: EventStep, *args: P.args, **kwargs: P.kwargs) -> R: ...
 
     @abstractmethod
-    def visit_call(self, step: CallTool, *args: Any) -> R: ...
+    def visit_call(self, step: CallTool, *args: P.args, **kwargs: P.kwargs) -> R: ...
 
     @abstractmethod
-    def visit_env(self, step: EnvStep, *args: Any) -> R: ...
+    def visit_env(self, step: EnvStep, *args: P.args, **kwargs: P.kwargs) -> R: ...
 
     @abstractmethod
-    def visit_repeat(self, step: Repeat, *args: Any) -> R: ...
+    def visit_repeat(self, step: Repeat, *args: P.args, **kwargs: P.kwargs) -> R: ...
 
     @abstractmethod
-    def visit_if(self, step: If, *args: Any) -> R: ...
+    def visit_if(self, step: If, *args: P.args, **kwargs: P.kwargs) -> R: ...
 
     @abstractmethod
-    def visit_break(self, step: Break, *args: Any) -> R: ...
+    def visit_break(self, step: Break, *args: P.args, **kwargs: P.kwargs) -> R: ...
 
 
 @dataclass(frozen=True)

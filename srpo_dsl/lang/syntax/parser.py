@@ -5,17 +5,16 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias, TypeVar, cast
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedInput
 
 from srpo_dsl.lang.syntax import nodes as n
 from srpo_dsl.lang.syntax.grammar import grammar_text
-from srpo_dsl.lang.syntax.lexer import ScanLexer
+from srpo_dsl.lang.syntax.lexer import ScanLexer, token_span
 from srpo_dsl.lang.syntax.messages import Diagnostic, Span, SrpoError, without_bom
 from srpo_dsl.lang.syntax.nesting import too_deep
 from srpo_dsl.lang.syntax.syntax_errors import syntax_errors
@@ -33,19 +32,22 @@ MAX_COUNT = 10_000
 class _Part(NamedTuple):
     """A piece of a rule that is not a node (a block, a selector, a `[N]`), with its closing token."""
 
-    value: Any
-    last: Token
+    value: object
+    last: Token | n.Contract  # a list of contracts ends at its last contract
 
 
-def _tok_span(file: str, tok: Token) -> Span:
-    return Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
+# Lark hands each callback the children of the rule it reduced: tokens, the nodes and `_Part`s that
+# earlier callbacks built, None for an absent `[x]`. Which child sits where is the grammar's to say
+# (each callback's comment quotes its rule); a callback unpacks them by position.
+_Children: TypeAlias = list[Any]
+_T = TypeVar("_T")
 
 
 def _unquote(tok: Token) -> str:
     return _UNESCAPE.sub(r"\1", tok[1:-1])
 
 
-def _listed(parts: Sequence[Any], kind: type) -> tuple:
+def _listed(parts: Sequence[object], kind: type[_T]) -> tuple[_T, ...]:
     """The items of a comma-separated list: its commas and the placeholder of an empty list dropped."""
     return tuple(p for p in parts if isinstance(p, kind))
 
@@ -62,33 +64,32 @@ class _Build:
     file = "<string>"
     source = ""
 
-    def _span(self, parts: Sequence[Any]) -> Span:
+    def _span(self, parts: _Children | tuple[Token]) -> Span:
         """From the first part (a token) to the last one present."""
-        first, last = parts[0], parts[-1]
+        first, last = token_span(self.file, parts[0]), parts[-1]
         if last is None:  # an absent `[x]` at the end
             last = next(p for p in reversed(parts) if p is not None)
         if isinstance(last, _Part):
             last = last.last
-        if isinstance(last, Token):
-            return Span(self.file, first.line, first.column, last.end_line, last.end_column)
-        return Span(self.file, first.line, first.column, last.span.end_line, last.span.end_col)
+        end = token_span(self.file, last) if isinstance(last, Token) else last.span
+        return Span(self.file, first.line, first.col, end.end_line, end.end_col)
 
     def _id(self, tok: Token) -> n.Ident:
-        return n.Ident(str(tok), _tok_span(self.file, tok))
+        return n.Ident(str(tok), token_span(self.file, tok))
 
     def _number(self, tok: Token) -> int | float:
         try:
             return int(tok) if _INTEGER.fullmatch(tok) else float(tok)
         except ValueError:  # e.g. more digits than Python converts
             raise SrpoError(
-                [Diagnostic("E001", f"invalid number `{tok[:16]}...`", _tok_span(self.file, tok))]
+                [Diagnostic("E001", f"invalid number `{tok[:16]}...`", token_span(self.file, tok))]
             ) from None
 
     def _count(self, tok: Token) -> int:
         """A count or index: a whole number, else an error at the token."""
         if not _WHOLE.fullmatch(tok):
             raise SrpoError(
-                [Diagnostic("E001", f"expected a whole number, found `{tok}`", _tok_span(self.file, tok))]
+                [Diagnostic("E001", f"expected a whole number, found `{tok}`", token_span(self.file, tok))]
             )
         return int(self._number(tok))
 
@@ -101,7 +102,7 @@ class _Build:
                     Diagnostic(
                         code,
                         f"{what} must be at most {MAX_COUNT}, not {tok}",
-                        _tok_span(self.file, tok),
+                        token_span(self.file, tok),
                         f"it counts model calls in one episode: more than {MAX_COUNT} is a typo",
                     )
                 ]
@@ -109,35 +110,35 @@ class _Build:
         return count
 
     # values
-    def string(self, items: list) -> _Part:
+    def string(self, items: _Children) -> _Part:
         (tok,) = items
         return _Part(_unquote(tok), tok)
 
-    def signed(self, items: list) -> _Part:
+    def signed(self, items: _Children) -> _Part:
         (tok,) = items
         return _Part(self._number(tok), tok)
 
-    def true(self, items: list) -> _Part:
+    def true(self, items: _Children) -> _Part:
         (tok,) = items
         return _Part(True, tok)
 
-    def false(self, items: list) -> _Part:
+    def false(self, items: _Children) -> _Part:
         (tok,) = items
         return _Part(False, tok)
 
-    def symbol(self, items: list) -> _Part:
+    def symbol(self, items: _Children) -> _Part:
         (tok,) = items
         return _Part(n.Symbol(str(tok)), tok)
 
-    def list_value(self, items: list) -> _Part:  # "[" [value ("," value)*] "]"
+    def list_value(self, items: _Children) -> _Part:  # "[" [value ("," value)*] "]"
         *listed, close = items
         return _Part(tuple(p.value for p in listed if isinstance(p, _Part)), close)
 
-    def kwarg(self, items: list) -> n.Option:  # NAME "=" value
+    def kwarg(self, items: _Children) -> n.Option:  # NAME "=" value
         name, _eq, value = items
-        return n.Option(str(name), value.value, self._span(items), _tok_span(self.file, value.last))
+        return n.Option(str(name), value.value, self._span(items), token_span(self.file, value.last))
 
-    def arg(self, items: list) -> n.Option:  # value | kwarg
+    def arg(self, items: _Children) -> n.Option:  # value | kwarg
         (item,) = items
         if isinstance(item, n.Option):
             return item
@@ -147,29 +148,29 @@ class _Build:
     def _callee(self, tok: Token) -> n.Ident | n.Ref:
         """A built-in name, or a quoted Python reference."""
         if tok.type == "STRING":
-            return n.Ref(_unquote(tok), _tok_span(self.file, tok))
+            return n.Ref(_unquote(tok), token_span(self.file, tok))
         return self._id(tok)
 
-    def call(self, items: list) -> n.Call:  # (NAME | STRING) "(" [arg ("," arg)*] ")"
+    def call(self, items: _Children) -> n.Call:  # (NAME | STRING) "(" [arg ("," arg)*] ")"
         kind, _open, *listed, _close = items
         return n.Call(self._callee(kind), _listed(listed, n.Option), self._span(items))
 
-    def options(self, items: list) -> _Part:  # "with" "(" [kwarg ("," kwarg)*] ")", also `lora(...)`
+    def options(self, items: _Children) -> _Part:  # "with" "(" [kwarg ("," kwarg)*] ")", also `lora(...)`
         _with, _open, *listed, close = items
         return _Part(_listed(listed, n.Option), close)
 
     lora = options
 
-    def dotted(self, items: list) -> tuple[Span, tuple[str, ...]]:  # (NAME | TASK) ("." NAME)*
+    def dotted(self, items: _Children) -> tuple[Span, tuple[str, ...]]:  # (NAME | TASK) ("." NAME)*
         names = [t for t in items if t.type != "DOT"]
         return self._span(items), tuple(map(str, names))
 
     # declarations
-    def workflow_decl(self, items: list) -> n.Ident:
+    def workflow_decl(self, items: _Children) -> n.Ident:
         _workflow, name = items
         return self._id(name)
 
-    def policy_decl(self, items: list) -> n.Policy:  # "policy" NAME "=" call [FROZEN] [lora] [options]
+    def policy_decl(self, items: _Children) -> n.Policy:  # "policy" NAME "=" call [FROZEN] [lora] [options]
         _policy, name, _eq, call, frozen, lora, options = items
         return n.Policy(
             self._id(name),
@@ -180,38 +181,38 @@ class _Build:
             self._span(items),
         )
 
-    def task_decl(self, items: list) -> n.Task:  # TASK call
+    def task_decl(self, items: _Children) -> n.Task:  # TASK call
         _task, call = items
         return n.Task(call, self._span(items))
 
-    def tool_decl(self, items: list) -> n.Tool:  # "tool" NAME "=" call
+    def tool_decl(self, items: _Children) -> n.Tool:  # "tool" NAME "=" call
         _tool, name, _eq, call = items
         return n.Tool(self._id(name), call, self._span(items))
 
-    def env_decl(self, items: list) -> n.Env:  # "env" NAME "=" call [env_emits]
+    def env_decl(self, items: _Children) -> n.Env:  # "env" NAME "=" call [env_emits]
         _env, name, _eq, call, emits = items
         return n.Env(self._id(name), call, self._span(items), emits.value if emits else ())
 
-    def env_emits(self, items: list) -> _Part:  # "emits" contract ("," contract)*
+    def env_emits(self, items: _Children) -> _Part:  # "emits" contract ("," contract)*
         _emits, *listed = items
         contracts = _listed(listed, n.Contract)
         return _Part(contracts, contracts[-1])
 
-    def pool(self, items: list) -> _Part:  # "[" NUMBER "]"
+    def pool(self, items: _Children) -> _Part:  # "[" NUMBER "]"
         _open, number, close = items
         return _Part(self._at_most(number, "E040", "a pool's replica count"), close)
 
-    def contract(self, items: list) -> n.Contract:  # (NAME | step_keyword) ("(" [NAME ("," NAME)*] ")")?
+    def contract(self, items: _Children) -> n.Contract:  # (NAME | step_keyword) ("(" [NAME ("," NAME)*] ")")?
         name, *in_parens = items
         args = tuple(self._id(t) for t in in_parens if t is not None and t.type == "NAME")
         return n.Contract(self._id(name), args, self._span(items))
 
-    def code_contract(self, items: list) -> n.Contract:  # STRING ["(" NAME ("," NAME)* ")"]
+    def code_contract(self, items: _Children) -> n.Contract:  # STRING ["(" NAME ("," NAME)* ")"]
         ref, *in_parens = items
         args = tuple(self._id(t) for t in in_parens if t is not None and t.type == "NAME")
         return n.Contract(self._callee(ref), args, self._span(items))
 
-    def agent_decl(self, items: list) -> n.Agent:
+    def agent_decl(self, items: _Children) -> n.Agent:
         # "agent" NAME [pool] "uses" NAME "prompt" STRING [system] "emits" contract [options]
         _agent, name, pool, _uses, policy, _prompt, prompt, system, _emits, contract, options = items
         return n.Agent(
@@ -220,23 +221,23 @@ class _Build:
             pool is not None,
             self._id(policy),
             _unquote(prompt),
-            _tok_span(self.file, prompt),
+            token_span(self.file, prompt),
             contract,
             options.value if options else (),
             self._span(items),
             _unquote(system.last) if system else None,
-            _tok_span(self.file, system.last) if system else None,
+            token_span(self.file, system.last) if system else None,
         )
 
-    def system(self, items: list) -> _Part:  # "system" STRING
+    def system(self, items: _Children) -> _Part:  # "system" STRING
         _system, template = items
         return _Part(_unquote(template), template)
 
-    def penalty(self, items: list) -> _Part:  # "invalid" signed
+    def penalty(self, items: _Children) -> _Part:  # "invalid" signed
         _invalid, value = items
         return _Part(float(value.value), value.last)
 
-    def reward_decl(self, items: list) -> n.Reward:
+    def reward_decl(self, items: _Children) -> n.Reward:
         # "reward" (NAME | STRING) "(" NAME ["," dotted] ")" [penalty]
         _reward, fn, _open, agent, _comma, dotted, _close, penalty = items
         field_span, field = dotted if dotted is not None else (None, None)
@@ -249,53 +250,53 @@ class _Build:
             self._span(items),
         )
 
-    def env_reward_decl(self, items: list) -> n.Reward:  # "reward" NAME [penalty]
+    def env_reward_decl(self, items: _Children) -> n.Reward:  # "reward" NAME [penalty]
         _reward, env, penalty = items
         return n.Reward(self._id(env), None, None, None, penalty.value if penalty else 0.0, self._span(items))
 
-    def train_decl(self, items: list) -> n.Train:  # "train" options
+    def train_decl(self, items: _Children) -> n.Train:  # "train" options
         _train, options = items
         return n.Train(options.value, self._span(items))
 
     # steps
-    def cond(self, items: list) -> n.Cond:  # NAME ["." NAME] COMPARE NAME
+    def cond(self, items: _Children) -> n.Cond:  # NAME ["." NAME] COMPARE NAME
         agent, _dot, field, op, word = items
         at = field and self._id(field)
         return n.Cond(self._id(agent), str(op), self._id(word), self._span([agent, op, word]), at)
 
-    def by_router(self, items: list) -> _Part:  # "by" NAME
+    def by_router(self, items: _Children) -> _Part:  # "by" NAME
         _by, router = items
         return _Part(self._id(router), router)
 
-    def replicas(self, items: list) -> _Part:  # "[" NUMBER ("," NUMBER)* "]"
+    def replicas(self, items: _Children) -> _Part:  # "[" NUMBER ("," NUMBER)* "]"
         _open, *listed, close = items
         return _Part(tuple(self._count(t) for t in listed if t.type == "NUMBER"), close)
 
-    def only(self, items: list) -> _Part:  # "only" NAME ("," NAME)*
+    def only(self, items: _Children) -> _Part:  # "only" NAME ("," NAME)*
         _only, *listed = items
         names = [t for t in listed if t.type == "NAME"]
         return _Part(tuple(self._id(t) for t in names), names[-1])
 
-    def branch(self, items: list) -> _Part:  # "branch" NUMBER [CROSS] ["keep" NAME] ["by" scorer]
+    def branch(self, items: _Children) -> _Part:  # "branch" NUMBER [CROSS] ["keep" NAME] ["by" scorer]
         word, count, cross, _keep, keep, _by, scorer = items
         last = keep or cross or count
-        end = scorer.span if scorer else _tok_span(self.file, last)
+        end = scorer.span if scorer else token_span(self.file, last)
         span = Span(self.file, word.line, word.column, end.end_line, end.end_col)
         number = self._at_most(count, "E056", "a branch count")
         keeps = self._id(keep) if keep else None
-        crossed = _tok_span(self.file, cross) if cross else None
-        branch = n.Branch(number, keeps, scorer, span, _tok_span(self.file, count), crossed)
+        crossed = token_span(self.file, cross) if cross else None
+        branch = n.Branch(number, keeps, scorer, span, token_span(self.file, count), crossed)
         return _Part(branch, last)
 
-    def code_scorer(self, items: list) -> n.Scorer:  # STRING
+    def code_scorer(self, items: _Children) -> n.Scorer:  # STRING
         (ref,) = items
-        return n.Scorer(self._callee(ref), None, _tok_span(self.file, ref))
+        return n.Scorer(self._callee(ref), None, token_span(self.file, ref))
 
-    def scorer(self, items: list) -> n.Scorer:  # NAME "(" dotted ")"
+    def scorer(self, items: _Children) -> n.Scorer:  # NAME "(" dotted ")"
         fn, _open, dotted, _close = items
         return n.Scorer(self._id(fn), dotted[1], self._span(items))
 
-    def event_step(self, items: list) -> n.EventStep:  # step_keyword NAME [selector] [only] [branch]
+    def event_step(self, items: _Children) -> n.EventStep:  # step_keyword NAME [selector] [only] [branch]
         keyword, agent, selector, only, branch = items
         chosen = selector.value if selector else None
         return n.EventStep(
@@ -308,7 +309,7 @@ class _Build:
             branch=branch.value if branch else None,
         )
 
-    def mixed_step(self, items: list) -> n.EventStep:  # step_keyword NAME ("," NAME)+ [branch]
+    def mixed_step(self, items: _Children) -> n.EventStep:  # step_keyword NAME ("," NAME)+ [branch]
         keyword, *names, branch = items
         agents = [self._id(t) for t in names if isinstance(t, Token) and t.type == "NAME"]
         span = self._span_to([keyword, *names, branch], branch)
@@ -323,68 +324,72 @@ class _Build:
             branch.value if branch else None,
         )
 
-    def _span_to(self, items: list, branch: _Part | None) -> Span:
+    def _span_to(self, items: _Children, branch: _Part | None) -> Span:
         """A step's span, through its `branch ...` clause when it has one."""
         if branch is None:
             return self._span(items)
-        first = items[0]
+        first = token_span(self.file, items[0])
+        assert isinstance(branch.value, n.Branch)  # the `branch` callback's part
         end = branch.value.span
-        return Span(self.file, first.line, first.column, end.end_line, end.end_col)
+        return Span(self.file, first.line, first.col, end.end_line, end.end_col)
 
-    def call_step(self, items: list) -> n.CallTool:  # "call" NAME "on" NAME
+    def call_step(self, items: _Children) -> n.CallTool:  # "call" NAME "on" NAME
         _call, tool, _on, agent = items
         return n.CallTool(self._id(tool), self._id(agent), self._span(items))
 
-    def env_step(self, items: list) -> n.EnvStep:  # "step" NAME [env_on]
+    def env_step(self, items: _Children) -> n.EnvStep:  # "step" NAME [env_on]
         _step, env, on = items
         return n.EnvStep(self._id(env), on.value if on else (), self._span(items))
 
-    def env_on(self, items: list) -> _Part:  # "on" NAME ("," NAME)*
+    def env_on(self, items: _Children) -> _Part:  # "on" NAME ("," NAME)*
         _on, *listed = items
         names = [t for t in listed if t.type == "NAME"]
         return _Part(tuple(self._id(t) for t in names), names[-1])
 
-    def bound(self, items: list) -> _Part:  # "at" "most" NUMBER
+    def bound(self, items: _Children) -> _Part:  # "at" "most" NUMBER
         _at, _most, number = items
         return _Part(self._at_most(number, "E051", "a loop bound"), number)
 
-    def until(self, items: list) -> n.Cond:  # "until" cond
+    def until(self, items: _Children) -> n.Cond:  # "until" cond
+        cond: n.Cond
         _until, cond = items
         return cond
 
-    def block(self, items: list) -> _Part:  # "{" step* "}"
+    def block(self, items: _Children) -> _Part:  # "{" step* "}"
         _open, *steps, close = items
         return _Part(tuple(steps), close)
 
-    def else_block(self, items: list) -> _Part:  # "else" block
+    def else_block(self, items: _Children) -> _Part:  # "else" block
+        block: _Part
         _else, block = items
         return block
 
-    def repeat_step(self, items: list) -> n.Repeat:  # "repeat" [bound] block [until]
+    def repeat_step(self, items: _Children) -> n.Repeat:  # "repeat" [bound] block [until]
         _repeat, bound, block, until = items
         return n.Repeat(bound.value if bound else None, block.value, until, self._span(items))
 
-    def if_step(self, items: list) -> n.If:  # "if" cond block [else_block]
+    def if_step(self, items: _Children) -> n.If:  # "if" cond block [else_block]
         _if, cond, then, orelse = items
         return n.If(cond, then.value, orelse.value if orelse else (), self._span(items))
 
-    def break_step(self, items: list) -> n.Break:  # "break" "if" cond
+    def break_step(self, items: _Children) -> n.Break:  # "break" "if" cond
         _break, _if, cond = items
         return n.Break(cond, self._span(items))
 
-    def start(self, items: list) -> n.Program:  # workflow_decl item*
+    def start(self, items: _Children) -> n.Program:  # workflow_decl item*
         name, *parts = items
-        steps: list[n.Step] = []
-        declared: dict[type, list] = defaultdict(list)
-        for part in parts:
-            (steps if isinstance(part, n.Step) else declared[type(part)]).append(part)
         return n.Program(
             name,
-            *(tuple(declared[kind]) for kind in (n.Policy, n.Task, n.Tool, n.Agent, n.Reward, n.Train)),
-            tuple(steps),
+            _listed(parts, n.Policy),
+            _listed(parts, n.Task),
+            _listed(parts, n.Tool),
+            _listed(parts, n.Agent),
+            _listed(parts, n.Reward),
+            _listed(parts, n.Train),
+            tuple(p for p in parts if isinstance(p, n.Step)),
             self.file,
             self.source,
-            tuple(declared[n.Env]),
+            _listed(parts, n.Env),
         )
 
 
@@ -442,7 +447,8 @@ def fast_parse(text: str, file: str) -> n.Program:
     well-formed literal out of range (e.g. a negative count)."""
     with _BUILDING:
         _BUILDER.file, _BUILDER.source = file, text
-        return _build_parser().parse(text)
+        # the transformer's `start` callback builds the Program: Lark's stubs say a Tree
+        return cast(n.Program, _build_parser().parse(text))
 
 
 def parse_file(path: str | Path) -> n.Program:

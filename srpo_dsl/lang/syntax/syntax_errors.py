@@ -19,6 +19,7 @@ from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from srpo_dsl.lang.syntax.grammar import lark_parser, statements
+from srpo_dsl.lang.syntax.lexer import token_offsets
 from srpo_dsl.lang.syntax.messages import Diagnostic, Span
 from srpo_dsl.lang.syntax.nesting import too_deep_tokens
 
@@ -57,7 +58,8 @@ _EXAMPLES: dict[tuple[str, str], list[str]] = {
 
 def _situation(err: UnexpectedToken) -> int:
     """Where the parser stood (its LR state); equal states, equal mistakes."""
-    return err.interactive_parser.parser_state.state_stack[-1]
+    state: int = err.interactive_parser.parser_state.state_stack[-1]
+    return state
 
 
 @functools.lru_cache(maxsize=4)
@@ -115,9 +117,9 @@ def _at_end(err: UnexpectedInput) -> bool:
 def _found(err: UnexpectedInput) -> str:
     if isinstance(err, UnexpectedCharacters):
         return f"unexpected character `{err.char}`"
-    if _at_end(err):
+    if _at_end(err) or not isinstance(err, UnexpectedToken):  # Lark's third kind: UnexpectedEOF
         return "unexpected end of file"
-    return f"unexpected `{err.token}`"  # type: ignore[attr-defined]
+    return f"unexpected `{err.token}`"
 
 
 @functools.lru_cache(maxsize=4)
@@ -163,7 +165,7 @@ def _last_token(text: str, end: int, parser: Lark) -> Token | None:
     """The last token that starts before offset `end` (comments are not tokens)."""
     last = None
     for token in _tokens(text, parser):
-        if token.start_pos >= end:
+        if token_offsets(token)[0] >= end:
             break
         last = token
     return last
@@ -227,7 +229,9 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_b
     if label is not None:
         code, hint = label
     elif open_block:
-        where = "at the end" if _at_end(err) else f"before `{err.token}`"  # type: ignore[attr-defined]
+        where = "at the end"  # Lark's UnexpectedEOF, or a token at the end
+        if isinstance(err, UnexpectedToken) and not _at_end(err):
+            where = f"before `{err.token}`"
         hint = f"a block is still open here: is a `}}` missing {where} or earlier?"
     return Diagnostic(code, found + _expected(err, parser) + (missing[1] if missing else ""), span, hint)
 
@@ -235,8 +239,11 @@ def _diagnostic(err: UnexpectedInput, file: str, text: str, parser: Lark, open_b
 def _non_ascii_name(err: UnexpectedCharacters, text: str, span: Span) -> Diagnostic:
     """A letter outside ASCII where the grammar reads a name (`agent rédacteur`): names are ASCII."""
     at = err.pos_in_stream
-    before = re.search(r"\w*$", text[text.rfind("\n", 0, at) + 1 : at]).group()
-    word = before + re.compile(r"\w*").match(text, at).group()
+    assert at is not None, "a lexer's error has its offset"
+    before = re.search(r"\w*$", text[text.rfind("\n", 0, at) + 1 : at])
+    after = re.compile(r"\w*").match(text, at)
+    assert before is not None and after is not None, "`\\w*` matches the empty string"
+    word = before.group() + after.group()
     plain = unicodedata.normalize("NFKD", word).encode("ascii", "ignore").decode()
     example = f", e.g. `{plain}`" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", plain) else ""
     return Diagnostic(

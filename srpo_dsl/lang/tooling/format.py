@@ -136,7 +136,8 @@ def align_columns(lines: list[Line], codes: list[str]) -> None:
     for run in _runs(lines):
         if len(run) < 2:
             continue
-        rows = [[join(cell) for cell in _cells(lines[i])[1]] for i in run]  # type: ignore[index]
+        found = [_cells(lines[i]) for i in run]  # a run's lines are declarations: none is None
+        rows = [[join(cell) for cell in cells[1]] for cells in found if cells is not None]
         widths = [column_width([display_width(row[c]) for row in rows if len(row) > c + 1]) for c in range(5)]
         for i, row in zip(run, rows):
             padded = [pad(cell, widths[c]) for c, cell in enumerate(row[:-1])] + [row[-1]]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from lark import Token
 
 from srpo_dsl.lang.syntax import nodes as n
+from srpo_dsl.lang.syntax.lexer import token_offsets, token_span
 from srpo_dsl.lang.tooling.width import display_width
 
 COMMENT = re.compile(r"#[^\n]*")
@@ -81,7 +82,9 @@ class _Builder:
             self.blank |= space.count("\n") >= 2
             if at < 0:
                 return
-            comment = COMMENT.match(self.text, at).group().rstrip()
+            found = COMMENT.match(self.text, at)
+            assert found is not None, "`_gap_parts` found a comment there"
+            comment = found.group().rstrip()
             col = display_width(self.text[self.text.rfind("\n", 0, at) + 1 : at])
             if "\n" not in space and not first:  # after a token on its line: a trailing comment
                 self.lines[-1].comment, self.lines[-1].comment_col = comment, col
@@ -96,7 +99,8 @@ class _Builder:
         return self.depth + 1
 
     def _starts(self, tok: Token) -> bool:
-        return (tok.line, tok.column) in self.starts
+        span = token_span("", tok)
+        return (span.line, span.col) in self.starts
 
     def token(self, tok: Token) -> None:
         if tok == "}" and tok.type != "STRING":
@@ -122,12 +126,14 @@ def _closes(line: Line) -> bool:
 def build_lines(text: str, tokens: list[Token], starts: set[tuple[int, int]]) -> list[Line]:
     """The lines of a parsed workflow: `tokens` in order, with every comment of `text` between them."""
     if tokens:
-        starts = starts | {(tokens[0].line, tokens[0].column)}  # `workflow NAME`
+        first = token_span("", tokens[0])
+        starts = starts | {(first.line, first.col)}  # `workflow NAME`
     b = _Builder(text, starts)
     end = 0
     for i, tok in enumerate(tokens):
-        b.gap(end, tok.start_pos, i == 0, tok)
+        start, after = token_offsets(tok)
+        b.gap(end, start, i == 0, tok)
         b.token(tok)
-        end = tok.end_pos
+        end = after
     b.gap(end, len(text), not tokens, None)
     return b.lines

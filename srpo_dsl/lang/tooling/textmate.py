@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from srpo_dsl.jsonvalue import JsonObject
 from srpo_dsl.lang.syntax.grammar import lark_parser, statements
 from srpo_dsl.lang.tooling.generated import write
 
@@ -72,7 +72,7 @@ def _words(words: list[str] | tuple[str, ...]) -> str:
     return r"\b(?:" + "|".join(sorted(words, key=lambda w: (-len(w), w))) + r")\b"
 
 
-def tm_language() -> dict[str, Any]:
+def tm_language() -> JsonObject:
     """The TextMate grammar, as the JSON object VS Code reads."""
     groups = word_groups()
     constants, plain, declaring = groups.constants, groups.plain, groups.declaring

@@ -15,6 +15,9 @@ declaration keyword introduces is the field `name`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+
+from lark.grammar import Rule
 
 from srpo_dsl.lang.syntax.grammar import lark_parser
 from srpo_dsl.lang.tooling.generated import write
@@ -52,7 +55,7 @@ def _symbol(name: str, literals: dict[str, str], field: bool) -> str:
     return f'field("name", {ref})' if field else ref
 
 
-def _expansion(rule, literals: dict[str, str], declaring: set[str]) -> str:
+def _expansion(rule: Rule, literals: dict[str, str], declaring: set[str]) -> str:
     names = [s.name for s in rule.expansion]
     declares = len(names) > 1 and literals.get(names[0], "").strip('"') in declaring and names[1] == "NAME"
     parts = [_symbol(n, literals, declares and i == 1) for i, n in enumerate(names)]
@@ -95,7 +98,7 @@ def grammar_js() -> str:
     )
 
 
-def _quoted(words) -> str:
+def _quoted(words: Iterable[str]) -> str:
     return "[" + " ".join(json.dumps(w) for w in words) + "]"
 
 

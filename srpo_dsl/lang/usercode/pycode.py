@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from srpo_dsl.lang.usercode.pysource import RefProblem, source_of
 
@@ -142,7 +142,7 @@ class CodeRef:
     line: int
     arity: int  # positional arguments passed (a reward, a scorer: 2, or 3 with the episode)
 
-    def attrs(self) -> dict[str, Any]:
+    def attrs(self) -> dict[str, object]:
         return {
             "use": self.use,
             "ref": self.text,

@@ -73,7 +73,7 @@ def _python_file(where: str, base: Path) -> Path:
     if _is_file(path):
         return path
     if not _is_dir(path.parent):
-        hint = f"there is no folder {path.parent}"
+        hint: str | None = f"there is no folder {path.parent}"
     else:
         shown = Path(where).parent
         files = [str(shown / p.name) for p in _listed(path.parent) if p.suffix == ".py"]

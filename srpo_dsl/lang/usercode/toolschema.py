@@ -15,8 +15,9 @@ import ast
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from srpo_dsl.jsonvalue import JsonObject, JsonValue
 from srpo_dsl.lang.usercode.pycode import read_module, top_level
 from srpo_dsl.lang.usercode.pysource import RefProblem
 
@@ -29,7 +30,7 @@ _SECTIONS = ("Args:", "Arguments:", "Returns:", "Raises:", "Yields:", "Example:"
 RETRIEVER_QUERY = "what to search for"
 
 
-def tool_schema(name: str, description: str, param: str, param_schema: dict[str, Any]) -> str:
+def tool_schema(name: str, description: str, param: str, param_schema: JsonObject) -> str:
     """The schema, as JSON text (one source for the checker's graph and the runtime)."""
     schema = {
         "type": "function",
@@ -84,7 +85,7 @@ def _item_of(annotation: ast.expr | None) -> ast.expr | None:
     return annotation
 
 
-def annotation_schema(node: ast.expr) -> dict[str, Any]:
+def annotation_schema(node: ast.expr) -> JsonObject:
     """The JSON schema of a type annotation, as `get_json_schema` maps Python types (a string otherwise)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a quoted annotation
         return annotation_schema(ast.parse(node.value, mode="eval").body)
@@ -94,10 +95,21 @@ def annotation_schema(node: ast.expr) -> dict[str, Any]:
             return {"type": "array", "items": annotation_schema(node.slice)}
         if outer == "Literal":
             values = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            return {"type": "string", "enum": [v.value for v in values if isinstance(v, ast.Constant)]}
+            return {"type": "string", "enum": _json_values(values)}
         if outer in {"dict", "Dict"}:
             return {"type": "object"}
     return {"type": _TYPES.get(_name(node) or "", "string")}
+
+
+def _json_values(nodes: list[ast.expr]) -> list[JsonValue]:
+    """The literals JSON holds: strings, numbers, bools and None (not bytes, complex numbers, `...`)."""
+    out: list[JsonValue] = []
+    for node in nodes:
+        if isinstance(node, ast.Constant) and (
+            node.value is None or isinstance(node.value, (str, int, float))
+        ):
+            out.append(node.value)
+    return out
 
 
 def _name(node: ast.expr) -> str | None:

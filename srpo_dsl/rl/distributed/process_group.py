@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TypeVar, cast
 
 import torch
 
@@ -22,6 +22,7 @@ from srpo_dsl.launched import LAUNCH_VARIABLES
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 from srpo_dsl.rl.distributed.network import launcher_store_reachable, reaching_peers, use_route_to_master
 
+T = TypeVar("T")
 SHM_OP = "deepspeed_shm_comm"  # DeepSpeed's ShareMemCommBuilder's op, never built (see init_distributed)
 
 
@@ -43,13 +44,13 @@ def all_reduce(values: Sequence[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
-def all_gather(value: Any) -> list[Any]:
+def all_gather(value: T) -> list[T]:
     """Every rank's `value` (picklable), in rank order (`[value]` with one process)."""
     if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
         return [value]
-    out: list[Any] = [None] * torch.distributed.get_world_size()
+    out: list[object] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(out, value)
-    return out
+    return cast(list[T], out)  # unpickled: every rank's `value`, of the type this rank's has
 
 
 def barrier() -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
 from types import MethodType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -25,10 +26,14 @@ from srpo_dsl.backends.routing import current_route
 from srpo_dsl.lang.compile.graph import BASE_ADAPTER
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
 
+if TYPE_CHECKING:  # peft loads with a LoRA model
+    from peft import LoraConfig
+    from peft.tuners.lora.layer import Linear
+
 __all__ = ["BASE_ADAPTER", "adapter_parameters", "clip_per_adapter", "with_adapters"]
 
 
-def lora_config(options: Mapping[str, Any]) -> Any:
+def lora_config(options: Mapping[str, Any]) -> LoraConfig:
     """peft's LoraConfig of a workflow's LoRA options; `targets` is `all-linear` or module names,
     comma-separated (`"q_proj,v_proj"`)."""
     from peft import LoraConfig
@@ -76,7 +81,7 @@ def route_in_blocks(model: torch.nn.Module) -> None:
             module.forward = MethodType(_routed_forward, module)
 
 
-def _routed_forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+def _routed_forward(self: Linear, x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
     """peft's forward, except inside `routed(names)`: then each row through its adapter (`_block_forward`)."""
     names = current_route()
     if names is None or self.disable_adapters or self.merged or "adapter_names" in kwargs:
@@ -84,12 +89,14 @@ def _routed_forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> An
     return _block_forward(self, x, *args, adapter_names=names, **kwargs)
 
 
-def _block_forward(self: Any, x: torch.Tensor, *args: Any, adapter_names: list[str], **kwargs: Any) -> Any:
+def _block_forward(
+    self: Linear, x: torch.Tensor, *args: object, adapter_names: list[str], **kwargs: object
+) -> torch.Tensor:
     """peft's `_mixed_batch_forward` (vanilla LoRA), over the runs of equal adapter names; without grad,
     with several adapters in the batch and no active dropout, all of them in two matmuls
     (`_stacked_delta`)."""
     kwargs.pop("alora_offsets", None)
-    result = self.base_layer(x, *args, **kwargs)
+    result: torch.Tensor = self.base_layer(x, *args, **kwargs)
     runs = [run for run in name_runs(adapter_names) if run[0] in self.lora_A]  # `__base__`: the base alone
     if not runs:
         return result
@@ -104,10 +111,10 @@ def _block_forward(self: Any, x: torch.Tensor, *args: Any, adapter_names: list[s
     return result + _row_concat(deltas, result).to(result.dtype)
 
 
-def _lora_delta(layer: Any, x: torch.Tensor, name: str, start: int, stop: int) -> torch.Tensor:
+def _lora_delta(layer: Linear, x: torch.Tensor, name: str, start: int, stop: int) -> torch.Tensor:
     """scaling * B(A(dropout(x))) of rows start:stop, by functional calls (no module dispatch); the
     scaling multiplies the rank-wide activations, the smallest tensor on the way."""
-    a, b = layer.lora_A[name], layer.lora_B[name]
+    a, b = _a_and_b(layer, name)
     rows = layer._cast_input_dtype(x[start:stop], a.weight.dtype)
     rows = layer.lora_dropout[name](rows) if _drops(layer, name) else rows
     return F.linear(F.linear(rows, a.weight, a.bias) * layer.scaling[name], b.weight, b.bias)
@@ -127,29 +134,41 @@ def _row_concat(deltas: list[tuple[int, int, torch.Tensor]], like: torch.Tensor)
     return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
-def _drops(layer: Any, name: str) -> bool:
+def _a_and_b(layer: Linear, name: str) -> tuple[torch.nn.Linear, torch.nn.Linear]:
+    """Adapter `name`'s A and B in `layer`: two `nn.Linear` in vanilla LoRA (`route_in_blocks` checked)."""
+    a, b = layer.lora_A[name], layer.lora_B[name]
+    if not (isinstance(a, torch.nn.Linear) and isinstance(b, torch.nn.Linear)):
+        raise ValueError("adapters route vanilla LoRA layers only (no DoRA or other variants)")
+    return a, b
+
+
+def _drops(layer: Linear, name: str) -> bool:
     dropout = layer.lora_dropout[name]
     return dropout.training and not isinstance(dropout, torch.nn.Identity)
 
 
-def _stacked_delta(layer: Any, x: torch.Tensor, runs: list[tuple[str, int, int]]) -> torch.Tensor:
+def _stacked_delta(layer: Linear, x: torch.Tensor, runs: list[tuple[str, int, int]]) -> torch.Tensor:
     """Every row's LoRA delta at once, without grad: ((x A_all^T) * select) B_all^T, all adapters' A
     stacked, each row's own rank slice kept and scaled by `select` (the other adapters' slices are
     exact zeros), then all B's. Two matmuls per layer whatever the adapter count, against six
     operations per adapter. (With grad, autograd would keep the stacks and the rank-wide
     activations of every layer: more memory than the blocks, for no faster update.)"""
     names = list(dict.fromkeys(name for name, _, _ in runs))
-    stacked_a = torch.cat([layer.lora_A[n].weight for n in names])  # [sum r, in]
-    stacked_b = torch.cat([layer.lora_B[n].weight for n in names], dim=1)  # [out, sum r]
+    pairs = [_a_and_b(layer, n) for n in names]
+    stacked_a = torch.cat([a.weight for a, _ in pairs])  # [sum r, in]
+    stacked_b = torch.cat([b.weight for _, b in pairs], dim=1)  # [out, sum r]
     hidden = F.linear(layer._cast_input_dtype(x, stacked_a.dtype), stacked_a)
-    ranks = tuple((n, layer.lora_A[n].weight.shape[0], layer.scaling[n]) for n in names)
+    ranks = tuple((n, a.weight.shape[0], layer.scaling[n]) for n, (a, _) in zip(names, pairs))
     return F.linear(hidden * selection(ranks, runs, hidden), stacked_b)
 
 
-_SELECT: dict[Any, torch.Tensor] = {}  # the last forward's selection masks (every layer reads the same)
+_SELECT: dict[tuple[object, ...], torch.Tensor] = {}  # the last forward's selection masks (every layer reads
+# the same)
 
 
-def selection(ranks: tuple[tuple[str, int, float], ...], runs: list[tuple[str, int, int]], x: torch.Tensor):
+def selection(
+    ranks: tuple[tuple[str, int, float], ...], runs: list[tuple[str, int, int]], x: torch.Tensor
+) -> torch.Tensor:
     """`[rows, 1.., sum r]` (shaped, placed and typed like `x`): row i's scaling over its adapter's rank
     slice, zeros elsewhere; built once per (adapter layout, row runs) and kept until they change."""
     key = (ranks, tuple(runs), x.shape[0], x.dim(), x.device, x.dtype)  # rows: base rows are not in runs
@@ -164,16 +183,24 @@ def selection(ranks: tuple[tuple[str, int, float], ...], runs: list[tuple[str, i
     return _SELECT[key]
 
 
-_RUNS: list[Any] = [[], ()]  # the last names and their runs (every layer of one forward gets the same)
+@dataclass
+class _LastRuns:
+    """The last names and their runs (every layer of one forward gets the same)."""
+
+    names: list[str] = field(default_factory=list)
+    runs: tuple[tuple[str, int, int], ...] = ()
+
+
+_RUNS = _LastRuns()
 
 
 def name_runs(names: list[str]) -> tuple[tuple[str, int, int], ...]:
     """(name, start, stop) of each run of equal consecutive names; computed once per forward (comparing
     the lists runs in C, finding the runs in Python)."""
-    if names != _RUNS[0]:
+    if names != _RUNS.names:
         bounds = [0] + [i for i in range(1, len(names)) if names[i] != names[i - 1]] + [len(names)]
-        _RUNS[0], _RUNS[1] = list(names), tuple((names[a], a, b) for a, b in pairwise(bounds))
-    return _RUNS[1]
+        _RUNS.names, _RUNS.runs = list(names), tuple((names[a], a, b) for a, b in pairwise(bounds))
+    return _RUNS.runs
 
 
 def adapter_parameters(model: torch.nn.Module, name: str) -> list[torch.nn.Parameter]:

@@ -13,9 +13,9 @@ its own copy, colocated on the GPU.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,9 +27,15 @@ from srpo_dsl.lang.compile.graph import BASE_ADAPTER, EventGraph
 from srpo_dsl.registries import ROLLOUT_ENGINES, RolloutEngineKind
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.adapters import lora_config, with_adapters
-from srpo_dsl.rl.engines.ds_engine import build_engine
+from srpo_dsl.rl.engines.ds_engine import TrainEngine, build_engine
 from srpo_dsl.rl.engines.weight_sync import full_state, push_weights
 from srpo_dsl.seeds import seed_of
+
+if TYPE_CHECKING:  # heavy imports: transformers and peft load when a model does
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+Wrap = Callable[[torch.nn.Module], torch.nn.Module]  # a loaded model as the engine trains it (LoRA, adapters)
 
 
 @dataclass(frozen=True)
@@ -58,8 +64,9 @@ class TrainingPolicy:
     name: str
     module: torch.nn.Module
     backend: RolloutEngine
-    engine: Any = None  # deepspeed.DeepSpeedEngine
-    reference: Any = None  # frozen initial weights, for the KL penalty (an adapter's: the shared module)
+    engine: TrainEngine | None = None  # a deepspeed.DeepSpeedEngine
+    reference: torch.nn.Module | None = None  # frozen initial weights, for the KL penalty (an adapter's: the
+    # shared module)
     adapter: str | None = None
     owner: str = ""
     adapters: tuple[str, ...] = ()
@@ -67,7 +74,16 @@ class TrainingPolicy:
     @property
     def model(self) -> torch.nn.Module:
         """The forward entry point: the engine when trainable (ZeRO hooks), else the module."""
-        return self.engine if self.engine is not None else self.module
+        if isinstance(self.engine, torch.nn.Module):  # DeepSpeed's engine is a module
+            return self.engine
+        return self.module
+
+    @property
+    def trained_engine(self) -> TrainEngine:
+        """The engine of a trainable policy (`engine_owners` gives only those)."""
+        if self.engine is None:
+            raise ValueError(f"policy {self.name} is frozen: it has no engine")
+        return self.engine
 
     @property
     def engine_owner(self) -> str:
@@ -88,8 +104,9 @@ def engine_owners(policies: Mapping[str, TrainingPolicy]) -> dict[str, TrainingP
     return out
 
 
-def load_model(path: str, dist: Dist) -> tuple[Any, Any]:
-    """The causal LM at `path` (bf16 on CUDA, fp32 on CPU) and its tokenizer."""
+def load_model(path: str, dist: Dist) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """The causal LM at `path` (bf16 on CUDA, fp32 on CPU; a transformers `PreTrainedModel`, as the module
+    the engines move and wrap) and its tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = torch.bfloat16 if dist.device.type == "cuda" else torch.float32
@@ -120,7 +137,7 @@ def checkpoint_layers(module: torch.nn.Module) -> int:
     return len(layers)
 
 
-def with_lora(model: torch.nn.Module, lora: Mapping[str, Any]) -> torch.nn.Module:
+def with_lora(model: torch.nn.Module, lora: Mapping[str, object]) -> torch.nn.Module:
     from peft import get_peft_model
 
     return get_peft_model(model, lora_config(lora))
@@ -131,7 +148,7 @@ def build_policies(
     paths: Mapping[str, str],
     opts: TrainOptions,
     dist: Dist,
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     rollout: Rollout = Rollout(),
 ) -> dict[str, TrainingPolicy]:
     """Every policy of the workflow: one engine per trainable policy, one per base that hosts adapters;
@@ -165,7 +182,7 @@ def build_policy(
     spec: PolicyInfo,
     opts: TrainOptions,
     dist: Dist,
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     rollout: Rollout = Rollout(),
 ) -> TrainingPolicy:
     """Load `path`; trainable: (LoRA,) AdamW and a DeepSpeed engine from `config`; frozen: an eval module."""
@@ -179,7 +196,8 @@ def build_policy(
     reference = None
     if opts.kl > 0:
         reference = load_model(path, dist)[0].to(dist.device).eval().requires_grad_(False)
-    wrap = (lambda m: with_lora(m, spec.lora)) if spec.lora else (lambda m: m)
+    lora = spec.lora
+    wrap: Wrap = (lambda m: with_lora(m, lora)) if lora else (lambda m: m)
     engine = build_engine(wrap(model), opts, config)
     module = hf_rollout_module(engine, path, wrap, dist) if with_module else None
     backend = rollout_engine(rollout, module, tokenizer, path, dist)
@@ -192,7 +210,7 @@ def build_adapter_group(
     path: str,
     opts: TrainOptions,
     dist: Dist,
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     rollout: Rollout = Rollout(),
 ) -> dict[str, TrainingPolicy]:
     """The frozen `base` and its adapter policies: one model in memory, one engine training every adapter
@@ -201,7 +219,7 @@ def build_adapter_group(
     adapters = graph.adapters_on(base)
     model, tokenizer = load_model(path, dist)
     model.requires_grad_(False)
-    wrap = lambda m: with_adapters(m, adapters)  # noqa: E731
+    wrap: Wrap = lambda m: with_adapters(m, adapters)  # noqa: E731
     engine = build_engine(wrap(model), opts, {**config, "gradient_clipping": 0.0})
     backend = rollout_engine(rollout, hf_rollout_module(engine, path, wrap, dist), tokenizer, path, dist)
     reference = engine.module if opts.kl > 0 else None  # scored without adapters: the base
@@ -214,18 +232,33 @@ def build_adapter_group(
     return group
 
 
-def rollout_engine(rollout: Rollout, module: Any, tokenizer: Any, path: str, dist: Dist) -> RolloutEngine:
+def rollout_engine(
+    rollout: Rollout,
+    module: torch.nn.Module | None,
+    tokenizer: PreTrainedTokenizerBase,
+    path: str,
+    dist: Dist,
+) -> RolloutEngine:
     """The engine `rollout.engine` names (`ROLLOUT_ENGINES`), its factory called
     `(module, tokenizer, path, dist, decode)`: `module` is None for one that loads `path` itself."""
-    return rollout.kind.make(module, tokenizer, path, dist, rollout.decode)
+    engine: RolloutEngine = rollout.kind.make(module, tokenizer, path, dist, rollout.decode)  # a plugin's
+    return engine
 
 
-def hf_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str) -> RolloutEngine:
+def hf_engine(
+    module: PreTrainedModel | PeftModel | None,
+    tokenizer: PreTrainedTokenizerBase,
+    path: str,
+    dist: Dist,
+    decode: str,
+) -> RolloutEngine:
     """`hf`: generates with the trainer's own module (its weights need no copy)."""
+    if module is None:
+        raise BackendError("the hf rollout engine generates with the trainer's module: it was given none")
     return HFBackend(module, tokenizer=tokenizer, decode=decode)
 
 
-def hf_rollout_module(engine: Any, path: str, wrap: Any, dist: Dist) -> torch.nn.Module:
+def hf_rollout_module(engine: TrainEngine, path: str, wrap: Wrap, dist: Dist) -> torch.nn.Module:
     """The module the `hf` engine generates with: the engine's own, or under ZeRO-3 a full copy."""
     if engine.zero_optimization_stage() != 3:
         return engine.module
@@ -235,7 +268,9 @@ def hf_rollout_module(engine: Any, path: str, wrap: Any, dist: Dist) -> torch.nn
     return rollout.eval().requires_grad_(False)
 
 
-def vllm_engine(module: Any, tokenizer: Any, path: str, dist: Dist, decode: str) -> RolloutEngine:
+def vllm_engine(
+    module: torch.nn.Module | None, tokenizer: PreTrainedTokenizerBase, path: str, dist: Dist, decode: str
+) -> RolloutEngine:
     """`vllm`: a colocated `vllm.LLM` loading `path` on this rank's GPU: sleep mode on; under a launcher
     one engine per rank (`external_launcher`). Its share of GPU memory: SRPO_DSL_VLLM_MEMORY (default 0.3)."""
     from srpo_dsl.backends.vllm import VLLMBackend

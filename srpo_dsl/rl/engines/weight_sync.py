@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from srpo_dsl.backends.base import RolloutEngine
 from srpo_dsl.rl.distributed.ds_import import import_deepspeed
+
+if TYPE_CHECKING:  # peft loads with a LoRA model
+    from peft import PeftModel
+    from peft.tuners.lora.layer import LoraLayer
 
 
 @contextmanager
@@ -32,29 +36,40 @@ def rollout_weights(module: torch.nn.Module, merged: bool) -> Iterator[tuple[str
     iterates); with `merged`, a LoRA model's weights folded into the base model's names."""
     deepspeed = import_deepspeed()
 
-    if merged and hasattr(module, "peft_config"):
-        yield from merged_lora_weights(module)
-        return
+    if merged:
+        from peft import PeftModel
+
+        if isinstance(module, PeftModel):
+            yield from merged_lora_weights(module)
+            return
     for name, param in module.named_parameters():
         with deepspeed.zero.GatheredParameters([param]):
             yield name, param.data
 
 
-def merged_lora_weights(module: Any) -> Iterator[tuple[str, torch.Tensor]]:
+def merged_lora_weights(module: PeftModel) -> Iterator[tuple[str, torch.Tensor]]:
     """The base model's parameters under its own names with each active LoRA delta added (W + s B A),
     computed aside: the trained module is never merged in place (no bf16 drift from unmerging)."""
-    deepspeed = import_deepspeed()
+    from peft.tuners.lora.layer import LoraLayer
 
+    deepspeed = import_deepspeed()
     base = module.get_base_model()
     for name, param in base.named_parameters():
         if "lora_" in name:
             continue
-        layer = base.get_submodule(name.rsplit(".", 2)[0]) if name.endswith(".base_layer.weight") else None
+        owner = base.get_submodule(name.rsplit(".", 2)[0]) if name.endswith(".base_layer.weight") else None
+        layer = owner if isinstance(owner, LoraLayer) else None  # a LoRA layer wraps every base_layer
         with deepspeed.zero.GatheredParameters(list(layer.parameters()) if layer else [param]):
-            weight = param.data
-            for adapter in layer.active_adapters if layer else []:
-                weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+            weight = param.data if layer is None else with_deltas(layer, param.data)
             yield name.replace(".base_layer.", "."), weight
+
+
+def with_deltas(layer: LoraLayer, weight: torch.Tensor) -> torch.Tensor:
+    """`weight` with `layer`'s active LoRA deltas added (a new tensor when there are any)."""
+    for adapter in layer.active_adapters:
+        delta: torch.Tensor = layer.get_delta_weight(adapter)  # each of peft's LoRA layers defines it
+        weight = weight + delta.to(weight.dtype)
+    return weight
 
 
 def push_weights(engine: RolloutEngine, module: torch.nn.Module) -> None:

@@ -7,7 +7,6 @@ once per run, on stderr, at the first training step or held-out evaluation where
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from srpo_dsl.console import quiet
 from srpo_dsl.trackers.fanout import warn
@@ -15,10 +14,10 @@ from srpo_dsl.trackers.fanout import warn
 RATE = "/invalid_rate"  # metrics.jsonl and eval.jsonl: `role/ROLE/invalid_rate`
 
 
-def every_output_invalid(row: Mapping[str, Any]) -> bool:
+def every_output_invalid(row: Mapping[str, object]) -> bool:
     """Whether a step's (or an evaluation's) row says every role's every output was invalid."""
     rates = [value for key, value in row.items() if key.startswith("role/") and key.endswith(RATE)]
-    return bool(rates) and all(rate >= 1.0 for rate in rates)
+    return bool(rates) and all(isinstance(rate, int | float) and rate >= 1.0 for rate in rates)
 
 
 class AllInvalidWarning:
@@ -27,7 +26,7 @@ class AllInvalidWarning:
     def __init__(self) -> None:
         self.said = False
 
-    def check(self, row: Mapping[str, Any], what: str) -> None:
+    def check(self, row: Mapping[str, object], what: str) -> None:
         """`what`: the row's kind, as the warning names it (`training rollouts`, `held-out evaluation`)."""
         if self.said or not every_output_invalid(row):
             return

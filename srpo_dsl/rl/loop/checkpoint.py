@@ -37,8 +37,12 @@ def latest_checkpoint(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+def rng_state() -> dict[str, object]:
+    state: dict[str, object] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -56,9 +60,9 @@ def save_checkpoint(
     out: Path,
     step: int,
     policies: Mapping[str, TrainingPolicy],
-    state: Mapping[str, Any],
+    state: Mapping[str, object],
     dist: Dist,
-    rank_state: Mapping[str, Any] | None = None,
+    rank_state: Mapping[str, object] | None = None,
 ) -> Path:
     """Write OUT/checkpoints/step-N atomically: a temporary folder, renamed once every rank is done.
     `rank_state`: objects of this rank's own, each saved as NAME-rankR.pt (`read_rank_state`). A disk
@@ -130,14 +134,14 @@ def unreadable(path: Path, exc: BaseException) -> UsageError:
 def save_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
     """Every engine's module, optimizer and scheduler state under folder/<owner> (collective)."""
     for owner, p in engine_owners(policies).items():
-        p.engine.save_checkpoint(str(folder / owner), tag=ENGINE_TAG, save_latest=False)
+        p.trained_engine.save_checkpoint(str(folder / owner), tag=ENGINE_TAG, save_latest=False)
 
 
 def load_engines(policies: Mapping[str, TrainingPolicy], folder: Path) -> None:
     """Every engine's state from folder/<owner>; a state file that cannot be read back is one line."""
     for owner, p in engine_owners(policies).items():
         try:
-            path, _ = p.engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
+            path, _ = p.trained_engine.load_checkpoint(str(folder / owner), tag=ENGINE_TAG)
         except torch.cuda.OutOfMemoryError:  # a RuntimeError too: said as the machine's, not the file's
             raise
         except UNREADABLE as exc:
@@ -157,7 +161,7 @@ def damaged_file(folder: Path) -> Path:
     return folder
 
 
-def resume_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+def resume_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[tuple[str, object, object]]:
     """(key, value then, value now) of every run config key (and `options`' key) whose value differs
     between a checkpoint's run and this one, either way: a key only one side has differs (`eval_data`
     given then left out). File paths are compared resolved (`./w.srpo` is `w.srpo`). `backend`, `decode`,
@@ -175,12 +179,12 @@ def resume_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[tu
     ]
 
 
-def describe_changes(changes: list[tuple[str, Any, Any]]) -> str:
+def describe_changes(changes: list[tuple[str, object, object]]) -> str:
     """`lr was 0.0004, now 0.5; eval_data was [...], now not given`: what a refused resume says."""
     return "; ".join(f"{key} was {_shown(then)}, now {_shown(now)}" for key, then, now in changes)
 
 
-def _shown(value: Any, limit: int = 160) -> str:
+def _shown(value: object, limit: int = 160) -> str:
     """A config value on one line, at most `limit` characters (`not given` for a key left out)."""
     if value is None:
         return "not given"
@@ -188,7 +192,7 @@ def _shown(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _union(one: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+def _union(one: Mapping[str, object], other: Mapping[str, object]) -> list[str]:
     return [*other, *(k for k in one if k not in other)]
 
 

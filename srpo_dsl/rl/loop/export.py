@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -34,6 +34,7 @@ from srpo_dsl.runfolder import CONFIG, checkpoint_folder
 ADAPTER, MERGED = "adapter", "merged"
 OWN_LORA = "default"  # peft's adapter name of a policy's own `lora(...)`
 PEFT_PREFIX = "base_model.model."  # how a PeftModel's state dict keys start
+T = TypeVar("T")  # what a DeepSpeed reader returns
 
 
 class ExportError(Exception):
@@ -141,7 +142,7 @@ def own_lora(config: Mapping[str, Any], policy: str) -> dict[str, Any]:
     return dict(options)
 
 
-def _read(folder: Path, zero: int, load: Callable[[], Any]) -> Any:
+def _read(folder: Path, zero: int, load: Callable[[], T]) -> T:
     """`load()` with DeepSpeed's prints and progress bars hidden; its failures as one ExportError line."""
     try:
         with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):

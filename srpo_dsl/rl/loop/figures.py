@@ -10,10 +10,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING
 
 from srpo_dsl.rl.loop.ranges import Range, range_of
 from srpo_dsl.runfolder import PANELS, PERCENT, ROLE_PANELS, Dynamics, EvalCurve
+
+if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 EVAL_PANEL = "heldout"  # eval.jsonl -> heldout.png: Avg@k and Pass@k over steps (others: runfolder.PANELS)
 SMOOTHING = 0.9  # the EMA factor of the solid lines
@@ -90,7 +94,7 @@ def ema(values: Sequence[float], alpha: float) -> list[float]:
     return out
 
 
-def step_axis(ax: Any) -> None:
+def step_axis(ax: Axes) -> None:
     """An x axis of training steps: labelled, ticked at whole steps only."""
     from matplotlib.ticker import MaxNLocator
 
@@ -98,7 +102,7 @@ def step_axis(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def keep_in_range(ax: Any, bounds: Range) -> None:
+def keep_in_range(ax: Axes, bounds: Range) -> None:
     """The y axis, once everything is drawn, cut to the metric's range (`ranges.RANGES`): no margin
     below 0 for a norm, above 100% for Pass@k. Values outside it (a file not ours) keep the axis whole."""
     low, high = ax.get_ylim()
@@ -107,7 +111,7 @@ def keep_in_range(ax: Any, bounds: Range) -> None:
         ax.set_ylim(low, high)
 
 
-def draw_panel(ax: Any, panel: Panel, smoothing: float = SMOOTHING) -> None:
+def draw_panel(ax: Axes, panel: Panel, smoothing: float = SMOOTHING) -> None:
     """Smoothed lines: raw values faint, their EMA solid; the held-out curve: marked points. A legend
     when there are several lines; "no data" when no line has a point."""
     for i, line in enumerate(panel.lines):
@@ -132,7 +136,7 @@ def draw_panel(ax: Any, panel: Panel, smoothing: float = SMOOTHING) -> None:
     ax.grid(alpha=0.3)
 
 
-def figure(shown: Sequence[Panel], smoothing: float = SMOOTHING) -> Any:
+def figure(shown: Sequence[Panel], smoothing: float = SMOOTHING) -> Figure:
     """One matplotlib Figure with `shown` side by side (no pyplot: nothing global, no GUI backend), in
     fixed margins (`plots.save` fits them to the labels for a PNG; a page's SVG skips that second draw)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from srpo_dsl.jsonvalue import JsonObject, JsonValue
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
 from srpo_dsl.rl.loop.role_metrics import MetricKeys, role_invalid_rates, role_invalid_sums
 from srpo_dsl.runtime.executor import Executor
@@ -33,8 +33,8 @@ class EvalSet:
 class HeldoutEvaluation:
     """An evaluation's eval.jsonl row and its eval_prompts.jsonl row."""
 
-    row: dict[str, Any]
-    prompts: dict[str, Any]
+    row: JsonObject
+    prompts: JsonObject
 
 
 def evaluate_sets(
@@ -68,15 +68,14 @@ def evaluate_sets(
             "step": step,
             "k": k,
             "datasets": {
-                d.name: {"ids": [str(t["id"]) for t in d.tasks], "correct": c} for d, c in zip(sets, per_set)
+                d.name: {"ids": [str(t["id"]) for t in d.tasks], "correct": list[JsonValue](c)}
+                for d, c in zip(sets, per_set)
             },
         },
     )
 
 
-def heldout_row(
-    sets: Sequence[EvalSet], correct: Sequence[Sequence[int]], k: int, step: int
-) -> dict[str, Any]:
+def heldout_row(sets: Sequence[EvalSet], correct: Sequence[Sequence[int]], k: int, step: int) -> JsonObject:
     """eval.jsonl's metrics: per dataset Avg@k and Pass@k over its prompts (k samples each), then their
     macro means."""
     per_set = [at_k([(k, c) for c in cs], k) for cs in correct]

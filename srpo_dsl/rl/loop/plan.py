@@ -23,6 +23,7 @@ from srpo_dsl.choices import DECODE_MODES, OFFLOAD
 from srpo_dsl.devices import resolve_device
 from srpo_dsl.errors import InputError, UsageError
 from srpo_dsl.io import not_utf8
+from srpo_dsl.jsonvalue import JsonObject, JsonValue
 from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.lang.usercode.pycode import UseName, is_reference
 from srpo_dsl.outputs import check_files, check_sources, check_writable, refuse_existing
@@ -70,12 +71,13 @@ class TrainPlan:
 
     workflow: CompiledWorkflow
     out: Path
-    overrides: Mapping[str, Any]  # the options given in place of the file's, as given
+    overrides: Mapping[str, object]  # the options given in place of the file's, as given (pydantic: any
+    # value, as JsonValue's recursion is not one it builds a schema of)
     opts: TrainOptions  # the file's `train with (...)` with the overrides
     resume: bool
     setup: Setup
     device: str  # the device it uses: setup.device, or the machine's default
-    ds_overrides: Mapping[str, Any]  # the user's DeepSpeed JSON, read
+    ds_overrides: Mapping[str, object]  # the user's DeepSpeed JSON, read
     processes: int
 
     @property
@@ -88,7 +90,7 @@ class TrainPlan:
 def make_plan(
     wf: CompiledWorkflow,
     out: Path,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, JsonValue] | None = None,
     resume: bool = False,
     setup: Setup = Setup(),
 ) -> TrainPlan:
@@ -155,7 +157,9 @@ def launch_processes(workers: int, ray: RayLaunch | None) -> int:
     return processes
 
 
-def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], folder: Path) -> TrainOptions:
+def resolve_options(
+    train_block: TrainOptions, overrides: Mapping[str, JsonValue], folder: Path
+) -> TrainOptions:
     """The workflow's `train` options with `overrides` applied (validated; the Python code an override names
     is read with `ast` from `folder`, as validate reads the workflow's own)."""
     from pydantic import ValidationError
@@ -172,16 +176,16 @@ def resolve_options(train_block: TrainOptions, overrides: Mapping[str, Any], fol
     return opts
 
 
-def check_user_parts(opts: TrainOptions, overrides: Mapping[str, Any], folder: Path) -> None:
+def check_user_parts(opts: TrainOptions, overrides: Mapping[str, JsonValue], folder: Path) -> None:
     """The Python an override names resolves (read with `ast`), and the objective takes the advantage
     asked for; the objective's module (torch) is imported only when there is something to check."""
     uses: tuple[UseName, ...] = ("objective", "advantage")
-    named = [use for use in uses if use in overrides and is_reference(overrides[use])]
+    named = {use: ref for use in uses if isinstance(ref := overrides.get(use), str) and is_reference(ref)}
     if named:
         from srpo_dsl.rl.objective.plugins import locate
 
-        for use in named:
-            locate(overrides[use], use, folder)  # a one-line ValueError if it does not resolve
+        for use, ref in named.items():
+            locate(ref, use, folder)  # a one-line ValueError if it does not resolve
     if opts.advantage and not is_reference(opts.objective):  # before any file is written
         from srpo_dsl.rl.objective.losses import get_objective
         from srpo_dsl.rl.objective.plugins import check_episode_advantage
@@ -221,10 +225,10 @@ def check_eval_names(eval_data: Sequence[Path]) -> None:
         raise TrainError(f"held-out data files need distinct names: {', '.join(map(str, eval_data))}")
 
 
-def read_ds_config(path: Path) -> dict[str, Any]:
+def read_ds_config(path: Path) -> JsonObject:
     """User overrides from a JSON file (ValueError with a one-line reason)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data: JsonValue = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"cannot read {path}: no such file") from None
     except UnicodeDecodeError as exc:
@@ -239,14 +243,15 @@ def read_ds_config(path: Path) -> dict[str, Any]:
     return data
 
 
-def check_ds_optimizer(config: Mapping[str, Any], path: Path) -> None:
+def check_ds_optimizer(config: Mapping[str, JsonValue], path: Path) -> None:
     """The `optimizer` a DeepSpeed config names is one DeepSpeed builds (its own, by name in any case, or a
     `torch.optim` class, as `DeepSpeedEngine` accepts): else an `InputError` naming the file. DeepSpeed's
     list is read (imported) only for a config that names an optimizer."""
     if "optimizer" not in config:
         return
     section = config["optimizer"]
-    if not isinstance(section, dict) or not isinstance(section.get("type"), str):
+    name = section.get("type") if isinstance(section, dict) else None
+    if not isinstance(name, str):
         raise InputError(
             f'{path}: "optimizer" must be an object with a "type": '
             '{"type": "AdamW", "params": {"lr": 1e-5}}'
@@ -256,7 +261,6 @@ def check_ds_optimizer(config: Mapping[str, Any], path: Path) -> None:
     import_deepspeed()
     from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
 
-    name = section["type"]
     if name.lower() not in DEEPSPEED_OPTIMIZERS and not isinstance(getattr(torch.optim, name, None), type):
         raise InputError(
             f"{path}: DeepSpeed has no optimizer `{name}`: one of {', '.join(DEEPSPEED_OPTIMIZERS)}, "
@@ -267,10 +271,10 @@ def check_ds_optimizer(config: Mapping[str, Any], path: Path) -> None:
 def plan_file(
     path: Path,
     out: Path,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, JsonValue] | None = None,
     resume: bool = False,
     *,
-    settings: Mapping[str, Any] | None = None,
+    settings: Mapping[str, JsonValue] | None = None,
     **setup: Any,
 ) -> TrainPlan:
     """`make_plan` for the workflow file at `path`, compiled here, with `Setup`'s fields as keywords: for

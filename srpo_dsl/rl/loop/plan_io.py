@@ -25,18 +25,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from srpo_dsl.devices import resolve_device
 from srpo_dsl.io import write_atomic
 from srpo_dsl.rl.loop.plan import TrainError, TrainPlan, check_backend
 from srpo_dsl.runfolder import PLAN
 
+if TYPE_CHECKING:  # pydantic loads when a plan is read or written
+    from pydantic import TypeAdapter
+
 FORMAT = "srpo-plan/1"  # the file's version: a process reads only the plans its own srpo-dsl writes
 
 
 @cache
-def _adapter() -> Any:
+def _adapter() -> TypeAdapter[TrainPlan]:
     """pydantic's reader and writer of a `TrainPlan` (built once per process, when first needed)."""
     from pydantic import TypeAdapter
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import shutil
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from srpo_dsl.arguments import checked
 from srpo_dsl.errors import WriteError
@@ -15,10 +16,13 @@ from srpo_dsl.io import FOLDER, check_output_file, kind_of, outermost_missing, w
 from srpo_dsl.rl.loop.figures import EVAL_PANEL, SMOOTHING, figure, panels
 from srpo_dsl.runfolder import PLOTS, Dynamics, read_dynamics
 
+if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
+    from matplotlib.figure import Figure
+
 __all__ = ["EVAL_PANEL", "SMOOTHING", "pyplot", "run_plots", "save", "write_plots"]
 
 
-def pyplot() -> Any:
+def pyplot() -> ModuleType:
     """matplotlib.pyplot drawing to files only (the Agg backend: no display needed)."""
     import matplotlib
 
@@ -54,7 +58,7 @@ def run_plots(run: Path) -> list[Path]:
     return write_plots(read_dynamics(run), run / PLOTS)
 
 
-def save(fig: Any, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
     """Write `fig` to `path` atomically and close it; a disk that refuses it (read-only, full) is one
     `WriteError` naming `path`, and no partial file stays."""
     plt = pyplot()

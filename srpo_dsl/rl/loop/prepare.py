@@ -162,7 +162,7 @@ def held_out_sets(wf: CompiledWorkflow, eval_data: Sequence[Path], size: int) ->
     return [EvalSet(Path(p).stem, task_data(wf, split="eval", data=Path(p))[:size]) for p in eval_data]
 
 
-def adapter_layout(graph: EventGraph) -> dict[str, Any] | None:
+def adapter_layout(graph: EventGraph) -> dict[str, dict[str, object]] | None:
     """Each adapter's base and LoRA options (None without adapters): a resumed run must keep them."""
     layout = {n: {"base": p.base, **(p.lora or {})} for n, p in graph.policies.items() if p.base is not None}
     return layout or None

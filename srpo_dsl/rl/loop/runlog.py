@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from srpo_dsl.io import append_jsonl, write_atomic, write_json, write_lines_atomic, writing
+from srpo_dsl.jsonvalue import JsonValue
 from srpo_dsl.lang.compile.graph import EventGraph
 from srpo_dsl.lang.compile.graph_formats import to_mermaid
 from srpo_dsl.rl.loop.all_invalid import AllInvalidWarning
@@ -41,7 +42,7 @@ class RunLog:
     def __init__(
         self,
         out: Path,
-        config: Mapping[str, Any],
+        config: Mapping[str, JsonValue],
         start: int,
         graph: EventGraph,
         trackers: Sequence[str],

@@ -17,15 +17,16 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import torch
 
 from srpo_dsl.envs.task_table import pick
 from srpo_dsl.errors import InputError
+from srpo_dsl.jsonvalue import JsonObject
 from srpo_dsl.progress import progress as progress_lines
 from srpo_dsl.rl.distributed.data_order import step_prompts
 from srpo_dsl.rl.distributed.process_group import Dist, all_reduce
@@ -276,7 +277,7 @@ def step_metrics(
     )
 
 
-def evaluate(run: TrainingRun, step: int) -> dict[str, Any] | None:
+def evaluate(run: TrainingRun, step: int) -> JsonObject | None:
     """Held-out Avg@k, Pass@k (per dataset, macro mean), cost per episode, each role's invalid-output rate
     (k = eval_k samples per prompt, `heldout.py`); the per-prompt outcomes go to eval_prompts.jsonl."""
     if not any(s.tasks for s in run.eval_sets):
@@ -301,9 +302,16 @@ def checkpoint(run: TrainingRun, step: int) -> Path:
     return save_checkpoint(run.out, step, run.policies, state, run.dist, held)
 
 
-def progress_bar(run: TrainingRun, progress: bool) -> Any:
+class StepBar(Protocol):
+    """The steps to run, shown as they go (tqdm on a terminal, `srpo_dsl.progress.Lines` elsewhere)."""
+
+    def __iter__(self) -> Iterator[int]: ...
+    def set_postfix_str(self, s: str) -> None: ...
+
+
+def progress_bar(run: TrainingRun, progress: bool) -> StepBar:
     """The steps still to run, with a progress bar on rank 0."""
-    return progress_lines(
+    bar: StepBar = progress_lines(  # `progress` returns tqdm's bar or its own
         range(run.start + 1, run.opts.steps + 1),
         initial=run.start,
         total=run.opts.steps,
@@ -311,3 +319,4 @@ def progress_bar(run: TrainingRun, progress: bool) -> Any:
         unit="step",
         enabled=progress and run.dist.rank == 0,
     )
+    return bar

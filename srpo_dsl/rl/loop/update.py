@@ -145,6 +145,8 @@ def score_group(
     reference), each row through its own adapter; a 1-token dummy row when empty. `scoring`: how the model
     runs over the rows (`backends.logprobs.SCORINGS`; packed, a conversation's rows in one pass)."""
     model = policy.reference if reference else policy.model
+    if model is None:
+        raise ValueError(f"policy {policy.name} has no reference model (a KL penalty of 0)")
     options = {"with_entropy": with_entropy, "scoring": scoring}
     if not index:
         dummy = [[policy.pad_id]]
@@ -344,8 +346,9 @@ def backward_engines(
     owners = sorted({g[0] for g in s.groups})
     for owner in owners:
         parts = [(g, sc) for g, sc in scored.items() if g[0] == owner]
-        surrogate = sum(_surrogate(sc, weights) + bonus[g] for g, sc in parts)
-        engine = s.leads[owner].engine
+        terms = [_surrogate(sc, weights) + bonus[g] for g, sc in parts]
+        surrogate = sum(terms[1:], terms[0])
+        engine = s.leads[owner].trained_engine
         engine.backward(surrogate * s.dist.world_size, scale_wrt_gas=False)  # DeepSpeed averages over ranks
         if loss is None:
             engine.step()
@@ -361,19 +364,20 @@ def boundary_step(s: Step, owners: list[str], loss: float) -> dict[str, float]:
     for owner in owners:
         policy = s.leads[owner]
         if policy.adapters:
-            norms[owner] = clip_per_adapter(policy.engine.module, policy.adapters, s.opts.grad_clip)
+            norms[owner] = clip_per_adapter(policy.trained_engine.module, policy.adapters, s.opts.grad_clip)
         else:
-            norms[owner] = norm_before_step(policy.engine)
+            norms[owner] = norm_before_step(policy.trained_engine)
     known = [n for n in norms.values() if n is not None]
     if not math.isfinite(loss) or not all(map(math.isfinite, known)):
         raise NotFinite(loss, math.sqrt(sum(n**2 for n in known)) if known else None, applied=False)
     for owner in owners:
-        engine = s.leads[owner].engine
+        engine = s.leads[owner].trained_engine
         engine.step()
         norms[owner] = norms[owner] if norms[owner] is not None else norm_after_step(engine)
     total = math.sqrt(sum(n**2 for n in norms.values()))
     if not math.isfinite(total):
-        raise NotFinite(loss, total, applied=any(s.leads[o].engine.was_step_applied() for o in owners))
+        applied = any(s.leads[o].trained_engine.was_step_applied() for o in owners)
+        raise NotFinite(loss, total, applied=applied)
     return norms
 
 
@@ -389,7 +393,7 @@ def micro_step(s: Step, micro: list[int], last: bool, before: float) -> tuple[Mi
     `before`: the loss of the step's earlier micro-batches (the last one's step checks the sum over ranks)."""
     device = s.dist.device
     for policy in s.leads.values():  # the boundary is the plan's last micro-batch, however many it has
-        policy.engine.set_gradient_accumulation_boundary(last)
+        policy.trained_engine.set_gradient_accumulation_boundary(last)
     idx = torch.tensor(micro, dtype=torch.long, device=device)
     width = max(1, int(s.batch.mask[idx].sum(-1).max())) if micro else 1
     scored = score_micro(s, micro)
@@ -503,7 +507,7 @@ def update(
     leads = engine_owners(policies)
     if opts.gradient_checkpointing:
         for lead in leads.values():
-            checkpoint_layers(lead.engine.module)
+            checkpoint_layers(lead.trained_engine.module)
     objective = objective or get_objective(opts.objective)
     tokens = rows.new_tokens if opts.pack_rows else rows.lengths  # packed: a conversation's length once
     plan = micro_plan(

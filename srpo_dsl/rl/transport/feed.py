@@ -150,7 +150,11 @@ class Feed:
         """A thread: every share `worker` sends, until it goes away."""
         try:
             while True:
-                batch: RolloutBatch = self.link.recv_object(worker, EPISODES)
+                batch = self.link.recv_object(worker, EPISODES)
+                if not isinstance(batch, RolloutBatch):
+                    raise LinkError(
+                        f"{self.link.describe(worker)} sent a {type(batch).__name__}, not episodes"
+                    )
                 with self.ready:
                     if batch.step > self.taken:
                         self.batches.setdefault(batch.step, batch)  # the first copy received is kept

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -36,6 +36,11 @@ from srpo_dsl.launched import mark_joined, role
 from srpo_dsl.rl.distributed.network import reaching_peers
 from srpo_dsl.rl.distributed.process_group import launch_store
 from srpo_dsl.runtime.episode import Episode
+
+if TYPE_CHECKING:  # a CPU build of torch has no NCCL to name at run time
+    from typing import TypeAlias
+
+    Group: TypeAlias = dist.ProcessGroupGloo | dist.ProcessGroupNCCL  # every rank's gloo, or an NCCL pair
 
 SETUP, EPISODES, CONTROL, FLAT = 10, 20, 30, 40  # the tags of the kinds of message (an object: tag, tag + 1)
 TIMEOUT = datetime.timedelta(hours=2)  # a generation or an update may take long; a dead peer fails at once
@@ -114,13 +119,14 @@ class Link:
     """The process groups of a launch with rollout workers. Sends return at once and keep their buffers
     until waited on (`flush`); any thread may send (one object's two parts are never interleaved)."""
 
-    def __init__(self, layout: LaunchLayout, store: Any, device: torch.device):
+    def __init__(self, layout: LaunchLayout, store: dist.Store, device: torch.device):
         self.layout, self.device, self.store = layout, device, store
         objects = dist.PrefixStore("srpo-link", store)
         self.objects = dist.ProcessGroupGloo(objects, layout.rank, layout.world, TIMEOUT)
         self.pairs = weight_pairs(layout, store) if device.type == "cuda" else {}
         self.lock = threading.Lock()
-        self.pending: dict[int, list[tuple[Any, Any]]] = {}  # peer -> (work, buffer) of sends not waited on
+        self.pending: dict[int, list[tuple[dist.Work, torch.Tensor]]] = {}  # peer -> (work, buffer) of sends
+        # not waited on
         self.readers: list[threading.Thread] = []  # threads that receive on the link, joined at `close`
         self.closed = False
 
@@ -136,7 +142,7 @@ class Link:
                     (self._send(self.objects, tensor, dst, t, dst), tensor)
                 )
 
-    def recv_object(self, src: int, tag: int) -> Any:
+    def recv_object(self, src: int, tag: int) -> object:
         """The next object rank `src` sent with `tag` (blocks)."""
         size = torch.zeros(1, dtype=torch.int64)
         self._wait(self.objects.recv([size], src, tag), src)
@@ -198,7 +204,7 @@ class Link:
                 with suppress(RuntimeError):  # the time-out, or a connection closed already
                     self.objects.recv([torch.zeros(1, dtype=torch.uint8)], peer, HANG_UP).wait(HANG_UP_WAIT)
 
-    def _tensor_group(self, peer: int) -> tuple[Any, int]:
+    def _tensor_group(self, peer: int) -> tuple[Group, int]:
         """The group a tensor to or from `peer` goes over, and `peer`'s rank in it: gloo's (every rank),
         or on CUDA the NCCL pair of trainer rank 0 and the worker (rank 0, then 1)."""
         if not self.pairs:
@@ -206,7 +212,7 @@ class Link:
         worker = peer if peer >= self.layout.trainers else self.layout.rank
         return self.pairs[worker], int(peer != 0)
 
-    def _send(self, group: Any, tensor: torch.Tensor, rank: int, tag: int, peer: int) -> Any:
+    def _send(self, group: Group, tensor: torch.Tensor, rank: int, tag: int, peer: int) -> dist.Work:
         """`group.send` to `rank` (global rank `peer`): a peer whose connection is already broken is a
         LinkError at once."""
         try:
@@ -214,7 +220,7 @@ class Link:
         except RuntimeError as exc:
             raise self._gone(peer, exc) from None
 
-    def _wait(self, work: Any, peer: int | None) -> None:
+    def _wait(self, work: dist.Work, peer: int | None) -> None:
         try:
             work.wait()
         except RuntimeError as exc:
@@ -230,7 +236,7 @@ class Link:
         return role(rank, self.layout.trainers)
 
 
-def weight_pairs(layout: LaunchLayout, store: Any) -> dict[int, Any]:
+def weight_pairs(layout: LaunchLayout, store: dist.Store) -> dict[int, dist.ProcessGroupNCCL]:
     """On CUDA, one NCCL group per worker with trainer rank 0 (weights go GPU to GPU): a worker that
     dies breaks its own pair only. Trainer rank 0 holds every pair, a worker its own."""
     if layout.rank == 0:

@@ -69,6 +69,8 @@ def run_worker(wf: CompiledWorkflow, opts: TrainOptions, link: Link, rollout: Ro
     if link.device.type == "cuda":
         torch.cuda.set_device(link.device)
     paths = link.recv_object(0, SETUP)  # each policy's model, as the trainer resolved it
+    if not isinstance(paths, dict):
+        raise LinkError(f"trainer rank 0 sent a {type(paths).__name__}, not the policies' models")
     dist = Dist(link.layout.rank, 0, 1, link.device)
     engines = worker_engines(wf.graph, paths, opts, dist, rollout)
     newest = opts.rollout_weights == "newest"
