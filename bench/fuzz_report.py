@@ -93,7 +93,7 @@ def timed_out(problem, *args) -> str | None:
 
 def workflows(count: int, lsp_every: int) -> Counter:
     """The workflow targets' counts over `count` cases."""
-    from tests.lang.test_fuzz_workflows import _subprocess, api_problem, cli_problem, lsp_problem
+    from tests.support.fuzz_targets import api_problem, cli_problem, in_subprocess, lsp_problem
     from tests.support.fuzzing import WORKFLOW_OPS, WORKFLOWS, cases, mutate_workflow
 
     found: Counter = Counter()
@@ -105,7 +105,7 @@ def workflows(count: int, lsp_every: int) -> Counter:
         data = mutate_workflow(case)
         checks = [timed_out(api_problem, data), timed_out(cli_problem, data, folder)]
         if case.index % lsp_every == 0:
-            checks.append(timed_out(cli_problem, data, folder, _subprocess))
+            checks.append(timed_out(cli_problem, data, folder, in_subprocess))
             checks.append(answered(lsp_problem, client, folder, data, case.index))
         found.update(kind for kind in map(classify, checks) if kind)
         found["data lost"] += graph_lost(data)
@@ -136,7 +136,7 @@ def answered(lsp_problem, *args) -> str | None:
 
 def run_folders(count: int) -> Counter:
     """The run-folder targets' counts over `count` cases (readers that change their input: data lost)."""
-    from tests.cli.test_fuzz_runs import run_problem
+    from tests.support.fuzz_targets import run_problem
     from tests.support.fuzzing import RUN_FILES, RUN_OPS, cases
 
     found: Counter = Counter()

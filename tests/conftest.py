@@ -9,6 +9,7 @@ import pytest
 
 from srpo_dsl.api.training import restore_environment
 from srpo_dsl.launched import LAUNCH_VARIABLES
+from tests.support.training import CHAT_TEMPLATE
 
 # CI runs two test workers on two cores. There, a torch process with two OpenMP threads spins its second
 # thread while waiting for a core (a quickstart step took 1.4x the time and CPU beside one busy process;
@@ -22,11 +23,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 LAUNCHED_WITH = {
     name: os.environ.get(name) for name in LAUNCH_VARIABLES
 }  # pytest's own (none, or a launcher's)
-
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 
 
 @pytest.fixture(scope="session")

@@ -24,24 +24,21 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
 
 import srpo_dsl
 from srpo_dsl.api.ray_launch import import_ray, launch_env, probe
 from srpo_dsl.api.ray_rank import RankProcess
 from srpo_dsl.errors import UsageError
 from srpo_dsl.rl.distributed.process_group import free_port
-from tests.rl.test_worker_faults import wait_for_steps
 from tests.support.clitools import ROOT, cli
 from tests.support.compiles.count import compiling_processes, counting
-from tests.support.runs import QUICKSTART, SMALL, env_threads, metrics, weights
+from tests.support.runs import QUICKSTART, SMALL, env_threads, metrics, same_run, wait_for_steps
 
 pytestmark = pytest.mark.distributed
 
 pytest.importorskip("ray")
 
 SAVE = ["--option", "save_every=3"]
-COMPARED = ("return", "loss", "grad_norm", "num_events")
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +87,6 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = cli("train", QUICKSTART, "--out", out, *SMALL, *SAVE, env=env_threads(1))
     assert done.returncode == 0, done.stderr[-2000:]
     return out
-
-
-def same_run(a: Path, b: Path) -> None:
-    """The same metrics at every step and the same checkpointed weights, bit for bit."""
-    assert [[r[k] for k in COMPARED] for r in metrics(a)] == [[r[k] for k in COMPARED] for r in metrics(b)]
-    first, second = weights(a, 3), weights(b, 3)
-    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
 def ray_train(

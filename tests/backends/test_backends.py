@@ -27,6 +27,7 @@ from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.rl.distributed.process_group import Dist
 from srpo_dsl.rl.engines.policies import load_model
 from srpo_dsl.runtime.prompts import CONTEXT_VARIABLES, PromptError, PromptRenderer
+from tests.support.sampling import chi_square, splitmix_uniform
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 PROMPTS = ["S 17+25=", "hello", "the answer is the answer is", "S 1+2="]
@@ -177,20 +178,6 @@ def test_nucleus_keeps_the_smallest_set_reaching_top_p() -> None:
     assert kept_by_nucleus(tied, 0.4).tolist() == [[False, True, False, False]]
 
 
-def splitmix_uniform(seed: int, position: int, entry: int) -> float:
-    """The noise of `counter_uniform` in Python's unbounded integers, modulo 2^64 by hand."""
-    full = (1 << 64) - 1
-
-    def mix(z: int) -> int:
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & full
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EB & full
-        return z ^ (z >> 31)
-
-    golden = 0x9E3779B97F4A7C15
-    key = mix((seed + (position + 1) * golden) & full)
-    return ((mix((key + (entry + 1) * golden) & full) >> 41) + 0.5) / 2**23
-
-
 def test_counter_noise_is_the_splitmix_hash_of_seed_position_and_entry() -> None:
     """Vectorised int64 tensor ops (wrapping products, masked shifts) give the unsigned 64-bit hash exactly,
     seeds with the top bit set and positions per row or shared alike."""
@@ -202,15 +189,6 @@ def test_counter_noise_is_the_splitmix_hash_of_seed_position_and_entry() -> None
         assert per_row[i].tolist() == [splitmix_uniform(seed, [0, 5, 9, 2**31][i], v) for v in range(33)]
     assert shared.dtype == torch.float32 and shared.min() > 0 and shared.max() < 1
     assert torch.equal(shared[2], per_row[2])
-
-
-def chi_square(tokens: torch.Tensor, probs: list[float]) -> float:
-    """Pearson's statistic of the drawn `tokens` against `probs` (tokens of probability 0: never drawn)."""
-    counts = torch.bincount(tokens, minlength=len(probs)).double()
-    expected = torch.tensor(probs, dtype=torch.float64) * len(tokens)
-    assert (counts[expected == 0] == 0).all()
-    kept = expected > 0
-    return float(((counts[kept] - expected[kept]) ** 2 / expected[kept]).sum())
 
 
 # Pearson's chi-square at p = 0.001, by the number of possible tokens (2 and 1 degrees of freedom)

@@ -15,8 +15,7 @@ from srpo_dsl.backends.base import BackendError
 from srpo_dsl.backends.chat import ByteChat, TokenizerChat
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.tooling.format import format_source
-
-CHAT = Path(__file__).resolve().parents[1] / "data" / "chat_tokenizers"
+from tests.support.tools import CHAT
 
 
 def _workflow(folder: Path, model: str, system: str = ' system "sys.j2"', observe: str = "") -> Path:

@@ -20,8 +20,7 @@ from srpo_dsl.errors import UsageError
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.checks.declarations import PolicyInfo
 from srpo_dsl.runtime.conversations import use_chat_templates
-from tests.lang.test_tool_schemas import CHAT, TOOL
-from tests.runtime.test_tool_calls import call
+from tests.support.tools import CHAT, TOOL, call
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING = ROOT / "workflows" / "templates" / "qwen3_training.jinja"

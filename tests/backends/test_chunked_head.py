@@ -56,7 +56,7 @@ def with_routed_adapters(model):
     import torch
 
     from srpo_dsl.rl.engines.adapters import with_adapters
-    from tests.rl.test_adapters import LORA_A, LORA_B
+    from tests.support.adapters import LORA_A, LORA_B
 
     model = with_adapters(model, {"x": LORA_A, "y": LORA_B}).eval()
     generator = torch.Generator().manual_seed(3)
@@ -237,7 +237,7 @@ def updated(models, dist, tmp_path, objective: str, options: dict, chunked: bool
     talk = options.pop("conversations", False)
     rows = build_rows(conversation_episodes() if talk else make_episodes(mixed=True), objective)
     if options.pop("adapters", False):
-        from tests.rl.test_adapters import shared
+        from tests.support.adapters import shared
 
         tmp_path.mkdir()
         policies, opts = shared(models[0], tmp_path, dist, **options)

@@ -20,7 +20,7 @@ from srpo_dsl.backends.stops import StopWatch, match, occurrences
 from srpo_dsl.backends.vllm import finish_of, sampling_params
 from srpo_dsl.choices import FINISH_REASONS
 from srpo_dsl.models.specs import resolve_model_spec
-from tests.backends.test_backends import chi_square, splitmix_uniform
+from tests.support.sampling import chi_square, splitmix_uniform
 
 
 def kept(scaled: list[float], top_k: int, top_p: float | None = None) -> list[int]:

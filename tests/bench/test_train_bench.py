@@ -7,8 +7,8 @@ import pytest
 from tokenizers.processors import TemplateProcessing
 from transformers import AutoTokenizer
 
-from tests.conftest import CHAT_TEMPLATE
 from tests.support.clitools import ROOT, load_bench
+from tests.support.training import CHAT_TEMPLATE
 
 bench = load_bench("train_bench")
 TEXTS = ["S 3+4=", "S 12+0="]

@@ -13,10 +13,9 @@ import pytest
 
 from srpo_dsl.api.runs import Run
 from srpo_dsl.cli.main import COMMANDS
-from tests.cli.test_cli_train import TEAM
 from tests.support.clitools import ROOT
 from tests.support.lsptools import TYPO
-from tests.support.training import train_env
+from tests.support.training import ONE_POLICY_TEAM, train_env
 
 QUIET_ENDS = (0, 141)
 
@@ -98,7 +97,7 @@ def test_a_training_run_whose_stdout_closed_keeps_its_checkpoint(
     """Closed before the run starts (--verbose: the libraries' logs go to stdout during the run too)."""
     (tmp_path / "solver.j2").write_text("S {{ task.question }}=")
     (tmp_path / "aggregator.j2").write_text("A {{ task.question }}=")
-    (tmp_path / "team.srpo").write_text(TEAM)
+    (tmp_path / "team.srpo").write_text(ONE_POLICY_TEAM)
     out = tmp_path / "run"
     args = ["train", str(tmp_path / "team.srpo"), "--model", str(tiny_random_model), "--device", "cpu"]
     code, err = closed_early([*args, "--out", str(out), *verbose], read=0, env=train_env())

@@ -31,7 +31,7 @@ from srpo_dsl.cli.train_cmds import (
 from srpo_dsl.errors import SrpoDslError
 from srpo_dsl.runfolder import RoleSeries, RunError, eval_curve, read_dynamics, read_jsonl
 from tests.support.clitools import cli
-from tests.support.training import train_env
+from tests.support.training import ONE_POLICY_TEAM, train_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EVAL_ROWS = [  # first and last rows make the summary; the middle one must not
@@ -226,24 +226,11 @@ def test_libraries_quiet_hides_logs_warnings_and_stdout_then_restores(capfd: pyt
     assert ds.isEnabledFor(logging.WARNING) and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ
 
 
-TEAM = """\
-workflow team
-policy lm = hf("model") with (temperature = 1.0)
-task arith(n = 16, seed = 0, max_operand = 9, eval_n = 4)
-agent solver[2]  uses lm prompt "solver.j2" emits text with (max_tokens = 4)
-agent aggregator uses lm prompt "aggregator.j2" emits text with (max_tokens = 4)
-parallel solver
-aggregate aggregator
-reward exact_match(aggregator, task.answer) invalid -0.1
-train with (group = 2, batch = 2, steps = 1, eval_size = 2, eval_k = 2, save_every = 5)
-"""
-
-
 @pytest.mark.slow
 def test_train_shows_the_result_not_the_libraries(tmp_path: Path, tiny_random_model: Path) -> None:
     (tmp_path / "solver.j2").write_text("S {{ task.question }}=")
     (tmp_path / "aggregator.j2").write_text("A {{ task.question }}=")
-    (tmp_path / "team.srpo").write_text(TEAM)
+    (tmp_path / "team.srpo").write_text(ONE_POLICY_TEAM)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     args = ["train", str(tmp_path / "team.srpo"), "--model", str(tiny_random_model), "--device", "cpu"]
     quiet = run_cli(*args, "--out", str(tmp_path / "quiet"), env=env, timeout=300)
@@ -313,7 +300,7 @@ def test_resume_compares_the_config_both_ways_with_paths_resolved(
 
     (tmp_path / "solver.j2").write_text("S {{ task.question }}=")
     (tmp_path / "aggregator.j2").write_text("A {{ task.question }}=")
-    (tmp_path / "team.srpo").write_text(TEAM)
+    (tmp_path / "team.srpo").write_text(ONE_POLICY_TEAM)
     write_jsonl(tmp_path / "held.jsonl", make_arith_tasks(3, 7, 9, heldout=True))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
 

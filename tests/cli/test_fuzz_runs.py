@@ -1,49 +1,21 @@
-"""Corrupted copies of a recorded run folder (tests/support/fuzzing.py) through `view`, `audit` and the sweep's
-run readers: one clear line and a non-zero exit (or the documented skip), never exit 3, no traceback."""
+"""Corrupted copies of a recorded run folder (tests/support/fuzzing.py) through `srpo-dsl view`,
+`srpo-dsl audit` and the sweep's run readers: one clear line and a non-zero exit (or the documented skip),
+never exit 3, no traceback."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 
 import pytest
 
-from srpo_dsl.cli.main import outcome
 from srpo_dsl.runfolder import RunError
 from srpo_dsl.sweep.dynamics import read_run_dynamics
 from srpo_dsl.sweep.results import read_run
+from tests.support.fuzz_targets import command_stderr, run_problem
 from tests.support.fuzzing import RUN, RUN_FILES, RUN_OPS, Case, cases, corrupt_run, shrink
 
 CASES = cases(RUN_FILES, RUN_OPS, default=60)
-
-
-def _command(args) -> tuple[int, str]:
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        code = outcome([str(a) for a in args])
-    return code, err.getvalue()
-
-
-def run_problem(case: Case, folder) -> str | None:
-    """What `view`, `audit` or a sweep reader does wrong with the case's corrupted run folder."""
-    shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(RUN, folder)
-    (folder / case.base.name).write_bytes(corrupt_run(case))
-    for args in (["view", folder, "-o", folder / "v.html"], ["audit", folder / "traces.jsonl"]):
-        code, said = _command(args)
-        if code == 3 or "Traceback" in said or (code and len(said.strip().splitlines()) != 1):
-            return f"{args[0]}: exit {code}: {said[-400:]}"
-    for reader in (lambda: read_run(folder, 0, 0.0), lambda: read_run_dynamics(folder, 0)):
-        try:
-            reader()
-        except (RunError, ValueError) as exc:  # the sweep's one line for a run it cannot read
-            if "\n" in str(exc):
-                return f"a sweep reader's message is not one line: {exc}"
-        except Exception as exc:
-            return f"a sweep reader: {type(exc).__name__}: {exc}"
-    return None
 
 
 def test_deep_json_line_is_one_bad_line(tmp_path):
@@ -54,7 +26,7 @@ def test_deep_json_line_is_one_bad_line(tmp_path):
         f.write(deep)
     n = len((tmp_path / "run" / "traces.jsonl").read_text().splitlines())
     for args in (["view", tmp_path / "run", "-o", tmp_path / "v.html"], ["audit", tmp_path / "run"]):
-        code, said = _command(args)
+        code, said = command_stderr(args)
         assert code not in (0, 3) and f"traces.jsonl:{n}: invalid JSON: nested too deeply" in said, said
 
 
@@ -72,7 +44,7 @@ def test_a_huge_number_in_metrics_is_left_out_of_its_chart(tmp_path):
     case = Case(48, 123, RUN / "metrics.jsonl", [("number", 558561333, 155328690)])
     shutil.copytree(RUN, tmp_path / "run")
     (tmp_path / "run" / "metrics.jsonl").write_bytes(corrupt_run(case))
-    code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
+    code, said = command_stderr(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
     assert code == 0, said
     assert "<svg" in (tmp_path / "v.html").read_text()
 
@@ -86,7 +58,7 @@ def test_a_run_file_row_that_is_no_object_is_one_bad_line(tmp_path, name, row):
     path = tmp_path / "run" / name
     lines = path.read_text().splitlines()
     path.write_text("\n".join([row, *lines[1:]]) + "\n")
-    code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
+    code, said = command_stderr(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
     kind = type(json.loads(row)).__name__
     assert code not in (0, 3) and f"{name}:1: a row is a JSON object, not {kind}" in said, said
 
@@ -100,7 +72,7 @@ def test_an_integer_beyond_a_float_is_one_bad_line(tmp_path, name):
     first, *rest = path.read_text().splitlines()
     huge = first[:-1] + ', "huge": ' + "1" * 400 + "}"  # the first row with one more key, 400 digits long
     path.write_text("\n".join([huge, *rest]) + "\n")
-    code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
+    code, said = command_stderr(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
     assert code not in (0, 3) and f"{name}:1: invalid JSON: number too large" in said, said
 
 
@@ -114,7 +86,7 @@ def test_a_step_of_1e400_is_one_line(tmp_path, name):
     path.write_text(
         "\n".join(json.dumps(r).replace(f'"step": {r["step"]}', '"step": 1e400') for r in rows) + "\n"
     )
-    code, said = _command(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
+    code, said = command_stderr(["view", tmp_path / "run", "-o", tmp_path / "v.html"])
     assert code not in (0, 3) and len(said.strip().splitlines()) == 1 and "OverflowError" in said, said
     with pytest.raises(RunError):
         read_run_dynamics(tmp_path / "run", 0) if name == "metrics.jsonl" else read_run(

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.cli import watch
-from tests.runtime.test_user_code_exits import run_scripted
-from tests.runtime.test_user_code_runtime import make
 from tests.support.clitools import ROOT, cli
+from tests.support.user_code import make, run_scripted
 
 LEAVES = """import os
 from pathlib import Path

@@ -28,13 +28,14 @@ import shutil
 import subprocess
 import sys
 from contextlib import redirect_stdout
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import tomllib
 import typer
 from packaging.requirements import Requirement
+
+from tests.support.markdown import Shown, agrees, indented_blocks, section, trimmed
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -43,38 +44,6 @@ PINS = ROOT / "constraints" / "cpu.txt"
 PINNED_REQUIRED = os.environ.get("SRPO_DSL_PINNED_TESTS") == "required"
 TOUR = "## A five-minute tour"
 LAUNCHED = re.compile(r"(\$ )?(srpo-dsl|deepspeed|torchrun) ")
-
-
-@dataclass(frozen=True)
-class Shown:
-    """A `$ COMMAND` line of the README and the output shown under it."""
-
-    command: str
-    output: list[str]
-
-
-def section(text: str, heading: str) -> list[str]:
-    """The lines under `heading`, up to the next heading of its level."""
-    lines = text.splitlines()
-    start = lines.index(heading) + 1
-    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
-    return lines[start:end]
-
-
-def indented_blocks(lines: list[str]) -> list[list[str]]:
-    """Markdown's indented code blocks (blank lines inside kept), dedented by four spaces."""
-    blocks: list[list[str]] = []
-    current: list[str] = []
-    for line in [*lines, "end"]:
-        if line.startswith("    ") or (current and not line.strip()):
-            current.append(line[4:])
-            continue
-        while current and not current[-1].strip():
-            current.pop()
-        if current:
-            blocks.append(current)
-        current = []
-    return blocks
 
 
 def tour() -> list[Shown]:
@@ -89,18 +58,6 @@ def tour() -> list[Shown]:
             elif current is not None:
                 current.output.append(line)
     return [Shown(s.command, trimmed(s.output)) for s in shown]
-
-
-def trimmed(lines: list[str]) -> list[str]:
-    lines = [line.rstrip() for line in lines]
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
-
-
-def agrees(shown: str, printed: str) -> bool:
-    pattern = ".*".join(re.escape(part) for part in shown.split("..."))
-    return re.fullmatch(pattern, printed) is not None
 
 
 def run_shown(command: str, folder: Path) -> list[str]:

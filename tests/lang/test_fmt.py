@@ -16,9 +16,9 @@ from srpo_dsl.lang.syntax.parser import parse
 from srpo_dsl.lang.tooling.format import format_source, tokens_of
 from srpo_dsl.lang.tooling.layout import COMMENT
 from srpo_dsl.lang.tooling.width import display_width
-from tests.lang.test_lang_fuzz import mutated_workflow
 from tests.support.clitools import ROOT, cli
 from tests.support.lang_cases import BASE
+from tests.support.strategies import mutated_workflow
 
 WORKFLOWS = ROOT / "workflows"
 SHIPPED = sorted(WORKFLOWS.rglob("*.srpo"))

@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from srpo_dsl.cli.main import outcome
 from srpo_dsl.lang.analysis import analyze
-from srpo_dsl.lang.syntax.messages import SrpoError
-from srpo_dsl.lang.tooling.format import format_source
-from tests.support.clitools import cli
+from tests.support.fuzz_targets import api_problem, cli_problem, in_subprocess, lsp_problem
 from tests.support.fuzzing import WORKFLOW_OPS, WORKFLOWS, Case, cases, mutate_workflow, shrink
 
 CASES = cases(WORKFLOWS, WORKFLOW_OPS, default=100)
 SAMPLE = CASES[:: max(1, len(CASES) // 6)]  # the command line and the server: a few
-OPTIONS = {"tabSize": 4, "insertSpaces": True}
 
 
 @pytest.fixture(scope="module")
@@ -26,52 +22,6 @@ def folder(tmp_path_factory):
         if entry.suffix != ".srpo":
             (out / entry.name).symlink_to(entry)
     return out
-
-
-def _keys(text: str) -> list[tuple[str, str]]:
-    return [(d.code, d.message) for d in analyze(text, "w.srpo", [WORKFLOWS[0].parent]).diagnostics]
-
-
-def api_problem(data: bytes) -> str | None:
-    """What the Python entry points do wrong with `data`: fmt not idempotent or losing diagnostics."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None  # not text: the commands say so (`cli_problem`)
-    try:
-        once = format_source(text, "w.srpo")
-    except SrpoError:
-        return None
-    if format_source(once, "w.srpo") != once:
-        return "fmt is not idempotent"
-    before, after = _keys(text), _keys(once)
-    return None if before == after else f"fmt changed the diagnostics: {before} -> {after}"
-
-
-def cli_problem(data: bytes, folder, run=None) -> str | None:
-    """An exit 3 or a traceback of validate, fmt --check or compile (`run`: in-process by default)."""
-    path = folder / "w.srpo"
-    path.write_bytes(data)
-    for args in (["validate", path], ["fmt", "--check", path], ["compile", path, "-o", folder / "g.json"]):
-        code, said = run(args) if run else _in_process(args)
-        if code == 3 or "Traceback" in said:
-            return f"{args[0]}: exit {code}: {said[-400:]}"
-    return None
-
-
-def _in_process(args, capsys=None) -> tuple[int, str]:
-    import contextlib
-    import io
-
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        code = outcome([str(a) for a in args])
-    return code, err.getvalue() + out.getvalue()
-
-
-def _subprocess(args) -> tuple[int, str]:
-    done = cli(*args, timeout=60)
-    return done.returncode, done.stderr + done.stdout
 
 
 def check(case: Case, problem) -> None:
@@ -92,26 +42,7 @@ def test_mutated_workflows_in_process(folder):
 @pytest.mark.slow
 def test_mutated_workflows_on_the_command_line(folder):
     for case in SAMPLE:
-        check(case, lambda data: cli_problem(data, folder, _subprocess))
-
-
-def lsp_problem(client, folder, data: bytes, version: int) -> str | None:
-    """A request the server leaves unanswered (the client's wait fails) or answers with an error."""
-    text = data.decode("utf-8", errors="replace")
-    uri = client.open(folder / f"lsp{version}.srpo", text)
-    client.diagnostics(uri)
-    doc = {"textDocument": {"uri": uri}}
-    lines = text.split("\n")
-    middle = {"line": len(lines) // 2, "character": len(lines[len(lines) // 2]) // 2}
-    for method, extra in [
-        ("textDocument/formatting", {"options": OPTIONS}),
-        ("textDocument/completion", {"position": middle}),
-        ("textDocument/hover", {"position": middle}),
-        ("textDocument/documentSymbol", {}),
-    ]:
-        client.request(method, {**doc, **extra})
-    client.notify("textDocument/didClose", doc)
-    return None
+        check(case, lambda data: cli_problem(data, folder, in_subprocess))
 
 
 @pytest.mark.editor

@@ -1,7 +1,6 @@
 """Fuzzing: whatever the input, only the DSL error type escapes, always positioned inside the file."""
 
 import contextlib
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -9,65 +8,7 @@ from hypothesis import strategies as st
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.syntax.messages import SrpoError
 from srpo_dsl.lang.syntax.parser import parse
-
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
-SOURCES = [p.read_text() for p in sorted(WORKFLOWS.glob("*.srpo"))]
-WORDS = [
-    "workflow",
-    "policy",
-    "agent",
-    "task",
-    "tool",
-    "reward",
-    "train",
-    "route",
-    "parallel",
-    "verify",
-    "revise",
-    "aggregate",
-    "call",
-    "step",
-    "env",
-    "done",
-    "repeat",
-    "at",
-    "most",
-    "until",
-    "if",
-    "else",
-    "break",
-    "by",
-    "on",
-    "{",
-    "}",
-    "(",
-    ")",
-    "[",
-    "]",
-    "=",
-    "==",
-    "!=",
-    ",",
-    ".",
-    "solver",
-    "router",
-    "3",
-    "0",
-    "-1",
-    "1e9",
-    '"x.j2"',
-    '"',
-    "#",
-    "\n",
-    "with",
-    "emits",
-    "uses",
-    "prompt",
-    "frozen",
-    "lora",
-    "invalid",
-    "task.answer",
-]
+from tests.support.strategies import WORDS, WORKFLOWS, mutated_workflow
 
 
 def _assert_positioned(text: str, file: str = "f.srpo") -> None:
@@ -92,26 +33,6 @@ def test_random_text(text):
 @given(st.lists(st.sampled_from(WORDS), max_size=60).map(" ".join))
 def test_token_soup(text):
     _assert_positioned("workflow w\n" + text)
-
-
-@st.composite
-def mutated_workflow(draw):
-    src = draw(st.sampled_from(SOURCES))
-    tokens = src.split(" ")
-    for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(0, len(tokens) - 1))
-        op = draw(st.sampled_from(["delete", "insert", "replace", "duplicate"]))
-        if op == "delete":
-            del tokens[i]
-        elif op == "insert":
-            tokens.insert(i, draw(st.sampled_from(WORDS)))
-        elif op == "replace":
-            tokens[i] = draw(st.sampled_from(WORDS))
-        else:
-            tokens.insert(i, tokens[i])
-        if not tokens:
-            tokens = [""]
-    return " ".join(tokens)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,7 +10,7 @@ from srpo_dsl.lang.syntax.grammar import lark_parser
 from srpo_dsl.lang.syntax.lexer import ScanLexer
 from srpo_dsl.lang.syntax.messages import Span, SrpoError
 from srpo_dsl.lang.syntax.parser import _build_parser, fast_parse, parse
-from tests.lang.test_lang_fuzz import WORDS, mutated_workflow
+from tests.support.strategies import WORDS, mutated_workflow
 
 FIELDS = ("type", "value", "start_pos", "end_pos", "line", "column", "end_line", "end_column")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import json
-from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
@@ -16,31 +15,7 @@ from srpo_dsl.api import load
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.checks.schema import TOOL_FORMATS
 from srpo_dsl.lang.usercode.toolschema import python_tool_schema
-
-CHAT = Path(__file__).resolve().parents[1] / "data" / "chat_tokenizers"
-
-TOOL = '''
-from typing import Literal
-
-
-def lookup(query: list[str], timeout: float = 5) -> list[str]:
-    """Look a word up in the dictionary,
-    and say what it means.
-
-    Args:
-        query: The word to look up,
-            in lower case.
-        timeout: Seconds to wait.
-
-    Returns:
-        The meanings.
-    """
-    return ["a meaning" for _ in query]
-
-
-def pick(choice: "list[Literal['a', 'b']]") -> list[str]:
-    return choice
-'''
+from tests.support.tools import CHAT, TOOL, tool_workflow
 
 
 def _one_item(query: str) -> str:
@@ -82,26 +57,8 @@ def test_a_literal_json_cannot_hold_is_left_out_of_the_enum():
     assert prop == {"type": "string", "enum": ["a", None]}
 
 
-def _workflow(folder: Path, tokenizer: str, tool_format: str | None) -> Path:
-    (folder / "tools.py").write_text(TOOL)
-    (folder / "q.j2").write_text("Define {{ task.question }}.")
-    fmt = f', tool_format = "{tool_format}"' if tool_format else ""
-    path = folder / "w.srpo"
-    path.write_text(
-        "workflow w\n"
-        f'policy lm = hf("{CHAT / tokenizer}"{fmt})\n'
-        "task arith(n = 8, seed = 0)\n"
-        'tool lookup = "tools.py:lookup"(timeout = 5)\n'
-        'agent solver uses lm prompt "q.j2" emits act(lookup, answer) with (max_tokens = 96)\n'
-        "act solver\n"
-        "call lookup on solver\n"
-        "reward exact_match(solver, task.answer)\n"
-    )
-    return path
-
-
 def test_the_checker_reads_the_schema_into_the_agents_of_a_policy_with_a_tool_format(tmp_path):
-    path = _workflow(tmp_path, "hermes", "hermes")
+    path = tool_workflow(tmp_path, "hermes", "hermes")
     result = analyze(path.read_text(), str(path), [tmp_path])
     assert result.ok, result.diagnostics
     (schema,) = result.program.agents["solver"].tools
@@ -111,14 +68,14 @@ def test_the_checker_reads_the_schema_into_the_agents_of_a_policy_with_a_tool_fo
     assert function["parameters"]["properties"] == {
         "query": {"type": "string", "description": "The word to look up, in lower case."}
     }
-    plain = _workflow(tmp_path, "hermes", None)
+    plain = tool_workflow(tmp_path, "hermes", None)
     assert analyze(plain.read_text(), str(plain), [tmp_path]).program.agents["solver"].tools == ()
 
 
 @pytest.mark.parametrize("fmt", TOOL_FORMATS)
 @pytest.mark.parametrize("quoted", [True, False])
 def test_every_tool_format_validates_bare_and_quoted_and_reaches_the_graph(tmp_path, fmt, quoted):
-    path = _workflow(tmp_path, "llama3_1" if fmt == "llama3" else "hermes", fmt)
+    path = tool_workflow(tmp_path, "llama3_1" if fmt == "llama3" else "hermes", fmt)
     text = path.read_text() if quoted else path.read_text().replace(f'"{fmt}"', fmt)
     result = analyze(text, str(path), [tmp_path])
     assert result.diagnostics == []
@@ -126,7 +83,7 @@ def test_every_tool_format_validates_bare_and_quoted_and_reaches_the_graph(tmp_p
 
 
 def test_an_unknown_tool_format_is_an_option_error(tmp_path):
-    path = _workflow(tmp_path, "hermes", "xml")
+    path = tool_workflow(tmp_path, "hermes", "xml")
     result = analyze(path.read_text(), str(path), [tmp_path])
     assert not result.ok and any("tool_format" in d.message for d in result.diagnostics)
 
@@ -142,7 +99,7 @@ def test_an_unknown_tool_format_is_an_option_error(tmp_path):
 def test_the_chat_template_is_given_the_tools(tmp_path, folder, fmt, marker):
     """The prompt's ids are the template's rendering of the user message with `tools=[schema]`."""
     tok = AutoTokenizer.from_pretrained(CHAT / folder)
-    path = _workflow(tmp_path, folder, fmt)
+    path = tool_workflow(tmp_path, folder, fmt)
     (tmp_path / "replies.json").write_text(json.dumps({"solver": ["<answer>4</answer>"]}))
     rollouts = load(path).run(limit=1, backend="scripted", models=tmp_path / "replies.json", progress=False)
     ids = rollouts.episodes[0].events[0].members[0].prompt_token_ids
@@ -171,7 +128,7 @@ def test_the_chat_template_is_given_the_tools(tmp_path, folder, fmt, marker):
 )
 def test_a_tool_format_is_checked_against_a_local_models_chat_template(tmp_path, folder, fmt, ok):
     """E018 at the option where the local model's template never writes the format's calls."""
-    path = _workflow(tmp_path, folder, fmt)
+    path = tool_workflow(tmp_path, folder, fmt)
     text = path.read_text()
     found = [
         (d.code, d.message, d.span.line, d.span.col) for d in analyze(text, str(path), [tmp_path]).diagnostics
@@ -192,6 +149,6 @@ def test_a_tool_format_is_checked_against_a_local_models_chat_template(tmp_path,
 
 
 def test_a_tool_format_on_a_model_not_on_this_machine_is_not_looked_up(tmp_path):
-    path = _workflow(tmp_path, "hermes", "llama3")
+    path = tool_workflow(tmp_path, "hermes", "llama3")
     text = path.read_text().replace(str(CHAT / "hermes"), "Qwen/Qwen2.5-3B-Instruct")
     assert analyze(text, str(path), [tmp_path]).diagnostics == []

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from srpo_dsl.lang import analyze
-from tests.lang.test_user_code_static import diagnostics
 from tests.support.clitools import cli
+from tests.support.user_code import diagnostics
 
 USER = """
 from pathlib import Path

@@ -3,13 +3,13 @@
 import ast
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
 from srpo_dsl.lang import analyze
 from srpo_dsl.lang.usercode.pycode import USES, Params, call_problem
 from tests.support.clitools import cli
+from tests.support.user_code import diagnostics
 
 USER = """
 import json
@@ -56,11 +56,6 @@ def folder(tmp_path):
     (tmp_path / "user.py").write_text(USER)
     (tmp_path / "p.j2").write_text("{{ task.question }}")
     return tmp_path
-
-
-def diagnostics(folder: Path, text: str) -> list[tuple]:
-    result = analyze(text, str(folder / "w.srpo"), [folder])
-    return [(d.code, d.span.line, d.span.col, d.message, d.hint) for d in result.diagnostics]
 
 
 def test_a_valid_workflow_lists_its_code_and_runs_none_of_it(folder):

@@ -18,11 +18,11 @@ from srpo_dsl.lsp import collector, diagnostics
 from srpo_dsl.lsp.linemap import LineMap
 from tests.support.clitools import ROOT, load_bench
 from tests.support.lang_cases import BASE, TEMPLATES
+from tests.support.lsptools import OPTIONS
 
 LspClient = load_bench("lsp_client").LspClient
 
 SUPERVISOR = ROOT / "workflows" / "supervisor.srpo"  # opened, never written
-OPTIONS = {"tabSize": 4, "insertSpaces": True}
 
 
 def _at(text: str, line_has: str, word: str) -> dict:

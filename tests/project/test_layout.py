@@ -4,12 +4,14 @@ The rule: every test file is `tests/FOLDER/test_NAME.py`, one level down, where 
 `srpo_dsl` (a folder with an `__init__.py`) or one of OTHER_FOLDERS; a test file in a sub-package's folder
 names what it tests: `srpo_dsl.PKG`, a file under `srpo_dsl/PKG/`, or its command `srpo-dsl PKG` (in
 `tests/cli/`, any `srpo-dsl` command or `cli(...)`). What test files share lives in SHARED_FOLDERS and
-`tests/conftest.py`, which hold no test file. Basenames are unique: pytest imports a test file by its
-basename (no `__init__.py`: the folders are not packages). Every marker `pyproject.toml` registers is a
-tier with its own command in the README."""
+`tests/conftest.py`, which hold no test file; a test file, and a bench/ script, imports what it shares from
+`tests.support`, never from a test file or `tests/conftest.py` (whose fixtures are used by name).
+Basenames are unique: pytest imports a test file by its basename (no `__init__.py`: the folders are not
+packages). Every marker `pyproject.toml` registers is a tier with its own command in the README."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -91,3 +93,31 @@ def test_every_registered_marker_has_a_tier_command_in_the_readme() -> None:
     assert f'"{fast}"' in commands, f"the fast tier: python -m pytest -m {fast!r}"
     for marker in markers:
         assert any(re.search(rf"(?<!not ){marker}\b", c) for c in commands), f"no README command for {marker}"
+
+
+def imports_of_test_modules(path: Path) -> list[str]:
+    """`line: module` for each import in `path` of a module of tests/ other than tests/support/."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "tests" and not node.level:
+            modules = [f"tests.{alias.name}" for alias in node.names]  # `from tests import conftest`
+        elif isinstance(node, ast.ImportFrom):
+            modules = [("." * node.level) + (node.module or "")]
+        elif isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        else:
+            continue
+        for module in modules:
+            local = module.startswith((".", "tests.")) or module == "tests"
+            if local and module != "tests.support" and not module.startswith("tests.support."):
+                found.append((node.lineno, module))
+    return [f"{line}: {module}" for line, module in sorted(found)]
+
+
+def test_tests_and_bench_scripts_import_what_tests_share_from_tests_support_only() -> None:
+    reaching = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted([*TESTS.rglob("*.py"), *(ROOT / "bench").rglob("*.py")])
+        if (found := imports_of_test_modules(path))
+    }
+    assert not reaching, f"move what they import into tests/support/: {reaching}"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.rl.test_objective_plugins import SRPO_AGAIN
 from tests.support.clitools import ROOT
+from tests.support.objective import SRPO_AGAIN
 from tests.support.runs import metrics
 from tests.support.training import TEMPERATURES, build, make_episodes, parameters
 

@@ -15,9 +15,9 @@ import pytest
 
 from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.rl.loop.plan import read_ds_config
-from tests.docs.test_readme_tour import Shown, indented_blocks, trimmed
 from tests.support.clitools import ROOT, cli
 from tests.support.compiles.count import compiling_processes, counting
+from tests.support.markdown import Shown, indented_blocks, trimmed
 from tests.support.runs import QUICKSTART, env_threads
 
 HOST = socket.gethostname()

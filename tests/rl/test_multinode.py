@@ -25,10 +25,10 @@ import torch
 
 from srpo_dsl.rl.distributed.process_group import free_port
 from srpo_dsl.sweep.runner import LAUNCHER_VARIABLES
-from tests.docs.test_readme_tour import agrees, indented_blocks, section
 from tests.support.clitools import ROOT, cli
+from tests.support.markdown import agrees, indented_blocks, section
 from tests.support.nodes import INTERFACES, NODES, SETUP, TEARDOWN, Nodes, two_nodes_fixture  # noqa: F401
-from tests.support.runs import QUICKSTART, SMALL, env_threads, metrics
+from tests.support.runs import QUICKSTART, SMALL, env_threads, metrics, same_run
 
 pytestmark = pytest.mark.distributed
 
@@ -391,8 +391,6 @@ def test_a_ray_cluster_of_the_two_nodes_trains_as_one_process(
 ) -> None:
     """`--launcher ray` from node 0: the trainer's actor on one node, the rollout worker's on the other
     (the dry run says so), and at S = 0, one thread each, the run is the one-process run bit for bit."""
-    from tests.api.test_ray_launcher import same_run
-
     save = ["--option", "save_every=3"]
     args = [
         "train",

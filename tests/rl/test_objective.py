@@ -23,6 +23,7 @@ from srpo_dsl.rl import (
 )
 from srpo_dsl.rl.objective.advantages import AdvantageInputs, event_advantages, group_index
 from srpo_dsl.rl.objective.setwise import set_reduction_scale
+from tests.support.objective import random_batch
 
 BUILTIN_OBJECTIVES = tuple(OBJECTIVES)  # the one list of names: the registries'
 SET_NORMS = tuple(REGISTERED_NORMS)
@@ -143,19 +144,6 @@ def test_num_events_scales_the_loss() -> None:
     loss_local, _ = setwise_loss(*batch())
     loss_global, _ = setwise_loss(*batch(), num_events=8)
     assert loss_global.item() == pytest.approx(loss_local.item() * 2 / 8, abs=1e-12)
-
-
-def random_batch(seed: int, rows: int = 40, tokens: int = 12):
-    g = torch.Generator().manual_seed(seed)
-    k = torch.randint(1, 5, (rows,), generator=g)
-    events = torch.repeat_interleave(torch.arange(rows), k)[:rows] * 5 + 3  # non-contiguous ids
-    events = events[torch.randperm(rows, generator=g)]  # an event's rows need not be adjacent
-    lengths = torch.randint(1, tokens + 1, (rows,), generator=g)
-    mask = torch.arange(tokens)[None, :] < lengths[:, None]
-    old = -torch.rand(rows, tokens, generator=g, dtype=torch.float64) * 3
-    lp = (old + 0.15 * torch.randn(rows, tokens, generator=g, dtype=torch.float64)).masked_fill(~mask, -1e9)
-    adv_per_id = torch.randn(int(events.max()) + 1, generator=g, dtype=torch.float64)
-    return lp.requires_grad_(), old.masked_fill(~mask, -1e9), mask, events, adv_per_id[events]
 
 
 def test_gradient_equals_detached_per_member_weights() -> None:

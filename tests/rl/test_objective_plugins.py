@@ -17,31 +17,12 @@ from srpo_dsl.lang.checks.schema import TrainOptions
 from srpo_dsl.rl.objective.losses import get_objective
 from srpo_dsl.rl.objective.plugins import training_objective
 from srpo_dsl.runtime.usercode import UserCodeError
-from tests.rl.test_objective import random_batch
+from tests.support.objective import SRPO_AGAIN, random_batch
 from tests.support.training import TEMPERATURES, build, make_episodes, make_models, parameters
 
 ROOT = Path(__file__).resolve().parents[2]
 GSPO = ROOT / "workflows" / "gspo.srpo"
 
-SRPO_AGAIN = '''
-"""SRPO's setwise terms, re-implemented against the plugin API only."""
-import torch
-
-from srpo_dsl.rl.objective.setwise import LossConfig, PolicyBatch, PolicyTerms, clipped_terms, token_log_ratio
-
-C = {"sqrt": lambda k: k**-0.5, "mean": lambda k: 1.0 / k, "none": torch.ones_like}
-
-
-def loss(batch: PolicyBatch, config: LossConfig) -> PolicyTerms:
-    events, event_of_row = torch.unique(batch.event_ids, return_inverse=True)
-    member = token_log_ratio(batch).sum(-1)  # l_ej
-    zeros = member.new_zeros(len(events))
-    k = zeros.index_add(0, event_of_row, torch.ones_like(member))  # K_e
-    summed = zeros.index_add(0, event_of_row, member)  # sum_j l_ej
-    advantage = zeros.index_copy(0, event_of_row, batch.advantages.detach().to(member.dtype))  # A_e
-    every_event = torch.ones_like(k, dtype=torch.bool)
-    return clipped_terms(C[config.set_norm](k) * summed, advantage, config.clip_eps, every_event, k, event_of_row)
-'''
 
 ESTIMATORS = '''
 import torch

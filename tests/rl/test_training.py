@@ -317,7 +317,7 @@ def test_conversations_packed_in_one_pass_step_like_cached_rows(
     for packed in (False, True):
         chosen = {"objective": objective, "epochs": 2, "grad_clip": 0.5, "pack_rows": packed, **options}
         if adapters:
-            from tests.rl.test_adapters import shared
+            from tests.support.adapters import shared
 
             policies, opts = shared(models[0], tmp_path, dist, **chosen)
         else:
@@ -361,7 +361,7 @@ def test_chained_rows_are_scored_in_one_pass_over_their_last(models, adapters):
 
     from srpo_dsl.backends.logprobs import response_logprobs
     from srpo_dsl.rl.engines.adapters import with_adapters
-    from tests.rl.test_adapters import LORA_A, LORA_B
+    from tests.support.adapters import LORA_A, LORA_B
 
     model = AutoModelForCausalLM.from_pretrained(models[0]).eval()
     prompts, responses, follows, names = chained_rows()

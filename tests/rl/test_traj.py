@@ -18,7 +18,7 @@ from srpo_dsl.rl.objective.advantages import AdvantageInputs
 from srpo_dsl.rl.objective.plugins import training_objective
 from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.episode import Episode, Event, Member
-from tests.rl.test_objective import random_batch
+from tests.support.objective import random_batch
 
 A = 0.5 / (0.5 + 1e-6)  # two returns {r1, r0}: mean and population std 0.5 apart, eps = 1e-6
 TRAJ = get_objective("traj")

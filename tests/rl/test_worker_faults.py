@@ -32,7 +32,7 @@ from srpo_dsl.rl.transport.worker import send_batch
 from srpo_dsl.runlock import check_free
 from srpo_dsl.runtime.episode import Episode, Event, Member
 from tests.support.clitools import ROOT
-from tests.support.runs import QUICKSTART, SMALL, env_threads, first_result, metrics
+from tests.support.runs import QUICKSTART, SMALL, env_threads, first_result, metrics, wait_for_steps
 
 CPU = torch.device("cpu")
 STEPS = 4
@@ -139,16 +139,6 @@ def trainer_and_workers(launcher: subprocess.Popen) -> dict[int, psutil.Process]
         if "RANK" in (environ := child.environ()):
             found[int(environ["RANK"])] = child
     return found
-
-
-def wait_for_steps(launcher: subprocess.Popen, out: Path, steps: int) -> None:
-    """Until `steps` rows of metrics are written. The deadline is generous: on a loaded 2-core machine
-    (other test files' runs beside this one's 3 processes) a step can take tens of seconds."""
-    deadline = time.time() + 600
-    while not (out / "metrics.jsonl").exists() or len(metrics(out)) < steps:
-        assert launcher.poll() is None, "the run ended before the kill"
-        assert time.time() < deadline, f"no {steps} steps in 600 s"
-        time.sleep(0.05)
 
 
 @pytest.mark.distributed

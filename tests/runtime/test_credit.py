@@ -11,11 +11,12 @@ import torch
 from srpo_dsl.backends.scripted import ScriptedBackend
 from srpo_dsl.rl.objective.rows import build_rows
 from srpo_dsl.runtime.credit import CreditKey, member_return, role_rounds, rounds_taken
-from srpo_dsl.runtime.episode import Episode, Event, Member
+from srpo_dsl.runtime.episode import Episode
 from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import load_workflow, task_data
 from srpo_dsl.runtime.traces import read_traces, to_trace, write_traces
 from srpo_dsl.runtime.usercode import UserCodeError
+from tests.support.episodes import make_event, make_member
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,19 +41,11 @@ def test_the_most_specific_key_wins():
     assert member_return({"d#2": 2.0}, -9.0, "d", 1, 1) == -9.0
 
 
-def _member(role: str, replica: int, index: int = 0) -> Member:
-    return Member(index, role, replica, "lm", 0, [1], [2], [0.0], "x", True)
-
-
-def _event(ep_id: str, n: int, event_type: str, *members: Member) -> Event:
-    return Event(f"{ep_id}/e{n}", event_type, event_type, "s", len(members), True, list(members))
-
-
 def test_rounds_count_each_roles_events():
     events = [
-        _event("p/0", 1, "a", _member("w", 1)),
-        _event("p/0", 2, "b", _member("j", 1)),
-        _event("p/0", 3, "a", _member("w", 1), _member("w", 2, 1)),
+        make_event("p/0", 1, "a", make_member("w", 1)),
+        make_event("p/0", 2, "b", make_member("j", 1)),
+        make_event("p/0", 3, "a", make_member("w", 1), make_member("w", 2, 1)),
     ]
     assert role_rounds(events) == [{"w": 1}, {"j": 1}, {"w": 2}]
     assert rounds_taken(events) == {"w": 2, "j": 1}
@@ -61,8 +54,10 @@ def test_rounds_count_each_roles_events():
 def _solver_judge(sample: int, solvers: tuple[float, float], judge: float) -> Episode:
     ep = Episode(f"p/{sample}", "p", sample, {})
     ep.events = [
-        _event(ep.episode_id, 1, "parallel:solver", _member("solver", 1), _member("solver", 2, 1)),
-        _event(ep.episode_id, 2, "aggregate:judge", _member("judge", 1)),
+        make_event(
+            ep.episode_id, 1, "parallel:solver", make_member("solver", 1), make_member("solver", 2, 1)
+        ),
+        make_event(ep.episode_id, 2, "aggregate:judge", make_member("judge", 1)),
     ]
     ep.record_returns(judge, judge, {"judge": judge, "solver#1": solvers[0], "solver#2": solvers[1]})
     return ep
@@ -94,8 +89,8 @@ def test_drmas_pools_a_roles_steps_and_grpo_does_not():
     for sample, (first, second) in enumerate([(1.0, 3.0), (0.0, 0.0)]):
         ep = Episode(f"p/{sample}", "p", sample, {})
         ep.events = [
-            _event(ep.episode_id, 1, "s1", _member("w", 1)),
-            _event(ep.episode_id, 2, "s2", _member("w", 1)),
+            make_event(ep.episode_id, 1, "s1", make_member("w", 1)),
+            make_event(ep.episode_id, 2, "s2", make_member("w", 1)),
         ]
         ep.record_returns(0.0, 0.0, {"w@1": first, "w@2": second})
         eps.append(ep)
@@ -113,7 +108,7 @@ def test_per_round_credit_of_the_doc_example(objective):
     eps = []
     for sample, r in enumerate([1.0, 0.0]):
         ep = Episode(f"p/{sample}", "p", sample, {})
-        ep.events = [_event(ep.episode_id, n, "loop:writer", _member("writer", 1)) for n in (1, 2)]
+        ep.events = [make_event(ep.episode_id, n, "loop:writer", make_member("writer", 1)) for n in (1, 2)]
         ep.record_returns(r, r, {"writer": r, "writer@1": 0.5 * r})
         eps.append(ep)
     rows = build_rows(eps, objective)

@@ -17,6 +17,7 @@ from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.traces import SCHEMA, read_traces
 from srpo_dsl.runtime.usercode import UserCodeError
 from tests.support.clitools import cli
+from tests.support.episodes import make_event, make_member
 
 USER = """
 def load(split, n=1):
@@ -263,11 +264,9 @@ def test_the_trace_records_the_words_and_audit_prints_them(tmp_path):
 
 def test_summed_returns_add_each_steps_most_specific_key():
     """Two steps; p acted in rounds 1 (replicas 1, 2) and 2 (replica 1)."""
-    from tests.runtime.test_credit import _event, _member
-
     events = [
-        _event("t/0", 1, "parallel:p", _member("p", 1), _member("p", 2, 1)),
-        _event("t/0", 2, "parallel:p", _member("p", 1)),
+        make_event("t/0", 1, "parallel:p", make_member("p", 1), make_member("p", 2, 1)),
+        make_event("t/0", 2, "parallel:p", make_member("p", 1)),
     ]
     steps = [(0.0, {"p#1@1": 0.5}), (1.0, {"p#2": 3.0, "p@2": 2.0})]
     assert summed_returns(steps, events) == {

@@ -12,14 +12,9 @@ from transformers import AutoTokenizer
 from srpo_dsl.api import load
 from srpo_dsl.lang import analyze
 from srpo_dsl.runtime.toolcalls import parse_native
-from tests.lang.test_tool_schemas import CHAT, _workflow
+from tests.support.tools import CHAT, call, tool_workflow
 
 ACTIONS = ("lookup", "answer")
-
-
-def call(fmt: str, name: str = "lookup", **args: object) -> str:
-    body = json.dumps({"name": name, ("arguments" if fmt == "hermes" else "parameters"): args})
-    return f"<tool_call>{body}</tool_call>" if fmt == "hermes" else body
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "llama3"])
@@ -70,7 +65,7 @@ def test_the_arguments_may_be_a_json_string():
 def test_a_rollout_calls_the_tool_with_the_native_calls_query(tmp_path: Path, folder, fmt):
     """Scripted replies in the model's format: the tool runs on the call's argument; a malformed call is
     an invalid member that calls nothing."""
-    path = _workflow(tmp_path, folder, fmt)
+    path = tool_workflow(tmp_path, folder, fmt)
     replies = [call(fmt, query="cat"), call(fmt, query="cat")[:-3]]
     (tmp_path / "replies.json").write_text(json.dumps({"solver": replies}))
     rollouts = load(path).run(limit=2, backend="scripted", models=tmp_path / "replies.json", progress=False)
@@ -88,7 +83,7 @@ def test_a_conversation_appends_the_tools_result_as_a_tool_message(tmp_path: Pat
     chat template writes a `tool` message, with the generation prompt: the whole is the template's
     rendering of [user, assistant, tool]."""
     tok = AutoTokenizer.from_pretrained(CHAT / folder)
-    path = _workflow(tmp_path, folder, fmt)
+    path = tool_workflow(tmp_path, folder, fmt)
     (tmp_path / "obs.j2").write_text("{% for h in new_history %}{{ h.result | default(h.text) }}{% endfor %}")
     text = path.read_text().replace("max_tokens = 96)", 'max_tokens = 96, observe = "obs.j2")')
     path.write_text(text.replace("call lookup on solver\n", "call lookup on solver\nact solver\n"))

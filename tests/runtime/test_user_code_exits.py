@@ -2,7 +2,6 @@
 file:line (exit 1, nothing written), whichever use it has, and so is a `KeyboardInterrupt` it raises
 itself (a Ctrl-C while it runs stays an interrupt); what it prints reaches stderr."""
 
-import json
 import signal
 import sys
 from pathlib import Path
@@ -16,14 +15,7 @@ from srpo_dsl.lang.usercode.pycode import CodeRef
 from srpo_dsl.rl.loop import trainer
 from srpo_dsl.rl.objective.plugins import UserTerms, locate
 from srpo_dsl.runtime.usercode import UserCodeError, load_function
-from tests.runtime.test_user_code_runtime import BASE_CODE, SCRIPT, make
-from tests.support.clitools import cli
-
-
-def run_scripted(tmp_path: Path, path: Path):
-    script = tmp_path / "replies.json"
-    script.write_text(json.dumps(SCRIPT))
-    return cli("run", path, "--backend", "scripted", "--model", script, "--out", tmp_path / "out")
+from tests.support.user_code import BASE_CODE, make, run_scripted
 
 
 @pytest.mark.parametrize("code", [0, 5])

@@ -13,45 +13,7 @@ from srpo_dsl.runtime.executor import Executor
 from srpo_dsl.runtime.setup import build_tools, load_workflow, task_data
 from srpo_dsl.runtime.usercode import UserCodeError
 from tests.support.clitools import cli
-
-BASE_CODE = """
-import time
-CALLS = []
-
-def load(split, n=3):
-    return [{"question": f"{split} {i}", "gold": str(i)} for i in range(n)]
-
-def score(answer, row):
-    return float(answer == row["gold"])
-
-def calc(queries, suffix="!"):
-    CALLS.append(len(queries))
-    return [q + suffix for q in queries]
-
-def parse(text):
-    return text.startswith("ok"), text[3:]
-"""
-
-WORKFLOW = """workflow w
-policy lm = hf("m")
-task "user.py:load"(n = 3)
-tool calc = "user.py:calc"(timeout = 5{tool_options})
-agent a[2] uses lm prompt "p.j2" emits "user.py:parse"
-agent b uses lm prompt "p.j2" emits text
-parallel a
-call calc on a
-aggregate b
-reward "user.py:{reward}"(b) invalid -0.5
-"""
-
-
-def make(tmp_path: Path, code: str = "", reward: str = "score", tool_options: str = "") -> Path:
-    """A workflow folder with user.py = BASE_CODE + `code`; returns the workflow path."""
-    (tmp_path / "user.py").write_text(BASE_CODE + textwrap.dedent(code))
-    (tmp_path / "p.j2").write_text("{{ task.question }} {{ observations | length }}")
-    path = tmp_path / "w.srpo"
-    path.write_text(WORKFLOW.format(reward=reward, tool_options=tool_options))
-    return path
+from tests.support.user_code import BASE_CODE, SCRIPT, make
 
 
 def execute(path: Path, script: dict, samples: int = 1):
@@ -59,9 +21,6 @@ def execute(path: Path, script: dict, samples: int = 1):
     tools = build_tools(wf)
     executor = Executor(wf.graph, {"lm": ScriptedBackend(script)}, wf.renderer(), tools)
     return executor.run(task_data(wf), samples=samples), tools
-
-
-SCRIPT = {"a": ["ok 1", "bad", "ok 2"], "b": ["1", "0", "2"]}
 
 
 def test_a_workflow_on_user_code_runs(tmp_path):

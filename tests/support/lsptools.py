@@ -1,4 +1,5 @@
-"""What the language server must publish: `srpo-dsl validate --format json`'s diagnostics, as LSP's."""
+"""What the language server must publish: `srpo-dsl validate --format json`'s diagnostics, as LSP's; the
+formatting options a client sends (`OPTIONS`)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def published(diags: list[dict]) -> list[dict]:
 
 QUICKSTART = ROOT / "workflows" / "quickstart.srpo"
 TYPO = ("parallel solver ", "parallel solvers")  # an undefined agent: E012 on line 13
+OPTIONS = {"tabSize": 4, "insertSpaces": True}  # formatting options a client sends
 
 
 def editor_files(folder: Path) -> tuple[Path, Path]:

@@ -1,10 +1,13 @@
 """What the tests of whole training runs share: the quickstart and a small run of it (`SMALL`), a run's
-metrics and weights read back, the environment of a run's processes, and targets in spawned processes."""
+metrics and weights read back and compared (`same_run`), waiting for a running one's steps, the
+environment of a run's processes, and targets in spawned processes."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,3 +64,23 @@ def env_threads(n: int) -> dict[str, str]:
     in-process group sets them; a run with a worker then starts its own launch)."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     return env | {"OMP_NUM_THREADS": str(n)}
+
+
+def wait_for_steps(launcher: subprocess.Popen, out: Path, steps: int) -> None:
+    """Until `steps` rows of metrics are written. The deadline is generous: on a loaded 2-core machine
+    (other test files' runs beside this one's 3 processes) a step can take tens of seconds."""
+    deadline = time.time() + 600
+    while not (out / "metrics.jsonl").exists() or len(metrics(out)) < steps:
+        assert launcher.poll() is None, "the run ended before the kill"
+        assert time.time() < deadline, f"no {steps} steps in 600 s"
+        time.sleep(0.05)
+
+
+COMPARED = ("return", "loss", "grad_norm", "num_events")
+
+
+def same_run(a: Path, b: Path) -> None:
+    """The same metrics at every step and the same checkpointed weights, bit for bit."""
+    assert [[r[k] for k in COMPARED] for r in metrics(a)] == [[r[k] for k in COMPARED] for r in metrics(b)]
+    first, second = weights(a, 3), weights(b, 3)
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)

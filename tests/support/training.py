@@ -1,5 +1,6 @@
-"""What the training tests share: a two-policy team, two tiny random models, synthetic episodes, engines
-built on them, and the environment of a subprocess that trains (`train_env`)."""
+"""What the training tests share: a two-policy team, a one-policy team of one step (`ONE_POLICY_TEAM`), two
+tiny random models and the chat template of tests/conftest.py's, synthetic episodes, engines built on them,
+and the environment of a subprocess that trains (`train_env`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,21 @@ TEAMS = {  # the team above with full models, and with two adapters on one froze
         "policy b = adapter(base, r = 2, alpha = 4) with (temperature = 0.7)",
     ).replace("lr = 1e-2", "lr = 1e-1"),  # LoRA starts as the identity: a larger step, so events clip
 }
+ONE_POLICY_TEAM = """\
+workflow team
+policy lm = hf("model") with (temperature = 1.0)
+task arith(n = 16, seed = 0, max_operand = 9, eval_n = 4)
+agent solver[2]  uses lm prompt "solver.j2" emits text with (max_tokens = 4)
+agent aggregator uses lm prompt "aggregator.j2" emits text with (max_tokens = 4)
+parallel solver
+aggregate aggregator
+reward exact_match(aggregator, task.answer) invalid -0.1
+train with (group = 2, batch = 2, steps = 1, eval_size = 2, eval_k = 2, save_every = 5)
+"""  # one step of `srpo-dsl train` on a model folder `model`, prompts solver.j2 and aggregator.j2
+CHAT_TEMPLATE = (  # tests/conftest.py's `tiny_random_model`'s: <|user|>TEXT<|assistant|>
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 SGD = {"optimizer": {"type": "SGD", "params": {"lr": 1.0}}}  # update = -grad: parameters show gradient errors
 
 

@@ -28,9 +28,8 @@ from srpo_dsl.runfolder import read_jsonl
 from srpo_dsl.sweep.experiment import tomllib  # tomli before Python 3.11
 from srpo_dsl.trackers.base import TrackedRun, Tracker, tracked_metrics
 from srpo_dsl.trackers.fanout import Trackers, start_tracker
-from tests.cli.test_cli_train import TEAM
 from tests.support.clitools import ROOT, cli
-from tests.support.training import train_env
+from tests.support.training import ONE_POLICY_TEAM, train_env
 
 mlflow = pytest.importorskip("mlflow")
 wandb = pytest.importorskip("wandb")
@@ -95,7 +94,7 @@ def workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("team")
     (folder / "solver.j2").write_text("S {{ task.question }}=")
     (folder / "aggregator.j2").write_text("A {{ task.question }}=")
-    (folder / "team.srpo").write_text(TEAM)
+    (folder / "team.srpo").write_text(ONE_POLICY_TEAM)
     return folder / "team.srpo"
 
 
