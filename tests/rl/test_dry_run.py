@@ -108,6 +108,35 @@ def test_the_cli_pages_dry_runs_print_what_it_shows(tmp_path: Path) -> None:
         # its plan to the other ranks
 
 
+def test_as_deepspeed_launches_them_rank_0_hosts_the_store_and_hands_its_plan_on(tmp_path: Path) -> None:
+    """The `deepspeed` launcher (and `srpo-dsl`'s own) starts the ranks with RANK, WORLD_SIZE, MASTER_ADDR
+    and MASTER_PORT only: rank 0 hosts the rendezvous store after it planned; the other rank waits there for
+    the plan, and both join the dry run's group on that one store."""
+    port, compiles = str(free_port()), tmp_path / "compiles"
+    command = [sys.executable, "-m", "srpo_dsl", "train", str(QUICKSTART), "--zero", "2", "--dry-run"]
+    ranks = [
+        subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=counting(env_threads(1), compiles) | launch(rank, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (1, 0)  # the other rank first: it waits for rank 0's store
+    ]
+    (out1, err1), (out0, err0) = (r.communicate(timeout=120) for r in ranks)
+    assert [r.returncode for r in ranks] == [0, 0], err0[-2000:] + err1[-2000:]
+    assert out0.splitlines()[0].startswith("dry run: 2 processes on 1 node (2 trainer ranks), connected")
+    assert out1 == ""
+    assert compiling_processes(compiles) == 1
+
+
+def launch(rank: int, port: str) -> dict[str, str]:
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port}  # fmt: skip
+
+
 def test_under_torchrun_a_workflow_error_is_said_once_by_rank_0(tmp_path: Path) -> None:
     """The other rank parses nothing: it waits for rank 0's plan, and ends in silence when none comes."""
     team = tmp_path / "team.srpo"
