@@ -76,10 +76,10 @@ def launched_argv(out: Path, verbose: bool, dry_run: bool) -> list[str]:
 
 def stopped_at(out: Path, steps: int) -> str:
     """`step S of STEPS`: the last step the run in `out` recorded (0: none)."""
-    from srpo_dsl.runfolder import METRICS, read_jsonl
+    from srpo_dsl.runfolder import METRICS, as_int, read_jsonl
 
     try:
-        done = [int(row["step"]) for row in read_jsonl(out / METRICS)]
+        done = [as_int(row["step"]) for row in read_jsonl(out / METRICS)]
     except (OSError, ValueError, KeyError, TypeError, OverflowError):
         done = []
     return f"step {max(done, default=0)} of {steps}"
