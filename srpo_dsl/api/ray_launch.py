@@ -27,14 +27,15 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import IO, TYPE_CHECKING, TypeAlias
 
 from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import UsageError
 from srpo_dsl.launched import ended_before_joining, role
+from srpo_dsl.stopping import Handler
 
 if TYPE_CHECKING:
     from ray import ObjectRefGenerator
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainPlan
 
 Rank: TypeAlias = "ActorHandle[RankProcess]"  # one process's actor (`api.ray_rank`)
-Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | None  # what `signal.signal` returns
 INSTALL = "pip install 'srpo-dsl[ray]'"
 PROBE_SECONDS = 5.0  # for the head's port to answer (`ray.init` itself retries for minutes)
 GRACE = 10.0  # seconds the workers get to stop once the trainer is done
