@@ -94,7 +94,7 @@ def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, s
     return out
 
 
-class Engines(TypedDict):
+class EngineFlags(TypedDict):
     """The rollout settings of `Workflow.run` and `Workflow.evaluate`."""
 
     backend: str
@@ -106,7 +106,7 @@ class Engines(TypedDict):
 
 def engines_of(
     backend: BackendName, model: list[str], wf: Workflow, device: Device | None, decode: Decode, verbose: bool
-) -> Engines:
+) -> EngineFlags:
     """The API's rollout settings from the command line's flags."""
     if BACKENDS[backend.value].replays_script and not model:
         raise CliError(f"--backend {backend.value} needs the reply script: --model replies.json")
