@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -115,7 +116,12 @@ def relaunch(processes: int, argv: Sequence[str], joined: Path, outputs: Outputs
         )
         for r in range(processes)
     ]
-    forward = {sig: signal.signal(sig, lambda s, _: [p.send_signal(s) for p in ranks]) for sig in FORWARDED}
+
+    def forwarded(number: int, _: FrameType | None) -> None:
+        for process in ranks:
+            process.send_signal(number)
+
+    forward = {sig: signal.signal(sig, forwarded) for sig in FORWARDED}
     try:
         code = launch_code(ranks, joined, outputs.stderr)
         for process in ranks:
