@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @checked
-def load(path: str | Path, settings: Mapping[str, object] | None = None) -> Workflow:
+def load(path: str | Path, settings: Mapping[str, Any] | None = None) -> Workflow:  # (checked: any value)
     """The workflow at `path`, checked and compiled. `settings`: tool options in place of the file's,
     `{"tool.NAME.OPTION": value}` (`tool.search.url`: another retrieval server; docs/cli.md), kept by
     `run`, `evaluate` and `train`. Raises `WorkflowError` (its diagnostics) when it has errors,
