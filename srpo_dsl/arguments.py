@@ -23,11 +23,11 @@ from typing import Any, TypeVar
 from srpo_dsl.argranges import BOUNDS
 from srpo_dsl.errors import UsageError
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 UNIONS = (typing.Union, types.UnionType)
 
 
-def matches(value: Any, hint: Any) -> bool:
+def matches(value: object, hint: object) -> bool:
     """Whether `value` is of the annotation `hint` (no conversion)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
@@ -56,7 +56,7 @@ def matches(value: Any, hint: Any) -> bool:
     raise TypeError(f"srpo_dsl.arguments cannot check the annotation {hint!r}")
 
 
-def described(hint: Any) -> str:
+def described(hint: object) -> str:
     """`hint` in words: `a str or os.PathLike`, `an int or None`, `a mapping of str to str`."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is None or hint is type(None):
@@ -77,7 +77,7 @@ def described(hint: Any) -> str:
     return ("an " if name[0] in "aeiouAEIOU" else "a ") + name
 
 
-def refusal(param: str, value: Any, hint: Any) -> str | None:
+def refusal(param: str, value: object, hint: object) -> str | None:
     """Why `value` cannot be `param` (`must be an int, got float`), or None when it can."""
     if not matches(value, hint):
         got = shown(value) if typing.get_origin(hint) is typing.Literal else type(value).__name__
@@ -90,7 +90,7 @@ def refusal(param: str, value: Any, hint: Any) -> str | None:
     return None
 
 
-def annotations_of(fn: Callable[..., Any]) -> dict[str, Any]:
+def annotations_of(fn: Callable[..., object]) -> dict[str, object]:
     """{parameter: its annotation, evaluated in `fn`'s module}; parameters without one are not checked."""
     found = {}
     for name, p in inspect.signature(fn).parameters.items():
@@ -100,12 +100,12 @@ def annotations_of(fn: Callable[..., Any]) -> dict[str, Any]:
     return found
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def one_of(what: str, value: Any, allowed: Sequence[str]) -> None:
+def one_of(what: str, value: object, allowed: Sequence[str]) -> None:
     """`value` is one of the fixed `allowed` (`srpo_dsl.choices`, a registry's names), else one `UsageError`
     line, as for a device: `offload 'two': expected one of none, optimizer, params, all`."""
     if not isinstance(value, str) or value not in allowed:
@@ -116,10 +116,10 @@ def checked(fn: F) -> F:
     """`fn`, its arguments checked against its annotations and `BOUNDS` first: a wrong one (or a call that
     does not bind) raises `UsageError` naming it. Keeps `fn`'s name, signature, defaults and docstring."""
     signature = inspect.signature(fn)
-    resolved: list[dict[str, Any]] = []  # the annotations, evaluated at the first call (all names defined)
+    resolved: list[dict[str, object]] = []  # the annotations, evaluated at the first call (all names defined)
 
     @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: object, **kwargs: object) -> object:
         hints = resolved[0] if resolved else resolved.append(annotations_of(fn)) or resolved[0]
         try:  # the arguments given are checked first, then that none is missing
             bound = signature.bind_partial(*args, **kwargs)

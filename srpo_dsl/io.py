@@ -174,11 +174,11 @@ def umask_modes(folder: Path) -> None:
                 os.chmod(entry, 0o666 & ~mask)
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
-def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
+def append_jsonl(path: Path, row: Mapping[str, object]) -> None:
     """Append one row and flush it to disk (a killed run keeps every row it logged); a `WriteError` when
     the disk refuses it."""
     with writing(path), path.open("a", encoding="utf-8") as f:

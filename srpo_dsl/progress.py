@@ -11,8 +11,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sized
+from typing import Generic, Protocol, TypeVar, overload
 
 from srpo_dsl.console import note, quiet
 from srpo_dsl.errors import UsageError
@@ -36,8 +36,54 @@ def interval_seconds() -> float:
     return seconds
 
 
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Bar(Protocol[T_co]):
+    """What `progress` returns (tqdm's bar or `Lines`): iterated over, or updated by hand."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+
+    def __enter__(self) -> Bar[T_co]: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def set_postfix_str(self, postfix: str) -> None: ...
+
+    def update(self, n: int = 1) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@overload
 def progress(
-    iterable: Iterable[Any] | None = None,
+    iterable: Iterable[T],
+    *,
+    total: int | None = ...,
+    desc: str,
+    unit: str,
+    enabled: bool = ...,
+    initial: int = ...,
+    leave: bool = ...,
+) -> Bar[T]: ...
+
+
+@overload
+def progress(
+    iterable: None = ...,
+    *,
+    total: int | None = ...,
+    desc: str,
+    unit: str,
+    enabled: bool = ...,
+    initial: int = ...,
+    leave: bool = ...,
+) -> Bar[None]: ...  # a bar updated by hand
+
+
+def progress(
+    iterable: Iterable[T] | None = None,
     *,
     total: int | None = None,
     desc: str,
@@ -45,12 +91,12 @@ def progress(
     enabled: bool = True,
     initial: int = 0,
     leave: bool = True,
-) -> Any:
+) -> Bar[T] | Bar[None]:
     """A bar over `iterable` (or updated by hand: `update(n)`), with `set_postfix_str` and `close`, usable
     as a context manager: tqdm on a terminal (its last frame kept unless `leave=False`), `Lines` elsewhere."""
     shown = enabled and not quiet() and os.environ.get("TQDM_DISABLE", "").lower() not in ("1", "true")
-    if total is None and iterable is not None and hasattr(iterable, "__len__"):
-        total = initial + len(iterable)  # type: ignore[arg-type]
+    if total is None and isinstance(iterable, Sized):
+        total = initial + len(iterable)
     if shown and sys.stderr.isatty():
         from tqdm import tqdm
 
@@ -68,12 +114,12 @@ def write(message: str) -> None:
         note(message)
 
 
-class Lines:
+class Lines(Generic[T]):
     """Progress as whole lines: `DESC: N/TOTAL UNITs (P%), T s[, POSTFIX]`."""
 
     def __init__(
         self,
-        iterable: Iterable[Any] | None,
+        iterable: Iterable[T] | None,
         total: int | None,
         desc: str,
         unit: str,
@@ -87,13 +133,13 @@ class Lines:
         self.began = self.last = time.monotonic()
         self.postfix = ""
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[T]:
         assert self.iterable is not None
         for item in self.iterable:
             yield item
             self.update(1)
 
-    def __enter__(self) -> Lines:
+    def __enter__(self) -> Lines[T]:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Literal, TypeVar
 from srpo_dsl.devices import DEVICE_WORDS
 
 T = TypeVar("T")
+Parse = TypeVar("Parse", bound=Callable[..., object])  # a contract's parser, registered as it is
 
 
 def load(path: str) -> Any:
@@ -369,11 +370,11 @@ def register_contract(
     always_valid: bool = False,
     testable: bool = False,
     multi_call: bool = False,
-) -> Callable[[Any], Any]:
+) -> Callable[[Parse], Parse]:
     """A decorator: its function `(text, *args) -> Parsed` parses the output contract `name`, whose
     capabilities are `ContractSpec`'s."""
 
-    def register(parse: Callable[..., Any]) -> Callable[..., Any]:
+    def register(parse: Parse) -> Parse:
         CONTRACTS.add(name, ContractSpec(args, describe, parse, always_valid, testable, multi_call))
         return parse
 

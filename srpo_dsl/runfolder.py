@@ -21,9 +21,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from srpo_dsl.io import complete_lines, loads
+from srpo_dsl.jsonvalue import JsonObject, JsonValue
 
 METRICS, EVAL, CONFIG, TRACES, GRAPH = (
     "metrics.jsonl",
@@ -42,7 +42,7 @@ PERCENT = 100.0  # the scale of Avg@k and Pass@k wherever they are shown (percen
 RENAMED = {"score": "return", "accuracy": "task_score"}  # metrics.jsonl: an older run's key -> its name now
 
 
-def current_keys(row: Mapping[str, Any]) -> dict[str, Any]:
+def current_keys(row: Mapping[str, JsonValue]) -> JsonObject:
     """A metrics.jsonl row with the keys an older run wrote (`RENAMED`) under their names now."""
     return {RENAMED.get(key, key): value for key, value in row.items()}
 
@@ -76,7 +76,7 @@ def checkpoint_folders(run: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, notes: list[str] | None = None) -> list[JsonObject]:
     """A run file's rows ([] when it does not exist) up to its last complete line: an unfinished one (its
     writer was killed mid-line) is left out, and said in `notes`; RunError when it is not JSON Lines."""
     if not path.is_file():
@@ -85,7 +85,7 @@ def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any
         lines, cut = complete_lines(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise RunError(f"cannot read {path}: {type(exc).__name__}") from None
-    rows = []
+    rows: list[JsonObject] = []
     for i, line in enumerate(lines, 1):
         try:
             row = loads(line) if line.strip() else None
@@ -100,7 +100,7 @@ def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any
     return rows
 
 
-def column(rows: list[dict[str, Any]], key: str, path: Path) -> list[float]:
+def column(rows: list[JsonObject], key: str, path: Path) -> list[float]:
     """Each row's number `key` (`read_jsonl`'s rows of `path`); RunError naming the row that has none."""
     out = []
     for i, row in enumerate(rows, 1):
@@ -111,7 +111,7 @@ def column(rows: list[dict[str, Any]], key: str, path: Path) -> list[float]:
     return out
 
 
-def whole_column(rows: list[dict[str, Any]], key: str, path: Path) -> list[int]:
+def whole_column(rows: list[JsonObject], key: str, path: Path) -> list[int]:
     """Each row's whole number `key` (a step, a k); RunError naming a row whose value is none (1e400)."""
     values = column(rows, key, path)
     for i, value in enumerate(values, 1):
@@ -130,14 +130,32 @@ def number_or_nan(value: object) -> float:
         return math.nan
 
 
-def read_config(run: Path) -> dict[str, Any] | None:
+def as_float(value: JsonValue) -> float:
+    """`float(value)` of a value read from JSON: a number, or a string that spells one (ValueError when it
+    does not); TypeError, in `float`'s own words, for null, a list or an object."""
+    if isinstance(value, (bool, int, float, str)):
+        return float(value)
+    raise TypeError(f"float() argument must be a string or a real number, not '{type(value).__name__}'")
+
+
+def as_int(value: JsonValue) -> int:
+    """`int(value)` of a value read from JSON (a float is cut to its whole part, as `int` does); TypeError,
+    in `int`'s own words, for null, a list or an object."""
+    if isinstance(value, (bool, int, float, str)):
+        return int(value)
+    raise TypeError(
+        f"int() argument must be a string, a bytes-like object or a real number, not '{type(value).__name__}'"
+    )
+
+
+def read_config(run: Path) -> JsonObject | None:
     """RUN/config.json, the settings the run was started with (None when absent); RunError when it is not
     a JSON object."""
     path = run / CONFIG
     if not path.is_file():
         return None
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config: JsonValue = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RunError(f"{path} is not readable JSON ({type(exc).__name__})") from None
     if not isinstance(config, dict):
@@ -155,14 +173,14 @@ class EvalCurve:
     passed: list[float]
 
 
-def eval_curve(rows: list[dict[str, Any]], path: Path) -> EvalCurve:
+def eval_curve(rows: list[JsonObject], path: Path) -> EvalCurve:
     """The curve of eval.jsonl's rows (read from `path`); RunError when a row lacks its fields."""
     try:
         return EvalCurve(
-            int(rows[-1]["k"]),
-            [int(r["step"]) for r in rows],
-            [PERCENT * float(r["avg_at_k"]) for r in rows],
-            [PERCENT * float(r["pass_at_k"]) for r in rows],
+            as_int(rows[-1]["k"]),
+            [as_int(r["step"]) for r in rows],
+            [PERCENT * as_float(r["avg_at_k"]) for r in rows],
+            [PERCENT * as_float(r["pass_at_k"]) for r in rows],
         )
     except (IndexError, KeyError, TypeError, ValueError, OverflowError) as exc:  # (a step of 1e400)
         raise RunError(f"{path}: not an eval file ({type(exc).__name__}: {exc})") from None
@@ -183,14 +201,14 @@ class RoleSeries:
     values: list[float]
 
 
-def role_series(rows: list[dict[str, Any]], metric: str) -> list[RoleSeries]:
+def role_series(rows: list[JsonObject], metric: str) -> list[RoleSeries]:
     """Each role's `role/ROLE/metric` over the steps that logged it, roles in order of appearance."""
     names = [k.split("/")[1] for r in rows for k in r if k.startswith("role/") and k.endswith(f"/{metric}")]
     out = []
     for role in dict.fromkeys(names):
         key = f"role/{role}/{metric}"
         logged = [r for r in rows if key in r]
-        out.append(RoleSeries(role, [int(r["step"]) for r in logged], [float(r[key]) for r in logged]))
+        out.append(RoleSeries(role, [as_int(r["step"]) for r in logged], [as_float(r[key]) for r in logged]))
     return out
 
 
@@ -214,7 +232,7 @@ def read_dynamics(run: Path) -> Dynamics:
     try:
         for row in rows:
             for key in PANELS:
-                float(row[key])  # a number in every row, or not a run's metrics
+                as_float(row[key])  # a number in every row, or not a run's metrics
         return dynamics_of(rows, read_curve(run))
     except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (OverflowError: a step of 1e400)
         raise RunError(f"{path}: not a metrics file ({type(exc).__name__}: {exc})") from None
@@ -223,10 +241,10 @@ def read_dynamics(run: Path) -> Dynamics:
 LOGGED = (*PANELS, "task_score")  # the per-step metrics charted (the task score beside the return)
 
 
-def dynamics_of(rows: list[dict[str, Any]], curve: EvalCurve | None) -> Dynamics:
+def dynamics_of(rows: list[JsonObject], curve: EvalCurve | None) -> Dynamics:
     """The dynamics of metrics rows (`current_keys`'): each LOGGED metric some row has (NaN in a row
     without it), the per-role series logged. KeyError, TypeError, ValueError: rows that are not a run's."""
-    steps = [int(r["step"]) for r in rows]
+    steps = [as_int(r["step"]) for r in rows]
     series = {key: [number_or_nan(r.get(key)) for r in rows] for key in LOGGED if any(key in r for r in rows)}
     roles = {metric: role_series(rows, metric) for metric in ROLE_PANELS}
     return Dynamics(steps, series, curve, {m: s for m, s in roles.items() if s})

@@ -21,7 +21,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 from srpo_dsl.errors import UsageError
 from srpo_dsl.launched import command_pid, launcher
@@ -104,7 +103,7 @@ def _flock(fd: int, mode: int, grace: float = 1.0) -> bool:
             time.sleep(0.05)
 
 
-def _me() -> dict[str, Any]:
+def _me() -> dict[str, object]:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     return {"pid": command_pid(), "host": socket.gethostname(), "started": started, "command": _command()}
 
@@ -125,7 +124,7 @@ def in_use(folder: Path, fd: int) -> str:
     return f"{folder} is in use by another run: {who}; wait for it to end or stop it, or choose another --out"
 
 
-def _owner(fd: int, wait: float = 2.0) -> dict[str, Any]:
+def _owner(fd: int, wait: float = 2.0) -> dict[str, object]:
     """The owner's details in the lock's file; {} if unreadable. The owner writes them just after it takes
     the lock, so an empty file is read again for up to `wait` seconds (a busy machine delays that write)."""
     deadline = time.monotonic() + wait

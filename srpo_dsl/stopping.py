@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import TypeAlias
 
 STOPPING = (signal.SIGTERM, signal.SIGHUP)  # what stops a command as Ctrl-C does, exit code 128 + N
 STOPS: list[int] = []  # those this process received in `stopping_on_signals` (`cli.main`: what it caused)
@@ -40,12 +40,15 @@ def stopped_by(exc: KeyboardInterrupt) -> tuple[str, int]:
     return "interrupted", 128 + signal.SIGINT
 
 
+Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | None  # what `signal.signal` returns
+
+
 def _raise_stopped(signum: int, frame: FrameType | None) -> None:
     STOPS.append(signum)
     raise Stopped(signum)
 
 
-def handling(signals: tuple[int, ...], handler: Callable[[int, Any], Any]) -> dict[int, Any]:
+def handling(signals: tuple[int, ...], handler: Handler) -> dict[int, Handler]:
     """`handler` for each of `signals` not ignored (main thread only); the handlers it replaced."""
     if threading.current_thread() is not threading.main_thread():
         return {}
@@ -53,7 +56,7 @@ def handling(signals: tuple[int, ...], handler: Callable[[int, Any], Any]) -> di
     return {sig: signal.signal(sig, handler) for sig in kept}
 
 
-def restore_handlers(previous: dict[int, Any]) -> None:
+def restore_handlers(previous: dict[int, Handler]) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler)
 
@@ -78,7 +81,7 @@ def signalled_interrupts() -> Iterator[list[int]]:
         yield arrived  # no handler: a SIGINT raises nothing here
         return
 
-    def note(signum: int, frame: FrameType | None) -> Any:
+    def note(signum: int, frame: FrameType | None) -> object:
         arrived.append(signum)
         return before(signum, frame)
 

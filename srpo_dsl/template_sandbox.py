@@ -16,10 +16,12 @@ import functools
 import operator
 import re
 import string
+import types
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from jinja2 import nodes
+from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
 MAX_LENGTH = 10_000_000  # characters of a string, items of a list: 10 MB of prompt is far past any model
@@ -30,7 +32,7 @@ LIMITS = (  # the checker's hint
     f"a template may build strings and lists of up to {MAX_LENGTH:,} items, numbers of up to "
     f"{MAX_INT_BITS:,} bits"
 )
-_OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
+_OPERATORS: dict[str, Callable[[object, object], object]] = {
     "+": operator.add,
     "-": operator.sub,
     "*": operator.mul,
@@ -39,6 +41,7 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
     "%": operator.mod,
     "**": operator.pow,
 }
+METHODS = (types.MethodType, types.BuiltinMethodType)  # what Jinja2's `wrap_str_format` wraps
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?")  # of %-formatting
 
 
@@ -46,7 +49,7 @@ class TooBig(SecurityError):
     """An operation the sandbox refuses: its result would be over the size limits."""
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -54,7 +57,7 @@ def _bits(value: int) -> int:
     return max(abs(value).bit_length(), 1)
 
 
-def _sized(value: object) -> bool:
+def _sized(value: object) -> TypeGuard[str | bytes | list[object] | tuple[object, ...]]:
     return isinstance(value, (str, bytes, list, tuple))
 
 
@@ -87,11 +90,11 @@ def _result_size(op: str, left: object, right: object) -> tuple[int, int, str] |
     if op == "*" and _is_int(left) and _is_int(right):
         return _bits(left) + _bits(right), MAX_INT_BITS, "bits"
     if op == "*" and _sized(left) and _is_int(right):
-        return len(left) * right, MAX_LENGTH, "items"  # type: ignore[arg-type]
+        return len(left) * right, MAX_LENGTH, "items"
     if op == "*" and _sized(right) and _is_int(left):
-        return len(right) * left, MAX_LENGTH, "items"  # type: ignore[arg-type, operator]
+        return len(right) * left, MAX_LENGTH, "items"
     if op == "+" and _sized(left) and _sized(right):
-        return len(left) + len(right), MAX_LENGTH, "items"  # type: ignore[arg-type]
+        return len(left) + len(right), MAX_LENGTH, "items"
     return None
 
 
@@ -114,14 +117,14 @@ def check_binop(op: str, left: object, right: object) -> None:
         raise TooBig(f"`{op}` would build {why}")
 
 
-def _width_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _width_args(name: str, args: tuple[object, ...], kwargs: Mapping[str, object]) -> None:
     """`TooBig` if a width filter or method is given an int over `MAX_LENGTH`, or a format string wider."""
     for value in [*args, *kwargs.values()]:
         if _is_int(value) and abs(value) > MAX_LENGTH:
             raise TooBig(f"`{name}` would build {value:,} items (the limit is {MAX_LENGTH:,})")
 
 
-def _format_args(name: str, fmt: str, args: tuple[Any, ...], style: str) -> None:
+def _format_args(name: str, fmt: str, args: tuple[object, ...], style: str) -> None:
     """`TooBig` if formatting `args` with `fmt` (`style` "%": the `format` filter; "{}": `str.format`)
     would be wider than `MAX_LENGTH`."""
     why = _too_wide(fmt, args, style)
@@ -129,17 +132,17 @@ def _format_args(name: str, fmt: str, args: tuple[Any, ...], style: str) -> None
         raise TooBig(f"`{name}` would build {why}")
 
 
-def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+def _bounded_filter(name: str, func: Callable[..., object]) -> Callable[..., object]:
     """`func` (a width filter), refusing a width over the limit before it runs (also when Jinja2 calls it
     to fold a constant at compile time)."""
     skip = 2 if getattr(func, "jinja_pass_arg", None) is not None else 1  # its context and value, or value
 
     @functools.wraps(func)
-    def bounded(*args: Any, **kwargs: Any) -> Any:
+    def bounded(*args: object, **kwargs: object) -> object:
         if name != "format":
             _width_args(name, args[skip:], kwargs)
-        elif isinstance(args[skip - 1], str):
-            _format_args(name, args[skip - 1], (*args[skip:], *kwargs.values()), "%")
+        elif isinstance(fmt := args[skip - 1], str):
+            _format_args(name, fmt, (*args[skip:], *kwargs.values()), "%")
         return func(*args, **kwargs)
 
     return bounded
@@ -155,23 +158,23 @@ class BoundedSandbox(SandboxedEnvironment):
         for name in WIDTH_FILTERS & set(self.filters):
             self.filters[name] = _bounded_filter(name, self.filters[name])
 
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+    def call_binop(self, context: Context, operator: str, left: object, right: object) -> object:
         check_binop(operator, left, right)
         return super().call_binop(context, operator, left, right)
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(__self, __context: Context, __obj: object, *args: object, **kwargs: object) -> object:
         name = getattr(__obj, "__name__", "")
         if isinstance(getattr(__obj, "__self__", None), str) and name in WIDTH_METHODS:
             _width_args(name, args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
-    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+    def wrap_str_format(self, value: object) -> Callable[..., str] | None:
         sandboxed = super().wrap_str_format(value)
-        if sandboxed is None:
-            return None
+        if sandboxed is None or not isinstance(value, METHODS) or not isinstance(value.__self__, str):
+            return None  # (Jinja2 wraps a str's `format` or `format_map` method: never None here)
         fmt, name = value.__self__, value.__name__
 
-        def bounded(*args: Any, **kwargs: Any) -> str:
+        def bounded(*args: object, **kwargs: object) -> str:
             mapping = args[0] if name == "format_map" and args and isinstance(args[0], Mapping) else {}
             _format_args(name, fmt, (*args, *kwargs.values(), *mapping.values()), "{}")
             return sandboxed(*args, **kwargs)
@@ -183,7 +186,7 @@ class _NotConstant(Exception):
     """An expression whose value is only known at render time (or whose folding fails there)."""
 
 
-def _fold(node: nodes.Node) -> Any:
+def _fold(node: nodes.Node) -> object:
     """The value of the constant expression `node`, folded within the limits (`TooBig` past them)."""
     if isinstance(node, nodes.Const):
         return node.value
@@ -223,7 +226,7 @@ def oversized_constants(tree: nodes.Template) -> dict[int, str]:
         try:
             if isinstance(node, nodes.BinExpr):
                 _fold(node)
-            elif node.name in WIDTH_FILTERS:
+            elif isinstance(node, nodes.Filter) and node.name in WIDTH_FILTERS:
                 _check_filter(node)
         except TooBig as exc:
             found.setdefault(node.lineno, str(exc.message))

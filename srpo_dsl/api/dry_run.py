@@ -15,7 +15,7 @@ import datetime
 import os
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from srpo_dsl.rl.loop.plan import TrainPlan
@@ -71,7 +71,7 @@ def launched_places(workers: int, device: str) -> list[Place] | None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     mine = place(rank, int(os.environ.get("LOCAL_RANK", 0)), world, workers, device, this_node())
-    gathered: list[Any] = [None] * world
+    gathered: list[Place | None] = [None] * world
     store = dist.PrefixStore("srpo-dry-run", launch_store())
     with reaching_peers():
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=TIMEOUT)
@@ -79,7 +79,7 @@ def launched_places(workers: int, device: str) -> list[Place] | None:
             dist.all_gather_object(gathered, mine)
         finally:
             dist.destroy_process_group()
-    return gathered if rank == 0 else None
+    return [p for p in gathered if p is not None] if rank == 0 else None  # (all_gather filled every one)
 
 
 def planned_places(plan: TrainPlan) -> list[Place]:

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -76,10 +77,10 @@ def launched_argv(out: Path, verbose: bool, dry_run: bool) -> list[str]:
 
 def stopped_at(out: Path, steps: int) -> str:
     """`step S of STEPS`: the last step the run in `out` recorded (0: none)."""
-    from srpo_dsl.runfolder import METRICS, read_jsonl
+    from srpo_dsl.runfolder import METRICS, as_int, read_jsonl
 
     try:
-        done = [int(row["step"]) for row in read_jsonl(out / METRICS)]
+        done = [as_int(row["step"]) for row in read_jsonl(out / METRICS)]
     except (OSError, ValueError, KeyError, TypeError, OverflowError):
         done = []
     return f"step {max(done, default=0)} of {steps}"
@@ -115,7 +116,12 @@ def relaunch(processes: int, argv: Sequence[str], joined: Path, outputs: Outputs
         )
         for r in range(processes)
     ]
-    forward = {sig: signal.signal(sig, lambda s, _: [p.send_signal(s) for p in ranks]) for sig in FORWARDED}
+
+    def forwarded(number: int, _: FrameType | None) -> None:
+        for process in ranks:
+            process.send_signal(number)
+
+    forward = {sig: signal.signal(sig, forwarded) for sig in FORWARDED}
     try:
         code = launch_code(ranks, joined, outputs.stderr)
         for process in ranks:

@@ -29,16 +29,24 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import IO, TYPE_CHECKING, Any
+from types import ModuleType
+from typing import IO, TYPE_CHECKING, TypeAlias
 
 from srpo_dsl.devices import DEVICES
 from srpo_dsl.errors import UsageError
 from srpo_dsl.launched import ended_before_joining, role
+from srpo_dsl.stopping import Handler
 
 if TYPE_CHECKING:
+    from ray import ObjectRefGenerator
+    from ray.actor import ActorHandle
+    from ray.util.placement_group import PlacementGroup
+
+    from srpo_dsl.api.ray_rank import RankProcess
     from srpo_dsl.api.relay import Outputs
     from srpo_dsl.rl.loop.plan import RayLaunch, Setup, TrainPlan
 
+Rank: TypeAlias = "ActorHandle[RankProcess]"  # one process's actor (`api.ray_rank`)
 INSTALL = "pip install 'srpo-dsl[ray]'"
 PROBE_SECONDS = 5.0  # for the head's port to answer (`ray.init` itself retries for minutes)
 GRACE = 10.0  # seconds the workers get to stop once the trainer is done
@@ -55,7 +63,7 @@ def default_address(given: str | None) -> str:
     return given or os.environ.get("RAY_ADDRESS") or "auto"
 
 
-def import_ray() -> Any:
+def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -63,7 +71,7 @@ def import_ray() -> Any:
     return ray
 
 
-def connect(address: str) -> Any:
+def connect(address: str) -> ModuleType:
     """Join the Ray cluster at `address`, once per process (a later run uses the same cluster, as a
     notebook that called `ray.init` itself does); one line when there is none."""
     ray = import_ray()
@@ -78,7 +86,7 @@ def connect(address: str) -> Any:
     return ray
 
 
-def joined(ray: Any, address: str) -> None:
+def joined(ray: ModuleType, address: str) -> None:
     """`ray.init(address)`, leaving SIGTERM's handler as it was: Ray sets its own (`sys.exit(15)` from
     its frame, which the CLI would report as a plugin's exit); a SIGTERM while it joins ends the process as
     SIGTERM does, exit 143, without a word."""
@@ -105,9 +113,9 @@ def probe(address: str) -> None:
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         raise UsageError(f"--ray-address {address}: no Ray cluster answers there ({why})") from None
-    why = not_ray(address)
-    if why is not None:
-        raise UsageError(f"--ray-address {address}: it answers, but not as a Ray cluster's head ({why})")
+    refused = not_ray(address)
+    if refused is not None:
+        raise UsageError(f"--ray-address {address}: it answers, but not as a Ray cluster's head ({refused})")
 
 
 def not_ray(address: str) -> str | None:
@@ -170,7 +178,7 @@ def run_on_ray(plan: TrainPlan, argv: Sequence[str], outputs: Outputs) -> int:
 
     bundles = [{"CPU": launch.cpus, "GPU": gpus} if gpus else {"CPU": launch.cpus}] * plan.processes
     group = placement_group(bundles, strategy="PACK")
-    actors: list[Any] = []
+    actors: list[Rank] = []
     try:
         reserved(ray, group, bundles, outputs.stderr or sys.stderr)
         actors = started_actors(ray, group, launch, gpus, plan.processes)
@@ -182,7 +190,7 @@ def run_on_ray(plan: TrainPlan, argv: Sequence[str], outputs: Outputs) -> int:
         remove_placement_group(group)
 
 
-def reserved(ray: Any, group: Any, bundles: list[dict[str, int]], err: IO[str]) -> None:
+def reserved(ray: ModuleType, group: PlacementGroup, bundles: list[dict[str, int]], err: IO[str]) -> None:
     """Wait until the cluster holds the run's bundles, saying so once when it takes long."""
     ready, _ = ray.wait([group.ready()], timeout=WAITING)
     if not ready:
@@ -192,7 +200,9 @@ def reserved(ray: Any, group: Any, bundles: list[dict[str, int]], err: IO[str]) 
         ray.get(group.ready())
 
 
-def started_actors(ray: Any, group: Any, launch: RayLaunch, gpus: int, processes: int) -> list[Any]:
+def started_actors(
+    ray: ModuleType, group: PlacementGroup, launch: RayLaunch, gpus: int, processes: int
+) -> list[Rank]:
     """One actor per bundle, in rank order."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -211,7 +221,7 @@ def started_actors(ray: Any, group: Any, launch: RayLaunch, gpus: int, processes
 
 
 def followed(
-    ray: Any, actors: list[Any], trainers: int, argv: list[str], launch: RayLaunch, outputs: Outputs
+    ray: ModuleType, actors: list[Rank], trainers: int, argv: list[str], launch: RayLaunch, outputs: Outputs
 ) -> int:
     """Start every process, print what each writes, pass signals on; trainer rank 0's exit code."""
     places = ray.get([a.place.remote() for a in actors])
@@ -227,12 +237,23 @@ def followed(
 class Follow:
     """The driver's loop over its actors' streams."""
 
-    def __init__(self, ray: Any, actors: list[Any], trainers: int, streams: dict[int, Any], *sinks: Any):
+    def __init__(
+        self,
+        ray: ModuleType,
+        actors: list[Rank],
+        trainers: int,
+        streams: dict[int, ObjectRefGenerator],
+        out: IO[str],
+        err: IO[str],
+        received: list[int],
+    ):
         self.ray, self.actors, self.trainers, self.streams = ray, actors, trainers, streams
-        self.out, self.err, self.received = sinks
+        self.out, self.err, self.received = out, err, received
         self.codes: dict[int, int] = {}
         self.early: int | None = None  # the code of a worker that ended before the launch was joined
-        self.decoders: dict[tuple[int, str], Any] = {}  # a chunk may end inside a character
+        self.decoders: dict[
+            tuple[int, str], codecs.IncrementalDecoder
+        ] = {}  # a chunk may end inside a character
         self.stopping = False
 
     def until_done(self) -> int:
@@ -315,12 +336,12 @@ class forwarded_signals:
 
     def __enter__(self) -> list[int]:
         self.received: list[int] = []
-        self.previous: dict[int, Any] = {}
+        self.previous: dict[int, Handler] = {}
         if threading.current_thread() is threading.main_thread():
             for number in (signal.SIGINT, signal.SIGTERM):
                 self.previous[number] = signal.signal(number, lambda n, _: self.received.append(n))
         return self.received
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         for number, handler in self.previous.items():
             signal.signal(number, handler)

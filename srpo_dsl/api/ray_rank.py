@@ -24,8 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from srpo_dsl.launched import JOINED, joined_count
 
@@ -38,7 +37,7 @@ class RankProcess:
     """A Ray actor's body: where it runs, a free port there, and the one process it runs."""
 
     def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.marks = tempfile.mkdtemp(prefix="srpo-dsl-joined-")  # the child's, once it joined the launch
 
     def place(self) -> tuple[str, str, list[str]]:
@@ -55,7 +54,7 @@ class RankProcess:
             s.bind(("", 0))
             return s.getsockname()[1]
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str], cwd: str) -> Iterator[tuple[str, Any]]:
+    def run(self, argv: Sequence[str], env: Mapping[str, str], cwd: str) -> Iterator[tuple[str, bytes | int]]:
         """`python -m srpo_dsl ARGV` in `cwd`, this actor's environment with `env` over it: ("out" or "err",
         bytes) as the child writes them, then ("exit", its exit code)."""
         command = [sys.executable, "-m", "srpo_dsl", *argv]
@@ -89,8 +88,9 @@ class RankProcess:
             self.process.send_signal(number)
 
 
-def streamed(process: subprocess.Popen) -> Iterator[tuple[str, bytes]]:
+def streamed(process: subprocess.Popen[bytes]) -> Iterator[tuple[str, bytes]]:
     """The process's stdout ("out") and stderr ("err") chunks, as they come, until both are closed."""
+    assert process.stdout is not None and process.stderr is not None  # started with both piped
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ, "out")
         selector.register(process.stderr, selectors.EVENT_READ, "err")
@@ -102,7 +102,7 @@ def streamed(process: subprocess.Popen) -> Iterator[tuple[str, bytes]]:
                     selector.unregister(key.fileobj)
 
 
-def dying_with(parent: int) -> Any:
+def dying_with(parent: int) -> Callable[[], None]:
     """What the child runs before `exec`: take signals again (a Ray worker blocks SIGINT, and a blocked
     signal stays blocked across `exec`: the driver's Ctrl-C would never arrive), and on Linux be killed
     when `parent` (the actor) dies."""

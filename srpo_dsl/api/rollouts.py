@@ -7,10 +7,10 @@ each failure the user can fix is one `UsageError` or `InputError`, the user's ow
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.arguments import checked
@@ -80,13 +80,24 @@ class Engines:
         return backends, tools
 
 
-def check_scripts(wf: CompiledWorkflow, backends: Mapping[str, Any]) -> None:
+@runtime_checkable
+class ReplaysScript(Protocol):
+    """A backend that replays a reply script (`backends.scripted`): its roles are checked before the run,
+    and the replies it cut at `max_tokens` (`cut`, counted in `unit`) are warned of after."""
+
+    cut: int
+    unit: str
+
+    def check_roles(self, roles: Iterable[str]) -> None: ...
+
+
+def check_scripts(wf: CompiledWorkflow, backends: Mapping[str, object]) -> None:
     """Each reply script (a backend that replays one: `check_roles`) has replies for every agent of its
     policy, before the run starts: else an `InputError` naming the script and the role."""
     from srpo_dsl.backends.base import BackendError
 
     for policy, backend in backends.items():
-        if hasattr(backend, "check_roles"):
+        if isinstance(backend, ReplaysScript):
             try:
                 backend.check_roles(a.name for a in wf.graph.agents.values() if a.policy == policy)
             except BackendError as exc:
@@ -103,10 +114,10 @@ def scripted_tokenizers(wf: CompiledWorkflow, specs: Mapping[str, str]) -> dict[
     return {n: {"tokenizer": path} for n, path in found.items() if path is not None}
 
 
-def cut_replies(backends: Mapping[str, Any]) -> tuple[str, ...]:
+def cut_replies(backends: Mapping[str, object]) -> tuple[str, ...]:
     """The warning of a scripted run whose replies were cut at their agent's `max_tokens` (one line, the
     count, the unit they were counted in); () when none was."""
-    scripted = {id(b): b for b in backends.values() if hasattr(b, "cut")}.values()
+    scripted = {id(b): b for b in backends.values() if isinstance(b, ReplaysScript)}.values()
     cut = sum(b.cut for b in scripted)
     if not cut:
         return ()
@@ -208,7 +219,7 @@ def save_results(
     overwrite: bool,
     wf: CompiledWorkflow,
     episodes: Sequence[TraceEpisode],
-    named: tuple[str, dict[str, Any]],
+    named: tuple[str, Mapping[str, object]],
 ) -> Path:
     """A results folder, all or nothing: OUT/traces.jsonl, OUT/graph.json and one JSON file (`named`)."""
     check_out(out, overwrite, [wf.path])
@@ -309,7 +320,7 @@ class Evaluation:
     warnings: tuple[str, ...] = ()  # what the run warns of, one line each (`srpo-dsl eval` prints them)
 
     @checked
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """`srpo-dsl eval`'s metrics.json."""
         return {
             "k": self.k,
@@ -366,7 +377,8 @@ def evaluated_sets(wf, built, sets, k: int, seed: int, keys, progress: bool):
     from srpo_dsl.runtime.metrics import dataset_metrics
     from srpo_dsl.runtime.traces import to_trace
 
-    rows, traces = [], []
+    rows: list[DatasetResult] = []
+    traces: list[TraceEpisode] = []
     for name, tasks in sets:
         try:
             desc = f"eval {name}" if progress else None

@@ -7,14 +7,15 @@ source; every failure to read is one `InputError` or `UsageError` line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from srpo_dsl.arguments import checked
 from srpo_dsl.errors import InputError, UsageError
+from srpo_dsl.jsonvalue import JsonObject, JsonValue
 from srpo_dsl.outputs import check_out, staged_output
 from srpo_dsl.rl.loop.plots import SMOOTHING, write_plots
 from srpo_dsl.runfolder import (
@@ -71,7 +72,7 @@ class Run:
     row of metrics.jsonl, `curve` the held-out Avg@k / Pass@k, `checkpoints` the step-N folders."""
 
     path: Path
-    history: list[dict[str, float]]
+    history: Sequence[Mapping[str, JsonValue]]  # metrics.jsonl rows
 
     @classmethod
     @checked
@@ -83,7 +84,7 @@ class Run:
         return cls(path, [])
 
     @property
-    def metrics(self) -> list[dict[str, Any]]:
+    def metrics(self) -> list[JsonObject]:
         return read_run_file(lambda: read_jsonl(self.path / METRICS))
 
     @property

@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from srpo_dsl.api.quiet import libraries_quiet
 from srpo_dsl.api.rollouts import check_tools
@@ -40,7 +40,7 @@ OUT_OF_MEMORY = (
 
 
 def plan_training(
-    wf: CompiledWorkflow, out: Path, options: Mapping[str, Any], resume: bool, setup: Setup, verbose: bool
+    wf: CompiledWorkflow, out: Path, options: Mapping[str, object], resume: bool, setup: Setup, verbose: bool
 ) -> TrainPlan:
     """The run's plan, once, with every check before anything loads: the option names, then the plan's own
     checks (`rl.loop.plan.make_plan`: files, run folder, options, device, rollout engine, policies), then
@@ -126,7 +126,7 @@ def ray_setup(
     return RayLaunch(default_address(address), processes, cpus)
 
 
-def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
+def checked_options(options: Mapping[str, object]) -> dict[str, object]:
     """`train with` options by name, each one of `TrainOptions` (the trainer checks the values; a bool is
     refused here for an option that is not one, which pydantic would read as 0 or 1)."""
     from srpo_dsl.lang.checks.schema import TrainOptions

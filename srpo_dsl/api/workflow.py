@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @checked
-def load(path: str | Path, settings: Mapping[str, Any] | None = None) -> Workflow:
+def load(path: str | Path, settings: Mapping[str, Any] | None = None) -> Workflow:  # (checked: any value)
     """The workflow at `path`, checked and compiled. `settings`: tool options in place of the file's,
     `{"tool.NAME.OPTION": value}` (`tool.search.url`: another retrieval server; docs/cli.md), kept by
     `run`, `evaluate` and `train`. Raises `WorkflowError` (its diagnostics) when it has errors,
@@ -164,7 +164,7 @@ class Workflow(CompiledWorkflow):
         ray_processes: int | None = None,
         ray_cpus: int = 1,
         verbose: bool = False,
-        **options: Any,
+        **options: object,
     ) -> TrainPlan:
         """The plan of a training run into `out` (`train`'s arguments), every input checked and nothing
         loaded: its resolved `opts`, `device`, `processes` (1 + R with R rollout workers), `argv()`.

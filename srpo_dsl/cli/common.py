@@ -11,7 +11,6 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any
 
 import typer
 
@@ -107,14 +106,14 @@ def print_error(err: SrpoDslError) -> None:
         eprint(shown if shown is not None else f"error: {err}")
 
 
-def output_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def output_options(command: Callable[..., object]) -> Callable[..., object]:
     """`command` with --quiet and --verbose, the same in every command: they set the process's level
     (`srpo_dsl.console`) before it runs, and a command that takes `verbose` gets it."""
     signature = inspect.signature(command)
     takes_verbose = "verbose" in signature.parameters
 
     @functools.wraps(command)
-    def with_level(*args: Any, quiet: bool, verbose: bool, **kwargs: Any) -> Any:
+    def with_level(*args: object, quiet: bool, verbose: bool, **kwargs: object) -> object:
         if quiet and verbose:
             raise CliError("--quiet and --verbose: give one of them")
         console.set_level(console.QUIET if quiet else console.VERBOSE if verbose else console.NORMAL)

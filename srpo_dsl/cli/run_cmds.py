@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import typer
 
 from srpo_dsl.argranges import BOUNDS
+from srpo_dsl.choices import DecodeMode
 from srpo_dsl.cli.common import (
     DECODE,
     EXIT_INPUT,
@@ -93,9 +94,19 @@ def parse_model_overrides(values: list[str], policies: list[str]) -> dict[str, s
     return out
 
 
+class EngineFlags(TypedDict):
+    """The rollout settings of `Workflow.run` and `Workflow.evaluate`."""
+
+    backend: str
+    models: dict[str, str]
+    device: str | None
+    decode: DecodeMode
+    verbose: bool
+
+
 def engines_of(
     backend: BackendName, model: list[str], wf: Workflow, device: Device | None, decode: Decode, verbose: bool
-) -> dict[str, Any]:
+) -> EngineFlags:
     """The API's rollout settings from the command line's flags."""
     if BACKENDS[backend.value].replays_script and not model:
         raise CliError(f"--backend {backend.value} needs the reply script: --model replies.json")

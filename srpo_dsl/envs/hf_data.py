@@ -9,8 +9,10 @@ A bad row is a ValueError naming `SOURCE row i`, raised when that row is first a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol
 
 from srpo_dsl.data_sources import DATASETS_FILES, SAVED_DICT, cache_name, cache_target
 from srpo_dsl.envs.task_table import LazyTasks, Normalize
@@ -18,10 +20,25 @@ from srpo_dsl.envs.task_table import LazyTasks, Normalize
 ONE_SPLIT = "train"  # what `datasets` names the one split of a data file
 
 
+class Table(Protocol):
+    """A `datasets.Dataset` as the tasks read it: its rows, and row i as a dict of column values."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> dict[str, object]: ...
+
+
 class ArrowTasks(LazyTasks):
     """The rows of a `datasets.Dataset` (`label` names it in errors), row i normalized on `self[i]`."""
 
-    def __init__(self, table: Any, label: str, normalize: Normalize, size_check: Any, limit: int | None):
+    def __init__(
+        self,
+        table: Table,
+        label: str,
+        normalize: Normalize,
+        size_check: Callable[[str, object], None],
+        limit: int | None,
+    ):
         self.table, self.label, self.normalize, self.size_check = table, label, normalize, size_check
         self.rows = len(table) if limit is None else min(limit, len(table))
 
@@ -39,7 +56,7 @@ class UnusableSource(ValueError):
     """A source read but not usable (no such split): its message is already the one line to show."""
 
 
-def open_dataset(path: Path, split: str) -> tuple[Any, str]:
+def open_dataset(path: Path, split: str) -> tuple[Table, str]:
     """(the memory-mapped `datasets.Dataset` of `split`, how errors name it) for a source `data_sources`
     accepts (a data file is one split: `split` picks within a DatasetDict folder or a `hf:` source);
     ValueError with one line when it cannot be read or has no such split."""
@@ -61,7 +78,7 @@ def open_dataset(path: Path, split: str) -> tuple[Any, str]:
             enable_progress_bars()
 
 
-def _load(path: Path, name: str | None, split: str) -> Any:
+def _load(path: Path, name: str | None, split: str) -> Table:
     import datasets
 
     if name is not None:
@@ -74,7 +91,7 @@ def _load(path: Path, name: str | None, split: str) -> Any:
     return datasets.load_dataset(DATASETS_FILES[path.suffix], data_files=str(path), split=ONE_SPLIT, **sep)
 
 
-def _pick(table: Any, path: Path, split: str) -> Any:
+def _pick(table: Any, path: Path, split: str) -> Table:  # (`datasets` is untyped: a Dataset or its Dict)
     """The split `split` of a DatasetDict folder; a Dataset folder is its one split, whatever it is named."""
     if not (path / SAVED_DICT).is_file():
         return table
@@ -83,7 +100,7 @@ def _pick(table: Any, path: Path, split: str) -> Any:
     return table[split]
 
 
-def _offline_load(datasets: Any, name: str, target: str, split: str) -> Any:
+def _offline_load(datasets: ModuleType, name: str, target: str, split: str) -> Table:
     """`load_dataset(target, split=split)` with the Hub off (`target`: `hf:name`'s folder or name, as
     `cache_target` tells): only what is on this machine is read."""
     config, was = datasets.config, datasets.config.HF_HUB_OFFLINE

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any, BinaryIO
+from typing import BinaryIO, TypeVar
+
+R = TypeVar("R")
 
 
 class ClientOutput:
@@ -18,7 +20,7 @@ class ClientOutput:
         self.stream = stream
         self.gone = False
 
-    def write(self, data: bytes) -> Any:
+    def write(self, data: bytes) -> int | None:
         return self._unless_gone(self.stream.write, data)
 
     def flush(self) -> None:
@@ -29,7 +31,7 @@ class ClientOutput:
         with suppress(BrokenPipeError):
             self.stream.close()
 
-    def _unless_gone(self, op: Callable[..., Any], *args: Any) -> Any:
+    def _unless_gone(self, op: Callable[..., R], *args: object) -> R | None:
         if self.gone:
             return None
         try:

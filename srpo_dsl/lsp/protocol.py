@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from cattrs.v import transform_error
 from lsprotocol import types as lsp
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import RPCMessage
 
 log = logging.getLogger(__name__)
 INVALID_PARAMS = -32602
@@ -25,7 +25,7 @@ class Unreadable:
     why: str
 
 
-def why_unreadable(error: Exception) -> str:
+def why_unreadable(error: BaseException) -> str:
     """One line: the first few of the fields that did not read, as `what @ $.params.where`."""
     try:
         found = transform_error(error)
@@ -37,16 +37,16 @@ def why_unreadable(error: Exception) -> str:
 class AnsweringProtocol(LanguageServerProtocol):
     """pygls's protocol, but a request it cannot read is answered with an error."""
 
-    def structure_message(self, data: dict[str, Any]) -> Any:
+    def structure_message(self, data: dict[str, object]) -> RPCMessage | Unreadable:
         try:
             return super().structure_message(data)
         except Exception as error:
-            request = isinstance(data, dict) and "method" in data and isinstance(data.get("id"), (int, str))
-            if not request:
+            ident = data.get("id") if isinstance(data, dict) else None
+            if not (isinstance(data, dict) and "method" in data and isinstance(ident, (int, str))):
                 raise
-            return Unreadable(data["id"], str(data["method"]), why_unreadable(error.__cause__ or error))
+            return Unreadable(ident, str(data["method"]), why_unreadable(error.__cause__ or error))
 
-    def handle_message(self, message: Any) -> None:
+    def handle_message(self, message: RPCMessage | Unreadable) -> None:
         if not isinstance(message, Unreadable):
             super().handle_message(message)
             return

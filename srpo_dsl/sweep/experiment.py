@@ -27,9 +27,9 @@ import dataclasses
 import itertools
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -70,9 +70,9 @@ class _Spec(BaseModel):
 
 
 class EvalSpec(_Spec):
-    k: int | None = Field(None, ge=1)
-    size: int | None = Field(None, ge=1)
-    every: int | None = Field(None, ge=1)
+    k: int | None = Field(default=None, ge=1)
+    size: int | None = Field(default=None, ge=1)
+    every: int | None = Field(default=None, ge=1)
     datasets: list[str] = []
 
 
@@ -88,7 +88,7 @@ class GridSpec(_Spec):
     """`[[grid]]`: a workflow, an optional name prefix, overrides (a list varies, a scalar is fixed)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    name: str | None = Field(None, pattern=CELL_NAME)
+    name: str | None = Field(default=None, pattern=CELL_NAME)
     workflow: str
 
 
@@ -107,7 +107,7 @@ class Cell:
 
     name: str
     workflow: Path
-    overrides: dict[str, Scalar]
+    overrides: dict[str, object]  # a `train` option -> its value (TOML's), as TrainOptions checked it
     model: str | None = None  # every policy's model (`sweep --model`); None: the workflow's
 
 
@@ -137,7 +137,7 @@ def overridden(
     `seeds`; the evaluation's `datasets` in place of `[eval] datasets`. `ExperimentError` (one line) for
     `seed` (`--seeds`), no option of that name, or a data file that is not there."""
     evaluation = {k: v for k, v in options.items() if k in EVAL_OPTIONS.values()}
-    train = {k: v for k, v in options.items() if k not in evaluation}
+    train: dict[str, object] = {k: v for k, v in options.items() if k not in evaluation}
     for key, value in evaluation.items():
         if not value.isdigit() or int(value) < 1:
             raise ExperimentError([f"--option {key}={value}: expected a whole number >= 1"])
@@ -202,7 +202,9 @@ class ExperimentPositions:
         return p
 
 
-def overrides_of(extra: dict[str, Any], loc: Loc, where: ExperimentPositions, lists: bool) -> dict[str, Any]:
+def overrides_of(
+    extra: Mapping[str, object], loc: Loc, where: ExperimentPositions, lists: bool
+) -> dict[str, object]:
     """A table's override keys, checked: known `train` options, values of the right type."""
     for key, value in extra.items():
         if key in SWEEP_OWNED:
@@ -218,7 +220,7 @@ def overrides_of(extra: dict[str, Any], loc: Loc, where: ExperimentPositions, li
     return dict(extra)
 
 
-def check_value(key: str, value: Any, loc: Loc, where: ExperimentPositions) -> None:
+def check_value(key: str, value: object, loc: Loc, where: ExperimentPositions) -> None:
     try:
         TrainOptions.model_validate({key: value})
     except ValidationError as exc:
@@ -228,8 +230,8 @@ def check_value(key: str, value: Any, loc: Loc, where: ExperimentPositions) -> N
 Located = tuple[Cell, Loc]  # a cell and where the file defines it
 
 
-def named_cells(spec: ExperimentSpec, base: dict[str, Any], where: ExperimentPositions) -> list[Located]:
-    out = []
+def named_cells(spec: ExperimentSpec, base: dict[str, object], where: ExperimentPositions) -> list[Located]:
+    out: list[Located] = []
     for i, c in enumerate(spec.cell):
         extra = overrides_of(c.model_extra or {}, ("cell", i), where, lists=False)
         workflow = where.existing(c.workflow, ("cell", i, "workflow"))
@@ -237,9 +239,9 @@ def named_cells(spec: ExperimentSpec, base: dict[str, Any], where: ExperimentPos
     return out
 
 
-def grid_cells(spec: ExperimentSpec, base: dict[str, Any], where: ExperimentPositions) -> list[Located]:
+def grid_cells(spec: ExperimentSpec, base: dict[str, object], where: ExperimentPositions) -> list[Located]:
     """Each grid's product of its list-valued overrides, named PREFIX-key=value-...; scalars fixed."""
-    out = []
+    out: list[Located] = []
     for i, g in enumerate(spec.grid):
         extra = overrides_of(g.model_extra or {}, ("grid", i), where, lists=True)
         workflow = where.existing(g.workflow, ("grid", i, "workflow"))
@@ -288,7 +290,7 @@ def workflow_errors(exp: Experiment) -> list[str]:
     from srpo_dsl.lang import analyze
     from srpo_dsl.lang.syntax.messages import render_all
 
-    out = []
+    out: list[str] = []
     for path in dict.fromkeys(c.workflow for c in exp.cells):
         text = path.read_text(encoding="utf-8")
         result = analyze(text, str(path))

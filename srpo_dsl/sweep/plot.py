@@ -5,7 +5,7 @@ seeds. Every axis stays in its metric's range (`ranges.RANGES`); steps are ticke
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from srpo_dsl.rl.loop.ranges import band, range_of
 from srpo_dsl.runfolder import PERCENT
 from srpo_dsl.sweep.dynamics import CLIP, SERIES, WINDOW, RunDynamics, mean_series
 from srpo_dsl.sweep.results import CellResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TITLES = {
     "return": "return",
@@ -41,7 +44,7 @@ def mean_band(cell: CellResult, which: str) -> tuple[list[int], np.ndarray, np.n
     return steps, mean, *band(mean, std, range_of(CURVES[which], PERCENT))
 
 
-def draw_curves(axes: Any, cells: list[CellResult], k: int | None) -> None:
+def draw_curves(axes: np.ndarray, cells: list[CellResult], k: int | None) -> None:
     """Avg@k on the first axes, Pass@k on the second: per cell its mean line and its band."""
     for ax, which in zip(axes, CURVES):
         for cell in cells:
@@ -73,7 +76,7 @@ def smoothed(values: np.ndarray) -> np.ndarray:
     return (sums - np.concatenate([np.zeros(SMOOTH), sums[:-SMOOTH]])[: len(values)]) / counts
 
 
-def draw_dynamics(fig: Any, axes: Any, dynamics: dict[str, list[RunDynamics]]) -> None:
+def draw_dynamics(fig: Figure, axes: np.ndarray, dynamics: dict[str, list[RunDynamics]]) -> None:
     """Six panels: the SERIES, and the clip fraction of each event type that clipped (a style per type)."""
     clipped = False
     for i, (name, runs) in enumerate((n, r) for n, r in dynamics.items() if r):

@@ -7,11 +7,10 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 from srpo_dsl.io import write_atomic
 from srpo_dsl.sweep.dynamics import CLIP, WINDOW, RunDynamics, cell_summary, collect_dynamics
-from srpo_dsl.sweep.results import METRICS, PAIRED, SCHEME, CellResult, collect, to_json, without_nan
+from srpo_dsl.sweep.results import METRICS, PAIRED, SCHEME, CellResult, collect, sweep_k, to_json, without_nan
 from srpo_dsl.sweep.state import SweepState, read_sweep_state
 from srpo_dsl.sweep.stats import LEVEL, REPLICATES, Difference, Spread
 
@@ -26,10 +25,10 @@ def write_report(folder: Path) -> list[Path]:
     data = to_json(cells, state)
     write_atomic(folder / "results.json", json.dumps(without_nan(data), indent=2) + "\n")
     write_atomic(folder / "results.csv", results_csv(cells))
-    write_atomic(folder / "results.md", results_md(cells, state, data["k"]) + dynamics_md(dynamics))
+    write_atomic(folder / "results.md", results_md(cells, state, sweep_k(cells)) + dynamics_md(dynamics))
     from srpo_dsl.sweep.plot import plot_curves, plot_dynamics
 
-    plot_curves(cells, data["k"], folder / "curves.png")
+    plot_curves(cells, sweep_k(cells), folder / "curves.png")
     plot_dynamics(dynamics, folder / "dynamics.png")
     return [folder / name for name in OUTPUTS]
 
@@ -49,7 +48,7 @@ def fmt_diff(d: Difference | str | None) -> str:
     return f"{d.mean:+.1f} [{d.low:+.1f}, {d.high:+.1f}]"
 
 
-def overrides_text(overrides: dict[str, Any]) -> str:
+def overrides_text(overrides: dict[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "-"
 
 
@@ -78,8 +77,8 @@ def results_md(cells: list[CellResult], state: SweepState, k: int | None) -> str
             overrides_text(c.overrides),
         ]
         lines.append(f"| {c.name} | {len(c.runs)} | " + " | ".join(cols) + " |")
-    if state.plan.get("baseline"):
-        lines += versus_md(cells, state.plan["baseline"], at)
+    if baseline := state.plan.get("baseline"):
+        lines += versus_md(cells, baseline, at)
     failures = [(c.name, seed, err) for c in cells for seed, err in c.failed.items()]
     if failures:
         lines += ["", "## Failed runs", ""] + [f"- `{n}` seed {s}: {e}" for n, s, e in failures]

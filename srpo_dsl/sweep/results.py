@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict, cast
 
 import numpy as np
 
@@ -95,14 +95,15 @@ def read_run(folder: Path, seed: int, wall_s: float) -> RunResult:
     }
     k = whole_column([last], "k", folder / EVAL)[0]
     steps = whole_column(rows, "step", folder / EVAL)
-    return RunResult(seed, k, steps, avg, passed, values, datasets)
+    outcomes = cast("dict[str, PromptOutcomes]", datasets)  # each dataset's row, as `rl.loop` writes it
+    return RunResult(seed, k, steps, avg, passed, values, outcomes)
 
 
 @dataclass(frozen=True)
 class CellResult:
     name: str
     workflow: str
-    overrides: dict[str, Any]
+    overrides: dict[str, object]
     runs: list[RunResult]
     failed: dict[int, str]  # seed -> error line
     spreads: dict[str, Spread]  # METRICS
@@ -168,8 +169,13 @@ def collect(folder: Path, state: SweepState) -> list[CellResult]:
     return out
 
 
-def to_json(cells: list[CellResult], state: SweepState) -> dict[str, Any]:
-    def cell_json(c: CellResult) -> dict[str, Any]:
+def sweep_k(cells: list[CellResult]) -> int | None:
+    """The k of the sweep's Avg@k and Pass@k: its first finished run's (None before one finished)."""
+    return next((r.k for c in cells for r in c.runs), None)
+
+
+def to_json(cells: list[CellResult], state: SweepState) -> dict[str, object]:
+    def cell_json(c: CellResult) -> dict[str, object]:
         return {
             "name": c.name,
             "workflow": c.workflow,
@@ -184,7 +190,7 @@ def to_json(cells: list[CellResult], state: SweepState) -> dict[str, Any]:
         }
 
     return {
-        "k": next((r.k for c in cells for r in c.runs), None),
+        "k": sweep_k(cells),
         "baseline": state.plan.get("baseline"),
         "units": "percent (held-out, macro over datasets); cost per episode (last evaluation); wall seconds",
         "bootstrap": {"scheme": SCHEME, "replicates": REPLICATES, "seed": BOOTSTRAP_SEED, "level": LEVEL},
@@ -192,7 +198,7 @@ def to_json(cells: list[CellResult], state: SweepState) -> dict[str, Any]:
     }
 
 
-def without_nan(data: Any) -> Any:
+def without_nan(data: object) -> object:
     """NaN (the sample std of one seed, a cost an older run did not record) as None: JSON's null."""
     if isinstance(data, float) and math.isnan(data):
         return None

@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import srpo_dsl.console as console
 from srpo_dsl.sweep.experiment import Cell, Experiment
@@ -42,7 +41,7 @@ class Job:
         return run_key(self.cell.name, self.seed)
 
 
-def option_value(value: Any) -> str:
+def option_value(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -66,7 +65,7 @@ def train_command(
         launch += ["-m", "srpo_dsl"]
     cmd = [*launch, "train", str(job.cell.workflow)]
     cmd += ["--out", str(run_dir(folder, job.cell.name, job.seed)), "--resume", "--seed", str(job.seed)]
-    for name, value in (job.cell.overrides | exp.evaluation).items():
+    for name, value in {**job.cell.overrides, **exp.evaluation}.items():
         cmd += ["--option", f"{name}={option_value(value)}"]
     for data in exp.datasets:
         cmd += ["--eval-data", str(data)]
@@ -164,7 +163,7 @@ class Sweep:
             self.state.save(self.folder)
         self.on_change()
 
-    def update(self, job: Job, **changes: Any) -> None:
+    def update(self, job: Job, **changes: object) -> None:
         with self.lock:
             run = self.state.runs[job.key]
             for key, value in changes.items():

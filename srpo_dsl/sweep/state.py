@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from srpo_dsl.io import write_json
 from srpo_dsl.runfolder import METRICS, read_config, read_jsonl
-from srpo_dsl.sweep.experiment import Experiment, ExperimentError
+from srpo_dsl.sweep.experiment import Cell, Experiment, ExperimentError
 
 STATE = "sweep.json"
 FORMAT = "srpo-sweep/1"
@@ -31,11 +31,31 @@ class RunState:
     attempts: int = 0
 
 
+class CellPlan(TypedDict):
+    """One cell of sweep.json's plan."""
+
+    name: str
+    workflow: str
+    overrides: dict[str, object]
+    model: NotRequired[str]  # `sweep --model`'s: every policy's model
+
+
+class SweepPlan(TypedDict):
+    """sweep.json's plan: the experiment as it was run (`plan_of`)."""
+
+    experiment: str
+    seeds: list[int]
+    baseline: str | None
+    evaluation: dict[str, int]
+    datasets: list[str]
+    cells: list[CellPlan]
+
+
 @dataclass
 class SweepState:
     """The plan (as JSON) and each run's state, keyed `CELL/seed-S`."""
 
-    plan: dict[str, Any]
+    plan: SweepPlan
     runs: dict[str, RunState] = field(default_factory=dict)
 
     def save(self, folder: Path) -> None:
@@ -60,19 +80,22 @@ def log_path(folder: Path, cell: str, seed: int) -> Path:
     return folder / "logs" / cell / f"seed-{seed}.log"
 
 
-def plan_of(exp: Experiment) -> dict[str, Any]:
+def plan_of(exp: Experiment) -> SweepPlan:
     return {
         "experiment": str(exp.path),
         "seeds": exp.seeds,
         "baseline": exp.baseline,
         "evaluation": exp.evaluation,
         "datasets": [str(p) for p in exp.datasets],
-        "cells": [
-            {"name": c.name, "workflow": str(c.workflow), "overrides": c.overrides}
-            | ({"model": c.model} if c.model is not None else {})
-            for c in exp.cells
-        ],
+        "cells": [cell_plan(c) for c in exp.cells],
     }
+
+
+def cell_plan(cell: Cell) -> CellPlan:
+    plan: CellPlan = {"name": cell.name, "workflow": str(cell.workflow), "overrides": cell.overrides}
+    if cell.model is not None:
+        plan["model"] = cell.model
+    return plan
 
 
 def read_sweep_state(folder: Path) -> SweepState:
@@ -88,7 +111,7 @@ def read_sweep_state(folder: Path) -> SweepState:
         raise ValueError(f"{path}: not a sweep state (format {data.get('format')!r}, expected {FORMAT})")
     runs = {k: RunState(**v) for k, v in data.pop("runs").items()}
     data.pop("format")
-    return SweepState(data, runs)
+    return SweepState(cast("SweepPlan", data), runs)  # the plan as `save` wrote it (its format checked)
 
 
 def open_state(folder: Path, exp: Experiment) -> SweepState:
@@ -97,7 +120,11 @@ def open_state(folder: Path, exp: Experiment) -> SweepState:
     state = read_sweep_state(folder) if (folder / STATE).is_file() else SweepState(plan)
     before = {c["name"]: c for c in state.plan["cells"]}
     changed = [c["name"] for c in plan["cells"] if c["name"] in before and before[c["name"]] != c]
-    if changed or any(state.plan[k] != plan[k] for k in ("evaluation", "datasets")):
+    if (
+        changed
+        or state.plan["evaluation"] != plan["evaluation"]
+        or state.plan["datasets"] != plan["datasets"]
+    ):
         what = f"cell `{changed[0]}`" if changed else "the evaluation"
         raise ExperimentError(
             [f"{folder} holds a sweep in which {what} had other settings: choose another --out"]
@@ -113,7 +140,10 @@ def open_state(folder: Path, exp: Experiment) -> SweepState:
 def finished(folder: Path) -> bool:
     """A run folder that reached its last step: its final checkpoint and metrics row are on disk."""
     try:
-        steps = (read_config(folder) or {})["options"]["steps"]
+        options = (read_config(folder) or {})["options"]
+        if not isinstance(options, dict):
+            return False
+        steps = options["steps"]
         rows = read_jsonl(folder / METRICS)
     except (OSError, ValueError, KeyError):
         return False

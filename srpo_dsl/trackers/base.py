@@ -13,7 +13,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 EXPERIMENT_ENV = "SRPO_DSL_EXPERIMENT"  # the experiment a run belongs to (a sweep sets it: its name)
 RUN_NAME_ENV = "SRPO_DSL_RUN_NAME"  # the run's name in its experiment (a sweep sets it: CELL/seed-S)
@@ -26,7 +25,7 @@ class TrackedRun:
     out: Path  # the run folder
     name: str  # the run's name: $SRPO_DSL_RUN_NAME, else the run folder's name
     experiment: str  # runs grouped together: $SRPO_DSL_EXPERIMENT, else the workflow's name
-    config: Mapping[str, Any]  # OUT/config.json: the options, models, device, ...
+    config: Mapping[str, object]  # OUT/config.json: the options, models, device, ...
     start: int  # the last step already done (0: a fresh run)
     resume_id: str | None  # the tracker's own run id from OUT/trackers.json, when the run is resumed
 
@@ -55,13 +54,13 @@ class Tracker(ABC):
         """End the run (`failed`: it stopped on an error)."""
 
 
-def tracked_metrics(row: Mapping[str, Any], prefix: str) -> dict[str, float]:
+def tracked_metrics(row: Mapping[str, object], prefix: str) -> dict[str, float]:
     """A metrics.jsonl (`train`) or eval.jsonl (`eval`) row as `PREFIX/KEY -> value`: every number but
     `step`, nested mappings flattened with `/`."""
     return {f"{prefix}/{key}": value for key, value in _numbers(row) if key != "step"}
 
 
-def _numbers(row: Mapping[str, Any], at: str = "") -> Iterator[tuple[str, float]]:
+def _numbers(row: Mapping[str, object], at: str = "") -> Iterator[tuple[str, float]]:
     for key, value in row.items():
         if isinstance(value, Mapping):
             yield from _numbers(value, f"{at}{key}/")
@@ -69,7 +68,7 @@ def _numbers(row: Mapping[str, Any], at: str = "") -> Iterator[tuple[str, float]
             yield f"{at}{key}", float(value)
 
 
-def flat_config(config: Mapping[str, Any], at: str = "") -> dict[str, str]:
+def flat_config(config: Mapping[str, object], at: str = "") -> dict[str, str]:
     """The run's config as `key.subkey -> text` (MLflow's params); lists as JSON text."""
     import json
 

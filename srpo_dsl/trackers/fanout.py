@@ -11,7 +11,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from srpo_dsl.io import write_json
 from srpo_dsl.registries import TRACKERS
@@ -82,7 +81,7 @@ class Trackers:
         self._each("finish", failed)
         self.active.clear()
 
-    def _each(self, method: str, *args: Any) -> None:
+    def _each(self, method: str, *args: object) -> None:
         for name, tracker in list(self.active.items()):
             try:
                 getattr(tracker, method)(*args)

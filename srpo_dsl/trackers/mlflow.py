@@ -16,9 +16,12 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from srpo_dsl.trackers.base import TrackedRun, Tracker, flat_config
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 HTTP_DEFAULTS = {  # set when the user has not
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
@@ -74,7 +77,7 @@ class MLflow(Tracker):
         self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
 
 
-def experiment_id(client: Any, name: str) -> str:
+def experiment_id(client: MlflowClient, name: str) -> str:
     """The id of the experiment `name`, created if there is none (another run may create it meanwhile:
     a sweep's cells start together)."""
     from mlflow.exceptions import MlflowException

@@ -8,7 +8,7 @@ its guard from the graph.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from srpo_dsl.runtime.episode import Member
 from srpo_dsl.runtime.traces import TraceEpisode, TraceEvent
@@ -64,10 +64,10 @@ def _cycles_through(graph: nx.DiGraph, node: str) -> list[list[str]]:
     return sorted(paths, key=len)
 
 
-def _member_json(m: Member, acts: bool) -> dict[str, Any]:
+def _member_json(m: Member, acts: bool) -> dict[str, object]:
     """A member; an acting agent's action apart, and its value as what it parsed (and highlights)."""
     action = m.parsed.get("action") if acts and m.valid and isinstance(m.parsed, dict) else None
-    parsed = m.parsed.get("value") if action is not None else m.parsed  # type: ignore[union-attr]
+    parsed = m.parsed.get("value") if action is not None and isinstance(m.parsed, dict) else m.parsed
     return {
         "role": m.role,
         "replica": m.replica,
@@ -82,7 +82,7 @@ def _member_json(m: Member, acts: bool) -> dict[str, Any]:
     }
 
 
-def event_json(graph: nx.DiGraph | None, e: TraceEvent, following: TraceEvent | None) -> dict[str, Any]:
+def event_json(graph: nx.DiGraph | None, e: TraceEvent, following: TraceEvent | None) -> dict[str, object]:
     return {
         "type": e.event_type,
         "node": e.node,
@@ -99,16 +99,18 @@ def event_json(graph: nx.DiGraph | None, e: TraceEvent, following: TraceEvent | 
     }
 
 
-def _tree_json(ep: TraceEpisode, e: TraceEvent) -> dict[str, Any]:
+def _tree_json(ep: TraceEpisode, e: TraceEvent) -> dict[str, object]:
     """Where an event of a branching episode sits in its tree: its id within the episode, its depth (the
     tree branches its path went through), the event before it, its alternative and its return."""
     local = e.event_id.removeprefix(ep.episode_id)
     b = e.branch
-    alt = None if b is None else f"{b.index + 1} of {b.of}, {'kept' if b.kept else 'pruned'}"
-    if b is not None and b.agent is not None:  # a crossed sample
-        alt = f"{b.agent}'s {alt}"
-    if b is not None and b.score is not None:
-        alt += f", score {b.score:.3g}"
+    alt = None
+    if b is not None:
+        alt = f"{b.index + 1} of {b.of}, {'kept' if b.kept else 'pruned'}"
+        if b.agent is not None:  # a crossed sample
+            alt = f"{b.agent}'s {alt}"
+        if b.score is not None:
+            alt += f", score {b.score:.3g}"
     after = e.parent.removeprefix(ep.episode_id) if e.parent else "start"
     return {"name": local, "depth": e.path.count("."), "after": after, "alt": alt, "ret": e.tree_return}
 
@@ -129,7 +131,7 @@ def _following(events: list[TraceEvent], i: int) -> TraceEvent | None:
     return events[i + 1] if i + 1 < len(events) else None
 
 
-def episode_json(graph: nx.DiGraph | None, ep: TraceEpisode) -> dict[str, Any]:
+def episode_json(graph: nx.DiGraph | None, ep: TraceEpisode) -> dict[str, object]:
     events = ep.events
     tree = any(e.branch is not None for e in events)
     out = [event_json(graph, e, _following(events, i)) for i, e in enumerate(events)]

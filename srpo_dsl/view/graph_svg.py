@@ -33,7 +33,7 @@ def layers(graph: nx.DiGraph) -> dict[str, int]:
     import networkx as nx
 
     order = {v: i for i, v in enumerate(graph.nodes)}
-    forward = nx.DiGraph()
+    forward: nx.DiGraph[str] = nx.DiGraph()
     forward.add_nodes_from(graph.nodes)
     forward.add_edges_from((u, v) for u, v in graph.edges() if order[u] < order[v])
     return {v: i for i, generation in enumerate(nx.topological_generations(forward)) for v in generation}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from html import escape
 from importlib import resources
-from typing import Any
 
 from srpo_dsl.rl.loop.figures import panels, svg_text
 from srpo_dsl.runfolder import EVAL, RunError, current_keys, dynamics_of, eval_curve
@@ -59,7 +58,7 @@ def asset(name: str) -> str:
     return resources.files("srpo_dsl.view").joinpath("assets", name).read_text(encoding="utf-8")
 
 
-def script_json(data: Any) -> str:
+def script_json(data: object) -> str:
     """JSON safe inside a <script> element: no `<` at all (so no `</script>` or `<!--`)."""
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
 
@@ -93,11 +92,11 @@ def event_types(source: Source) -> list[str]:
     return list(dict.fromkeys([*known, *seen]))
 
 
-def page_data(source: Source) -> dict[str, Any]:
-    options = (source.config or {}).get("options") or {}
+def page_data(source: Source) -> dict[str, object]:
+    options = (source.config or {}).get("options")
     return {
         "traces": str(source.traces),
-        "objective": options.get("objective"),
+        "objective": options.get("objective") if isinstance(options, dict) else None,
         "eventTypes": event_types(source),
         "episodes": [episode_json(source.graph, ep) for ep in source.episodes],
     }

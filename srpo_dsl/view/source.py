@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from srpo_dsl.jsonvalue import JsonObject
 from srpo_dsl.runfolder import EVAL, GRAPH, METRICS, TRACES, RunError, read_config, read_jsonl
 from srpo_dsl.runtime.traces import TraceEpisode, TraceError, read_partial_traces
 
@@ -28,9 +29,9 @@ class Source:
     traces: Path
     episodes: list[TraceEpisode]
     graph: nx.DiGraph | None
-    config: dict[str, Any] | None
-    metrics: list[dict[str, Any]]
-    evals: list[dict[str, Any]]
+    config: JsonObject | None
+    metrics: list[JsonObject]
+    evals: list[JsonObject]
     notes: list[str]  # what the page says about its input: cut files, a missing graph
 
 
@@ -61,7 +62,7 @@ def load_source(path: Path, workflow: Path | None = None) -> Source:
     return Source(traces, partial.episodes, graph, config, metrics, evals, notes)
 
 
-def config_or_note(folder: Path, notes: list[str]) -> dict[str, Any] | None:
+def config_or_note(folder: Path, notes: list[str]) -> JsonObject | None:
     """The run's config.json, or None (with a note when it is there but unreadable)."""
     try:
         return read_config(folder)
@@ -71,7 +72,11 @@ def config_or_note(folder: Path, notes: list[str]) -> dict[str, Any] | None:
 
 
 def find_graph(
-    folder: Path, config: dict | None, workflow: Path | None, episodes: list[TraceEpisode], notes: list[str]
+    folder: Path,
+    config: JsonObject | None,
+    workflow: Path | None,
+    episodes: list[TraceEpisode],
+    notes: list[str],
 ) -> nx.DiGraph | None:
     """The workflow's graph whose hash the traces carry, or None with a note saying why."""
     hashes = sorted({ep.graph_hash for ep in episodes})
@@ -85,7 +90,7 @@ def find_graph(
         graph, origin = compile_graph(workflow), str(workflow)
     elif (folder / GRAPH).is_file():
         graph, origin = read_graph(folder / GRAPH), GRAPH
-    elif recorded and Path(recorded).is_file():
+    elif isinstance(recorded, str) and recorded and Path(recorded).is_file():
         graph, origin = compile_graph(Path(recorded)), str(recorded)
     else:
         notes.append("no event graph recorded with these traces (pass --workflow FILE.srpo to show it)")

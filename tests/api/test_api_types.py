@@ -166,6 +166,11 @@ def test_the_message_form() -> None:
         srpo_dsl.load(3)
     with pytest.raises(UsageError, match=r"^run\(limit=nan\): limit must be an int or None, got float$"):
         Workflow.run(srpo_dsl.load(ROOT / "workflows/quickstart.srpo"), limit=math.nan)
+    with pytest.raises(UsageError) as caught:  # a value of any type: `Any`, in the annotation's words
+        srpo_dsl.load("w.srpo", settings=[1])
+    assert (
+        str(caught.value) == "load(settings=[1]): settings must be a mapping of str to Any or None, got list"
+    )
 
 
 def test_a_fixed_choice_names_its_values(tmp_path: Path) -> None:

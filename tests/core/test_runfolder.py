@@ -12,6 +12,8 @@ from srpo_dsl.runfolder import (
     CONFIG,
     METRICS,
     RunError,
+    as_float,
+    as_int,
     checkpoint_folder,
     checkpoint_folders,
     read_config,
@@ -63,3 +65,18 @@ def test_the_checkpoints_are_the_complete_step_folders_by_step(tmp_path: Path) -
     for name in ("step-10", "step-2", ".step-11.tmp", "step-x"):
         (tmp_path / "checkpoints" / name).mkdir(parents=True)
     assert checkpoint_folders(tmp_path) == [checkpoint_folder(tmp_path, 2), checkpoint_folder(tmp_path, 10)]
+
+
+@pytest.mark.parametrize("value", [None, [1], {"a": 1}, True, 2, 2.5, "3", "x", 1e400])
+def test_as_int_and_as_float_read_a_json_value_as_int_and_float_do(value: object) -> None:
+    """The readers of a row's numbers: the value `int` and `float` give, or their very error (its message
+    is shown in a run file's error line)."""
+    for typed, builtin in ((as_int, int), (as_float, float)):
+        try:
+            expected: object = builtin(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            with pytest.raises(type(exc)) as err:
+                typed(value)
+            assert str(err.value) == str(exc)
+        else:
+            assert typed(value) == expected

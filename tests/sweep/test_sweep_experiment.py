@@ -1,5 +1,6 @@
 """Experiment files of `srpo-dsl sweep`: expansion into cells, and every error positioned in the file."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from srpo_dsl.sweep.experiment import OVERRIDES, ExperimentError, load_experiment, workflow_errors
 from srpo_dsl.sweep.positions import locate
 from srpo_dsl.sweep.runner import Job, train_command
-from srpo_dsl.sweep.state import open_state, run_dir
+from srpo_dsl.sweep.state import finished, open_state, run_dir
 from tests.support.clitools import ROOT, cli
 
 SHARED_MATH = ROOT.parent / "shared" / "data" / "math"
@@ -290,3 +291,17 @@ def test_a_sweep_refuses_an_option_it_owns_and_bad_seeds(tmp_path):
         done = cli("sweep", "experiments/paper_search.toml", "--out", tmp_path / "s", *args)
         assert done.returncode != 0 and message in done.stderr, done.stderr
         assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    "config", [{"options": [1]}, {"options": {"steps": 1}}, {"workflow": "w.srpo"}, None]
+)
+def test_a_run_folder_whose_config_has_no_steps_is_not_finished(tmp_path: Path, config: object) -> None:
+    """Only a run whose config.json names its steps, with that step's metrics row and checkpoint, is done;
+    any other config.json (options not an object: once a TypeError out of `sweep`) is a run to start."""
+    if config is not None:
+        (tmp_path / "config.json").write_text(json.dumps(config))
+    assert not finished(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    (tmp_path / "checkpoints" / "step-1").mkdir(parents=True)
+    assert finished(tmp_path) == (config == {"options": {"steps": 1}})

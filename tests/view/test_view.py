@@ -128,6 +128,29 @@ def test_a_run_without_its_workflow_still_shows_its_graph(run: Path, tmp_path: P
     assert done.returncode == 0 and done.stderr == ""
 
 
+@pytest.mark.parametrize(
+    ("config", "graph", "note"),
+    [
+        ({"workflow": 5}, False, "no event graph recorded with these traces"),  # not a path: not read
+        ({"workflow": "gone.srpo", "options": [1]}, True, None),  # options not an object: no objective
+    ],
+)
+def test_a_config_of_other_types_is_shown_without_its_settings(
+    run: Path, tmp_path: Path, config: dict, graph: bool, note: str | None
+) -> None:
+    from srpo_dsl.view.page import page_data
+    from srpo_dsl.view.source import load_source
+
+    (tmp_path / "traces.jsonl").write_text((run / "traces.jsonl").read_text())
+    if graph:
+        (tmp_path / "graph.json").write_text((run / "graph.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    source = load_source(tmp_path)
+    assert (source.graph is not None) == graph
+    assert [n for n in source.notes if note and note in n] == ([source.notes[0]] if note else [])
+    assert page_data(source)["objective"] is None
+
+
 def test_a_cut_last_line_shows_the_complete_episodes_with_a_note(run: Path, tmp_path: Path) -> None:
     text = (run / "traces.jsonl").read_text()
     cut = tmp_path / "traces.jsonl"

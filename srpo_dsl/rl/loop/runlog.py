@@ -24,6 +24,7 @@ from srpo_dsl.runfolder import (
     METRICS,
     TRACES,
     RunError,
+    as_float,
     read_jsonl,
 )
 from srpo_dsl.runtime.episode import Episode
@@ -115,5 +116,5 @@ class RunLog:
 def truncate_jsonl(path: Path, last_step: int) -> None:
     """Keep the rows up to `last_step` (a resumed run rewrites what came after its checkpoint)."""
     if path.exists():
-        rows = [row for row in read_jsonl(path) if row["step"] <= last_step]
+        rows = [row for row in read_jsonl(path) if as_float(row["step"]) <= last_step]
         write_lines_atomic(path, [json.dumps(row) + "\n" for row in rows])
