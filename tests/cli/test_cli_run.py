@@ -206,7 +206,7 @@ OFFLINE = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}  # the 
     "flags, line",
     [
         (["--data", "none.jsonl"], "error: cannot read none.jsonl: no such file"),
-        (["--out", "workflows"], "error: workflows already exists (code_at_grpo.srpo, code_env, "),
+        (["--out", "grammar"], "error: grammar already exists (srpo.lark): pass --overwrite to replace it"),
         (["--device", "cuda"], "error: --device cuda: no CUDA device is available (use --device cpu)"),
     ],
 )
