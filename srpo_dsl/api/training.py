@@ -89,7 +89,8 @@ def handed_plan(make: Callable[[], TrainPlan]) -> TrainPlan | None:
         text = store.get(key).decode()
     except RuntimeError:  # the store went away with rank 0
         return None
-    return plan_from_json(text, Path(f"rank 0's plan ({key})"))
+    with training_errors(Path(key)):  # another srpo-dsl's plan (another node's install): one line
+        return plan_from_json(text, Path(f"rank 0's plan ({key})"))
 
 
 @checked

@@ -102,6 +102,40 @@ def test_a_plan_file_that_is_not_one_is_one_line(tmp_path) -> None:
         read_plan(tmp_path / "none")
 
 
+def test_a_rank_handed_what_is_not_a_plan_says_so_in_one_line(monkeypatch) -> None:
+    """Rank 1 of a launch reads rank 0's plan from the launch's store (`api.training.handed_plan`): there a
+    plan of another srpo-dsl (another node's install) is one line, not a traceback; it plans nothing."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from srpo_dsl.api.training import handed_plan
+    from srpo_dsl.rl.distributed.process_group import free_port, launch_store
+
+    port = free_port()
+    host = dist.TCPStore(
+        "127.0.0.1", port, None, True, datetime.timedelta(seconds=10), wait_for_workers=False
+    )
+    host.set("srpo-plan/0", '{"format": "srpo-plan/0", "plan": {}}')
+    for name, value in {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    launch_store.cache_clear()
+    try:
+        with pytest.raises(
+            UsageError, match=r"^rank 0's plan \(srpo-plan/0\): not a plan this srpo-dsl reads"
+        ):
+            handed_plan(lambda: pytest.fail("rank 1 planned"))
+    finally:
+        launch_store.cache_clear()
+
+
 def test_every_check_runs_before_anything_loads(tmp_path) -> None:
     wf = srpo_dsl.load(QUICKSTART)
     (tmp_path / "taken").mkdir()

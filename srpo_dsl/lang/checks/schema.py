@@ -15,12 +15,13 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from srpo_dsl.lang.checks.branches import BACKUPS
+from srpo_dsl.lang.checks.declarations import Sampling
 from srpo_dsl.lang.usercode.pycode import is_reference
 from srpo_dsl.registries import (
     ADVANTAGE_ESTIMATORS,
@@ -88,18 +89,13 @@ class Generation(_Options):
 
 
 # Each sampling setting's value where neither the agent nor its policy gives one.
-class SamplingDefaults(TypedDict):
-    """The type of `SAMPLING_DEFAULTS`: each of `Generation`'s settings, as an agent uses it."""
+class SamplingDefaults(Sampling):
+    """The type of `SAMPLING_DEFAULTS`: each of `Generation`'s settings, as an agent uses it (the
+    controls of `Sampling`, and these three)."""
 
     temperature: float
     top_p: float
     max_tokens: int
-    stop_strings: tuple[str, ...]
-    top_k: int
-    frequency_penalty: float
-    presence_penalty: float
-    repetition_penalty: float
-    min_tokens: int
 
 
 SAMPLING_DEFAULTS: SamplingDefaults = {
